@@ -1,0 +1,25 @@
+//! The domain model: NodeGroup, StaticInstance, SSHCredentials and Instance with Deckhouse's
+//! field names (facts §1–§2), the cluster views policies decide on, time and quantities, and the
+//! label/annotation keys in one place.
+
+pub mod cluster;
+pub mod enums;
+pub mod keys;
+pub mod manifest;
+pub mod meta;
+pub mod node_group;
+pub mod quantity;
+pub mod static_instance;
+pub mod time;
+
+pub use cluster::{Node, Owner, Pod, PodDisruptionBudget, PodPhase, Resources, Toleration};
+pub use manifest::{
+    Document, Manifest, ManifestError, parse_documents, parse_manifest, parse_node_group,
+};
+pub use meta::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, ObjectReference, SelectorOperator,
+};
+pub use node_group::*;
+pub use quantity::{Quantity, QuantityError};
+pub use static_instance::*;
+pub use time::{Timestamp, parse_duration};

@@ -1,0 +1,149 @@
+//! Time as the core sees it: a [`Timestamp`] handed in by the caller (milliseconds since the
+//! Unix epoch). The core never reads a clock; the simulator and the adapters pass `now`.
+
+use std::ops::{Add, Sub};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A point in time, in milliseconds since the Unix epoch (UTC).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    /// The Unix epoch; the simulator starts its virtual clock here unless told otherwise.
+    pub const EPOCH: Timestamp = Timestamp(0);
+
+    /// A timestamp `secs` seconds after the epoch.
+    pub const fn from_secs(secs: i64) -> Self {
+        Self(secs.saturating_mul(1000))
+    }
+
+    /// A timestamp `millis` milliseconds after the epoch.
+    pub const fn from_millis(millis: i64) -> Self {
+        Self(millis)
+    }
+
+    /// Milliseconds since the epoch.
+    pub const fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    /// Seconds since the epoch, as a float (for timelines and metrics).
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / 1000.0
+    }
+
+    /// How long after `earlier` this is; zero when `earlier` is later.
+    pub fn saturating_since(self, earlier: Timestamp) -> Duration {
+        Duration::from_millis(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
+    }
+
+    /// Day of the week (0 = Monday … 6 = Sunday) and minute of the day, in UTC.
+    pub fn weekday_and_minute(self) -> (u8, u16) {
+        let minutes = self.0.div_euclid(60_000);
+        let minute_of_day = minutes.rem_euclid(24 * 60) as u16;
+        let days = minutes.div_euclid(24 * 60);
+        // 1970-01-01 was a Thursday (index 3 when Monday is 0).
+        let weekday = (days + 3).rem_euclid(7) as u8;
+        (weekday, minute_of_day)
+    }
+}
+
+fn duration_millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Add<Duration> for Timestamp {
+    type Output = Timestamp;
+    fn add(self, rhs: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_add(duration_millis(rhs)))
+    }
+}
+
+impl Sub<Duration> for Timestamp {
+    type Output = Timestamp;
+    fn sub(self, rhs: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_sub(duration_millis(rhs)))
+    }
+}
+
+impl std::fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.3}s", self.as_secs_f64())
+    }
+}
+
+/// Parses a Go-style duration of the forms Deckhouse's fields use: `60s`, `5m`, `6h`, `1h30m`,
+/// `1.5s`, `250ms`. Returns `None` for anything else (an empty string included).
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    if text.is_empty() {
+        return None;
+    }
+    let mut rest = text;
+    let mut total_ms: f64 = 0.0;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let number: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let factor = match &rest[..unit_len] {
+            "ms" => 1.0,
+            "s" => 1000.0,
+            "m" => 60_000.0,
+            "h" => 3_600_000.0,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total_ms += number * factor;
+    }
+    if !total_ms.is_finite() || total_ms < 0.0 || total_ms > u64::MAX as f64 {
+        return None;
+    }
+    Some(Duration::from_millis(total_ms.round() as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weekday_of_known_dates() {
+        // 1970-01-01 00:00 UTC, a Thursday.
+        assert_eq!(Timestamp::EPOCH.weekday_and_minute(), (3, 0));
+        // 2026-11-22 13:45 UTC is a Sunday: 20779 days after the epoch.
+        let t = Timestamp::from_secs(20_779 * 86_400 + 13 * 3600 + 45 * 60);
+        assert_eq!(t.weekday_and_minute(), (6, 13 * 60 + 45));
+    }
+
+    #[test]
+    fn durations_parse_like_go() {
+        assert_eq!(parse_duration("60s"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration(""), None);
+        assert_eq!(parse_duration("5x"), None);
+        assert_eq!(parse_duration("m"), None);
+    }
+
+    #[test]
+    fn arithmetic_saturates() {
+        let t = Timestamp::from_secs(10);
+        assert_eq!(t + Duration::from_secs(5), Timestamp::from_secs(15));
+        assert_eq!(t.saturating_since(Timestamp::from_secs(20)), Duration::ZERO);
+        assert_eq!(
+            Timestamp::from_secs(20).saturating_since(t),
+            Duration::from_secs(10)
+        );
+    }
+}
