@@ -1,0 +1,2 @@
+//! Builders of large synthetic clusters shared by the benchmarks in `benches/`.
+//! Run every benchmark with `cargo bench -p nodemgr-benches`.
