@@ -6,6 +6,8 @@
 //! snapshot and return decisions as data, which adapters (`nodemgr-k8s`, `nodemgr-ssh`,
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 
+pub mod impact;
 pub mod model;
 
+pub use impact::{ChangeImpact, Impact, impact_of};
 pub use model::{NodeGroup, NodeGroupSpec};
