@@ -222,7 +222,7 @@ const RULES: &[Rule] = &[
     ),
     nothing(
         "cri.docker.manage",
-        "Deprecated with Docker itself, which validation rejects, so the setting never reaches a node.",
+        "Deprecated (validation rejects Docker); were it applied, it would only decide whether bashible keeps managing a Docker that is already running, without restarting it.",
     ),
     restart(
         "cri.docker.maxConcurrentDownloads",
@@ -376,6 +376,13 @@ const RULES: &[Rule] = &[
 /// field of [`NodeGroupSpec`] lies inside exactly one rule's path.
 pub fn rules() -> &'static [Rule] {
     RULES
+}
+
+/// The rule that covers a dotted spec path (`kubelet.maxPods`, `nodeTemplate.labels`,
+/// `spec.chaos.mode`; a leading `spec.` is ignored), if the path lies inside some rule.
+pub fn rule_for(path: &str) -> Option<&'static Rule> {
+    let path = path.strip_prefix("spec.").unwrap_or(path);
+    RULES.iter().find(|rule| rule.covers(path))
 }
 
 /// A scalar default value, as the API documents it.
@@ -1035,6 +1042,17 @@ TOTAL            yes         no           yes
     }
 
     // ---- the rule table itself ----
+
+    #[test]
+    fn rule_for_finds_the_covering_rule() {
+        let path = |p: &str| rule_for(p).map(|r| r.path);
+        assert_eq!(path("kubelet.maxPods"), Some("kubelet.maxPods"));
+        assert_eq!(path("spec.chaos.mode"), Some("chaos"));
+        assert_eq!(path("nodeTemplate.labels.a"), Some("nodeTemplate"));
+        assert_eq!(path("cloudInstances.standbyHolder"), None);
+        assert_eq!(path("cloudInstances.standbyX"), None);
+        assert_eq!(path("kubelet"), None);
+    }
 
     #[test]
     fn rules_are_sorted_unique_and_disjoint() {
