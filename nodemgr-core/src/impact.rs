@@ -1044,6 +1044,27 @@ TOTAL            yes         no           yes
     // ---- the rule table itself ----
 
     #[test]
+    fn rules_serialize_for_explain() {
+        let json = serde_json::to_value(rule("cri.type")).expect("serializes");
+        assert_eq!(json["path"], "cri.type");
+        assert_eq!(
+            json["disruption"],
+            serde_json::json!({"unlessNewValueIs": "NotManaged"})
+        );
+        assert_eq!(json["kubeletRestart"], "never");
+        let defaults = serde_json::to_value(defaults()).expect("serializes");
+        assert!(
+            defaults
+                .as_array()
+                .is_some_and(|d| d.len() == DEFAULTS.len())
+        );
+        assert_eq!(
+            serde_json::to_value(DEFAULTS[0]).expect("serializes"),
+            serde_json::json!({"path": "chaos.mode", "value": "Disabled"})
+        );
+    }
+
+    #[test]
     fn rule_for_finds_the_covering_rule() {
         let path = |p: &str| rule_for(p).map(|r| r.path);
         assert_eq!(path("kubelet.maxPods"), Some("kubelet.maxPods"));
