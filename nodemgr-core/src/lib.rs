@@ -9,5 +9,6 @@
 pub mod fencing;
 pub mod lifecycle;
 pub mod model;
+pub mod oom;
 
 pub use model::{NodeGroup, NodeGroupSpec};
