@@ -25,7 +25,7 @@
 //! [`plan_fencing`] takes a snapshot of the fencing-enabled nodes and returns commands. See its
 //! doc for the rules and the storm guard.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::time::Duration;
 
@@ -615,12 +615,12 @@ pub fn plan_fencing(nodes: &[FencedNode], cfg: &FencingConfig, now: Timestamp) -
         next_deadline,
         ..FencingPlan::default()
     };
-    let mut stormy: Vec<&str> = Vec::new();
+    let mut stormy: BTreeSet<&str> = BTreeSet::new();
     for (zone, (total, silent)) in &zones {
         let state = zone_state(total - silent, *silent, cfg.storm_threshold);
         if *silent >= cfg.storm_min_silent && state != ZoneState::Normal {
             tracing::warn!(zone = %zone, silent, total, "fencing storm guard: holding back");
-            stormy.push(zone);
+            stormy.insert(zone);
             plan.suppressed.push(StormSuppressed {
                 zone: (*zone).to_owned(),
                 silent: *silent,
