@@ -224,9 +224,15 @@ impl FencingAgent {
         self.check_started = None;
         let up = !result.is_unreachable();
         if !up {
-            tracing::warn!(?result, "kubernetes API unreachable; no more watchdog feeding");
+            tracing::warn!(
+                ?result,
+                "kubernetes API unreachable; no more watchdog feeding"
+            );
         } else if let ApiCheck::Error(kind) = &result {
-            tracing::info!(?kind, "API check failed but the API answered; still feeding");
+            tracing::info!(
+                ?kind,
+                "API check failed but the API answered; still feeding"
+            );
         }
         self.api_up = up;
     }
@@ -271,10 +277,8 @@ impl FencingAgent {
                 }
             }
             AgentAction::RemoveLabel => self.labeled = true,
-            AgentAction::CheckApi
-            | AgentAction::Feed
-            | AgentAction::Disarm
-            | AgentAction::Exit => {}
+            AgentAction::CheckApi | AgentAction::Feed | AgentAction::Disarm | AgentAction::Exit => {
+            }
         }
     }
 
@@ -730,8 +734,10 @@ mod tests {
             assert!(is_maintenance(&node), "{key}");
         }
         node.annotations.clear();
-        node.annotations
-            .insert(keys::ANNOTATION_WAITING_FOR_APPROVAL.to_owned(), String::new());
+        node.annotations.insert(
+            keys::ANNOTATION_WAITING_FOR_APPROVAL.to_owned(),
+            String::new(),
+        );
         assert!(!is_maintenance(&node));
     }
 
@@ -753,7 +759,12 @@ mod tests {
         // The API times out: no feed until it answers again.
         let acts = step(&mut agent, t(10), &ApiCheck::Timeout, false);
         assert_eq!(acts, vec![AgentAction::CheckApi]);
-        let acts = step(&mut agent, t(15), &ApiCheck::Error(ApiErrorKind::Connect), false);
+        let acts = step(
+            &mut agent,
+            t(15),
+            &ApiCheck::Error(ApiErrorKind::Connect),
+            false,
+        );
         assert_eq!(acts, vec![AgentAction::CheckApi]);
         assert_eq!(agent.watchdog_expiry(), Some(t(65)));
         // An RBAC error is an answer: feeding resumes.
@@ -937,7 +948,12 @@ mod tests {
         let f = FencedNode::from_node(&node, &fencing, NodeType::Static, Some(t(20)), true);
         let f = f.map_err(|e| e.to_string());
         assert_eq!(
-            f.as_ref().map(|f| (f.zone.as_str(), f.group.as_str(), f.last_heartbeat, f.timeout)),
+            f.as_ref().map(|f| (
+                f.zone.as_str(),
+                f.group.as_str(),
+                f.last_heartbeat,
+                f.timeout
+            )),
             Ok(("z1", "workers", Some(t(20)), Some(Duration::from_secs(120))))
         );
         let bad = crate::model::Fencing {
@@ -962,25 +978,27 @@ mod tests {
             any::<bool>(),
             prop::option::of(30u64..200),
         )
-            .prop_map(|(zone, hb, maintenance, has_pods, ty, notify, timeout)| FencedNode {
-                name: String::new(),
-                zone: format!("z{zone}"),
-                group: "g".into(),
-                mode: if notify {
-                    FencingMode::Notify
-                } else {
-                    FencingMode::Watchdog
-                },
-                node_type: match ty {
-                    0 => NodeType::Static,
-                    1 => NodeType::CloudStatic,
-                    2 => NodeType::CloudPermanent,
-                    _ => NodeType::CloudEphemeral,
-                },
-                last_heartbeat: hb.map(t),
-                maintenance,
-                timeout: timeout.map(Duration::from_secs),
-                has_pods,
+            .prop_map(|(zone, hb, maintenance, has_pods, ty, notify, timeout)| {
+                FencedNode {
+                    name: String::new(),
+                    zone: format!("z{zone}"),
+                    group: "g".into(),
+                    mode: if notify {
+                        FencingMode::Notify
+                    } else {
+                        FencingMode::Watchdog
+                    },
+                    node_type: match ty {
+                        0 => NodeType::Static,
+                        1 => NodeType::CloudStatic,
+                        2 => NodeType::CloudPermanent,
+                        _ => NodeType::CloudEphemeral,
+                    },
+                    last_heartbeat: hb.map(t),
+                    maintenance,
+                    timeout: timeout.map(Duration::from_secs),
+                    has_pods,
+                }
             })
     }
 

@@ -148,7 +148,9 @@ pub enum LifecycleAction {
 impl fmt::Display for LifecycleAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::EvictPods { node, zone } => write!(f, "evict pods of node {node} (zone {zone:?})"),
+            Self::EvictPods { node, zone } => {
+                write!(f, "evict pods of node {node} (zone {zone:?})")
+            }
             Self::ZoneStateChanged { zone, from, to } => match from {
                 Some(from) => write!(f, "zone {zone:?}: {from} -> {to}"),
                 None => write!(f, "zone {zone:?}: {to}"),
@@ -458,11 +460,8 @@ impl NodeLifecycle {
         }
         self.zones = new_states;
         // 3. Rates.
-        let all_disrupted = !self.zones.is_empty()
-            && self
-                .zones
-                .values()
-                .all(|s| *s == ZoneState::FullDisruption);
+        let all_disrupted =
+            !self.zones.is_empty() && self.zones.values().all(|s| *s == ZoneState::FullDisruption);
         if self.all_disrupted && !all_disrupted {
             // Leaving "everything is down": restart every eviction timeout.
             for node in self.nodes.values_mut() {
@@ -585,7 +584,10 @@ mod tests {
                 assert!(ev.is_empty(), "evicted twice at {s}");
             }
         }
-        assert_eq!(lc.unhealthy_since("n0"), Some(Timestamp::from_millis(50_001)));
+        assert_eq!(
+            lc.unhealthy_since("n0"),
+            Some(Timestamp::from_millis(50_001))
+        );
     }
 
     #[test]
@@ -678,9 +680,10 @@ mod tests {
         let secs: Vec<i64> = times.iter().map(|(s, _)| *s).collect();
         assert_eq!(secs, vec![300, 400, 500, 600]);
         // With size_by_zone the zone (6 nodes) is small: evictions stop.
-        let mut cfg = LifecycleConfig::default();
-        cfg.size_by_zone = true;
-        let mut lc2 = NodeLifecycle::new(cfg);
+        let mut lc2 = NodeLifecycle::new(LifecycleConfig {
+            size_by_zone: true,
+            ..LifecycleConfig::default()
+        });
         for i in 0..6 {
             lc2.handle_node(
                 &format!("a{i}"),

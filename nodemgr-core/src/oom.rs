@@ -37,7 +37,8 @@ use crate::model::{Pod, Timestamp};
 /// Priority value from which Kubernetes reserves priorities for system classes.
 pub const SYSTEM_PRIORITY_FLOOR: i32 = 2_000_000_000;
 /// Priority classes that are never killed.
-pub const CRITICAL_PRIORITY_CLASSES: [&str; 2] = ["system-node-critical", "system-cluster-critical"];
+pub const CRITICAL_PRIORITY_CLASSES: [&str; 2] =
+    ["system-node-critical", "system-cluster-critical"];
 
 /// Errors of PSI parsing and trigger building.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,7 +72,9 @@ pub enum PsiError {
     #[error("failed to build psi trigger: window {0:?} is outside 500ms..=10s")]
     TriggerWindow(Duration),
     /// A trigger stall of zero or not below the window.
-    #[error("failed to build psi trigger: stall {stall:?} must be above zero and below the window {window:?}")]
+    #[error(
+        "failed to build psi trigger: stall {stall:?} must be above zero and below the window {window:?}"
+    )]
     TriggerStall {
         /// The stall.
         stall: Duration,
@@ -306,7 +309,11 @@ pub struct PressureReason {
 
 impl fmt::Display for PressureReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {:.2} > {:.2}", self.signal, self.value, self.threshold)
+        write!(
+            f,
+            "{} {:.2} > {:.2}",
+            self.signal, self.value, self.threshold
+        )
     }
 }
 
@@ -387,7 +394,11 @@ impl fmt::Display for OomDecision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Kill { victim, reason } => {
-                write!(f, "kill pod {}/{} ({reason})", victim.namespace, victim.name)
+                write!(
+                    f,
+                    "kill pod {}/{} ({reason})",
+                    victim.namespace, victim.name
+                )
             }
             Self::NoVictim { reason } => write!(f, "no pod may be killed ({reason})"),
         }
@@ -582,16 +593,22 @@ mod tests {
 
     #[test]
     fn parses_fixtures() {
-        assert_eq!(psi(IDLE), Psi {
-            some: PsiLine::default(),
-            full: Some(PsiLine::default())
-        });
+        assert_eq!(
+            psi(IDLE),
+            Psi {
+                some: PsiLine::default(),
+                full: Some(PsiLine::default())
+            }
+        );
         let p = psi(SOME_ONLY);
         assert_eq!(p.full, None);
         assert_eq!(p.some.total, 1_234_567);
         assert!((p.some.avg10 - 0.12).abs() < 1e-9);
         let p = psi(FULL10);
-        assert!(p.full.is_some_and(|f| (f.avg10 - 35.4).abs() < 1e-9 && f.total == 54_321_098));
+        assert!(
+            p.full
+                .is_some_and(|f| (f.avg10 - 35.4).abs() < 1e-9 && f.total == 54_321_098)
+        );
         assert_eq!(
             parse_psi(MALFORMED),
             Err(PsiError::BadValue {
@@ -660,7 +677,10 @@ mod tests {
         assert_eq!(r.map(|r| r.signal), Some(Signal::StallRate(PsiKind::Full)));
         assert!(r.is_some_and(|r| (r.value - 800_000.0).abs() < 1e-6));
         // Over 4 s the same delta is 400 000 µs/s: below.
-        assert_eq!(breach_of(rate.clone(), &[(RATE_BEFORE, 0), (RATE_AFTER, 4)]), None);
+        assert_eq!(
+            breach_of(rate.clone(), &[(RATE_BEFORE, 0), (RATE_AFTER, 4)]),
+            None
+        );
         // One sample has no rate.
         assert_eq!(breach_of(rate, &[(RATE_AFTER, 0)]), None);
     }
@@ -668,16 +688,45 @@ mod tests {
     #[test]
     fn trigger_lines() {
         assert_eq!(
-            trigger_line(PsiKind::Some, Duration::from_millis(150), Duration::from_secs(1)),
+            trigger_line(
+                PsiKind::Some,
+                Duration::from_millis(150),
+                Duration::from_secs(1)
+            ),
             Ok("some 150000 1000000".to_owned())
         );
         assert_eq!(
-            trigger_line(PsiKind::Full, Duration::from_millis(100), Duration::from_millis(500)),
+            trigger_line(
+                PsiKind::Full,
+                Duration::from_millis(100),
+                Duration::from_millis(500)
+            ),
             Ok("full 100000 500000".to_owned())
         );
-        assert!(trigger_line(PsiKind::Some, Duration::from_millis(1), Duration::from_millis(499)).is_err());
-        assert!(trigger_line(PsiKind::Some, Duration::from_secs(1), Duration::from_millis(10_001)).is_err());
-        assert!(trigger_line(PsiKind::Some, Duration::from_secs(1), Duration::from_secs(1)).is_err());
+        assert!(
+            trigger_line(
+                PsiKind::Some,
+                Duration::from_millis(1),
+                Duration::from_millis(499)
+            )
+            .is_err()
+        );
+        assert!(
+            trigger_line(
+                PsiKind::Some,
+                Duration::from_secs(1),
+                Duration::from_millis(10_001)
+            )
+            .is_err()
+        );
+        assert!(
+            trigger_line(
+                PsiKind::Some,
+                Duration::from_secs(1),
+                Duration::from_secs(1)
+            )
+            .is_err()
+        );
         assert!(trigger_line(PsiKind::Some, Duration::ZERO, Duration::from_secs(1)).is_err());
     }
 
@@ -703,7 +752,10 @@ mod tests {
             ..pod("mirror", -10, 1 << 40)
         });
         pods.push(pod("sys", SYSTEM_PRIORITY_FLOOR, 1 << 40));
-        assert_eq!(choose_victim(&pods).map(|p| p.name.as_str()), Some("big-low"));
+        assert_eq!(
+            choose_victim(&pods).map(|p| p.name.as_str()),
+            Some("big-low")
+        );
         pods.retain(|p| p.is_protected());
         assert_eq!(choose_victim(&pods), None);
     }
@@ -715,7 +767,9 @@ mod tests {
         m.handle_sample(with_full10(10.0), t(0));
         assert_eq!(m.poll_decision(t(0), &pods), None);
         m.handle_sample(with_full10(40.0), t(5));
-        assert!(matches!(m.poll_decision(t(5), &pods), Some(OomDecision::Kill { ref victim, .. }) if victim.name == "a"));
+        assert!(
+            matches!(m.poll_decision(t(5), &pods), Some(OomDecision::Kill { ref victim, .. }) if victim.name == "a")
+        );
         assert_eq!(m.poll_decision(t(5), &pods), None, "once per sample");
         // Still above, not rising: no more kills, even after the cooldown.
         for s in [10, 15, 20, 25, 30] {
@@ -724,13 +778,19 @@ mod tests {
         }
         // Rising above the value at the kill after the cooldown: a second kill.
         m.handle_sample(with_full10(45.0), t(35));
-        assert!(matches!(m.poll_decision(t(35), &pods), Some(OomDecision::Kill { .. })));
+        assert!(matches!(
+            m.poll_decision(t(35), &pods),
+            Some(OomDecision::Kill { .. })
+        ));
         // Episode ends; a new one kills again, but not within the cooldown.
         m.handle_sample(with_full10(5.0), t(40));
         m.handle_sample(with_full10(50.0), t(45));
         assert_eq!(m.poll_decision(t(45), &pods), None, "within cooldown");
         m.handle_sample(with_full10(50.0), t(50));
-        assert!(matches!(m.poll_decision(t(50), &pods), Some(OomDecision::Kill { .. })));
+        assert!(matches!(
+            m.poll_decision(t(50), &pods),
+            Some(OomDecision::Kill { .. })
+        ));
         // Nobody to kill.
         let mut m = PressureMonitor::new(OomConfig::default());
         m.handle_sample(with_full10(40.0), t(0));
@@ -738,7 +798,10 @@ mod tests {
             daemonset: true,
             ..pod("ds", 0, 1)
         }];
-        assert!(matches!(m.poll_decision(t(0), &ds), Some(OomDecision::NoVictim { .. })));
+        assert!(matches!(
+            m.poll_decision(t(0), &ds),
+            Some(OomDecision::NoVictim { .. })
+        ));
         assert!(m.is_armed());
         assert_eq!(m.next_deadline(), Some(t(5)));
     }
