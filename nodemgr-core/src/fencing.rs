@@ -578,11 +578,11 @@ impl FencingPlan {
 ///
 /// # Caveats
 ///
-/// As in Deckhouse, the default deadline (60 s) equals the watchdog timeout, while the agent's
-/// last feed can be up to one check interval later than the node's last Lease renewal: a node cut
-/// off at time P can still run for a few seconds after its pods are deleted. Give the group a
-/// `fencing.watchdog.timeout` for the controller that exceeds the agent's watchdog timeout plus
-/// `api_check_interval` + `api_timeout` if that window matters.
+/// As in Deckhouse, the default deadline (60 s) equals the watchdog timeout, but the agent's last
+/// feed can come up to one kubelet Lease renew interval (10 s) after the node's last heartbeat: a
+/// node cut off at time P is fenced from P + 50 s on but may run until P + 60 s (the
+/// `deadline_vs_reboot` tests simulate it). A controller timeout of at least the watchdog timeout
+/// plus the Lease renew interval (70 s by default) closes that window.
 ///
 /// # Guarantees
 ///
@@ -968,6 +968,69 @@ mod tests {
         );
     }
 
+    /// Virtual-time run of one node cut off from the API at `partition`: the kubelet renews its
+    /// Lease every 10 s from `lease_phase` on, the agent checks and feeds on its own schedule
+    /// (checks after the partition are never answered). Returns (the moment the watchdog
+    /// reboots the node, the first moment the controller plans DeletePods with `timeout`).
+    fn deadline_vs_reboot(
+        start: Timestamp,
+        partition: Timestamp,
+        lease_phase_ms: i64,
+        timeout: Duration,
+    ) -> (Timestamp, Timestamp) {
+        let mut agent = FencingAgent::new(AgentConfig::default());
+        let mut now = start;
+        let reboot = loop {
+            if let Some(expiry) = agent.watchdog_expiry()
+                && expiry <= now
+            {
+                break expiry;
+            }
+            while let Some(a) = agent.poll_action(now) {
+                if a == AgentAction::CheckApi && now < partition {
+                    agent.handle_api_check(ApiCheck::Ok, now);
+                    agent.handle_node(false, now);
+                }
+            }
+            let next = agent.next_deadline().unwrap_or(now);
+            let next = agent.watchdog_expiry().map_or(next, |e| e.min(next));
+            assert!(next >= now && now < start + Duration::from_secs(600));
+            now = next.max(now);
+        };
+        // Last Lease renewal strictly before the partition.
+        let period = 10_000;
+        let since = partition.as_millis() - 1 - lease_phase_ms;
+        let hb = Timestamp::from_millis(lease_phase_ms + since.div_euclid(period) * period);
+        let node = FencedNode {
+            timeout: Some(timeout),
+            last_heartbeat: Some(hb),
+            ..fenced("n", "z", None)
+        };
+        let cfg = FencingConfig::default();
+        let first = plan_fencing(std::slice::from_ref(&node), &cfg, hb)
+            .next_deadline()
+            .unwrap_or(hb);
+        assert_eq!(
+            plan_fencing(std::slice::from_ref(&node), &cfg, first).commands,
+            vec![FencingCommand::DeletePods { node: "n".into() }]
+        );
+        (reboot, first)
+    }
+
+    #[test]
+    fn default_deadline_can_fence_a_node_before_its_watchdog_fires() {
+        // Lease renewed at 100 s, partition at 109.9 s: the agent fed at 105 s.
+        let (reboot, fenced_at) = deadline_vs_reboot(
+            t(0),
+            Timestamp::from_millis(109_900),
+            0,
+            Duration::from_secs(60),
+        );
+        assert_eq!(fenced_at, Timestamp::from_millis(160_001));
+        assert_eq!(reboot, t(165));
+        assert!(reboot > fenced_at);
+    }
+
     fn arb_node() -> impl Strategy<Value = FencedNode> {
         (
             0usize..3,
@@ -1046,6 +1109,14 @@ mod tests {
             if let Some(d) = plan.next_deadline() {
                 prop_assert!(d > now);
             }
+        }
+
+        #[test]
+        fn seventy_second_deadline_fences_only_rebooted_nodes(partition_ms in 20_000i64..200_000, phase in 0i64..10_000) {
+            let (reboot, fenced_at) = deadline_vs_reboot(t(0), Timestamp::from_millis(partition_ms), phase, Duration::from_secs(70));
+            prop_assert!(reboot <= fenced_at, "reboot {reboot} after fencing {fenced_at}");
+            // And the reboot follows the partition by at most the watchdog timeout.
+            prop_assert!(reboot <= Timestamp::from_millis(partition_ms) + Duration::from_secs(60));
         }
 
         #[test]
