@@ -6,8 +6,11 @@
 //! snapshot and return decisions as data, which adapters (`nodemgr-k8s`, `nodemgr-ssh`,
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 
+pub mod fencing;
 pub mod impact;
+pub mod lifecycle;
 pub mod model;
+pub mod oom;
 
 pub use impact::{ChangeImpact, Impact, impact_of};
 pub use model::{NodeGroup, NodeGroupSpec};
