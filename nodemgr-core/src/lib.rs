@@ -7,5 +7,10 @@
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 
 pub mod model;
+pub mod validate;
 
 pub use model::{NodeGroup, NodeGroupSpec};
+pub use validate::{
+    FieldError, ValidationContext, validate_document, validate_node_group,
+    validate_node_group_update, validate_ssh_credentials, validate_static_instance,
+};
