@@ -4,6 +4,9 @@
 //! is written in (the text between two `---` lines; comment-only sections carry over to the
 //! next document).
 
+// Test helpers outside `#[test]` functions fail loudly on broken fixtures.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

@@ -83,7 +83,7 @@ pub fn validate_ssh_credentials(c: &SshCredentials) -> Vec<FieldError> {
         match syntax::decode_base64(key) {
             Err(m) => e.push(
                 "spec.privateSSHKey",
-                format!("{m}; privateSSHKey holds the PEM private key encoded in base64"),
+                format!("privateSSHKey {m}; it holds the PEM private key encoded in base64"),
             ),
             Ok(pem) if !pem.starts_with(b"-----BEGIN ") => e.push(
                 "spec.privateSSHKey",
@@ -101,7 +101,7 @@ pub fn validate_ssh_credentials(c: &SshCredentials) -> Vec<FieldError> {
     {
         e.push(
             "spec.sudoPasswordEncoded",
-            format!("{m}; sudoPasswordEncoded holds the sudo password encoded in base64"),
+            format!("sudoPasswordEncoded {m}; it holds the sudo password encoded in base64"),
         );
     }
     e.range("spec.sshPort", spec.ssh_port, 1, 65535);
