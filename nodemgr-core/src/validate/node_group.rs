@@ -153,10 +153,17 @@ fn check_spec(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext) {
             "spec.nodeType",
             format!("required; accepted: {}", NodeType::KNOWN.join(", ")),
         ),
-        Some(t) if !t.is_known() => e.push(
-            "spec.nodeType",
-            unknown_value(t.as_str(), "nodeType", NodeType::KNOWN),
-        ),
+        Some(t) if !t.is_known() => {
+            let hint = match t.as_str() {
+                "Cloud" => " (\"Cloud\" is the v1alpha1 spelling of CloudEphemeral)",
+                "Hybrid" => " (\"Hybrid\" is the v1alpha1 spelling of CloudStatic)",
+                _ => "",
+            };
+            e.push(
+                "spec.nodeType",
+                unknown_value(t.as_str(), "nodeType", NodeType::KNOWN) + hint,
+            );
+        }
         Some(t) => check_node_type_binding(e, t, ng),
     }
     if let Some(v) = spec.node_drain_timeout_second
@@ -1401,8 +1408,135 @@ mod tests {
         );
     }
 
+    /// A valid group using most of the spec, and single-field breakages of it with the one
+    /// path each must be reported at.
+    fn full_group() -> NodeGroup {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/valid/cloud-ephemeral-full.yaml"
+        ))
+        .unwrap();
+        parse_node_group(&text).unwrap()
+    }
+
+    type Breakage = (&'static str, fn(&mut NodeGroup));
+
+    fn breakages() -> Vec<Breakage> {
+        fn ci(g: &mut NodeGroup) -> &mut CloudInstances {
+            g.spec.cloud_instances.as_mut().unwrap()
+        }
+        fn kubelet(g: &mut NodeGroup) -> &mut Kubelet {
+            g.spec.kubelet.as_mut().unwrap()
+        }
+        vec![
+            ("metadata.name", |g| g.metadata.name = Some("Front".into())),
+            ("spec.nodeType", |g| {
+                g.spec.node_type = Some(NodeType::Unknown("Cloud".into()))
+            }),
+            ("spec.cloudInstances.minPerZone", |g| {
+                ci(g).min_per_zone = Some(-3)
+            }),
+            ("spec.cloudInstances.maxPerZone", |g| {
+                ci(g).max_per_zone = None
+            }),
+            ("spec.cloudInstances.classReference.kind", |g| {
+                ci(g).class_reference.as_mut().unwrap().kind = "Yandex".into()
+            }),
+            ("spec.cloudInstances.standby", |g| {
+                ci(g).standby = Some(IntOrString::String("x%".into()))
+            }),
+            ("spec.cloudInstances.zones[1]", |g| {
+                ci(g).zones = Some(vec!["a".into(), "a".into()])
+            }),
+            ("spec.nodeTemplate.taints[1].key", |g| {
+                g.spec
+                    .node_template
+                    .as_mut()
+                    .unwrap()
+                    .taints
+                    .as_mut()
+                    .unwrap()[1]
+                    .key = "gpu".into()
+            }),
+            ("spec.cri.type", |g| {
+                g.spec.cri.as_mut().unwrap().type_ = Some(CriType::Unknown("Podman".into()))
+            }),
+            ("spec.kubelet.maxPods", |g| kubelet(g).max_pods = Some(-1)),
+            ("spec.kubelet.containerLogMaxFiles", |g| {
+                kubelet(g).container_log_max_files = Some(0)
+            }),
+            ("spec.kubelet.memorySwap.limitedSwap.size", |g| {
+                kubelet(g).memory_swap.as_mut().unwrap().limited_swap = None
+            }),
+            ("spec.disruptions.automatic.windows[1].to", |g| {
+                g.spec
+                    .disruptions
+                    .as_mut()
+                    .unwrap()
+                    .automatic
+                    .as_mut()
+                    .unwrap()
+                    .windows
+                    .as_mut()
+                    .unwrap()[1]
+                    .to = "3:5".into()
+            }),
+            ("spec.disruptions.approvalMode", |g| {
+                g.spec.disruptions.as_mut().unwrap().approval_mode =
+                    Some(ApprovalMode::Unknown("Auto".into()))
+            }),
+            ("spec.update.maxConcurrent", |g| {
+                g.spec.update.as_mut().unwrap().max_concurrent = Some(IntOrString::Int(0))
+            }),
+            ("spec.fencing.watchdog.timeout", |g| {
+                g.spec
+                    .fencing
+                    .as_mut()
+                    .unwrap()
+                    .watchdog
+                    .as_mut()
+                    .unwrap()
+                    .timeout = Some("2 min".into())
+            }),
+            ("spec.chaos.period", |g| {
+                g.spec.chaos.as_mut().unwrap().period = Some("0".into())
+            }),
+            ("spec.nodeDrainTimeoutSecond", |g| {
+                g.spec.node_drain_timeout_second = Some(-1)
+            }),
+        ]
+    }
+
+    #[test]
+    fn the_full_group_is_valid() {
+        assert_eq!(
+            validate_node_group(&full_group(), &ValidationContext::default()),
+            vec![]
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn breaking_fields_reports_exactly_their_paths(
+            picks in proptest::collection::btree_set(0usize..18, 1..5)
+        ) {
+            let all = breakages();
+            prop_assert_eq!(all.len(), 18);
+            let mut g = full_group();
+            let mut want = BTreeSet::new();
+            for &i in &picks {
+                let (path, breaks) = all[i];
+                breaks(&mut g);
+                want.insert(path.to_owned());
+            }
+            let got: BTreeSet<String> = validate_node_group(&g, &ValidationContext::default())
+                .into_iter()
+                .map(|e| e.path)
+                .collect();
+            prop_assert_eq!(got, want);
+        }
 
         #[test]
         fn min_max_per_zone_rule_is_exact(min in -3i64..20, max in -3i64..20) {
