@@ -646,10 +646,6 @@ fn check_cloud_instances(e: &mut Errors, c: &CloudInstances, ctx: &ValidationCon
     }
 }
 
-fn is_tolerable(key: &str, ctx: &ValidationContext) -> bool {
-    BUILTIN_TOLERATION_KEYS.contains(&key) || ctx.custom_toleration_keys.iter().any(|k| k == key)
-}
-
 fn check_reserved_domain(e: &mut Errors, path: &str, key: &str, what: &str) {
     if let Some(domain) = syntax::deckhouse_domain_prefix(key)
         && !RESERVED_DOMAIN_EXCEPTIONS.contains(&domain)
@@ -668,11 +664,21 @@ fn check_reserved_domain(e: &mut Errors, path: &str, key: &str, what: &str) {
 fn check_map(e: &mut Errors, base: &str, map: &BTreeMap<String, String>, labels: bool) {
     let what = if labels { "label" } else { "annotation" };
     for (k, v) in map {
-        let path = format!("{base}{}", quote(k));
-        e.check(path.clone(), syntax::check_qualified_name(k));
-        if labels {
-            e.check(path.clone(), syntax::check_label_value(v));
+        let key = syntax::check_qualified_name(k);
+        let value = if labels {
+            syntax::check_label_value(v)
+        } else {
+            Ok(())
+        };
+        let reserved = syntax::deckhouse_domain_prefix(k)
+            .is_some_and(|d| !RESERVED_DOMAIN_EXCEPTIONS.contains(&d));
+        if key.is_ok() && value.is_ok() && !reserved {
+            continue;
         }
+        // Paths are only formatted for entries that are wrong.
+        let path = format!("{base}{}", quote(k));
+        e.check(path.clone(), key);
+        e.check(path.clone(), value);
         check_reserved_domain(e, &path, k, what);
     }
 }
@@ -684,29 +690,37 @@ fn check_node_template(e: &mut Errors, t: &NodeTemplate, ctx: &ValidationContext
     if let Some(annotations) = &t.annotations {
         check_map(e, "spec.nodeTemplate.annotations", annotations, false);
     }
+    let Some(taints) = &t.taints else {
+        return;
+    };
+    let tolerable: BTreeSet<&str> = BUILTIN_TOLERATION_KEYS
+        .iter()
+        .copied()
+        .chain(ctx.custom_toleration_keys.iter().map(String::as_str))
+        .collect();
     let mut seen: BTreeMap<(&str, &str), usize> = BTreeMap::new();
-    for (i, taint) in t.taints.iter().flatten().enumerate() {
-        let base = format!("spec.nodeTemplate.taints[{i}]");
+    let base = |i: usize| format!("spec.nodeTemplate.taints[{i}]");
+    for (i, taint) in taints.iter().enumerate() {
         match &taint.effect {
             None => e.push(
-                format!("{base}.effect"),
+                format!("{}.effect", base(i)),
                 format!("required; accepted: {}", TaintEffect::KNOWN.join(", ")),
             ),
             Some(eff) if !eff.is_known() => e.push(
-                format!("{base}.effect"),
+                format!("{}.effect", base(i)),
                 unknown_value(eff.as_str(), "taint effect", TaintEffect::KNOWN),
             ),
             Some(_) => {}
         }
         if taint.key.is_empty() {
-            e.push(format!("{base}.key"), "required: the taint key");
+            e.push(format!("{}.key", base(i)), "required: the taint key");
         } else if let Err(m) = syntax::check_qualified_name(&taint.key) {
-            e.push(format!("{base}.key"), m);
-        } else if !is_tolerable(&taint.key, ctx) {
+            e.push(format!("{}.key", base(i)), m);
+        } else if !tolerable.contains(taint.key.as_str()) {
             let mut keys: Vec<&str> = BUILTIN_TOLERATION_KEYS.to_vec();
             keys.extend(ctx.custom_toleration_keys.iter().map(String::as_str));
             e.push(
-                format!("{base}.key"),
+                format!("{}.key", base(i)),
                 format!(
                     "taint key {:?} is not tolerated by Deckhouse components, so they could not \
                      run on these nodes; use one of {} or add it to \
@@ -716,19 +730,25 @@ fn check_node_template(e: &mut Errors, t: &NodeTemplate, ctx: &ValidationContext
                 ),
             );
         }
-        if let Some(v) = &taint.value {
-            e.check(format!("{base}.value"), syntax::check_label_value(v));
+        if let Some(v) = &taint.value
+            && let Err(m) = syntax::check_label_value(v)
+        {
+            e.push(format!("{}.value", base(i)), m);
         }
         let effect = taint.effect.as_ref().map_or("", TaintEffect::as_str);
-        if let Some(first) = seen.insert((taint.key.as_str(), effect), i) {
-            e.push(
-                base,
+        match seen.entry((taint.key.as_str(), effect)) {
+            std::collections::btree_map::Entry::Occupied(first) => e.push(
+                base(i),
                 format!(
-                    "duplicate taint {}:{effect}, already at taints[{first}]; a key may appear \
+                    "duplicate taint {}:{effect}, already at taints[{}]; a key may appear \
                      once per effect",
-                    taint.key
+                    taint.key,
+                    first.get()
                 ),
-            );
+            ),
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(i);
+            }
         }
     }
 }
