@@ -11,6 +11,11 @@ pub mod impact;
 pub mod lifecycle;
 pub mod model;
 pub mod oom;
+pub mod validate;
 
 pub use impact::{ChangeImpact, Impact, impact_of};
 pub use model::{NodeGroup, NodeGroupSpec};
+pub use validate::{
+    FieldError, ValidationContext, validate_document, validate_node_group,
+    validate_node_group_update, validate_ssh_credentials, validate_static_instance,
+};

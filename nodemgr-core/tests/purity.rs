@@ -5,14 +5,31 @@
 use std::process::Command;
 
 const FORBIDDEN: &[&str] = &[
-    "tokio", "hyper", "reqwest", "kube", "kube-client", "k8s-openapi", "russh", "async-std", "mio",
+    "tokio",
+    "hyper",
+    "reqwest",
+    "kube",
+    "kube-client",
+    "k8s-openapi",
+    "russh",
+    "async-std",
+    "mio",
 ];
 
 #[test]
 fn core_has_no_runtime_or_client_dependencies() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
-        .args(["tree", "-p", "nodemgr-core", "-e", "normal", "--prefix", "none", "--offline"])
+        .args([
+            "tree",
+            "-p",
+            "nodemgr-core",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo tree runs");
@@ -26,7 +43,10 @@ fn core_has_no_runtime_or_client_dependencies() {
         .lines()
         .filter_map(|line| line.split_whitespace().next())
         .collect();
-    assert!(crates.contains(&"nodemgr-core"), "unexpected cargo tree output: {tree}");
+    assert!(
+        crates.contains(&"nodemgr-core"),
+        "unexpected cargo tree output: {tree}"
+    );
     for forbidden in FORBIDDEN {
         assert!(
             !crates.contains(forbidden),

@@ -38,7 +38,8 @@ pub enum Manifest {
 /// A document of a YAML stream, before it is typed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Document {
-    /// Position in the stream, from 0; empty documents keep their number.
+    /// Position among the stream's non-empty documents, from 0 (the YAML reader drops empty
+    /// documents, so `---` directly followed by `---` takes no number).
     pub index: usize,
     /// The document as a JSON value.
     pub value: Value,

@@ -1,0 +1,52 @@
+//! `nodemgr`: the command-line tool of nodemgr. Each subcommand is one file under `cli/`;
+//! `main` parses the arguments, sets up logging to stderr (`RUST_LOG`, default `warn`) and maps
+//! the subcommand's outcome to the process exit code.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Manage Kubernetes nodes in groups, as Deckhouse's node-manager does.
+#[derive(Debug, Parser)]
+#[command(name = "nodemgr", version, about, long_about = None)]
+struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands; each variant's arguments live in its `cli/` file.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check NodeGroup, StaticInstance and SSHCredentials manifests as Deckhouse would.
+    Validate(cli::validate::ValidateArgs),
+    /// Say what changing a NodeGroup from OLD into NEW does to its nodes.
+    Explain(cli::explain::ExplainArgs),
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match &cli.command {
+        Command::Validate(args) => cli::validate::run(args),
+        Command::Explain(args) => cli::explain::run(args),
+    };
+    match result {
+        Ok(outcome) => outcome.exit_code(),
+        Err(e) => {
+            eprintln!("nodemgr: {e:#}");
+            cli::Outcome::Unreadable.exit_code()
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Runs the built `nodemgr` binary on the fixtures of `nodemgr-core/tests/fixtures`: valid
+//! files exit 0 with no output, invalid ones exit 1 with one `FILE:DOC: PATH: message` line per
+//! declared `# expect:` path, and unreadable input (missing, not UTF-8, not YAML) exits 2.
+
+// Test helpers outside `#[test]` functions fail loudly on broken fixtures.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixtures(kind: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../nodemgr-core/tests/fixtures")
+        .join(kind);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    files
+}
+
+fn nodemgr(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nodemgr"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+fn validate(files: &[PathBuf]) -> Output {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["validate".as_ref()];
+    args.extend(files.iter().map(|f| f.as_os_str()));
+    nodemgr(&args)
+}
+
+/// `FILE:DOC: PATH` for each `# expect:` line, numbering non-empty documents as the YAML
+/// parser does (the fixtures have no empty documents).
+fn expected_prefixes(file: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let mut out = BTreeSet::new();
+    let mut doc = 0;
+    let mut content = false;
+    let mut pending = Vec::new();
+    for line in text.lines().chain(std::iter::once("---")) {
+        if line.trim_end() == "---" {
+            if content {
+                for p in pending.drain(..) {
+                    out.insert(format!("{}:{doc}: {p}", file.display()));
+                }
+                doc += 1;
+            }
+            content = false;
+        } else if let Some(p) = line.trim_start().strip_prefix("# expect:") {
+            pending.push(p.trim().to_owned());
+        } else if !line.trim().is_empty() && !line.trim_start().starts_with('#') {
+            content = true;
+        }
+    }
+    out
+}
+
+#[test]
+fn valid_fixtures_exit_zero_silently() {
+    let files = fixtures("valid");
+    let out = validate(&files);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stderr.contains(&format!("in {} files: 0 invalid", files.len())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn each_invalid_fixture_exits_one_with_its_expected_lines() {
+    for file in fixtures("invalid") {
+        let out = validate(std::slice::from_ref(&file));
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}: {stdout}", file.display());
+        let got: BTreeSet<String> = stdout
+            .lines()
+            .map(|l| {
+                // FILE:DOC: PATH: message -> FILE:DOC: PATH
+                let (head, rest) = l.split_once(": ").unwrap();
+                let path = rest.split_once(": ").map_or(rest, |(p, _)| p);
+                format!("{head}: {path}")
+            })
+            .collect();
+        assert_eq!(got, expected_prefixes(&file), "{}", file.display());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("in 1 files:"), "{stderr}");
+        assert!(!stderr.contains(": 0 invalid"), "{stderr}");
+    }
+}
+
+#[test]
+fn all_invalid_fixtures_together_are_counted() {
+    let files = fixtures("invalid");
+    let out = validate(&files);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("in {} files:", files.len())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn missing_file_exits_two_and_names_it() {
+    let missing = Path::new(env!("CARGO_MANIFEST_DIR")).join("no-such-manifest.yaml");
+    let out = validate(std::slice::from_ref(&missing));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no-such-manifest.yaml"), "{stderr}");
+    assert!(stderr.contains("check that the path exists"), "{stderr}");
+}
+
+#[test]
+fn garbage_exits_two_even_next_to_valid_files() {
+    let dir = std::env::temp_dir().join(format!("nodemgr-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let not_yaml = dir.join("broken.yaml");
+    std::fs::write(&not_yaml, "apiVersion: deckhouse.io/v1\nkind: [NodeGroup\n").unwrap();
+    let not_utf8 = dir.join("binary.yaml");
+    std::fs::write(&not_utf8, [0x61, 0x3a, 0x20, 0xff, 0xfe, 0x0a]).unwrap();
+    let mut files = fixtures("valid");
+    files.push(not_yaml);
+    files.push(not_utf8);
+    let out = validate(&files);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("broken.yaml is not valid YAML"), "{stderr}");
+    assert!(stderr.contains("binary.yaml is not UTF-8"), "{stderr}");
+    assert!(stderr.contains("2 unreadable"), "{stderr}");
+}
+
+#[test]
+fn no_files_is_a_usage_error() {
+    let out = nodemgr(&["validate".as_ref()]);
+    assert_eq!(out.status.code(), Some(2));
+}

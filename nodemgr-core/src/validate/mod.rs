@@ -1,0 +1,207 @@
+//! Decides whether a NodeGroup, StaticInstance or SSHCredentials is acceptable, as Deckhouse's
+//! CRD schemas and its `nodegroup-policy.deckhouse.io` webhook do (facts §1.1, §1.2, §2), and
+//! says so in errors a person can act on: each [`FieldError`] names the field, what is wrong
+//! and what would be accepted.
+//!
+//! Validation never stops at the first problem: every function returns **all** errors, in
+//! field order, and an empty list means valid.
+//!
+//! Rules that need to know the cluster (the cluster prefix, the provider's zones, custom
+//! toleration keys, node labels) read a [`ValidationContext`]; its default knows nothing, and
+//! rules whose input is unknown are skipped, except taint-key tolerability, which is checked
+//! against the built-in keys plus [`ValidationContext::custom_toleration_keys`].
+//!
+//! Webhook rules 3 (maxPods vs subnet) and 6 (CRI change on a master with few API endpoints)
+//! are warnings in Deckhouse, not rejections, and are not reported here.
+
+mod credentials;
+mod node_group;
+pub mod syntax;
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::model::{Manifest, ManifestError, parse_manifest};
+
+pub use credentials::{validate_ssh_credentials, validate_static_instance};
+pub use node_group::{
+    ACCEPTED_KUBERNETES_VERSIONS, BUILTIN_TOLERATION_KEYS, INSTANCE_CLASS_KINDS,
+    RESERVED_DOMAIN_EXCEPTIONS, validate_node_group, validate_node_group_update,
+};
+
+/// One problem with one field.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct FieldError {
+    /// Dotted path of the field, with list indices and quoted map keys:
+    /// `spec.cloudInstances.minPerZone`, `spec.nodeTemplate.taints[1].effect`,
+    /// `spec.nodeTemplate.labels["Bad Key"]`.
+    pub path: String,
+    /// What is wrong and what would be accepted.
+    pub message: String,
+}
+
+impl FieldError {
+    /// An error at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What the validator knows about the cluster. The default knows nothing, and the rules that
+/// depend on an unknown fact are skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ValidationContext {
+    /// Length of the cluster prefix in a Cloud cluster (webhook rule 1, on create): a name is
+    /// accepted when `63 − prefix − 1 − len(name) − 21 ≥ 0`.
+    pub cluster_prefix_len: Option<usize>,
+    /// Zones of the provider's configuration (webhook rule 4); `None` = unknown.
+    pub known_zones: Option<BTreeSet<String>>,
+    /// `global.modules.placement.customTolerationKeys`: taint keys every Deckhouse component
+    /// tolerates besides the built-in ones (webhook rule 7).
+    pub custom_toleration_keys: Vec<String>,
+    /// Nodes of the group labelled `containerd-config=custom`: the CRI type may not change
+    /// while there are any (webhook rule 12, on update).
+    pub nodes_with_custom_containerd_config: Vec<String>,
+    /// Nodes of the group labelled `containerd-v2-unsupported`: ContainerdV2 and memorySwap
+    /// may not be switched on while there are any (webhook rules 13, 14).
+    pub nodes_without_containerd_v2: Vec<String>,
+}
+
+/// Collects errors under a path prefix.
+#[derive(Debug, Default)]
+pub(crate) struct Errors(pub(crate) Vec<FieldError>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError::new(path, message));
+    }
+
+    /// Reports a `Result` of a syntax check at `path`.
+    pub(crate) fn check(&mut self, path: impl Into<String>, result: Result<(), String>) {
+        if let Err(message) = result {
+            self.push(path, message);
+        }
+    }
+
+    /// `value` must be within `min..=max`.
+    pub(crate) fn range(&mut self, path: &str, value: Option<i64>, min: i64, max: i64) {
+        if let Some(v) = value
+            && !(min..=max).contains(&v)
+        {
+            self.push(path, format!("{v} is out of range; must be {min}..{max}"));
+        }
+    }
+
+    /// `value` must be at least `min`.
+    pub(crate) fn at_least(&mut self, path: &str, value: Option<i64>, min: i64) {
+        if let Some(v) = value
+            && v < min
+        {
+            self.push(path, format!("{v} is too small; must be >= {min}"));
+        }
+    }
+}
+
+/// Message for an enum value outside its accepted spellings.
+pub(crate) fn unknown_value(value: &str, field: &str, known: &[&str]) -> String {
+    format!(
+        "{value:?} is not a known {field}; accepted: {}",
+        known.join(", ")
+    )
+}
+
+fn parse_error(e: ManifestError) -> FieldError {
+    match e {
+        ManifestError::Shape { path, message } => {
+            let path = if path.is_empty() || path == "." {
+                "<document>".to_owned()
+            } else {
+                path
+            };
+            FieldError::new(path, message)
+        }
+        ManifestError::MissingField(field) => FieldError::new(field, e.to_string()),
+        ManifestError::UnsupportedVersion { .. } => FieldError::new("apiVersion", e.to_string()),
+        ManifestError::WrongKind { .. } => FieldError::new("kind", e.to_string()),
+        ManifestError::NotAnObject(_) | ManifestError::Yaml(_) => {
+            FieldError::new("<document>", e.to_string())
+        }
+    }
+}
+
+/// Types one document ([`parse_manifest`]) and runs the validator of its kind. A document that
+/// cannot be typed gives one error at the offending path (`apiVersion`, `kind`, a field of the
+/// wrong type, or `<document>` when it is not an object). Kinds nodemgr does not validate
+/// (Instance, ConfigMaps, …) give no errors.
+pub fn validate_document(value: Value, ctx: &ValidationContext) -> Vec<FieldError> {
+    match parse_manifest(value) {
+        Err(e) => vec![parse_error(e)],
+        Ok(Manifest::NodeGroup(ng)) => validate_node_group(&ng, ctx),
+        Ok(Manifest::StaticInstance(si)) => validate_static_instance(&si),
+        Ok(Manifest::SshCredentials(c)) => validate_ssh_credentials(&c),
+        Ok(Manifest::Instance(_) | Manifest::Other { .. }) => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn field_error_displays_path_then_message() {
+        let e = FieldError::new("spec.nodeType", "required");
+        assert_eq!(e.to_string(), "spec.nodeType: required");
+    }
+
+    #[test]
+    fn documents_dispatch_by_kind() {
+        let ctx = ValidationContext::default();
+        let ok = json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup",
+            "metadata": {"name": "w"}, "spec": {"nodeType": "Static"}});
+        assert_eq!(validate_document(ok, &ctx), vec![]);
+        let bad = json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup",
+            "metadata": {"name": "w"}, "spec": {}});
+        let paths: Vec<_> = validate_document(bad, &ctx)
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(paths, vec!["spec.nodeType"]);
+        let other = json!({"apiVersion": "v1", "kind": "ConfigMap"});
+        assert_eq!(validate_document(other, &ctx), vec![]);
+        let si = json!({"apiVersion": "deckhouse.io/v1alpha2", "kind": "StaticInstance",
+            "metadata": {"name": "n1"}, "spec": {"address": "10.0.0.1"}});
+        let paths: Vec<_> = validate_document(si, &ctx)
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(paths, vec!["spec.credentialsRef"]);
+    }
+
+    #[test]
+    fn parse_errors_become_one_field_error() {
+        let ctx = ValidationContext::default();
+        let wrong_type = json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup",
+            "spec": {"nodeType": "Static", "kubelet": {"maxPods": "many"}}});
+        let errors = validate_document(wrong_type, &ctx);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].path, "spec.kubelet.maxPods");
+        let no_kind = json!({"apiVersion": "deckhouse.io/v1"});
+        assert_eq!(validate_document(no_kind, &ctx)[0].path, "kind");
+        let version = json!({"apiVersion": "deckhouse.io/v9", "kind": "NodeGroup"});
+        let errors = validate_document(version, &ctx);
+        assert_eq!(errors[0].path, "apiVersion");
+        assert!(
+            errors[0].message.contains("deckhouse.io/v1"),
+            "{}",
+            errors[0]
+        );
+        let scalar = json!("hello");
+        assert_eq!(validate_document(scalar, &ctx)[0].path, "<document>");
+    }
+}
