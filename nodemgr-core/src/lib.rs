@@ -6,6 +6,9 @@
 //! snapshot and return decisions as data, which adapters (`nodemgr-k8s`, `nodemgr-ssh`,
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 
+pub mod drain;
 pub mod model;
+pub mod update;
+pub mod window;
 
 pub use model::{NodeGroup, NodeGroupSpec};
