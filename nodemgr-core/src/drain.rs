@@ -356,3 +356,364 @@ impl Drain {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Owner, PodPhase, keys};
+    use proptest::prelude::*;
+
+    fn node(name: &str, unschedulable: bool) -> Node {
+        Node {
+            name: name.into(),
+            unschedulable,
+            ready: true,
+            ..Node::default()
+        }
+    }
+
+    fn pod(name: &str, node: &str) -> Pod {
+        Pod {
+            namespace: "ns".into(),
+            name: name.into(),
+            node_name: Some(node.into()),
+            phase: PodPhase::Running,
+            ..Pod::default()
+        }
+    }
+
+    fn owned(mut p: Pod, kind: &str) -> Pod {
+        p.owner = Some(Owner {
+            kind: kind.into(),
+            name: "owner".into(),
+        });
+        p
+    }
+
+    fn drain_all(drain: &mut Drain, now: Timestamp) -> Vec<DrainCommand> {
+        std::iter::from_fn(|| drain.poll_command(now)).collect()
+    }
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_secs(1_000_000 + secs)
+    }
+
+    #[test]
+    fn cordons_then_evicts_only_evictable_pods_of_the_node() {
+        let mut mirror = pod("mirror", "n1");
+        mirror
+            .annotations
+            .insert(keys::ANNOTATION_MIRROR_POD.into(), "x".into());
+        let mut done = pod("done", "n1");
+        done.phase = PodPhase::Succeeded;
+        let pods = vec![
+            pod("a", "n1"),
+            pod("b", "n1"),
+            pod("elsewhere", "n2"),
+            owned(pod("ds", "n1"), "DaemonSet"),
+            owned(pod("static", "n1"), "Node"),
+            mirror,
+            done,
+        ];
+        let mut drain = Drain::new(&node("n1", false), &pods, DrainConfig::default(), t(0));
+        let commands = drain_all(&mut drain, t(0));
+        assert_eq!(
+            commands,
+            vec![
+                DrainCommand::Cordon { node: "n1".into() },
+                DrainCommand::Evict { pod: "ns/a".into() },
+                DrainCommand::Evict { pod: "ns/b".into() },
+            ]
+        );
+        assert_eq!(commands[0].to_string(), "cordon node n1");
+        assert_eq!(drain.node(), "n1");
+        assert!(drain.outcome().is_none());
+        drain.handle_eviction("ns/a", EvictionOutcome::Evicted, t(1));
+        drain.handle_eviction("ns/b", EvictionOutcome::NotFound, t(1));
+        assert!(drain.outcome().is_none(), "ns/a is still terminating");
+        drain.handle_pod_deleted("ns/a", t(3));
+        assert_eq!(drain.outcome(), Some(&DrainOutcome::Completed));
+        assert_eq!(drain.next_deadline(), None);
+    }
+
+    #[test]
+    fn cordoned_node_without_pods_completes_without_commands() {
+        let mut drain = Drain::new(&node("n1", true), &[], DrainConfig::default(), t(0));
+        assert!(drain_all(&mut drain, t(0)).is_empty());
+        assert_eq!(drain.outcome(), Some(&DrainOutcome::Completed));
+    }
+
+    #[test]
+    fn schedulable_node_without_pods_completes_after_the_cordon() {
+        let mut drain = Drain::new(&node("n1", false), &[], DrainConfig::default(), t(0));
+        assert!(drain.outcome().is_none());
+        assert_eq!(drain_all(&mut drain, t(0)).len(), 1);
+        assert_eq!(drain.outcome(), Some(&DrainOutcome::Completed));
+    }
+
+    #[test]
+    fn refused_eviction_is_retried_after_twenty_seconds() {
+        let mut drain = Drain::new(
+            &node("n1", true),
+            &[pod("a", "n1")],
+            DrainConfig::default(),
+            t(0),
+        );
+        assert_eq!(drain_all(&mut drain, t(0)).len(), 1);
+        drain.handle_eviction("ns/a", EvictionOutcome::Refused, t(2));
+        assert!(drain_all(&mut drain, t(2)).is_empty());
+        assert_eq!(drain.next_deadline(), Some(t(22)));
+        assert!(drain_all(&mut drain, t(21)).is_empty());
+        assert_eq!(
+            drain_all(&mut drain, t(22)),
+            vec![DrainCommand::Evict { pod: "ns/a".into() }]
+        );
+        drain.handle_eviction("ns/a", EvictionOutcome::Failed("boom".into()), t(23));
+        assert_eq!(drain.next_deadline(), Some(t(43)));
+    }
+
+    #[test]
+    fn timeout_force_deletes_what_is_left_and_still_counts_as_drained() {
+        let pods = [pod("a", "n1"), pod("b", "n1"), pod("c", "n1")];
+        let mut drain = Drain::new(&node("n1", false), &pods, DrainConfig::default(), t(0));
+        assert_eq!(drain_all(&mut drain, t(0)).len(), 4);
+        drain.handle_eviction("ns/a", EvictionOutcome::Evicted, t(0));
+        drain.handle_pod_deleted("ns/a", t(5));
+        drain.handle_eviction("ns/b", EvictionOutcome::Refused, t(0));
+        drain.handle_eviction("ns/c", EvictionOutcome::Evicted, t(0));
+        let mut now = t(0);
+        while now < t(300) {
+            let next = drain.next_deadline().expect("pending");
+            assert!(next > now);
+            now = next;
+            for command in drain_all(&mut drain, now) {
+                match command {
+                    DrainCommand::Evict { pod } => {
+                        assert!(now < t(300));
+                        drain.handle_eviction(&pod, EvictionOutcome::Refused, now);
+                    }
+                    DrainCommand::ForceDelete { .. } => assert!(now >= t(300)),
+                    DrainCommand::Cordon { .. } => panic!("cordon twice"),
+                }
+            }
+        }
+        assert_eq!(now, t(300));
+        assert!(drain.outcome().is_none(), "force deletes not confirmed yet");
+        assert_eq!(drain.next_deadline(), None);
+        drain.handle_pod_deleted("ns/b", t(301));
+        drain.handle_pod_deleted("ns/c", t(301));
+        assert_eq!(
+            drain.outcome(),
+            Some(&DrainOutcome::TimedOut {
+                force_deleted: vec!["ns/b".into(), "ns/c".into()]
+            })
+        );
+    }
+
+    #[test]
+    fn failed_force_delete_is_retried() {
+        let config = DrainConfig {
+            eviction_retry: Duration::from_secs(20),
+            timeout: Duration::from_secs(30),
+        };
+        let mut drain = Drain::new(&node("n1", true), &[pod("a", "n1")], config, t(0));
+        assert_eq!(drain_all(&mut drain, t(0)).len(), 1);
+        drain.handle_eviction("ns/a", EvictionOutcome::Refused, t(0));
+        assert_eq!(drain_all(&mut drain, t(20)).len(), 1);
+        assert_eq!(
+            drain_all(&mut drain, t(30)),
+            vec![DrainCommand::ForceDelete { pod: "ns/a".into() }]
+        );
+        drain.handle_force_delete_failed("ns/a", t(31));
+        assert_eq!(drain.next_deadline(), Some(t(51)));
+        assert_eq!(
+            drain_all(&mut drain, t(51)),
+            vec![DrainCommand::ForceDelete { pod: "ns/a".into() }]
+        );
+        drain.handle_pod_deleted("ns/a", t(52));
+        assert!(matches!(
+            drain.outcome(),
+            Some(DrainOutcome::TimedOut { .. })
+        ));
+    }
+
+    #[test]
+    fn group_timeout_overrides_the_default() {
+        let mut group = NodeGroup::default();
+        assert_eq!(DrainConfig::for_group(&group), DrainConfig::default());
+        group.spec.node_drain_timeout_second = Some(42);
+        let config = DrainConfig::for_group(&group);
+        assert_eq!(config.timeout, Duration::from_secs(42));
+        assert_eq!(config.eviction_retry, Duration::from_secs(20));
+        group.spec.node_drain_timeout_second = Some(-1);
+        assert_eq!(
+            DrainConfig::for_group(&group).timeout,
+            Duration::from_secs(300)
+        );
+    }
+
+    #[test]
+    fn spurious_inputs_are_ignored() {
+        let mut drain = Drain::new(
+            &node("n1", true),
+            &[pod("a", "n1")],
+            DrainConfig::default(),
+            t(0),
+        );
+        drain.handle_eviction("ns/unknown", EvictionOutcome::Evicted, t(0));
+        drain.handle_pod_deleted("ns/unknown", t(0));
+        assert_eq!(drain_all(&mut drain, t(0)).len(), 1);
+        drain.handle_pod_deleted("ns/a", t(1));
+        drain.handle_eviction("ns/a", EvictionOutcome::Refused, t(2));
+        assert_eq!(drain.outcome(), Some(&DrainOutcome::Completed));
+        assert!(drain_all(&mut drain, t(500)).is_empty());
+    }
+
+    /// How a generated pod behaves.
+    #[derive(Debug, Clone)]
+    struct PodScript {
+        kind: u8,
+        refusals: u8,
+        fail_with_error: bool,
+        terminate_secs: u16,
+    }
+
+    fn pod_script() -> impl Strategy<Value = PodScript> {
+        (0u8..8, 0u8..12, any::<bool>(), 0u16..200).prop_map(
+            |(kind, refusals, fail_with_error, terminate_secs)| PodScript {
+                kind,
+                refusals,
+                fail_with_error,
+                terminate_secs,
+            },
+        )
+    }
+
+    fn scripted_pod(i: usize, script: &PodScript) -> Pod {
+        let p = pod(&format!("p{i}"), "n1");
+        match script.kind {
+            0 => owned(p, "DaemonSet"),
+            1 => {
+                let mut p = p;
+                p.annotations
+                    .insert(keys::ANNOTATION_MIRROR_POD.into(), "x".into());
+                p
+            }
+            2 => Pod {
+                phase: PodPhase::Failed,
+                ..p
+            },
+            3 => Pod {
+                node_name: Some("other".into()),
+                ..p
+            },
+            _ => p,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Drives a drain against scripted pods, jumping from deadline to deadline, and checks
+        /// the guarantees of the module docs.
+        #[test]
+        fn drain_guarantees_hold(
+            scripts in proptest::collection::vec(pod_script(), 0..12),
+            retry_secs in 1u64..60,
+            timeout_secs in 1u64..400,
+            unschedulable in any::<bool>(),
+        ) {
+            let config = DrainConfig {
+                eviction_retry: Duration::from_secs(retry_secs),
+                timeout: Duration::from_secs(timeout_secs),
+            };
+            let pods: Vec<Pod> = scripts.iter().enumerate().map(|(i, s)| scripted_pod(i, s)).collect();
+            let start = t(0);
+            let mut drain = Drain::new(&node("n1", unschedulable), &pods, config, start);
+            let deadline = start + config.timeout;
+            let mut remaining_refusals: BTreeMap<String, u8> = BTreeMap::new();
+            let mut refused_at: BTreeMap<String, Timestamp> = BTreeMap::new();
+            let mut deletions: Vec<(Timestamp, String)> = Vec::new();
+            let mut evicted = BTreeSet::new();
+            let mut force_deleted = BTreeSet::new();
+            let mut cordons = 0;
+            let mut now = start;
+            for _ in 0..10_000 {
+                while let Some(command) = drain.poll_command(now) {
+                    match command {
+                        DrainCommand::Cordon { node } => {
+                            prop_assert_eq!(node.as_str(), "n1");
+                            cordons += 1;
+                        }
+                        DrainCommand::Evict { pod } => {
+                            let i: usize = pod.trim_start_matches("ns/p").parse().unwrap();
+                            let script = &scripts[i];
+                            prop_assert!(is_evictable(&pods[i]) && pods[i].node_name.as_deref() == Some("n1"));
+                            prop_assert!(cordons == 1 || unschedulable, "evict before cordon");
+                            prop_assert!(now < deadline, "eviction after the timeout");
+                            if let Some(at) = refused_at.get(&pod) {
+                                prop_assert!(now >= *at + config.eviction_retry, "retried too early");
+                            }
+                            let left = remaining_refusals.entry(pod.clone()).or_insert(script.refusals);
+                            if *left > 0 {
+                                *left -= 1;
+                                refused_at.insert(pod.clone(), now);
+                                let outcome = if script.fail_with_error {
+                                    EvictionOutcome::Failed("conflict".into())
+                                } else {
+                                    EvictionOutcome::Refused
+                                };
+                                drain.handle_eviction(&pod, outcome, now);
+                            } else {
+                                evicted.insert(pod.clone());
+                                drain.handle_eviction(&pod, EvictionOutcome::Evicted, now);
+                                deletions.push((now + Duration::from_secs(script.terminate_secs.into()), pod));
+                            }
+                        }
+                        DrainCommand::ForceDelete { pod } => {
+                            let i: usize = pod.trim_start_matches("ns/p").parse().unwrap();
+                            prop_assert!(is_evictable(&pods[i]));
+                            prop_assert!(now >= deadline, "force delete before the timeout");
+                            force_deleted.insert(pod.clone());
+                            deletions.push((now, pod));
+                        }
+                    }
+                }
+                if drain.outcome().is_some() {
+                    break;
+                }
+                // Deliver due deletions, else jump to the next event.
+                deletions.sort();
+                if let Some((at, _)) = deletions.first() && *at <= now {
+                    let (_, pod) = deletions.remove(0);
+                    drain.handle_pod_deleted(&pod, now);
+                    continue;
+                }
+                let next = [drain.next_deadline(), deletions.first().map(|(at, _)| *at)]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                prop_assert!(next.is_some(), "drain stuck without a deadline");
+                let next = next.unwrap();
+                prop_assert!(next >= now);
+                now = next;
+            }
+            let outcome = drain.outcome().cloned();
+            prop_assert!(outcome.is_some(), "drain did not finish");
+            prop_assert_eq!(cordons, usize::from(!unschedulable));
+            let expected: BTreeSet<String> = pods
+                .iter()
+                .filter(|p| is_evictable(p) && p.node_name.as_deref() == Some("n1"))
+                .map(Pod::key)
+                .collect();
+            let handled: BTreeSet<String> = evicted.union(&force_deleted).cloned().collect();
+            prop_assert_eq!(&handled, &expected, "every pod evicted or force-deleted");
+            match outcome {
+                Some(DrainOutcome::TimedOut { force_deleted: reported }) => {
+                    prop_assert_eq!(reported.into_iter().collect::<BTreeSet<_>>(), force_deleted);
+                }
+                _ => prop_assert!(force_deleted.is_empty()),
+            }
+        }
+    }
+}
