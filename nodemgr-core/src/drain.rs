@@ -184,8 +184,19 @@ impl Drain {
     /// those only the ones [`is_evictable`] accepts; a cordon is asked for first unless the node is
     /// already unschedulable.
     pub fn new(node: &Node, pods: &[Pod], config: DrainConfig, now: Timestamp) -> Self {
+        Self::from_pods(node, pods, config, now)
+    }
+
+    /// As [`Drain::new`], over any iterator of pods (callers that index pods by node pass only
+    /// the node's pods, without copying them).
+    pub fn from_pods<'a>(
+        node: &Node,
+        pods: impl IntoIterator<Item = &'a Pod>,
+        config: DrainConfig,
+        now: Timestamp,
+    ) -> Self {
         let pods = pods
-            .iter()
+            .into_iter()
             .filter(|p| p.node_name.as_deref() == Some(node.name.as_str()) && is_evictable(p))
             .map(|p| (p.key(), PodState::EvictAt(now)))
             .collect();

@@ -52,7 +52,7 @@
 //! `4 × ceil(N / c)` rounds. The property `liveness_all_nodes_converge` checks this bound, and
 //! it is tight (one disruptive node needs exactly 4).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::drain::{Drain, DrainConfig};
@@ -311,11 +311,7 @@ pub fn plan_group_update(snapshot: &GroupSnapshot<'_>, now: Timestamp) -> Update
             });
         }
     }
-    let finishing = |name: &str, plan: &UpdatePlan| {
-        plan.commands
-            .iter()
-            .any(|c| matches!(c, UpdateCommand::Finish { node, .. } if node == name))
-    };
+    let finishing: BTreeSet<&str> = plan.commands.iter().map(UpdateCommand::node).collect();
 
     // Who wants to move.
     let disruption_candidates: Vec<&(&Node, UpdateMarks)> = nodes
@@ -324,13 +320,16 @@ pub fn plan_group_update(snapshot: &GroupSnapshot<'_>, now: Timestamp) -> Update
             m.wants_disruption()
                 && !m.disruption_approved
                 && m.draining.is_none()
-                && !finishing(&n.name, &plan)
+                && !finishing.contains(n.name.as_str())
         })
         .collect();
     let waiting: Vec<&(&Node, UpdateMarks)> = nodes
         .iter()
         .filter(|(n, m)| {
-            m.waiting && !m.occupies_slot() && !m.wants_disruption() && !finishing(&n.name, &plan)
+            m.waiting
+                && !m.occupies_slot()
+                && !m.wants_disruption()
+                && !finishing.contains(n.name.as_str())
         })
         .collect();
     if disruption_candidates.is_empty() && waiting.is_empty() {
@@ -497,12 +496,12 @@ pub fn drains_for(
     if draining.is_empty() {
         return Vec::new();
     }
-    let mut pods_by_node: BTreeMap<&str, Vec<Pod>> = BTreeMap::new();
+    let mut pods_by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
     for pod in pods {
         if let Some(node) = pod.node_name.as_deref()
             && draining.contains_key(node)
         {
-            pods_by_node.entry(node).or_default().push(pod.clone());
+            pods_by_node.entry(node).or_default().push(pod);
         }
     }
     nodes
@@ -515,7 +514,7 @@ pub fn drains_for(
                 .map(DrainConfig::for_group)
                 .unwrap_or_default();
             let node_pods = pods_by_node.remove(node.name.as_str()).unwrap_or_default();
-            Drain::new(node, &node_pods, config, now)
+            Drain::from_pods(node, node_pods, config, now)
         })
         .collect()
 }
