@@ -3,16 +3,18 @@
 //! every phase of an update (see `nodemgr_benches::update_world`).
 //!
 //! Sizes: 500 nodes / 15,000 pods / 10 groups and 5,000 nodes / 150,000 pods / 100 groups;
-//! the plan alone is also measured.
+//! the plan alone, and the plan with drains built from a prebuilt pods-by-node index (as an
+//! executor with an informer index runs it) are also measured.
 //!
 //! Run: `cargo bench -p nodemgr-benches --bench update_planning -- --warm-up-time 1 --measurement-time 3`
 
+use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use nodemgr_benches::update_world::update_world;
-use nodemgr_core::model::Timestamp;
-use nodemgr_core::update::{drains_for, plan_updates};
+use nodemgr_core::model::{Pod, Timestamp};
+use nodemgr_core::update::{drains_for, drains_for_indexed, plan_updates};
 
 fn update_planning(c: &mut Criterion) {
     let now = Timestamp::from_secs(1_790_000_000);
@@ -43,6 +45,22 @@ fn update_planning(c: &mut Criterion) {
             b.iter(|| {
                 let commands = plan_updates(&world.groups, &world.desired, &world.nodes, now);
                 let drains = drains_for(&commands, &world.groups, &world.nodes, &world.pods, now);
+                black_box((commands, drains))
+            })
+        });
+        // As an executor with an informer index of pods by node would run it.
+        let mut index: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+        for pod in &world.pods {
+            if let Some(node) = pod.node_name.as_deref() {
+                index.entry(node).or_default().push(pod);
+            }
+        }
+        group.bench_function(BenchmarkId::new("plan_and_drains_indexed", &label), |b| {
+            b.iter(|| {
+                let commands = plan_updates(&world.groups, &world.desired, &world.nodes, now);
+                let drains = drains_for_indexed(&commands, &world.groups, &world.nodes, now, |n| {
+                    index.get(n).into_iter().flatten().copied()
+                });
                 black_box((commands, drains))
             })
         });

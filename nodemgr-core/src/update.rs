@@ -480,7 +480,8 @@ pub fn plan_updates_detailed(
 }
 
 /// Creates the [`Drain`]s for every [`UpdateCommand::StartDrain`] in `commands`, with each node's
-/// group's [`DrainConfig`]; commands for nodes not in `nodes` are skipped.
+/// group's [`DrainConfig`]; commands for nodes not in `nodes` are skipped. Scans all `pods` once;
+/// callers that keep pods indexed by node use [`drains_for_indexed`].
 pub fn drains_for(
     commands: &[UpdateCommand],
     groups: &[NodeGroup],
@@ -488,10 +489,10 @@ pub fn drains_for(
     pods: &[Pod],
     now: Timestamp,
 ) -> Vec<Drain> {
-    let draining: BTreeMap<&str, ()> = commands
+    let draining: BTreeSet<&str> = commands
         .iter()
         .filter(|c| matches!(c, UpdateCommand::StartDrain { .. }))
-        .map(|c| (c.node(), ()))
+        .map(UpdateCommand::node)
         .collect();
     if draining.is_empty() {
         return Vec::new();
@@ -499,22 +500,49 @@ pub fn drains_for(
     let mut pods_by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
     for pod in pods {
         if let Some(node) = pod.node_name.as_deref()
-            && draining.contains_key(node)
+            && draining.contains(node)
         {
             pods_by_node.entry(node).or_default().push(pod);
         }
     }
+    drains_for_indexed(commands, groups, nodes, now, |node| {
+        pods_by_node.remove(node).unwrap_or_default()
+    })
+}
+
+/// As [`drains_for`], asking `pods_on(node)` for the pods bound to each node to drain (an
+/// informer index, for instance) instead of scanning every pod.
+pub fn drains_for_indexed<'p, I>(
+    commands: &[UpdateCommand],
+    groups: &[NodeGroup],
+    nodes: &[Node],
+    now: Timestamp,
+    mut pods_on: impl FnMut(&str) -> I,
+) -> Vec<Drain>
+where
+    I: IntoIterator<Item = &'p Pod>,
+{
+    let draining: BTreeSet<&str> = commands
+        .iter()
+        .filter(|c| matches!(c, UpdateCommand::StartDrain { .. }))
+        .map(UpdateCommand::node)
+        .collect();
+    if draining.is_empty() {
+        return Vec::new();
+    }
+    let configs: BTreeMap<&str, DrainConfig> = groups
+        .iter()
+        .map(|g| (g.name(), DrainConfig::for_group(g)))
+        .collect();
     nodes
         .iter()
-        .filter(|n| draining.contains_key(n.name.as_str()))
+        .filter(|n| draining.contains(n.name.as_str()))
         .map(|node| {
             let config = node
                 .group()
-                .and_then(|g| groups.iter().find(|ng| ng.name() == g))
-                .map(DrainConfig::for_group)
+                .and_then(|g| configs.get(g).copied())
                 .unwrap_or_default();
-            let node_pods = pods_by_node.remove(node.name.as_str()).unwrap_or_default();
-            Drain::from_pods(node, node_pods, config, now)
+            Drain::from_pods(node, pods_on(&node.name), config, now)
         })
         .collect()
 }
