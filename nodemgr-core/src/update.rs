@@ -52,8 +52,9 @@
 //! `4 × ceil(N / c)` rounds. The property `liveness_all_nodes_converge` checks this bound, and
 //! it is tight (one disruptive node needs exactly 4).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::drain::{Drain, DrainConfig};
 use crate::model::{ApprovalMode, Node, NodeGroup, Pod, Timestamp, keys};
@@ -479,6 +480,31 @@ pub fn plan_updates_detailed(
         .collect()
 }
 
+/// FNV-1a: a cheap hasher for short node names in the per-pod lookups of [`drains_for`] (no
+/// attacker controls the keys; SipHash's setup cost dominated the scan).
+#[derive(Debug, Clone, Copy)]
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+type FastHash = BuildHasherDefault<Fnv>;
+
 /// Creates the [`Drain`]s for every [`UpdateCommand::StartDrain`] in `commands`, with each node's
 /// group's [`DrainConfig`]; commands for nodes not in `nodes` are skipped. Scans all `pods` once;
 /// callers that keep pods indexed by node use [`drains_for_indexed`].
@@ -489,7 +515,7 @@ pub fn drains_for(
     pods: &[Pod],
     now: Timestamp,
 ) -> Vec<Drain> {
-    let draining: BTreeSet<&str> = commands
+    let draining: HashSet<&str, FastHash> = commands
         .iter()
         .filter(|c| matches!(c, UpdateCommand::StartDrain { .. }))
         .map(UpdateCommand::node)
@@ -497,7 +523,7 @@ pub fn drains_for(
     if draining.is_empty() {
         return Vec::new();
     }
-    let mut pods_by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+    let mut pods_by_node: HashMap<&str, Vec<&Pod>, FastHash> = HashMap::default();
     for pod in pods {
         if let Some(node) = pod.node_name.as_deref()
             && draining.contains(node)
