@@ -2,7 +2,8 @@
 //! creation of a `Drain` for every node it tells to drain, on synthetic clusters with nodes in
 //! every phase of an update (see `nodemgr_benches::update_world`).
 //!
-//! Sizes: 500 nodes / 15,000 pods / 10 groups and 5,000 nodes / 150,000 pods / 100 groups;
+//! Sizes: 50 nodes / 1,500 pods / 1 group, 500 nodes / 15,000 pods / 10 groups and 5,000 nodes /
+//! 150,000 pods / 100 groups;
 //! the plan alone, and the plan with drains built from a prebuilt pods-by-node index (as an
 //! executor with an informer index runs it) are also measured.
 //!
@@ -19,7 +20,7 @@ use nodemgr_core::update::{drains_for, drains_for_indexed, plan_updates};
 fn update_planning(c: &mut Criterion) {
     let now = Timestamp::from_secs(1_790_000_000);
     let mut group = c.benchmark_group("update_planning");
-    for (groups, nodes, pods) in [(10, 500, 15_000), (100, 5_000, 150_000)] {
+    for (groups, nodes, pods) in [(1, 50, 1_500), (10, 500, 15_000), (100, 5_000, 150_000)] {
         let world = update_world(groups, nodes, pods, 0x5eed_0003);
         let label = format!("{nodes}n_{pods}p_{groups}g");
         let commands = plan_updates(&world.groups, &world.desired, &world.nodes, now);
