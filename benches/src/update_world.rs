@@ -1,6 +1,7 @@
 //! A synthetic cluster for the `update_planning` benchmark: node groups with mixed approval
 //! modes and `maxConcurrent`, nodes in every phase of an update (up to date, waiting, approved,
-//! asking for a disruption, draining, drained), and pods spread over the nodes.
+//! asking for a disruption, draining, drained, done and waiting to be finished), one not-Ready
+//! node in every fifth group, and pods spread over the nodes (a tenth owned by DaemonSets).
 
 use std::collections::BTreeMap;
 
@@ -94,10 +95,12 @@ pub fn update_world(groups: usize, nodes: usize, pods: usize, seed: u64) -> Upda
         .collect();
     let nodes_vec: Vec<Node> = (0..nodes)
         .map(|i| {
-            let group = groups_vec[i % groups.max(1)].name().to_owned();
+            let group_index = i % groups.max(1);
+            let group = groups_vec[group_index].name().to_owned();
+            // Every fifth group has one node that is not Ready (its first), blocking its steps.
             let mut n = Node {
                 name: format!("node-{i:05}"),
-                ready: rng.below(100) != 0,
+                ready: !(group_index % 5 == 4 && i < groups.max(1)),
                 ..Node::default()
             };
             n.labels
@@ -106,7 +109,7 @@ pub fn update_world(groups: usize, nodes: usize, pods: usize, seed: u64) -> Upda
             let mut set = |k: &str, v: &str| {
                 a.insert(k.to_owned(), v.to_owned());
             };
-            match rng.below(10) {
+            match rng.below(12) {
                 0..=3 => set(
                     keys::ANNOTATION_CONFIGURATION_CHECKSUM,
                     &format!("sum-{group}-new"),
@@ -122,10 +125,27 @@ pub fn update_world(groups: usize, nodes: usize, pods: usize, seed: u64) -> Upda
                     set(keys::ANNOTATION_DISRUPTION_REQUIRED, "");
                     set(keys::ANNOTATION_DRAINING, "bashible");
                 }
-                _ => {
+                9 => {
                     set(keys::ANNOTATION_APPROVED, "");
                     set(keys::ANNOTATION_DISRUPTION_REQUIRED, "");
                     set(keys::ANNOTATION_DRAINED, "bashible");
+                    n.unschedulable = true;
+                }
+                10 => {
+                    set(keys::ANNOTATION_APPROVED, "");
+                    set(
+                        keys::ANNOTATION_CONFIGURATION_CHECKSUM,
+                        &format!("sum-{group}-new"),
+                    );
+                }
+                _ => {
+                    set(keys::ANNOTATION_APPROVED, "");
+                    set(keys::ANNOTATION_DISRUPTION_APPROVED, "");
+                    set(keys::ANNOTATION_DRAINED, "bashible");
+                    set(
+                        keys::ANNOTATION_CONFIGURATION_CHECKSUM,
+                        &format!("sum-{group}-new"),
+                    );
                     n.unschedulable = true;
                 }
             }
