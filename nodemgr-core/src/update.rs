@@ -1441,6 +1441,117 @@ mod tests {
         Ok(())
     }
 
+    /// End to end on a virtual clock: an Automatic group of three nodes, one pod per node that a
+    /// PodDisruptionBudget never lets go. Each node is approved alone, drained (the drain times
+    /// out after 5 minutes and force-deletes the stubborn pod, which still counts as drained),
+    /// gets its disruption approved, reports the new checksum, and is finished and uncordoned.
+    #[test]
+    fn scenario_automatic_update_with_stubborn_pods() {
+        use crate::drain::{DrainCommand, DrainOutcome, EvictionOutcome};
+        use std::time::Duration;
+
+        let g = group("g", ApprovalMode::Automatic, None);
+        let mut nodes = named(vec![node("", "g", Some(OLD), &[]); 3]);
+        let mut pods: Vec<Pod> = Vec::new();
+        for n in &nodes {
+            for (i, stubborn) in [false, false, true].into_iter().enumerate() {
+                pods.push(Pod {
+                    namespace: "app".into(),
+                    name: format!("{}-{}{i}", n.name, if stubborn { "pdb" } else { "web" }),
+                    node_name: Some(n.name.clone()),
+                    ..Pod::default()
+                });
+            }
+        }
+        let mut now = Timestamp::from_secs(1_000_000);
+        let mut drains: Vec<Drain> = Vec::new();
+        let mut replacements = 0;
+        let mut timed_out = Vec::new();
+        let mut max_in_slots = 0;
+        for _ in 0..500 {
+            for n in nodes.iter_mut() {
+                agent_step(n, true, false);
+            }
+            let commands = plan_updates(
+                std::slice::from_ref(&g),
+                &BTreeMap::from([("g".to_owned(), DESIRED.to_owned())]),
+                &nodes,
+                now,
+            );
+            drains.extend(drains_for(
+                &commands,
+                std::slice::from_ref(&g),
+                &nodes,
+                &pods,
+                now,
+            ));
+            for c in &commands {
+                apply(&mut nodes, c, &mut replacements);
+            }
+            max_in_slots = max_in_slots.max(nodes.iter().filter(|n| occupies_slot(n)).count());
+            // The executor runs its drains to the next deadline.
+            for d in drains.iter_mut() {
+                while let Some(command) = d.poll_command(now) {
+                    match command {
+                        DrainCommand::Cordon { node } => {
+                            if let Some(n) = nodes.iter_mut().find(|n| n.name == node) {
+                                n.unschedulable = true;
+                            }
+                        }
+                        DrainCommand::Evict { pod } if pod.contains("-pdb") => {
+                            d.handle_eviction(&pod, EvictionOutcome::Refused, now);
+                        }
+                        DrainCommand::Evict { pod } => {
+                            d.handle_eviction(&pod, EvictionOutcome::Evicted, now);
+                            d.handle_pod_deleted(&pod, now);
+                        }
+                        DrainCommand::ForceDelete { pod } => {
+                            assert!(now >= d.started() + Duration::from_secs(300));
+                            d.handle_pod_deleted(&pod, now);
+                        }
+                    }
+                }
+            }
+            drains.retain(|d| match d.outcome() {
+                None => true,
+                Some(outcome) => {
+                    if let DrainOutcome::TimedOut { force_deleted } = outcome {
+                        timed_out.extend(force_deleted.iter().cloned());
+                    }
+                    let n = nodes.iter_mut().find(|n| n.name == d.node()).unwrap();
+                    finish_drain(n);
+                    false
+                }
+            });
+            let done = nodes.iter().all(|n| {
+                n.checksum() == Some(DESIRED) && !UpdateMarks::of(n).ours() && !n.unschedulable
+            });
+            if done {
+                break;
+            }
+            now = drains
+                .iter()
+                .filter_map(Drain::next_deadline)
+                .min()
+                .unwrap_or(now + Duration::from_secs(5))
+                .max(now + Duration::from_secs(1));
+        }
+        assert!(
+            nodes
+                .iter()
+                .all(|n| n.checksum() == Some(DESIRED) && !n.unschedulable)
+        );
+        assert_eq!(max_in_slots, 1);
+        assert_eq!(
+            timed_out,
+            vec!["app/n00-pdb2", "app/n01-pdb2", "app/n02-pdb2"]
+        );
+        // Three drains of 5 minutes each, one node at a time.
+        let elapsed = now.saturating_since(Timestamp::from_secs(1_000_000));
+        assert!(elapsed >= Duration::from_secs(900), "{elapsed:?}");
+        assert!(elapsed < Duration::from_secs(1000), "{elapsed:?}");
+    }
+
     proptest! {
         // Cheap cases (about 0.2 ms each); more of them reach the rarer disruption steps.
         #![proptest_config(ProptestConfig::with_cases(1024))]
