@@ -1,2 +1,4 @@
 //! Builders of large synthetic clusters shared by the benchmarks in `benches/`.
 //! Run every benchmark with `cargo bench -p nodemgr-benches`.
+
+pub mod update_world;

@@ -6,12 +6,15 @@
 //! snapshot and return decisions as data, which adapters (`nodemgr-k8s`, `nodemgr-ssh`,
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 
+pub mod drain;
 pub mod fencing;
 pub mod impact;
 pub mod lifecycle;
 pub mod model;
 pub mod oom;
+pub mod update;
 pub mod validate;
+pub mod window;
 
 pub use impact::{ChangeImpact, Impact, impact_of};
 pub use model::{NodeGroup, NodeGroupSpec};

@@ -1,0 +1,1669 @@
+//! The update-approval flow of a NodeGroup: which node may apply its new configuration, which is
+//! drained, which gets its disruption approved or its machine replaced, and which is finished
+//! and cleaned up (seed 003 "updates", facts §3.2 and §9; issue 3 part 2).
+//!
+//! [`plan_group_update`] takes a snapshot of one group (spec, desired configuration checksum and
+//! the group's *existing* nodes with their annotations) and returns an [`UpdatePlan`]: commands
+//! for the executor and human-readable reasons why nothing else moves. [`plan_updates`] does it
+//! for every group. The node agent (bashible) drives the other half of the protocol through the
+//! same annotations (facts §3.1): it sets `waiting-for-approval` when its checksum differs, waits
+//! for `approved`, sets `disruption-required` (or `rolling-update`) at a disruptive step and waits
+//! for `disruption-approved`, then reports the new checksum.
+//!
+//! # Phases of one plan
+//! 1. **Finish**: a Ready node whose checksum equals the desired one (both non-empty) and that
+//!    still carries update annotations ([`UpdateMarks::ours`]) is cleaned up ([`UpdateCommand::Finish`]); it is uncordoned
+//!    only when nodemgr cordoned it (`draining`/`drained` = `bashible`).
+//! 2. **Disruptions**: a node that asks for a disruption (`disruption-required` or
+//!    `rolling-update`), is not being drained and holds a slot proceeds by
+//!    `disruptions.approvalMode`: `Manual` waits for the operator; `Automatic` (inside
+//!    `automatic.windows`) drains first when `drainBeforeApproval` (default) and then approves;
+//!    `RollingUpdate` (inside `rollingUpdate.windows`) replaces the machine. A node asking for a
+//!    disruption without holding a slot is first approved, which gives it one.
+//! 3. **Approvals**: waiting nodes are approved, in name order, into the free slots.
+//!
+//! # Guarantees (stricter than Deckhouse, facts §3.2 and §11)
+//! - A node *occupies a slot* while it has `approved`, `disruption-approved`, `draining` (any
+//!   source) or `drained=bashible` ([`occupies_slot`]). Slots are counted over the snapshot's
+//!   nodes only, so a node that disappears mid-update frees its slot.
+//! - No step ([`UpdateCommand::Approve`], [`UpdateCommand::StartDrain`],
+//!   [`UpdateCommand::ApproveDisruption`], [`UpdateCommand::ReplaceMachine`]) is planned while any
+//!   node of the group is not Ready; Deckhouse approves not-Ready nodes, nodemgr does not.
+//! - A plan never makes more nodes occupy slots than [`max_concurrent`] allows, and disruption
+//!   steps are inside that limit too (Deckhouse runs them uncapped). Slots freed by a
+//!   [`UpdateCommand::Finish`] are reused by the next plan, not by the same one, so a partially
+//!   applied plan cannot overshoot either.
+//! - `Manual` never yields [`UpdateCommand::ApproveDisruption`]; an unknown approval mode is
+//!   treated as `Manual`.
+//! - Plans are deterministic (node-name order) and idempotent: a plan computed from the state a
+//!   previous plan produced repeats no command whose effect is already visible, except
+//!   [`UpdateCommand::ReplaceMachine`], which is repeated while the node still exists (deleting a
+//!   machine twice is harmless).
+//!
+//! # Liveness
+//! With every node Ready, no windows, no PDBs, a cooperative agent (and, in `Manual` mode, an
+//! operator who approves disruptions) and an executor that applies every command and finishes
+//! each drain within the round, a round being *agent step, plan, apply*: a node holds its slot
+//! for at most 4 rounds (approved in round r; the agent asks for a disruption and the node is
+//! drained in r+1; its disruption is approved in r+2; the agent reports the checksum and the node
+//! is finished in r+3; the slot is reused in r+4 — a non-disruptive update or a replaced machine
+//! frees it after 2). Every node asks for approval in round 1 and slots are refilled in name
+//! order, so `N` nodes with `c = max_concurrent` are all up to date and clean within
+//! `4 × ceil(N / c)` rounds. The property `liveness_all_nodes_converge` checks this bound, and
+//! it is tight (one disruptive node needs exactly 4).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::drain::{Drain, DrainConfig};
+use crate::model::{ApprovalMode, Node, NodeGroup, Pod, Timestamp, keys};
+use crate::window::window_open;
+
+/// Everything the planner needs about one group.
+#[derive(Debug, Clone)]
+pub struct GroupSnapshot<'a> {
+    /// The group (spec: `update.maxConcurrent`, `disruptions`).
+    pub group: &'a NodeGroup,
+    /// The configuration checksum the group's nodes should report; empty when unknown (then no
+    /// node is finished).
+    pub desired_checksum: &'a str,
+    /// The group's existing nodes.
+    pub nodes: Vec<&'a Node>,
+}
+
+/// A decision of the update planner, for the executor to carry out.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum UpdateCommand {
+    /// Set `approved`, remove `waiting-for-approval`.
+    Approve {
+        /// The node.
+        node: String,
+    },
+    /// Set `draining=bashible`; the executor runs a [`Drain`] and, when it ends (completed or
+    /// timed out), sets `drained=bashible` and removes `draining`.
+    StartDrain {
+        /// The node.
+        node: String,
+    },
+    /// Set `disruption-approved`, remove `disruption-required`. When `cordon` is true the
+    /// executor cordons the node first and records that it did by setting `drained=bashible`
+    /// (so that [`UpdateCommand::Finish`] uncordons it later).
+    ApproveDisruption {
+        /// The node.
+        node: String,
+        /// Cordon the node first (it is schedulable and was not drained).
+        cordon: bool,
+    },
+    /// `RollingUpdate`: delete the node's machine so that a fresh one replaces it (the executor
+    /// or cloud adapter decides how). Repeated by every plan while the node exists; idempotent.
+    ReplaceMachine {
+        /// The node.
+        node: String,
+    },
+    /// The update is done: remove `approved`, `waiting-for-approval`, `disruption-required`,
+    /// `disruption-approved`, `rolling-update`, `drained` and `draining`; uncordon when `uncordon`.
+    Finish {
+        /// The node.
+        node: String,
+        /// Uncordon: nodemgr cordoned the node (`drained`/`draining` = `bashible`).
+        uncordon: bool,
+    },
+}
+
+impl UpdateCommand {
+    /// The node the command is about.
+    pub fn node(&self) -> &str {
+        match self {
+            Self::Approve { node }
+            | Self::StartDrain { node }
+            | Self::ApproveDisruption { node, .. }
+            | Self::ReplaceMachine { node }
+            | Self::Finish { node, .. } => node,
+        }
+    }
+
+    /// Whether the command moves a node forward (every command but [`UpdateCommand::Finish`]);
+    /// such commands are never planned while a node of the group is not Ready.
+    pub fn is_step(&self) -> bool {
+        !matches!(self, Self::Finish { .. })
+    }
+}
+
+impl fmt::Display for UpdateCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Approve { node } => write!(f, "approve update of node {node}"),
+            Self::StartDrain { node } => write!(f, "drain node {node} before its disruption"),
+            Self::ApproveDisruption { node, cordon } => {
+                write!(f, "approve disruption of node {node}")?;
+                if *cordon {
+                    f.write_str(" (cordon first)")?;
+                }
+                Ok(())
+            }
+            Self::ReplaceMachine { node } => write!(f, "replace the machine of node {node}"),
+            Self::Finish { node, uncordon } => {
+                write!(f, "finish update of node {node}")?;
+                if *uncordon {
+                    f.write_str(" and uncordon it")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The planner's answer for one group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpdatePlan {
+    /// Commands, in the order to apply them (finishes, disruption steps, approvals).
+    pub commands: Vec<UpdateCommand>,
+    /// Why nodes that want to move do not, for people (`node w-2 is not Ready`).
+    pub blocked: Vec<String>,
+}
+
+/// The source recorded in `draining`/`drained` (empty is read as `bashible`, facts §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainSource {
+    /// nodemgr (Deckhouse: bashible) started the drain, and cordoned the node.
+    Bashible,
+    /// A person started the drain.
+    User,
+}
+
+impl DrainSource {
+    /// Reads an annotation value: `""` and `bashible` are [`DrainSource::Bashible`], anything
+    /// else is a person's.
+    pub fn parse(value: &str) -> Self {
+        if value.is_empty() || value == keys::DRAIN_SOURCE_BASHIBLE {
+            Self::Bashible
+        } else {
+            Self::User
+        }
+    }
+}
+
+/// The update annotations of a node, read once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpdateMarks {
+    /// `waiting-for-approval`.
+    pub waiting: bool,
+    /// `approved`.
+    pub approved: bool,
+    /// `disruption-required`.
+    pub disruption_required: bool,
+    /// `disruption-approved`.
+    pub disruption_approved: bool,
+    /// `rolling-update`.
+    pub rolling_update: bool,
+    /// `draining` and its source.
+    pub draining: Option<DrainSource>,
+    /// `drained` and its source.
+    pub drained: Option<DrainSource>,
+}
+
+impl UpdateMarks {
+    /// Reads the marks of `node`.
+    pub fn of(node: &Node) -> Self {
+        let a = &node.annotations;
+        Self {
+            waiting: a.contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL),
+            approved: a.contains_key(keys::ANNOTATION_APPROVED),
+            disruption_required: a.contains_key(keys::ANNOTATION_DISRUPTION_REQUIRED),
+            disruption_approved: a.contains_key(keys::ANNOTATION_DISRUPTION_APPROVED),
+            rolling_update: a.contains_key(keys::ANNOTATION_ROLLING_UPDATE),
+            draining: a
+                .get(keys::ANNOTATION_DRAINING)
+                .map(|v| DrainSource::parse(v)),
+            drained: a
+                .get(keys::ANNOTATION_DRAINED)
+                .map(|v| DrainSource::parse(v)),
+        }
+    }
+
+    /// Whether the node holds one of its group's update slots.
+    pub fn occupies_slot(&self) -> bool {
+        self.approved
+            || self.disruption_approved
+            || self.draining.is_some()
+            || self.drained == Some(DrainSource::Bashible)
+    }
+
+    /// Whether the node asks for a disruption (`disruption-required` or `rolling-update`).
+    pub fn wants_disruption(&self) -> bool {
+        self.disruption_required || self.rolling_update
+    }
+
+    /// Whether nodemgr cordoned the node (its drain, or a cordoning disruption approval).
+    pub fn cordoned_by_us(&self) -> bool {
+        self.draining == Some(DrainSource::Bashible) || self.drained == Some(DrainSource::Bashible)
+    }
+
+    /// Whether the node carries update annotations of the update flow (anything but a person's
+    /// own `draining=user`/`drained=user`), which [`UpdateCommand::Finish`] cleans up.
+    pub fn ours(&self) -> bool {
+        self.waiting
+            || self.approved
+            || self.disruption_required
+            || self.disruption_approved
+            || self.rolling_update
+            || self.cordoned_by_us()
+    }
+}
+
+/// Whether `node` occupies one of its group's update slots: it has `approved`,
+/// `disruption-approved`, `draining` or `drained=bashible`.
+pub fn occupies_slot(node: &Node) -> bool {
+    UpdateMarks::of(node).occupies_slot()
+}
+
+/// How many nodes of `group` may update at once when it has `group_size` nodes:
+/// `update.maxConcurrent` as an integer, or `floor(group_size × pct / 100)`, at least 1; 1 when
+/// unset or malformed (`validate` reports malformed values).
+pub fn max_concurrent(group: &NodeGroup, group_size: usize) -> usize {
+    group
+        .spec
+        .update
+        .as_ref()
+        .and_then(|u| u.max_concurrent.as_ref())
+        .and_then(|v| {
+            v.resolve(u64::try_from(group_size).unwrap_or(u64::MAX))
+                .ok()
+        })
+        .map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX).max(1))
+}
+
+/// Whether a node whose disruption is approved in `Automatic` mode must be drained first.
+/// Deckhouse skips the drain for the single node of group `master` (draining it would evict the
+/// control plane's own workloads with nowhere to go).
+fn needs_drain(group: &NodeGroup, group_size: usize) -> bool {
+    group.spec.drain_before_approval() && !(group.name() == "master" && group_size <= 1)
+}
+
+/// Plans the next update steps of one group at `now` (see the module docs for the phases and
+/// guarantees).
+pub fn plan_group_update(snapshot: &GroupSnapshot<'_>, now: Timestamp) -> UpdatePlan {
+    let group = snapshot.group;
+    let desired = snapshot.desired_checksum;
+    let mut nodes: Vec<(&Node, UpdateMarks)> = snapshot
+        .nodes
+        .iter()
+        .map(|n| (*n, UpdateMarks::of(n)))
+        .collect();
+    nodes.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+
+    let limit = max_concurrent(group, nodes.len());
+    let mut occupied = nodes.iter().filter(|(_, m)| m.occupies_slot()).count();
+    let not_ready: Vec<&str> = nodes
+        .iter()
+        .filter(|(n, _)| !n.ready)
+        .map(|(n, _)| n.name.as_str())
+        .collect();
+    let all_ready = not_ready.is_empty();
+    let mut plan = UpdatePlan::default();
+
+    // Phase 1: finish nodes that run the desired configuration.
+    for (node, marks) in &nodes {
+        if node.ready && !desired.is_empty() && node.checksum() == Some(desired) && marks.ours() {
+            plan.commands.push(UpdateCommand::Finish {
+                node: node.name.clone(),
+                uncordon: marks.cordoned_by_us(),
+            });
+        }
+    }
+    let finishing: BTreeSet<&str> = plan.commands.iter().map(UpdateCommand::node).collect();
+
+    // Who wants to move.
+    let disruption_candidates: Vec<&(&Node, UpdateMarks)> = nodes
+        .iter()
+        .filter(|(n, m)| {
+            m.wants_disruption()
+                && !m.disruption_approved
+                && m.draining.is_none()
+                && !finishing.contains(n.name.as_str())
+        })
+        .collect();
+    let waiting: Vec<&(&Node, UpdateMarks)> = nodes
+        .iter()
+        .filter(|(n, m)| {
+            m.waiting
+                && !m.occupies_slot()
+                && !m.wants_disruption()
+                && !finishing.contains(n.name.as_str())
+        })
+        .collect();
+    if disruption_candidates.is_empty() && waiting.is_empty() {
+        return plan;
+    }
+    if !all_ready {
+        for name in not_ready {
+            plan.blocked.push(format!("node {name} is not Ready"));
+        }
+        return plan;
+    }
+
+    // Phase 2: disruptions, first for nodes that already hold a slot.
+    let mode = group.spec.approval_mode();
+    let disruptions = group.spec.disruptions.as_ref();
+    let automatic_windows = disruptions
+        .and_then(|d| d.automatic.as_ref())
+        .and_then(|a| a.windows.as_deref())
+        .unwrap_or_default();
+    let rolling_windows = disruptions
+        .and_then(|d| d.rolling_update.as_ref())
+        .and_then(|r| r.windows.as_deref())
+        .unwrap_or_default();
+    let mut full = false;
+    let mut approved_now: Vec<&str> = Vec::new();
+    for (node, marks) in disruption_candidates
+        .iter()
+        .filter(|(_, m)| m.occupies_slot())
+    {
+        let name = node.name.clone();
+        match &mode {
+            ApprovalMode::Automatic => {
+                if !window_open(automatic_windows, now) {
+                    plan.blocked.push(format!(
+                        "node {name} waits for a disruption window (disruptions.automatic.windows)"
+                    ));
+                } else if needs_drain(group, nodes.len()) && marks.drained.is_none() {
+                    plan.commands.push(UpdateCommand::StartDrain { node: name });
+                } else {
+                    let cordon = !node.unschedulable && marks.drained.is_none();
+                    plan.commands
+                        .push(UpdateCommand::ApproveDisruption { node: name, cordon });
+                }
+            }
+            ApprovalMode::RollingUpdate => {
+                if window_open(rolling_windows, now) {
+                    plan.commands
+                        .push(UpdateCommand::ReplaceMachine { node: name });
+                } else {
+                    plan.blocked.push(format!(
+                        "node {name} waits for a replacement window (disruptions.rollingUpdate.windows)"
+                    ));
+                }
+            }
+            ApprovalMode::Manual | ApprovalMode::Unknown(_) => {
+                plan.blocked.push(format!(
+                    "node {name} waits for manual disruption approval (annotate it {})",
+                    keys::ANNOTATION_DISRUPTION_APPROVED
+                ));
+            }
+        }
+    }
+    // Nodes asking for a disruption without a slot get one first (phase 3 semantics).
+    for (node, _) in disruption_candidates
+        .iter()
+        .filter(|(_, m)| !m.occupies_slot())
+    {
+        if occupied < limit {
+            occupied += 1;
+            approved_now.push(&node.name);
+            plan.commands.push(UpdateCommand::Approve {
+                node: node.name.clone(),
+            });
+        } else {
+            full = true;
+        }
+    }
+
+    // Phase 3: approvals into the free slots.
+    for (node, _) in &waiting {
+        if occupied < limit {
+            occupied += 1;
+            approved_now.push(&node.name);
+            plan.commands.push(UpdateCommand::Approve {
+                node: node.name.clone(),
+            });
+        } else {
+            full = true;
+        }
+    }
+    if full {
+        let mut updating: Vec<&str> = nodes
+            .iter()
+            .filter(|(_, m)| m.occupies_slot())
+            .map(|(n, _)| n.name.as_str())
+            .chain(approved_now)
+            .collect();
+        updating.sort_unstable();
+        plan.blocked.push(format!(
+            "maxConcurrent {limit} reached (updating: {})",
+            updating.join(", ")
+        ));
+    }
+    plan
+}
+
+/// Plans every group at once: nodes are matched to groups by their `node.deckhouse.io/group`
+/// label; a group without an entry in `desired_checksums` is skipped (its checksum is not known
+/// yet). Commands come group by group, in the order of `groups`.
+pub fn plan_updates(
+    groups: &[NodeGroup],
+    desired_checksums: &BTreeMap<String, String>,
+    nodes: &[Node],
+    now: Timestamp,
+) -> Vec<UpdateCommand> {
+    plan_updates_detailed(groups, desired_checksums, nodes, now)
+        .into_iter()
+        .flat_map(|(_, plan)| plan.commands)
+        .collect()
+}
+
+/// As [`plan_updates`], keeping each group's [`UpdatePlan`] (with its blocked reasons), in the
+/// order of `groups`.
+pub fn plan_updates_detailed(
+    groups: &[NodeGroup],
+    desired_checksums: &BTreeMap<String, String>,
+    nodes: &[Node],
+    now: Timestamp,
+) -> Vec<(String, UpdatePlan)> {
+    let mut by_group: BTreeMap<&str, Vec<&Node>> = BTreeMap::new();
+    for node in nodes {
+        if let Some(group) = node.group() {
+            by_group.entry(group).or_default().push(node);
+        }
+    }
+    groups
+        .iter()
+        .filter_map(|group| {
+            let desired = desired_checksums.get(group.name())?;
+            let snapshot = GroupSnapshot {
+                group,
+                desired_checksum: desired,
+                nodes: by_group.remove(group.name()).unwrap_or_default(),
+            };
+            Some((group.name().to_owned(), plan_group_update(&snapshot, now)))
+        })
+        .collect()
+}
+
+/// FNV-1a: a cheap hasher for short node names in the per-pod lookups of [`drains_for`] (no
+/// attacker controls the keys; SipHash's setup cost dominated the scan).
+#[derive(Debug, Clone, Copy)]
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+type FastHash = BuildHasherDefault<Fnv>;
+
+/// Creates the [`Drain`]s for every [`UpdateCommand::StartDrain`] in `commands`, with each node's
+/// group's [`DrainConfig`]; commands for nodes not in `nodes` are skipped. Scans all `pods` once;
+/// callers that keep pods indexed by node use [`drains_for_indexed`].
+pub fn drains_for(
+    commands: &[UpdateCommand],
+    groups: &[NodeGroup],
+    nodes: &[Node],
+    pods: &[Pod],
+    now: Timestamp,
+) -> Vec<Drain> {
+    let draining: HashSet<&str, FastHash> = commands
+        .iter()
+        .filter(|c| matches!(c, UpdateCommand::StartDrain { .. }))
+        .map(UpdateCommand::node)
+        .collect();
+    if draining.is_empty() {
+        return Vec::new();
+    }
+    let mut pods_by_node: HashMap<&str, Vec<&Pod>, FastHash> = HashMap::default();
+    for pod in pods {
+        if let Some(node) = pod.node_name.as_deref()
+            && draining.contains(node)
+        {
+            pods_by_node.entry(node).or_default().push(pod);
+        }
+    }
+    drains_for_indexed(commands, groups, nodes, now, |node| {
+        pods_by_node.remove(node).unwrap_or_default()
+    })
+}
+
+/// As [`drains_for`], asking `pods_on(node)` for the pods bound to each node to drain (an
+/// informer index, for instance) instead of scanning every pod.
+pub fn drains_for_indexed<'p, I>(
+    commands: &[UpdateCommand],
+    groups: &[NodeGroup],
+    nodes: &[Node],
+    now: Timestamp,
+    mut pods_on: impl FnMut(&str) -> I,
+) -> Vec<Drain>
+where
+    I: IntoIterator<Item = &'p Pod>,
+{
+    let draining: BTreeSet<&str> = commands
+        .iter()
+        .filter(|c| matches!(c, UpdateCommand::StartDrain { .. }))
+        .map(UpdateCommand::node)
+        .collect();
+    if draining.is_empty() {
+        return Vec::new();
+    }
+    let configs: BTreeMap<&str, DrainConfig> = groups
+        .iter()
+        .map(|g| (g.name(), DrainConfig::for_group(g)))
+        .collect();
+    nodes
+        .iter()
+        .filter(|n| draining.contains(n.name.as_str()))
+        .map(|node| {
+            let config = node
+                .group()
+                .and_then(|g| configs.get(g).copied())
+                .unwrap_or_default();
+            Drain::from_pods(node, pods_on(&node.name), config, now)
+        })
+        .collect()
+}
+
+/// Where a node is in its update, as Deckhouse's `node_group_node_status` metric reports it
+/// (facts §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeUpdateStatus {
+    /// Waits for `approved`.
+    WaitingForApproval,
+    /// Approved, applying a non-disruptive update.
+    Approved,
+    /// Approved, asks for a disruption and is being drained for it.
+    DrainingForDisruption,
+    /// Being drained (for another reason).
+    Draining,
+    /// Drained.
+    Drained,
+    /// Approved, asks for a disruption that nodemgr will approve (`Automatic`, `RollingUpdate`).
+    WaitingForDisruptionApproval,
+    /// Approved, asks for a disruption an operator must approve (`Manual`).
+    WaitingForManualDisruptionApproval,
+    /// The disruption is approved; the agent applies the update.
+    DisruptionApproved,
+    /// Runs an older configuration and has not asked for approval yet.
+    ToBeUpdated,
+    /// Runs the desired configuration.
+    UpToDate,
+    /// The desired checksum is unknown.
+    UpdateFailedNoConfigChecksum,
+}
+
+impl NodeUpdateStatus {
+    /// Every status, in the order of the metric's label values.
+    pub const ALL: [NodeUpdateStatus; 11] = [
+        Self::WaitingForApproval,
+        Self::Approved,
+        Self::DrainingForDisruption,
+        Self::Draining,
+        Self::Drained,
+        Self::WaitingForDisruptionApproval,
+        Self::WaitingForManualDisruptionApproval,
+        Self::DisruptionApproved,
+        Self::ToBeUpdated,
+        Self::UpToDate,
+        Self::UpdateFailedNoConfigChecksum,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::WaitingForApproval => "WaitingForApproval",
+            Self::Approved => "Approved",
+            Self::DrainingForDisruption => "DrainingForDisruption",
+            Self::Draining => "Draining",
+            Self::Drained => "Drained",
+            Self::WaitingForDisruptionApproval => "WaitingForDisruptionApproval",
+            Self::WaitingForManualDisruptionApproval => "WaitingForManualDisruptionApproval",
+            Self::DisruptionApproved => "DisruptionApproved",
+            Self::ToBeUpdated => "ToBeUpdated",
+            Self::UpToDate => "UpToDate",
+            Self::UpdateFailedNoConfigChecksum => "UpdateFailedNoConfigChecksum",
+        }
+    }
+}
+
+impl fmt::Display for NodeUpdateStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The update status of `node` in `group` (facts §9). Cases are evaluated in the metric's order
+/// with one correction: the plain `Approved` case is checked after the more specific approved
+/// cases (draining for a disruption, waiting for a disruption approval, disruption approved),
+/// which it would otherwise hide; the checksum cases come last.
+pub fn node_update_status(
+    group: &NodeGroup,
+    node: &Node,
+    desired_checksum: &str,
+) -> NodeUpdateStatus {
+    let m = UpdateMarks::of(node);
+    let manual = matches!(
+        group.spec.approval_mode(),
+        ApprovalMode::Manual | ApprovalMode::Unknown(_)
+    );
+    if m.waiting {
+        NodeUpdateStatus::WaitingForApproval
+    } else if m.approved && m.wants_disruption() && m.draining.is_some() {
+        NodeUpdateStatus::DrainingForDisruption
+    } else if m.draining.is_some() {
+        NodeUpdateStatus::Draining
+    } else if m.drained.is_some() {
+        NodeUpdateStatus::Drained
+    } else if m.approved && m.wants_disruption() && !m.disruption_approved {
+        if manual {
+            NodeUpdateStatus::WaitingForManualDisruptionApproval
+        } else {
+            NodeUpdateStatus::WaitingForDisruptionApproval
+        }
+    } else if m.approved && m.disruption_approved {
+        NodeUpdateStatus::DisruptionApproved
+    } else if m.approved {
+        NodeUpdateStatus::Approved
+    } else if desired_checksum.is_empty() {
+        NodeUpdateStatus::UpdateFailedNoConfigChecksum
+    } else if node.checksum() == Some(desired_checksum) {
+        NodeUpdateStatus::UpToDate
+    } else {
+        NodeUpdateStatus::ToBeUpdated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        AutomaticDisruptions, DisruptionWindow, Disruptions, IntOrString, ObjectMeta,
+        RollingUpdateDisruptions, Update,
+    };
+    use proptest::prelude::*;
+
+    const DESIRED: &str = "new";
+    const OLD: &str = "old";
+
+    fn group(name: &str, mode: ApprovalMode, max_concurrent: Option<IntOrString>) -> NodeGroup {
+        let mut g = NodeGroup {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            ..NodeGroup::default()
+        };
+        g.spec.disruptions = Some(Disruptions {
+            approval_mode: Some(mode),
+            ..Disruptions::default()
+        });
+        g.spec.update = max_concurrent.map(|m| Update {
+            max_concurrent: Some(m),
+        });
+        g
+    }
+
+    fn node(name: &str, group: &str, checksum: Option<&str>, marks: &[(&str, &str)]) -> Node {
+        let mut n = Node {
+            name: name.into(),
+            ready: true,
+            ..Node::default()
+        };
+        n.labels.insert(keys::LABEL_NODE_GROUP.into(), group.into());
+        if let Some(c) = checksum {
+            n.annotations
+                .insert(keys::ANNOTATION_CONFIGURATION_CHECKSUM.into(), c.into());
+        }
+        for (k, v) in marks {
+            n.annotations.insert((*k).into(), (*v).into());
+        }
+        n
+    }
+
+    const W: (&str, &str) = (keys::ANNOTATION_WAITING_FOR_APPROVAL, "");
+    const A: (&str, &str) = (keys::ANNOTATION_APPROVED, "");
+    const DR: (&str, &str) = (keys::ANNOTATION_DISRUPTION_REQUIRED, "");
+    const DA: (&str, &str) = (keys::ANNOTATION_DISRUPTION_APPROVED, "");
+    const RU: (&str, &str) = (keys::ANNOTATION_ROLLING_UPDATE, "");
+    const DRAINING: (&str, &str) = (keys::ANNOTATION_DRAINING, "bashible");
+    const DRAINED: (&str, &str) = (keys::ANNOTATION_DRAINED, "bashible");
+    const DRAINED_USER: (&str, &str) = (keys::ANNOTATION_DRAINED, "user");
+
+    fn plan(group: &NodeGroup, nodes: &[Node]) -> UpdatePlan {
+        let snapshot = GroupSnapshot {
+            group,
+            desired_checksum: DESIRED,
+            nodes: nodes.iter().collect(),
+        };
+        plan_group_update(&snapshot, Timestamp::EPOCH)
+    }
+
+    fn approve(n: &str) -> UpdateCommand {
+        UpdateCommand::Approve { node: n.into() }
+    }
+
+    #[test]
+    fn max_concurrent_resolves_integers_and_percentages() {
+        let g = |m| group("g", ApprovalMode::Automatic, m);
+        assert_eq!(max_concurrent(&g(None), 10), 1);
+        assert_eq!(max_concurrent(&g(Some(IntOrString::Int(3))), 10), 3);
+        assert_eq!(
+            max_concurrent(&g(Some(IntOrString::String("3".into()))), 10),
+            3
+        );
+        assert_eq!(
+            max_concurrent(&g(Some(IntOrString::String("25%".into()))), 10),
+            2
+        );
+        assert_eq!(
+            max_concurrent(&g(Some(IntOrString::String("10%".into()))), 5),
+            1
+        );
+        assert_eq!(
+            max_concurrent(&g(Some(IntOrString::String("50%".into()))), 0),
+            1
+        );
+        assert_eq!(max_concurrent(&g(Some(IntOrString::Int(0))), 4), 1);
+        assert_eq!(max_concurrent(&g(Some(IntOrString::Int(-2))), 4), 1);
+        assert_eq!(
+            max_concurrent(&g(Some(IntOrString::String("x%".into()))), 4),
+            1
+        );
+    }
+
+    #[test]
+    fn approves_waiting_nodes_in_name_order_up_to_the_limit() {
+        let g = group("g", ApprovalMode::Automatic, Some(IntOrString::Int(2)));
+        let nodes = [
+            node("c", "g", None, &[W]),
+            node("a", "g", None, &[W]),
+            node("b", "g", None, &[W]),
+            node("d", "g", Some(OLD), &[]),
+        ];
+        let p = plan(&g, &nodes);
+        assert_eq!(p.commands, vec![approve("a"), approve("b")]);
+        assert_eq!(
+            p.blocked,
+            vec!["maxConcurrent 2 reached (updating: a, b)".to_owned()]
+        );
+        let nodes = [node("a", "g", None, &[A]), node("b", "g", None, &[W])];
+        let p = plan(&g, &nodes);
+        assert_eq!(p.commands, vec![approve("b")]);
+        assert!(p.blocked.is_empty());
+    }
+
+    #[test]
+    fn every_slot_kind_counts() {
+        let g = group("g", ApprovalMode::Automatic, Some(IntOrString::Int(4)));
+        let nodes = [
+            node("a", "g", None, &[A]),
+            node("b", "g", None, &[DA]),
+            node("c", "g", Some(OLD), &[DRAINING]),
+            node("d", "g", Some(OLD), &[DRAINED]),
+            node("e", "g", Some(OLD), &[DRAINED_USER]),
+            node("f", "g", None, &[W]),
+        ];
+        let p = plan(&g, &nodes);
+        assert!(p.commands.is_empty(), "{:?}", p.commands);
+        assert_eq!(
+            p.blocked,
+            vec!["maxConcurrent 4 reached (updating: a, b, c, d)".to_owned()]
+        );
+    }
+
+    #[test]
+    fn nothing_moves_while_a_node_is_not_ready() {
+        let g = group("g", ApprovalMode::Automatic, Some(IntOrString::Int(5)));
+        let mut sick = node("w-2", "g", Some(OLD), &[]);
+        sick.ready = false;
+        let nodes = [
+            node("w-1", "g", None, &[W]),
+            sick,
+            node("w-3", "g", Some(OLD), &[A, DR]),
+            node("w-4", "g", Some(DESIRED), &[A]),
+        ];
+        let p = plan(&g, &nodes);
+        assert_eq!(
+            p.commands,
+            vec![UpdateCommand::Finish {
+                node: "w-4".into(),
+                uncordon: false
+            }]
+        );
+        assert_eq!(p.blocked, vec!["node w-2 is not Ready".to_owned()]);
+    }
+
+    #[test]
+    fn automatic_drains_then_approves_the_disruption() {
+        let g = group("g", ApprovalMode::Automatic, None);
+        let p = plan(&g, &[node("a", "g", None, &[A, DR])]);
+        assert_eq!(
+            p.commands,
+            vec![UpdateCommand::StartDrain { node: "a".into() }]
+        );
+        let p = plan(&g, &[node("a", "g", None, &[A, DR, DRAINING])]);
+        assert!(p.commands.is_empty());
+        let mut drained = node("a", "g", None, &[A, DR, DRAINED]);
+        drained.unschedulable = true;
+        let p = plan(&g, &[drained]);
+        assert_eq!(
+            p.commands,
+            vec![UpdateCommand::ApproveDisruption {
+                node: "a".into(),
+                cordon: false
+            }]
+        );
+        let mut done = node("a", "g", Some(DESIRED), &[A, DA, DRAINED]);
+        done.unschedulable = true;
+        let p = plan(&g, &[done]);
+        assert_eq!(
+            p.commands,
+            vec![UpdateCommand::Finish {
+                node: "a".into(),
+                uncordon: true
+            }]
+        );
+    }
+
+    #[test]
+    fn automatic_without_drain_cordons_while_approving() {
+        let mut g = group("g", ApprovalMode::Automatic, None);
+        if let Some(d) = g.spec.disruptions.as_mut() {
+            d.automatic = Some(AutomaticDisruptions {
+                drain_before_approval: Some(false),
+                windows: None,
+            });
+        }
+        let p = plan(&g, &[node("a", "g", None, &[A, DR])]);
+        assert_eq!(
+            p.commands,
+            vec![UpdateCommand::ApproveDisruption {
+                node: "a".into(),
+                cordon: true
+            }]
+        );
+        let mut cordoned = node("a", "g", None, &[A, DR]);
+        cordoned.unschedulable = true;
+        let p = plan(&g, &[cordoned]);
+        assert_eq!(
+            p.commands,
+            vec![UpdateCommand::ApproveDisruption {
+                node: "a".into(),
+                cordon: false
+            }]
+        );
+    }
+
+    #[test]
+    fn single_master_is_not_drained() {
+        let g = group("master", ApprovalMode::Automatic, None);
+        let p = plan(&g, &[node("m-0", "master", None, &[A, DR])]);
+        assert_eq!(
+            p.commands,
+            vec![UpdateCommand::ApproveDisruption {
+                node: "m-0".into(),
+                cordon: true
+            }]
+        );
+    }
+
+    #[test]
+    fn automatic_waits_for_its_window() {
+        let mut g = group("g", ApprovalMode::Automatic, None);
+        if let Some(d) = g.spec.disruptions.as_mut() {
+            d.automatic = Some(AutomaticDisruptions {
+                drain_before_approval: None,
+                windows: Some(vec![DisruptionWindow {
+                    from: "01:00".into(),
+                    to: "02:00".into(),
+                    days: None,
+                }]),
+            });
+        }
+        let nodes = [node("a", "g", None, &[A, DR])];
+        let snapshot = GroupSnapshot {
+            group: &g,
+            desired_checksum: DESIRED,
+            nodes: nodes.iter().collect(),
+        };
+        let closed = plan_group_update(&snapshot, Timestamp::from_secs(0));
+        assert!(closed.commands.is_empty());
+        assert_eq!(
+            closed.blocked,
+            vec!["node a waits for a disruption window (disruptions.automatic.windows)".to_owned()]
+        );
+        let open = plan_group_update(&snapshot, Timestamp::from_secs(3600 + 60));
+        assert_eq!(
+            open.commands,
+            vec![UpdateCommand::StartDrain { node: "a".into() }]
+        );
+    }
+
+    #[test]
+    fn manual_never_approves_a_disruption() {
+        let g = group("g", ApprovalMode::Manual, Some(IntOrString::Int(3)));
+        let nodes = [
+            node("a", "g", None, &[A, DR]),
+            node("b", "g", None, &[A, DR, DRAINED_USER]),
+            node("c", "g", None, &[W]),
+        ];
+        let p = plan(&g, &nodes);
+        assert_eq!(p.commands, vec![approve("c")]);
+        assert_eq!(p.blocked.len(), 2);
+        assert!(p.blocked[0].contains("manual disruption approval"));
+        // The operator approved and drained by hand: not uncordoned by us.
+        let mut done = node("b", "g", Some(DESIRED), &[A, DA, DRAINED_USER]);
+        done.unschedulable = true;
+        let p = plan(&g, &[done]);
+        assert_eq!(
+            p.commands,
+            vec![UpdateCommand::Finish {
+                node: "b".into(),
+                uncordon: false
+            }]
+        );
+    }
+
+    #[test]
+    fn rolling_update_replaces_machines_inside_windows() {
+        let mut g = group("g", ApprovalMode::RollingUpdate, None);
+        let nodes = [node("a", "g", None, &[A, RU]), node("b", "g", None, &[W])];
+        let p = plan(&g, &nodes);
+        assert_eq!(
+            p.commands,
+            vec![UpdateCommand::ReplaceMachine { node: "a".into() }]
+        );
+        if let Some(d) = g.spec.disruptions.as_mut() {
+            d.rolling_update = Some(RollingUpdateDisruptions {
+                windows: Some(vec![DisruptionWindow {
+                    from: "10:00".into(),
+                    to: "11:00".into(),
+                    days: None,
+                }]),
+            });
+        }
+        let p = plan(&g, &nodes);
+        assert!(p.commands.is_empty());
+        assert!(p.blocked[0].contains("replacement window"));
+    }
+
+    #[test]
+    fn disruption_request_without_a_slot_is_approved_first() {
+        let g = group("g", ApprovalMode::RollingUpdate, None);
+        let p = plan(
+            &g,
+            &[node("a", "g", None, &[RU]), node("b", "g", None, &[RU])],
+        );
+        assert_eq!(p.commands, vec![approve("a")]);
+    }
+
+    #[test]
+    fn a_vanished_node_frees_its_slot() {
+        let g = group("g", ApprovalMode::Automatic, None);
+        let mut nodes = vec![
+            node("a", "g", None, &[A, DR, DRAINING]),
+            node("b", "g", None, &[W]),
+        ];
+        assert!(plan(&g, &nodes).commands.is_empty());
+        nodes.remove(0);
+        assert_eq!(plan(&g, &nodes).commands, vec![approve("b")]);
+    }
+
+    #[test]
+    fn finish_needs_the_desired_checksum_and_readiness() {
+        let g = group("g", ApprovalMode::Automatic, None);
+        let mut not_ready = node("a", "g", Some(DESIRED), &[A]);
+        not_ready.ready = false;
+        assert!(plan(&g, &[not_ready]).commands.is_empty());
+        assert!(
+            plan(&g, &[node("a", "g", Some(OLD), &[A])])
+                .commands
+                .is_empty()
+        );
+        // A person's drain marker alone is not ours to clean.
+        assert!(
+            plan(&g, &[node("a", "g", Some(DESIRED), &[DRAINED_USER])])
+                .commands
+                .is_empty()
+        );
+        let snapshot_nodes = [node("a", "g", Some(""), &[A])];
+        let snapshot = GroupSnapshot {
+            group: &g,
+            desired_checksum: "",
+            nodes: snapshot_nodes.iter().collect(),
+        };
+        assert!(
+            plan_group_update(&snapshot, Timestamp::EPOCH)
+                .commands
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn plan_updates_matches_nodes_by_group_label() {
+        let groups = [
+            group("g1", ApprovalMode::Automatic, None),
+            group("g2", ApprovalMode::Automatic, None),
+            group("unknown-checksum", ApprovalMode::Automatic, None),
+        ];
+        let checksums: BTreeMap<String, String> = [("g1", DESIRED), ("g2", DESIRED)]
+            .into_iter()
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .collect();
+        let nodes = [
+            node("a", "g1", None, &[W]),
+            node("b", "g1", None, &[W]),
+            node("c", "g2", None, &[W]),
+            node("d", "unknown-checksum", None, &[W]),
+            node("e", "no-such-group", None, &[W]),
+        ];
+        let commands = plan_updates(&groups, &checksums, &nodes, Timestamp::EPOCH);
+        assert_eq!(commands, vec![approve("a"), approve("c")]);
+        let detailed = plan_updates_detailed(&groups, &checksums, &nodes, Timestamp::EPOCH);
+        assert_eq!(detailed.len(), 2);
+        assert_eq!(detailed[0].1.blocked.len(), 1);
+    }
+
+    #[test]
+    fn drains_are_created_for_start_drain_commands() {
+        let mut g = group("g", ApprovalMode::Automatic, None);
+        g.spec.node_drain_timeout_second = Some(60);
+        let nodes = [node("a", "g", None, &[A, DR]), node("b", "g", None, &[])];
+        let pods: Vec<Pod> = ["a", "a", "b"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Pod {
+                namespace: "ns".into(),
+                name: format!("p{i}"),
+                node_name: Some((*n).into()),
+                ..Pod::default()
+            })
+            .collect();
+        let commands = plan_updates(
+            std::slice::from_ref(&g),
+            &BTreeMap::from([("g".to_owned(), DESIRED.to_owned())]),
+            &nodes,
+            Timestamp::EPOCH,
+        );
+        let drains = drains_for(&commands, &[g], &nodes, &pods, Timestamp::EPOCH);
+        assert_eq!(drains.len(), 1);
+        assert_eq!(drains[0].node(), "a");
+        assert_eq!(drains[0].remaining().count(), 2);
+        assert_eq!(
+            drains[0].config().timeout,
+            std::time::Duration::from_secs(60)
+        );
+    }
+
+    #[test]
+    fn statuses_follow_the_metric() {
+        let auto = group("g", ApprovalMode::Automatic, None);
+        let manual = group("g", ApprovalMode::Manual, None);
+        let s = |g: &NodeGroup, checksum: Option<&str>, marks: &[(&str, &str)]| {
+            node_update_status(g, &node("n", "g", checksum, marks), DESIRED)
+        };
+        use NodeUpdateStatus as S;
+        assert_eq!(s(&auto, None, &[W]), S::WaitingForApproval);
+        assert_eq!(s(&auto, None, &[A]), S::Approved);
+        assert_eq!(s(&auto, None, &[A, DR, DRAINING]), S::DrainingForDisruption);
+        assert_eq!(s(&auto, Some(OLD), &[DRAINING]), S::Draining);
+        assert_eq!(s(&auto, None, &[A, DR, DRAINED]), S::Drained);
+        assert_eq!(s(&auto, None, &[A, DR]), S::WaitingForDisruptionApproval);
+        assert_eq!(
+            s(&manual, None, &[A, DR]),
+            S::WaitingForManualDisruptionApproval
+        );
+        assert_eq!(s(&auto, None, &[A, DA]), S::DisruptionApproved);
+        assert_eq!(s(&auto, Some(OLD), &[]), S::ToBeUpdated);
+        assert_eq!(s(&auto, None, &[]), S::ToBeUpdated);
+        assert_eq!(s(&auto, Some(DESIRED), &[]), S::UpToDate);
+        assert_eq!(
+            node_update_status(&auto, &node("n", "g", Some(DESIRED), &[]), ""),
+            S::UpdateFailedNoConfigChecksum
+        );
+        assert_eq!(S::ALL.len(), 11);
+        assert_eq!(
+            S::DrainingForDisruption.to_string(),
+            "DrainingForDisruption"
+        );
+    }
+
+    #[test]
+    fn commands_display_for_people() {
+        assert_eq!(approve("a").to_string(), "approve update of node a");
+        assert_eq!(
+            UpdateCommand::ApproveDisruption {
+                node: "a".into(),
+                cordon: true
+            }
+            .to_string(),
+            "approve disruption of node a (cordon first)"
+        );
+        assert_eq!(
+            UpdateCommand::Finish {
+                node: "a".into(),
+                uncordon: true
+            }
+            .to_string(),
+            "finish update of node a and uncordon it"
+        );
+        assert_eq!(
+            UpdateCommand::ReplaceMachine { node: "x".into() }.node(),
+            "x"
+        );
+    }
+
+    // ---- property tests: a small world of one group, an executor, agents and an operator ----
+
+    /// The executor: applies `command` to the node annotations the way the contract says.
+    fn apply(nodes: &mut Vec<Node>, command: &UpdateCommand, replacements: &mut usize) {
+        let Some(i) = nodes.iter().position(|n| n.name == command.node()) else {
+            return;
+        };
+        let n = &mut nodes[i];
+        let a = &mut n.annotations;
+        match command {
+            UpdateCommand::Approve { .. } => {
+                a.insert(keys::ANNOTATION_APPROVED.into(), String::new());
+                a.remove(keys::ANNOTATION_WAITING_FOR_APPROVAL);
+            }
+            UpdateCommand::StartDrain { .. } => {
+                a.insert(keys::ANNOTATION_DRAINING.into(), "bashible".into());
+            }
+            UpdateCommand::ApproveDisruption { cordon, .. } => {
+                a.insert(keys::ANNOTATION_DISRUPTION_APPROVED.into(), String::new());
+                a.remove(keys::ANNOTATION_DISRUPTION_REQUIRED);
+                if *cordon {
+                    a.insert(keys::ANNOTATION_DRAINED.into(), "bashible".into());
+                    n.unschedulable = true;
+                }
+            }
+            UpdateCommand::ReplaceMachine { .. } => {
+                let old = nodes.remove(i);
+                *replacements += 1;
+                let mut fresh = Node {
+                    name: format!("{}-r{replacements}", old.name),
+                    labels: old.labels,
+                    ready: true,
+                    ..Node::default()
+                };
+                fresh.annotations.insert(
+                    keys::ANNOTATION_CONFIGURATION_CHECKSUM.into(),
+                    DESIRED.into(),
+                );
+                nodes.push(fresh);
+            }
+            UpdateCommand::Finish { uncordon, .. } => {
+                for key in [
+                    keys::ANNOTATION_APPROVED,
+                    keys::ANNOTATION_WAITING_FOR_APPROVAL,
+                    keys::ANNOTATION_DISRUPTION_REQUIRED,
+                    keys::ANNOTATION_DISRUPTION_APPROVED,
+                    keys::ANNOTATION_ROLLING_UPDATE,
+                    keys::ANNOTATION_DRAINED,
+                    keys::ANNOTATION_DRAINING,
+                ] {
+                    a.remove(key);
+                }
+                if *uncordon {
+                    n.unschedulable = false;
+                }
+            }
+        }
+    }
+
+    /// The executor's drains finishing: `draining` becomes `drained`, the node cordoned.
+    fn finish_drain(n: &mut Node) {
+        if let Some(source) = n.annotations.remove(keys::ANNOTATION_DRAINING) {
+            n.annotations
+                .insert(keys::ANNOTATION_DRAINED.into(), source);
+            n.unschedulable = true;
+        }
+    }
+
+    /// The cooperative node agent (bashible, facts §3.1), one step.
+    fn agent_step(n: &mut Node, needs_disruption: bool, rolling: bool) {
+        let m = UpdateMarks::of(n);
+        if n.checksum() == Some(DESIRED) {
+            return;
+        }
+        let a = &mut n.annotations;
+        if !m.approved {
+            if !m.waiting {
+                a.insert(keys::ANNOTATION_WAITING_FOR_APPROVAL.into(), String::new());
+                a.remove(keys::ANNOTATION_CONFIGURATION_CHECKSUM);
+            }
+        } else if needs_disruption && !m.disruption_approved {
+            if !m.wants_disruption() {
+                let key = if rolling {
+                    keys::ANNOTATION_ROLLING_UPDATE
+                } else {
+                    keys::ANNOTATION_DISRUPTION_REQUIRED
+                };
+                a.insert(key.into(), String::new());
+            }
+        } else {
+            a.insert(
+                keys::ANNOTATION_CONFIGURATION_CHECKSUM.into(),
+                DESIRED.into(),
+            );
+        }
+    }
+
+    /// An operator approving disruptions by hand (Manual mode).
+    fn operator_step(n: &mut Node) {
+        if n.annotations
+            .remove(keys::ANNOTATION_DISRUPTION_REQUIRED)
+            .is_some()
+        {
+            n.annotations
+                .insert(keys::ANNOTATION_DISRUPTION_APPROVED.into(), String::new());
+        }
+    }
+
+    fn mode_strategy() -> impl Strategy<Value = ApprovalMode> {
+        prop_oneof![
+            Just(ApprovalMode::Automatic),
+            Just(ApprovalMode::Manual),
+            Just(ApprovalMode::RollingUpdate),
+            Just(ApprovalMode::Unknown("Sometimes".into())),
+        ]
+    }
+
+    fn max_concurrent_strategy() -> impl Strategy<Value = Option<IntOrString>> {
+        prop_oneof![
+            Just(None),
+            (1i64..5).prop_map(|n| Some(IntOrString::Int(n))),
+            (1u8..101).prop_map(|p| Some(IntOrString::String(format!("{p}%")))),
+        ]
+    }
+
+    fn windows_strategy() -> impl Strategy<Value = Option<Vec<DisruptionWindow>>> {
+        proptest::option::of(proptest::collection::vec(
+            (0u16..24, 0u16..24).prop_map(|(f, t)| DisruptionWindow {
+                from: format!("{f:02}:00"),
+                to: format!("{t:02}:00"),
+                days: None,
+            }),
+            0..2,
+        ))
+    }
+
+    fn group_strategy() -> impl Strategy<Value = NodeGroup> {
+        (
+            mode_strategy(),
+            max_concurrent_strategy(),
+            proptest::option::of(any::<bool>()),
+            windows_strategy(),
+            windows_strategy(),
+        )
+            .prop_map(|(mode, mc, drain, auto_windows, rolling_windows)| {
+                let mut g = group("g", mode, mc);
+                if let Some(d) = g.spec.disruptions.as_mut() {
+                    d.automatic = Some(AutomaticDisruptions {
+                        drain_before_approval: drain,
+                        windows: auto_windows,
+                    });
+                    d.rolling_update = Some(RollingUpdateDisruptions {
+                        windows: rolling_windows,
+                    });
+                }
+                g
+            })
+    }
+
+    /// A node with random readiness, cordon, checksum and update annotations.
+    fn node_strategy() -> impl Strategy<Value = Node> {
+        (
+            (0u8..20).prop_map(|r| r != 0),
+            any::<bool>(),
+            0u8..3,
+            proptest::collection::vec(0usize..9, 0..4),
+        )
+            .prop_map(|(ready, unschedulable, checksum, marks)| {
+                let all = [W, A, DR, DA, RU, DRAINING, DRAINED, DRAINED_USER, W];
+                let chosen: Vec<(&str, &str)> = marks.iter().map(|i| all[*i]).collect();
+                let checksum = [None, Some(OLD), Some(DESIRED)][usize::from(checksum)];
+                let mut n = node("", "g", checksum, &chosen);
+                n.ready = ready;
+                n.unschedulable = unschedulable;
+                n
+            })
+    }
+
+    fn named(nodes: Vec<Node>) -> Vec<Node> {
+        nodes
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut n)| {
+                n.name = format!("n{i:02}");
+                n
+            })
+            .collect()
+    }
+
+    /// Checks one plan against the invariants of the module docs.
+    fn check_plan(
+        g: &NodeGroup,
+        nodes: &[Node],
+        p: &UpdatePlan,
+        now: Timestamp,
+    ) -> Result<(), TestCaseError> {
+        let mode = g.spec.approval_mode();
+        let limit = max_concurrent(g, nodes.len());
+        let before = nodes.iter().filter(|n| occupies_slot(n)).count();
+        let mut after_nodes = nodes.to_vec();
+        let mut replacements = 0;
+        for c in &p.commands {
+            apply(&mut after_nodes, c, &mut replacements);
+        }
+        let newly = after_nodes
+            .iter()
+            .filter(|n| {
+                occupies_slot(n) && !nodes.iter().any(|o| o.name == n.name && occupies_slot(o))
+            })
+            .count();
+        prop_assert!(
+            newly <= limit.saturating_sub(before),
+            "{newly} nodes entered slots with {before} of {limit} taken: {:?}",
+            p.commands
+        );
+        let after = after_nodes.iter().filter(|n| occupies_slot(n)).count();
+        if before <= limit {
+            prop_assert!(
+                after <= limit,
+                "{after} nodes in slots, limit {limit}: {:?}",
+                p.commands
+            );
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for c in &p.commands {
+            prop_assert!(
+                seen.insert(c.node().to_owned()),
+                "two commands for one node: {:?}",
+                p.commands
+            );
+        }
+        if nodes.iter().any(|n| !n.ready) {
+            prop_assert!(
+                p.commands.iter().all(|c| !c.is_step()),
+                "step while not Ready: {:?}",
+                p.commands
+            );
+        }
+        let windows = |rolling: bool| {
+            g.spec
+                .disruptions
+                .as_ref()
+                .and_then(|d| {
+                    if rolling {
+                        d.rolling_update.as_ref().and_then(|r| r.windows.clone())
+                    } else {
+                        d.automatic.as_ref().and_then(|a| a.windows.clone())
+                    }
+                })
+                .unwrap_or_default()
+        };
+        for c in &p.commands {
+            match c {
+                UpdateCommand::StartDrain { .. } | UpdateCommand::ApproveDisruption { .. } => {
+                    prop_assert_eq!(&mode, &ApprovalMode::Automatic, "{}", c);
+                    prop_assert!(
+                        window_open(&windows(false), now),
+                        "{} outside the window",
+                        c
+                    );
+                }
+                UpdateCommand::ReplaceMachine { .. } => {
+                    prop_assert_eq!(&mode, &ApprovalMode::RollingUpdate);
+                    prop_assert!(window_open(&windows(true), now), "{} outside the window", c);
+                }
+                UpdateCommand::Approve { node } => {
+                    let n = nodes.iter().find(|n| &n.name == node).unwrap();
+                    prop_assert!(!occupies_slot(n));
+                }
+                UpdateCommand::Finish { node, uncordon } => {
+                    let n = nodes.iter().find(|n| &n.name == node).unwrap();
+                    prop_assert!(n.ready && n.checksum() == Some(DESIRED));
+                    prop_assert_eq!(*uncordon, UpdateMarks::of(n).cordoned_by_us());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// End to end on a virtual clock: an Automatic group of three nodes, one pod per node that a
+    /// PodDisruptionBudget never lets go. Each node is approved alone, drained (the drain times
+    /// out after 5 minutes and force-deletes the stubborn pod, which still counts as drained),
+    /// gets its disruption approved, reports the new checksum, and is finished and uncordoned.
+    #[test]
+    fn scenario_automatic_update_with_stubborn_pods() {
+        use crate::drain::{DrainCommand, DrainOutcome, EvictionOutcome};
+        use std::time::Duration;
+
+        let g = group("g", ApprovalMode::Automatic, None);
+        let mut nodes = named(vec![node("", "g", Some(OLD), &[]); 3]);
+        let mut pods: Vec<Pod> = Vec::new();
+        for n in &nodes {
+            for (i, stubborn) in [false, false, true].into_iter().enumerate() {
+                pods.push(Pod {
+                    namespace: "app".into(),
+                    name: format!("{}-{}{i}", n.name, if stubborn { "pdb" } else { "web" }),
+                    node_name: Some(n.name.clone()),
+                    ..Pod::default()
+                });
+            }
+        }
+        let mut now = Timestamp::from_secs(1_000_000);
+        let mut drains: Vec<Drain> = Vec::new();
+        let mut replacements = 0;
+        let mut timed_out = Vec::new();
+        let mut max_in_slots = 0;
+        for _ in 0..500 {
+            for n in nodes.iter_mut() {
+                agent_step(n, true, false);
+            }
+            let commands = plan_updates(
+                std::slice::from_ref(&g),
+                &BTreeMap::from([("g".to_owned(), DESIRED.to_owned())]),
+                &nodes,
+                now,
+            );
+            drains.extend(drains_for(
+                &commands,
+                std::slice::from_ref(&g),
+                &nodes,
+                &pods,
+                now,
+            ));
+            for c in &commands {
+                apply(&mut nodes, c, &mut replacements);
+            }
+            max_in_slots = max_in_slots.max(nodes.iter().filter(|n| occupies_slot(n)).count());
+            // The executor runs its drains to the next deadline.
+            for d in drains.iter_mut() {
+                while let Some(command) = d.poll_command(now) {
+                    match command {
+                        DrainCommand::Cordon { node } => {
+                            if let Some(n) = nodes.iter_mut().find(|n| n.name == node) {
+                                n.unschedulable = true;
+                            }
+                        }
+                        DrainCommand::Evict { pod } if pod.contains("-pdb") => {
+                            d.handle_eviction(&pod, EvictionOutcome::Refused, now);
+                        }
+                        DrainCommand::Evict { pod } => {
+                            d.handle_eviction(&pod, EvictionOutcome::Evicted, now);
+                            d.handle_pod_deleted(&pod, now);
+                        }
+                        DrainCommand::ForceDelete { pod } => {
+                            assert!(now >= d.started() + Duration::from_secs(300));
+                            d.handle_pod_deleted(&pod, now);
+                        }
+                    }
+                }
+            }
+            drains.retain(|d| match d.outcome() {
+                None => true,
+                Some(outcome) => {
+                    if let DrainOutcome::TimedOut { force_deleted } = outcome {
+                        timed_out.extend(force_deleted.iter().cloned());
+                    }
+                    let n = nodes.iter_mut().find(|n| n.name == d.node()).unwrap();
+                    finish_drain(n);
+                    false
+                }
+            });
+            let done = nodes.iter().all(|n| {
+                n.checksum() == Some(DESIRED) && !UpdateMarks::of(n).ours() && !n.unschedulable
+            });
+            if done {
+                break;
+            }
+            now = drains
+                .iter()
+                .filter_map(Drain::next_deadline)
+                .min()
+                .unwrap_or(now + Duration::from_secs(5))
+                .max(now + Duration::from_secs(1));
+        }
+        assert!(
+            nodes
+                .iter()
+                .all(|n| n.checksum() == Some(DESIRED) && !n.unschedulable)
+        );
+        assert_eq!(max_in_slots, 1);
+        assert_eq!(
+            timed_out,
+            vec!["app/n00-pdb2", "app/n01-pdb2", "app/n02-pdb2"]
+        );
+        // Three drains of 5 minutes each, one node at a time.
+        let elapsed = now.saturating_since(Timestamp::from_secs(1_000_000));
+        assert!(elapsed >= Duration::from_secs(900), "{elapsed:?}");
+        assert!(elapsed < Duration::from_secs(1000), "{elapsed:?}");
+    }
+
+    proptest! {
+        // Cheap cases (about 0.2 ms each); more of them reach the rarer disruption steps.
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        /// Random groups and node states, iterated for several rounds with random agents,
+        /// drains, operators, readiness flips and vanishing nodes: every plan keeps the slot
+        /// limit, the all-Ready gate, the approval mode and the windows.
+        #[test]
+        fn plans_keep_limits_gates_modes_and_windows(
+            g in group_strategy(),
+            nodes in proptest::collection::vec(node_strategy(), 1..10),
+            rounds in proptest::collection::vec(
+                (0u32..(7 * 24 * 60), proptest::collection::vec(0u8..24, 10)),
+                1..12,
+            ),
+        ) {
+            let mut nodes = named(nodes);
+            let mut replacements = 0;
+            let mut minute = 0;
+            let rolling = g.spec.approval_mode() == ApprovalMode::RollingUpdate;
+            for (step, events) in rounds {
+                minute += step;
+                let now = Timestamp::from_secs(i64::from(minute) * 60);
+                let refs: Vec<&Node> = nodes.iter().collect();
+                let p = plan_group_update(
+                    &GroupSnapshot { group: &g, desired_checksum: DESIRED, nodes: refs },
+                    now,
+                );
+                check_plan(&g, &nodes, &p, now)?;
+                for c in &p.commands {
+                    apply(&mut nodes, c, &mut replacements);
+                }
+                // The world moves: each node gets one random event.
+                let mut vanish = None;
+                for (i, n) in nodes.iter_mut().enumerate() {
+                    match events.get(i).copied().unwrap_or(23) {
+                        0 => n.ready = !n.ready,
+                        1 => vanish = Some(i),
+                        2 | 3 => operator_step(n),
+                        4..=7 => finish_drain(n),
+                        8..=13 => agent_step(n, true, rolling),
+                        14..=17 => agent_step(n, false, rolling),
+                        _ => n.ready = true,
+                    }
+                }
+                if let Some(i) = vanish {
+                    nodes.remove(i);
+                }
+                if nodes.is_empty() {
+                    break;
+                }
+            }
+        }
+
+        /// Liveness: with every node Ready, no windows, a cooperative agent, an executor that
+        /// finishes drains within the round and (Manual) an operator who approves, all `N`
+        /// nodes run the desired checksum with clean annotations within
+        /// `4 × ceil(N / maxConcurrent)` rounds.
+        #[test]
+        fn liveness_all_nodes_converge(
+            mode in prop_oneof![
+                Just(ApprovalMode::Automatic),
+                Just(ApprovalMode::Manual),
+                Just(ApprovalMode::RollingUpdate),
+            ],
+            mc in max_concurrent_strategy(),
+            drain in proptest::option::of(any::<bool>()),
+            disruptive in proptest::collection::vec(any::<bool>(), 1..16),
+        ) {
+            let mut g = group("g", mode.clone(), mc);
+            if let Some(d) = g.spec.disruptions.as_mut() {
+                d.automatic = Some(AutomaticDisruptions { drain_before_approval: drain, windows: None });
+            }
+            let n_nodes = disruptive.len();
+            let mut nodes = named(vec![node("", "g", Some(OLD), &[]); n_nodes]);
+            let needs: BTreeMap<String, bool> = nodes
+                .iter()
+                .zip(&disruptive)
+                .map(|(n, d)| (n.name.clone(), *d))
+                .collect();
+            let limit = max_concurrent(&g, n_nodes);
+            let bound = 4 * n_nodes.div_ceil(limit);
+            let rolling = mode == ApprovalMode::RollingUpdate;
+            let mut replacements = 0;
+            let converged = |nodes: &[Node]| {
+                nodes.iter().all(|n| n.checksum() == Some(DESIRED) && !UpdateMarks::of(n).ours() && !n.unschedulable)
+            };
+            let mut rounds = 0;
+            while !converged(&nodes) {
+                rounds += 1;
+                prop_assert!(rounds <= bound, "not converged after {bound} rounds: {nodes:?}");
+                for n in nodes.iter_mut() {
+                    let d = needs.get(&n.name).copied().unwrap_or(false);
+                    agent_step(n, d, rolling);
+                }
+                let refs: Vec<&Node> = nodes.iter().collect();
+                let p = plan_group_update(
+                    &GroupSnapshot { group: &g, desired_checksum: DESIRED, nodes: refs },
+                    Timestamp::EPOCH,
+                );
+                check_plan(&g, &nodes, &p, Timestamp::EPOCH)?;
+                for c in &p.commands {
+                    apply(&mut nodes, c, &mut replacements);
+                }
+                for n in nodes.iter_mut() {
+                    finish_drain(n);
+                    if mode == ApprovalMode::Manual {
+                        operator_step(n);
+                    }
+                }
+            }
+            prop_assert_eq!(nodes.len(), n_nodes);
+        }
+    }
+}
