@@ -12,6 +12,14 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
   rustup component add rustfmt clippy
 fi
 
+# --- real components the tests start (sshd, moto, kubectl, ...) ---------------------------
+# Each file in scripts/install.d installs one component when it is missing; they run in order.
+for installer in scripts/install.d/*.sh; do
+  [ -e "$installer" ] || continue
+  log "running $installer"
+  bash "$installer"
+done
+
 # --- checks ---------------------------------------------------------------------------
 log "cargo fmt --check"
 cargo fmt --all -- --check
