@@ -12,6 +12,7 @@ pub mod impact;
 pub mod lifecycle;
 pub mod model;
 pub mod oom;
+pub mod scaling;
 pub mod update;
 pub mod validate;
 pub mod window;
