@@ -16,8 +16,8 @@
 //!    for one (`maxSurgePerZone: 0`: delete first, then create). Removing a failed node takes
 //!    nothing healthy down, so `maxUnavailablePerZone` does not limit it; that limit governs the
 //!    voluntary replacements of [`super::surge`].
-//! 3. **Above max**: nodes beyond `maxPerZone` (the limit was lowered) are removed, not-Ready
-//!    first, then the newest. Skipped while the zone still has nodes of an outdated class (the
+//! 3. **Above max**: nodes beyond `maxPerZone` (the limit was lowered) are removed, failed
+//!    first, then not Ready, then the newest. Skipped while the zone still has nodes of an outdated class (the
 //!    class rollout owns the surge then).
 //!
 //! Nodes of the group in a zone outside its zones (or without a zone label) are reported in the
@@ -291,11 +291,13 @@ fn plan_zone(group: &ScalingGroup<'_>, z: &ZoneState<'_>, out: &mut BoundsDecisi
     // 2. Failed nodes.
     let machines = z.machines() + (upcoming - z.upcoming);
     let mut removed = 0u32;
+    let mut gone: Vec<&Node> = Vec::new();
     for node in &z.failed {
         let replaced = healthy + upcoming >= d;
         let no_room = machines - removed >= d + z.surge;
         if replaced || no_room {
             out.commands.push(remove(name, z, node, Why::Failed));
+            gone.push(node);
             removed += 1;
         }
     }
@@ -315,12 +317,14 @@ fn plan_zone(group: &ScalingGroup<'_>, z: &ZoneState<'_>, out: &mut BoundsDecisi
             .nodes
             .iter()
             .copied()
-            .filter(|n| !z.failed.iter().any(|f| std::ptr::eq(*f, *n)))
+            .filter(|n| !gone.iter().any(|f| std::ptr::eq(*f, *n)))
             .collect();
-        // Not-Ready first, then newest, then name (last first).
+        // Failed first, then not Ready, then newest, then name (last first).
+        let is_failed = |n: &Node| z.failed.iter().any(|f| std::ptr::eq(*f, n));
         candidates.sort_by(|a, b| {
-            a.ready
-                .cmp(&b.ready)
+            is_failed(b)
+                .cmp(&is_failed(a))
+                .then_with(|| a.ready.cmp(&b.ready))
                 .then_with(|| b.created.cmp(&a.created))
                 .then_with(|| b.name.cmp(&a.name))
         });
@@ -351,11 +355,10 @@ fn remove(group: &str, z: &ZoneState<'_>, node: &Node, why: Why) -> ScalingComma
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::model::{CloudInstances, ClassReference, NodeGroupSpec, NodeType, ObjectMeta};
+    use crate::model::{ClassReference, CloudInstances, NodeGroupSpec, NodeType, ObjectMeta};
     use crate::scaling::InstanceClass;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
-    use std::time::Duration;
 
     pub(crate) fn group(name: &str, min: i64, max: i64, surge: Option<i64>) -> NodeGroup {
         NodeGroup {
@@ -441,15 +444,24 @@ pub(crate) mod tests {
     #[test]
     fn zero_surge_deletes_first() {
         let mut g = group("g", 1, 1, Some(0));
-        g.spec.cloud_instances.as_mut().unwrap().max_unavailable_per_zone = Some(1);
+        g.spec
+            .cloud_instances
+            .as_mut()
+            .unwrap()
+            .max_unavailable_per_zone = Some(1);
         let groups = vec![g];
         let classes = classes();
         let now = Timestamp::from_secs(10_000);
-        let nodes = vec![node("a1", "g", "a", false, 0), node("b1", "g", "b", true, 0)];
+        let nodes = vec![
+            node("a1", "g", "a", false, 0),
+            node("b1", "g", "b", true, 0),
+        ];
         let snap = ClusterSnapshot::new(&nodes, &[], &[], &groups, &classes, &[]);
         let d = plan_bounds(&snap, &ScalingConfig::default(), now);
         assert_eq!(d.commands.len(), 1);
-        assert!(matches!(&d.commands[0], ScalingCommand::RemoveNode { node, why: Why::Failed, .. } if node == "a1"));
+        assert!(
+            matches!(&d.commands[0], ScalingCommand::RemoveNode { node, why: Why::Failed, .. } if node == "a1")
+        );
         // Next pass: a1 is leaving, still a machine: nothing until it is gone.
         let snap = snap.with_leaving(BTreeSet::from(["a1".to_string()]));
         let d = plan_bounds(&snap, &ScalingConfig::default(), now);
@@ -475,7 +487,11 @@ pub(crate) mod tests {
         assert_eq!(d.commands.len(), 1);
         assert!(matches!(&d.commands[0], ScalingCommand::RemoveNode { node, .. } if node == "a2"));
         assert_eq!(d.notes.len(), 1);
-        assert!(d.notes[0].contains("c1") || d.notes[0].contains(" c,"), "{}", d.notes[0]);
+        assert!(
+            d.notes[0].contains("c1") || d.notes[0].contains(" c,"),
+            "{}",
+            d.notes[0]
+        );
     }
 
     /// A zone's population for the properties.
@@ -492,17 +508,28 @@ pub(crate) mod tests {
     }
 
     fn arb_world() -> impl Strategy<Value = World> {
-        (0i64..4, 0i64..4, 0i64..3, prop::option::of(0u32..8), 0usize..7, 0usize..4, 0usize..3, 0u32..3)
-            .prop_map(|(min, extra, surge, desired, healthy, failed, leaving, upcoming)| World {
-                min,
-                max: min + extra,
-                surge,
-                desired,
-                healthy,
-                failed,
-                leaving,
-                upcoming,
-            })
+        (
+            0i64..4,
+            0i64..4,
+            0i64..3,
+            prop::option::of(0u32..8),
+            0usize..7,
+            0usize..4,
+            0usize..3,
+            0u32..3,
+        )
+            .prop_map(
+                |(min, extra, surge, desired, healthy, failed, leaving, upcoming)| World {
+                    min,
+                    max: min + extra,
+                    surge,
+                    desired,
+                    healthy,
+                    failed,
+                    leaving,
+                    upcoming,
+                },
+            )
     }
 
     fn build(w: &World) -> (Vec<NodeGroup>, Vec<Node>, BTreeSet<String>) {
@@ -601,7 +628,6 @@ pub(crate) mod tests {
             let healthy_now = nodes.iter().filter(|x| x.ready && !leaving.contains(&x.name)).count();
             prop_assert_eq!(healthy_now as i64, n);
             prop_assert!(nodes.iter().all(|x| x.ready || leaving.contains(&x.name)));
-            let _ = Duration::ZERO;
         }
     }
 }

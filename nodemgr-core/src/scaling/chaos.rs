@@ -102,16 +102,17 @@ pub fn plan_chaos(
             Some(Ok(p)) => p,
         };
         let start = state.period_start.get(name).copied().unwrap_or(now);
-        decision
-            .state
-            .period_start
-            .insert(name.to_owned(), start);
+        decision.state.period_start.insert(name.to_owned(), start);
         let elapsed = now.saturating_since(start);
         if elapsed < period {
             continue;
         }
         let zones = states.get(name).map(Vec::as_slice).unwrap_or_default();
-        let desired: u32 = zones.iter().filter(|z| z.in_group_zones).map(|z| z.desired).sum();
+        let desired: u32 = zones
+            .iter()
+            .filter(|z| z.in_group_zones)
+            .map(|z| z.desired)
+            .sum();
         let nodes: usize = zones.iter().map(|z| z.nodes.len()).sum();
         let ready: u32 = zones.iter().map(|z| z.ready()).sum();
         let leaving: usize = zones.iter().map(|z| z.leaving.len()).sum();

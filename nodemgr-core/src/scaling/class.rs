@@ -199,10 +199,7 @@ pub fn node_shape(group: &NodeGroup, class: &InstanceClass) -> NodeShape {
     capacity.insert("pods".into(), Quantity::units(pods));
     let (cpu_reserved, memory_reserved) = system_reserve(group, class.cpu, class.memory);
     let mut allocatable = capacity.clone();
-    allocatable.insert(
-        "cpu".into(),
-        Quantity((class.cpu - cpu_reserved).0.max(0)),
-    );
+    allocatable.insert("cpu".into(), Quantity((class.cpu - cpu_reserved).0.max(0)));
     allocatable.insert(
         "memory".into(),
         Quantity((class.memory - memory_reserved).0.max(0)),
@@ -224,9 +221,8 @@ pub fn template_node(
     name: &str,
 ) -> Node {
     let template = group.spec.node_template.as_ref();
-    let mut labels: BTreeMap<String, String> = template
-        .and_then(|t| t.labels.clone())
-        .unwrap_or_default();
+    let mut labels: BTreeMap<String, String> =
+        template.and_then(|t| t.labels.clone()).unwrap_or_default();
     labels.insert(keys::LABEL_NODE_GROUP.into(), group.name().to_owned());
     labels.insert(
         keys::LABEL_NODE_TYPE.into(),
@@ -276,7 +272,10 @@ mod tests {
         let got = auto_memory_reserve(gib(16)).0;
         let want = gib(1).0 + gib(8).0 * 2 / 10;
         assert_eq!(got, want);
-        assert_eq!(auto_memory_reserve(Quantity::units(512 << 20)).0, 255 * (1000 << 20));
+        assert_eq!(
+            auto_memory_reserve(Quantity::units(512 << 20)).0,
+            255 * (1000 << 20)
+        );
     }
 
     #[test]

@@ -53,7 +53,10 @@ impl fmt::Display for Why {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::BelowDesired { have, want } => {
-                write!(f, "zone has {have} healthy or upcoming node(s), wants {want}")
+                write!(
+                    f,
+                    "zone has {have} healthy or upcoming node(s), wants {want}"
+                )
             }
             Self::Failed => f.write_str("node failed (not Ready past the failure timeout)"),
             Self::AboveMax { have, max } => write!(f, "zone has {have} node(s), maxPerZone {max}"),
@@ -137,7 +140,10 @@ impl fmt::Display for ScalingCommand {
                 group,
                 zone,
                 why,
-            } => write!(f, "drain and delete node {node} of {group} in {zone}: {why}"),
+            } => write!(
+                f,
+                "drain and delete node {node} of {group} in {zone}: {why}"
+            ),
         }
     }
 }

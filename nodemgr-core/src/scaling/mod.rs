@@ -29,6 +29,8 @@ pub mod scale_up;
 pub mod snapshot;
 pub mod standby;
 pub mod surge;
+#[cfg(test)]
+mod testkit;
 mod util;
 
 pub use bounds::{BoundsDecision, ZoneState, group_zones, plan_bounds, zone_states};

@@ -179,9 +179,11 @@ pub fn check_fit(pod: &Pod, node: &Node, pods_on_node: &[&Pod]) -> Result<(), Mi
                 .filter_map(|p| p.requests.get(name))
                 .fold(Quantity::ZERO, |a, b| a + *b)
         };
-        let Some(alloc) = node.allocatable.get(name).copied().or_else(|| {
-            (name == "pods" || is_extended_resource(name)).then_some(Quantity::ZERO)
-        }) else {
+        let Some(alloc) =
+            node.allocatable.get(name).copied().or_else(|| {
+                (name == "pods" || is_extended_resource(name)).then_some(Quantity::ZERO)
+            })
+        else {
             continue;
         };
         let free = alloc - used;
@@ -497,8 +499,10 @@ impl<'a> Bins<'a> {
         self.refresh(bin);
     }
 
-    /// Records a preemptible standby-holder pod running on `bin`.
+    /// Records a preemptible standby-holder pod running on `bin`: it takes free room like any
+    /// pod, and that room is also counted as held (available to preempting pods).
     pub(crate) fn occupy_held(&mut self, bin: usize, pod: &'a Pod, demand: Demand) {
+        self.take(bin, &demand);
         for d in 0..3 {
             self.held[bin][d] += demand.core[d];
         }
@@ -700,7 +704,16 @@ impl<'a> Placer<'a> {
         let bin = self.search(class, pod, demand, true)?;
         let mut preempted = Vec::new();
         while !self.bins.room_for(bin, demand, false) {
-            let Some(held) = self.bins.holders.get_mut(&bin).and_then(Vec::pop) else {
+            // Evict the lowest priority first, then the last by name: independent of the
+            // order pods were listed in.
+            let Some(held) = self.bins.holders.get_mut(&bin).and_then(|v| {
+                v.sort_by(|a, b| {
+                    b.pod.priority.cmp(&a.pod.priority).then_with(|| {
+                        (&a.pod.namespace, &a.pod.name).cmp(&(&b.pod.namespace, &b.pod.name))
+                    })
+                });
+                v.pop()
+            }) else {
                 break;
             };
             for d in 0..3 {
@@ -709,6 +722,7 @@ impl<'a> Placer<'a> {
             for &(i, v) in &held.demand.ext {
                 self.bins.held_ext[bin * self.bins.n_ext + i as usize] -= v;
             }
+            self.bins.give(bin, &held.demand);
             self.bins.untrack(bin, held.pod);
             preempted.push(held.pod);
             if self.recording {
@@ -736,11 +750,6 @@ impl<'a> Placer<'a> {
                 demand: demand.clone(),
             });
         }
-    }
-
-    /// Places `pod` on `bin` without a search (replaying a decision).
-    pub(crate) fn put_on(&mut self, bin: usize, pod: &'a Pod, demand: &Demand) {
-        self.put(bin, pod, demand);
     }
 
     /// Takes `bin` out of the simulation (recorded).
@@ -989,18 +998,21 @@ mod tests {
         ));
         let mut done = a.clone();
         done.phase = PodPhase::Succeeded;
-        assert!(check_fit(&a, &n, &[&done]).is_ok(), "finished pods hold nothing");
+        assert!(
+            check_fit(&a, &n, &[&done]).is_ok(),
+            "finished pods hold nothing"
+        );
     }
 
     #[test]
     fn extended_resources_default_to_zero_standard_ones_to_unlimited() {
         let n = node("n", "2", "4Gi", 10);
         let mut gpu = pod("g", "1", "1Gi");
-        gpu.requests.insert("nvidia.com/gpu".into(), Quantity::units(1));
+        gpu.requests
+            .insert("nvidia.com/gpu".into(), Quantity::units(1));
         assert!(check_fit(&gpu, &n, &[]).is_err());
         let mut eph = pod("e", "1", "1Gi");
-        eph.requests
-            .insert("ephemeral-storage".into(), q("10Gi"));
+        eph.requests.insert("ephemeral-storage".into(), q("10Gi"));
         assert!(check_fit(&eph, &n, &[]).is_ok());
         let mut with_gpu = n.clone();
         with_gpu
@@ -1051,7 +1063,8 @@ mod tests {
         };
         p.required_node_affinity = vec![vec![req(SelectorOperator::NotIn, &["ssd"])]];
         assert_eq!(check_fit(&p, &n, &[]), Err(Misfit::NodeAffinity));
-        p.required_node_affinity.push(vec![req(SelectorOperator::In, &["ssd"])]);
+        p.required_node_affinity
+            .push(vec![req(SelectorOperator::In, &["ssd"])]);
         assert!(check_fit(&p, &n, &[]).is_ok(), "terms are ORed");
         p.required_node_affinity = vec![vec![]];
         assert_eq!(check_fit(&p, &n, &[]), Err(Misfit::NodeAffinity));
@@ -1069,7 +1082,10 @@ mod tests {
         let mut b = pod("b", "100m", "1Mi");
         b.labels.insert("app".into(), "web".into());
         assert!(check_fit(&a, &n, &[&b]).is_err());
-        assert!(check_fit(&b, &n, &[&a]).is_err(), "existing pod's rule counts");
+        assert!(
+            check_fit(&b, &n, &[&a]).is_err(),
+            "existing pod's rule counts"
+        );
         b.namespace = "other".into();
         assert!(check_fit(&a, &n, &[&b]).is_ok());
     }

@@ -215,7 +215,11 @@ pub fn plan_scale_down(
         (!to_move[a].is_empty())
             .cmp(&!to_move[b].is_empty())
             .then_with(|| candidates[a].1.cmp(&candidates[b].1))
-            .then_with(|| nodes[candidates[a].0].name.cmp(&nodes[candidates[b].0].name))
+            .then_with(|| {
+                nodes[candidates[a].0]
+                    .name
+                    .cmp(&nodes[candidates[b].0].name)
+            })
     });
 
     // Zone floors.
@@ -223,10 +227,7 @@ pub fn plan_scale_down(
     let mut spare: BTreeMap<(&str, &str), u32> = BTreeMap::new();
     for (group, zones) in &states {
         for z in zones {
-            spare.insert(
-                (*group, z.zone.as_str()),
-                z.healthy().saturating_sub(z.min),
-            );
+            spare.insert((*group, z.zone.as_str()), z.healthy().saturating_sub(z.min));
         }
     }
 
@@ -282,10 +283,9 @@ pub fn plan_scale_down(
         let zone = node.zone().unwrap_or_default();
         let floor = spare.get(&(group, zone)).copied().unwrap_or(0);
         if floor == 0 {
-            decision.notes.push(format!(
-                "{}: {group}/{zone} is at minPerZone",
-                node.name
-            ));
+            decision
+                .notes
+                .push(format!("{}: {group}/{zone} is at minPerZone", node.name));
             continue;
         }
         let Some(bin) = bin_of[i] else { continue };

@@ -59,7 +59,9 @@ impl<'a> ScalingGroup<'a> {
 
     /// `cloudInstances.maxUnavailablePerZone` (default 0).
     pub fn max_unavailable_per_zone(&self) -> u32 {
-        clamp_count(Some(self.cloud().map_or(0, |c| c.max_unavailable_per_zone())))
+        clamp_count(Some(
+            self.cloud().map_or(0, |c| c.max_unavailable_per_zone()),
+        ))
     }
 
     /// The surge the policies use: `maxSurgePerZone`, except that a zone with both

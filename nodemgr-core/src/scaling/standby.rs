@@ -132,8 +132,11 @@ pub fn holder_pod(group: &ScalingGroup<'_>, zone: &str, index: u32) -> Option<Po
         }),
         priority: STANDBY_PRIORITY,
         priority_class: Some(keys::STANDBY_PRIORITY_CLASS.to_owned()),
-        requests: [("cpu".to_owned(), share("cpu")), ("memory".to_owned(), share("memory"))]
-            .into(),
+        requests: [
+            ("cpu".to_owned(), share("cpu")),
+            ("memory".to_owned(), share("memory")),
+        ]
+        .into(),
         node_selector: [
             (keys::LABEL_NODE_GROUP.to_owned(), name.to_owned()),
             (keys::LABEL_TOPOLOGY_ZONE.to_owned(), zone.to_owned()),
@@ -185,7 +188,8 @@ fn holder_index(pod: &Pod) -> Option<u32> {
 pub fn plan_standby(snapshot: &ClusterSnapshot<'_>) -> Vec<StandbyPlan> {
     let mut holders: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
     for p in snapshot.pods {
-        if p.is_terminal() || p.labels.get("app").map(String::as_str) != Some(keys::STANDBY_HOLDER_APP)
+        if p.is_terminal()
+            || p.labels.get("app").map(String::as_str) != Some(keys::STANDBY_HOLDER_APP)
         {
             continue;
         }
@@ -205,7 +209,10 @@ pub fn plan_standby(snapshot: &ClusterSnapshot<'_>) -> Vec<StandbyPlan> {
             continue;
         }
         let (count, error) = if count > 0 && group.class.is_none() {
-            (0, Some("instance class unknown: holder size cannot be computed".to_owned()))
+            (
+                0,
+                Some("instance class unknown: holder size cannot be computed".to_owned()),
+            )
         } else {
             (count, error)
         };
@@ -222,7 +229,10 @@ pub fn plan_standby(snapshot: &ClusterSnapshot<'_>) -> Vec<StandbyPlan> {
         };
         let mut by_zone: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
         for p in &existing {
-            by_zone.entry(holder_zone(p).unwrap_or_default()).or_default().push(p);
+            by_zone
+                .entry(holder_zone(p).unwrap_or_default())
+                .or_default()
+                .push(p);
         }
         for (zone, pods) in &mut by_zone {
             let want = per_zone.get(*zone).copied().unwrap_or(0) as usize;
@@ -297,8 +307,15 @@ mod tests {
             1,
             "a non-zero percentage gives at least one"
         );
-        assert_eq!(count(&with_standby(0, 5, 2, IntOrString::String("0%".into()))), 0);
-        assert_eq!(count(&with_standby(3, 3, 2, IntOrString::Int(4))), 0, "fixed groups have no room");
+        assert_eq!(
+            count(&with_standby(0, 5, 2, IntOrString::String("0%".into()))),
+            0
+        );
+        assert_eq!(
+            count(&with_standby(3, 3, 2, IntOrString::Int(4))),
+            0,
+            "fixed groups have no room"
+        );
     }
 
     #[test]
@@ -309,11 +326,18 @@ mod tests {
         let plans = plan_standby(&snap);
         assert_eq!(plans.len(), 1);
         let p = &plans[0];
-        assert_eq!(p.per_zone, [("z0".to_string(), 2), ("z1".to_string(), 1)].into());
+        assert_eq!(
+            p.per_zone,
+            [("z0".to_string(), 2), ("z1".to_string(), 1)].into()
+        );
         let names: Vec<&str> = p.create.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
-            ["standby-holder-g-z0-0", "standby-holder-g-z0-1", "standby-holder-g-z1-0"]
+            [
+                "standby-holder-g-z0-0",
+                "standby-holder-g-z0-1",
+                "standby-holder-g-z1-0"
+            ]
         );
         let h = &p.create[0];
         assert_eq!(h.requests["cpu"], Quantity(1000), "50 % of 2 cores");

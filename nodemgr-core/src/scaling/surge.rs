@@ -89,9 +89,7 @@ pub fn plan_surge(
             for n in not_ready {
                 decision.commands.push(remove(name, &z.zone, n));
             }
-            let floor = z
-                .desired
-                .saturating_sub(group.max_unavailable_per_zone());
+            let floor = z.desired.saturating_sub(group.max_unavailable_per_zone());
             let available = z.ready();
             let allowed = available.saturating_sub(floor) as usize;
             let mut ready: Vec<&Node> = z.outdated.iter().copied().filter(|n| n.ready).collect();
