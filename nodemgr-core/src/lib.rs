@@ -6,6 +6,7 @@
 //! snapshot and return decisions as data, which adapters (`nodemgr-k8s`, `nodemgr-ssh`,
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 
+pub mod bashible;
 pub mod drain;
 pub mod fencing;
 pub mod impact;
