@@ -81,3 +81,11 @@ pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
 /// Taint the node controller sets on a node it cannot reach.
 pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+/// Annotation nodemgr sets on the nodes it creates: the checksum of the instance class the
+/// machine was made from (`scaling::InstanceClass::checksum`). A node whose value differs from
+/// its group's current class is replaced (`scaling::surge`). nodemgr's own key.
+pub const ANNOTATION_INSTANCE_CLASS_CHECKSUM: &str =
+    "node-manager.deckhouse.io/instance-class-checksum";
+/// Label of standby-holder pods (`app=standby-holder`, facts §8).
+pub const STANDBY_HOLDER_APP: &str = "standby-holder";
