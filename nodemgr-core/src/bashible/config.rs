@@ -317,6 +317,15 @@ fn check_cluster(cluster: &ClusterContext) -> Result<(), RenderError> {
 /// (an unknown enum value, Docker, a malformed quantity, an unsafe `rootDir`, a NUL byte).
 pub fn node_config(group: &NodeGroup, cluster: &ClusterContext) -> Result<NodeConfig, RenderError> {
     check_cluster(cluster)?;
+    derive(group, cluster)
+}
+
+/// [`node_config`] without checking the cluster context (for the cleanup script, which uses
+/// none of it).
+pub(super) fn derive(
+    group: &NodeGroup,
+    cluster: &ClusterContext,
+) -> Result<NodeConfig, RenderError> {
     let spec = &group.spec;
 
     let kubernetes_version = match spec.kubernetes_version.as_deref() {

@@ -537,11 +537,29 @@ impl Renderer {
     /// The cleanup script of a bundle's group, for files under `root`: the same script the
     /// bootstrap installs at [`keys::CLEANUP_SCRIPT_PATH`].
     pub fn cleanup_script(&self, bundle: &Bundle, root: &RenderRoot) -> String {
-        format!(
-            "#!/usr/bin/env bash\nBB_ROOT={}{}",
-            escape::shell_quote(root.as_str()),
-            bundle.cleanup_body
-        )
+        cleanup_with_root(&bundle.cleanup_body, root)
+    }
+
+    /// The cleanup script of `group` for files under `root`, without a cluster context (the
+    /// cleanup needs only the group's `kubelet.rootDir` and CRI type): what `nodemgr render
+    /// cleanup` prints.
+    ///
+    /// # Errors
+    /// As [`node_config`] for the group's own fields.
+    pub fn cleanup_script_of(
+        &self,
+        group: &NodeGroup,
+        root: &RenderRoot,
+    ) -> Result<String, RenderError> {
+        let config = config::derive(group, &ClusterContext::default())?;
+        let body = self.render_template(
+            "cleanup.sh",
+            CleanupContext {
+                config: &config,
+                confirmation: keys::CLEANUP_SCRIPT_CONFIRMATION,
+            },
+        )?;
+        Ok(cleanup_with_root(&body, root))
     }
 
     /// Bundle, bootstrap script and cleanup script of `group` at once.
@@ -563,6 +581,13 @@ impl Renderer {
             cleanup_script,
         })
     }
+}
+
+fn cleanup_with_root(body: &str, root: &RenderRoot) -> String {
+    format!(
+        "#!/usr/bin/env bash\nBB_ROOT={}{body}",
+        escape::shell_quote(root.as_str())
+    )
 }
 
 /// The checksums of many groups, keyed by group name: the `desired_checksums` argument of
@@ -640,6 +665,20 @@ mod tests {
                 "{name} does not compile"
             );
         }
+    }
+
+    #[test]
+    fn the_standalone_cleanup_is_the_bundles() {
+        let renderer = Renderer::new();
+        let mut spec = NodeGroupSpec::default();
+        spec.kubelet.get_or_insert_default().root_dir = Some("/data/k".into());
+        let group = named(spec);
+        let root = RenderRoot::new("/tmp/r").unwrap();
+        let bundle = renderer.bundle(&group, &cluster()).unwrap();
+        let standalone = renderer.cleanup_script_of(&group, &root).unwrap();
+        assert_eq!(standalone, renderer.cleanup_script(&bundle, &root));
+        assert!(standalone.contains("'/data/k'"));
+        assert!(standalone.starts_with("#!/usr/bin/env bash\nBB_ROOT='/tmp/r'\n"));
     }
 
     #[test]

@@ -1,0 +1,549 @@
+//! `bashible-apiserver`: serves each NodeGroup's bashible bundle (the ordered step scripts),
+//! configuration checksum, bootstrap script and cleanup script, rendered by
+//! `nodemgr_core::bashible`, to nodes that authenticate with a bearer token (facts §4).
+//!
+//! # Endpoints
+//! | path | answer |
+//! |---|---|
+//! | `GET /healthz` | `ok` (no token needed) |
+//! | `GET /v1/groups` | the groups the token may read, with checksums (JSON) |
+//! | `GET /v1/groups/{group}/bundle` | `{group, checksum, steps: [{name, script}]}` |
+//! | `GET /v1/groups/{group}/checksum` | `{group, checksum}` |
+//! | `GET /v1/groups/{group}/bootstrap.sh` | the bootstrap script (needs `--bootstrap-token-file`) |
+//! | `GET /v1/groups/{group}/cleanup.sh` | the cleanup script |
+//! | `GET /apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/{bundle}.{group}` | the bundle as Deckhouse's `NodeGroupBundle` object (`data`: step name → script) |
+//! | `GET /apis/bashible.deckhouse.io/v1alpha1/bootstrap/{bundle}.{group}` | the bootstrap script as a `Bootstrap` object (`data["bootstrap.sh"]`) |
+//!
+//! Every path but `/healthz` needs `Authorization: Bearer TOKEN`: **401** without one or with
+//! an unknown token, **403** with a token not granted for the group, **404** for a group that
+//! is not served, **503** for a group that has never rendered (the body says why) or a
+//! bootstrap script without a configured bootstrap token. Tokens come from `--tokens-file`
+//! (lines `TOKEN GROUP[,GROUP...]` or `TOKEN *`) and `--token TOKEN=GROUPS`.
+//!
+//! # Sources and reload
+//! NodeGroups are read from the manifest files and directories given on the command line
+//! (other kinds are skipped), the cluster context from `--cluster-context` and flags. Everything
+//! is re-read on `SIGHUP` and when a source file changes (checked every `--watch-interval`;
+//! `0s` turns polling off). A reload that cannot read its sources keeps serving what it served;
+//! a group that stops rendering keeps its last good entry, and the failure is logged.
+//! Reading NodeGroups from the Kubernetes API (in-cluster, as Deckhouse's extension API server
+//! does) is not implemented yet: feed it manifests.
+//!
+//! # Not done here
+//! TLS: the server speaks plain HTTP. Bearer tokens and the bootstrap token travel in clear, so
+//! listen on loopback or put a TLS-terminating proxy in front.
+
+pub mod auth;
+pub mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use clap::Parser;
+use nodemgr_core::bashible::{RenderRoot, Renderer};
+use serde_json::json;
+
+use auth::{Access, Grant};
+use state::{GroupEntry, Served, Sources};
+
+/// Command line of `bashible-apiserver`.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "bashible-apiserver", version, about, long_about = None)]
+pub struct Config {
+    /// Address to listen on (port 0 picks a free port; the address is printed on stdout).
+    #[arg(long, default_value = "127.0.0.1:9600")]
+    pub listen: SocketAddr,
+    /// NodeGroup manifest files or directories (*.yaml, *.yml, *.json).
+    #[arg(required = true, value_name = "MANIFESTS")]
+    pub manifests: Vec<PathBuf>,
+    /// Bearer-token grants file: lines `TOKEN GROUP[,GROUP...]` or `TOKEN *`.
+    #[arg(long, value_name = "FILE")]
+    pub tokens_file: Option<PathBuf>,
+    /// A grant `TOKEN=GROUP[,GROUP...]` or `TOKEN=*` (repeatable; visible in the process list,
+    /// prefer --tokens-file).
+    #[arg(long = "token", value_name = "TOKEN=GROUPS")]
+    pub tokens: Vec<String>,
+    /// Cluster context YAML (kubernetesVersion, apiEndpoints, caCert, clusterDomain, clusterDNS,
+    /// podSubnetNodeCIDRPrefix, sandboxImage).
+    #[arg(long, value_name = "FILE")]
+    pub cluster_context: Option<PathBuf>,
+    /// API endpoint host:port (repeatable; replaces the context's list).
+    #[arg(long = "api-endpoint", value_name = "HOST:PORT")]
+    pub api_endpoints: Vec<String>,
+    /// PEM file of the cluster CA (replaces the context's caCert).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Kubernetes version (replaces the context's).
+    #[arg(long, value_name = "VERSION")]
+    pub kubernetes_version: Option<String>,
+    /// File holding the bootstrap token baked into bootstrap scripts; without it
+    /// bootstrap scripts are not served.
+    #[arg(long, value_name = "FILE")]
+    pub bootstrap_token_file: Option<PathBuf>,
+    /// Render scripts for a directory standing in for / (tests).
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<String>,
+    /// How often source files are checked for changes (`0s`: only on SIGHUP).
+    #[arg(long, default_value = "2s", value_parser = parse_interval)]
+    pub watch_interval: Duration,
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    nodemgr_core::model::parse_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration such as 2s, 500ms or 1m"))
+}
+
+impl Config {
+    /// The sources the flags describe.
+    ///
+    /// # Errors
+    /// A malformed `--token` or `--root`.
+    pub fn sources(&self) -> anyhow::Result<Sources> {
+        let token_flags = self
+            .tokens
+            .iter()
+            .map(|t| Grant::from_flag(t))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Sources {
+            manifests: self.manifests.clone(),
+            cluster_context: self.cluster_context.clone(),
+            api_endpoints: self.api_endpoints.clone(),
+            ca_file: self.ca_file.clone(),
+            kubernetes_version: self.kubernetes_version.clone(),
+            bootstrap_token_file: self.bootstrap_token_file.clone(),
+            tokens_file: self.tokens_file.clone(),
+            token_flags,
+            root: match &self.root {
+                Some(dir) => RenderRoot::new(dir)?,
+                None => RenderRoot::host(),
+            },
+        })
+    }
+}
+
+/// The server's shared state: what is served now, swapped whole on reload.
+#[derive(Debug)]
+pub struct Shared {
+    served: RwLock<Arc<Served>>,
+}
+
+impl Shared {
+    /// State serving `served`.
+    pub fn new(served: Served) -> Self {
+        Self {
+            served: RwLock::new(Arc::new(served)),
+        }
+    }
+
+    fn current(&self) -> Arc<Served> {
+        match self.served.read() {
+            Ok(guard) => Arc::clone(&guard),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    fn replace(&self, served: Served) {
+        let served = Arc::new(served);
+        match self.served.write() {
+            Ok(mut guard) => *guard = served,
+            Err(poisoned) => *poisoned.into_inner() = served,
+        }
+    }
+}
+
+/// Why a request is refused: a status and a message, sent as `{"error": message}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        message: message.into(),
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let mut response =
+            (self.status, axum::Json(json!({ "error": self.message }))).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"bashible\""),
+            );
+        }
+        response
+    }
+}
+
+/// Checks the token and finds the group's entry, or says why not.
+fn authorize(
+    served: &Served,
+    headers: &HeaderMap,
+    group: &str,
+) -> Result<Arc<GroupEntry>, Refusal> {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match auth::access(&served.grants, authorization) {
+        Access::Missing => Err(error(
+            StatusCode::UNAUTHORIZED,
+            "missing bearer token: send `Authorization: Bearer TOKEN`",
+        )),
+        Access::Unknown => Err(error(StatusCode::UNAUTHORIZED, "unknown bearer token")),
+        access if !access.allows(group) => Err(error(
+            StatusCode::FORBIDDEN,
+            format!("this token may not read NodeGroup {group}"),
+        )),
+        _ => {
+            if let Some(entry) = served.groups.get(group) {
+                Ok(Arc::clone(entry))
+            } else if let Some(reason) = served.failed.get(group) {
+                Err(error(StatusCode::SERVICE_UNAVAILABLE, reason.clone()))
+            } else {
+                Err(error(
+                    StatusCode::NOT_FOUND,
+                    format!("NodeGroup {group} is not served"),
+                ))
+            }
+        }
+    }
+}
+
+fn script(text: &str) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/x-shellscript; charset=utf-8")],
+        text.to_owned(),
+    )
+        .into_response()
+}
+
+fn stale_header(mut response: Response, entry: &GroupEntry) -> Response {
+    if let Some(reason) = &entry.stale_because
+        && let Ok(value) = HeaderValue::from_str(&reason.replace(['\r', '\n'], " "))
+    {
+        response.headers_mut().insert("x-nodemgr-stale", value);
+    }
+    response
+}
+
+type AppState = State<Arc<Shared>>;
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn list_groups(State(shared): AppState, headers: HeaderMap) -> Response {
+    let served = shared.current();
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let access = auth::access(&served.grants, authorization);
+    match access {
+        Access::Missing => error(StatusCode::UNAUTHORIZED, "missing bearer token").into_response(),
+        Access::Unknown => error(StatusCode::UNAUTHORIZED, "unknown bearer token").into_response(),
+        access => {
+            let groups: Vec<_> = served
+                .groups
+                .iter()
+                .filter(|(name, _)| access.allows(name))
+                .map(|(name, e)| json!({ "name": name, "checksum": e.bundle.checksum }))
+                .collect();
+            axum::Json(json!({ "groups": groups })).into_response()
+        }
+    }
+}
+
+async fn bundle(
+    State(shared): AppState,
+    Path(group): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match authorize(&shared.current(), &headers, &group) {
+        Ok(entry) => stale_header(axum::Json(&entry.bundle).into_response(), &entry),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn checksum(
+    State(shared): AppState,
+    Path(group): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match authorize(&shared.current(), &headers, &group) {
+        Ok(entry) => stale_header(
+            axum::Json(json!({ "group": group, "checksum": entry.bundle.checksum }))
+                .into_response(),
+            &entry,
+        ),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+fn bootstrap_of(served: &Served, entry: &GroupEntry) -> Result<String, Refusal> {
+    entry.bootstrap.clone().ok_or_else(|| {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            served
+                .no_bootstrap
+                .clone()
+                .unwrap_or_else(|| "no bootstrap script".into()),
+        )
+    })
+}
+
+async fn bootstrap(
+    State(shared): AppState,
+    Path(group): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let served = shared.current();
+    match authorize(&served, &headers, &group)
+        .and_then(|entry| Ok((bootstrap_of(&served, &entry)?, entry)))
+    {
+        Ok((text, entry)) => stale_header(script(&text), &entry),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn cleanup(
+    State(shared): AppState,
+    Path(group): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match authorize(&shared.current(), &headers, &group) {
+        Ok(entry) => stale_header(script(&entry.cleanup), &entry),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// `<bundle>.<group>` (Deckhouse's object names) or a bare `<group>`: the group is the part
+/// after the last dot (group names hold no dots).
+fn group_of(name: &str) -> &str {
+    name.rsplit('.').next().unwrap_or(name)
+}
+
+async fn deckhouse_bundle(
+    State(shared): AppState,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match authorize(&shared.current(), &headers, group_of(&name)) {
+        Ok(entry) => {
+            let data: serde_json::Map<String, serde_json::Value> = entry
+                .bundle
+                .steps
+                .iter()
+                .map(|s| (s.name.clone(), json!(s.script)))
+                .collect();
+            axum::Json(json!({
+                "apiVersion": "bashible.deckhouse.io/v1alpha1",
+                "kind": "NodeGroupBundle",
+                "metadata": { "name": name },
+                "data": data,
+            }))
+            .into_response()
+        }
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn deckhouse_bootstrap(
+    State(shared): AppState,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let served = shared.current();
+    match authorize(&served, &headers, group_of(&name))
+        .and_then(|entry| bootstrap_of(&served, &entry))
+    {
+        Ok(text) => axum::Json(json!({
+            "apiVersion": "bashible.deckhouse.io/v1alpha1",
+            "kind": "Bootstrap",
+            "metadata": { "name": name },
+            "data": { "bootstrap.sh": text },
+        }))
+        .into_response(),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// The HTTP routes over `shared`.
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/groups", get(list_groups))
+        .route("/v1/groups/{group}/bundle", get(bundle))
+        .route("/v1/groups/{group}/checksum", get(checksum))
+        .route("/v1/groups/{group}/bootstrap.sh", get(bootstrap))
+        .route("/v1/groups/{group}/cleanup.sh", get(cleanup))
+        .route(
+            "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/{name}",
+            get(deckhouse_bundle),
+        )
+        .route(
+            "/apis/bashible.deckhouse.io/v1alpha1/bootstrap/{name}",
+            get(deckhouse_bootstrap),
+        )
+        .with_state(shared)
+}
+
+/// Re-reads the sources off the async threads and swaps the served state if that works.
+async fn reload(shared: &Arc<Shared>, sources: &Arc<Sources>, renderer: &Arc<Renderer>, why: &str) {
+    let previous = shared.current();
+    let (sources, renderer) = (Arc::clone(sources), Arc::clone(renderer));
+    let loaded =
+        tokio::task::spawn_blocking(move || sources.load(&renderer, Some(&previous))).await;
+    match loaded {
+        Ok(Ok(served)) => {
+            tracing::info!(
+                trigger = why,
+                groups = served.groups.len(),
+                failed = served.failed.len(),
+                "reloaded"
+            );
+            shared.replace(served);
+        }
+        Ok(Err(e)) => {
+            tracing::error!(trigger = why, error = %format!("{e:#}"), "reload failed; still serving the previous state");
+        }
+        Err(e) => tracing::error!(trigger = why, error = %e, "reload task failed"),
+    }
+}
+
+/// Reloads on SIGHUP and when source files change, forever.
+async fn watch(
+    shared: Arc<Shared>,
+    sources: Arc<Sources>,
+    renderer: Arc<Renderer>,
+    every: Duration,
+) {
+    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(signal) => Some(signal),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGHUP; reloading on file changes only");
+            None
+        }
+    };
+    let mut fingerprint = sources.fingerprint();
+    let poll = (!every.is_zero()).then_some(every);
+    loop {
+        let tick = async {
+            match poll {
+                Some(every) => tokio::time::sleep(every).await,
+                None => std::future::pending().await,
+            }
+        };
+        let hup = async {
+            match hangup.as_mut() {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = hup => {
+                fingerprint = sources.fingerprint();
+                reload(&shared, &sources, &renderer, "SIGHUP").await;
+            }
+            () = tick => {
+                let now = sources.fingerprint();
+                if now != fingerprint {
+                    fingerprint = now;
+                    reload(&shared, &sources, &renderer, "file change").await;
+                }
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutting down");
+}
+
+/// Loads the sources, listens, prints `listening on ADDR` on stdout, and serves until SIGINT or
+/// SIGTERM.
+///
+/// # Errors
+/// Sources that cannot be loaded at start, or an address that cannot be bound.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let sources = Arc::new(config.sources()?);
+    let renderer = Arc::new(Renderer::new());
+    let served = sources.load(&renderer, None)?;
+    tracing::info!(
+        groups = served.groups.len(),
+        failed = served.failed.len(),
+        "loaded"
+    );
+    let shared = Arc::new(Shared::new(served));
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let address = listener.local_addr().context("no local address")?;
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening on {address}")
+            .and_then(|()| out.flush())
+            .context("cannot write to stdout")?;
+    }
+    tracing::info!(%address, "serving bashible bundles over plain HTTP");
+    let watcher = tokio::spawn(watch(
+        Arc::clone(&shared),
+        Arc::clone(&sources),
+        renderer,
+        config.watch_interval,
+    ));
+    let served = axum::serve(listener, router(shared))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("the HTTP server failed");
+    watcher.abort();
+    served
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_of_takes_the_part_after_the_last_dot() {
+        assert_eq!(group_of("ubuntu-lts.worker"), "worker");
+        assert_eq!(group_of("worker"), "worker");
+    }
+
+    #[test]
+    fn intervals_parse() {
+        assert_eq!(parse_interval("0").unwrap(), Duration::ZERO);
+        assert_eq!(parse_interval("0s").unwrap(), Duration::ZERO);
+        assert_eq!(parse_interval("500ms").unwrap(), Duration::from_millis(500));
+        assert!(parse_interval("soon").is_err());
+    }
+}

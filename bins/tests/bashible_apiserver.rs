@@ -1,0 +1,417 @@
+//! Starts the built `bashible-apiserver` on 127.0.0.1 (port 0) and talks to it with a real
+//! HTTP client (reqwest): tokens (401/403), the bundle, checksum, bootstrap and cleanup
+//! scripts and their Deckhouse-shaped twins, reloads on file change and on SIGHUP, and the
+//! last good bundle of a group that stops rendering. Each test stops the server it started.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nodemgr_core::bashible::{ClusterContext, Renderer};
+use nodemgr_core::model::parse_node_group;
+use reqwest::StatusCode;
+use reqwest::blocking::Client;
+
+const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
+const JOIN_TOKEN: &str = "abcdef.0123456789abcdef";
+const WORKER_TOKEN: &str = "worker-token-0123456789";
+const ADMIN_TOKEN: &str = "admin-token-0123456789ab";
+
+const WORKER: &str = "apiVersion: deckhouse.io/v1
+kind: NodeGroup
+metadata: {name: worker}
+spec:
+  nodeType: Static
+  staticInstances: {count: 2}
+  kubelet: {maxPods: 150}
+";
+const GPU: &str = "apiVersion: deckhouse.io/v1
+kind: NodeGroup
+metadata: {name: gpu}
+spec:
+  nodeType: Static
+  cri: {type: ContainerdV2}
+";
+
+struct Server {
+    child: Child,
+    base: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("groups");
+        std::fs::create_dir(&manifests).unwrap();
+        std::fs::write(manifests.join("worker.yaml"), WORKER).unwrap();
+        std::fs::write(manifests.join("gpu.yaml"), GPU).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
+        std::fs::write(dir.path().join("join-token"), JOIN_TOKEN).unwrap();
+        std::fs::write(
+            dir.path().join("tokens"),
+            format!("# node tokens\n{WORKER_TOKEN} worker\n{ADMIN_TOKEN} *\n"),
+        )
+        .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"));
+        cmd.arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--tokens-file")
+            .arg(dir.path().join("tokens"))
+            .arg("--api-endpoint")
+            .arg("10.0.0.1:6443")
+            .arg("--ca-file")
+            .arg(dir.path().join("ca.crt"))
+            .arg("--bootstrap-token-file")
+            .arg(dir.path().join("join-token"))
+            .args(extra)
+            .arg(&manifests)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the server prints its address");
+        let address = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Self {
+            child,
+            base: format!("http://{address}"),
+            dir,
+        }
+    }
+
+    fn manifest(&self, name: &str) -> PathBuf {
+        self.dir.path().join("groups").join(name)
+    }
+
+    fn get(&self, path: &str, token: Option<&str>) -> reqwest::blocking::Response {
+        let client = Client::new();
+        let mut request = client.get(format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send().unwrap()
+    }
+
+    fn checksum(&self, group: &str) -> String {
+        let response = self.get(&format!("/v1/groups/{group}/checksum"), Some(ADMIN_TOKEN));
+        assert_eq!(response.status(), StatusCode::OK);
+        let body: serde_json::Value = serde_json::from_str(&response.text().unwrap()).unwrap();
+        body["checksum"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits (up to 20 s) until `group`'s checksum differs from `old`.
+    fn wait_for_change(&self, group: &str, old: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let now = self.checksum(group);
+            if now != old {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "{group} was not reloaded");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn expected_checksum(yaml: &str) -> String {
+    let cluster = ClusterContext {
+        api_endpoints: vec!["10.0.0.1:6443".into()],
+        ca_cert: CA.into(),
+        ..ClusterContext::default()
+    };
+    Renderer::new()
+        .bundle(&parse_node_group(yaml).unwrap(), &cluster)
+        .unwrap()
+        .checksum
+}
+
+fn bash_n(script: &str, dir: &Path) {
+    let path = dir.join("check.sh");
+    std::fs::write(&path, script).unwrap();
+    let out = Command::new("bash").arg("-n").arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn tokens_decide_who_reads_what() {
+    let server = Server::start(&["--watch-interval", "0s"]);
+    assert_eq!(server.get("/healthz", None).text().unwrap(), "ok");
+
+    let missing = server.get("/v1/groups/worker/bundle", None);
+    assert_eq!(missing.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        missing.headers()["www-authenticate"],
+        "Bearer realm=\"bashible\""
+    );
+    assert_eq!(
+        server
+            .get("/v1/groups/worker/bundle", Some("wrong-token-0123456789"))
+            .status(),
+        StatusCode::UNAUTHORIZED
+    );
+    // The worker token reads worker, not gpu.
+    assert_eq!(
+        server
+            .get("/v1/groups/gpu/bundle", Some(WORKER_TOKEN))
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        server
+            .get("/v1/groups/gpu/bootstrap.sh", Some(WORKER_TOKEN))
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+    let list: serde_json::Value =
+        serde_json::from_str(&server.get("/v1/groups", Some(WORKER_TOKEN)).text().unwrap())
+            .unwrap();
+    assert_eq!(list["groups"].as_array().unwrap().len(), 1);
+    assert_eq!(list["groups"][0]["name"], "worker");
+    // An unknown group is 404 for a token that may read everything.
+    assert_eq!(
+        server
+            .get("/v1/groups/nope/bundle", Some(ADMIN_TOKEN))
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[test]
+fn serves_bundles_checksums_and_scripts() {
+    let server = Server::start(&["--watch-interval", "0s"]);
+    let response = server.get("/v1/groups/worker/bundle", Some(WORKER_TOKEN));
+    assert_eq!(response.status(), StatusCode::OK);
+    let bundle: serde_json::Value = serde_json::from_str(&response.text().unwrap()).unwrap();
+    assert_eq!(bundle["group"], "worker");
+    assert_eq!(bundle["checksum"], expected_checksum(WORKER).as_str());
+    let names: Vec<&str> = bundle["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "001_ca.sh",
+            "010_os_settings.sh",
+            "020_containerd.sh",
+            "030_kubelet.sh",
+            "090_cleanup_script.sh"
+        ]
+    );
+    assert!(
+        bundle["steps"][3]["script"]
+            .as_str()
+            .unwrap()
+            .contains("\"maxPods\": 150")
+    );
+    assert_eq!(server.checksum("worker"), expected_checksum(WORKER));
+
+    let response = server.get("/v1/groups/worker/bootstrap.sh", Some(WORKER_TOKEN));
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/x-shellscript")
+    );
+    let bootstrap = response.text().unwrap();
+    assert!(bootstrap.contains(JOIN_TOKEN));
+    assert!(bootstrap.contains(&expected_checksum(WORKER)));
+    bash_n(&bootstrap, server.dir.path());
+    let cleanup = server
+        .get("/v1/groups/worker/cleanup.sh", Some(WORKER_TOKEN))
+        .text()
+        .unwrap();
+    assert!(cleanup.contains("--yes-i-am-sane-and-i-understand-what-i-am-doing"));
+    bash_n(&cleanup, server.dir.path());
+
+    // Deckhouse's object shapes, named <bundle>.<group>.
+    let object: serde_json::Value = serde_json::from_str(
+        &server
+            .get(
+                "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/ubuntu-lts.worker",
+                Some(WORKER_TOKEN),
+            )
+            .text()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(object["kind"], "NodeGroupBundle");
+    assert_eq!(object["metadata"]["name"], "ubuntu-lts.worker");
+    assert_eq!(
+        object["data"]["030_kubelet.sh"],
+        bundle["steps"][3]["script"]
+    );
+    let object: serde_json::Value = serde_json::from_str(
+        &server
+            .get(
+                "/apis/bashible.deckhouse.io/v1alpha1/bootstrap/ubuntu-lts.worker",
+                Some(WORKER_TOKEN),
+            )
+            .text()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(object["data"]["bootstrap.sh"], bootstrap.as_str());
+    assert_eq!(
+        server
+            .get(
+                "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/ubuntu-lts.gpu",
+                Some(WORKER_TOKEN),
+            )
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+}
+
+#[test]
+fn reloads_on_file_change_and_keeps_the_last_good_bundle() {
+    let server = Server::start(&["--watch-interval", "200ms"]);
+    let before = server.checksum("worker");
+    std::fs::write(server.manifest("worker.yaml"), WORKER.replace("150", "200")).unwrap();
+    let after = server.wait_for_change("worker", &before);
+    assert_eq!(after, expected_checksum(&WORKER.replace("150", "200")));
+
+    // A change that breaks the group: the last good bundle stays, marked stale.
+    std::fs::write(
+        server.manifest("worker.yaml"),
+        WORKER.replace("{maxPods: 150}", "{rootDir: relative}"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let response = server.get("/v1/groups/worker/bundle", Some(ADMIN_TOKEN));
+        assert_eq!(response.status(), StatusCode::OK);
+        if let Some(stale) = response.headers().get("x-nodemgr-stale") {
+            assert!(stale.to_str().unwrap().contains("spec.kubelet.rootDir"));
+            let body: serde_json::Value = serde_json::from_str(&response.text().unwrap()).unwrap();
+            assert_eq!(body["checksum"], after.as_str());
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broken group was not noticed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // A new group that never rendered is 503 with the reason.
+    std::fs::write(
+        server.manifest("broken.yaml"),
+        "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {name: broken}\nspec:\n  nodeType: Static\n  cri: {type: Docker}\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let response = server.get("/v1/groups/broken/bundle", Some(ADMIN_TOKEN));
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(response.text().unwrap().contains("Docker is not supported"));
+            break;
+        }
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        assert!(Instant::now() < deadline, "the new group was not loaded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn reloads_on_sighup() {
+    let server = Server::start(&["--watch-interval", "0s"]);
+    let before = server.checksum("gpu");
+    std::fs::write(
+        server.manifest("gpu.yaml"),
+        GPU.replace("{type: ContainerdV2}", "{type: Containerd}"),
+    )
+    .unwrap();
+    // Without polling nothing changes until the signal.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(server.checksum("gpu"), before);
+    let status = Command::new("kill")
+        .arg("-HUP")
+        .arg(server.child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let after = server.wait_for_change("gpu", &before);
+    assert_eq!(
+        after,
+        expected_checksum(&GPU.replace("{type: ContainerdV2}", "{type: Containerd}"))
+    );
+}
+
+#[test]
+fn refuses_to_start_without_tokens_or_with_a_bad_join_token() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("worker.yaml"), WORKER).unwrap();
+    std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--api-endpoint",
+            "10.0.0.1:6443",
+            "--ca-file",
+        ])
+        .arg(dir.path().join("ca.crt"))
+        .arg(dir.path().join("worker.yaml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tokens-file"));
+
+    std::fs::write(dir.path().join("join"), "nope").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--api-endpoint",
+            "10.0.0.1:6443",
+            "--ca-file",
+        ])
+        .arg(dir.path().join("ca.crt"))
+        .args([
+            "--token",
+            &format!("{ADMIN_TOKEN}=*"),
+            "--bootstrap-token-file",
+        ])
+        .arg(dir.path().join("join"))
+        .arg(dir.path().join("worker.yaml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bootstrap token"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
