@@ -15,6 +15,7 @@ pub mod model;
 pub mod oom;
 pub mod ports;
 pub mod scaling;
+pub mod static_nodes;
 pub mod update;
 pub mod validate;
 pub mod window;
