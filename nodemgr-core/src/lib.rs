@@ -6,12 +6,15 @@
 //! snapshot and return decisions as data, which adapters (`nodemgr-k8s`, `nodemgr-ssh`,
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 
+pub mod bashible;
 pub mod drain;
 pub mod fencing;
 pub mod impact;
 pub mod lifecycle;
 pub mod model;
 pub mod oom;
+pub mod scaling;
+pub mod static_nodes;
 pub mod update;
 pub mod validate;
 pub mod window;

@@ -66,7 +66,9 @@ pub struct GroupSnapshot<'a> {
     /// The group (spec: `update.maxConcurrent`, `disruptions`).
     pub group: &'a NodeGroup,
     /// The configuration checksum the group's nodes should report; empty when unknown (then no
-    /// node is finished).
+    /// node is finished). It is the group's [`crate::bashible::Bundle::checksum`]: the value the
+    /// bootstrap script writes into the node's `node.deckhouse.io/configuration-checksum`
+    /// annotation ([`crate::bashible::desired_checksums`] computes it for many groups).
     pub desired_checksum: &'a str,
     /// The group's existing nodes.
     pub nodes: Vec<&'a Node>,
@@ -439,7 +441,8 @@ pub fn plan_group_update(snapshot: &GroupSnapshot<'_>, now: Timestamp) -> Update
 
 /// Plans every group at once: nodes are matched to groups by their `node.deckhouse.io/group`
 /// label; a group without an entry in `desired_checksums` is skipped (its checksum is not known
-/// yet). Commands come group by group, in the order of `groups`.
+/// yet). Commands come group by group, in the order of `groups`. `desired_checksums` is
+/// [`crate::bashible::DesiredChecksums::checksums`].
 pub fn plan_updates(
     groups: &[NodeGroup],
     desired_checksums: &BTreeMap<String, String>,

@@ -56,6 +56,9 @@ pub const ANNOTATION_SKIP_BOOTSTRAP_PHASE: &str = "static.node.deckhouse.io/skip
 pub const CLEANUP_SCRIPT_PATH: &str = "/var/lib/bashible/cleanup_static_node.sh";
 /// Argument the cleanup script demands before it destroys anything.
 pub const CLEANUP_SCRIPT_CONFIRMATION: &str = "--yes-i-am-sane-and-i-understand-what-i-am-doing";
+/// Finalizer nodemgr keeps on every StaticInstance so that a deleted instance is cleaned up over
+/// SSH before it goes (nodemgr's own key: Deckhouse's CAPS finalizer name is not captured).
+pub const FINALIZER_STATIC_INSTANCE: &str = "static.node.deckhouse.io/cleanup";
 /// Prefix of the Secret holding a group's manual bootstrap script (`manual-bootstrap-for-<group>`).
 pub const MANUAL_BOOTSTRAP_SECRET_PREFIX: &str = "manual-bootstrap-for-";
 
@@ -78,3 +81,11 @@ pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
 /// Taint the node controller sets on a node it cannot reach.
 pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+/// Annotation nodemgr sets on the nodes it creates: the checksum of the instance class the
+/// machine was made from (`scaling::InstanceClass::checksum`). A node whose value differs from
+/// its group's current class is replaced (`scaling::surge`). nodemgr's own key.
+pub const ANNOTATION_INSTANCE_CLASS_CHECKSUM: &str =
+    "node-manager.deckhouse.io/instance-class-checksum";
+/// Label of standby-holder pods (`app=standby-holder`, facts §8).
+pub const STANDBY_HOLDER_APP: &str = "standby-holder";

@@ -1,0 +1,899 @@
+//! Bashible: the scripts that turn a machine into a node of a NodeGroup and back (facts §4,
+//! §2 "Cleanup over SSH"; issue 6 part 2), and the group's configuration checksum that the
+//! update flow compares (facts §3.1, [`crate::update`]).
+//!
+//! # What is rendered
+//! [`Renderer::bundle`] turns a NodeGroup and the [`ClusterContext`] into a [`Bundle`]: an
+//! ordered list of named, idempotent step scripts (Deckhouse's `nodegroupbundles`) and their
+//! checksum. The steps are:
+//!
+//! | step | does |
+//! |---|---|
+//! | `001_ca.sh` | cluster CA (`/etc/kubernetes/pki/ca.crt`, `/var/lib/bashible/ca.crt`) and the API endpoints |
+//! | `010_os_settings.sh` | kernel modules, sysctls (`vm.swappiness`), swap off (`NoSwap`) or a swap file (`LimitedSwap`) |
+//! | `020_containerd.sh` | `/etc/containerd/config.toml` for `Containerd` (format 2) or `ContainerdV2` (format 3): `maxConcurrentDownloads`, systemd cgroups, pause image; absent for `NotManaged` |
+//! | `030_kubelet.sh` | kubelet configuration (`maxPods`, `containerLogMaxSize`/`Files`, `seccompDefault`, swap, topology manager, `resourceReservation` Static or Auto), unit file with `rootDir`, node IP from `static.internalNetworkCIDRs` |
+//! | `090_cleanup_script.sh` | installs [`keys::CLEANUP_SCRIPT_PATH`] |
+//!
+//! [`Renderer::bootstrap_script`] wraps a bundle into the full bootstrap script (the content of
+//! the `manual-bootstrap-for-<group>` Secret): it writes the bootstrap token and the group's
+//! registration labels and taints, writes and runs the steps, writes the bootstrap kubeconfig,
+//! starts the kubelet, waits for the Node and annotates it with the checksum
+//! ([`keys::ANNOTATION_CONFIGURATION_CHECKSUM`]). [`Renderer::cleanup_script`] renders the
+//! cleanup script on its own. [`Renderer::render`] does all three at once
+//! ([`RenderedBundle`], what an SSH executor runs).
+//!
+//! # The test root
+//! Every path a script touches is `"$BB_ROOT<path>"`. On a node `BB_ROOT` is empty; tests set
+//! it to a temporary directory ([`RenderRoot`]), and then every command that would change the
+//! live system (`systemctl`, `sysctl`, `modprobe`, `swapoff`, `kubectl annotate`, …) is
+//! recorded, shell-quoted, in `$BB_ROOT/.nodemgr-host-commands.log` instead of being run. The
+//! steps themselves do not embed the root: they refuse to run unless `BB_ROOT` is set, and the
+//! bootstrap script sets it; so the steps, and the checksum, are the same for every root.
+//!
+//! # Quoting
+//! Templates are [`minijinja`] files under `templates/`, compiled into the binary. Every value
+//! a template prints is escaped for the file it lands in ([`escape`]): single-quoted in
+//! scripts, JSON-encoded in the kubelet configuration and kubeconfig, TOML-encoded in the
+//! containerd configuration. Values that land where no quoting exists (kubelet flags and systemd
+//! unit lines: `rootDir`, labels, taints, the CRI socket) are checked against a strict syntax
+//! instead ([`config`]), and a NUL byte is refused everywhere.
+//!
+//! # The checksum
+//! [`configuration_checksum`] is the SHA-256 over a length-prefixed encoding of the steps'
+//! names and contents, in hex: it changes exactly when a step's bytes change. Steps are
+//! rendered from [`NodeConfig`], in which every default is filled in and maps are sorted, so
+//! the checksum does not depend on field order or on writing a default out. It covers what a
+//! node runs and nothing else: not the bootstrap token, not the registration labels and taints
+//! (`nodeTemplate` is kept on Node objects live, [`crate::impact`] says its change touches no
+//! node), not the root. [`desired_checksums`] gives the checksums of many groups in the shape
+//! [`crate::update::plan_updates`] takes, so the value the node writes after bootstrap is the
+//! value the update planner compares.
+//!
+//! # Not rendered (yet)
+//! Package installation (kubelet, kubectl and containerd must be installed; the scripts check
+//! and say so), a local API proxy in front of several masters (the kubelet uses the first
+//! endpoint that answers), GPU settings (`spec.gpu`), the memory manager of the topology
+//! manager, and the periodic bashible service that re-applies bundles on its own.
+
+pub mod config;
+pub mod escape;
+
+use std::collections::BTreeMap;
+
+use minijinja::Environment;
+use minijinja::syntax::SyntaxConfig;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::model::{NodeGroup, keys};
+
+pub use config::{ClusterContext, NodeConfig, Registration, node_config, registration};
+
+/// Why a group's scripts could not be rendered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    /// A NodeGroup field holds a value the scripts cannot carry.
+    #[error("{field}: {message}")]
+    Field {
+        /// Dotted path of the field (`spec.kubelet.rootDir`).
+        field: String,
+        /// What is wrong and what is accepted.
+        message: String,
+    },
+    /// The cluster context lacks something or holds a bad value.
+    #[error("cluster context {field}: {message}")]
+    Cluster {
+        /// The cluster context field (`apiEndpoints`).
+        field: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// The bootstrap token is not of the form Kubernetes accepts.
+    #[error("bootstrap token: {0}")]
+    Token(String),
+    /// The render root is not usable.
+    #[error("render root: {0}")]
+    Root(String),
+    /// A template failed: a bug in nodemgr's templates, not in the input.
+    #[error("failed to render template {template}: {message}")]
+    Template {
+        /// The template.
+        template: String,
+        /// minijinja's message.
+        message: String,
+    },
+}
+
+/// Where the scripts put their files: the host (`/`, the default) or a directory standing in
+/// for it in tests.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RenderRoot(String);
+
+impl RenderRoot {
+    /// The real filesystem root.
+    pub fn host() -> Self {
+        Self(String::new())
+    }
+
+    /// A directory standing in for `/`. `/` itself means the host.
+    ///
+    /// # Errors
+    /// [`RenderError::Root`] for a relative path, a `.`/`..` component or a NUL byte.
+    pub fn new(path: &str) -> Result<Self, RenderError> {
+        if !path.starts_with('/') {
+            return Err(RenderError::Root(format!(
+                "{path:?} is not an absolute path; give the directory that stands in for /"
+            )));
+        }
+        if path.contains('\0') || path.split('/').any(|c| c == "." || c == "..") {
+            return Err(RenderError::Root(format!(
+                "{path:?} holds a NUL byte or a '.'/'..' component; give a plain absolute path"
+            )));
+        }
+        Ok(Self(path.trim_end_matches('/').to_owned()))
+    }
+
+    /// The value of `BB_ROOT`: empty for the host.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether this is the real root.
+    pub fn is_host(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A Kubernetes bootstrap token, `[a-z0-9]{6}.[a-z0-9]{16}`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BootstrapToken(String);
+
+impl std::fmt::Debug for BootstrapToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token id is public, the secret is not.
+        let id = self.0.split('.').next().unwrap_or_default();
+        write!(f, "BootstrapToken({id}.<redacted>)")
+    }
+}
+
+impl BootstrapToken {
+    /// Checks the token's form.
+    ///
+    /// # Errors
+    /// [`RenderError::Token`] when it is not 6 and 16 lowercase letters or digits joined by a dot.
+    pub fn new(token: &str) -> Result<Self, RenderError> {
+        let token = token.trim();
+        let ok_part = |p: &str, n: usize| {
+            p.len() == n
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        };
+        match token.split_once('.') {
+            Some((id, secret)) if ok_part(id, 6) && ok_part(secret, 16) => {
+                Ok(Self(token.to_owned()))
+            }
+            _ => Err(RenderError::Token(
+                "not a Kubernetes bootstrap token: expected 6 and 16 lowercase letters or \
+                 digits joined by a dot (e.g. abcdef.0123456789abcdef); create one with \
+                 `kubeadm token create`"
+                    .into(),
+            )),
+        }
+    }
+
+    /// The token.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One step of a bundle: a standalone, idempotent bash script.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// File name; steps run in lexical order of their names (`030_kubelet.sh`).
+    pub name: String,
+    /// The script. Needs `BB_ROOT` in the environment (empty on a node).
+    pub script: String,
+}
+
+/// A group's bundle: the steps a node runs and their checksum.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Bundle {
+    /// The NodeGroup.
+    pub group: String,
+    /// The steps, in the order they run.
+    pub steps: Vec<Step>,
+    /// [`configuration_checksum`] of the steps.
+    pub checksum: String,
+    /// What the steps were rendered from.
+    #[serde(skip)]
+    pub config: NodeConfig,
+    /// What a node registers with (bootstrap only; not in the checksum).
+    #[serde(skip)]
+    pub registration: Registration,
+    /// The cleanup script body (after its `BB_ROOT=` line).
+    #[serde(skip)]
+    cleanup_body: String,
+}
+
+/// Everything an executor needs to bootstrap and clean a machine of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedBundle {
+    /// The steps and their checksum.
+    pub bundle: Bundle,
+    /// The full bootstrap script (runs the steps and joins).
+    pub bootstrap_script: String,
+    /// The cleanup script ([`keys::CLEANUP_SCRIPT_PATH`]); run it with
+    /// [`keys::CLEANUP_SCRIPT_CONFIRMATION`].
+    pub cleanup_script: String,
+}
+
+/// What the bootstrap script needs beyond the bundle.
+#[derive(Debug, Clone)]
+pub struct BootstrapOptions {
+    /// Where files go (the host unless testing).
+    pub root: RenderRoot,
+    /// The token the kubelet joins with.
+    pub bootstrap_token: BootstrapToken,
+}
+
+/// The configuration checksum of a list of steps: SHA-256, in lowercase hex, over
+/// `"nodemgr-bundle-v1\n"` followed, for each step in order, by the name's and the script's
+/// byte lengths (u64, little endian) and bytes. Length prefixes make the encoding unambiguous:
+/// two different step lists never encode to the same bytes.
+pub fn configuration_checksum(steps: &[Step]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"nodemgr-bundle-v1\n");
+    for step in steps {
+        for part in [step.name.as_bytes(), step.script.as_bytes()] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+    }
+    let digest = hasher.finalize();
+    let mut hex = String::with_capacity(64);
+    for byte in digest.iter() {
+        hex.push(char::from_digit(u32::from(byte >> 4), 16).unwrap_or('0'));
+        hex.push(char::from_digit(u32::from(byte & 0xf), 16).unwrap_or('0'));
+    }
+    hex
+}
+
+const TEMPLATES: &[(&str, &str)] = &[
+    ("lib.sh", include_str!("templates/lib.sh.j2")),
+    ("step_ca.sh", include_str!("templates/step_ca.sh.j2")),
+    (
+        "step_os_settings.sh",
+        include_str!("templates/step_os_settings.sh.j2"),
+    ),
+    (
+        "step_containerd.sh",
+        include_str!("templates/step_containerd.sh.j2"),
+    ),
+    (
+        "step_kubelet.sh",
+        include_str!("templates/step_kubelet.sh.j2"),
+    ),
+    (
+        "step_cleanup_script.sh",
+        include_str!("templates/step_cleanup_script.sh.j2"),
+    ),
+    ("cleanup.sh", include_str!("templates/cleanup.sh.j2")),
+    ("bootstrap.sh", include_str!("templates/bootstrap.sh.j2")),
+    ("modules.conf", include_str!("templates/modules.conf.j2")),
+    ("sysctl.conf", include_str!("templates/sysctl.conf.j2")),
+    (
+        "containerd-v2.toml",
+        include_str!("templates/containerd-v2.toml.j2"),
+    ),
+    (
+        "containerd-v3.toml",
+        include_str!("templates/containerd-v3.toml.j2"),
+    ),
+    (
+        "kubelet-config.json",
+        include_str!("templates/kubelet-config.json.j2"),
+    ),
+    (
+        "kubelet.service",
+        include_str!("templates/kubelet.service.j2"),
+    ),
+    (
+        "registration.env",
+        include_str!("templates/registration.env.j2"),
+    ),
+    (
+        "bootstrap-kubeconfig.json",
+        include_str!("templates/bootstrap-kubeconfig.json.j2"),
+    ),
+];
+
+/// The step scripts of a bundle: (file name, template), in the order they run.
+const STEPS: &[(&str, &str)] = &[
+    ("001_ca.sh", "step_ca.sh"),
+    ("010_os_settings.sh", "step_os_settings.sh"),
+    ("020_containerd.sh", "step_containerd.sh"),
+    ("030_kubelet.sh", "step_kubelet.sh"),
+    ("090_cleanup_script.sh", "step_cleanup_script.sh"),
+];
+
+/// Renders bundles, bootstrap and cleanup scripts. Build it once and reuse it: it holds the
+/// compiled templates.
+#[derive(Debug)]
+pub struct Renderer {
+    env: Environment<'static>,
+}
+
+impl Default for Renderer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Serialize)]
+struct StepFiles<'a> {
+    modules: &'a str,
+    sysctl: &'a str,
+    containerd_config: &'a str,
+    kubelet_config: &'a str,
+    kubelet_unit: &'a str,
+    cleanup_body: &'a str,
+}
+
+#[derive(Serialize)]
+struct ConfigOnly<'a> {
+    config: &'a NodeConfig,
+}
+
+#[derive(Serialize)]
+struct CleanupContext<'a> {
+    config: &'a NodeConfig,
+    confirmation: &'a str,
+}
+
+#[derive(Serialize)]
+struct StepContext<'a> {
+    config: &'a NodeConfig,
+    files: StepFiles<'a>,
+}
+
+#[derive(Serialize)]
+struct RegistrationContext<'a> {
+    registration: &'a Registration,
+}
+
+#[derive(Serialize)]
+struct KubeconfigContext<'a> {
+    endpoint: &'a str,
+    token: &'a str,
+}
+
+#[derive(Serialize)]
+struct BootstrapFiles<'a> {
+    registration_env: &'a str,
+    bootstrap_kubeconfigs: &'a [String],
+}
+
+#[derive(Serialize)]
+struct BootstrapContext<'a> {
+    root: &'a str,
+    group: &'a str,
+    checksum: &'a str,
+    checksum_annotation: &'a str,
+    token: &'a str,
+    config: &'a NodeConfig,
+    steps: &'a [Step],
+    files: BootstrapFiles<'a>,
+}
+
+impl Renderer {
+    /// Compiles the templates.
+    ///
+    /// # Panics
+    /// Never at run time: the templates are compiled into the crate and a unit test renders
+    /// every one of them, so a template that does not parse fails the test suite.
+    pub fn new() -> Self {
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(true)
+            .build();
+        if let Ok(syntax) = syntax {
+            env.set_syntax(syntax);
+        }
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        env.set_auto_escape_callback(escape::auto_escape_for);
+        env.set_formatter(escape::format_value);
+        for (name, source) in TEMPLATES {
+            if let Err(e) = env.add_template(name, source) {
+                // A syntax error in a built-in template; reported by every render of it.
+                tracing::error!(template = name, error = %e, "bashible template does not compile");
+            }
+        }
+        Self { env }
+    }
+
+    fn render_template<S: Serialize>(&self, name: &str, context: S) -> Result<String, RenderError> {
+        let template_error = |e: minijinja::Error| RenderError::Template {
+            template: name.to_owned(),
+            message: format!("{e:#}"),
+        };
+        let template = self.env.get_template(name).map_err(template_error)?;
+        template
+            .render(minijinja::Value::from(minijinja::value::Serde(&context)))
+            .map_err(template_error)
+    }
+
+    /// Renders the steps of `group` and their checksum.
+    ///
+    /// # Errors
+    /// See [`node_config`] and [`registration`]; [`RenderError::Template`] only for a bug in
+    /// the built-in templates.
+    pub fn bundle(
+        &self,
+        group: &NodeGroup,
+        cluster: &ClusterContext,
+    ) -> Result<Bundle, RenderError> {
+        let config = node_config(group, cluster)?;
+        let registration = registration(group)?;
+        let only = ConfigOnly { config: &config };
+        let modules = self.render_template("modules.conf", &only)?;
+        let sysctl = self.render_template("sysctl.conf", &only)?;
+        let containerd_config = match config.cri.config_version {
+            2 => self.render_template("containerd-v2.toml", &only)?,
+            3 => self.render_template("containerd-v3.toml", &only)?,
+            _ => String::new(),
+        };
+        let kubelet_config = self.render_template("kubelet-config.json", &only)?;
+        let kubelet_unit = self.render_template("kubelet.service", &only)?;
+        let cleanup_body = self.render_template(
+            "cleanup.sh",
+            CleanupContext {
+                config: &config,
+                confirmation: keys::CLEANUP_SCRIPT_CONFIRMATION,
+            },
+        )?;
+        let context = StepContext {
+            config: &config,
+            files: StepFiles {
+                modules: &modules,
+                sysctl: &sysctl,
+                containerd_config: &containerd_config,
+                kubelet_config: &kubelet_config,
+                kubelet_unit: &kubelet_unit,
+                cleanup_body: &cleanup_body,
+            },
+        };
+        let mut steps = Vec::with_capacity(STEPS.len());
+        for (name, template) in STEPS {
+            if *template == "step_containerd.sh" && !config.cri.managed {
+                continue;
+            }
+            steps.push(Step {
+                name: (*name).to_owned(),
+                script: self.render_template(template, &context)?,
+            });
+        }
+        let checksum = configuration_checksum(&steps);
+        Ok(Bundle {
+            group: group.name().to_owned(),
+            steps,
+            checksum,
+            config,
+            registration,
+            cleanup_body,
+        })
+    }
+
+    /// The full bootstrap script of a bundle.
+    ///
+    /// # Errors
+    /// [`RenderError::Template`] only for a bug in the built-in templates.
+    pub fn bootstrap_script(
+        &self,
+        bundle: &Bundle,
+        options: &BootstrapOptions,
+    ) -> Result<String, RenderError> {
+        let registration_env = self.render_template(
+            "registration.env",
+            RegistrationContext {
+                registration: &bundle.registration,
+            },
+        )?;
+        let kubeconfigs = bundle
+            .config
+            .api_endpoints
+            .iter()
+            .map(|endpoint| {
+                self.render_template(
+                    "bootstrap-kubeconfig.json",
+                    KubeconfigContext {
+                        endpoint,
+                        token: options.bootstrap_token.as_str(),
+                    },
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.render_template(
+            "bootstrap.sh",
+            BootstrapContext {
+                root: options.root.as_str(),
+                group: &bundle.group,
+                checksum: &bundle.checksum,
+                checksum_annotation: keys::ANNOTATION_CONFIGURATION_CHECKSUM,
+                token: options.bootstrap_token.as_str(),
+                config: &bundle.config,
+                steps: &bundle.steps,
+                files: BootstrapFiles {
+                    registration_env: &registration_env,
+                    bootstrap_kubeconfigs: &kubeconfigs,
+                },
+            },
+        )
+    }
+
+    /// The cleanup script of a bundle's group, for files under `root`: the same script the
+    /// bootstrap installs at [`keys::CLEANUP_SCRIPT_PATH`].
+    pub fn cleanup_script(&self, bundle: &Bundle, root: &RenderRoot) -> String {
+        format!(
+            "#!/usr/bin/env bash\nBB_ROOT={}{}",
+            escape::shell_quote(root.as_str()),
+            bundle.cleanup_body
+        )
+    }
+
+    /// Bundle, bootstrap script and cleanup script of `group` at once.
+    ///
+    /// # Errors
+    /// As [`Renderer::bundle`].
+    pub fn render(
+        &self,
+        group: &NodeGroup,
+        cluster: &ClusterContext,
+        options: &BootstrapOptions,
+    ) -> Result<RenderedBundle, RenderError> {
+        let bundle = self.bundle(group, cluster)?;
+        let bootstrap_script = self.bootstrap_script(&bundle, options)?;
+        let cleanup_script = self.cleanup_script(&bundle, &options.root);
+        Ok(RenderedBundle {
+            bundle,
+            bootstrap_script,
+            cleanup_script,
+        })
+    }
+}
+
+/// The checksums of many groups, keyed by group name: the `desired_checksums` argument of
+/// [`crate::update::plan_updates`]. A group that cannot be rendered is left out (the planner
+/// then skips it, as it skips a group whose checksum is unknown) and reported in `errors`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DesiredChecksums {
+    /// Group name to configuration checksum.
+    pub checksums: BTreeMap<String, String>,
+    /// Groups that could not be rendered, and why.
+    pub errors: Vec<(String, RenderError)>,
+}
+
+/// Renders every group and collects its checksum.
+pub fn desired_checksums(
+    renderer: &Renderer,
+    groups: &[NodeGroup],
+    cluster: &ClusterContext,
+) -> DesiredChecksums {
+    let mut out = DesiredChecksums::default();
+    for group in groups {
+        match renderer.bundle(group, cluster) {
+            Ok(bundle) => {
+                out.checksums.insert(bundle.group, bundle.checksum);
+            }
+            Err(e) => out.errors.push((group.name().to_owned(), e)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::impact::impact_of;
+    use crate::model::{
+        ApprovalMode, Chaos, ChaosMode, ContainerdSettings, Cri, CriType, Disruptions, Kubelet,
+        LimitedSwap, MemorySwap, NodeGroupSpec, NodeTemplate, NodeType, NotManagedCri, ObjectMeta,
+        ResourceReservation, ResourceReservationMode, StaticInstances, StaticReservation,
+        StaticSettings, SwapBehavior, TopologyManager, TopologyManagerPolicy, TopologyManagerScope,
+        Update, parse_node_group,
+    };
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+    fn cluster() -> ClusterContext {
+        ClusterContext {
+            api_endpoints: vec!["10.0.0.1:6443".into()],
+            ca_cert: CA.into(),
+            ..ClusterContext::default()
+        }
+    }
+
+    fn named(spec: NodeGroupSpec) -> NodeGroup {
+        NodeGroup {
+            api_version: "deckhouse.io/v1".into(),
+            kind: "NodeGroup".into(),
+            metadata: ObjectMeta {
+                name: Some("g".into()),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+
+    #[test]
+    fn every_template_compiles() {
+        let renderer = Renderer::new();
+        for (name, _) in TEMPLATES {
+            assert!(
+                renderer.env.get_template(name).is_ok(),
+                "{name} does not compile"
+            );
+        }
+    }
+
+    #[test]
+    fn checksum_is_hex_sha256_and_length_prefixed() {
+        let step = |name: &str, script: &str| Step {
+            name: name.into(),
+            script: script.into(),
+        };
+        let sum = configuration_checksum(&[step("a", "bc")]);
+        assert_eq!(sum.len(), 64);
+        assert!(
+            sum.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+        // Moving bytes between name and script, or between steps, changes the checksum.
+        assert_ne!(sum, configuration_checksum(&[step("ab", "c")]));
+        assert_ne!(
+            configuration_checksum(&[step("a", "b"), step("c", "d")]),
+            configuration_checksum(&[step("a", "bc"), step("", "d")])
+        );
+        assert_ne!(sum, configuration_checksum(&[]));
+    }
+
+    #[test]
+    fn only_node_settings_change_the_checksum() {
+        let renderer = Renderer::new();
+        let base = renderer
+            .bundle(&named(NodeGroupSpec::default()), &cluster())
+            .unwrap();
+        let mut spec = NodeGroupSpec {
+            node_type: Some(NodeType::Static),
+            ..NodeGroupSpec::default()
+        };
+        spec.disruptions = Some(Disruptions {
+            approval_mode: Some(ApprovalMode::Manual),
+            ..Disruptions::default()
+        });
+        spec.node_template = Some(NodeTemplate {
+            labels: Some([("a".to_owned(), "b".to_owned())].into()),
+            ..NodeTemplate::default()
+        });
+        spec.static_instances = Some(StaticInstances {
+            count: Some(4),
+            ..StaticInstances::default()
+        });
+        let other = renderer.bundle(&named(spec), &cluster()).unwrap();
+        assert_eq!(base.checksum, other.checksum);
+        assert_ne!(base.registration, other.registration);
+
+        let mut spec = NodeGroupSpec::default();
+        spec.kubelet.get_or_insert_default().max_pods = Some(99);
+        let changed = renderer.bundle(&named(spec), &cluster()).unwrap();
+        assert_ne!(base.checksum, changed.checksum);
+    }
+
+    /// Paths of the spec the bundle renders onto the node (impact's rule paths); everything
+    /// else (chaos, disruptions, update, nodeTemplate, staticInstances, …) is not.
+    fn is_node_path(path: &str) -> bool {
+        ["cri", "kubelet", "kubernetesVersion", "static"]
+            .iter()
+            .any(|p| path == *p || path.starts_with(&format!("{p}.")))
+    }
+
+    fn opt<T: std::fmt::Debug + Clone + 'static>(
+        s: impl Strategy<Value = T> + 'static,
+    ) -> BoxedStrategy<Option<T>> {
+        prop_oneof![Just(None), s.prop_map(Some)].boxed()
+    }
+
+    prop_compose! {
+        fn arb_kubelet()(
+            max_pods in opt(prop_oneof![Just(110_i64), Just(150)]),
+            root_dir in opt(prop_oneof![Just("/var/lib/kubelet".to_owned()), Just("/data/kubelet".to_owned())]),
+            log_size in opt(prop_oneof![Just("50Mi".to_owned()), Just("10Mi".to_owned())]),
+            log_files in opt(prop_oneof![Just(4_i64), Just(6)]),
+            seccomp in opt(any::<bool>()),
+            reservation in opt(0..3_u8),
+            topology in opt((any::<bool>(), 0..2_u8, 0..2_u8)),
+            limited_swap in any::<bool>(),
+            swappiness in opt(prop_oneof![Just(60_i64), Just(10)]),
+        ) -> Kubelet {
+            Kubelet {
+                max_pods,
+                root_dir,
+                container_log_max_size: log_size,
+                container_log_max_files: log_files,
+                seccomp_default: seccomp,
+                resource_reservation: reservation.map(|r| match r {
+                    0 => ResourceReservation { mode: Some(ResourceReservationMode::Off), static_: None },
+                    1 => ResourceReservation { mode: Some(ResourceReservationMode::Auto), static_: None },
+                    _ => ResourceReservation {
+                        mode: Some(ResourceReservationMode::Static),
+                        static_: Some(StaticReservation { cpu: Some("500m".into()), ..StaticReservation::default() }),
+                    },
+                }),
+                // Policy and scope only matter (and are only written) when enabled.
+                topology_manager: topology.map(|(enabled, policy, scope)| TopologyManager {
+                    enabled: Some(enabled),
+                    policy: (enabled && policy == 1).then_some(TopologyManagerPolicy::BestEffort),
+                    scope: (enabled && scope == 1).then_some(TopologyManagerScope::Pod),
+                }),
+                memory_swap: (limited_swap || swappiness.is_some()).then(|| MemorySwap {
+                    swap_behavior: limited_swap.then_some(SwapBehavior::LimitedSwap),
+                    swappiness,
+                    limited_swap: limited_swap.then(|| LimitedSwap { size: Some("4G".into()) }),
+                }),
+            }
+        }
+    }
+
+    prop_compose! {
+        fn arb_spec()(
+            cri in opt((0..3_u8, opt(1..6_i64))),
+            kubelet in opt(arb_kubelet()),
+            version in opt(prop_oneof![Just("1.32".to_owned()), Just("1.34".to_owned())]),
+            cidrs in opt(prop_oneof![Just(vec!["10.0.0.0/8".to_owned()]), Just(vec!["192.168.0.0/16".to_owned()])]),
+            chaos in opt(any::<bool>()),
+            manual in opt(any::<bool>()),
+            max_concurrent in opt(1..4_i64),
+            label in opt("[a-z]{1,3}"),
+            count in opt(0..5_i64),
+            drain_timeout in opt(60..600_i64),
+        ) -> NodeGroupSpec {
+            NodeGroupSpec {
+                node_type: Some(NodeType::Static),
+                cri: cri.map(|(kind, downloads)| {
+                    let settings = downloads.map(|n| ContainerdSettings { max_concurrent_downloads: Some(n) });
+                    match kind {
+                        0 => Cri { type_: Some(CriType::Containerd), containerd: settings, ..Cri::default() },
+                        1 => Cri { type_: Some(CriType::ContainerdV2), containerd_v2: settings, ..Cri::default() },
+                        _ => Cri {
+                            type_: Some(CriType::NotManaged),
+                            not_managed: downloads.map(|_| NotManagedCri { cri_socket_path: Some("/run/crio/crio.sock".into()) }),
+                            ..Cri::default()
+                        },
+                    }
+                }),
+                kubelet,
+                kubernetes_version: version,
+                static_: cidrs.map(|c| StaticSettings { internal_network_cidrs: Some(c) }),
+                chaos: chaos.map(|on| Chaos { mode: Some(if on { ChaosMode::DrainAndDelete } else { ChaosMode::Disabled }), period: None }),
+                disruptions: manual.map(|m| Disruptions {
+                    approval_mode: Some(if m { ApprovalMode::Manual } else { ApprovalMode::Automatic }),
+                    ..Disruptions::default()
+                }),
+                update: max_concurrent.map(|n| Update { max_concurrent: Some(crate::model::IntOrString::Int(n)) }),
+                node_template: label.map(|l| NodeTemplate { labels: Some([("team".to_owned(), l)].into()), ..NodeTemplate::default() }),
+                static_instances: count.map(|c| StaticInstances { count: Some(c), label_selector: None }),
+                node_drain_timeout_second: drain_timeout,
+                ..NodeGroupSpec::default()
+            }
+        }
+    }
+
+    /// Writes a JSON value with every object's keys in an order chosen by `seed`.
+    fn json_in_order(value: &Value, seed: u64, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                let n = entries.len();
+                if n > 1 {
+                    entries.rotate_left((seed as usize) % n);
+                    if seed % 2 == 1 {
+                        entries.reverse();
+                    }
+                }
+                out.push('{');
+                for (i, (k, v)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&serde_json::to_string(k).unwrap());
+                    out.push(':');
+                    json_in_order(v, seed / 3 + i as u64, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    json_in_order(v, seed, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// The checksum changes exactly when the bundle changes, and the bundle changes exactly
+        /// when a setting written onto the node changes (impact's `cri`, `kubelet`,
+        /// `kubernetesVersion`, `static` rows), whatever happens to the other fields.
+        #[test]
+        fn checksum_changes_exactly_with_node_settings(a in arb_spec(), b in arb_spec()) {
+            let renderer = Renderer::new();
+            let bundle_a = renderer.bundle(&named(a.clone()), &cluster()).unwrap();
+            let bundle_b = renderer.bundle(&named(b.clone()), &cluster()).unwrap();
+            prop_assert_eq!(
+                bundle_a.checksum == bundle_b.checksum,
+                bundle_a.steps == bundle_b.steps
+            );
+            let impact = impact_of(&a, &b);
+            let node_change: Vec<&str> = impact
+                .changes
+                .iter()
+                .map(|c| c.path.as_str())
+                .filter(|p| is_node_path(p))
+                .collect();
+            prop_assert_eq!(
+                bundle_a.checksum != bundle_b.checksum,
+                !node_change.is_empty(),
+                "impact: {:?}", impact.changes
+            );
+        }
+
+        /// The checksum does not depend on the order fields are written in.
+        #[test]
+        fn checksum_is_stable_across_field_order(spec in arb_spec(), seed in any::<u64>()) {
+            let renderer = Renderer::new();
+            let group = named(spec);
+            let json = serde_json::to_value(&group).unwrap();
+            let mut text = String::new();
+            json_in_order(&json, seed, &mut text);
+            let reparsed = parse_node_group(&text).unwrap();
+            prop_assert_eq!(
+                renderer.bundle(&group, &cluster()).unwrap().checksum,
+                renderer.bundle(&reparsed, &cluster()).unwrap().checksum
+            );
+        }
+
+        /// Writing a default out changes nothing.
+        #[test]
+        fn explicit_defaults_keep_the_checksum(spec in arb_spec()) {
+            let renderer = Renderer::new();
+            let mut explicit = spec.clone();
+            let kubelet = explicit.kubelet.get_or_insert_default();
+            kubelet.root_dir.get_or_insert_with(|| "/var/lib/kubelet/".into());
+            kubelet.container_log_max_size.get_or_insert_with(|| "50Mi".into());
+            kubelet.container_log_max_files.get_or_insert(4);
+            kubelet.max_pods.get_or_insert(120);
+            kubelet.resource_reservation.get_or_insert(ResourceReservation {
+                mode: Some(ResourceReservationMode::Auto),
+                static_: None,
+            });
+            explicit.cri.get_or_insert_with(|| Cri { type_: Some(CriType::Containerd), ..Cri::default() });
+            prop_assert_eq!(
+                renderer.bundle(&named(spec), &cluster()).unwrap().checksum,
+                renderer.bundle(&named(explicit), &cluster()).unwrap().checksum
+            );
+        }
+    }
+}

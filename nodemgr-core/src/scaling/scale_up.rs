@@ -1,0 +1,1288 @@
+//! Scale-up: which new nodes of which group in which zone the pending pods need (issue 4 item 2,
+//! facts §8 "priority").
+//!
+//! # The plan
+//! 1. **Existing room first.** Pending pods (unbound, not finished) are grouped into classes of
+//!    identical scheduling needs and packed first-fit-decreasing onto the Ready, schedulable,
+//!    not-leaving nodes (in name order) and onto the machines already ordered (upcoming, shaped
+//!    like their group's template). Those pods cause no scale-up. A pod other than a
+//!    standby holder may preempt standby holders ([`super::standby`]) when no node fits it
+//!    without; the evicted holders become pending and are packed like any other pod.
+//! 2. **Who could ever host the rest.** For every group (with a known instance class) and zone,
+//!    a template node ([`group_templates`]): the `nodeTemplate` labels and taints, group and zone
+//!    labels, allocatable from the class after the system reserve and after the DaemonSet pods
+//!    that would run there. A pod that fits no template of any group, even on an empty node, is
+//!    **unplaceable** and reported with each group's reason; it is never retried by the plan.
+//! 3. **Groups by priority.** Among groups that can host some remaining pod in a zone below
+//!    `maxPerZone` (counting the desired count, the nodes and the upcoming machines), the highest
+//!    `cloudInstances.priority` wins; equal priorities are compared by a full packing estimate
+//!    and the **least waste** wins (idle cpu + idle memory share of the new nodes), then the
+//!    most pods placed, then the name (Deckhouse picks randomly among equals; nodemgr is
+//!    deterministic). The winner's estimate is committed and the loop repeats with the pods it
+//!    could not take.
+//! 4. **Zones balanced.** Within a group, pods go first-fit onto the nodes the plan already
+//!    opened; a new node opens in the zone (that the pod fits and that has headroom) with the
+//!    fewest nodes of the group, existing and planned.
+//! 5. **Minimal.** A consolidation pass takes planned nodes out, emptiest first, when the same
+//!    first-fit simulation moves all their pods onto the other planned nodes; it repeats until
+//!    no planned node can go. A pod may so end on a new node of a lower-priority group that is
+//!    being added anyway.
+//!
+//! Pods that some group could host but that find every such zone at `maxPerZone` are reported as
+//! waiting for capacity.
+//!
+//! # Guarantees (proptest properties)
+//! * No zone ends above `maxPerZone`: desired-or-present count + planned ≤ max.
+//! * Every pod placed by the plan fits where it was placed ([`super::placement::check_fit`]) and
+//!   no node is overcommitted.
+//! * Every pending pod is placed on an existing or upcoming node, on a planned node, reported
+//!   unplaceable (it fits no group's template) or waiting for capacity (every template it fits
+//!   is in a full zone).
+//! * Minimality with respect to the simulation, as in step 5.
+//! * Deterministic, and independent of the order of nodes and pods in the snapshot.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use crate::model::{Node, Pod, Quantity, Resources, Timestamp};
+
+use super::bounds::zone_states;
+use super::class::template_node;
+use super::command::{ScalingCommand, Why};
+use super::config::ScalingConfig;
+use super::placement::{
+    Bins, CPU, MEMORY, Placer, PodClass, ResourceIndex, check_fit, check_static, classify,
+    is_standby_holder, trial_order,
+};
+use super::snapshot::ClusterSnapshot;
+use super::util::FastHash;
+
+/// A new node of a group and zone, as a template: what a pod can count on there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupTemplate {
+    /// Group.
+    pub group: String,
+    /// Zone.
+    pub zone: String,
+    /// `cloudInstances.priority`.
+    pub priority: i64,
+    /// The node, named `template-<group>-<zone>`, with allocatable already reduced by the
+    /// DaemonSet pods that would run on it.
+    pub node: Node,
+    /// The DaemonSet pods counted (`namespace/owner`).
+    pub daemonsets: Vec<String>,
+}
+
+/// The template of every zone of every group whose class is known, in group then zone order.
+/// DaemonSets are taken from the snapshot's DaemonSet-owned pods (one per owner, the first by
+/// name); one counts against a template when its pod's selectors and tolerations admit the
+/// template.
+pub fn group_templates(snapshot: &ClusterSnapshot<'_>) -> Vec<GroupTemplate> {
+    let mut daemonsets: BTreeMap<(&str, &str), &Pod> = BTreeMap::new();
+    for p in snapshot.pods {
+        if let Some(owner) = &p.owner
+            && owner.kind == "DaemonSet"
+        {
+            let key = (p.namespace.as_str(), owner.name.as_str());
+            let keep = daemonsets.get(&key).is_none_or(|q| p.name < q.name);
+            if keep {
+                daemonsets.insert(key, p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for g in &snapshot.groups {
+        let (Some(class), Some(shape)) = (g.class, g.shape()) else {
+            continue;
+        };
+        for zone in &g.zones {
+            let name = format!("template-{}-{zone}", g.name());
+            let mut node = template_node(g.group, class, &shape, zone, &name);
+            let mut counted = Vec::new();
+            for ((ns, owner), p) in &daemonsets {
+                if check_static(p, &node.labels, &node.taints).is_ok() {
+                    subtract(&mut node.allocatable, &p.requests);
+                    counted.push(format!("{ns}/{owner}"));
+                }
+            }
+            out.push(GroupTemplate {
+                group: g.name().to_owned(),
+                zone: zone.clone(),
+                priority: g.priority(),
+                node,
+                daemonsets: counted,
+            });
+        }
+    }
+    out
+}
+
+fn subtract(allocatable: &mut Resources, requests: &Resources) {
+    for (name, q) in requests {
+        if name == "pods" {
+            continue;
+        }
+        if let Some(a) = allocatable.get_mut(name) {
+            *a = Quantity((*a - *q).0.max(0));
+        }
+    }
+    if let Some(pods) = allocatable.get_mut("pods") {
+        *pods = Quantity((*pods - Quantity::units(1)).0.max(0));
+    }
+}
+
+/// Where a pending pod goes without a new node.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ExistingTarget {
+    /// An existing node.
+    Node(String),
+    /// A machine already ordered for a group and zone.
+    Upcoming {
+        /// Group.
+        group: String,
+        /// Zone.
+        zone: String,
+        /// Which of the zone's upcoming machines (0-based), as the simulation numbered them.
+        machine: u32,
+    },
+}
+
+impl fmt::Display for ExistingTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Node(n) => write!(f, "node {n}"),
+            Self::Upcoming {
+                group,
+                zone,
+                machine,
+            } => write!(f, "upcoming node #{machine} of {group} in {zone}"),
+        }
+    }
+}
+
+/// One new node of the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedNode {
+    /// Group.
+    pub group: String,
+    /// Zone.
+    pub zone: String,
+    /// The pods it takes (indices into the snapshot's pods, by `namespace/name`).
+    pub pods: Vec<usize>,
+}
+
+/// Pods no group can host, with each group's reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unplaceable {
+    /// The pods (indices into the snapshot's pods).
+    pub pods: Vec<usize>,
+    /// `(group, reason)` for every scaling group.
+    pub reasons: Vec<(String, String)>,
+}
+
+/// The scale-up decision.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScaleUpPlan {
+    /// Machines to order, per group and zone.
+    pub commands: Vec<ScalingCommand>,
+    /// Every planned node with its pods, in plan order.
+    pub new_nodes: Vec<PlannedNode>,
+    /// Pending pods that fit existing or upcoming nodes (pod index, target).
+    pub fits_existing: Vec<(usize, ExistingTarget)>,
+    /// Standby holders the plan's pods preempt (pod indices).
+    pub preempted: Vec<usize>,
+    /// Pods that fit no group at all.
+    pub unplaceable: Vec<Unplaceable>,
+    /// Pods some group could host, every such zone being at `maxPerZone` (pod indices).
+    pub waiting_for_capacity: Vec<usize>,
+    /// Which group was chosen at each step and why.
+    pub reasons: Vec<String>,
+}
+
+impl ScaleUpPlan {
+    /// New nodes per `(group, zone)`.
+    pub fn counts(&self) -> BTreeMap<(&str, &str), u32> {
+        let mut m = BTreeMap::new();
+        for n in &self.new_nodes {
+            *m.entry((n.group.as_str(), n.zone.as_str())).or_insert(0) += 1;
+        }
+        m
+    }
+}
+
+/// The index of `p` in `pods`, when `p` points into it.
+fn pod_index(pods: &[Pod], p: &Pod) -> Option<usize> {
+    let size = std::mem::size_of::<Pod>();
+    let base = pods.as_ptr().addr();
+    let at = (p as *const Pod).addr();
+    let offset = at.checked_sub(base)?;
+    (offset % size == 0 && offset / size < pods.len()).then_some(offset / size)
+}
+
+/// The planned nodes so far: a placer over them, each node's template and pods.
+#[derive(Debug, Clone)]
+struct Planned<'t> {
+    placer: Placer<'t>,
+    template: Vec<usize>,
+    /// (class, pod) on each planned node; empty once the node is consolidated away.
+    members: Vec<Vec<(usize, usize)>>,
+}
+
+impl Planned<'_> {
+    /// Live planned nodes per template.
+    fn per_template(&self, templates: usize) -> Vec<u32> {
+        let mut n = vec![0u32; templates];
+        for (b, t) in self.template.iter().enumerate() {
+            if !self.members[b].is_empty() {
+                n[*t] += 1;
+            }
+        }
+        n
+    }
+}
+
+/// The planned nodes after packing the remaining pods for one group: onto room left on nodes
+/// already planned, then onto new nodes of the group.
+#[derive(Debug, Clone)]
+struct Estimate<'t> {
+    group: String,
+    priority: i64,
+    planned: Planned<'t>,
+    /// New nodes per template.
+    opened: BTreeMap<usize, u32>,
+    placed: usize,
+    cpu_waste: f64,
+    memory_waste: f64,
+}
+
+impl Estimate<'_> {
+    fn waste(&self) -> f64 {
+        self.cpu_waste + self.memory_waste
+    }
+}
+
+/// Plans the new nodes the pending pods of `snapshot` need (see the module docs).
+pub fn plan_scale_up(
+    snapshot: &ClusterSnapshot<'_>,
+    config: &ScalingConfig,
+    now: Timestamp,
+) -> ScaleUpPlan {
+    let pods = snapshot.pods;
+    let mut plan = ScaleUpPlan::default();
+    let pending: Vec<usize> = snapshot.pending_pods().map(|(i, _)| i).collect();
+    if pending.is_empty() {
+        return plan;
+    }
+    let index = ResourceIndex::from_pods(pods);
+    let templates = group_templates(snapshot);
+    let caps: Vec<([i64; 3], Vec<i64>)> = templates
+        .iter()
+        .map(|t| index.capacity(&t.node.allocatable))
+        .collect();
+    let template_at: HashMap<(&str, &str), usize, FastHash> = templates
+        .iter()
+        .enumerate()
+        .map(|(i, t)| ((t.group.as_str(), t.zone.as_str()), i))
+        .collect();
+    let track = pending
+        .iter()
+        .any(|&i| !pods[i].hostname_anti_affinity.is_empty());
+    let mut classes = classify(pods, pending.iter().copied(), &index);
+
+    // --- 1. existing and upcoming room --------------------------------------------------
+    let mut bins = Bins::new(index.len(), track);
+    let mut existing: Vec<&Node> = snapshot
+        .nodes
+        .iter()
+        .filter(|n| n.ready && !n.unschedulable && !snapshot.is_leaving(n))
+        .collect();
+    existing.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut targets: Vec<ExistingTarget> = Vec::with_capacity(existing.len());
+    let mut bin_of: HashMap<&str, usize, FastHash> = HashMap::default();
+    for n in &existing {
+        let b = bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), true);
+        bin_of.insert(n.name.as_str(), b);
+        targets.push(ExistingTarget::Node(n.name.clone()));
+    }
+    for p in pods {
+        if let Some(node) = &p.node_name
+            && !p.is_terminal()
+            && let Some(&b) = bin_of.get(node.as_str())
+        {
+            let demand = index.demand(p);
+            if is_standby_holder(p) {
+                bins.occupy_held(b, p, demand);
+            } else {
+                bins.occupy(b, p, &demand);
+            }
+        }
+    }
+    let mut upcoming = snapshot.upcoming.clone();
+    upcoming.sort();
+    for u in &upcoming {
+        if let Some(&t) = template_at.get(&(u.group.as_str(), u.zone.as_str())) {
+            let first = targets
+                .iter()
+                .filter(|t| matches!(t, ExistingTarget::Upcoming { group, zone, .. } if *group == u.group && *zone == u.zone))
+                .count() as u32;
+            for machine in first..first + u.count {
+                bins.push(
+                    &templates[t].node.labels,
+                    &templates[t].node.taints,
+                    caps[t].clone(),
+                    true,
+                );
+                targets.push(ExistingTarget::Upcoming {
+                    group: u.group.clone(),
+                    zone: u.zone.clone(),
+                    machine,
+                });
+            }
+        }
+    }
+    let mut placer = Placer::new(bins, classes.len());
+    let mut residual: Vec<usize> = Vec::new();
+    let mut evicted: Vec<usize> = Vec::new();
+    // Workload first, standby holders (lowest priority) last, as the scheduler's queue does.
+    let by_priority = classes
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| !is_standby_holder(k.rep))
+        .chain(
+            classes
+                .iter()
+                .enumerate()
+                .filter(|(_, k)| is_standby_holder(k.rep)),
+        );
+    for (c, class) in by_priority {
+        let may_preempt = !is_standby_holder(class.rep);
+        for &m in &class.members {
+            match placer.place(c, &pods[m], &class.demand, may_preempt) {
+                Some(placed) => {
+                    plan.fits_existing.push((m, targets[placed.bin].clone()));
+                    evicted.extend(placed.preempted.iter().filter_map(|h| pod_index(pods, h)));
+                }
+                None => residual.push(m),
+            }
+        }
+    }
+    if !evicted.is_empty() {
+        evicted.sort_unstable();
+        plan.preempted = evicted.clone();
+        // Evicted holders are pending again: existing room first, like everyone else.
+        let first_new = classes.len();
+        let holder_classes = classify(pods, evicted.iter().copied(), &index);
+        classes.extend(holder_classes);
+        let mut again = Placer::new(placer.bins.clone(), classes.len());
+        for (c, class) in classes.iter().enumerate().skip(first_new) {
+            for &m in &class.members {
+                match again.place(c, &pods[m], &class.demand, false) {
+                    Some(placed) => plan.fits_existing.push((m, targets[placed.bin].clone())),
+                    None => residual.push(m),
+                }
+            }
+        }
+    }
+    plan.fits_existing.sort();
+    if residual.is_empty() {
+        return plan;
+    }
+
+    // --- 2. who could ever host the rest -----------------------------------------------------
+    let mut class_of: Vec<u32> = vec![u32::MAX; pods.len()];
+    for (c, class) in classes.iter().enumerate() {
+        for &m in &class.members {
+            class_of[m] = c as u32;
+        }
+    }
+    let mut remaining: Vec<Vec<usize>> = vec![Vec::new(); classes.len()];
+    for &m in &residual {
+        remaining[class_of[m] as usize].push(m);
+    }
+    for r in &mut remaining {
+        r.sort_by(|&a, &b| {
+            (&pods[a].namespace, &pods[a].name).cmp(&(&pods[b].namespace, &pods[b].name))
+        });
+    }
+    let feasible: Vec<Vec<bool>> = classes
+        .iter()
+        .enumerate()
+        .map(|(c, class)| {
+            if remaining[c].is_empty() {
+                return Vec::new();
+            }
+            templates
+                .iter()
+                .map(|t| check_fit(class.rep, &t.node, &[]).is_ok())
+                .collect()
+        })
+        .collect();
+    for (c, class) in classes.iter().enumerate() {
+        if !remaining[c].is_empty() && !feasible[c].iter().any(|f| *f) {
+            plan.unplaceable.push(Unplaceable {
+                pods: std::mem::take(&mut remaining[c]),
+                reasons: unplaceable_reasons(snapshot, &templates, class.rep),
+            });
+        }
+    }
+    plan.unplaceable.sort_by(|a, b| a.pods.cmp(&b.pods));
+
+    // --- 3./4./5. groups by priority, zones balanced, minimal -----------------------------
+    let states = zone_states(snapshot, config, now);
+    let mut base_headroom: Vec<u32> = Vec::with_capacity(templates.len());
+    let mut base_nodes: Vec<u32> = Vec::with_capacity(templates.len());
+    for t in &templates {
+        let z = states
+            .get(t.group.as_str())
+            .and_then(|zs| zs.iter().find(|z| z.zone == t.zone));
+        let (room, count) = z.map_or((0, 0), |z| {
+            let used = z.desired.max(z.present());
+            (z.max.saturating_sub(used), used)
+        });
+        base_headroom.push(room);
+        base_nodes.push(count);
+    }
+    let mut group_templates_of: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, t) in templates.iter().enumerate() {
+        group_templates_of
+            .entry(t.group.as_str())
+            .or_default()
+            .push(i);
+    }
+    let ctx = Ctx {
+        pods,
+        classes: &classes,
+        templates: &templates,
+        caps: &caps,
+        feasible: &feasible,
+    };
+    let mut planned = Planned {
+        placer: Placer::new(Bins::new(index.len(), track), classes.len()),
+        template: Vec::new(),
+        members: Vec::new(),
+    };
+    let mut exhausted: Vec<&str> = Vec::new();
+    loop {
+        // Priority rounds until no group can take a remaining pod.
+        loop {
+            let live = planned.per_template(templates.len());
+            let headroom: Vec<u32> = base_headroom
+                .iter()
+                .zip(&live)
+                .map(|(h, l)| h.saturating_sub(*l))
+                .collect();
+            let zone_nodes: Vec<u32> = base_nodes.iter().zip(&live).map(|(b, l)| b + l).collect();
+            let options: Vec<(&str, &Vec<usize>)> = group_templates_of
+                .iter()
+                .filter(|(g, _)| !exhausted.contains(g))
+                .filter(|(_, ts)| {
+                    ts.iter().any(|&t| {
+                        headroom[t] > 0
+                            && remaining
+                                .iter()
+                                .enumerate()
+                                .any(|(c, r)| !r.is_empty() && feasible[c][t])
+                    })
+                })
+                .map(|(g, ts)| (*g, ts))
+                .collect();
+            let Some(top) = options
+                .iter()
+                .map(|(_, ts)| templates[ts[0]].priority)
+                .max()
+            else {
+                break;
+            };
+            let mut estimates: Vec<Estimate<'_>> = Vec::new();
+            for (g, ts) in options
+                .iter()
+                .filter(|(_, ts)| templates[ts[0]].priority == top)
+            {
+                let e = ctx.estimate(g, ts, &remaining, &planned, &headroom, &zone_nodes);
+                if e.placed > 0 {
+                    estimates.push(e);
+                } else {
+                    // Cannot happen when the templates admit a pod (it fits an empty node);
+                    // guards the loop's termination all the same.
+                    exhausted.push(g);
+                }
+            }
+            estimates.sort_by(|a, b| {
+                a.waste()
+                    .total_cmp(&b.waste())
+                    .then_with(|| b.placed.cmp(&a.placed))
+                    .then_with(|| a.group.cmp(&b.group))
+            });
+            if estimates.is_empty() {
+                continue;
+            }
+            let best = estimates.swap_remove(0);
+            estimates.sort_by(|a, b| a.group.cmp(&b.group));
+            let others: Vec<String> = estimates
+                .iter()
+                .map(|e| format!("{} (idle {:.1}%)", e.group, 50.0 * e.waste()))
+                .collect();
+            let opened: u32 = best.opened.values().sum();
+            plan.reasons.push(format!(
+                "{} (priority {}): {} new node(s) [{}] for {} pod(s), idle cpu {:.1}% memory {:.1}%{}",
+                best.group,
+                best.priority,
+                opened,
+                best.opened
+                    .iter()
+                    .map(|(t, n)| format!("{}: {n}", templates[*t].zone))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                best.placed,
+                100.0 * best.cpu_waste,
+                100.0 * best.memory_waste,
+                if others.is_empty() {
+                    String::new()
+                } else {
+                    format!("; more waste: {}", others.join(", "))
+                }
+            ));
+            planned = best.planned;
+            let mut taken = vec![false; pods.len()];
+            for members in &planned.members {
+                for &(_, m) in members {
+                    taken[m] = true;
+                }
+            }
+            for r in &mut remaining {
+                r.retain(|&m| !taken[m]);
+            }
+        }
+        // Minimal; freed headroom may let waiting pods in: go round again.
+        let removed = ctx.consolidate(&mut planned);
+        let waiting = remaining.iter().any(|r| !r.is_empty());
+        if removed == 0 || !waiting {
+            break;
+        }
+    }
+    for r in &remaining {
+        plan.waiting_for_capacity.extend(r.iter().copied());
+    }
+    plan.waiting_for_capacity.sort_unstable();
+    if !plan.waiting_for_capacity.is_empty() {
+        plan.reasons.push(format!(
+            "{} pod(s) wait for capacity: every zone of every group that fits them is at maxPerZone",
+            plan.waiting_for_capacity.len()
+        ));
+    }
+    let mut counts: BTreeMap<(String, String), (u32, usize)> = BTreeMap::new();
+    for (t, members) in planned.template.into_iter().zip(planned.members) {
+        if members.is_empty() {
+            continue;
+        }
+        let tpl = &templates[t];
+        let e = counts
+            .entry((tpl.group.clone(), tpl.zone.clone()))
+            .or_insert((0, 0));
+        e.0 += 1;
+        e.1 += members.len();
+        let mut pods_here: Vec<usize> = members.into_iter().map(|(_, m)| m).collect();
+        pods_here.sort_by(|&a, &b| {
+            (&pods[a].namespace, &pods[a].name).cmp(&(&pods[b].namespace, &pods[b].name))
+        });
+        plan.new_nodes.push(PlannedNode {
+            group: tpl.group.clone(),
+            zone: tpl.zone.clone(),
+            pods: pods_here,
+        });
+    }
+    plan.commands = counts
+        .into_iter()
+        .map(
+            |((group, zone), (count, pods))| ScalingCommand::CreateNodes {
+                group,
+                zone,
+                count,
+                why: Why::PendingPods { pods },
+            },
+        )
+        .collect();
+    plan
+}
+
+/// Each group's reason for not hosting `pod` even on an empty node.
+fn unplaceable_reasons(
+    snapshot: &ClusterSnapshot<'_>,
+    templates: &[GroupTemplate],
+    pod: &Pod,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for g in &snapshot.groups {
+        let name = g.name().to_owned();
+        if g.class.is_none() {
+            let reference = g
+                .group
+                .spec
+                .cloud_instances
+                .as_ref()
+                .and_then(|c| c.class_reference.as_ref())
+                .map_or_else(|| "(none)".to_owned(), |r| format!("{}/{}", r.kind, r.name));
+            out.push((name, format!("instance class {reference} is unknown")));
+            continue;
+        }
+        if g.zones.is_empty() {
+            out.push((name, "the group has no zones".to_owned()));
+            continue;
+        }
+        let mut reasons: Vec<String> = templates
+            .iter()
+            .filter(|t| t.group == name)
+            .filter_map(|t| check_fit(pod, &t.node, &[]).err())
+            .map(|m| m.to_string())
+            .collect();
+        reasons.sort();
+        reasons.dedup();
+        out.push((name, reasons.join("; ")));
+    }
+    out
+}
+
+/// What the estimate and consolidation steps share.
+struct Ctx<'c, 'a> {
+    pods: &'a [Pod],
+    classes: &'c [PodClass<'a>],
+    templates: &'c [GroupTemplate],
+    caps: &'c [([i64; 3], Vec<i64>)],
+    feasible: &'c [Vec<bool>],
+}
+
+impl<'c, 'a: 'c> Ctx<'c, 'a> {
+    /// Packs the remaining pods for one group (its templates `ts`): onto room left on the
+    /// nodes planned so far, then onto new nodes of the group, each in the zone with the fewest
+    /// of the group's nodes among those the pod fits and that have headroom.
+    fn estimate(
+        &self,
+        group: &str,
+        ts: &[usize],
+        remaining: &[Vec<usize>],
+        planned: &Planned<'c>,
+        headroom: &[u32],
+        zone_nodes: &[u32],
+    ) -> Estimate<'c> {
+        let mut left: Vec<u32> = ts.iter().map(|&t| headroom[t]).collect();
+        let mut count: Vec<u32> = ts.iter().map(|&t| zone_nodes[t]).collect();
+        let mut p = planned.clone();
+        let first_new = p.template.len();
+        let mut placed = 0usize;
+        for (c, class) in self.classes.iter().enumerate() {
+            if remaining[c].is_empty() || !ts.iter().any(|&t| self.feasible[c][t]) {
+                continue;
+            }
+            for &m in &remaining[c] {
+                let pod = &self.pods[m];
+                if let Some(at) = p.placer.place(c, pod, &class.demand, false) {
+                    p.members[at.bin].push((c, m));
+                    placed += 1;
+                    continue;
+                }
+                let zone = (0..ts.len())
+                    .filter(|&k| self.feasible[c][ts[k]] && left[k] > 0)
+                    .min_by(|&a, &b| {
+                        count[a].cmp(&count[b]).then_with(|| {
+                            self.templates[ts[a]].zone.cmp(&self.templates[ts[b]].zone)
+                        })
+                    });
+                let Some(k) = zone else { continue };
+                let t = ts[k];
+                let node = &self.templates[t].node;
+                let bin =
+                    p.placer
+                        .bins
+                        .push(&node.labels, &node.taints, self.caps[t].clone(), true);
+                p.template.push(t);
+                p.members.push(Vec::new());
+                left[k] -= 1;
+                count[k] += 1;
+                match p.placer.place(c, pod, &class.demand, false) {
+                    Some(at) => {
+                        p.members[at.bin].push((c, m));
+                        placed += 1;
+                    }
+                    None => p.placer.disable(bin),
+                }
+            }
+        }
+        let mut opened: BTreeMap<usize, u32> = BTreeMap::new();
+        let (mut cap_cpu, mut cap_mem, mut used_cpu, mut used_mem) = (0i128, 0i128, 0i128, 0i128);
+        for b in first_new..p.template.len() {
+            if p.members[b].is_empty() {
+                continue;
+            }
+            let t = p.template[b];
+            *opened.entry(t).or_insert(0) += 1;
+            cap_cpu += i128::from(self.caps[t].0[CPU]);
+            cap_mem += i128::from(self.caps[t].0[MEMORY]);
+            for &(c, _) in &p.members[b] {
+                used_cpu += i128::from(self.classes[c].demand.core[CPU]);
+                used_mem += i128::from(self.classes[c].demand.core[MEMORY]);
+            }
+        }
+        let idle = |cap: i128, used: i128| {
+            if cap <= 0 {
+                0.0
+            } else {
+                (cap - used) as f64 / cap as f64
+            }
+        };
+        Estimate {
+            group: group.to_owned(),
+            priority: ts.first().map_or(0, |&t| self.templates[t].priority),
+            planned: p,
+            opened,
+            placed,
+            cpu_waste: idle(cap_cpu, used_cpu),
+            memory_waste: idle(cap_mem, used_mem),
+        }
+    }
+
+    /// Takes planned nodes out, emptiest first, while the first-fit simulation moves all their
+    /// pods onto the other planned nodes; repeats until none can go. Returns how many went.
+    fn consolidate(&self, planned: &mut Planned<'c>) -> usize {
+        let mut no_fit: Vec<Option<usize>> = vec![None; self.classes.len()];
+        let mut removed = 0;
+        loop {
+            let mut order: Vec<usize> = (0..planned.members.len())
+                .filter(|&b| !planned.members[b].is_empty())
+                .collect();
+            order.sort_by_key(|&b| (planned.members[b].len(), b));
+            let mut removed_any = false;
+            for b in order {
+                let mut items = planned.members[b].clone();
+                items.sort_by(|&x, &y| trial_order(self.pods, self.classes, x, y));
+                if let Ok(moves) =
+                    planned
+                        .placer
+                        .try_empty_bin(b, &items, self.pods, self.classes, &mut no_fit)
+                {
+                    planned.members[b].clear();
+                    for (c, m, to) in moves {
+                        planned.members[to].push((c, m));
+                    }
+                    removed_any = true;
+                    removed += 1;
+                }
+            }
+            if !removed_any {
+                break;
+            }
+        }
+        removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LabelSelector, Owner, Taint, TaintEffect, Toleration};
+    use crate::scaling::node_shape;
+    use crate::scaling::snapshot::Upcoming;
+    use crate::scaling::testkit::{
+        self, Sizes, World, pod, pods_by_node, scaling_group, valid_node,
+    };
+    use proptest::prelude::*;
+
+    fn now() -> Timestamp {
+        Timestamp::from_secs(1_000_000)
+    }
+
+    fn snapshot(w: &World) -> ClusterSnapshot<'_> {
+        ClusterSnapshot::new(
+            &w.nodes,
+            &w.pods,
+            &w.pdbs,
+            &w.groups,
+            &w.classes,
+            &w.cloud_zones,
+        )
+        .with_upcoming(w.upcoming.clone())
+    }
+
+    fn empty_world(groups: Vec<NodeGroup>) -> World {
+        World {
+            groups,
+            classes: testkit::classes(),
+            cloud_zones: vec!["a".into(), "b".into(), "c".into()],
+            nodes: Vec::new(),
+            pods: Vec::new(),
+            pdbs: Vec::new(),
+            upcoming: Vec::new(),
+        }
+    }
+
+    use crate::model::NodeGroup;
+
+    fn replicas(w: &mut World, base: &Pod, n: usize) {
+        for i in 0..n {
+            let mut p = base.clone();
+            p.name = format!("{}-{i}", base.name);
+            w.pods.push(p);
+        }
+    }
+
+    fn counts(plan: &ScaleUpPlan) -> Vec<(String, String, u32)> {
+        plan.counts()
+            .into_iter()
+            .map(|((g, z), n)| (g.to_owned(), z.to_owned(), n))
+            .collect()
+    }
+
+    #[test]
+    fn existing_room_means_no_new_node() {
+        let mut w = empty_world(vec![scaling_group("g", "medium", 0, 5, 0, None)]);
+        let g = &w.groups[0];
+        let class = w.classes[1].clone();
+        let shape = node_shape(g, &class);
+        w.nodes.push(template_node(g, &class, &shape, "a", "n1"));
+        replicas(&mut w, &pod("work", "web", 500, 512), 4);
+        let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+        assert!(plan.commands.is_empty(), "{:?}", plan.commands);
+        assert_eq!(plan.fits_existing.len(), 4);
+    }
+
+    #[test]
+    fn higher_priority_wins_and_taints_send_the_rest_elsewhere() {
+        let mut high = scaling_group("high", "medium", 0, 5, 10, Some(vec!["a".into()]));
+        high.spec.node_template.as_mut().unwrap().taints = Some(vec![Taint {
+            key: "dedicated".into(),
+            value: Some("high".into()),
+            effect: Some(TaintEffect::NoSchedule),
+        }]);
+        let low = scaling_group("low", "medium", 0, 5, 0, Some(vec!["a".into()]));
+        let mut w = empty_world(vec![high, low]);
+        let mut tolerant = pod("work", "tolerant", 1000, 1024);
+        tolerant.tolerations.push(Toleration {
+            key: "dedicated".into(),
+            exists: true,
+            value: String::new(),
+            effect: None,
+        });
+        replicas(&mut w, &tolerant, 3);
+        replicas(&mut w, &pod("work", "plain", 1000, 1024), 3);
+        let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+        assert_eq!(
+            counts(&plan),
+            vec![
+                ("high".into(), "a".into(), 1),
+                ("low".into(), "a".into(), 1)
+            ]
+        );
+        let high_node = plan.new_nodes.iter().find(|n| n.group == "high").unwrap();
+        assert!(
+            high_node
+                .pods
+                .iter()
+                .all(|&i| w.pods[i].name.starts_with("tolerant"))
+        );
+        assert!(
+            plan.reasons[0].starts_with("high (priority 10)"),
+            "{:?}",
+            plan.reasons
+        );
+    }
+
+    #[test]
+    fn equal_priority_least_waste_wins() {
+        // 8 pods of 1.8 cpu / 1 GiB: small nodes (2 cpu) waste little cpu, medium ones more.
+        let small = scaling_group("a-small", "small", 0, 20, 0, Some(vec!["a".into()]));
+        let medium = scaling_group("b-medium", "medium", 0, 20, 0, Some(vec!["a".into()]));
+        let mut w = empty_world(vec![small, medium]);
+        replicas(&mut w, &pod("work", "web", 1800, 1024), 4);
+        let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+        assert_eq!(counts(&plan), vec![("a-small".into(), "a".into(), 4)]);
+        assert!(
+            plan.reasons[0].contains("more waste: b-medium"),
+            "{:?}",
+            plan.reasons
+        );
+    }
+
+    #[test]
+    fn zones_are_balanced_and_max_is_respected() {
+        let mut w = empty_world(vec![scaling_group("g", "medium", 0, 2, 0, None)]);
+        let mut spread = pod("work", "spread", 100, 100);
+        spread.labels.insert("app".into(), "spread".into());
+        spread.hostname_anti_affinity = vec![LabelSelector {
+            match_labels: Some([("app".to_string(), "spread".to_string())].into()),
+            match_expressions: None,
+        }];
+        replicas(&mut w, &spread, 8);
+        let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+        assert_eq!(
+            counts(&plan),
+            vec![
+                ("g".into(), "a".into(), 2),
+                ("g".into(), "b".into(), 2),
+                ("g".into(), "c".into(), 2)
+            ]
+        );
+        assert_eq!(plan.waiting_for_capacity.len(), 2);
+    }
+
+    #[test]
+    fn unplaceable_pods_are_reported_with_reasons() {
+        let mut w = empty_world(vec![
+            scaling_group("g", "medium", 0, 2, 0, None),
+            scaling_group("lost", "missing", 0, 2, 0, None),
+        ]);
+        replicas(&mut w, &pod("work", "huge", 64_000, 1024), 2);
+        let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+        assert!(plan.commands.is_empty());
+        assert_eq!(plan.unplaceable.len(), 1);
+        let u = &plan.unplaceable[0];
+        assert_eq!(u.pods.len(), 2);
+        assert!(
+            u.reasons[0].1.contains("insufficient cpu"),
+            "{:?}",
+            u.reasons
+        );
+        assert!(
+            u.reasons[1].1.contains("InstanceClass/missing is unknown"),
+            "{:?}",
+            u.reasons
+        );
+    }
+
+    #[test]
+    fn upcoming_machines_absorb_pending_pods() {
+        let mut w = empty_world(vec![scaling_group(
+            "g",
+            "medium",
+            0,
+            5,
+            0,
+            Some(vec!["a".into()]),
+        )]);
+        replicas(&mut w, &pod("work", "web", 1000, 1024), 3);
+        w.upcoming.push(Upcoming {
+            group: "g".into(),
+            zone: "a".into(),
+            count: 1,
+        });
+        let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+        assert!(plan.commands.is_empty(), "{:?}", plan.commands);
+        assert!(
+            plan.fits_existing
+                .iter()
+                .all(|(_, t)| matches!(t, ExistingTarget::Upcoming { .. }))
+        );
+    }
+
+    #[test]
+    fn daemonsets_shrink_the_template() {
+        let mut w = empty_world(vec![scaling_group(
+            "g",
+            "small",
+            0,
+            5,
+            0,
+            Some(vec!["a".into()]),
+        )]);
+        let mut ds = pod("kube-system", "big-agent-x", 1500, 64);
+        ds.owner = Some(Owner {
+            kind: "DaemonSet".into(),
+            name: "big-agent".into(),
+        });
+        ds.node_name = Some("elsewhere".into());
+        w.pods.push(ds);
+        let templates = group_templates(&snapshot(&w));
+        assert_eq!(templates[0].daemonsets, vec!["kube-system/big-agent"]);
+        // small: 2 cores − 70m reserve − 1500m = 430m left.
+        assert_eq!(templates[0].node.allocatable["cpu"], Quantity(430));
+        replicas(&mut w, &pod("work", "web", 500, 64), 1);
+        let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+        assert_eq!(plan.unplaceable.len(), 1);
+    }
+
+    #[test]
+    fn real_pods_preempt_standby_and_standby_is_replaced() {
+        let mut w = empty_world(vec![scaling_group(
+            "g",
+            "medium",
+            0,
+            5,
+            0,
+            Some(vec!["a".into()]),
+        )]);
+        let g = &w.groups[0];
+        let class = w.classes[1].clone();
+        let shape = node_shape(g, &class);
+        w.nodes.push(template_node(g, &class, &shape, "a", "warm"));
+        let snap_groups = w.groups.clone();
+        let sg = crate::scaling::ScalingGroup::new(&snap_groups[0], &w.classes, &w.cloud_zones);
+        let mut holder = crate::scaling::standby::holder_pod(&sg, "a", 0).unwrap();
+        holder.node_name = Some("warm".into());
+        w.pods.push(holder);
+        replicas(&mut w, &pod("work", "burst", 1500, 2048), 2);
+        let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+        assert_eq!(plan.fits_existing.len(), 2, "{plan:?}");
+        assert_eq!(plan.preempted.len(), 1, "{plan:#?}");
+        assert_eq!(counts(&plan), vec![("g".into(), "a".into(), 1)]);
+        assert_eq!(plan.new_nodes[0].pods, plan.preempted);
+    }
+
+    // --- properties ------------------------------------------------------------------------
+
+    fn key(p: &Pod) -> String {
+        p.key()
+    }
+
+    /// The same first-fit trial the planner's minimality pass runs, written over model objects.
+    fn trial_key(p: &Pod) -> (bool, i128, String, String) {
+        let ext = p
+            .requests
+            .iter()
+            .any(|(k, q)| !matches!(k.as_str(), "cpu" | "memory" | "pods") && q.0 > 0);
+        let cpu = p.requests.get("cpu").map_or(0, |q| q.0.max(0));
+        let mem = p.requests.get("memory").map_or(0, |q| q.0.max(0));
+        let score = i128::from(cpu) * i128::from(4i64 << 30) + i128::from(mem);
+        (!ext, -score, p.namespace.clone(), p.name.clone())
+    }
+
+    fn check_plan(w: &World, plan: &ScaleUpPlan) -> Result<(), TestCaseError> {
+        let snap = snapshot(w);
+        let cfg = ScalingConfig::default();
+        let templates = group_templates(&snap);
+        let template = |g: &str, z: &str| {
+            templates
+                .iter()
+                .find(|t| t.group == g && t.zone == z)
+                .unwrap()
+        };
+        // Every pending pod in exactly one outcome.
+        let pending: Vec<usize> = snap.pending_pods().map(|(i, _)| i).collect();
+        let mut seen: BTreeMap<usize, &str> = BTreeMap::new();
+        let mut note = |i: usize, what: &'static str| -> Result<(), TestCaseError> {
+            prop_assert!(
+                seen.insert(i, what).is_none(),
+                "pod {} twice",
+                w.pods[i].key()
+            );
+            Ok(())
+        };
+        let preempted: Vec<usize> = plan.preempted.clone();
+        for (i, _) in &plan.fits_existing {
+            note(*i, "existing")?;
+        }
+        for n in &plan.new_nodes {
+            for &i in &n.pods {
+                note(i, "new")?;
+            }
+        }
+        for u in &plan.unplaceable {
+            for &i in &u.pods {
+                note(i, "unplaceable")?;
+            }
+        }
+        for &i in &plan.waiting_for_capacity {
+            note(i, "waiting")?;
+        }
+        let mut expected: Vec<usize> = pending.clone();
+        expected.extend(preempted.iter().copied());
+        expected.sort_unstable();
+        let got: Vec<usize> = seen.keys().copied().collect();
+        prop_assert_eq!(got, expected);
+
+        // Placements are valid: existing nodes (minus preempted holders), upcoming machines and
+        // planned nodes.
+        let mut on = pods_by_node(&w.pods);
+        for list in on.values_mut() {
+            list.retain(|p| !preempted.iter().any(|&i| std::ptr::eq(*p, &w.pods[i])));
+        }
+        let mut upcoming_on: BTreeMap<(String, String, u32), Vec<&Pod>> = BTreeMap::new();
+        for (i, t) in &plan.fits_existing {
+            match t {
+                ExistingTarget::Node(n) => on.entry(n.as_str()).or_default().push(&w.pods[*i]),
+                ExistingTarget::Upcoming {
+                    group,
+                    zone,
+                    machine,
+                } => upcoming_on
+                    .entry((group.clone(), zone.clone(), *machine))
+                    .or_default()
+                    .push(&w.pods[*i]),
+            }
+        }
+        for (_, t) in &plan.fits_existing {
+            if let ExistingTarget::Node(n) = t {
+                let node = w.nodes.iter().find(|x| &x.name == n).unwrap();
+                prop_assert!(node.ready && !node.unschedulable && !snap.is_leaving(node));
+                valid_node(node, &on[n.as_str()]).map_err(TestCaseError::fail)?;
+            }
+        }
+        for ((g, z, m), list) in &upcoming_on {
+            prop_assert!(*m < snap.upcoming_in(g, z));
+            valid_node(&template(g, z).node, list).map_err(TestCaseError::fail)?;
+        }
+        let planned: Vec<(Node, Vec<&Pod>)> = plan
+            .new_nodes
+            .iter()
+            .map(|n| {
+                (
+                    template(&n.group, &n.zone).node.clone(),
+                    n.pods.iter().map(|&i| &w.pods[i]).collect(),
+                )
+            })
+            .collect();
+        for (node, list) in &planned {
+            valid_node(node, list).map_err(TestCaseError::fail)?;
+        }
+
+        // Never above maxPerZone.
+        let states = zone_states(&snap, &cfg, now());
+        for ((g, z), n) in plan.counts() {
+            let zone = states[g].iter().find(|s| s.zone == z).unwrap();
+            prop_assert!(zone.in_group_zones);
+            prop_assert!(
+                zone.desired.max(zone.present()) + n <= zone.max,
+                "{}/{}: {} + {} > max {}",
+                g,
+                z,
+                zone.desired.max(zone.present()),
+                n,
+                zone.max
+            );
+        }
+
+        // Unplaceable pods fit no template; waiting pods only fit full zones.
+        for u in &plan.unplaceable {
+            for &i in &u.pods {
+                for t in &templates {
+                    prop_assert!(
+                        check_fit(&w.pods[i], &t.node, &[]).is_err(),
+                        "{} reported unplaceable but fits {}/{}",
+                        key(&w.pods[i]),
+                        t.group,
+                        t.zone
+                    );
+                }
+            }
+        }
+        let planned_in = plan.counts();
+        for &i in &plan.waiting_for_capacity {
+            for t in templates
+                .iter()
+                .filter(|t| check_fit(&w.pods[i], &t.node, &[]).is_ok())
+            {
+                let zone = states[t.group.as_str()]
+                    .iter()
+                    .find(|s| s.zone == t.zone)
+                    .unwrap();
+                let n = planned_in
+                    .get(&(t.group.as_str(), t.zone.as_str()))
+                    .copied()
+                    .unwrap_or(0);
+                prop_assert!(
+                    zone.desired.max(zone.present()) + n >= zone.max,
+                    "{} waits although {}/{} has room",
+                    key(&w.pods[i]),
+                    &t.group,
+                    &t.zone
+                );
+            }
+        }
+
+        // Minimal: no planned node's pods all move onto the other planned nodes by first fit.
+        for x in 0..planned.len() {
+            let mut others: Vec<(usize, Vec<&Pod>)> = (0..planned.len())
+                .filter(|&y| y != x)
+                .map(|y| (y, planned[y].1.clone()))
+                .collect();
+            let mut mine = planned[x].1.clone();
+            mine.sort_by_key(|p| trial_key(p));
+            let mut all = true;
+            for p in mine {
+                match others
+                    .iter_mut()
+                    .find(|(y, list)| check_fit(p, &planned[*y].0, list).is_ok())
+                {
+                    Some((_, list)) => list.push(p),
+                    None => {
+                        all = false;
+                        break;
+                    }
+                }
+            }
+            prop_assert!(
+                !all,
+                "planned node {} ({}/{}) is redundant",
+                x,
+                &plan.new_nodes[x].group,
+                &plan.new_nodes[x].zone
+            );
+        }
+        Ok(())
+    }
+
+    type Keyed = (
+        Vec<(String, String, Vec<String>)>,
+        Vec<(String, String)>,
+        Vec<String>,
+        Vec<String>,
+    );
+
+    fn keyed(w: &World, plan: &ScaleUpPlan) -> Keyed {
+        let names = |v: &[usize]| {
+            let mut n: Vec<String> = v.iter().map(|&i| key(&w.pods[i])).collect();
+            n.sort();
+            n
+        };
+        (
+            plan.new_nodes
+                .iter()
+                .map(|n| (n.group.clone(), n.zone.clone(), names(&n.pods)))
+                .collect(),
+            {
+                let mut v: Vec<(String, String)> = plan
+                    .fits_existing
+                    .iter()
+                    .map(|(i, t)| (key(&w.pods[*i]), t.to_string()))
+                    .collect();
+                v.sort();
+                v
+            },
+            names(&plan.waiting_for_capacity),
+            {
+                let mut v: Vec<String> = plan
+                    .unplaceable
+                    .iter()
+                    .flat_map(|u| u.pods.iter().map(|&i| key(&w.pods[i])))
+                    .collect();
+                v.sort();
+                v
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// Completeness, validity, bounds, unplaceable/waiting honesty and minimality (see
+        /// `check_plan`) on random clusters.
+        #[test]
+        fn plan_is_valid_bounded_complete_and_minimal(seed in any::<u64>(), groups in 1usize..5, deployments in 0usize..25, per_zone in 0u64..3, max in 0u64..5) {
+            let w = testkit::world(seed, Sizes { groups, nodes_per_zone: per_zone, deployments, max_per_zone: max });
+            let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+            check_plan(&w, &plan)?;
+        }
+
+        /// The same cluster listed in another order gives the same plan.
+        #[test]
+        fn plan_is_deterministic_and_order_independent(seed in any::<u64>(), shuffle in any::<u64>()) {
+            let w = testkit::world(seed, Sizes { groups: 3, nodes_per_zone: 2, deployments: 15, max_per_zone: 3 });
+            let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+            let again = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+            prop_assert_eq!(&plan, &again);
+            let mut v = w.clone();
+            let mut rng = testkit::Rng::new(shuffle);
+            for i in (1..v.pods.len()).rev() { let j = rng.below(i as u64 + 1) as usize; v.pods.swap(i, j); }
+            for i in (1..v.nodes.len()).rev() { let j = rng.below(i as u64 + 1) as usize; v.nodes.swap(i, j); }
+            let shuffled = plan_scale_up(&snapshot(&v), &ScalingConfig::default(), now());
+            prop_assert_eq!(keyed(&w, &plan), keyed(&v, &shuffled));
+        }
+    }
+}
