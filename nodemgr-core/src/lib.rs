@@ -13,6 +13,7 @@ pub mod impact;
 pub mod lifecycle;
 pub mod model;
 pub mod oom;
+pub mod ports;
 pub mod scaling;
 pub mod static_nodes;
 pub mod update;

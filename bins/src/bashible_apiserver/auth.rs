@@ -174,7 +174,7 @@ mod tests {
     fn token_file_grants_and_errors() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens");
-        std::fs::write(&path, format!("# nodes\n\n{T1} worker, gpu\n{T2} *\n")).unwrap();
+        std::fs::write(&path, format!("# nodes\n\n{T1} worker,gpu\n{T2} *\n")).unwrap();
         let grants = read_token_file(&path).unwrap();
         assert_eq!(
             grants[0].scope,
