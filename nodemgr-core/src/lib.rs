@@ -9,9 +9,11 @@
 pub mod bashible;
 pub mod drain;
 pub mod fencing;
+pub mod group_status;
 pub mod impact;
 pub mod lifecycle;
 pub mod model;
+pub mod node_template;
 pub mod oom;
 pub mod scaling;
 pub mod update;
