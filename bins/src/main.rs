@@ -24,6 +24,8 @@ enum Command {
     Validate(cli::validate::ValidateArgs),
     /// Say what changing a NodeGroup from OLD into NEW does to its nodes.
     Explain(cli::explain::ExplainArgs),
+    /// Print the CustomResourceDefinitions nodemgr serves (for `kubectl apply -f -`).
+    Crds(cli::crds::CrdsArgs),
 }
 
 fn init_logging() {
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Validate(args) => cli::validate::run(args),
         Command::Explain(args) => cli::explain::run(args),
+        Command::Crds(args) => cli::crds::run(args),
     };
     match result {
         Ok(outcome) => outcome.exit_code(),
