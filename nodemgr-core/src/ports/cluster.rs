@@ -186,8 +186,7 @@ impl NodePatch {
                 None => node.annotations.remove(key),
             };
         }
-        node.taints
-            .retain(|t| !self.remove_taints.iter().any(|k| *k == t.key));
+        node.taints.retain(|t| !self.remove_taints.contains(&t.key));
         for taint in &self.add_taints {
             node.taints
                 .retain(|t| !(t.key == taint.key && t.effect == taint.effect));
