@@ -36,6 +36,9 @@ pub struct Node {
     pub allocatable: Resources,
     /// Cloud provider ID (`aws:///zone/i-…`).
     pub provider_id: Option<String>,
+    /// `status.addresses[].address` (InternalIP, ExternalIP, Hostname, …): how a StaticInstance
+    /// finds the Node it became or is adopted as.
+    pub addresses: Vec<String>,
     /// When the node registered.
     pub created: Option<Timestamp>,
 }

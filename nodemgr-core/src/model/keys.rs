@@ -56,6 +56,9 @@ pub const ANNOTATION_SKIP_BOOTSTRAP_PHASE: &str = "static.node.deckhouse.io/skip
 pub const CLEANUP_SCRIPT_PATH: &str = "/var/lib/bashible/cleanup_static_node.sh";
 /// Argument the cleanup script demands before it destroys anything.
 pub const CLEANUP_SCRIPT_CONFIRMATION: &str = "--yes-i-am-sane-and-i-understand-what-i-am-doing";
+/// Finalizer nodemgr keeps on every StaticInstance so that a deleted instance is cleaned up over
+/// SSH before it goes (nodemgr's own key: Deckhouse's CAPS finalizer name is not captured).
+pub const FINALIZER_STATIC_INSTANCE: &str = "static.node.deckhouse.io/cleanup";
 /// Prefix of the Secret holding a group's manual bootstrap script (`manual-bootstrap-for-<group>`).
 pub const MANUAL_BOOTSTRAP_SECRET_PREFIX: &str = "manual-bootstrap-for-";
 

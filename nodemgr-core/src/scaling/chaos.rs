@@ -172,3 +172,184 @@ pub fn plan_chaos(
     decision.state.period_start.insert(name.to_owned(), now);
     decision
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Chaos, NodeGroup};
+    use crate::scaling::testkit::{classes, scaling_group};
+    use crate::scaling::{InstanceClass, node_shape, template_node};
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    fn chaos_group(name: &str, period: Option<&str>) -> NodeGroup {
+        let mut g = scaling_group(name, "small", 0, 5, 0, Some(vec!["a".into(), "b".into()]));
+        g.spec.chaos = Some(Chaos {
+            mode: Some(ChaosMode::DrainAndDelete),
+            period: period.map(Into::into),
+        });
+        g
+    }
+
+    fn nodes_of(g: &NodeGroup, class: &InstanceClass, n: usize) -> Vec<Node> {
+        let shape = node_shape(g, class);
+        (0..n)
+            .map(|i| {
+                let zone = if i % 2 == 0 { "a" } else { "b" };
+                template_node(g, class, &shape, zone, &format!("{}-{i}", g.name()))
+            })
+            .collect()
+    }
+
+    fn min(m: i64) -> Timestamp {
+        Timestamp::from_secs(m * 60)
+    }
+
+    #[test]
+    fn one_victim_per_period_only_when_whole_and_nothing_in_flight() {
+        let classes = classes();
+        let groups = vec![chaos_group("g", Some("1h")), chaos_group("h", Some("3h"))];
+        let mut nodes = nodes_of(&groups[0], &classes[0], 4);
+        nodes.extend(nodes_of(&groups[1], &classes[0], 2));
+        let cfg = ScalingConfig::default();
+        let snap = ClusterSnapshot::new(&nodes, &[], &[], &groups, &classes, &[]);
+        // First sight starts the period.
+        let d = plan_chaos(&snap, &ChaosState::default(), 7, &cfg, min(0));
+        assert!(d.mark.is_none());
+        let d = plan_chaos(&snap, &d.state, 7, &cfg, min(59));
+        assert!(d.mark.is_none());
+        let d = plan_chaos(&snap, &d.state, 7, &cfg, min(60));
+        let victim = d.mark.clone().expect("a victim after one period");
+        assert!(victim.starts_with("g-"), "{victim}");
+        assert!(
+            matches!(&d.commands[0], ScalingCommand::RemoveNode { node, why: Why::Chaos, .. } if *node == victim)
+        );
+        let state = d.state;
+        // The victim carries the annotation: nothing more, even when h is due.
+        nodes
+            .iter_mut()
+            .find(|n| n.name == victim)
+            .unwrap()
+            .annotations
+            .insert(keys::ANNOTATION_CHAOS_MONKEY_VICTIM.into(), String::new());
+        let snap = ClusterSnapshot::new(&nodes, &[], &[], &groups, &classes, &[]);
+        let d = plan_chaos(&snap, &state, 7, &cfg, min(200));
+        assert!(d.mark.is_none());
+        assert!(
+            d.notes.iter().any(|n| n.contains("in flight")),
+            "{:?}",
+            d.notes
+        );
+        // Gone, not replaced yet: not whole.
+        nodes.retain(|n| n.name != victim);
+        let snap = ClusterSnapshot::new(&nodes, &[], &[], &groups, &classes, &[]).with_desired(
+            [
+                (("g".to_string(), "a".to_string()), 2),
+                (("g".to_string(), "b".to_string()), 2),
+            ]
+            .into(),
+        );
+        // g is due but not whole; h is whole and due (3 h), and nothing is in flight: h goes.
+        let d = plan_chaos(&snap, &state, 7, &cfg, min(200));
+        assert!(
+            d.notes[0].starts_with("g: due, but not whole"),
+            "{:?}",
+            d.notes
+        );
+        assert!(
+            d.mark.as_deref().is_some_and(|v| v.starts_with("h-")),
+            "{:?}",
+            d.mark
+        );
+    }
+
+    #[test]
+    fn bad_period_and_single_node_groups_get_no_victim() {
+        let classes = classes();
+        let groups = vec![chaos_group("bad", Some("soon")), chaos_group("one", None)];
+        let mut nodes = nodes_of(&groups[1], &classes[0], 1);
+        nodes.extend(nodes_of(&groups[0], &classes[0], 3));
+        let snap = ClusterSnapshot::new(&nodes, &[], &[], &groups, &classes, &[]);
+        let state = ChaosState {
+            period_start: [("bad".to_string(), min(0)), ("one".to_string(), min(0))].into(),
+        };
+        let d = plan_chaos(&snap, &state, 1, &ScalingConfig::default(), min(100_000));
+        assert!(d.mark.is_none());
+        assert!(
+            d.notes.iter().any(|n| n.contains("\"soon\"")),
+            "{:?}",
+            d.notes
+        );
+        assert!(
+            d.notes
+                .iter()
+                .any(|n| n.starts_with("one: due, but not whole")),
+            "{:?}",
+            d.notes
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Over two days of passes every 10 minutes, with victims drained for a while and
+        /// replaced later: never two victims in flight, a victim only from a whole group, and a
+        /// group's victims at least one period apart.
+        #[test]
+        fn never_two_victims_in_flight(seed in any::<u64>(), drain in 0u32..8, boot in 0u32..8, periods in prop::collection::vec(1u32..5, 1..4)) {
+            let classes = classes();
+            let groups: Vec<NodeGroup> = periods.iter().enumerate()
+                .map(|(i, p)| chaos_group(&format!("g{i}"), Some(&format!("{p}h")))).collect();
+            let mut nodes: Vec<Node> = groups.iter().flat_map(|g| nodes_of(g, &classes[0], 4)).collect();
+            let desired: std::collections::BTreeMap<(String, String), u32> = groups.iter()
+                .flat_map(|g| [((g.name().to_string(), "a".to_string()), 2), ((g.name().to_string(), "b".to_string()), 2)]).collect();
+            let cfg = ScalingConfig::default();
+            let mut state = ChaosState::default();
+            let mut draining: Vec<(String, u32)> = Vec::new();
+            let mut replacing: Vec<(String, String, u32)> = Vec::new();
+            let mut last: std::collections::BTreeMap<String, Timestamp> = Default::default();
+            let mut serial = 0;
+            let mut victims = 0;
+            for pass in 0..(2 * 24 * 6) {
+                let now = min(10 * pass);
+                // Executor.
+                draining.retain_mut(|(name, left)| {
+                    if *left == 0 { nodes.retain(|n| &n.name != name); false } else { *left -= 1; true }
+                });
+                replacing.retain_mut(|(group, zone, left)| {
+                    if *left == 0 {
+                        serial += 1;
+                        let g = groups.iter().find(|g| g.name() == group).unwrap();
+                        let shape = node_shape(g, &classes[0]);
+                        nodes.push(template_node(g, &classes[0], &shape, zone, &format!("r{serial}")));
+                        false
+                    } else { *left -= 1; true }
+                });
+                let upcoming: Vec<crate::scaling::Upcoming> = replacing.iter().map(|(g, z, _)| crate::scaling::Upcoming { group: g.clone(), zone: z.clone(), count: 1 }).collect();
+                let leaving: BTreeSet<String> = draining.iter().map(|(n, _)| n.clone()).collect();
+                let snap = ClusterSnapshot::new(&nodes, &[], &[], &groups, &classes, &[])
+                    .with_desired(desired.clone()).with_upcoming(upcoming).with_leaving(leaving);
+                let marked = nodes.iter().filter(|n| n.has_annotation(keys::ANNOTATION_CHAOS_MONKEY_VICTIM)).count();
+                prop_assert!(marked <= 1);
+                let d = plan_chaos(&snap, &state, seed, &cfg, now);
+                state = d.state.clone();
+                if let Some(victim) = d.mark {
+                    victims += 1;
+                    prop_assert_eq!(marked, 0, "second victim while one is in flight");
+                    prop_assert!(draining.is_empty());
+                    let n = nodes.iter_mut().find(|n| n.name == victim).unwrap();
+                    let group = n.group().unwrap().to_string();
+                    prop_assert!(!replacing.iter().any(|(g, _, _)| *g == group), "victim from a group that is not whole");
+                    let period = Duration::from_secs(3600 * u64::from(periods[group[1..].parse::<usize>().unwrap()]));
+                    if let Some(prev) = last.insert(group.clone(), now) {
+                        prop_assert!(now.saturating_since(prev) >= period);
+                    }
+                    n.annotations.insert(keys::ANNOTATION_CHAOS_MONKEY_VICTIM.into(), String::new());
+                    draining.push((victim.clone(), drain));
+                    replacing.push((group, n.zone().unwrap().to_string(), drain + boot));
+                }
+            }
+            prop_assert!(victims > 0);
+        }
+    }
+}

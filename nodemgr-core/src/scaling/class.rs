@@ -249,6 +249,7 @@ pub fn template_node(
         last_heartbeat: None,
         allocatable: shape.allocatable.clone(),
         provider_id: None,
+        addresses: Vec::new(),
         created: None,
     }
 }

@@ -1258,6 +1258,48 @@ mod tests {
         )
     }
 
+    /// Guards the properties below against passing vacuously: their worlds produce new nodes,
+    /// existing fits, unplaceable and waiting pods, preemptions and consolidations.
+    #[test]
+    fn property_worlds_exercise_every_outcome() {
+        let (mut new, mut existing, mut unplaceable, mut waiting, mut preempted, mut groups_used) =
+            (0, 0, 0, 0, 0, 0);
+        for seed in 0..80 {
+            let w = testkit::world(
+                seed,
+                Sizes {
+                    groups: 4,
+                    nodes_per_zone: 2,
+                    deployments: 20,
+                    max_per_zone: 3,
+                },
+            );
+            let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+            new += plan.new_nodes.len();
+            existing += plan.fits_existing.len();
+            unplaceable += plan.unplaceable.len();
+            waiting += plan.waiting_for_capacity.len();
+            preempted += plan.preempted.len();
+            groups_used += usize::from(
+                plan.counts()
+                    .keys()
+                    .map(|k| k.0)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len()
+                    > 1,
+            );
+        }
+        assert!(
+            new > 50
+                && existing > 50
+                && unplaceable > 10
+                && waiting > 10
+                && preempted > 0
+                && groups_used > 10,
+            "new {new}, existing {existing}, unplaceable {unplaceable}, waiting {waiting}, preempted {preempted}, multi-group {groups_used}"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(96))]
 

@@ -1,0 +1,444 @@
+//! The cluster port: observe nodes, pods, PodDisruptionBudgets and node groups as the core's
+//! model views, and act on them (patch node metadata and taints, cordon, evict, delete, record
+//! events). `nodemgr-k8s` implements it over the Kubernetes API, `nodemgr-sim` in memory; the
+//! update executor (`crate::executor`) is generic over it.
+//!
+//! The traits are split by capability ([`ClusterRead`], [`NodeApi`], [`PodApi`], [`EventApi`]);
+//! [`ClusterApi`] is all four, implemented automatically for any type that has them.
+//!
+//! # Contract common to every method
+//! - Methods are `async` (via `async-trait`, the futures are `Send`) and take `&self`:
+//!   implementations synchronise internally.
+//! - Errors are [`ClusterError`]. Adapters map HTTP 404 to [`ClusterError::NotFound`], 409 and
+//!   failed preconditions to [`ClusterError::Conflict`], 429 (outside the eviction
+//!   subresource) to [`ClusterError::TooManyRequests`], connection failures, timeouts and 5xx to
+//!   [`ClusterError::Unavailable`], anything else to [`ClusterError::Other`].
+//! - Callers re-read state before acting again: a method may fail after its effect happened
+//!   (a timeout on a request that was applied), so every mutating method is idempotent.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::model::{Node, NodeGroup, Pod, PodDisruptionBudget, Taint, Timestamp};
+
+/// What went wrong talking to the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// The object does not exist (any more). Callers that wanted it gone treat this as success.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The object changed under us, or a precondition (UID, resourceVersion) failed: re-read and
+    /// decide again.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The API server throttles us (HTTP 429 outside the eviction subresource): retry later.
+    #[error("too many requests: {0}")]
+    TooManyRequests(String),
+    /// The API server cannot be reached or answered 5xx / timed out: retry later.
+    #[error("cluster API unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else (forbidden, invalid request, …), with the server's message.
+    #[error("cluster API error: {0}")]
+    Other(String),
+}
+
+impl ClusterError {
+    /// Whether the error says the object is gone.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::NotFound(_))
+    }
+
+    /// Whether retrying the same request later may succeed (`TooManyRequests`, `Unavailable`,
+    /// `Conflict` after a re-read).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::TooManyRequests(_) | Self::Unavailable(_) | Self::Conflict(_)
+        )
+    }
+}
+
+/// A pod by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl PodRef {
+    /// A reference to `namespace/name`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Parses `namespace/name` (the key [`Pod::key`] and the drain use); `None` without a `/`.
+    pub fn parse(key: &str) -> Option<Self> {
+        let (namespace, name) = key.split_once('/')?;
+        Some(Self::new(namespace, name))
+    }
+
+    /// The reference of `pod`.
+    pub fn of(pod: &Pod) -> Self {
+        Self::new(pod.namespace.clone(), pod.name.clone())
+    }
+}
+
+impl fmt::Display for PodRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A precondition on a delete: the object must still be the one the caller looked at.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Precondition {
+    /// No precondition.
+    #[default]
+    None,
+    /// The object's UID must be this one; otherwise [`ClusterError::Conflict`] (a new object of
+    /// the same name is never deleted by mistake).
+    Uid(String),
+}
+
+/// A change to a node's metadata, taints and schedulability, applied as one patch.
+///
+/// Maps are `key → Some(value)` to set and `key → None` to remove. Applying the same patch twice
+/// has the effect of applying it once.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodePatch {
+    /// Labels to set (`Some`) or remove (`None`).
+    pub labels: BTreeMap<String, Option<String>>,
+    /// Annotations to set (`Some`) or remove (`None`).
+    pub annotations: BTreeMap<String, Option<String>>,
+    /// Taints to add; a taint with the same key and effect as an existing one replaces it.
+    pub add_taints: Vec<Taint>,
+    /// Taints to remove, by key (every effect).
+    pub remove_taints: Vec<String>,
+    /// `spec.unschedulable` to set, when `Some`.
+    pub unschedulable: Option<bool>,
+}
+
+impl NodePatch {
+    /// An empty patch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets annotation `key` to `value`.
+    pub fn set_annotation(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.annotations.insert(key.into(), Some(value.into()));
+        self
+    }
+
+    /// Removes annotation `key`.
+    pub fn remove_annotation(mut self, key: impl Into<String>) -> Self {
+        self.annotations.insert(key.into(), None);
+        self
+    }
+
+    /// Sets label `key` to `value`.
+    pub fn set_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), Some(value.into()));
+        self
+    }
+
+    /// Removes label `key`.
+    pub fn remove_label(mut self, key: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), None);
+        self
+    }
+
+    /// Sets `spec.unschedulable`.
+    pub fn unschedulable(mut self, value: bool) -> Self {
+        self.unschedulable = Some(value);
+        self
+    }
+
+    /// Whether the patch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+            && self.annotations.is_empty()
+            && self.add_taints.is_empty()
+            && self.remove_taints.is_empty()
+            && self.unschedulable.is_none()
+    }
+
+    /// Applies the patch to a node view in place (what an implementation stores; the simulator
+    /// and tests use it, adapters send the patch instead).
+    pub fn apply_to(&self, node: &mut Node) {
+        for (key, value) in &self.labels {
+            match value {
+                Some(v) => node.labels.insert(key.clone(), v.clone()),
+                None => node.labels.remove(key),
+            };
+        }
+        for (key, value) in &self.annotations {
+            match value {
+                Some(v) => node.annotations.insert(key.clone(), v.clone()),
+                None => node.annotations.remove(key),
+            };
+        }
+        node.taints.retain(|t| !self.remove_taints.contains(&t.key));
+        for taint in &self.add_taints {
+            node.taints
+                .retain(|t| !(t.key == taint.key && t.effect == taint.effect));
+            node.taints.push(taint.clone());
+        }
+        if let Some(value) = self.unschedulable {
+            node.unschedulable = value;
+        }
+    }
+}
+
+/// How an eviction request ended, when the API answered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvictionResult {
+    /// Accepted: the pod terminates (it may still be listed for its grace period).
+    Evicted,
+    /// Refused because a PodDisruptionBudget allows no disruption now (HTTP 429 on the eviction
+    /// subresource); the message is the server's.
+    RefusedByBudget(String),
+    /// The pod does not exist (any more).
+    Gone,
+}
+
+/// The object an event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// Kind (`Node`, `Pod`, `NodeGroup`).
+    pub kind: String,
+    /// Namespace; empty for cluster-scoped objects.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjectRef {
+    /// A Node.
+    pub fn node(name: impl Into<String>) -> Self {
+        Self {
+            kind: "Node".into(),
+            namespace: String::new(),
+            name: name.into(),
+        }
+    }
+
+    /// A NodeGroup.
+    pub fn node_group(name: impl Into<String>) -> Self {
+        Self {
+            kind: "NodeGroup".into(),
+            namespace: String::new(),
+            name: name.into(),
+        }
+    }
+
+    /// A Pod.
+    pub fn pod(pod: &PodRef) -> Self {
+        Self {
+            kind: "Pod".into(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+        }
+    }
+}
+
+/// `Normal` or `Warning`, as Kubernetes events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// Something expected happened.
+    Normal,
+    /// Something needs attention.
+    Warning,
+}
+
+/// An event to record on an object (`events.k8s.io/v1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedEvent {
+    /// The object.
+    pub regarding: ObjectRef,
+    /// `Normal` or `Warning`.
+    pub kind: EventKind,
+    /// CamelCase reason (`DrainFailed`, `UpdateApproved`).
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+    /// When it happened (the core has no clock: the caller's `now`).
+    pub time: Timestamp,
+}
+
+/// Reading the cluster: consistent-enough snapshots as the core's model views.
+#[async_trait]
+pub trait ClusterRead: Send + Sync {
+    /// Every NodeGroup, with its spec and status.
+    async fn list_node_groups(&self) -> Result<Vec<NodeGroup>, ClusterError>;
+
+    /// Every Node. [`Node::last_heartbeat`] is the node's Lease `renewTime` in
+    /// `kube-node-lease` when the Lease exists, else the Ready condition's
+    /// `lastHeartbeatTime`; `None` when neither is known.
+    async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError>;
+
+    /// Every Pod bound or not, in every namespace (terminated ones included; callers filter).
+    async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError>;
+
+    /// The pods bound to `node` (`spec.nodeName`). The default filters [`ClusterRead::list_pods`];
+    /// adapters override it with a field selector or an index.
+    async fn list_pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
+        let mut pods = self.list_pods().await?;
+        pods.retain(|p| p.node_name.as_deref() == Some(node));
+        Ok(pods)
+    }
+
+    /// Every PodDisruptionBudget with its current `status.disruptionsAllowed`.
+    async fn list_pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError>;
+
+    /// The desired configuration checksum of each NodeGroup, by group name (Deckhouse keeps them
+    /// in Secret `configuration-checksums` of `d8-cloud-instance-manager`, facts §4). A group
+    /// missing from the map has no known checksum yet.
+    async fn configuration_checksums(&self) -> Result<BTreeMap<String, String>, ClusterError>;
+}
+
+/// Acting on Nodes.
+#[async_trait]
+pub trait NodeApi: Send + Sync {
+    /// Applies `patch` to node `name` and returns the node as it is afterwards.
+    ///
+    /// Guarantees: idempotent (same patch twice = once); labels/annotations not named in the
+    /// patch are untouched. Errors: [`ClusterError::NotFound`] when the node does not exist;
+    /// [`ClusterError::Conflict`] only when a concurrent writer won and the patch could not be
+    /// re-applied (adapters retry a read-modify-write of taints a few times first).
+    async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError>;
+
+    /// Marks node `name` unschedulable. Idempotent; [`ClusterError::NotFound`] when absent.
+    async fn cordon(&self, name: &str) -> Result<(), ClusterError> {
+        self.patch_node(name, &NodePatch::new().unschedulable(true))
+            .await
+            .map(|_| ())
+    }
+
+    /// Marks node `name` schedulable. Idempotent; [`ClusterError::NotFound`] when absent.
+    async fn uncordon(&self, name: &str) -> Result<(), ClusterError> {
+        self.patch_node(name, &NodePatch::new().unschedulable(false))
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes the Node object `name` (background propagation).
+    ///
+    /// Preconditions: with [`Precondition::Uid`] a node of that name but another UID is left
+    /// alone ([`ClusterError::Conflict`]). Errors: [`ClusterError::NotFound`] when no such node
+    /// exists (callers treat it as done: deleting twice is harmless).
+    async fn delete_node(
+        &self,
+        name: &str,
+        precondition: &Precondition,
+    ) -> Result<(), ClusterError>;
+}
+
+/// Acting on Pods.
+#[async_trait]
+pub trait PodApi: Send + Sync {
+    /// Asks to evict `pod` through the `policy/v1` Eviction subresource, which honours
+    /// PodDisruptionBudgets.
+    ///
+    /// Returns [`EvictionResult::Evicted`] when accepted (the pod then terminates; it can stay
+    /// listed for its grace period), [`EvictionResult::RefusedByBudget`] for HTTP 429, and
+    /// [`EvictionResult::Gone`] for a pod that does not exist. `Err` is every other failure;
+    /// the drain retries it like a refusal. Idempotent: evicting a terminating pod is
+    /// `Evicted` again or `Gone`.
+    async fn evict_pod(&self, pod: &PodRef) -> Result<EvictionResult, ClusterError>;
+
+    /// Deletes `pod` without the eviction API (PodDisruptionBudgets do not apply), with
+    /// `grace_period` (`Some(ZERO)` = immediately, `None` = the pod's own).
+    ///
+    /// Preconditions: with [`Precondition::Uid`] a pod of that name but another UID (a
+    /// StatefulSet's replacement) is left alone ([`ClusterError::Conflict`]). Errors:
+    /// [`ClusterError::NotFound`] when the pod does not exist (callers treat it as done).
+    async fn delete_pod(
+        &self,
+        pod: &PodRef,
+        grace_period: Option<Duration>,
+        precondition: &Precondition,
+    ) -> Result<(), ClusterError>;
+}
+
+/// Recording events for people (`kubectl describe`, `kubectl get events`).
+#[async_trait]
+pub trait EventApi: Send + Sync {
+    /// Records `event`. Best effort: callers log a failure and go on, never retry forever.
+    async fn emit_event(&self, event: &RecordedEvent) -> Result<(), ClusterError>;
+}
+
+/// The whole cluster port: every type implementing the four capability traits.
+pub trait ClusterApi: ClusterRead + NodeApi + PodApi + EventApi {}
+
+impl<T: ClusterRead + NodeApi + PodApi + EventApi + ?Sized> ClusterApi for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TaintEffect;
+
+    #[test]
+    fn pod_refs_parse_keys() {
+        assert_eq!(PodRef::parse("ns/web-0"), Some(PodRef::new("ns", "web-0")));
+        assert_eq!(PodRef::parse("no-slash"), None);
+        assert_eq!(PodRef::new("a", "b").to_string(), "a/b");
+    }
+
+    #[test]
+    fn node_patches_are_idempotent() {
+        let mut node = Node {
+            name: "n".into(),
+            ..Node::default()
+        };
+        node.annotations.insert("gone".into(), "x".into());
+        node.taints.push(Taint {
+            key: "old".into(),
+            value: None,
+            effect: Some(TaintEffect::NoSchedule),
+        });
+        let patch = NodePatch {
+            add_taints: vec![Taint {
+                key: "t".into(),
+                value: Some("1".into()),
+                effect: Some(TaintEffect::NoExecute),
+            }],
+            remove_taints: vec!["old".into()],
+            ..NodePatch::new()
+                .set_annotation("a", "1")
+                .remove_annotation("gone")
+                .set_label("l", "v")
+                .unschedulable(true)
+        };
+        patch.apply_to(&mut node);
+        let once = node.clone();
+        patch.apply_to(&mut node);
+        assert_eq!(node, once);
+        assert_eq!(node.annotations.get("a").map(String::as_str), Some("1"));
+        assert!(!node.annotations.contains_key("gone"));
+        assert_eq!(node.taints.len(), 1);
+        assert_eq!(node.taints[0].key, "t");
+        assert!(node.unschedulable);
+        assert!(!patch.is_empty());
+        assert!(NodePatch::new().is_empty());
+    }
+
+    #[test]
+    fn errors_say_what_to_do() {
+        assert!(ClusterError::NotFound("node n".into()).is_not_found());
+        assert!(ClusterError::Unavailable("timeout".into()).is_retryable());
+        assert!(!ClusterError::Other("forbidden".into()).is_retryable());
+        assert_eq!(
+            ClusterError::Conflict("uid changed".into()).to_string(),
+            "conflict: uid changed"
+        );
+    }
+}

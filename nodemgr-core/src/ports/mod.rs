@@ -1,0 +1,11 @@
+//! The ports: traits the executors use to observe and act on the outside world. Adapters
+//! (`nodemgr-k8s`, `nodemgr-cloud`, `nodemgr-ssh`) implement them over real APIs, the simulator
+//! (`nodemgr-sim`) in memory, so the same executor code runs against both. Each method's doc
+//! states its contract (idempotence, preconditions, not-found behaviour).
+
+pub mod cluster;
+
+pub use cluster::{
+    ClusterApi, ClusterError, ClusterRead, EventApi, EventKind, EvictionResult, NodeApi, NodePatch,
+    ObjectRef, PodApi, PodRef, Precondition, RecordedEvent,
+};

@@ -1,0 +1,42 @@
+//! nodemgr-testkit: a Kubernetes API emulator for tests and playing.
+//!
+//! [`Emulator::start`] serves, on `http://127.0.0.1:PORT`, what kube-apiserver serves for the
+//! clients nodemgr cares about (kube-rs controllers and a person's `kubectl`): discovery, CRDs
+//! registered by creating CustomResourceDefinitions, list/watch with resourceVersions (resume,
+//! 410 Gone, bookmarks), get/create/update/delete with optimistic concurrency and
+//! preconditions, merge/JSON/strategic-merge patches, server-side apply with field managers,
+//! the status subresource, `pods/eviction` honouring PodDisruptionBudgets, label and field
+//! selectors, and Table output for `kubectl get`.
+//!
+//! It is a **test double**: everything lives in memory, there is no authentication, admission,
+//! schema validation, defaulting, garbage collection or scheduling. See the crate README for
+//! what it does not do.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let emulator = nodemgr_testkit::Emulator::start().await?;
+//! println!("KUBECONFIG={}", emulator.kubeconfig_path().display());
+//! emulator.seed(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w1"}}))?;
+//! emulator.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod discovery;
+pub mod emulator;
+pub mod eviction;
+pub mod faults;
+pub mod managed;
+pub mod openapi;
+pub mod patch;
+pub mod registry;
+pub mod schema;
+pub mod selector;
+pub mod server;
+pub mod status;
+pub mod store;
+pub mod table;
+pub mod time;
+
+pub use emulator::{Emulator, EmulatorError, EmulatorOptions, kubeconfig_text};
+pub use faults::Fault;
+pub use status::ApiError;
