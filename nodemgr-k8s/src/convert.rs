@@ -127,6 +127,10 @@ pub fn node_to_core(n: &Node) -> core::Node {
             .map(|t| timestamp(&t.0)),
         allocatable: resources(status.and_then(|s| s.allocatable.as_ref())),
         provider_id: spec.and_then(|s| s.provider_id.clone()),
+        addresses: status
+            .and_then(|s| s.addresses.as_ref())
+            .map(|a| a.iter().map(|a| a.address.clone()).collect())
+            .unwrap_or_default(),
         created: n
             .metadata
             .creation_timestamp
