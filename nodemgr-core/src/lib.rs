@@ -8,6 +8,7 @@
 
 pub mod bashible;
 pub mod drain;
+pub mod executor;
 pub mod fencing;
 pub mod group_status;
 pub mod impact;
