@@ -26,6 +26,8 @@ enum Command {
     Explain(cli::explain::ExplainArgs),
     /// Print a group's bootstrap script, cleanup script or configuration checksum.
     Render(cli::render::RenderArgs),
+    /// Print the CustomResourceDefinitions nodemgr serves (for `kubectl apply -f -`).
+    Crds(cli::crds::CrdsArgs),
 }
 
 fn init_logging() {
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cli::validate::run(args),
         Command::Explain(args) => cli::explain::run(args),
         Command::Render(args) => cli::render::run(args),
+        Command::Crds(args) => cli::crds::run(args),
     };
     match result {
         Ok(outcome) => outcome.exit_code(),

@@ -8,10 +8,13 @@
 
 pub mod bashible;
 pub mod drain;
+pub mod executor;
 pub mod fencing;
+pub mod group_status;
 pub mod impact;
 pub mod lifecycle;
 pub mod model;
+pub mod node_template;
 pub mod oom;
 pub mod ports;
 pub mod scaling;

@@ -1,7 +1,7 @@
 //! The cluster port: observe nodes, pods, PodDisruptionBudgets and node groups as the core's
 //! model views, and act on them (patch node metadata and taints, cordon, evict, delete, record
 //! events). `nodemgr-k8s` implements it over the Kubernetes API, `nodemgr-sim` in memory; the
-//! update executor (`crate::executor`) is generic over it.
+//! update executor ([`crate::executor`]) is generic over it.
 //!
 //! The traits are split by capability ([`ClusterRead`], [`NodeApi`], [`PodApi`], [`EventApi`]);
 //! [`ClusterApi`] is all four, implemented automatically for any type that has them.

@@ -1,0 +1,1077 @@
+//! The update executor: one reconcile step of the update flow of every NodeGroup, carried out
+//! over the cluster port ([`crate::ports::ClusterApi`]). It joins the planner
+//! ([`crate::update::plan_updates_detailed`]) and the drain state machine ([`crate::drain::Drain`])
+//! to the API: snapshot → plan → apply the plan's commands → start, advance and finish drains
+//! (issue 3; seed 003 "updates", facts §3.2–§3.3).
+//!
+//! The executor is generic over the port, so the simulator (`nodemgr-sim`) and the Kubernetes
+//! adapter (`nodemgr-k8s`) run this same code. It never reads a clock: every step gets `now`.
+//! Between steps it keeps the drains it runs ([`UpdateExecutor::drains`]); everything else is
+//! read again from the cluster each step.
+//!
+//! # One step ([`UpdateExecutor::step`])
+//! 1. **Snapshot**: node groups, nodes and desired configuration checksums. A failure here ends
+//!    the step with an error and changes nothing.
+//! 2. **Plan and apply**: [`crate::update::plan_updates_detailed`] at `now`; each command becomes
+//!    one node patch ([`command_patch`]): `Approve` sets `approved` and removes
+//!    `waiting-for-approval`; `StartDrain` sets `draining=bashible`; `ApproveDisruption` sets
+//!    `disruption-approved`, removes `disruption-required`, and with `cordon` also cordons and
+//!    sets `drained=bashible`; `Finish` removes every update annotation and uncordons when
+//!    nodemgr cordoned. `ReplaceMachine` is reported only ([`ExecutorEvent::Applied`]): deleting
+//!    the machine is the machine port's job (the simulator replaces the node itself). A failed
+//!    command is reported and the others still run; the planner's guarantee that a partially
+//!    applied plan never overshoots `maxConcurrent` makes that safe.
+//! 3. **Drains**: every node carrying `update.node.deckhouse.io/draining` (any source, as
+//!    Deckhouse's `handle_draining`) gets a [`Drain`] if it has none (so drains survive an
+//!    executor restart, with the timeout counted from the restart); a drain whose node vanished
+//!    or lost the annotation is dropped. Each drain is advanced: cordon (again, whenever the node
+//!    is found schedulable), evictions of all the node's due pods **concurrently**, refused ones
+//!    retried every `eviction_retry` (20 s), and after the timeout (5 min, or the group's
+//!    `nodeDrainTimeoutSecond`) forced deletions with grace period 0 and a UID precondition. A
+//!    finished drain (completed or timed out, facts §3.3) replaces `draining=<source>` by
+//!    `drained=<source>`. A `drained=user` on a schedulable node is removed (facts §3.3).
+//!
+//! # Guarantees
+//! - Only the planner decides approvals; the executor adds none, so the planner's limits
+//!   (`maxConcurrent`, the all-Ready gate, `Manual` never approving a disruption) hold for what
+//!   reaches the cluster.
+//! - No pod is deleted without the eviction API before its drain's timeout; DaemonSet, mirror
+//!   and finished pods are never evicted nor deleted (both from [`Drain`]).
+//! - Steps are idempotent: a step that failed halfway is completed by the next one.
+//!
+//! # Timing
+//! Call [`UpdateExecutor::step`] every reconcile period `P`, and additionally at
+//! [`UpdateExecutor::next_deadline`] (the earliest eviction retry or drain timeout) for exact
+//! retry timing. Each step uses the `now` it is given for every decision.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome, is_evictable};
+use crate::model::{Node, NodeGroup, Pod, Timestamp, keys};
+use crate::ports::{
+    ClusterApi, ClusterError, EventKind, EvictionResult, NodePatch, ObjectRef, PodRef,
+    Precondition, RecordedEvent,
+};
+use crate::update::{DrainSource, UpdateCommand, plan_updates_detailed};
+
+/// A drain the executor runs, with what it remembers about the pods it started with.
+#[derive(Debug, Clone)]
+pub struct ActiveDrain {
+    /// The state machine.
+    pub drain: Drain,
+    /// The node's group (empty when unlabelled).
+    pub group: String,
+    /// The `draining` annotation's value when the drain started; `drained` gets the same.
+    pub source: String,
+    /// UIDs of the pods when the drain started (`namespace/name` → UID), for preconditions.
+    pub pod_uids: BTreeMap<String, String>,
+}
+
+/// Something the executor did or saw in a step, for logs, metrics and the simulator's timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExecutorEvent {
+    /// An update command was applied (its patch succeeded; `ReplaceMachine` is only decided).
+    Applied {
+        /// The node's group.
+        group: String,
+        /// The command.
+        command: UpdateCommand,
+    },
+    /// A drain started.
+    DrainStarted {
+        /// The node.
+        node: String,
+        /// The node's group.
+        group: String,
+        /// Pods the drain will evict.
+        pods: usize,
+    },
+    /// The node was cordoned for its drain.
+    Cordoned {
+        /// The node.
+        node: String,
+    },
+    /// An eviction was accepted.
+    Evicted {
+        /// The node.
+        node: String,
+        /// The pod, `namespace/name`.
+        pod: String,
+    },
+    /// An eviction was refused (a PodDisruptionBudget) or failed; it is retried.
+    EvictionRefused {
+        /// The node.
+        node: String,
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// Why.
+        reason: String,
+        /// When the retry is due.
+        retry_at: Timestamp,
+    },
+    /// A pod was deleted forcibly after the drain timeout.
+    ForceDeleted {
+        /// The node.
+        node: String,
+        /// The pod, `namespace/name`.
+        pod: String,
+    },
+    /// A drain ended; `drained` was set.
+    DrainFinished {
+        /// The node.
+        node: String,
+        /// The node's group.
+        group: String,
+        /// How it ended.
+        outcome: DrainOutcome,
+    },
+    /// A drain was dropped: its node vanished or lost its `draining` annotation.
+    DrainAbandoned {
+        /// The node.
+        node: String,
+        /// Why.
+        reason: String,
+    },
+    /// A person's `drained=user` was removed from a node they uncordoned.
+    DrainedMarkRemoved {
+        /// The node.
+        node: String,
+    },
+}
+
+impl ExecutorEvent {
+    /// The node the event is about.
+    pub fn node(&self) -> &str {
+        match self {
+            Self::Applied { command, .. } => command.node(),
+            Self::DrainStarted { node, .. }
+            | Self::Cordoned { node }
+            | Self::Evicted { node, .. }
+            | Self::EvictionRefused { node, .. }
+            | Self::ForceDeleted { node, .. }
+            | Self::DrainFinished { node, .. }
+            | Self::DrainAbandoned { node, .. }
+            | Self::DrainedMarkRemoved { node } => node,
+        }
+    }
+}
+
+impl fmt::Display for ExecutorEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Applied { command, .. } => write!(f, "{command}"),
+            Self::DrainStarted { node, pods, .. } => {
+                write!(f, "drain of node {node} started ({pods} pod(s) to evict)")
+            }
+            Self::Cordoned { node } => write!(f, "node {node} cordoned"),
+            Self::Evicted { pod, .. } => write!(f, "pod {pod} evicted"),
+            Self::EvictionRefused {
+                pod,
+                reason,
+                retry_at,
+                ..
+            } => write!(
+                f,
+                "eviction of pod {pod} refused ({reason}), retry at {retry_at}"
+            ),
+            Self::ForceDeleted { pod, .. } => {
+                write!(f, "pod {pod} deleted forcibly after the drain timeout")
+            }
+            Self::DrainFinished { node, outcome, .. } => write!(f, "node {node}: {outcome}"),
+            Self::DrainAbandoned { node, reason } => {
+                write!(f, "drain of node {node} dropped: {reason}")
+            }
+            Self::DrainedMarkRemoved { node } => write!(
+                f,
+                "removed drained=user from node {node}, which is schedulable again"
+            ),
+        }
+    }
+}
+
+/// An action that failed in a step; the next step tries again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("failed to {action} on node {node}")]
+pub struct ActionError {
+    /// The node.
+    pub node: String,
+    /// What was attempted (`approve update`, `evict pod ns/p`, …).
+    pub action: String,
+    /// The port's error.
+    #[source]
+    pub source: ClusterError,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepReport {
+    /// What happened, in order.
+    pub events: Vec<ExecutorEvent>,
+    /// Why waiting nodes did not move, by group (the planner's `blocked` reasons).
+    pub blocked: Vec<(String, Vec<String>)>,
+    /// Actions that failed (retried next step).
+    pub errors: Vec<ActionError>,
+}
+
+/// The update executor (see the module docs). Keeps drain state between steps.
+#[derive(Debug, Clone, Default)]
+pub struct UpdateExecutor {
+    drains: BTreeMap<String, ActiveDrain>,
+}
+
+/// The node patch an update command stands for (`None` for `ReplaceMachine`, which patches
+/// nothing). Public so adapters and tests apply commands exactly as the executor does.
+pub fn command_patch(command: &UpdateCommand) -> Option<NodePatch> {
+    let patch = match command {
+        UpdateCommand::Approve { .. } => NodePatch::new()
+            .set_annotation(keys::ANNOTATION_APPROVED, "")
+            .remove_annotation(keys::ANNOTATION_WAITING_FOR_APPROVAL),
+        UpdateCommand::StartDrain { .. } => {
+            NodePatch::new().set_annotation(keys::ANNOTATION_DRAINING, keys::DRAIN_SOURCE_BASHIBLE)
+        }
+        UpdateCommand::ApproveDisruption { cordon, .. } => {
+            let patch = NodePatch::new()
+                .set_annotation(keys::ANNOTATION_DISRUPTION_APPROVED, "")
+                .remove_annotation(keys::ANNOTATION_DISRUPTION_REQUIRED);
+            if *cordon {
+                patch
+                    .unschedulable(true)
+                    .set_annotation(keys::ANNOTATION_DRAINED, keys::DRAIN_SOURCE_BASHIBLE)
+            } else {
+                patch
+            }
+        }
+        UpdateCommand::ReplaceMachine { .. } => return None,
+        UpdateCommand::Finish { uncordon, .. } => {
+            let mut patch = NodePatch::new();
+            for key in [
+                keys::ANNOTATION_APPROVED,
+                keys::ANNOTATION_WAITING_FOR_APPROVAL,
+                keys::ANNOTATION_DISRUPTION_REQUIRED,
+                keys::ANNOTATION_DISRUPTION_APPROVED,
+                keys::ANNOTATION_ROLLING_UPDATE,
+                keys::ANNOTATION_DRAINED,
+                keys::ANNOTATION_DRAINING,
+            ] {
+                patch = patch.remove_annotation(key);
+            }
+            if *uncordon {
+                patch.unschedulable(false)
+            } else {
+                patch
+            }
+        }
+    };
+    Some(patch)
+}
+
+fn command_event_reason(command: &UpdateCommand) -> &'static str {
+    match command {
+        UpdateCommand::Approve { .. } => "UpdateApproved",
+        UpdateCommand::StartDrain { .. } => "DrainStarted",
+        UpdateCommand::ApproveDisruption { .. } => "DisruptionApproved",
+        UpdateCommand::ReplaceMachine { .. } => "MachineReplacementRequested",
+        UpdateCommand::Finish { .. } => "UpdateFinished",
+    }
+}
+
+impl UpdateExecutor {
+    /// An executor with no drains.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The drains in progress, by node name.
+    pub fn drains(&self) -> &BTreeMap<String, ActiveDrain> {
+        &self.drains
+    }
+
+    /// When a step next has something to do without new input: the earliest eviction retry or
+    /// drain timeout. `None` when no drain waits for time.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.drains
+            .values()
+            .filter_map(|d| d.drain.next_deadline())
+            .min()
+    }
+
+    /// Runs one reconcile step at `now` (see the module docs).
+    ///
+    /// # Errors
+    /// Only when the snapshot cannot be read (nothing was changed then); failures of single
+    /// actions are in [`StepReport::errors`] and are retried by the next step.
+    pub async fn step<C: ClusterApi + ?Sized>(
+        &mut self,
+        cluster: &C,
+        now: Timestamp,
+    ) -> Result<StepReport, ClusterError> {
+        let groups = cluster.list_node_groups().await?;
+        let mut nodes = cluster.list_nodes().await?;
+        let checksums = cluster.configuration_checksums().await?;
+        let mut report = StepReport::default();
+
+        self.apply_plans(cluster, &groups, &checksums, &mut nodes, now, &mut report)
+            .await;
+        self.reconcile_drains(cluster, &groups, &nodes, now, &mut report)
+            .await;
+        Ok(report)
+    }
+
+    async fn apply_plans<C: ClusterApi + ?Sized>(
+        &mut self,
+        cluster: &C,
+        groups: &[NodeGroup],
+        checksums: &BTreeMap<String, String>,
+        nodes: &mut [Node],
+        now: Timestamp,
+        report: &mut StepReport,
+    ) {
+        let plans = plan_updates_detailed(groups, checksums, nodes, now);
+        let index: BTreeMap<String, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        for (group, plan) in plans {
+            if !plan.blocked.is_empty() {
+                report.blocked.push((group.clone(), plan.blocked));
+            }
+            for command in plan.commands {
+                let name = command.node().to_owned();
+                if let Some(patch) = command_patch(&command) {
+                    match cluster.patch_node(&name, &patch).await {
+                        Ok(updated) => {
+                            if let Some(&i) = index.get(&name) {
+                                nodes[i] = updated;
+                            }
+                        }
+                        Err(source) => {
+                            tracing::warn!(node = %name, %command, error = %source, "update command failed");
+                            report.errors.push(ActionError {
+                                node: name,
+                                action: command.to_string(),
+                                source,
+                            });
+                            continue;
+                        }
+                    }
+                }
+                emit(
+                    cluster,
+                    ObjectRef::node(name),
+                    EventKind::Normal,
+                    command_event_reason(&command),
+                    command.to_string(),
+                    now,
+                )
+                .await;
+                report.events.push(ExecutorEvent::Applied {
+                    group: group.clone(),
+                    command,
+                });
+            }
+        }
+    }
+
+    async fn reconcile_drains<C: ClusterApi + ?Sized>(
+        &mut self,
+        cluster: &C,
+        groups: &[NodeGroup],
+        nodes: &[Node],
+        now: Timestamp,
+        report: &mut StepReport,
+    ) {
+        let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+
+        // Drop drains whose node vanished or is no longer marked `draining`.
+        let stale: Vec<(String, String)> = self
+            .drains
+            .keys()
+            .filter_map(|name| match by_name.get(name.as_str()) {
+                None => Some((name.clone(), "the node no longer exists".to_owned())),
+                Some(n) if !n.has_annotation(keys::ANNOTATION_DRAINING) => Some((
+                    name.clone(),
+                    format!("{} was removed", keys::ANNOTATION_DRAINING),
+                )),
+                Some(_) => None,
+            })
+            .collect();
+        for (name, reason) in stale {
+            self.drains.remove(&name);
+            report
+                .events
+                .push(ExecutorEvent::DrainAbandoned { node: name, reason });
+        }
+
+        // A person's `drained=user` on a node they made schedulable again is removed.
+        for node in nodes {
+            if !node.unschedulable
+                && node
+                    .annotations
+                    .get(keys::ANNOTATION_DRAINED)
+                    .is_some_and(|v| DrainSource::parse(v) == DrainSource::User)
+                && !node.has_annotation(keys::ANNOTATION_DRAINING)
+            {
+                let patch = NodePatch::new().remove_annotation(keys::ANNOTATION_DRAINED);
+                match cluster.patch_node(&node.name, &patch).await {
+                    Ok(_) => report.events.push(ExecutorEvent::DrainedMarkRemoved {
+                        node: node.name.clone(),
+                    }),
+                    Err(source) => report.errors.push(ActionError {
+                        node: node.name.clone(),
+                        action: "remove drained=user".into(),
+                        source,
+                    }),
+                }
+            }
+        }
+
+        let configs: BTreeMap<&str, DrainConfig> = groups
+            .iter()
+            .map(|g| (g.name(), DrainConfig::for_group(g)))
+            .collect();
+        let draining: Vec<&Node> = nodes
+            .iter()
+            .filter(|n| n.has_annotation(keys::ANNOTATION_DRAINING))
+            .collect();
+        for node in draining {
+            let pods = match cluster.list_pods_on_node(&node.name).await {
+                Ok(pods) => pods,
+                Err(source) => {
+                    report.errors.push(ActionError {
+                        node: node.name.clone(),
+                        action: "list the node's pods".into(),
+                        source,
+                    });
+                    continue;
+                }
+            };
+            if !self.drains.contains_key(&node.name) {
+                let group = node.group().unwrap_or_default().to_owned();
+                let config = configs.get(group.as_str()).copied().unwrap_or_default();
+                let drain = Drain::from_pods(node, &pods, config, now);
+                let pod_uids: BTreeMap<String, String> = pods
+                    .iter()
+                    .filter(|p| is_evictable(p))
+                    .map(|p| (p.key(), p.uid.clone()))
+                    .collect();
+                report.events.push(ExecutorEvent::DrainStarted {
+                    node: node.name.clone(),
+                    group: group.clone(),
+                    pods: pod_uids.len(),
+                });
+                let source = node
+                    .annotations
+                    .get(keys::ANNOTATION_DRAINING)
+                    .cloned()
+                    .unwrap_or_default();
+                self.drains.insert(
+                    node.name.clone(),
+                    ActiveDrain {
+                        drain,
+                        group,
+                        source,
+                        pod_uids,
+                    },
+                );
+            }
+            let Some(active) = self.drains.get_mut(&node.name) else {
+                continue;
+            };
+            // Re-cordon a node somebody uncordoned while it drains (or whose cordon failed).
+            if !node.unschedulable && active.drain.started() < now {
+                match cluster.cordon(&node.name).await {
+                    Ok(()) => report.events.push(ExecutorEvent::Cordoned {
+                        node: node.name.clone(),
+                    }),
+                    Err(source) => report.errors.push(ActionError {
+                        node: node.name.clone(),
+                        action: "cordon".into(),
+                        source,
+                    }),
+                }
+            }
+            advance_drain(cluster, &node.name, active, &pods, now, report).await;
+            if let Some(outcome) = active.drain.outcome().cloned() {
+                let source = if active.source.is_empty() {
+                    keys::DRAIN_SOURCE_BASHIBLE.to_owned()
+                } else {
+                    active.source.clone()
+                };
+                let patch = NodePatch::new()
+                    .remove_annotation(keys::ANNOTATION_DRAINING)
+                    .set_annotation(keys::ANNOTATION_DRAINED, source);
+                match cluster.patch_node(&node.name, &patch).await {
+                    Ok(_) => {
+                        let (kind, reason) = match outcome {
+                            DrainOutcome::Completed => (EventKind::Normal, "NodeDrained"),
+                            DrainOutcome::TimedOut { .. } => (EventKind::Warning, "DrainTimedOut"),
+                        };
+                        emit(
+                            cluster,
+                            ObjectRef::node(node.name.clone()),
+                            kind,
+                            reason,
+                            outcome.to_string(),
+                            now,
+                        )
+                        .await;
+                        let group = active.group.clone();
+                        self.drains.remove(&node.name);
+                        report.events.push(ExecutorEvent::DrainFinished {
+                            node: node.name.clone(),
+                            group,
+                            outcome,
+                        });
+                    }
+                    Err(source) => report.errors.push(ActionError {
+                        node: node.name.clone(),
+                        action: "mark the node drained".into(),
+                        source,
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// Feeds what the listing shows into the drain: tracked pods that are no longer on the node (or
+/// were replaced by a pod of another UID) are gone.
+fn observe_pods(active: &mut ActiveDrain, pods: &[Pod], now: Timestamp) {
+    let present: BTreeMap<String, &str> = pods.iter().map(|p| (p.key(), p.uid.as_str())).collect();
+    let gone: Vec<String> = active
+        .drain
+        .remaining()
+        .filter(|key| match present.get(*key) {
+            None => true,
+            Some(uid) => active
+                .pod_uids
+                .get(*key)
+                .is_some_and(|known| !known.is_empty() && known != uid),
+        })
+        .map(str::to_owned)
+        .collect();
+    for key in gone {
+        active.drain.handle_pod_deleted(&key, now);
+    }
+}
+
+/// At most this many poll rounds per drain and step: each round either issues evictions (every
+/// pod at most once per `now`, refused ones wait for `eviction_retry`) or ends the loop.
+const MAX_ROUNDS: usize = 8;
+
+async fn advance_drain<C: ClusterApi + ?Sized>(
+    cluster: &C,
+    node: &str,
+    active: &mut ActiveDrain,
+    pods: &[Pod],
+    now: Timestamp,
+    report: &mut StepReport,
+) {
+    observe_pods(active, pods, now);
+    for _ in 0..MAX_ROUNDS {
+        let mut evictions: Vec<String> = Vec::new();
+        while let Some(command) = active.drain.poll_command(now) {
+            match command {
+                DrainCommand::Cordon { node } => match cluster.cordon(&node).await {
+                    Ok(()) => report.events.push(ExecutorEvent::Cordoned { node }),
+                    Err(source) => report.errors.push(ActionError {
+                        node,
+                        action: "cordon".into(),
+                        source,
+                    }),
+                },
+                DrainCommand::Evict { pod } => evictions.push(pod),
+                DrainCommand::ForceDelete { pod } => {
+                    force_delete(cluster, node, active, &pod, now, report).await;
+                }
+            }
+        }
+        if evictions.is_empty() {
+            return;
+        }
+        // Every pending eviction of the node at once.
+        let results = futures::future::join_all(evictions.iter().map(|key| async move {
+            match PodRef::parse(key) {
+                Some(pod) => cluster.evict_pod(&pod).await,
+                None => Err(ClusterError::Other(format!("malformed pod key {key}"))),
+            }
+        }))
+        .await;
+        let mut accepted = false;
+        for (pod, result) in evictions.into_iter().zip(results) {
+            let outcome = match result {
+                Ok(EvictionResult::Evicted) => {
+                    accepted = true;
+                    report.events.push(ExecutorEvent::Evicted {
+                        node: node.to_owned(),
+                        pod: pod.clone(),
+                    });
+                    EvictionOutcome::Evicted
+                }
+                Ok(EvictionResult::Gone) | Err(ClusterError::NotFound(_)) => {
+                    EvictionOutcome::NotFound
+                }
+                Ok(EvictionResult::RefusedByBudget(reason)) => {
+                    report.events.push(ExecutorEvent::EvictionRefused {
+                        node: node.to_owned(),
+                        pod: pod.clone(),
+                        reason,
+                        retry_at: now + active.drain.config().eviction_retry,
+                    });
+                    EvictionOutcome::Refused
+                }
+                Err(source) => {
+                    report.events.push(ExecutorEvent::EvictionRefused {
+                        node: node.to_owned(),
+                        pod: pod.clone(),
+                        reason: source.to_string(),
+                        retry_at: now + active.drain.config().eviction_retry,
+                    });
+                    report.errors.push(ActionError {
+                        node: node.to_owned(),
+                        action: format!("evict pod {pod}"),
+                        source: source.clone(),
+                    });
+                    EvictionOutcome::Failed(source.to_string())
+                }
+            };
+            active.drain.handle_eviction(&pod, outcome, now);
+        }
+        if accepted {
+            // Pods with a short grace period may be gone already.
+            match cluster.list_pods_on_node(node).await {
+                Ok(pods) => observe_pods(active, &pods, now),
+                Err(source) => report.errors.push(ActionError {
+                    node: node.to_owned(),
+                    action: "list the node's pods".into(),
+                    source,
+                }),
+            }
+        }
+    }
+}
+
+async fn force_delete<C: ClusterApi + ?Sized>(
+    cluster: &C,
+    node: &str,
+    active: &mut ActiveDrain,
+    key: &str,
+    now: Timestamp,
+    report: &mut StepReport,
+) {
+    let Some(pod) = PodRef::parse(key) else {
+        active.drain.handle_pod_deleted(key, now);
+        return;
+    };
+    let precondition = match active.pod_uids.get(key) {
+        Some(uid) if !uid.is_empty() => Precondition::Uid(uid.clone()),
+        _ => Precondition::None,
+    };
+    match cluster
+        .delete_pod(&pod, Some(Duration::ZERO), &precondition)
+        .await
+    {
+        Ok(()) => {
+            report.events.push(ExecutorEvent::ForceDeleted {
+                node: node.to_owned(),
+                pod: key.to_owned(),
+            });
+            active.drain.handle_pod_deleted(key, now);
+        }
+        // Gone, or replaced by another pod of the same name: the one we drained is gone.
+        Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {
+            active.drain.handle_pod_deleted(key, now);
+        }
+        Err(source) => {
+            active.drain.handle_force_delete_failed(key, now);
+            report.errors.push(ActionError {
+                node: node.to_owned(),
+                action: format!("force-delete pod {key}"),
+                source,
+            });
+        }
+    }
+}
+
+async fn emit<C: ClusterApi + ?Sized>(
+    cluster: &C,
+    regarding: ObjectRef,
+    kind: EventKind,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+) {
+    let event = RecordedEvent {
+        regarding,
+        kind,
+        reason: reason.to_owned(),
+        message,
+        time: now,
+    };
+    if let Err(error) = cluster.emit_event(&event).await {
+        tracing::debug!(reason, %error, "event not recorded");
+    }
+}
+
+/// The update annotation keys the executor writes and [`UpdateCommand::Finish`] removes, for
+/// tests and adapters that check a node is clean.
+pub fn update_annotation_keys() -> BTreeSet<&'static str> {
+    [
+        keys::ANNOTATION_APPROVED,
+        keys::ANNOTATION_WAITING_FOR_APPROVAL,
+        keys::ANNOTATION_DISRUPTION_REQUIRED,
+        keys::ANNOTATION_DISRUPTION_APPROVED,
+        keys::ANNOTATION_ROLLING_UPDATE,
+        keys::ANNOTATION_DRAINED,
+        keys::ANNOTATION_DRAINING,
+    ]
+    .into_iter()
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        ApprovalMode, Disruptions, ObjectMeta, Owner, PodDisruptionBudget, PodPhase,
+    };
+    use crate::ports::{ClusterRead, EventApi, NodeApi, PodApi};
+    use async_trait::async_trait;
+    use std::future::Future;
+    use std::sync::Mutex;
+    use std::task::{Context, Poll, Waker};
+
+    /// Runs a future whose I/O is always ready (the fake below never waits).
+    fn block_on<F: Future>(future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                return out;
+            }
+        }
+    }
+
+    #[derive(Default)]
+    struct State {
+        groups: Vec<NodeGroup>,
+        nodes: Vec<Node>,
+        pods: Vec<Pod>,
+        /// Pods whose eviction a PDB refuses.
+        blocked: BTreeSet<String>,
+        evictions: Vec<String>,
+        deletions: Vec<String>,
+    }
+
+    #[derive(Default)]
+    struct Fake(Mutex<State>);
+
+    impl Fake {
+        fn state(&self) -> std::sync::MutexGuard<'_, State> {
+            self.0.lock().unwrap()
+        }
+    }
+
+    #[async_trait]
+    impl ClusterRead for Fake {
+        async fn list_node_groups(&self) -> Result<Vec<NodeGroup>, ClusterError> {
+            Ok(self.state().groups.clone())
+        }
+        async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
+            Ok(self.state().nodes.clone())
+        }
+        async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+            Ok(self.state().pods.clone())
+        }
+        async fn list_pod_disruption_budgets(
+            &self,
+        ) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
+            Ok(Vec::new())
+        }
+        async fn configuration_checksums(&self) -> Result<BTreeMap<String, String>, ClusterError> {
+            Ok(BTreeMap::from([("g".to_owned(), "new".to_owned())]))
+        }
+    }
+
+    #[async_trait]
+    impl NodeApi for Fake {
+        async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError> {
+            let mut state = self.state();
+            let node = state
+                .nodes
+                .iter_mut()
+                .find(|n| n.name == name)
+                .ok_or_else(|| ClusterError::NotFound(format!("node {name}")))?;
+            patch.apply_to(node);
+            Ok(node.clone())
+        }
+        async fn delete_node(&self, name: &str, _: &Precondition) -> Result<(), ClusterError> {
+            self.state().nodes.retain(|n| n.name != name);
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl PodApi for Fake {
+        async fn evict_pod(&self, pod: &PodRef) -> Result<EvictionResult, ClusterError> {
+            let key = pod.to_string();
+            let mut state = self.state();
+            state.evictions.push(key.clone());
+            if state.blocked.contains(&key) {
+                return Ok(EvictionResult::RefusedByBudget("PDB".into()));
+            }
+            let before = state.pods.len();
+            state.pods.retain(|p| p.key() != key);
+            Ok(if state.pods.len() < before {
+                EvictionResult::Evicted
+            } else {
+                EvictionResult::Gone
+            })
+        }
+        async fn delete_pod(
+            &self,
+            pod: &PodRef,
+            grace: Option<Duration>,
+            _: &Precondition,
+        ) -> Result<(), ClusterError> {
+            assert_eq!(grace, Some(Duration::ZERO));
+            let key = pod.to_string();
+            let mut state = self.state();
+            state.deletions.push(key.clone());
+            state.pods.retain(|p| p.key() != key);
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl EventApi for Fake {
+        async fn emit_event(&self, _: &RecordedEvent) -> Result<(), ClusterError> {
+            Ok(())
+        }
+    }
+
+    fn group() -> NodeGroup {
+        let mut g = NodeGroup {
+            metadata: ObjectMeta {
+                name: Some("g".into()),
+                ..ObjectMeta::default()
+            },
+            ..NodeGroup::default()
+        };
+        g.spec.disruptions = Some(Disruptions {
+            approval_mode: Some(ApprovalMode::Automatic),
+            ..Disruptions::default()
+        });
+        g
+    }
+
+    fn node(name: &str, marks: &[&str]) -> Node {
+        let mut n = Node {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            ready: true,
+            ..Node::default()
+        };
+        n.labels.insert(keys::LABEL_NODE_GROUP.into(), "g".into());
+        n.annotations
+            .insert(keys::ANNOTATION_CONFIGURATION_CHECKSUM.into(), "old".into());
+        for m in marks {
+            n.annotations.insert((*m).into(), String::new());
+        }
+        n
+    }
+
+    fn pod(name: &str, node: &str, owner: &str) -> Pod {
+        Pod {
+            namespace: "app".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            node_name: Some(node.into()),
+            owner: Some(Owner {
+                kind: owner.into(),
+                name: "o".into(),
+            }),
+            phase: PodPhase::Running,
+            ..Pod::default()
+        }
+    }
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_secs(secs)
+    }
+
+    #[test]
+    fn automatic_disruption_drains_retries_and_force_deletes_at_the_timeout() {
+        let fake = Fake::default();
+        {
+            let mut s = fake.state();
+            s.groups.push(group());
+            s.nodes.push(node(
+                "n1",
+                &[
+                    keys::ANNOTATION_APPROVED,
+                    keys::ANNOTATION_DISRUPTION_REQUIRED,
+                ],
+            ));
+            s.pods.push(pod("web", "n1", "ReplicaSet"));
+            s.pods.push(pod("db", "n1", "StatefulSet"));
+            s.pods.push(pod("agent", "n1", "DaemonSet"));
+            s.blocked.insert("app/db".into());
+        }
+        let mut exec = UpdateExecutor::new();
+        let report = block_on(exec.step(&fake, t(0))).unwrap();
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert!(report.events.contains(&ExecutorEvent::Applied {
+            group: "g".into(),
+            command: UpdateCommand::StartDrain { node: "n1".into() }
+        }));
+        assert!(
+            report
+                .events
+                .contains(&ExecutorEvent::Cordoned { node: "n1".into() })
+        );
+        {
+            let s = fake.state();
+            assert!(s.nodes[0].unschedulable);
+            assert_eq!(s.evictions, vec!["app/db", "app/web"]);
+            assert!(s.pods.iter().any(|p| p.name == "agent"));
+        }
+        // The refused eviction is retried at 20 s, not before.
+        assert_eq!(exec.next_deadline(), Some(t(20)));
+        block_on(exec.step(&fake, t(10))).unwrap();
+        assert_eq!(fake.state().evictions.len(), 2);
+        block_on(exec.step(&fake, t(20))).unwrap();
+        assert_eq!(fake.state().evictions.len(), 3);
+        // No forced deletion before the 5-minute timeout.
+        let mut now = 20;
+        while now < 299 {
+            now = exec.next_deadline().unwrap().as_millis() / 1000;
+            if now >= 300 {
+                break;
+            }
+            block_on(exec.step(&fake, t(now))).unwrap();
+            assert!(fake.state().deletions.is_empty());
+        }
+        let report = block_on(exec.step(&fake, t(300))).unwrap();
+        assert_eq!(fake.state().deletions, vec!["app/db"]);
+        assert!(report.events.iter().any(|e| matches!(
+            e,
+            ExecutorEvent::DrainFinished { outcome: DrainOutcome::TimedOut { force_deleted }, .. }
+                if force_deleted == &vec!["app/db".to_owned()]
+        )));
+        let n = fake.state().nodes[0].clone();
+        assert_eq!(
+            n.annotations
+                .get(keys::ANNOTATION_DRAINED)
+                .map(String::as_str),
+            Some("bashible")
+        );
+        assert!(!n.has_annotation(keys::ANNOTATION_DRAINING));
+        assert!(exec.drains().is_empty());
+        // Next step approves the disruption; the DaemonSet pod was never touched.
+        let report = block_on(exec.step(&fake, t(301))).unwrap();
+        assert!(report.events.contains(&ExecutorEvent::Applied {
+            group: "g".into(),
+            command: UpdateCommand::ApproveDisruption {
+                node: "n1".into(),
+                cordon: false
+            }
+        }));
+        assert!(!fake.state().evictions.contains(&"app/agent".to_owned()));
+    }
+
+    #[test]
+    fn drains_are_dropped_when_the_node_vanishes_and_resumed_after_a_restart() {
+        let fake = Fake::default();
+        {
+            let mut s = fake.state();
+            s.groups.push(group());
+            let mut n = node("n1", &[]);
+            n.annotations
+                .insert(keys::ANNOTATION_DRAINING.into(), "user".into());
+            s.nodes.push(n);
+            s.pods.push(pod("db", "n1", "StatefulSet"));
+            s.blocked.insert("app/db".into());
+        }
+        // A fresh executor picks up a drain somebody asked for.
+        let mut exec = UpdateExecutor::new();
+        block_on(exec.step(&fake, t(0))).unwrap();
+        assert_eq!(exec.drains().len(), 1);
+        assert_eq!(exec.drains()["n1"].source, "user");
+        fake.state().nodes.clear();
+        let report = block_on(exec.step(&fake, t(1))).unwrap();
+        assert!(exec.drains().is_empty());
+        assert!(matches!(
+            report.events.as_slice(),
+            [ExecutorEvent::DrainAbandoned { .. }]
+        ));
+    }
+
+    #[test]
+    fn user_drain_ends_with_drained_user_which_goes_when_uncordoned() {
+        let fake = Fake::default();
+        {
+            let mut s = fake.state();
+            s.groups.push(group());
+            let mut n = node("n1", &[]);
+            n.annotations
+                .insert(keys::ANNOTATION_DRAINING.into(), "user".into());
+            s.nodes.push(n);
+            s.pods.push(pod("web", "n1", "ReplicaSet"));
+        }
+        let mut exec = UpdateExecutor::new();
+        block_on(exec.step(&fake, t(0))).unwrap();
+        {
+            let s = fake.state();
+            assert_eq!(
+                s.nodes[0]
+                    .annotations
+                    .get(keys::ANNOTATION_DRAINED)
+                    .map(String::as_str),
+                Some("user")
+            );
+            assert!(s.nodes[0].unschedulable);
+        }
+        fake.state().nodes[0].unschedulable = false;
+        let report = block_on(exec.step(&fake, t(5))).unwrap();
+        assert!(
+            report
+                .events
+                .contains(&ExecutorEvent::DrainedMarkRemoved { node: "n1".into() })
+        );
+        assert!(!fake.state().nodes[0].has_annotation(keys::ANNOTATION_DRAINED));
+    }
+
+    #[test]
+    fn command_patches_match_the_annotation_protocol() {
+        let mut n = node("n1", &[keys::ANNOTATION_WAITING_FOR_APPROVAL]);
+        command_patch(&UpdateCommand::Approve { node: "n1".into() })
+            .unwrap()
+            .apply_to(&mut n);
+        assert!(n.has_annotation(keys::ANNOTATION_APPROVED));
+        assert!(!n.has_annotation(keys::ANNOTATION_WAITING_FOR_APPROVAL));
+        command_patch(&UpdateCommand::ApproveDisruption {
+            node: "n1".into(),
+            cordon: true,
+        })
+        .unwrap()
+        .apply_to(&mut n);
+        assert!(n.unschedulable);
+        command_patch(&UpdateCommand::Finish {
+            node: "n1".into(),
+            uncordon: true,
+        })
+        .unwrap()
+        .apply_to(&mut n);
+        assert!(!n.unschedulable);
+        assert!(
+            n.annotations
+                .keys()
+                .all(|k| !update_annotation_keys().contains(k.as_str()))
+        );
+        assert!(command_patch(&UpdateCommand::ReplaceMachine { node: "n1".into() }).is_none());
+    }
+}
