@@ -24,6 +24,8 @@ enum Command {
     Validate(cli::validate::ValidateArgs),
     /// Say what changing a NodeGroup from OLD into NEW does to its nodes.
     Explain(cli::explain::ExplainArgs),
+    /// Run a scenario in the simulator (virtual time) and print its timeline.
+    Simulate(cli::simulate::SimulateArgs),
 }
 
 fn init_logging() {
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Validate(args) => cli::validate::run(args),
         Command::Explain(args) => cli::explain::run(args),
+        Command::Simulate(args) => cli::simulate::run_cmd(args),
     };
     match result {
         Ok(outcome) => outcome.exit_code(),

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 pub mod explain;
+pub mod simulate;
 pub mod validate;
 
 /// How a subcommand ended, which decides the exit code.
