@@ -26,6 +26,8 @@ enum Command {
     Explain(cli::explain::ExplainArgs),
     /// Run a scenario in the simulator (virtual time) and print its timeline.
     Simulate(cli::simulate::SimulateArgs),
+    /// Print the CustomResourceDefinitions nodemgr serves (for `kubectl apply -f -`).
+    Crds(cli::crds::CrdsArgs),
 }
 
 fn init_logging() {
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cli::validate::run(args),
         Command::Explain(args) => cli::explain::run(args),
         Command::Simulate(args) => cli::simulate::run_cmd(args),
+        Command::Crds(args) => cli::crds::run(args),
     };
     match result {
         Ok(outcome) => outcome.exit_code(),

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+pub mod crds;
 pub mod explain;
 pub mod simulate;
 pub mod validate;

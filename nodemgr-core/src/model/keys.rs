@@ -89,3 +89,17 @@ pub const ANNOTATION_INSTANCE_CLASS_CHECKSUM: &str =
     "node-manager.deckhouse.io/instance-class-checksum";
 /// Label of standby-holder pods (`app=standby-holder`, facts §8).
 pub const STANDBY_HOLDER_APP: &str = "standby-holder";
+
+/// Annotation: the `nodeTemplate` last applied to the node, as JSON
+/// `{"annotations":{…},"labels":{…},"taints":[…]}` (Deckhouse's node-template hook); keys
+/// dropped from the template are removed from the node because they are recorded here.
+pub const ANNOTATION_LAST_APPLIED_NODE_TEMPLATE: &str =
+    "node-manager.deckhouse.io/last-applied-node-template";
+/// Taint a node registers with until its group's template is applied.
+pub const TAINT_UNINITIALIZED: &str = "node.deckhouse.io/uninitialized";
+/// Prefix of node role labels (`node-role.kubernetes.io/<group>`).
+pub const LABEL_NODE_ROLE_PREFIX: &str = "node-role.kubernetes.io/";
+/// Annotation that keeps the cluster autoscaler from removing a node (set on nodes of
+/// `CloudPermanent`, `CloudStatic` and `Static` groups).
+pub const ANNOTATION_SCALE_DOWN_DISABLED: &str =
+    "cluster-autoscaler.kubernetes.io/scale-down-disabled";

@@ -50,6 +50,30 @@ impl Timestamp {
         let weekday = (days + 3).rem_euclid(7) as u8;
         (weekday, minute_of_day)
     }
+
+    /// The time as RFC 3339 in UTC with whole seconds (`2026-11-22T13:45:00Z`), as Kubernetes
+    /// writes `lastTransitionTime`. Milliseconds are truncated toward the past.
+    pub fn to_rfc3339(self) -> String {
+        let secs = self.0.div_euclid(1000);
+        let days = secs.div_euclid(86_400);
+        let second_of_day = secs.rem_euclid(86_400);
+        // Civil date from days since 1970-01-01 (proleptic Gregorian, H. Hinnant's algorithm).
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+            second_of_day / 3600,
+            second_of_day % 3600 / 60,
+            second_of_day % 60
+        )
+    }
 }
 
 fn duration_millis(d: Duration) -> i64 {
@@ -123,6 +147,21 @@ mod tests {
         // 2026-11-22 13:45 UTC is a Sunday: 20779 days after the epoch.
         let t = Timestamp::from_secs(20_779 * 86_400 + 13 * 3600 + 45 * 60);
         assert_eq!(t.weekday_and_minute(), (6, 13 * 60 + 45));
+    }
+
+    #[test]
+    fn rfc3339_of_known_dates() {
+        assert_eq!(Timestamp::EPOCH.to_rfc3339(), "1970-01-01T00:00:00Z");
+        let t = Timestamp::from_secs(20_779 * 86_400 + 13 * 3600 + 45 * 60 + 7);
+        assert_eq!(t.to_rfc3339(), "2026-11-22T13:45:07Z");
+        assert_eq!(
+            Timestamp::from_millis(-1).to_rfc3339(),
+            "1969-12-31T23:59:59Z"
+        );
+        assert_eq!(
+            Timestamp::from_secs(951_782_400).to_rfc3339(),
+            "2000-02-29T00:00:00Z"
+        );
     }
 
     #[test]

@@ -1,0 +1,398 @@
+//! `NodeGroup.status` from the group's nodes: counts, bounds, conditions and the one-line summary
+//! `kubectl get ng` shows (facts §1.3; issue 8 part 1 "NodeGroup status").
+//!
+//! [`group_status`] is a pure function of a [`StatusInput`]; the status controller of
+//! `nodemgr-k8s` feeds it from its caches and writes the result to the status subresource.
+//!
+//! # Fields
+//! | field | value |
+//! |---|---|
+//! | `nodes` | nodes labelled with the group |
+//! | `ready` | of those, with condition `Ready=True` |
+//! | `upToDate` | of those, whose `node.deckhouse.io/configuration-checksum` equals the group's; left out when the group's checksum is unknown |
+//! | `min`, `max` | CloudEphemeral: `minPerZone`/`maxPerZone` × zones; 0 for other types (as Deckhouse) |
+//! | `instances`, `desired` | CloudEphemeral: from the machine layer when it reports ([`MachineCounts`]); else `instances` = `nodes` and `desired` = `nodes` clamped to `[min, max]`; 0 for other types |
+//! | `standby` | standby-holder pods, when reported |
+//! | `error` | the latest error (validation or machine), when any |
+//!
+//! # Conditions (facts §1.3)
+//! - `Ready`: CloudEphemeral: Ready and schedulable nodes ≥ `min`; other types: every node
+//!   Ready and schedulable.
+//! - `Updating`: some node has an `update.node.deckhouse.io/*` annotation.
+//! - `WaitingForDisruptiveApproval`: some node has `disruption-required` without
+//!   `disruption-approved`.
+//! - `Scaling` (CloudEphemeral only): `desired > nodes`, or `desired < instances`.
+//! - `Error`: an error is reported.
+//!
+//! A condition keeps its `lastTransitionTime` from the previous status while its `status`
+//! does not change, so writing the status again with the same inputs changes nothing.
+//! `conditionSummary.ready` mirrors `Ready`; `statusMessage` is empty for a healthy group and
+//! names the first problem otherwise (error, not-Ready nodes, waiting disruptions).
+
+use std::collections::BTreeSet;
+
+use crate::model::{
+    Condition, ConditionSummary, Node, NodeGroup, NodeGroupStatus, NodeType, Timestamp, keys,
+};
+use crate::scaling::group_zones;
+
+/// Machine counts reported by the machine layer (cloud instances or the Instance objects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MachineCounts {
+    /// Machines in any state.
+    pub instances: i64,
+    /// Machines wanted.
+    pub desired: i64,
+}
+
+/// Everything [`group_status`] needs about one group.
+#[derive(Debug, Clone)]
+pub struct StatusInput<'a> {
+    /// The group.
+    pub group: &'a NodeGroup,
+    /// Its nodes (labelled `node.deckhouse.io/group=<name>`).
+    pub nodes: Vec<&'a Node>,
+    /// The configuration checksum its nodes should report, when known.
+    pub desired_checksum: Option<&'a str>,
+    /// Zones of the cloud, used when `cloudInstances.zones` is empty (CloudEphemeral).
+    pub cloud_zones: &'a [String],
+    /// What the machine layer reports, when it does.
+    pub machines: Option<MachineCounts>,
+    /// Standby-holder pods, when known.
+    pub standby: Option<i64>,
+    /// The latest error to report (validation, machine failure).
+    pub error: Option<&'a str>,
+    /// The status written last time (for `lastTransitionTime`).
+    pub previous: Option<&'a NodeGroupStatus>,
+    /// Now.
+    pub now: Timestamp,
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Computes the status of one group (see the module docs).
+pub fn group_status(input: &StatusInput<'_>) -> NodeGroupStatus {
+    let group = input.group;
+    let nodes = &input.nodes;
+    let total = count(nodes.len());
+    let ready = count(nodes.iter().filter(|n| n.ready).count());
+    let ready_schedulable = count(nodes.iter().filter(|n| n.ready && !n.unschedulable).count());
+    let up_to_date = input
+        .desired_checksum
+        .filter(|c| !c.is_empty())
+        .map(|c| count(nodes.iter().filter(|n| n.checksum() == Some(c)).count()));
+
+    let ephemeral = group.spec.node_type == Some(NodeType::CloudEphemeral);
+    let (min, max, instances, desired) = if ephemeral {
+        let mut zones = group_zones(group, input.cloud_zones).len();
+        if zones == 0 {
+            zones = nodes
+                .iter()
+                .filter_map(|n| n.zone())
+                .collect::<BTreeSet<_>>()
+                .len();
+        }
+        let zones = count(zones.max(1));
+        let cloud = group.spec.cloud_instances.as_ref();
+        let min = cloud
+            .and_then(|c| c.min_per_zone)
+            .unwrap_or(0)
+            .max(0)
+            .saturating_mul(zones);
+        let max = cloud
+            .and_then(|c| c.max_per_zone)
+            .unwrap_or(0)
+            .max(0)
+            .saturating_mul(zones);
+        let (instances, desired) = match input.machines {
+            Some(m) => (m.instances, m.desired),
+            None => (total, total.min(max).max(min)),
+        };
+        (min, max, instances, desired)
+    } else {
+        (0, 0, 0, 0)
+    };
+
+    let updating = nodes.iter().any(|n| {
+        n.annotations
+            .keys()
+            .any(|k| k.starts_with(keys::UPDATE_ANNOTATION_PREFIX))
+    });
+    let waiting_disruption: Vec<&str> = nodes
+        .iter()
+        .filter(|n| {
+            n.has_annotation(keys::ANNOTATION_DISRUPTION_REQUIRED)
+                && !n.has_annotation(keys::ANNOTATION_DISRUPTION_APPROVED)
+        })
+        .map(|n| n.name.as_str())
+        .collect();
+    let (is_ready, ready_message) = if ephemeral {
+        (
+            ready_schedulable >= min,
+            format!("{ready_schedulable} Ready and schedulable nodes, {min} required"),
+        )
+    } else {
+        (
+            ready_schedulable == total,
+            format!("{ready_schedulable} of {total} nodes Ready and schedulable"),
+        )
+    };
+    let scaling = ephemeral && (desired > total || desired < instances);
+
+    let mut conditions = vec![
+        condition("Ready", is_ready, Some(ready_message)),
+        condition("Updating", updating, None),
+        condition(
+            "WaitingForDisruptiveApproval",
+            !waiting_disruption.is_empty(),
+            (!waiting_disruption.is_empty())
+                .then(|| format!("nodes waiting: {}", waiting_disruption.join(", "))),
+        ),
+    ];
+    if ephemeral {
+        conditions.push(condition(
+            "Scaling",
+            scaling,
+            scaling.then(|| format!("desired {desired}, nodes {total}, instances {instances}")),
+        ));
+    }
+    conditions.push(condition(
+        "Error",
+        input.error.is_some(),
+        input.error.map(str::to_owned),
+    ));
+    let previous = input.previous.and_then(|p| p.conditions.as_deref());
+    let now = input.now.to_rfc3339();
+    for c in &mut conditions {
+        let kept = previous
+            .and_then(|p| {
+                p.iter()
+                    .find(|o| o.type_ == c.type_ && o.status == c.status)
+            })
+            .and_then(|o| o.last_transition_time.clone());
+        c.last_transition_time = Some(kept.unwrap_or_else(|| now.clone()));
+    }
+
+    let status_message = if let Some(e) = input.error {
+        e.to_owned()
+    } else if !is_ready {
+        if ephemeral {
+            format!("{ready_schedulable} of {min} required nodes Ready")
+        } else {
+            format!("{} of {total} nodes not Ready", total - ready_schedulable)
+        }
+    } else if !waiting_disruption.is_empty() {
+        format!(
+            "{} nodes wait for disruption approval",
+            waiting_disruption.len()
+        )
+    } else {
+        String::new()
+    };
+
+    NodeGroupStatus {
+        nodes: Some(total),
+        ready: Some(ready),
+        up_to_date,
+        instances: Some(instances),
+        desired: Some(desired),
+        min: Some(min),
+        max: Some(max),
+        standby: input.standby,
+        error: input.error.map(str::to_owned),
+        condition_summary: Some(ConditionSummary {
+            status_message: Some(status_message),
+            ready: Some(if is_ready { "True" } else { "False" }.to_owned()),
+        }),
+        conditions: Some(conditions),
+        ..input.previous.cloned().unwrap_or_default()
+    }
+}
+
+fn condition(type_: &str, status: bool, message: Option<String>) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: if status { "True" } else { "False" }.to_owned(),
+        last_transition_time: None,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CloudInstances, NodeGroupSpec, ObjectMeta};
+    use proptest::prelude::*;
+
+    fn group(node_type: NodeType, cloud: Option<CloudInstances>) -> NodeGroup {
+        NodeGroup {
+            metadata: ObjectMeta {
+                name: Some("w".into()),
+                ..ObjectMeta::default()
+            },
+            spec: NodeGroupSpec {
+                node_type: Some(node_type),
+                cloud_instances: cloud,
+                ..NodeGroupSpec::default()
+            },
+            ..NodeGroup::default()
+        }
+    }
+
+    fn node(name: &str, ready: bool, checksum: &str) -> Node {
+        let mut n = Node {
+            name: name.into(),
+            ready,
+            ..Node::default()
+        };
+        n.labels.insert(keys::LABEL_NODE_GROUP.into(), "w".into());
+        if !checksum.is_empty() {
+            n.annotations.insert(
+                keys::ANNOTATION_CONFIGURATION_CHECKSUM.into(),
+                checksum.into(),
+            );
+        }
+        n
+    }
+
+    fn input<'a>(g: &'a NodeGroup, nodes: &'a [Node]) -> StatusInput<'a> {
+        StatusInput {
+            group: g,
+            nodes: nodes.iter().collect(),
+            desired_checksum: Some("abc"),
+            cloud_zones: &[],
+            machines: None,
+            standby: None,
+            error: None,
+            previous: None,
+            now: Timestamp::from_secs(1_700_000_000),
+        }
+    }
+
+    fn cond<'a>(s: &'a NodeGroupStatus, t: &str) -> &'a Condition {
+        s.conditions
+            .as_ref()
+            .and_then(|c| c.iter().find(|c| c.type_ == t))
+            .unwrap()
+    }
+
+    #[test]
+    fn static_group_counts_and_conditions() {
+        let g = group(NodeType::Static, None);
+        let mut nodes = vec![
+            node("a", true, "abc"),
+            node("b", false, "old"),
+            node("c", true, ""),
+        ];
+        nodes[1]
+            .annotations
+            .insert(keys::ANNOTATION_DISRUPTION_REQUIRED.into(), String::new());
+        let s = group_status(&input(&g, &nodes));
+        assert_eq!(
+            (s.nodes, s.ready, s.up_to_date),
+            (Some(3), Some(2), Some(1))
+        );
+        assert_eq!(
+            (s.min, s.max, s.desired, s.instances),
+            (Some(0), Some(0), Some(0), Some(0))
+        );
+        assert_eq!(cond(&s, "Ready").status, "False");
+        assert_eq!(cond(&s, "Updating").status, "True");
+        assert_eq!(cond(&s, "WaitingForDisruptiveApproval").status, "True");
+        assert!(
+            s.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .all(|c| c.type_ != "Scaling")
+        );
+        let summary = s.condition_summary.unwrap();
+        assert_eq!(summary.ready.as_deref(), Some("False"));
+        assert_eq!(
+            summary.status_message.as_deref(),
+            Some("1 of 3 nodes not Ready")
+        );
+        assert_eq!(
+            cond(&group_status(&input(&g, &nodes)), "Ready")
+                .last_transition_time
+                .as_deref(),
+            Some("2023-11-14T22:13:20Z")
+        );
+    }
+
+    #[test]
+    fn ephemeral_bounds_follow_zones() {
+        let g = group(
+            NodeType::CloudEphemeral,
+            Some(CloudInstances {
+                zones: Some(vec!["a".into(), "b".into()]),
+                min_per_zone: Some(1),
+                max_per_zone: Some(3),
+                ..CloudInstances::default()
+            }),
+        );
+        let nodes = vec![node("a", true, "abc")];
+        let s = group_status(&input(&g, &nodes));
+        assert_eq!(
+            (s.min, s.max, s.desired, s.instances),
+            (Some(2), Some(6), Some(2), Some(1))
+        );
+        assert_eq!(cond(&s, "Ready").status, "False");
+        assert_eq!(cond(&s, "Scaling").status, "True");
+        let mut i = input(&g, &nodes);
+        i.machines = Some(MachineCounts {
+            instances: 1,
+            desired: 1,
+        });
+        let s = group_status(&i);
+        assert_eq!(cond(&s, "Scaling").status, "False");
+    }
+
+    #[test]
+    fn unknown_checksum_leaves_up_to_date_out_and_errors_are_reported() {
+        let g = group(NodeType::Static, None);
+        let nodes = vec![node("a", true, "abc")];
+        let mut i = input(&g, &nodes);
+        i.desired_checksum = None;
+        i.error = Some("spec.cri.type: Docker is not supported");
+        let s = group_status(&i);
+        assert_eq!(s.up_to_date, None);
+        assert_eq!(cond(&s, "Error").status, "True");
+        assert_eq!(
+            s.condition_summary.unwrap().status_message.as_deref(),
+            i.error
+        );
+    }
+
+    proptest! {
+        /// Counts stay within bounds, and recomputing from the written status with a later
+        /// clock changes nothing (the controller does not rewrite an unchanged status).
+        #[test]
+        fn status_is_consistent_and_stable(
+            states in prop::collection::vec((any::<bool>(), any::<bool>(), any::<bool>()), 0..12),
+            later in 1i64..10_000,
+        ) {
+            let g = group(NodeType::Static, None);
+            let nodes: Vec<Node> = states
+                .iter()
+                .enumerate()
+                .map(|(i, (ready, current, cordoned))| {
+                    let mut n = node(&format!("n{i}"), *ready, if *current { "abc" } else { "x" });
+                    n.unschedulable = *cordoned;
+                    n
+                })
+                .collect();
+            let first = group_status(&input(&g, &nodes));
+            let (total, ready, current) = (first.nodes.unwrap(), first.ready.unwrap(), first.up_to_date.unwrap());
+            prop_assert!(ready <= total && current <= total);
+            let mut again = input(&g, &nodes);
+            again.previous = Some(&first);
+            again.now = Timestamp::from_secs(1_700_000_000 + later);
+            prop_assert_eq!(group_status(&again), first.clone());
+            let all_ok = states.iter().all(|(r, _, c)| *r && !*c);
+            prop_assert_eq!(cond(&first, "Ready").status == "True", all_ok);
+        }
+    }
+}

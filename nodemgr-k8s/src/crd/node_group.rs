@@ -1,0 +1,468 @@
+//! The `NodeGroup` custom resource (`nodegroups.deckhouse.io`, cluster-scoped, short name `ng`;
+//! facts §1): `v1` (storage) and the served `v1alpha2` and `v1alpha1`, each a thin kube type
+//! around [`nodemgr_core::model::NodeGroupSpec`] and [`NodeGroupStatus`], with a hand-written
+//! schema carrying Deckhouse's enums, patterns and bounds.
+//!
+//! # Versions
+//! The CRD has no conversion webhook (`conversion.strategy: None`): the API server serves every
+//! version with the same fields. The version schemas differ only where Deckhouse's do:
+//! `v1alpha1` accepts the old node types (`Cloud`, `Hybrid`, `Static`) and a top-level `docker`
+//! object. nodemgr reads every group as `v1` and converts old node type names itself
+//! ([`NodeGroup::to_core`]) as Deckhouse's conversion would. `kubernetesVersion` and `static`,
+//! which Deckhouse's `v1` dropped, stay in every version because nodemgr's bootstrap still reads
+//! `static.internalNetworkCIDRs` (pruning them would lose data on a version round trip).
+//!
+//! Cross-field rules (CloudEphemeral needs `cloudInstances`, `RollingUpdate` only for
+//! CloudEphemeral, tolerable taint keys, …) are not in the schema: `nodemgr validate` checks
+//! them before apply, and the status controller reports a violation in `status.error` and the
+//! `Error` condition.
+
+use std::borrow::Cow;
+
+use kube::CustomResource;
+use nodemgr_core::model::{self as core, NodeGroupStatus, NodeType};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::schema::*;
+use crate::convert::{meta_from_core, meta_to_core};
+
+/// Printer columns of every version (facts §1, Deckhouse's columns but `Synced`).
+macro_rules! node_group_version {
+    ($module:ident, $version:literal, storage = $storage:literal, $schema_version:expr) => {
+        #[doc = concat!("`deckhouse.io/", $version, "` NodeGroup.")]
+        pub mod $module {
+            use super::*;
+
+            /// The spec: nodemgr-core's NodeGroup spec, as written.
+            #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+            #[kube(
+                group = "deckhouse.io",
+                version = $version,
+                kind = "NodeGroup",
+                plural = "nodegroups",
+                singular = "nodegroup",
+                shortname = "ng",
+                status = "NodeGroupStatus",
+                schema = "manual",
+                storage = $storage,
+                derive = "PartialEq",
+                derive = "Default",
+                printcolumn = r#"{"name":"Type","type":"string","description":"Type of the group's nodes.","jsonPath":".spec.nodeType"}"#,
+                printcolumn = r#"{"name":"Ready","type":"integer","description":"Ready nodes.","jsonPath":".status.ready"}"#,
+                printcolumn = r#"{"name":"Nodes","type":"integer","description":"Nodes in any state.","jsonPath":".status.nodes"}"#,
+                printcolumn = r#"{"name":"UpToDate","type":"integer","description":"Nodes running the group's configuration.","jsonPath":".status.upToDate"}"#,
+                printcolumn = r#"{"name":"Instances","type":"integer","description":"Machines in any state.","jsonPath":".status.instances"}"#,
+                printcolumn = r#"{"name":"Desired","type":"integer","description":"Machines wanted.","jsonPath":".status.desired"}"#,
+                printcolumn = r#"{"name":"Min","type":"integer","description":"Fewest machines.","jsonPath":".status.min"}"#,
+                printcolumn = r#"{"name":"Max","type":"integer","description":"Most machines.","jsonPath":".status.max"}"#,
+                printcolumn = r#"{"name":"Standby","type":"integer","description":"Standby (overprovisioned) nodes.","jsonPath":".status.standby"}"#,
+                printcolumn = r#"{"name":"Status","type":"string","description":"What needs attention.","jsonPath":".status.conditionSummary.statusMessage"}"#,
+                printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+            )]
+            #[serde(transparent)]
+            pub struct NodeGroupSpec(pub core::NodeGroupSpec);
+
+            impl schemars::JsonSchema for NodeGroup {
+                fn schema_name() -> Cow<'static, str> {
+                    Cow::Borrowed("NodeGroup")
+                }
+
+                fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                    into_schema(root_schema($schema_version))
+                }
+            }
+        }
+    };
+}
+
+node_group_version!(v1, "v1", storage = true, SchemaVersion::V1);
+node_group_version!(
+    v1alpha2,
+    "v1alpha2",
+    storage = false,
+    SchemaVersion::V1alpha2
+);
+node_group_version!(
+    v1alpha1,
+    "v1alpha1",
+    storage = false,
+    SchemaVersion::V1alpha1
+);
+
+pub use v1::{NodeGroup, NodeGroupSpec};
+
+impl NodeGroup {
+    /// The group as nodemgr-core sees it. Old node type names (`Cloud`, `Hybrid`) written
+    /// through `v1alpha1` are converted as Deckhouse's conversion does.
+    pub fn to_core(&self) -> core::NodeGroup {
+        let mut spec = self.spec.0.clone();
+        if let Some(NodeType::Unknown(old)) = &spec.node_type {
+            spec.node_type = match old.as_str() {
+                "Cloud" => Some(NodeType::CloudEphemeral),
+                "Hybrid" => Some(NodeType::CloudStatic),
+                _ => spec.node_type.clone(),
+            };
+        }
+        core::NodeGroup {
+            api_version: "deckhouse.io/v1".into(),
+            kind: "NodeGroup".into(),
+            metadata: meta_to_core(&self.metadata),
+            spec,
+            status: self.status.clone(),
+        }
+    }
+
+    /// A kube object from nodemgr-core's group (for creating groups, in tests and the demo).
+    pub fn from_core(group: &core::NodeGroup) -> Self {
+        let mut ng = NodeGroup::new(group.name(), NodeGroupSpec(group.spec.clone()));
+        ng.metadata = meta_from_core(&group.metadata);
+        ng.status = group.status.clone();
+        ng
+    }
+}
+
+/// Which version's schema to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaVersion {
+    /// `v1` (storage).
+    V1,
+    /// `v1alpha2`: as `v1`.
+    V1alpha2,
+    /// `v1alpha1`: old node types and a top-level `docker`.
+    V1alpha1,
+}
+
+const DURATION_HM: &str = "^([0-9]+h([0-9]+m)?|[0-9]+m)$";
+const WINDOW_TIME: &str = "^(?:\\d|[01]\\d|2[0-3]):[0-5]\\d$";
+const DAYS: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+const INSTANCE_CLASS_KINDS: &[&str] = &[
+    "OpenStackInstanceClass",
+    "GCPInstanceClass",
+    "VsphereInstanceClass",
+    "AWSInstanceClass",
+    "YandexInstanceClass",
+    "AzureInstanceClass",
+    "VCDInstanceClass",
+    "ZvirtInstanceClass",
+    "DynamixInstanceClass",
+    "HuaweiCloudInstanceClass",
+    "DVPInstanceClass",
+    "InstanceClass",
+];
+
+fn root_schema(version: SchemaVersion) -> Value {
+    let metadata = object(vec![(
+        "name",
+        json!({
+            "type": "string",
+            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            "maxLength": 42,
+        }),
+    )]);
+    root(
+        "A group of nodes of one type configured from one spec (nodemgr, Deckhouse-compatible).",
+        Some(metadata),
+        Some(spec_schema(version)),
+        Some(status_schema()),
+    )
+}
+
+fn windows() -> Value {
+    array(required(
+        object(vec![
+            ("from", pattern(WINDOW_TIME)),
+            ("to", pattern(WINDOW_TIME)),
+            ("days", array(one_of(DAYS))),
+        ]),
+        &["from", "to"],
+    ))
+}
+
+fn containerd() -> Value {
+    object(vec![(
+        "maxConcurrentDownloads",
+        describe(integer(), "Parallel image layer downloads (default 3)."),
+    )])
+}
+
+fn docker() -> Value {
+    object(vec![
+        ("maxConcurrentDownloads", integer()),
+        ("manage", boolean()),
+    ])
+}
+
+/// The spec schema of `version`.
+pub fn spec_schema(version: SchemaVersion) -> Value {
+    let node_types: &[&str] = match version {
+        SchemaVersion::V1alpha1 => &["Cloud", "Static", "Hybrid"],
+        SchemaVersion::V1 | SchemaVersion::V1alpha2 => {
+            &["CloudEphemeral", "CloudPermanent", "CloudStatic", "Static"]
+        }
+    };
+    let cri = object(vec![
+        (
+            "type",
+            one_of(&["Docker", "Containerd", "ContainerdV2", "NotManaged"]),
+        ),
+        ("containerd", containerd()),
+        ("containerdV2", containerd()),
+        ("docker", docker()),
+        ("notManaged", object(vec![("criSocketPath", string())])),
+    ]);
+    let gpu = object(vec![
+        ("sharing", one_of(&["TimeSlicing", "MIG", "Exclusive"])),
+        (
+            "timeSlicing",
+            object(vec![(
+                "partitionCount",
+                default(integer_in(Some(1), Some(100)), json!(4)),
+            )]),
+        ),
+        (
+            "mig",
+            object(vec![
+                ("partedConfig", string()),
+                (
+                    "customConfigs",
+                    array(object(vec![
+                        ("index", integer_in(Some(0), None)),
+                        (
+                            "slices",
+                            array(object(vec![
+                                ("profile", pattern("^[0-9]+g\\.[0-9]+gb(\\.me)?$")),
+                                ("count", integer_in(Some(1), Some(7))),
+                            ])),
+                        ),
+                    ])),
+                ),
+            ]),
+        ),
+        ("exclusive", free_object()),
+    ]);
+    let selector_requirement = required(
+        object(vec![
+            ("key", string()),
+            (
+                "operator",
+                one_of(&["In", "NotIn", "Exists", "DoesNotExist"]),
+            ),
+            ("values", array(string())),
+        ]),
+        &["key", "operator"],
+    );
+    let static_instances = object(vec![
+        (
+            "labelSelector",
+            json!({
+                "type": "object",
+                "x-kubernetes-map-type": "atomic",
+                "properties": {
+                    "matchLabels": string_map(),
+                    "matchExpressions": array(selector_requirement),
+                },
+            }),
+        ),
+        ("count", integer_in(Some(0), None)),
+    ]);
+    let cloud_instances = required(
+        object(vec![
+            ("zones", array(string())),
+            ("minPerZone", integer_in(Some(0), None)),
+            ("maxPerZone", integer_in(Some(0), None)),
+            ("maxUnavailablePerZone", integer_in(Some(0), None)),
+            ("maxSurgePerZone", integer_in(Some(0), None)),
+            ("priority", integer()),
+            ("quickShutdown", boolean()),
+            ("standby", int_or_string("^[0-9]+%?$")),
+            (
+                "standbyHolder",
+                object(vec![
+                    ("overprovisioningRate", integer_in(Some(1), Some(80))),
+                    (
+                        "notHeldResources",
+                        object(vec![
+                            ("cpu", int_or_string("^[0-9]+m?$")),
+                            (
+                                "memory",
+                                int_or_string(
+                                    "^[0-9]+(\\.[0-9]+)?(E|P|T|G|M|K|Ei|Pi|Ti|Gi|Mi|Ki)?$",
+                                ),
+                            ),
+                        ]),
+                    ),
+                ]),
+            ),
+            (
+                "classReference",
+                object(vec![
+                    ("kind", one_of(INSTANCE_CLASS_KINDS)),
+                    ("name", string()),
+                ]),
+            ),
+        ]),
+        &["classReference", "minPerZone", "maxPerZone"],
+    );
+    let taint = object(vec![
+        (
+            "effect",
+            one_of(&["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+        ),
+        ("key", string()),
+        ("value", string()),
+    ]);
+    let node_template = object(vec![
+        ("labels", string_map()),
+        ("annotations", string_map()),
+        ("taints", array(taint)),
+    ]);
+    let kubelet = object(vec![
+        ("maxPods", integer()),
+        ("rootDir", string()),
+        ("containerLogMaxSize", string()),
+        ("containerLogMaxFiles", integer_in(Some(1), Some(20))),
+        ("seccompDefault", boolean()),
+        (
+            "resourceReservation",
+            object(vec![
+                ("mode", one_of(&["Off", "Auto", "Static"])),
+                (
+                    "static",
+                    object(vec![
+                        ("cpu", string()),
+                        ("memory", string()),
+                        ("ephemeralStorage", string()),
+                    ]),
+                ),
+            ]),
+        ),
+        (
+            "topologyManager",
+            object(vec![
+                ("enabled", boolean()),
+                ("scope", one_of(&["Container", "Pod"])),
+                (
+                    "policy",
+                    one_of(&["None", "BestEffort", "Restricted", "SingleNumaNode"]),
+                ),
+            ]),
+        ),
+        (
+            "memorySwap",
+            object(vec![
+                ("swapBehavior", one_of(&["NoSwap", "LimitedSwap"])),
+                ("swappiness", integer_in(Some(0), Some(100))),
+                ("limitedSwap", object(vec![("size", pattern("^\\d+G$"))])),
+            ]),
+        ),
+    ]);
+    let disruptions = object(vec![
+        (
+            "approvalMode",
+            one_of(&["Manual", "Automatic", "RollingUpdate"]),
+        ),
+        (
+            "automatic",
+            object(vec![
+                ("drainBeforeApproval", boolean()),
+                ("windows", windows()),
+            ]),
+        ),
+        ("rollingUpdate", object(vec![("windows", windows())])),
+    ]);
+    let mut props = vec![
+        (
+            "nodeType",
+            describe(one_of(node_types), "Type of the group's nodes. Immutable."),
+        ),
+        ("nodeDrainTimeoutSecond", integer_in(Some(0), None)),
+        ("gpu", gpu),
+        ("cri", cri),
+        ("staticInstances", static_instances),
+        ("cloudInstances", cloud_instances),
+        ("nodeTemplate", node_template),
+        (
+            "chaos",
+            object(vec![
+                ("mode", one_of(&["Disabled", "DrainAndDelete"])),
+                ("period", pattern(DURATION_HM)),
+            ]),
+        ),
+        ("operatingSystem", object(vec![("manageKernel", boolean())])),
+        ("disruptions", disruptions),
+        ("kubelet", kubelet),
+        (
+            "update",
+            object(vec![("maxConcurrent", int_or_string("^[1-9][0-9]*%?$"))]),
+        ),
+        (
+            "fencing",
+            object(vec![
+                ("mode", one_of(&["Watchdog", "Notify"])),
+                (
+                    "watchdog",
+                    object(vec![("timeout", pattern("^[0-9]+[smh]{1}$"))]),
+                ),
+            ]),
+        ),
+        ("kubernetesVersion", string()),
+        (
+            "static",
+            object(vec![("internalNetworkCIDRs", array(string()))]),
+        ),
+    ];
+    if version == SchemaVersion::V1alpha1 {
+        props.push(("docker", docker()));
+    }
+    required(object(props), &["nodeType"])
+}
+
+/// The status schema (facts §1.3), the same in every version.
+pub fn status_schema() -> Value {
+    let last_operation = object(vec![
+        ("description", string()),
+        ("lastUpdateTime", string()),
+        ("state", string()),
+        ("type", string()),
+    ]);
+    object(vec![
+        ("engine", one_of(&["None", "MCM", "CAPI"])),
+        ("nodes", integer()),
+        ("ready", integer()),
+        ("upToDate", integer()),
+        ("instances", integer()),
+        ("desired", integer()),
+        ("min", integer()),
+        ("max", integer()),
+        ("standby", integer()),
+        ("error", string()),
+        ("kubernetesVersion", string()),
+        (
+            "lastMachineFailures",
+            array(object(vec![
+                ("name", string()),
+                ("providerID", string()),
+                ("ownerRef", string()),
+                ("lastOperation", last_operation),
+            ])),
+        ),
+        (
+            "conditionSummary",
+            object(vec![
+                ("statusMessage", string()),
+                ("ready", one_of(&["True", "False"])),
+            ]),
+        ),
+        (
+            "conditions",
+            array(object(vec![
+                ("type", string()),
+                ("status", one_of(&["True", "False", "Unknown"])),
+                ("lastTransitionTime", string()),
+                ("message", string()),
+            ])),
+        ),
+        ("deckhouse", free_object()),
+    ])
+}
