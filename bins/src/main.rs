@@ -26,6 +26,8 @@ enum Command {
     Explain(cli::explain::ExplainArgs),
     /// Print a group's bootstrap script, cleanup script or configuration checksum.
     Render(cli::render::RenderArgs),
+    /// Run a scenario in the simulator (virtual time) and print its timeline.
+    Simulate(cli::simulate::SimulateArgs),
     /// Print the CustomResourceDefinitions nodemgr serves (for `kubectl apply -f -`).
     Crds(cli::crds::CrdsArgs),
 }
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cli::validate::run(args),
         Command::Explain(args) => cli::explain::run(args),
         Command::Render(args) => cli::render::run(args),
+        Command::Simulate(args) => cli::simulate::run_cmd(args),
         Command::Crds(args) => cli::crds::run(args),
     };
     match result {

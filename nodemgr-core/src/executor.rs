@@ -167,15 +167,9 @@ impl fmt::Display for ExecutorEvent {
             }
             Self::Cordoned { node } => write!(f, "node {node} cordoned"),
             Self::Evicted { pod, .. } => write!(f, "pod {pod} evicted"),
-            Self::EvictionRefused {
-                pod,
-                reason,
-                retry_at,
-                ..
-            } => write!(
-                f,
-                "eviction of pod {pod} refused ({reason}), retry at {retry_at}"
-            ),
+            Self::EvictionRefused { pod, reason, .. } => {
+                write!(f, "eviction of pod {pod} refused ({reason})")
+            }
             Self::ForceDeleted { pod, .. } => {
                 write!(f, "pod {pod} deleted forcibly after the drain timeout")
             }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 pub mod crds;
 pub mod explain;
 pub mod render;
+pub mod simulate;
 pub mod validate;
 
 /// How a subcommand ended, which decides the exit code.

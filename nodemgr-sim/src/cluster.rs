@@ -1,0 +1,267 @@
+//! The cluster port ([`nodemgr_core::ports`]) over the simulated [`World`]: what the update
+//! executor (and any other port-driven executor) talks to in the simulator. Injected API
+//! errors ([`crate::scenario::ApiErrorsSpec`]) and eviction refusals apply here; the calls
+//! themselves record nothing in the timeline (the controllers do), only [`crate::SimStats`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nodemgr_core::model::{Node, NodeGroup, Pod, PodDisruptionBudget};
+use nodemgr_core::ports::{
+    ClusterError, ClusterRead, EventApi, EvictionResult, NodeApi, NodePatch, PodApi, PodRef,
+    Precondition, RecordedEvent,
+};
+
+use crate::scenario::{ErrorKind, Operation};
+use crate::world::World;
+
+/// The cluster port over a borrowed world. Build one per controller step:
+/// `SimCluster::new(&mut world)`.
+#[derive(Debug)]
+pub struct SimCluster<'w> {
+    world: Mutex<&'w mut World>,
+}
+
+impl<'w> SimCluster<'w> {
+    /// The port over `world`.
+    pub fn new(world: &'w mut World) -> Self {
+        Self {
+            world: Mutex::new(world),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, &'w mut World> {
+        // A panic while holding the lock can only come from a bug in this file; the world is
+        // still consistent enough to read, so recover the guard.
+        self.world
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn check(world: &mut World, op: Operation, what: &str) -> Result<(), ClusterError> {
+        match world.fault(op) {
+            None => Ok(()),
+            Some(kind) => {
+                world.stats.api_errors += 1;
+                let message = format!("injected failure of {what}");
+                Err(match kind {
+                    ErrorKind::Unavailable => ClusterError::Unavailable(message),
+                    ErrorKind::TooManyRequests => ClusterError::TooManyRequests(message),
+                    ErrorKind::Conflict => ClusterError::Conflict(message),
+                    ErrorKind::Other => ClusterError::Other(message),
+                })
+            }
+        }
+    }
+}
+
+/// Runs a port future to completion. The simulator's futures never wait on anything, so this
+/// only polls (with a no-op waker) until ready; `None` if a future stays pending for a million
+/// polls, which would be a bug in a port implementation.
+pub fn block_on<F: Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..1_000_000 {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return Some(out);
+        }
+    }
+    None
+}
+
+#[async_trait]
+impl ClusterRead for SimCluster<'_> {
+    async fn list_node_groups(&self) -> Result<Vec<NodeGroup>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list node groups")?;
+        Ok(w.groups.values().map(|g| g.group.clone()).collect())
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list nodes")?;
+        Ok(w.node_views())
+    }
+
+    async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list pods")?;
+        Ok(w.pods.values().map(|p| p.pod.clone()).collect())
+    }
+
+    async fn list_pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list pods")?;
+        Ok(w.pods_by_node
+            .get(node)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| w.pods.get(k).map(|p| p.pod.clone()))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn list_pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list PodDisruptionBudgets")?;
+        Ok(w.pdb_views())
+    }
+
+    async fn configuration_checksums(&self) -> Result<BTreeMap<String, String>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "read configuration checksums")?;
+        Ok(w.groups
+            .iter()
+            .map(|(name, g)| (name.clone(), g.desired().to_owned()))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl NodeApi for SimCluster<'_> {
+    async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::Patch, &format!("patch node {name}"))?;
+        let Some(n) = w.nodes.get_mut(name) else {
+            return Err(ClusterError::NotFound(format!("node {name}")));
+        };
+        patch.apply_to(&mut n.node);
+        let view = n.node.clone();
+        w.wake_agent(name);
+        Ok(view)
+    }
+
+    async fn delete_node(
+        &self,
+        name: &str,
+        precondition: &Precondition,
+    ) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::Delete, &format!("delete node {name}"))?;
+        let Some(n) = w.nodes.get(name) else {
+            return Err(ClusterError::NotFound(format!("node {name}")));
+        };
+        if let Precondition::Uid(uid) = precondition
+            && *uid != n.node.uid
+        {
+            return Err(ClusterError::Conflict(format!(
+                "node {name} has UID {}, not {uid}",
+                n.node.uid
+            )));
+        }
+        w.remove_node(name);
+        w.stats.node_deletions += 1;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl PodApi for SimCluster<'_> {
+    async fn evict_pod(&self, pod: &PodRef) -> Result<EvictionResult, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::Evict, &format!("evict pod {pod}"))?;
+        let key = pod.to_string();
+        let Some(sp) = w.pods.get(&key) else {
+            return Ok(EvictionResult::Gone);
+        };
+        let view = sp.pod.clone();
+        let terminating = sp.terminating_until.is_some();
+        let grace = sp
+            .workload
+            .and_then(|i| w.workloads.get(i))
+            .map_or(Duration::ZERO, |wl| wl.termination_grace_period.0);
+        w.stats.eviction_requests += 1;
+        if view.is_daemonset() || view.is_mirror() {
+            w.stats.daemonset_eviction_requests += 1;
+        }
+        if terminating {
+            return Ok(EvictionResult::Evicted);
+        }
+        if w.eviction_refused(&view) {
+            w.stats.evictions_refused += 1;
+            return Ok(EvictionResult::RefusedByBudget(
+                "eviction refused (injected)".into(),
+            ));
+        }
+        let has_budget = w.pdbs.iter().any(|p| {
+            p.namespace == view.namespace
+                && p.selector
+                    .iter()
+                    .all(|(k, v)| view.labels.get(k) == Some(v))
+        });
+        if has_budget
+            && let Some(pdb) = w
+                .pdb_views()
+                .into_iter()
+                .find(|p| p.covers(&view) && p.disruptions_allowed <= 0)
+        {
+            w.stats.evictions_refused += 1;
+            return Ok(EvictionResult::RefusedByBudget(format!(
+                "Cannot evict pod as it would violate the pod's disruption budget {}/{}",
+                pdb.namespace, pdb.name
+            )));
+        }
+        w.stats.evictions += 1;
+        if grace.is_zero() {
+            w.remove_pod(&key);
+        } else {
+            let until = w.now + grace;
+            if let Some(sp) = w.pods.get_mut(&key) {
+                sp.terminating_until = Some(until);
+            }
+        }
+        Ok(EvictionResult::Evicted)
+    }
+
+    async fn delete_pod(
+        &self,
+        pod: &PodRef,
+        grace_period: Option<Duration>,
+        precondition: &Precondition,
+    ) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::Delete, &format!("delete pod {pod}"))?;
+        let key = pod.to_string();
+        let Some(sp) = w.pods.get(&key) else {
+            return Err(ClusterError::NotFound(format!("pod {key}")));
+        };
+        if let Precondition::Uid(uid) = precondition
+            && *uid != sp.pod.uid
+        {
+            return Err(ClusterError::Conflict(format!(
+                "pod {key} has UID {}, not {uid}",
+                sp.pod.uid
+            )));
+        }
+        let own_grace = sp
+            .workload
+            .and_then(|i| w.workloads.get(i))
+            .map_or(Duration::ZERO, |wl| wl.termination_grace_period.0);
+        let grace = grace_period.unwrap_or(own_grace);
+        w.stats.pod_deletions += 1;
+        if grace.is_zero() {
+            w.remove_pod(&key);
+        } else {
+            let until = w.now + grace;
+            if let Some(sp) = w.pods.get_mut(&key) {
+                sp.terminating_until = Some(until);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl EventApi for SimCluster<'_> {
+    async fn emit_event(&self, event: &RecordedEvent) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::Event, "record an event")?;
+        w.recorded_events.push(event.clone());
+        Ok(())
+    }
+}

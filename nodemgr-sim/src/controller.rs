@@ -1,0 +1,182 @@
+//! Controllers: the policies the simulator runs against the world. A controller is stepped by
+//! the run loop whenever the virtual clock reaches its [`Controller::next_run`]; it reads and
+//! changes the [`World`] directly or through the cluster port ([`SimCluster`]), and records
+//! what it did in the world's timeline.
+//!
+//! The update executor is one ([`UpdateController`]); the fencing and lifecycle policies are
+//! others (the fencing and lifecycle controllers). A new policy plugs in by implementing [`Controller`] and being
+//! added with [`crate::Simulation::add_controller`] (see the README).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use nodemgr_core::drain::DrainOutcome;
+use nodemgr_core::executor::{ExecutorEvent, UpdateExecutor};
+use nodemgr_core::model::Timestamp;
+use nodemgr_core::update::UpdateCommand;
+
+use crate::cluster::{SimCluster, block_on};
+use crate::world::World;
+
+/// A policy stepped by the simulator.
+pub trait Controller {
+    /// A short name for the timeline (`update`, `fencing`, …).
+    fn name(&self) -> &str;
+
+    /// When the controller wants to run next; `None` = never again. Called after every
+    /// instant; the loop jumps to the earliest time any controller or the world asks for.
+    fn next_run(&self) -> Option<Timestamp>;
+
+    /// Runs at `now` (= `world.now`). Called only when `next_run() <= now`; must move
+    /// `next_run` past `now` (or to `None`), or the loop moves on by one millisecond.
+    fn step(&mut self, world: &mut World, now: Timestamp);
+}
+
+/// The update executor of `nodemgr-core` ([`UpdateExecutor`]) over the simulated cluster port,
+/// every reconcile period and at its drains' deadlines. `ReplaceMachine` decisions are carried
+/// out by [`World::replace_machine`] (the simulator plays the cloud).
+#[derive(Debug)]
+pub struct UpdateController {
+    executor: UpdateExecutor,
+    period: Duration,
+    next: Timestamp,
+    last_blocked: BTreeMap<String, Vec<String>>,
+}
+
+impl UpdateController {
+    /// Runs first at `start`, then every `period`.
+    pub fn new(start: Timestamp, period: Duration) -> Self {
+        Self {
+            executor: UpdateExecutor::new(),
+            period,
+            next: start,
+            last_blocked: BTreeMap::new(),
+        }
+    }
+
+    /// The executor (its drains).
+    pub fn executor(&self) -> &UpdateExecutor {
+        &self.executor
+    }
+}
+
+impl Controller for UpdateController {
+    fn name(&self) -> &str {
+        "update"
+    }
+
+    fn next_run(&self) -> Option<Timestamp> {
+        Some(match self.executor.next_deadline() {
+            Some(d) => d.min(self.next),
+            None => self.next,
+        })
+    }
+
+    fn step(&mut self, world: &mut World, now: Timestamp) {
+        self.next = now + self.period;
+        let result = {
+            let cluster = SimCluster::new(world);
+            block_on(self.executor.step(&cluster, now))
+        };
+        let report = match result {
+            Some(Ok(report)) => report,
+            Some(Err(error)) => {
+                world.record(
+                    "executor.error",
+                    None,
+                    None,
+                    format!("step failed: {error}"),
+                );
+                return;
+            }
+            None => {
+                world.record("executor.error", None, None, "a port call never completed");
+                return;
+            }
+        };
+        for event in &report.events {
+            record_executor_event(world, event);
+        }
+        for error in &report.errors {
+            world.record(
+                "executor.error",
+                Some(&error.node),
+                None,
+                format!("{error}: {}", error.source),
+            );
+        }
+        let blocked: BTreeMap<String, Vec<String>> = report.blocked.into_iter().collect();
+        for (group, reasons) in &blocked {
+            if self.last_blocked.get(group) != Some(reasons) {
+                world.record_in(
+                    "update.blocked",
+                    Some(group.clone()),
+                    None,
+                    None,
+                    reasons.join("; "),
+                );
+            }
+        }
+        self.last_blocked = blocked;
+    }
+}
+
+fn record_executor_event(world: &mut World, event: &ExecutorEvent) {
+    let node = event.node().to_owned();
+    let message = event.to_string();
+    match event {
+        ExecutorEvent::Applied { group, command } => {
+            let kind = match command {
+                UpdateCommand::Approve { .. } => "update.approved",
+                UpdateCommand::StartDrain { .. } => "update.drain-requested",
+                UpdateCommand::ApproveDisruption { .. } => "update.disruption-approved",
+                UpdateCommand::ReplaceMachine { .. } => "update.replace-machine",
+                UpdateCommand::Finish { .. } => "update.finished",
+            };
+            world.record_in(kind, Some(group.clone()), Some(&node), None, message);
+            if matches!(command, UpdateCommand::ReplaceMachine { .. }) {
+                world.replace_machine(&node);
+            }
+        }
+        ExecutorEvent::DrainStarted { group, .. } => {
+            world.record_in(
+                "drain.started",
+                Some(group.clone()),
+                Some(&node),
+                None,
+                message,
+            );
+        }
+        ExecutorEvent::Cordoned { .. } => {
+            world.record("drain.cordoned", Some(&node), None, message)
+        }
+        ExecutorEvent::Evicted { pod, .. } => {
+            world.record("drain.evicted", Some(&node), Some(pod), message);
+        }
+        ExecutorEvent::EvictionRefused { pod, retry_at, .. } => {
+            let retry = retry_at.saturating_since(world.now).as_secs();
+            world.record(
+                "drain.eviction-refused",
+                Some(&node),
+                Some(pod),
+                format!("{message}; retried in {retry}s"),
+            );
+        }
+        ExecutorEvent::ForceDeleted { pod, .. } => {
+            world.record("drain.force-deleted", Some(&node), Some(pod), message);
+        }
+        ExecutorEvent::DrainFinished { group, outcome, .. } => {
+            let kind = match outcome {
+                DrainOutcome::Completed => "drain.finished",
+                DrainOutcome::TimedOut { .. } => "drain.timed-out",
+            };
+            world.record_in(kind, Some(group.clone()), Some(&node), None, message);
+        }
+        ExecutorEvent::DrainAbandoned { .. } => {
+            world.record("drain.abandoned", Some(&node), None, message);
+        }
+        ExecutorEvent::DrainedMarkRemoved { .. } => {
+            world.record("drain.mark-removed", Some(&node), None, message);
+        }
+    }
+}

@@ -1,0 +1,1080 @@
+//! The simulated cluster: node groups, nodes with heartbeats and readiness, pods and their
+//! owners, PodDisruptionBudgets, the node agent (bashible) applying approved updates, and the
+//! injected failures. Everything happens at the virtual time the run loop hands in; nothing
+//! reads a clock, and the only randomness is the seeded [`SimRng`].
+//!
+//! Controllers ([`crate::Controller`]) act on the world directly (`&mut World`) or through the
+//! cluster port ([`crate::SimCluster`]), as the update executor does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use nodemgr_core::model::{
+    ApprovalMode, LabelSelector, Node, NodeGroup, ObjectMeta, Owner, Pod, PodDisruptionBudget,
+    PodPhase, Quantity, Timestamp, keys,
+};
+use nodemgr_core::update::UpdateMarks;
+
+use crate::rng::SimRng;
+use crate::scenario::{
+    AgentSpec, ErrorKind, HeartbeatSpec, ImpactKind, Operation, PdbSpec, Scenario, WorkloadKind,
+    WorkloadSpec, group_spec,
+};
+use crate::timeline::{Timeline, TimelineEvent};
+
+/// A node group as the simulator keeps it.
+#[derive(Debug, Clone)]
+pub struct SimGroup {
+    /// The NodeGroup (name and spec).
+    pub group: NodeGroup,
+    /// Zones for new nodes, round-robin.
+    pub zones: Vec<String>,
+    /// Allocatable resources of new nodes.
+    pub capacity: BTreeMap<String, Quantity>,
+    /// Extra labels of new nodes.
+    pub labels: BTreeMap<String, String>,
+    /// Configuration generations: `checksums[k]` is generation `k`'s checksum, `impacts[k]`
+    /// what moving to it does (`impacts[0]` is unused).
+    pub checksums: Vec<String>,
+    /// See `checksums`.
+    pub impacts: Vec<ImpactKind>,
+    /// Index of the next node name (`<group>-<n>`).
+    pub next_index: usize,
+}
+
+impl SimGroup {
+    /// The desired checksum (latest generation).
+    pub fn desired(&self) -> &str {
+        self.checksums
+            .last()
+            .map(String::as_str)
+            .unwrap_or_default()
+    }
+
+    /// What moving from `checksum` to the desired one does: the strongest impact of the
+    /// generations in between (a disruptive change in between stays disruptive).
+    pub fn impact_from(&self, checksum: Option<&str>) -> ImpactKind {
+        let from = checksum
+            .and_then(|c| self.checksums.iter().position(|x| x == c))
+            .unwrap_or(0);
+        self.impacts
+            .iter()
+            .skip(from + 1)
+            .copied()
+            .max_by_key(|i| match i {
+                ImpactKind::None => 0,
+                ImpactKind::KubeletRestart => 1,
+                ImpactKind::Disruptive => 2,
+            })
+            .unwrap_or(ImpactKind::None)
+    }
+}
+
+/// Where a node's agent is in applying an update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentState {
+    /// Up to date, or not yet noticed the new configuration.
+    Idle,
+    /// Asked for approval (`waiting-for-approval`).
+    Waiting,
+    /// Asked for a disruption (`disruption-required` / `rolling-update`).
+    AwaitDisruption,
+    /// Applying; done at `until`.
+    Applying {
+        /// When the apply ends.
+        until: Timestamp,
+        /// The checksum being applied.
+        target: String,
+        /// Its impact.
+        impact: ImpactKind,
+    },
+    /// Restarting the kubelet or rebooting (NotReady) until `until`.
+    Restarting {
+        /// When the node is back.
+        until: Timestamp,
+        /// The checksum reported when back.
+        target: String,
+    },
+}
+
+/// A node as the simulator keeps it.
+#[derive(Debug, Clone)]
+pub struct SimNode {
+    /// The node view (labels, annotations, taints, `unschedulable`); `ready` and
+    /// `last_heartbeat` are kept current by the run loop.
+    pub node: Node,
+    /// Group name.
+    pub group: String,
+    /// Zone.
+    pub zone: String,
+    /// The agent.
+    pub agent: AgentState,
+    /// Extra apply delay (a slow agent).
+    pub extra_agent_delay: Duration,
+    /// Scripted `Ready=False` until then (heartbeats continue).
+    pub not_ready_until: Option<Timestamp>,
+    /// Dark (no heartbeats, unreachable) since then …
+    pub dark_since: Option<Timestamp>,
+    /// … until then (`None` = for good once dark).
+    pub dark_until: Option<Timestamp>,
+    /// Offset of the node's Lease renewals within the lease period.
+    pub lease_phase: Duration,
+}
+
+impl SimNode {
+    /// Whether the node is dark at `now`.
+    pub fn is_dark(&self, now: Timestamp) -> bool {
+        self.dark_since.is_some_and(|s| s <= now) && self.dark_until.is_none_or(|u| now < u)
+    }
+}
+
+/// A pod as the simulator keeps it.
+#[derive(Debug, Clone)]
+pub struct SimPod {
+    /// The pod view.
+    pub pod: Pod,
+    /// Terminating (evicted with a grace period) until then.
+    pub terminating_until: Option<Timestamp>,
+    /// Index of the workload in the scenario, when it came from one.
+    pub workload: Option<usize>,
+}
+
+/// A pod to (re)create once its time comes.
+#[derive(Debug, Clone)]
+pub struct PendingPod {
+    /// When to try to schedule it.
+    pub at: Timestamp,
+    /// The workload.
+    pub workload: usize,
+    /// Its name.
+    pub name: String,
+}
+
+/// A window of injected API errors.
+#[derive(Debug, Clone)]
+pub struct ApiFault {
+    /// From.
+    pub from: Timestamp,
+    /// Until (exclusive).
+    pub until: Timestamp,
+    /// Operations affected (empty = all).
+    pub operations: Vec<Operation>,
+    /// The error.
+    pub error: ErrorKind,
+}
+
+/// A window of refused evictions.
+#[derive(Debug, Clone)]
+pub struct EvictionRefusal {
+    /// From.
+    pub from: Timestamp,
+    /// Until (exclusive); `None` = to the end.
+    pub until: Option<Timestamp>,
+    /// One pod (`namespace/name`), or
+    pub pod: Option<String>,
+    /// pods whose labels match.
+    pub selector: BTreeMap<String, String>,
+}
+
+/// Counters a property or a benchmark looks at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Eviction requests.
+    pub eviction_requests: u64,
+    /// Evictions accepted.
+    pub evictions: u64,
+    /// Evictions refused (PDB or injected).
+    pub evictions_refused: u64,
+    /// Eviction requests for DaemonSet-owned or mirror pods (a drain must never make one).
+    pub daemonset_eviction_requests: u64,
+    /// Pods deleted with the delete API.
+    pub pod_deletions: u64,
+    /// Nodes deleted.
+    pub node_deletions: u64,
+    /// Calls failed by injected API errors.
+    pub api_errors: u64,
+    /// Updates the agents completed.
+    pub updates_completed: u64,
+    /// Disruptions (reboots) the agents went through.
+    pub disruptions: u64,
+}
+
+/// The whole simulated cluster.
+#[derive(Debug, Clone)]
+pub struct World {
+    /// Virtual now.
+    pub now: Timestamp,
+    /// Scenario start.
+    pub start: Timestamp,
+    /// Seeded randomness.
+    pub rng: SimRng,
+    /// Groups by name.
+    pub groups: BTreeMap<String, SimGroup>,
+    /// Nodes by name.
+    pub nodes: BTreeMap<String, SimNode>,
+    /// Pods by `namespace/name`.
+    pub pods: BTreeMap<String, SimPod>,
+    /// Pod keys by node name.
+    pub pods_by_node: BTreeMap<String, BTreeSet<String>>,
+    /// Pods waiting to be (re)created.
+    pub pending_pods: Vec<PendingPod>,
+    /// Workloads of the scenario.
+    pub workloads: Vec<WorkloadSpec>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Vec<PdbSpec>,
+    /// Injected API errors.
+    pub api_faults: Vec<ApiFault>,
+    /// Injected eviction refusals.
+    pub refusals: Vec<EvictionRefusal>,
+    /// Nodes to create (`(when, group)`), for replaced machines.
+    pub pending_nodes: Vec<(Timestamp, String)>,
+    /// Agent wake-ups: `(when, node)`.
+    pub agenda: BTreeSet<(Timestamp, String)>,
+    /// Agent settings.
+    pub agent: AgentSpec,
+    /// Heartbeat settings.
+    pub heartbeat: HeartbeatSpec,
+    /// Delay before a deleted owned pod comes back.
+    pub reschedule_delay: Duration,
+    /// Time to provision a replacement machine.
+    pub provision_delay: Duration,
+    /// Kubernetes events recorded through the port.
+    pub recorded_events: Vec<nodemgr_core::ports::RecordedEvent>,
+    /// Counters.
+    pub stats: SimStats,
+    /// What happened.
+    pub timeline: Timeline,
+    uid_counter: u64,
+}
+
+fn parse_capacity(map: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
+    map.iter()
+        .filter_map(|(k, v)| Quantity::parse(v).ok().map(|q| (k.clone(), q)))
+        .collect()
+}
+
+impl World {
+    /// Builds the world a scenario starts from, at its start time. The scenario must have
+    /// passed [`Scenario::from_yaml`]'s checks.
+    pub fn from_scenario(scenario: &Scenario, seed: u64) -> Self {
+        let start = Timestamp::from_secs(scenario.start.0);
+        let mut world = World {
+            now: start,
+            start,
+            rng: SimRng::new(seed),
+            groups: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            pods: BTreeMap::new(),
+            pods_by_node: BTreeMap::new(),
+            pending_pods: Vec::new(),
+            workloads: scenario.workloads.clone(),
+            pdbs: scenario.pdbs.clone(),
+            api_faults: Vec::new(),
+            refusals: Vec::new(),
+            pending_nodes: Vec::new(),
+            agenda: BTreeSet::new(),
+            agent: scenario.agent.clone(),
+            heartbeat: scenario.heartbeat.clone(),
+            reschedule_delay: scenario.reschedule_delay.0,
+            provision_delay: scenario.provision_delay.0,
+            recorded_events: Vec::new(),
+            stats: SimStats::default(),
+            timeline: Timeline {
+                start,
+                events: Vec::new(),
+            },
+            uid_counter: 0,
+        };
+        for (i, g) in scenario.groups.iter().enumerate() {
+            let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
+            let group = NodeGroup {
+                api_version: "deckhouse.io/v1".into(),
+                kind: "NodeGroup".into(),
+                metadata: ObjectMeta {
+                    name: Some(g.name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec,
+                status: None,
+            };
+            world.groups.insert(
+                g.name.clone(),
+                SimGroup {
+                    group,
+                    zones: g.zones.clone(),
+                    capacity: parse_capacity(&g.capacity),
+                    labels: g.labels.clone(),
+                    checksums: vec![format!("{}-gen0", g.name)],
+                    impacts: vec![ImpactKind::None],
+                    next_index: 0,
+                },
+            );
+            for _ in 0..g.nodes {
+                world.add_node(&g.name, start);
+            }
+        }
+        // Workloads: per-node ones on each node of their group, the others spread.
+        for (wi, w) in scenario.workloads.iter().enumerate() {
+            if w.kind.per_node() {
+                let nodes: Vec<String> = world
+                    .nodes
+                    .values()
+                    .filter(|n| w.group.as_deref().is_none_or(|g| g == n.group))
+                    .map(|n| n.node.name.clone())
+                    .collect();
+                for node in nodes {
+                    let name = format!("{}-{node}", w.name);
+                    world.bind_pod(wi, name, &node);
+                }
+            } else {
+                for r in 0..w.replicas {
+                    let name = format!("{}-{r}", w.name);
+                    match world.pick_node(wi) {
+                        Some(node) => world.bind_pod(wi, name, &node),
+                        None => world.pending_pods.push(PendingPod {
+                            at: start,
+                            workload: wi,
+                            name,
+                        }),
+                    }
+                }
+            }
+        }
+        world.timeline.events.clear();
+        world
+    }
+
+    fn next_uid(&mut self, prefix: &str) -> String {
+        self.uid_counter += 1;
+        format!("{prefix}-{:06}", self.uid_counter)
+    }
+
+    /// Appends a timeline event at the current virtual time.
+    pub fn record(
+        &mut self,
+        kind: &str,
+        node: Option<&str>,
+        pod: Option<&str>,
+        message: impl Into<String>,
+    ) {
+        let group = node.and_then(|n| self.nodes.get(n).map(|s| s.group.clone()));
+        self.record_in(kind, group, node, pod, message);
+    }
+
+    /// Appends a timeline event with an explicit group.
+    pub fn record_in(
+        &mut self,
+        kind: &str,
+        group: Option<String>,
+        node: Option<&str>,
+        pod: Option<&str>,
+        message: impl Into<String>,
+    ) {
+        self.timeline.events.push(TimelineEvent {
+            at_ms: self.now.as_millis() - self.start.as_millis(),
+            kind: kind.to_owned(),
+            node: node.map(str::to_owned),
+            group,
+            pod: pod.map(str::to_owned),
+            message: message.into(),
+        });
+    }
+
+    /// Creates a fresh node in `group` at `now`, running the group's desired configuration,
+    /// with the group's per-node pods (DaemonSets, static pods). Returns its name.
+    pub fn add_node(&mut self, group: &str, now: Timestamp) -> Option<String> {
+        let g = self.groups.get_mut(group)?;
+        let index = g.next_index;
+        g.next_index += 1;
+        let name = format!("{group}-{index}");
+        let zone = g.zones[index % g.zones.len()].clone();
+        let mut node = Node {
+            name: name.clone(),
+            uid: String::new(),
+            ready: true,
+            last_heartbeat: Some(now),
+            allocatable: g.capacity.clone(),
+            provider_id: Some(format!("sim:///{zone}/{name}")),
+            created: Some(now),
+            ..Node::default()
+        };
+        node.labels.extend(g.labels.clone());
+        node.labels
+            .insert(keys::LABEL_NODE_GROUP.into(), group.to_owned());
+        node.labels
+            .insert(keys::LABEL_TOPOLOGY_ZONE.into(), zone.clone());
+        node.labels
+            .insert(keys::LABEL_HOSTNAME.into(), name.clone());
+        if let Some(t) = &g.group.spec.node_type {
+            node.labels
+                .insert(keys::LABEL_NODE_TYPE.into(), t.as_str().to_owned());
+        }
+        if g.group.spec.fencing.is_some() {
+            node.labels
+                .insert(keys::LABEL_FENCING_ENABLED.into(), String::new());
+        }
+        node.annotations.insert(
+            keys::ANNOTATION_CONFIGURATION_CHECKSUM.into(),
+            g.desired().to_owned(),
+        );
+        let phase_ms = self
+            .rng
+            .below(u64::try_from(self.heartbeat.lease_period.0.as_millis()).unwrap_or(u64::MAX));
+        node.uid = self.next_uid(&name);
+        self.nodes.insert(
+            name.clone(),
+            SimNode {
+                node,
+                group: group.to_owned(),
+                zone,
+                agent: AgentState::Idle,
+                extra_agent_delay: Duration::ZERO,
+                not_ready_until: None,
+                dark_since: None,
+                dark_until: None,
+                lease_phase: Duration::from_millis(phase_ms),
+            },
+        );
+        let per_node: Vec<usize> = self
+            .workloads
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.kind.per_node() && w.group.as_deref().is_none_or(|g| g == group))
+            .map(|(i, _)| i)
+            .collect();
+        for wi in per_node {
+            let pod_name = format!("{}-{name}", self.workloads[wi].name);
+            self.bind_pod(wi, pod_name, &name);
+        }
+        Some(name)
+    }
+
+    /// Creates pod `name` of workload `wi` bound to `node`, Running.
+    pub fn bind_pod(&mut self, wi: usize, name: String, node: &str) {
+        let Some(w) = self.workloads.get(wi).cloned() else {
+            return;
+        };
+        let mut labels = w.labels.clone();
+        if labels.is_empty() {
+            labels.insert("app".into(), w.name.clone());
+        }
+        let mut pod = Pod {
+            namespace: w.namespace.clone(),
+            name,
+            uid: String::new(),
+            node_name: Some(node.to_owned()),
+            labels,
+            owner: w.kind.owner_kind().map(|kind| Owner {
+                kind: kind.to_owned(),
+                name: w.name.clone(),
+            }),
+            priority: w.priority,
+            requests: parse_capacity(&w.requests),
+            phase: PodPhase::Running,
+            ..Pod::default()
+        };
+        if w.kind == WorkloadKind::Static {
+            pod.annotations
+                .insert(keys::ANNOTATION_MIRROR_POD.into(), "sim".into());
+        }
+        pod.uid = self.next_uid(&pod.name);
+        let key = pod.key();
+        self.pods_by_node
+            .entry(node.to_owned())
+            .or_default()
+            .insert(key.clone());
+        self.pods.insert(
+            key,
+            SimPod {
+                pod,
+                terminating_until: None,
+                workload: Some(wi),
+            },
+        );
+    }
+
+    /// Where a new pod of workload `wi` goes: a Ready, schedulable, reachable node of its
+    /// group with room (`pods` capacity), the one with the fewest pods (ties by name).
+    /// Resource requests other than the pod count are not checked.
+    pub fn pick_node(&self, wi: usize) -> Option<String> {
+        let w = self.workloads.get(wi)?;
+        self.nodes
+            .values()
+            .filter(|n| {
+                w.group.as_deref().is_none_or(|g| g == n.group)
+                    && n.node.ready
+                    && !n.node.unschedulable
+                    && !n.is_dark(self.now)
+            })
+            .map(|n| {
+                let count = self.pods_by_node.get(&n.node.name).map_or(0, BTreeSet::len);
+                (count, n)
+            })
+            .filter(|(count, n)| {
+                n.node
+                    .allocatable
+                    .get("pods")
+                    .is_none_or(|q| i64::try_from(*count).unwrap_or(i64::MAX) < q.ceil_units())
+            })
+            .min_by(|a, b| {
+                a.0.cmp(&b.0)
+                    .then_with(|| a.1.node.name.cmp(&b.1.node.name))
+            })
+            .map(|(_, n)| n.node.name.clone())
+    }
+
+    /// Removes pod `key` now; a Deployment or StatefulSet pod comes back after the reschedule
+    /// delay (Deployment pods under a new name).
+    pub fn remove_pod(&mut self, key: &str) -> Option<SimPod> {
+        let pod = self.pods.remove(key)?;
+        if let Some(node) = &pod.pod.node_name
+            && let Some(set) = self.pods_by_node.get_mut(node)
+        {
+            set.remove(key);
+        }
+        if let Some(wi) = pod.workload
+            && let Some(w) = self.workloads.get(wi)
+        {
+            let name = match w.kind {
+                WorkloadKind::StatefulSet => Some(pod.pod.name.clone()),
+                WorkloadKind::Deployment => {
+                    let suffix = self.rng.below(36u64.pow(5));
+                    Some(format!("{}-{}", w.name, base36(suffix)))
+                }
+                _ => None,
+            };
+            if let Some(name) = name {
+                self.pending_pods.push(PendingPod {
+                    at: self.now + self.reschedule_delay,
+                    workload: wi,
+                    name,
+                });
+            }
+        }
+        Some(pod)
+    }
+
+    /// Deletes node `name` and, as the pod garbage collector would, its pods.
+    pub fn remove_node(&mut self, name: &str) -> Option<SimNode> {
+        let node = self.nodes.remove(name)?;
+        let keys: Vec<String> = self
+            .pods_by_node
+            .remove(name)
+            .map(|s| s.into_iter().collect())
+            .unwrap_or_default();
+        for key in keys {
+            self.remove_pod(&key);
+        }
+        self.agenda.retain(|(_, n)| n != name);
+        Some(node)
+    }
+
+    /// Wakes `node`'s agent after its reaction time.
+    pub fn wake_agent(&mut self, node: &str) {
+        let at = self.now + self.agent.reaction.0;
+        self.agenda.insert((at, node.to_owned()));
+    }
+
+    /// A new configuration for `group` with `impact`; every node's agent notices it.
+    pub fn change_group(&mut self, group: &str, impact: ImpactKind, what: &str) {
+        let Some(g) = self.groups.get_mut(group) else {
+            return;
+        };
+        let generation = g.checksums.len();
+        let checksum = format!("{group}-gen{generation}");
+        g.checksums.push(checksum.clone());
+        g.impacts.push(impact);
+        let nodes: Vec<String> = self
+            .nodes
+            .values()
+            .filter(|n| n.group == group)
+            .map(|n| n.node.name.clone())
+            .collect();
+        self.record_in(
+            "config.changed",
+            Some(group.to_owned()),
+            None,
+            None,
+            format!("desired checksum is now {checksum} ({impact}): {what}"),
+        );
+        for n in nodes {
+            self.wake_agent(&n);
+        }
+    }
+
+    /// The PodDisruptionBudgets with `disruptionsAllowed` as the disruption controller would
+    /// compute it now: healthy = Running, bound to a Ready node, not terminating; expected =
+    /// covered pods plus covered pods waiting to come back.
+    pub fn pdb_views(&self) -> Vec<PodDisruptionBudget> {
+        self.pdbs
+            .iter()
+            .map(|p| {
+                let selector = LabelSelector {
+                    match_labels: Some(p.selector.clone()),
+                    match_expressions: None,
+                };
+                let covers = |labels: &BTreeMap<String, String>, ns: &str| {
+                    ns == p.namespace && p.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+                };
+                let mut expected = 0i64;
+                let mut healthy = 0i64;
+                for sp in self.pods.values() {
+                    if covers(&sp.pod.labels, &sp.pod.namespace) {
+                        expected += 1;
+                        let on_ready = sp
+                            .pod
+                            .node_name
+                            .as_deref()
+                            .and_then(|n| self.nodes.get(n))
+                            .is_some_and(|n| n.node.ready);
+                        if sp.terminating_until.is_none()
+                            && sp.pod.phase == PodPhase::Running
+                            && on_ready
+                        {
+                            healthy += 1;
+                        }
+                    }
+                }
+                for pending in &self.pending_pods {
+                    if let Some(w) = self.workloads.get(pending.workload) {
+                        let mut labels = w.labels.clone();
+                        if labels.is_empty() {
+                            labels.insert("app".into(), w.name.clone());
+                        }
+                        if covers(&labels, &w.namespace) {
+                            expected += 1;
+                        }
+                    }
+                }
+                let allowed = match (p.min_available, p.max_unavailable) {
+                    (Some(min), _) => healthy - i64::from(min),
+                    (None, Some(max)) => i64::from(max) - (expected - healthy),
+                    (None, None) => 0,
+                };
+                PodDisruptionBudget {
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    selector,
+                    disruptions_allowed: i32::try_from(allowed.max(0)).unwrap_or(i32::MAX),
+                }
+            })
+            .collect()
+    }
+
+    /// The injected error for `op` at the current time, if any.
+    pub fn fault(&self, op: Operation) -> Option<ErrorKind> {
+        self.api_faults
+            .iter()
+            .find(|f| {
+                f.from <= self.now
+                    && self.now < f.until
+                    && (f.operations.is_empty() || f.operations.contains(&op))
+            })
+            .map(|f| f.error)
+    }
+
+    /// Whether an injected refusal covers `pod` now.
+    pub fn eviction_refused(&self, pod: &Pod) -> bool {
+        self.refusals.iter().any(|r| {
+            r.from <= self.now
+                && r.until.is_none_or(|u| self.now < u)
+                && match &r.pod {
+                    Some(key) => *key == pod.key(),
+                    None => r.selector.iter().all(|(k, v)| pod.labels.get(k) == Some(v)),
+                }
+        })
+    }
+
+    /// Last Lease renewal of a node at `now`.
+    fn last_heartbeat(&self, n: &SimNode, now: Timestamp) -> Timestamp {
+        let period = i64::try_from(self.heartbeat.lease_period.0.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let phase = i64::try_from(n.lease_phase.as_millis()).unwrap_or(0);
+        let until = match n.dark_since {
+            Some(since) if n.is_dark(now) => since - Duration::from_millis(1),
+            _ => now,
+        };
+        let created = n.node.created.unwrap_or(self.start);
+        let t = until.as_millis() - phase;
+        let renew = Timestamp::from_millis(t.div_euclid(period) * period + phase);
+        renew.max(created).min(now)
+    }
+
+    /// Recomputes every node's heartbeat and Ready condition at the current time, recording
+    /// transitions in the timeline.
+    pub fn refresh_nodes(&mut self) {
+        let now = self.now;
+        let grace = self.heartbeat.grace_period.0;
+        let mut transitions = Vec::new();
+        let names: Vec<String> = self.nodes.keys().cloned().collect();
+        for name in names {
+            let Some(n) = self.nodes.get(&name) else {
+                continue;
+            };
+            let hb = self.last_heartbeat(n, now);
+            let restarting = matches!(n.agent, AgentState::Restarting { until, .. } if now < until);
+            let scripted = n.not_ready_until.is_some_and(|u| now < u);
+            let silent = now.saturating_since(hb) > grace;
+            let ready = !(restarting || scripted || silent);
+            let was = n.node.ready;
+            if let Some(n) = self.nodes.get_mut(&name) {
+                n.node.last_heartbeat = Some(hb);
+                n.node.ready = ready;
+            }
+            if was != ready {
+                let why = if ready {
+                    "Ready".to_owned()
+                } else if silent {
+                    format!(
+                        "NotReady: no heartbeat for more than {}s (Ready=Unknown)",
+                        grace.as_secs()
+                    )
+                } else if restarting {
+                    "NotReady: the agent restarts it".to_owned()
+                } else {
+                    "NotReady (injected)".to_owned()
+                };
+                transitions.push((name, ready, why));
+            }
+        }
+        for (name, ready, why) in transitions {
+            let kind = if ready {
+                "node.ready"
+            } else {
+                "node.not-ready"
+            };
+            self.record(kind, Some(&name), None, why);
+        }
+    }
+
+    /// The earliest future time at which the world changes by itself (agent wake-ups, pods
+    /// finishing termination or coming back, nodes provisioned, readiness flips of dark or
+    /// scripted nodes, fault windows ending), strictly after `now`.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        let now = self.now;
+        let grace = self.heartbeat.grace_period.0;
+        let mut candidates: Vec<Timestamp> = Vec::new();
+        candidates.extend(self.agenda.iter().next().map(|(t, _)| *t));
+        candidates.extend(self.pending_pods.iter().map(|p| p.at));
+        candidates.extend(self.pending_nodes.iter().map(|(t, _)| *t));
+        candidates.extend(self.pods.values().filter_map(|p| p.terminating_until));
+        for n in self.nodes.values() {
+            if let Some(u) = n.not_ready_until {
+                candidates.push(u);
+            }
+            if let Some(s) = n.dark_since {
+                candidates.push(s);
+                candidates.push(self.last_heartbeat(n, now) + grace + Duration::from_millis(1));
+            }
+            if let Some(u) = n.dark_until {
+                candidates.push(u);
+            }
+            if let AgentState::Applying { until, .. } | AgentState::Restarting { until, .. } =
+                n.agent
+            {
+                candidates.push(until);
+            }
+        }
+        candidates.into_iter().filter(|t| *t > now).min()
+    }
+
+    /// Runs everything the world does by itself at the current time: pods finishing
+    /// termination or coming back, replacement nodes appearing, agents, readiness.
+    pub fn step(&mut self) {
+        let now = self.now;
+        // Pods that finished terminating.
+        let done: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.terminating_until.is_some_and(|u| u <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in done {
+            self.remove_pod(&key);
+        }
+        // Replacement machines.
+        let (due, later): (Vec<_>, Vec<_>) =
+            self.pending_nodes.drain(..).partition(|(t, _)| *t <= now);
+        self.pending_nodes = later;
+        for (_, group) in due {
+            if let Some(name) = self.add_node(&group, now) {
+                self.record(
+                    "node.created",
+                    Some(&name),
+                    None,
+                    "replacement machine joined",
+                );
+            }
+        }
+        self.refresh_nodes();
+        self.step_agents();
+        self.refresh_nodes();
+        // Pods coming back.
+        let (due, later): (Vec<_>, Vec<_>) = self.pending_pods.drain(..).partition(|p| p.at <= now);
+        self.pending_pods = later;
+        for p in due {
+            if self.pods.contains_key(&self.pod_key(&p)) {
+                continue;
+            }
+            match self.pick_node(p.workload) {
+                Some(node) => {
+                    let key = self.pod_key(&p);
+                    self.bind_pod(p.workload, p.name, &node);
+                    self.record("pod.scheduled", Some(&node), Some(&key), "pod (re)created");
+                }
+                None => self.pending_pods.push(PendingPod {
+                    at: now + self.reschedule_delay,
+                    ..p
+                }),
+            }
+        }
+    }
+
+    fn pod_key(&self, p: &PendingPod) -> String {
+        let ns = self
+            .workloads
+            .get(p.workload)
+            .map_or("default", |w| w.namespace.as_str());
+        format!("{ns}/{}", p.name)
+    }
+
+    fn step_agents(&mut self) {
+        let now = self.now;
+        let due: Vec<String> = self
+            .agenda
+            .iter()
+            .take_while(|(t, _)| *t <= now)
+            .map(|(_, n)| n.clone())
+            .collect();
+        self.agenda.retain(|(t, _)| *t > now);
+        let timed: Vec<String> = self
+            .nodes
+            .values()
+            .filter(|n| {
+                matches!(n.agent, AgentState::Applying { until, .. } | AgentState::Restarting { until, .. } if until <= now)
+            })
+            .map(|n| n.node.name.clone())
+            .collect();
+        let mut todo: BTreeSet<String> = due.into_iter().collect();
+        todo.extend(timed);
+        for name in todo {
+            self.agent_step(&name);
+        }
+    }
+
+    fn set_annotation(&mut self, node: &str, key: &str, value: Option<&str>) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            match value {
+                Some(v) => n.node.annotations.insert(key.to_owned(), v.to_owned()),
+                None => n.node.annotations.remove(key),
+            };
+        }
+    }
+
+    /// One step of the node agent (bashible, facts §3.1) on `name`.
+    fn agent_step(&mut self, name: &str) {
+        let now = self.now;
+        let Some(n) = self.nodes.get(name) else {
+            return;
+        };
+        if n.is_dark(now) {
+            return;
+        }
+        let Some(g) = self.groups.get(&n.group) else {
+            return;
+        };
+        let desired = g.desired().to_owned();
+        let rolling = g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
+        let current = n.node.checksum().map(str::to_owned);
+        let impact = g.impact_from(current.as_deref());
+        let marks = UpdateMarks::of(&n.node);
+        let extra = n.extra_agent_delay;
+        match n.agent.clone() {
+            AgentState::Idle | AgentState::Waiting | AgentState::AwaitDisruption => {
+                if current.as_deref() == Some(desired.as_str()) {
+                    if let Some(n) = self.nodes.get_mut(name) {
+                        n.agent = AgentState::Idle;
+                    }
+                    return;
+                }
+                if !marks.approved {
+                    if !marks.waiting {
+                        self.set_annotation(name, keys::ANNOTATION_WAITING_FOR_APPROVAL, Some(""));
+                        self.record(
+                            "agent.waiting-for-approval",
+                            Some(name),
+                            None,
+                            format!("agent needs {desired}, asks for approval"),
+                        );
+                    }
+                    if let Some(n) = self.nodes.get_mut(name) {
+                        n.agent = AgentState::Waiting;
+                    }
+                    return;
+                }
+                if impact == ImpactKind::Disruptive && !marks.disruption_approved {
+                    if !marks.wants_disruption() {
+                        let key = if rolling {
+                            keys::ANNOTATION_ROLLING_UPDATE
+                        } else {
+                            keys::ANNOTATION_DISRUPTION_REQUIRED
+                        };
+                        self.set_annotation(name, key, Some(""));
+                        self.record(
+                            "agent.disruption-required",
+                            Some(name),
+                            None,
+                            format!("agent asks for a disruption ({key})"),
+                        );
+                    }
+                    if let Some(n) = self.nodes.get_mut(name) {
+                        n.agent = AgentState::AwaitDisruption;
+                    }
+                    return;
+                }
+                let jitter = self.agent.jitter.0;
+                let jitter_ms = self
+                    .rng
+                    .below(u64::try_from(jitter.as_millis()).unwrap_or(0) + 1);
+                let until = now + self.agent.delay.0 + Duration::from_millis(jitter_ms) + extra;
+                if let Some(n) = self.nodes.get_mut(name) {
+                    n.agent = AgentState::Applying {
+                        until,
+                        target: desired.clone(),
+                        impact,
+                    };
+                }
+                self.record(
+                    "agent.applying",
+                    Some(name),
+                    None,
+                    format!(
+                        "agent applies {desired} ({impact}), done in {}s",
+                        until.saturating_since(now).as_secs()
+                    ),
+                );
+            }
+            AgentState::Applying {
+                until,
+                target,
+                impact,
+            } => {
+                if now < until {
+                    return;
+                }
+                let restart = match impact {
+                    ImpactKind::None => None,
+                    ImpactKind::KubeletRestart => {
+                        Some((self.agent.kubelet_restart.0, "restarts the kubelet"))
+                    }
+                    ImpactKind::Disruptive => Some((self.agent.reboot.0, "reboots the node")),
+                };
+                match restart {
+                    Some((d, what)) => {
+                        if impact == ImpactKind::Disruptive {
+                            self.stats.disruptions += 1;
+                        }
+                        if let Some(n) = self.nodes.get_mut(name) {
+                            n.agent = AgentState::Restarting {
+                                until: now + d,
+                                target,
+                            };
+                        }
+                        self.record(
+                            if impact == ImpactKind::Disruptive {
+                                "agent.reboot"
+                            } else {
+                                "agent.kubelet-restart"
+                            },
+                            Some(name),
+                            None,
+                            format!("agent {what} ({}s)", d.as_secs()),
+                        );
+                    }
+                    None => self.agent_done(name, &target),
+                }
+            }
+            AgentState::Restarting { until, target } => {
+                if now >= until {
+                    self.agent_done(name, &target);
+                }
+            }
+        }
+    }
+
+    fn agent_done(&mut self, name: &str, target: &str) {
+        self.set_annotation(name, keys::ANNOTATION_CONFIGURATION_CHECKSUM, Some(target));
+        if let Some(n) = self.nodes.get_mut(name) {
+            n.agent = AgentState::Idle;
+        }
+        self.stats.updates_completed += 1;
+        self.record(
+            "agent.updated",
+            Some(name),
+            None,
+            format!("node runs {target}"),
+        );
+        // Another change may have come meanwhile.
+        self.wake_agent(name);
+    }
+
+    /// Replaces the machine of `node` (`RollingUpdate`): the node and its pods go now, a fresh
+    /// node of the group joins after the provisioning delay. A node already gone is ignored.
+    pub fn replace_machine(&mut self, node: &str) {
+        let Some(n) = self.remove_node(node) else {
+            return;
+        };
+        self.stats.node_deletions += 1;
+        self.record_in(
+            "node.replaced",
+            Some(n.group.clone()),
+            Some(node),
+            None,
+            format!(
+                "machine deleted; a replacement joins in {}s",
+                self.provision_delay.as_secs()
+            ),
+        );
+        self.pending_nodes
+            .push((self.now + self.provision_delay, n.group));
+    }
+
+    /// Nodes an event selection names, in name order.
+    pub fn select_nodes(&self, sel: &crate::scenario::NodeSelection) -> Vec<String> {
+        if let Some(n) = &sel.node {
+            return vec![n.clone()];
+        }
+        if !sel.nodes.is_empty() {
+            return sel.nodes.clone();
+        }
+        let Some(zone) = &sel.zone else {
+            return Vec::new();
+        };
+        let in_zone = self
+            .nodes
+            .values()
+            .filter(|n| &n.zone == zone)
+            .map(|n| n.node.name.clone());
+        match sel.count {
+            Some(c) => in_zone.take(c).collect(),
+            None => in_zone.collect(),
+        }
+    }
+
+    /// Node views with current readiness (what `list_nodes` returns).
+    pub fn node_views(&self) -> Vec<Node> {
+        self.nodes.values().map(|n| n.node.clone()).collect()
+    }
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    for _ in 0..5 {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
