@@ -25,6 +25,7 @@ pub mod discovery;
 pub mod emulator;
 pub mod eviction;
 pub mod faults;
+pub mod fleet;
 pub mod managed;
 pub mod openapi;
 pub mod patch;
@@ -39,4 +40,7 @@ pub mod time;
 
 pub use emulator::{Emulator, EmulatorError, EmulatorOptions, kubeconfig_text};
 pub use faults::Fault;
+pub use fleet::{
+    Fleet, FleetConfig, FleetEvent, FleetNode, Generation, Impact, Workload, WorkloadKind,
+};
 pub use status::ApiError;
