@@ -132,3 +132,23 @@ pub fn nodegroup_crd() -> Value {
     .expect("test CRD");
     serde_saphyr::from_str(&text).expect("test CRD parses")
 }
+
+/// The kubectl to run, or None when the tests are explicitly skipped.
+pub fn kubectl_binary() -> Option<String> {
+    let binary = std::env::var("NODEMGR_KUBECTL").unwrap_or_else(|_| "kubectl".to_owned());
+    let runs = std::process::Command::new(&binary)
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if runs {
+        return Some(binary);
+    }
+    if std::env::var("NODEMGR_SKIP_KUBECTL").is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED: kubectl ({binary}) is not runnable and NODEMGR_SKIP_KUBECTL=1");
+        return None;
+    }
+    panic!(
+        "kubectl ({binary}) is not runnable: run `sudo bash scripts/install.d/30-kubectl.sh`, point \
+         NODEMGR_KUBECTL at a kubectl >= 1.27, or set NODEMGR_SKIP_KUBECTL=1 to skip these tests"
+    );
+}
