@@ -398,7 +398,7 @@ pub fn scale_down_world(groups: usize, nodes: usize, pods: usize, seed: u64) -> 
                 match_labels: Some([("app".to_string(), format!("app{a}"))].into()),
                 match_expressions: None,
             },
-            disruptions_allowed: (a % 3) as i32,
+            disruptions_allowed: a % 3,
         })
         .collect();
     ScalingWorld {
