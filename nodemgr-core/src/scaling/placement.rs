@@ -27,9 +27,11 @@
 //! `Placer`) computes the same answer fast (resource vectors in a max-tree, pods grouped into
 //! equivalence classes, per-class first-fit cursors) and a property keeps the two in agreement.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::rc::Rc;
 
 use crate::model::{Node, Pod, Quantity, Resources, Taint, TaintEffect, keys};
 
@@ -418,6 +420,74 @@ pub(crate) struct Bins<'a> {
     anti_pods: Vec<Vec<&'a Pod>>,
     track_all_pods: bool,
     tree: MaxTree,
+    /// Static signature of each bin: bins with the same labels (but for the hostname) and
+    /// taints share one, so a pod's node-level rules are evaluated once per signature.
+    sig: Vec<u32>,
+    /// Run of each bin: consecutive bins with the same signature; `run_end[run]` is one past
+    /// its last bin. A search skips a whole run once one bin of it fails the static rules.
+    run: Vec<u32>,
+    run_end: Vec<usize>,
+    sigs: Rc<RefCell<SigTable<'a>>>,
+}
+
+/// Interned static signatures, shared by the clones of one [`Bins`] (a signature is a pure
+/// function of labels and taints, so sharing never changes an answer).
+#[derive(Debug, Default)]
+struct SigTable<'a> {
+    by_ptr: HashMap<(usize, usize), u32, FastHash>,
+    by_content: HashMap<u64, Vec<(u32, &'a BTreeMap<String, String>, &'a [Taint])>, FastHash>,
+    count: u32,
+}
+
+fn labels_but_hostname<'m>(
+    labels: &'m BTreeMap<String, String>,
+) -> impl Iterator<Item = (&'m String, &'m String)> {
+    labels
+        .iter()
+        .filter(|(k, _)| k.as_str() != keys::LABEL_HOSTNAME)
+}
+
+impl<'a> SigTable<'a> {
+    fn intern(&mut self, labels: &'a BTreeMap<String, String>, taints: &'a [Taint]) -> u32 {
+        let ptr = (
+            std::ptr::from_ref(labels).addr(),
+            taints.as_ptr().addr() ^ taints.len().rotate_left(48),
+        );
+        if let Some(&s) = self.by_ptr.get(&ptr) {
+            return s;
+        }
+        let mut h = Fnv::default();
+        for kv in labels_but_hostname(labels) {
+            kv.hash(&mut h);
+        }
+        taints.hash(&mut h);
+        let slot = self.by_content.entry(h.finish()).or_default();
+        let found = slot.iter().find(|(_, l, t)| {
+            *t == taints && labels_but_hostname(l).eq(labels_but_hostname(labels))
+        });
+        let s = match found {
+            Some(&(s, _, _)) => s,
+            None => {
+                let s = self.count;
+                self.count += 1;
+                slot.push((s, labels, taints));
+                s
+            }
+        };
+        self.by_ptr.insert(ptr, s);
+        s
+    }
+}
+
+/// Whether the pod's node-level rules read the hostname label (then they are evaluated per
+/// bin, not per signature).
+fn reads_hostname(pod: &Pod) -> bool {
+    pod.node_selector.contains_key(keys::LABEL_HOSTNAME)
+        || pod
+            .required_node_affinity
+            .iter()
+            .flatten()
+            .any(|r| r.key == keys::LABEL_HOSTNAME)
 }
 
 impl<'a> Bins<'a> {
@@ -438,6 +508,10 @@ impl<'a> Bins<'a> {
             anti_pods: Vec::new(),
             track_all_pods,
             tree: MaxTree::new(),
+            sig: Vec::new(),
+            run: Vec::new(),
+            run_end: Vec::new(),
+            sigs: Rc::default(),
         }
     }
 
@@ -457,6 +531,16 @@ impl<'a> Bins<'a> {
         let (core, ext) = capacity;
         debug_assert_eq!(ext.len(), self.n_ext);
         let i = self.free.len();
+        let sig = self.sigs.borrow_mut().intern(labels, taints);
+        if i > 0 && self.sig[i - 1] == sig {
+            let r = self.run[i - 1];
+            self.run.push(r);
+            self.run_end[r as usize] = i + 1;
+        } else {
+            self.run.push(self.run_end.len() as u32);
+            self.run_end.push(i + 1);
+        }
+        self.sig.push(sig);
         self.labels.push(labels);
         self.taints.push(taints);
         self.enabled.push(enabled);
@@ -496,6 +580,28 @@ impl<'a> Bins<'a> {
     pub(crate) fn occupy(&mut self, bin: usize, pod: &'a Pod, demand: &Demand) {
         self.take(bin, demand);
         self.track(bin, pod);
+        self.refresh(bin);
+    }
+
+    /// Records `pods` running on `bin`, taking `core` and `ext` (their summed demand, `ext`
+    /// indexed like the resource index) at once: the same as [`Bins::occupy`] for each pod,
+    /// with one update of the search tree.
+    pub(crate) fn occupy_all(
+        &mut self,
+        bin: usize,
+        pods: impl IntoIterator<Item = &'a Pod>,
+        core: [i64; 3],
+        ext: &[i64],
+    ) {
+        for d in 0..3 {
+            self.free[bin][d] -= core[d];
+        }
+        for (i, v) in ext.iter().enumerate() {
+            self.free_ext[bin * self.n_ext + i] -= v;
+        }
+        for pod in pods {
+            self.track(bin, pod);
+        }
         self.refresh(bin);
     }
 
@@ -592,10 +698,14 @@ impl<'a> Bins<'a> {
 
     /// Whether `pod` (with `demand`) fits `bin` by every rule.
     pub(crate) fn fits(&self, bin: usize, pod: &Pod, demand: &Demand, preempt: bool) -> bool {
-        self.enabled[bin]
-            && self.room_for(bin, demand, preempt)
+        self.fits_dynamic(bin, pod, demand, preempt)
             && check_static(pod, self.labels[bin], self.taints[bin]).is_ok()
-            && self.anti_ok(bin, pod)
+    }
+
+    /// Whether `pod` fits `bin` by the rules that change as pods come and go (the bin taking
+    /// part, room, anti-affinity); the node-level rules are the caller's.
+    fn fits_dynamic(&self, bin: usize, pod: &Pod, demand: &Demand, preempt: bool) -> bool {
+        self.enabled[bin] && self.room_for(bin, demand, preempt) && self.anti_ok(bin, pod)
     }
 }
 
@@ -640,6 +750,9 @@ pub(crate) struct Placer<'a> {
     cursors: Vec<[usize; 2]>,
     log: Vec<Undo<'a>>,
     recording: bool,
+    /// `(class, signature)` → whether the class passes the node-level rules there; shared by
+    /// clones (the answer depends on nothing that changes).
+    static_fit: Rc<RefCell<HashMap<(u32, u32), bool, FastHash>>>,
 }
 
 impl<'a> Placer<'a> {
@@ -650,6 +763,7 @@ impl<'a> Placer<'a> {
             cursors: vec![[0, 0]; classes],
             log: Vec::new(),
             recording: false,
+            static_fit: Rc::default(),
         }
     }
 
@@ -674,12 +788,32 @@ impl<'a> Placer<'a> {
                 self.set_cursor(class, mode, end);
                 return None;
             };
-            if self.bins.fits(bin, pod, demand, preempt) {
+            if !self.static_ok(class, bin, pod) {
+                // Every bin of the run shares the labels and taints that failed.
+                start = self.bins.run_end[self.bins.run[bin] as usize];
+                continue;
+            }
+            if self.bins.fits_dynamic(bin, pod, demand, preempt) {
                 self.set_cursor(class, mode, bin);
                 return Some(bin);
             }
             start = bin + 1;
         }
+    }
+
+    /// Whether pods of `class` (such as `pod`) pass the node-level rules of `bin`, memoised per
+    /// signature.
+    fn static_ok(&self, class: usize, bin: usize, pod: &Pod) -> bool {
+        if reads_hostname(pod) {
+            return check_static(pod, self.bins.labels[bin], self.bins.taints[bin]).is_ok();
+        }
+        let key = (class as u32, self.bins.sig[bin]);
+        if let Some(&ok) = self.static_fit.borrow().get(&key) {
+            return ok;
+        }
+        let ok = check_static(pod, self.bins.labels[bin], self.bins.taints[bin]).is_ok();
+        self.static_fit.borrow_mut().insert(key, ok);
+        ok
     }
 
     /// Places `pod` of class `class` on the first bin that takes it; when `may_preempt`, a bin
