@@ -430,18 +430,21 @@ pub(crate) struct Bins<'a> {
     sigs: Rc<RefCell<SigTable<'a>>>,
 }
 
+/// A signature with the labels and taints it stands for.
+type Interned<'a> = (u32, &'a BTreeMap<String, String>, &'a [Taint]);
+
 /// Interned static signatures, shared by the clones of one [`Bins`] (a signature is a pure
 /// function of labels and taints, so sharing never changes an answer).
 #[derive(Debug, Default)]
 struct SigTable<'a> {
     by_ptr: HashMap<(usize, usize), u32, FastHash>,
-    by_content: HashMap<u64, Vec<(u32, &'a BTreeMap<String, String>, &'a [Taint])>, FastHash>,
+    by_content: HashMap<u64, Vec<Interned<'a>>, FastHash>,
     count: u32,
 }
 
-fn labels_but_hostname<'m>(
-    labels: &'m BTreeMap<String, String>,
-) -> impl Iterator<Item = (&'m String, &'m String)> {
+fn labels_but_hostname(
+    labels: &BTreeMap<String, String>,
+) -> impl Iterator<Item = (&String, &String)> {
     labels
         .iter()
         .filter(|(k, _)| k.as_str() != keys::LABEL_HOSTNAME)
@@ -593,8 +596,8 @@ impl<'a> Bins<'a> {
         core: [i64; 3],
         ext: &[i64],
     ) {
-        for d in 0..3 {
-            self.free[bin][d] -= core[d];
+        for (free, used) in self.free[bin].iter_mut().zip(core) {
+            *free -= used;
         }
         for (i, v) in ext.iter().enumerate() {
             self.free_ext[bin * self.n_ext + i] -= v;
@@ -709,6 +712,9 @@ impl<'a> Bins<'a> {
     }
 }
 
+/// `(class, signature)` → whether the class passes the node-level rules there.
+type StaticFit = HashMap<(u32, u32), bool, FastHash>;
+
 /// One step the [`Placer`] can take back.
 #[derive(Debug, Clone)]
 enum Undo<'a> {
@@ -752,7 +758,7 @@ pub(crate) struct Placer<'a> {
     recording: bool,
     /// `(class, signature)` → whether the class passes the node-level rules there; shared by
     /// clones (the answer depends on nothing that changes).
-    static_fit: Rc<RefCell<HashMap<(u32, u32), bool, FastHash>>>,
+    static_fit: Rc<RefCell<StaticFit>>,
 }
 
 impl<'a> Placer<'a> {

@@ -153,8 +153,8 @@ pub fn plan_scale_down(
         if let Some(&n) = p.node_name.as_deref().and_then(|n| node_at.get(n)) {
             on_node[n].push(i);
             let d = index.demand(p);
-            for k in 0..3 {
-                used[n][k] += d.core[k];
+            for (u, c) in used[n].iter_mut().zip(d.core) {
+                *u += c;
             }
             for (e, v) in d.ext {
                 used_ext[n * n_ext + e as usize] += v;
