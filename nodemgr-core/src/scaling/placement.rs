@@ -359,31 +359,46 @@ impl MaxTree {
         }
     }
 
-    /// The first bin at or after `start` whose vector covers `need` in every dimension.
+    /// The first bin at or after `start` whose vector covers `need` in every dimension: a
+    /// depth-first walk in bin order without recursion, from the leaf `start` up to the first
+    /// right sibling that may hold one, then down to its leftmost covering leaf (climbing on
+    /// when a subtree's per-dimension maxima cover `need` but none of its leaves does).
     fn find(&self, start: usize, need: &[i64; 3]) -> Option<usize> {
         if start >= self.len {
             return None;
         }
-        self.find_in(1, 0, self.cap, start, need)
-    }
-
-    fn find_in(
-        &self,
-        node: usize,
-        lo: usize,
-        hi: usize,
-        start: usize,
-        need: &[i64; 3],
-    ) -> Option<usize> {
-        if hi <= start || !covers(&self.vals[node], need) {
-            return None;
+        let mut node = self.cap + start;
+        if covers(&self.vals[node], need) {
+            return Some(start);
         }
-        if hi - lo == 1 {
-            return (lo < self.len).then_some(lo);
+        loop {
+            // Up: to the nearest right sibling (of `node` or an ancestor) that may cover.
+            loop {
+                if node <= 1 {
+                    return None;
+                }
+                if node % 2 == 0 && covers(&self.vals[node + 1], need) {
+                    node += 1;
+                    break;
+                }
+                node /= 2;
+            }
+            // Down: leftmost child that may cover, until a leaf or a dead end.
+            while node < self.cap {
+                let left = 2 * node;
+                if covers(&self.vals[left], need) {
+                    node = left;
+                } else if covers(&self.vals[left + 1], need) {
+                    node = left + 1;
+                } else {
+                    break;
+                }
+            }
+            if node >= self.cap {
+                let i = node - self.cap;
+                return (i < self.len).then_some(i);
+            }
         }
-        let mid = (lo + hi) / 2;
-        self.find_in(2 * node, lo, mid, start, need)
-            .or_else(|| self.find_in(2 * node + 1, mid, hi, start, need))
     }
 }
 
@@ -1391,6 +1406,31 @@ mod tests {
                     prop_assert!(used <= alloc.0, "node {} overcommitted in {}", n.name, name);
                 }
             }
+        }
+
+        /// The max-tree's first fit is the first bin at or after `start` covering the need,
+        /// as a linear scan finds it, after any updates.
+        #[test]
+        fn max_tree_find_is_a_linear_scan(
+            vals in prop::collection::vec(prop::array::uniform3(0i64..6), 1..40),
+            updates in prop::collection::vec((0usize..40, prop::array::uniform3(-1i64..6)), 0..10),
+            need in prop::array::uniform3(0i64..6),
+            start in 0usize..45,
+        ) {
+            let mut t = MaxTree::new();
+            let mut v = vals.clone();
+            for x in &vals {
+                t.push(*x);
+            }
+            for (i, x) in updates {
+                if i < v.len() {
+                    let x = if x[0] < 0 { EMPTY } else { x };
+                    t.set(i, x);
+                    v[i] = x;
+                }
+            }
+            let expected = (start..v.len()).find(|&i| covers(&v[i], &need));
+            prop_assert_eq!(t.find(start, &need), expected);
         }
 
         /// Rolling back a trial restores exactly the state before it.
