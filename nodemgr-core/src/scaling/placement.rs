@@ -377,7 +377,7 @@ impl MaxTree {
                 if node <= 1 {
                     return None;
                 }
-                if node % 2 == 0 && covers(&self.vals[node + 1], need) {
+                if node.is_multiple_of(2) && covers(&self.vals[node + 1], need) {
                     node += 1;
                     break;
                 }
