@@ -350,6 +350,14 @@ impl MaxTree {
         self.set(i, v);
     }
 
+    /// Removes the last bin.
+    fn pop(&mut self) {
+        if self.len > 0 {
+            self.set(self.len - 1, EMPTY);
+            self.len -= 1;
+        }
+    }
+
     fn set(&mut self, i: usize, v: [i64; 3]) {
         let mut n = self.cap + i;
         self.vals[n] = v;
@@ -572,6 +580,33 @@ impl<'a> Bins<'a> {
         i
     }
 
+    /// Removes the last bin pushed (which must hold nothing any more): the exact reverse of
+    /// [`Bins::push`].
+    fn pop_last(&mut self) {
+        let Some(i) = self.free.len().checked_sub(1) else {
+            return;
+        };
+        self.labels.pop();
+        self.taints.pop();
+        self.enabled.pop();
+        self.free.pop();
+        self.free_ext.truncate(i * self.n_ext);
+        self.held.pop();
+        self.held_ext.truncate(i * self.n_ext);
+        self.holders.remove(&i);
+        self.pods.pop();
+        self.anti_pods.pop();
+        self.tree.pop();
+        self.sig.pop();
+        if let Some(r) = self.run.pop() {
+            if i > 0 && self.run[i - 1] == r {
+                self.run_end[r as usize] = i;
+            } else {
+                self.run_end.pop();
+            }
+        }
+    }
+
     fn refresh(&mut self, bin: usize) {
         let v = if self.enabled[bin] {
             let (f, h) = (self.free[bin], self.held[bin]);
@@ -745,6 +780,7 @@ enum Undo<'a> {
     Disabled {
         bin: usize,
     },
+    Pushed,
     Cursor {
         class: usize,
         mode: usize,
@@ -907,6 +943,21 @@ impl<'a> Placer<'a> {
         }
     }
 
+    /// Adds a bin as [`Bins::push`] does (recorded: a rollback removes it again).
+    pub(crate) fn push_bin(
+        &mut self,
+        labels: &'a BTreeMap<String, String>,
+        taints: &'a [Taint],
+        capacity: ([i64; 3], Vec<i64>),
+        enabled: bool,
+    ) -> usize {
+        let bin = self.bins.push(labels, taints, capacity, enabled);
+        if self.recording {
+            self.log.push(Undo::Pushed);
+        }
+        bin
+    }
+
     /// Takes `bin` out of the simulation (recorded).
     pub(crate) fn disable(&mut self, bin: usize) {
         if self.bins.is_enabled(bin) {
@@ -938,6 +989,7 @@ impl<'a> Placer<'a> {
                     self.bins.occupy_held(bin, pod, demand);
                 }
                 Undo::Disabled { bin } => self.bins.set_enabled(bin, true),
+                Undo::Pushed => self.bins.pop_last(),
                 Undo::Cursor { class, mode, old } => self.cursors[class][mode] = old,
             }
         }
@@ -1453,14 +1505,16 @@ mod tests {
             for &(c, m) in &flat[..split] {
                 let _ = placer.place(c, &pods[m], &classes[c].demand, false);
             }
-            let before = (placer.bins.free.clone(), placer.bins.free_ext.clone(), placer.cursors.clone(), placer.bins.enabled.clone());
+            let before = (placer.bins.free.clone(), placer.bins.free_ext.clone(), placer.cursors.clone(), placer.bins.enabled.clone(), placer.bins.sig.clone(), placer.bins.run.clone(), placer.bins.run_end.clone(), placer.bins.tree.vals[placer.bins.tree.cap..placer.bins.tree.cap + placer.bins.tree.len].to_vec(), placer.bins.tree.len);
             let cp = placer.begin();
             placer.disable(0);
+            let n0 = &nodes[0];
+            placer.push_bin(&n0.labels, &n0.taints, index.capacity(&n0.allocatable), true);
             for &(c, m) in &flat[split..] {
                 let _ = placer.place(c, &pods[m], &classes[c].demand, false);
             }
             placer.rollback(cp);
-            let after = (placer.bins.free.clone(), placer.bins.free_ext.clone(), placer.cursors.clone(), placer.bins.enabled.clone());
+            let after = (placer.bins.free.clone(), placer.bins.free_ext.clone(), placer.cursors.clone(), placer.bins.enabled.clone(), placer.bins.sig.clone(), placer.bins.run.clone(), placer.bins.run_end.clone(), placer.bins.tree.vals[placer.bins.tree.cap..placer.bins.tree.cap + placer.bins.tree.len].to_vec(), placer.bins.tree.len);
             prop_assert_eq!(before, after);
         }
     }
