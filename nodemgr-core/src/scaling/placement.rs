@@ -134,6 +134,33 @@ pub fn check_static(
     Ok(())
 }
 
+/// Whether `pod` passes the node-level rules of a node with `labels` and `taints`: the same
+/// answer as [`check_static`], without building the reason.
+pub fn static_fits(pod: &Pod, labels: &BTreeMap<String, String>, taints: &[Taint]) -> bool {
+    pod.node_selector
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v))
+        && (pod.required_node_affinity.is_empty()
+            || pod
+                .required_node_affinity
+                .iter()
+                .any(|term| !term.is_empty() && term.iter().all(|req| req.matches(labels))))
+        && taints.iter().all(|t| {
+            matches!(t.effect, Some(TaintEffect::PreferNoSchedule))
+                || pod.tolerations.iter().any(|tol| tol.tolerates(t))
+        })
+}
+
+/// Whether `demand` fits an empty node of capacity `cap` (as [`ResourceIndex::capacity`]
+/// gives it).
+pub(crate) fn fits_empty(demand: &Demand, cap: &([i64; 3], Vec<i64>)) -> bool {
+    covers(&cap.0, &demand.core)
+        && demand
+            .ext
+            .iter()
+            .all(|&(i, v)| cap.1.get(i as usize).is_some_and(|&c| c >= v))
+}
+
 /// Whether `pod` and `other` exclude each other by hostname anti-affinity.
 pub fn anti_affine(pod: &Pod, other: &Pod) -> bool {
     pod.namespace == other.namespace
@@ -363,7 +390,12 @@ impl MaxTree {
         self.vals[n] = v;
         while n > 1 {
             n /= 2;
-            self.vals[n] = max3(self.vals[2 * n], self.vals[2 * n + 1]);
+            let m = max3(self.vals[2 * n], self.vals[2 * n + 1]);
+            if self.vals[n] == m {
+                // Unchanged here, so unchanged above.
+                break;
+            }
+            self.vals[n] = m;
         }
     }
 
@@ -752,7 +784,7 @@ impl<'a> Bins<'a> {
     /// Whether `pod` (with `demand`) fits `bin` by every rule.
     pub(crate) fn fits(&self, bin: usize, pod: &Pod, demand: &Demand, preempt: bool) -> bool {
         self.fits_dynamic(bin, pod, demand, preempt)
-            && check_static(pod, self.labels[bin], self.taints[bin]).is_ok()
+            && static_fits(pod, self.labels[bin], self.taints[bin])
     }
 
     /// Whether `pod` fits `bin` by the rules that change as pods come and go (the bin taking
@@ -862,13 +894,13 @@ impl<'a> Placer<'a> {
     /// signature.
     fn static_ok(&self, class: usize, bin: usize, pod: &Pod) -> bool {
         if reads_hostname(pod) {
-            return check_static(pod, self.bins.labels[bin], self.bins.taints[bin]).is_ok();
+            return static_fits(pod, self.bins.labels[bin], self.bins.taints[bin]);
         }
         let key = (class as u32, self.bins.sig[bin]);
         if let Some(&ok) = self.static_fit.borrow().get(&key) {
             return ok;
         }
-        let ok = check_static(pod, self.bins.labels[bin], self.bins.taints[bin]).is_ok();
+        let ok = static_fits(pod, self.bins.labels[bin], self.bins.taints[bin]);
         self.static_fit.borrow_mut().insert(key, ok);
         ok
     }

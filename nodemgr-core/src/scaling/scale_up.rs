@@ -52,7 +52,7 @@ use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
 use super::placement::{
     Bins, CPU, MEMORY, Placer, PodClass, ResourceIndex, check_fit, check_static, classify,
-    is_standby_holder, trial_order,
+    fits_empty, is_standby_holder, static_fits, trial_order,
 };
 use super::snapshot::ClusterSnapshot;
 use super::util::FastHash;
@@ -303,6 +303,12 @@ pub fn plan_scale_up(
         bin_of.insert(n.name.as_str(), b);
         targets.push(ExistingTarget::Node(n.name.clone()));
     }
+    // Bound pods: standby holders one by one (they are preemptible), the others summed per
+    // node and recorded at once.
+    let n_ext = index.len();
+    let mut on_bin: Vec<Vec<&Pod>> = vec![Vec::new(); bins.len()];
+    let mut used: Vec<[i64; 3]> = vec![[0; 3]; bins.len()];
+    let mut used_ext: Vec<i64> = vec![0; bins.len() * n_ext];
     for p in pods {
         if let Some(node) = &p.node_name
             && !p.is_terminal()
@@ -312,9 +318,18 @@ pub fn plan_scale_up(
             if is_standby_holder(p) {
                 bins.occupy_held(b, p, demand);
             } else {
-                bins.occupy(b, p, &demand);
+                for (u, d) in used[b].iter_mut().zip(demand.core) {
+                    *u += d;
+                }
+                for (e, v) in demand.ext {
+                    used_ext[b * n_ext + e as usize] += v;
+                }
+                on_bin[b].push(p);
             }
         }
+    }
+    for (b, on) in on_bin.into_iter().enumerate() {
+        bins.occupy_all(b, on, used[b], &used_ext[b * n_ext..(b + 1) * n_ext]);
     }
     let mut upcoming = snapshot.upcoming.clone();
     upcoming.sort();
@@ -410,9 +425,14 @@ pub fn plan_scale_up(
             if remaining[c].is_empty() {
                 return Vec::new();
             }
+            // `check_fit` on an empty template node, without building reasons.
             templates
                 .iter()
-                .map(|t| check_fit(class.rep, &t.node, &[]).is_ok())
+                .zip(&caps)
+                .map(|(t, cap)| {
+                    fits_empty(&class.demand, cap)
+                        && static_fits(class.rep, &t.node.labels, &t.node.taints)
+                })
                 .collect()
         })
         .collect();
