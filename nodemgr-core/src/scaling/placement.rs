@@ -878,8 +878,13 @@ impl<'a> Placer<'a> {
                 return None;
             };
             if !self.static_ok(class, bin, pod) {
-                // Every bin of the run shares the labels and taints that failed.
-                start = self.bins.run_end[self.bins.run[bin] as usize];
+                // Every bin of the run shares the labels and taints that failed, but for the
+                // hostname.
+                start = if self.reads_hostname(class, pod) {
+                    bin + 1
+                } else {
+                    self.bins.run_end[self.bins.run[bin] as usize]
+                };
                 continue;
             }
             if self.bins.fits_dynamic(bin, pod, demand, preempt) {
@@ -890,15 +895,28 @@ impl<'a> Placer<'a> {
         }
     }
 
+    /// Whether the node-level rules of `class` (such as `pod`) read the hostname label
+    /// (memoised per class).
+    fn reads_hostname(&self, class: usize, pod: &Pod) -> bool {
+        let key = (class as u32, u32::MAX);
+        if let Some(&reads) = self.static_fit.borrow().get(&key) {
+            return reads;
+        }
+        let reads = reads_hostname(pod);
+        self.static_fit.borrow_mut().insert(key, reads);
+        reads
+    }
+
     /// Whether pods of `class` (such as `pod`) pass the node-level rules of `bin`, memoised per
     /// signature.
     fn static_ok(&self, class: usize, bin: usize, pod: &Pod) -> bool {
-        if reads_hostname(pod) {
-            return static_fits(pod, self.bins.labels[bin], self.bins.taints[bin]);
-        }
         let key = (class as u32, self.bins.sig[bin]);
         if let Some(&ok) = self.static_fit.borrow().get(&key) {
+            // Only classes that do not read the hostname are memoised.
             return ok;
+        }
+        if self.reads_hostname(class, pod) {
+            return static_fits(pod, self.bins.labels[bin], self.bins.taints[bin]);
         }
         let ok = static_fits(pod, self.bins.labels[bin], self.bins.taints[bin]);
         self.static_fit.borrow_mut().insert(key, ok);
@@ -1310,6 +1328,47 @@ mod tests {
     }
 
     #[test]
+    fn engine_reads_the_hostname_per_node_not_per_signature() {
+        // Identical nodes but for the hostname share one signature (and one run).
+        let nodes: Vec<Node> = (0..3)
+            .map(|i| {
+                let mut n = node(&format!("n{i}"), "4", "8Gi", 10);
+                n.labels.insert("pool".into(), "a".into());
+                n.labels
+                    .insert(keys::LABEL_HOSTNAME.into(), format!("n{i}"));
+                n
+            })
+            .collect();
+        let mut pinned = pod("pinned", "100m", "1Mi");
+        pinned
+            .node_selector
+            .insert(keys::LABEL_HOSTNAME.into(), "n2".into());
+        let mut not_n0 = pod("not-n0", "100m", "1Mi");
+        not_n0.required_node_affinity = vec![vec![LabelSelectorRequirement {
+            key: keys::LABEL_HOSTNAME.into(),
+            operator: Some(SelectorOperator::NotIn),
+            values: Some(vec!["n0".into()]),
+        }]];
+        let mut pool = pod("pool", "100m", "1Mi");
+        pool.node_selector.insert("pool".into(), "a".into());
+        let pods = vec![pinned, not_n0, pool];
+        let index = ResourceIndex::from_pods(&pods);
+        let mut bins = Bins::new(index.len(), false);
+        for n in &nodes {
+            bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), true);
+        }
+        assert_eq!(bins.sig, vec![0, 0, 0]);
+        assert_eq!(bins.run, vec![0, 0, 0]);
+        let mut placer = Placer::new(bins, pods.len());
+        let got: Vec<Option<usize>> = pods
+            .iter()
+            .enumerate()
+            .map(|(c, p)| placer.place(c, p, &index.demand(p), false).map(|x| x.bin))
+            .collect();
+        assert_eq!(got, vec![Some(2), Some(1), Some(0)]);
+    }
+
+    #[test]
     fn anti_affinity_is_symmetric_and_namespaced() {
         let n = node("n", "8", "8Gi", 10);
         let mut a = pod("a", "100m", "1Mi");
@@ -1349,7 +1408,7 @@ mod tests {
             0i64..3000,
             0i64..4096,
             prop::option::of(0i64..2),
-            0usize..3,
+            0usize..5,
             prop::bool::ANY,
             prop::bool::ANY,
             0usize..3,
@@ -1378,6 +1437,17 @@ mod tests {
                             key: "pool".into(),
                             operator: Some(SelectorOperator::NotIn),
                             values: Some(vec!["a".into()]),
+                        }]];
+                    }
+                    3 => {
+                        p.node_selector
+                            .insert(keys::LABEL_HOSTNAME.into(), "n2".into());
+                    }
+                    4 => {
+                        p.required_node_affinity = vec![vec![LabelSelectorRequirement {
+                            key: keys::LABEL_HOSTNAME.into(),
+                            operator: Some(SelectorOperator::NotIn),
+                            values: Some(vec!["n0".into()]),
                         }]];
                     }
                     _ => {}
@@ -1453,6 +1523,7 @@ mod tests {
         ) {
             let nodes: Vec<Node> = nodes.into_iter().enumerate().map(|(i, mut n)| {
                 n.name = format!("n{i}");
+                n.labels.insert(keys::LABEL_HOSTNAME.into(), n.name.clone());
                 n
             }).collect();
             for (i, p) in pods.iter_mut().enumerate() {
