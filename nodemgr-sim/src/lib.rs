@@ -25,6 +25,7 @@
 pub mod cluster;
 pub mod controller;
 pub mod rng;
+pub mod scaling;
 pub mod scenario;
 pub mod sim;
 pub mod timeline;

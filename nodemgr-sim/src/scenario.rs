@@ -478,6 +478,9 @@ pub struct EventSpec {
     /// A slow agent.
     #[serde(default)]
     pub slow_agent: Option<SlowAgentSpec>,
+    /// A workload's replica count changes (scaling scenarios).
+    #[serde(default)]
+    pub scale_workload: Option<crate::scaling::ScaleWorkloadSpec>,
 }
 
 impl EventSpec {
@@ -503,6 +506,9 @@ impl EventSpec {
         }
         if self.slow_agent.is_some() {
             set.push("slowAgent");
+        }
+        if self.scale_workload.is_some() {
+            set.push("scaleWorkload");
         }
         set
     }
@@ -614,6 +620,9 @@ pub struct Scenario {
     /// Run the update executor. Default true.
     #[serde(default = "yes")]
     pub updates: bool,
+    /// Run the scaling controller (`crate::scaling`) on the CloudEphemeral groups.
+    #[serde(default)]
+    pub scaling: Option<crate::scaling::ScalingSpec>,
 }
 
 fn yes() -> bool {
@@ -811,7 +820,7 @@ impl Scenario {
                     path,
                     format!(
                         "an event has `at` and exactly one action (change, approveDisruption, \
-                         nodeNotReady, nodeDark, refuseEvictions, apiErrors, slowAgent); found {}",
+                         nodeNotReady, nodeDark, refuseEvictions, apiErrors, slowAgent, scaleWorkload); found {}",
                         if actions.is_empty() {
                             "none".to_owned()
                         } else {
@@ -890,6 +899,12 @@ impl Scenario {
             if let Some(s) = &e.slow_agent {
                 check_node(format!("{path}.slowAgent.node"), &s.node)?;
             }
+            if let Some(s) = &e.scale_workload {
+                crate::scaling::check_scale_workload(self, s, &format!("{path}.scaleWorkload"))?;
+            }
+        }
+        if let Some(s) = &self.scaling {
+            s.check(self)?;
         }
         Ok(())
     }

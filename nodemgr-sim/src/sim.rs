@@ -54,6 +54,7 @@ impl Simulation {
                 scenario.reconcile_period.0,
             )));
         }
+        crate::scaling::install(&mut sim, scenario, seed);
         sim
     }
 
@@ -322,6 +323,9 @@ impl Simulation {
                     a.duration.0.as_secs()
                 ),
             );
+        }
+        if let Some(s) = &e.scale_workload {
+            crate::scaling::scale_workload(w, s);
         }
         if let Some(s) = &e.slow_agent {
             if let Some(n) = w.nodes.get_mut(&s.node) {

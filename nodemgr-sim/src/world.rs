@@ -244,6 +244,9 @@ pub struct World {
     pub stats: SimStats,
     /// What happened.
     pub timeline: Timeline,
+    /// Pods due for (re)creation stay in `pending_pods` for a scheduler controller (the
+    /// scaling controller, [`crate::scaling`]) instead of being placed by [`World::pick_node`].
+    pub scheduler_external: bool,
     uid_counter: u64,
 }
 
@@ -283,6 +286,7 @@ impl World {
                 start,
                 events: Vec::new(),
             },
+            scheduler_external: false,
             uid_counter: 0,
         };
         for (i, g) in scenario.groups.iter().enumerate() {
@@ -810,7 +814,10 @@ impl World {
         self.refresh_nodes();
         self.step_agents();
         self.refresh_nodes();
-        // Pods coming back.
+        // Pods coming back (unless a scheduler controller takes them).
+        if self.scheduler_external {
+            return;
+        }
         let (due, later): (Vec<_>, Vec<_>) = self.pending_pods.drain(..).partition(|p| p.at <= now);
         self.pending_pods = later;
         for p in due {

@@ -27,9 +27,11 @@
 //! `Placer`) computes the same answer fast (resource vectors in a max-tree, pods grouped into
 //! equivalence classes, per-class first-fit cursors) and a property keeps the two in agreement.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::rc::Rc;
 
 use crate::model::{Node, Pod, Quantity, Resources, Taint, TaintEffect, keys};
 
@@ -130,6 +132,33 @@ pub fn check_static(
         }
     }
     Ok(())
+}
+
+/// Whether `pod` passes the node-level rules of a node with `labels` and `taints`: the same
+/// answer as [`check_static`], without building the reason.
+pub fn static_fits(pod: &Pod, labels: &BTreeMap<String, String>, taints: &[Taint]) -> bool {
+    pod.node_selector
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v))
+        && (pod.required_node_affinity.is_empty()
+            || pod
+                .required_node_affinity
+                .iter()
+                .any(|term| !term.is_empty() && term.iter().all(|req| req.matches(labels))))
+        && taints.iter().all(|t| {
+            matches!(t.effect, Some(TaintEffect::PreferNoSchedule))
+                || pod.tolerations.iter().any(|tol| tol.tolerates(t))
+        })
+}
+
+/// Whether `demand` fits an empty node of capacity `cap` (as [`ResourceIndex::capacity`]
+/// gives it).
+pub(crate) fn fits_empty(demand: &Demand, cap: &([i64; 3], Vec<i64>)) -> bool {
+    covers(&cap.0, &demand.core)
+        && demand
+            .ext
+            .iter()
+            .all(|&(i, v)| cap.1.get(i as usize).is_some_and(|&c| c >= v))
 }
 
 /// Whether `pod` and `other` exclude each other by hostname anti-affinity.
@@ -348,40 +377,68 @@ impl MaxTree {
         self.set(i, v);
     }
 
+    /// Removes the last bin.
+    fn pop(&mut self) {
+        if self.len > 0 {
+            self.set(self.len - 1, EMPTY);
+            self.len -= 1;
+        }
+    }
+
     fn set(&mut self, i: usize, v: [i64; 3]) {
         let mut n = self.cap + i;
         self.vals[n] = v;
         while n > 1 {
             n /= 2;
-            self.vals[n] = max3(self.vals[2 * n], self.vals[2 * n + 1]);
+            let m = max3(self.vals[2 * n], self.vals[2 * n + 1]);
+            if self.vals[n] == m {
+                // Unchanged here, so unchanged above.
+                break;
+            }
+            self.vals[n] = m;
         }
     }
 
-    /// The first bin at or after `start` whose vector covers `need` in every dimension.
+    /// The first bin at or after `start` whose vector covers `need` in every dimension: a
+    /// depth-first walk in bin order without recursion, from the leaf `start` up to the first
+    /// right sibling that may hold one, then down to its leftmost covering leaf (climbing on
+    /// when a subtree's per-dimension maxima cover `need` but none of its leaves does).
     fn find(&self, start: usize, need: &[i64; 3]) -> Option<usize> {
         if start >= self.len {
             return None;
         }
-        self.find_in(1, 0, self.cap, start, need)
-    }
-
-    fn find_in(
-        &self,
-        node: usize,
-        lo: usize,
-        hi: usize,
-        start: usize,
-        need: &[i64; 3],
-    ) -> Option<usize> {
-        if hi <= start || !covers(&self.vals[node], need) {
-            return None;
+        let mut node = self.cap + start;
+        if covers(&self.vals[node], need) {
+            return Some(start);
         }
-        if hi - lo == 1 {
-            return (lo < self.len).then_some(lo);
+        loop {
+            // Up: to the nearest right sibling (of `node` or an ancestor) that may cover.
+            loop {
+                if node <= 1 {
+                    return None;
+                }
+                if node.is_multiple_of(2) && covers(&self.vals[node + 1], need) {
+                    node += 1;
+                    break;
+                }
+                node /= 2;
+            }
+            // Down: leftmost child that may cover, until a leaf or a dead end.
+            while node < self.cap {
+                let left = 2 * node;
+                if covers(&self.vals[left], need) {
+                    node = left;
+                } else if covers(&self.vals[left + 1], need) {
+                    node = left + 1;
+                } else {
+                    break;
+                }
+            }
+            if node >= self.cap {
+                let i = node - self.cap;
+                return (i < self.len).then_some(i);
+            }
         }
-        let mid = (lo + hi) / 2;
-        self.find_in(2 * node, lo, mid, start, need)
-            .or_else(|| self.find_in(2 * node + 1, mid, hi, start, need))
     }
 }
 
@@ -418,6 +475,77 @@ pub(crate) struct Bins<'a> {
     anti_pods: Vec<Vec<&'a Pod>>,
     track_all_pods: bool,
     tree: MaxTree,
+    /// Static signature of each bin: bins with the same labels (but for the hostname) and
+    /// taints share one, so a pod's node-level rules are evaluated once per signature.
+    sig: Vec<u32>,
+    /// Run of each bin: consecutive bins with the same signature; `run_end[run]` is one past
+    /// its last bin. A search skips a whole run once one bin of it fails the static rules.
+    run: Vec<u32>,
+    run_end: Vec<usize>,
+    sigs: Rc<RefCell<SigTable<'a>>>,
+}
+
+/// A signature with the labels and taints it stands for.
+type Interned<'a> = (u32, &'a BTreeMap<String, String>, &'a [Taint]);
+
+/// Interned static signatures, shared by the clones of one [`Bins`] (a signature is a pure
+/// function of labels and taints, so sharing never changes an answer).
+#[derive(Debug, Default)]
+struct SigTable<'a> {
+    by_ptr: HashMap<(usize, usize), u32, FastHash>,
+    by_content: HashMap<u64, Vec<Interned<'a>>, FastHash>,
+    count: u32,
+}
+
+fn labels_but_hostname(
+    labels: &BTreeMap<String, String>,
+) -> impl Iterator<Item = (&String, &String)> {
+    labels
+        .iter()
+        .filter(|(k, _)| k.as_str() != keys::LABEL_HOSTNAME)
+}
+
+impl<'a> SigTable<'a> {
+    fn intern(&mut self, labels: &'a BTreeMap<String, String>, taints: &'a [Taint]) -> u32 {
+        let ptr = (
+            std::ptr::from_ref(labels).addr(),
+            taints.as_ptr().addr() ^ taints.len().rotate_left(48),
+        );
+        if let Some(&s) = self.by_ptr.get(&ptr) {
+            return s;
+        }
+        let mut h = Fnv::default();
+        for kv in labels_but_hostname(labels) {
+            kv.hash(&mut h);
+        }
+        taints.hash(&mut h);
+        let slot = self.by_content.entry(h.finish()).or_default();
+        let found = slot.iter().find(|(_, l, t)| {
+            *t == taints && labels_but_hostname(l).eq(labels_but_hostname(labels))
+        });
+        let s = match found {
+            Some(&(s, _, _)) => s,
+            None => {
+                let s = self.count;
+                self.count += 1;
+                slot.push((s, labels, taints));
+                s
+            }
+        };
+        self.by_ptr.insert(ptr, s);
+        s
+    }
+}
+
+/// Whether the pod's node-level rules read the hostname label (then they are evaluated per
+/// bin, not per signature).
+fn reads_hostname(pod: &Pod) -> bool {
+    pod.node_selector.contains_key(keys::LABEL_HOSTNAME)
+        || pod
+            .required_node_affinity
+            .iter()
+            .flatten()
+            .any(|r| r.key == keys::LABEL_HOSTNAME)
 }
 
 impl<'a> Bins<'a> {
@@ -438,6 +566,10 @@ impl<'a> Bins<'a> {
             anti_pods: Vec::new(),
             track_all_pods,
             tree: MaxTree::new(),
+            sig: Vec::new(),
+            run: Vec::new(),
+            run_end: Vec::new(),
+            sigs: Rc::default(),
         }
     }
 
@@ -457,6 +589,16 @@ impl<'a> Bins<'a> {
         let (core, ext) = capacity;
         debug_assert_eq!(ext.len(), self.n_ext);
         let i = self.free.len();
+        let sig = self.sigs.borrow_mut().intern(labels, taints);
+        if i > 0 && self.sig[i - 1] == sig {
+            let r = self.run[i - 1];
+            self.run.push(r);
+            self.run_end[r as usize] = i + 1;
+        } else {
+            self.run.push(self.run_end.len() as u32);
+            self.run_end.push(i + 1);
+        }
+        self.sig.push(sig);
         self.labels.push(labels);
         self.taints.push(taints);
         self.enabled.push(enabled);
@@ -468,6 +610,33 @@ impl<'a> Bins<'a> {
         self.anti_pods.push(Vec::new());
         self.tree.push(if enabled { core } else { EMPTY });
         i
+    }
+
+    /// Removes the last bin pushed (which must hold nothing any more): the exact reverse of
+    /// [`Bins::push`].
+    fn pop_last(&mut self) {
+        let Some(i) = self.free.len().checked_sub(1) else {
+            return;
+        };
+        self.labels.pop();
+        self.taints.pop();
+        self.enabled.pop();
+        self.free.pop();
+        self.free_ext.truncate(i * self.n_ext);
+        self.held.pop();
+        self.held_ext.truncate(i * self.n_ext);
+        self.holders.remove(&i);
+        self.pods.pop();
+        self.anti_pods.pop();
+        self.tree.pop();
+        self.sig.pop();
+        if let Some(r) = self.run.pop() {
+            if i > 0 && self.run[i - 1] == r {
+                self.run_end[r as usize] = i;
+            } else {
+                self.run_end.pop();
+            }
+        }
     }
 
     fn refresh(&mut self, bin: usize) {
@@ -496,6 +665,28 @@ impl<'a> Bins<'a> {
     pub(crate) fn occupy(&mut self, bin: usize, pod: &'a Pod, demand: &Demand) {
         self.take(bin, demand);
         self.track(bin, pod);
+        self.refresh(bin);
+    }
+
+    /// Records `pods` running on `bin`, taking `core` and `ext` (their summed demand, `ext`
+    /// indexed like the resource index) at once: the same as [`Bins::occupy`] for each pod,
+    /// with one update of the search tree.
+    pub(crate) fn occupy_all(
+        &mut self,
+        bin: usize,
+        pods: impl IntoIterator<Item = &'a Pod>,
+        core: [i64; 3],
+        ext: &[i64],
+    ) {
+        for (free, used) in self.free[bin].iter_mut().zip(core) {
+            *free -= used;
+        }
+        for (i, v) in ext.iter().enumerate() {
+            self.free_ext[bin * self.n_ext + i] -= v;
+        }
+        for pod in pods {
+            self.track(bin, pod);
+        }
         self.refresh(bin);
     }
 
@@ -592,12 +783,19 @@ impl<'a> Bins<'a> {
 
     /// Whether `pod` (with `demand`) fits `bin` by every rule.
     pub(crate) fn fits(&self, bin: usize, pod: &Pod, demand: &Demand, preempt: bool) -> bool {
-        self.enabled[bin]
-            && self.room_for(bin, demand, preempt)
-            && check_static(pod, self.labels[bin], self.taints[bin]).is_ok()
-            && self.anti_ok(bin, pod)
+        self.fits_dynamic(bin, pod, demand, preempt)
+            && static_fits(pod, self.labels[bin], self.taints[bin])
+    }
+
+    /// Whether `pod` fits `bin` by the rules that change as pods come and go (the bin taking
+    /// part, room, anti-affinity); the node-level rules are the caller's.
+    fn fits_dynamic(&self, bin: usize, pod: &Pod, demand: &Demand, preempt: bool) -> bool {
+        self.enabled[bin] && self.room_for(bin, demand, preempt) && self.anti_ok(bin, pod)
     }
 }
+
+/// `(class, signature)` → whether the class passes the node-level rules there.
+type StaticFit = HashMap<(u32, u32), bool, FastHash>;
 
 /// One step the [`Placer`] can take back.
 #[derive(Debug, Clone)]
@@ -614,6 +812,7 @@ enum Undo<'a> {
     Disabled {
         bin: usize,
     },
+    Pushed,
     Cursor {
         class: usize,
         mode: usize,
@@ -640,6 +839,9 @@ pub(crate) struct Placer<'a> {
     cursors: Vec<[usize; 2]>,
     log: Vec<Undo<'a>>,
     recording: bool,
+    /// `(class, signature)` → whether the class passes the node-level rules there; shared by
+    /// clones (the answer depends on nothing that changes).
+    static_fit: Rc<RefCell<StaticFit>>,
 }
 
 impl<'a> Placer<'a> {
@@ -650,6 +852,7 @@ impl<'a> Placer<'a> {
             cursors: vec![[0, 0]; classes],
             log: Vec::new(),
             recording: false,
+            static_fit: Rc::default(),
         }
     }
 
@@ -674,12 +877,50 @@ impl<'a> Placer<'a> {
                 self.set_cursor(class, mode, end);
                 return None;
             };
-            if self.bins.fits(bin, pod, demand, preempt) {
+            if !self.static_ok(class, bin, pod) {
+                // Every bin of the run shares the labels and taints that failed, but for the
+                // hostname.
+                start = if self.reads_hostname(class, pod) {
+                    bin + 1
+                } else {
+                    self.bins.run_end[self.bins.run[bin] as usize]
+                };
+                continue;
+            }
+            if self.bins.fits_dynamic(bin, pod, demand, preempt) {
                 self.set_cursor(class, mode, bin);
                 return Some(bin);
             }
             start = bin + 1;
         }
+    }
+
+    /// Whether the node-level rules of `class` (such as `pod`) read the hostname label
+    /// (memoised per class).
+    fn reads_hostname(&self, class: usize, pod: &Pod) -> bool {
+        let key = (class as u32, u32::MAX);
+        if let Some(&reads) = self.static_fit.borrow().get(&key) {
+            return reads;
+        }
+        let reads = reads_hostname(pod);
+        self.static_fit.borrow_mut().insert(key, reads);
+        reads
+    }
+
+    /// Whether pods of `class` (such as `pod`) pass the node-level rules of `bin`, memoised per
+    /// signature.
+    fn static_ok(&self, class: usize, bin: usize, pod: &Pod) -> bool {
+        let key = (class as u32, self.bins.sig[bin]);
+        if let Some(&ok) = self.static_fit.borrow().get(&key) {
+            // Only classes that do not read the hostname are memoised.
+            return ok;
+        }
+        if self.reads_hostname(class, pod) {
+            return static_fits(pod, self.bins.labels[bin], self.bins.taints[bin]);
+        }
+        let ok = static_fits(pod, self.bins.labels[bin], self.bins.taints[bin]);
+        self.static_fit.borrow_mut().insert(key, ok);
+        ok
     }
 
     /// Places `pod` of class `class` on the first bin that takes it; when `may_preempt`, a bin
@@ -752,6 +993,21 @@ impl<'a> Placer<'a> {
         }
     }
 
+    /// Adds a bin as [`Bins::push`] does (recorded: a rollback removes it again).
+    pub(crate) fn push_bin(
+        &mut self,
+        labels: &'a BTreeMap<String, String>,
+        taints: &'a [Taint],
+        capacity: ([i64; 3], Vec<i64>),
+        enabled: bool,
+    ) -> usize {
+        let bin = self.bins.push(labels, taints, capacity, enabled);
+        if self.recording {
+            self.log.push(Undo::Pushed);
+        }
+        bin
+    }
+
     /// Takes `bin` out of the simulation (recorded).
     pub(crate) fn disable(&mut self, bin: usize) {
         if self.bins.is_enabled(bin) {
@@ -783,6 +1039,7 @@ impl<'a> Placer<'a> {
                     self.bins.occupy_held(bin, pod, demand);
                 }
                 Undo::Disabled { bin } => self.bins.set_enabled(bin, true),
+                Undo::Pushed => self.bins.pop_last(),
                 Undo::Cursor { class, mode, old } => self.cursors[class][mode] = old,
             }
         }
@@ -1071,6 +1328,47 @@ mod tests {
     }
 
     #[test]
+    fn engine_reads_the_hostname_per_node_not_per_signature() {
+        // Identical nodes but for the hostname share one signature (and one run).
+        let nodes: Vec<Node> = (0..3)
+            .map(|i| {
+                let mut n = node(&format!("n{i}"), "4", "8Gi", 10);
+                n.labels.insert("pool".into(), "a".into());
+                n.labels
+                    .insert(keys::LABEL_HOSTNAME.into(), format!("n{i}"));
+                n
+            })
+            .collect();
+        let mut pinned = pod("pinned", "100m", "1Mi");
+        pinned
+            .node_selector
+            .insert(keys::LABEL_HOSTNAME.into(), "n2".into());
+        let mut not_n0 = pod("not-n0", "100m", "1Mi");
+        not_n0.required_node_affinity = vec![vec![LabelSelectorRequirement {
+            key: keys::LABEL_HOSTNAME.into(),
+            operator: Some(SelectorOperator::NotIn),
+            values: Some(vec!["n0".into()]),
+        }]];
+        let mut pool = pod("pool", "100m", "1Mi");
+        pool.node_selector.insert("pool".into(), "a".into());
+        let pods = vec![pinned, not_n0, pool];
+        let index = ResourceIndex::from_pods(&pods);
+        let mut bins = Bins::new(index.len(), false);
+        for n in &nodes {
+            bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), true);
+        }
+        assert_eq!(bins.sig, vec![0, 0, 0]);
+        assert_eq!(bins.run, vec![0, 0, 0]);
+        let mut placer = Placer::new(bins, pods.len());
+        let got: Vec<Option<usize>> = pods
+            .iter()
+            .enumerate()
+            .map(|(c, p)| placer.place(c, p, &index.demand(p), false).map(|x| x.bin))
+            .collect();
+        assert_eq!(got, vec![Some(2), Some(1), Some(0)]);
+    }
+
+    #[test]
     fn anti_affinity_is_symmetric_and_namespaced() {
         let n = node("n", "8", "8Gi", 10);
         let mut a = pod("a", "100m", "1Mi");
@@ -1110,7 +1408,7 @@ mod tests {
             0i64..3000,
             0i64..4096,
             prop::option::of(0i64..2),
-            0usize..3,
+            0usize..5,
             prop::bool::ANY,
             prop::bool::ANY,
             0usize..3,
@@ -1139,6 +1437,17 @@ mod tests {
                             key: "pool".into(),
                             operator: Some(SelectorOperator::NotIn),
                             values: Some(vec!["a".into()]),
+                        }]];
+                    }
+                    3 => {
+                        p.node_selector
+                            .insert(keys::LABEL_HOSTNAME.into(), "n2".into());
+                    }
+                    4 => {
+                        p.required_node_affinity = vec![vec![LabelSelectorRequirement {
+                            key: keys::LABEL_HOSTNAME.into(),
+                            operator: Some(SelectorOperator::NotIn),
+                            values: Some(vec!["n0".into()]),
                         }]];
                     }
                     _ => {}
@@ -1214,6 +1523,7 @@ mod tests {
         ) {
             let nodes: Vec<Node> = nodes.into_iter().enumerate().map(|(i, mut n)| {
                 n.name = format!("n{i}");
+                n.labels.insert(keys::LABEL_HOSTNAME.into(), n.name.clone());
                 n
             }).collect();
             for (i, p) in pods.iter_mut().enumerate() {
@@ -1253,6 +1563,31 @@ mod tests {
             }
         }
 
+        /// The max-tree's first fit is the first bin at or after `start` covering the need,
+        /// as a linear scan finds it, after any updates.
+        #[test]
+        fn max_tree_find_is_a_linear_scan(
+            vals in prop::collection::vec(prop::array::uniform3(0i64..6), 1..40),
+            updates in prop::collection::vec((0usize..40, prop::array::uniform3(-1i64..6)), 0..10),
+            need in prop::array::uniform3(0i64..6),
+            start in 0usize..45,
+        ) {
+            let mut t = MaxTree::new();
+            let mut v = vals.clone();
+            for x in &vals {
+                t.push(*x);
+            }
+            for (i, x) in updates {
+                if i < v.len() {
+                    let x = if x[0] < 0 { EMPTY } else { x };
+                    t.set(i, x);
+                    v[i] = x;
+                }
+            }
+            let expected = (start..v.len()).find(|&i| covers(&v[i], &need));
+            prop_assert_eq!(t.find(start, &need), expected);
+        }
+
         /// Rolling back a trial restores exactly the state before it.
         #[test]
         fn rollback_restores_state(
@@ -1273,14 +1608,16 @@ mod tests {
             for &(c, m) in &flat[..split] {
                 let _ = placer.place(c, &pods[m], &classes[c].demand, false);
             }
-            let before = (placer.bins.free.clone(), placer.bins.free_ext.clone(), placer.cursors.clone(), placer.bins.enabled.clone());
+            let before = (placer.bins.free.clone(), placer.bins.free_ext.clone(), placer.cursors.clone(), placer.bins.enabled.clone(), placer.bins.sig.clone(), placer.bins.run.clone(), placer.bins.run_end.clone(), placer.bins.tree.vals[placer.bins.tree.cap..placer.bins.tree.cap + placer.bins.tree.len].to_vec(), placer.bins.tree.len);
             let cp = placer.begin();
             placer.disable(0);
+            let n0 = &nodes[0];
+            placer.push_bin(&n0.labels, &n0.taints, index.capacity(&n0.allocatable), true);
             for &(c, m) in &flat[split..] {
                 let _ = placer.place(c, &pods[m], &classes[c].demand, false);
             }
             placer.rollback(cp);
-            let after = (placer.bins.free.clone(), placer.bins.free_ext.clone(), placer.cursors.clone(), placer.bins.enabled.clone());
+            let after = (placer.bins.free.clone(), placer.bins.free_ext.clone(), placer.cursors.clone(), placer.bins.enabled.clone(), placer.bins.sig.clone(), placer.bins.run.clone(), placer.bins.run_end.clone(), placer.bins.tree.vals[placer.bins.tree.cap..placer.bins.tree.cap + placer.bins.tree.len].to_vec(), placer.bins.tree.len);
             prop_assert_eq!(before, after);
         }
     }

@@ -39,7 +39,7 @@ use crate::model::{Node, Pod, PodDisruptionBudget, Timestamp, keys};
 use super::bounds::{is_failed, zone_states};
 use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
-use super::placement::{Bins, Placer, ResourceIndex, classify, trial_order};
+use super::placement::{Bins, CPU, MEMORY, Placer, ResourceIndex, classify, trial_order};
 use super::snapshot::ClusterSnapshot;
 use super::util::FastHash;
 
@@ -140,18 +140,28 @@ pub fn plan_scale_down(
         .enumerate()
         .map(|(i, n)| (n.name.as_str(), i))
         .collect();
+    let index = ResourceIndex::from_pods(pods);
+    let n_ext = index.len();
     let mut on_node: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
-    let mut requested: Vec<[i64; 2]> = vec![[0, 0]; nodes.len()];
+    // Summed demand per node: cpu, memory, pod slots, and extended resources.
+    let mut used: Vec<[i64; 3]> = vec![[0; 3]; nodes.len()];
+    let mut used_ext: Vec<i64> = vec![0; nodes.len() * n_ext];
     for (i, p) in pods.iter().enumerate() {
         if p.is_terminal() {
             continue;
         }
-        if let Some(n) = p.node_name.as_deref().and_then(|n| node_at.get(n)) {
-            on_node[*n].push(i);
-            requested[*n][0] += p.requests.get("cpu").map_or(0, |q| q.0);
-            requested[*n][1] += p.requests.get("memory").map_or(0, |q| q.0);
+        if let Some(&n) = p.node_name.as_deref().and_then(|n| node_at.get(n)) {
+            on_node[n].push(i);
+            let d = index.demand(p);
+            for (u, c) in used[n].iter_mut().zip(d.core) {
+                *u += c;
+            }
+            for (e, v) in d.ext {
+                used_ext[n * n_ext + e as usize] += v;
+            }
         }
     }
+    let requested: Vec<[i64; 2]> = used.iter().map(|u| [u[CPU], u[MEMORY]]).collect();
 
     // Underutilized nodes of scaling groups.
     let threshold = config.scale_down_utilization_percent.saturating_mul(10);
@@ -237,7 +247,6 @@ pub fn plan_scale_down(
     }
 
     // Destinations: every Ready, schedulable, not-leaving node, by name.
-    let index = ResourceIndex::from_pods(pods);
     let track = to_move
         .iter()
         .flatten()
@@ -252,9 +261,12 @@ pub fn plan_scale_down(
         let n = &nodes[i];
         let b = bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), true);
         bin_of[i] = Some(b);
-        for &m in &on_node[i] {
-            bins.occupy(b, &pods[m], &index.demand(&pods[m]));
-        }
+        bins.occupy_all(
+            b,
+            on_node[i].iter().map(|&m| &pods[m]),
+            used[i],
+            &used_ext[i * n_ext..(i + 1) * n_ext],
+        );
     }
     let classes = classify(pods, to_move.iter().flatten().copied(), &index);
     let mut class_of: HashMap<usize, usize, FastHash> = HashMap::default();

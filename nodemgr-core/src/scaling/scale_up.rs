@@ -52,7 +52,7 @@ use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
 use super::placement::{
     Bins, CPU, MEMORY, Placer, PodClass, ResourceIndex, check_fit, check_static, classify,
-    is_standby_holder, trial_order,
+    fits_empty, is_standby_holder, static_fits, trial_order,
 };
 use super::snapshot::ClusterSnapshot;
 use super::util::FastHash;
@@ -244,10 +244,9 @@ impl Planned<'_> {
 /// The planned nodes after packing the remaining pods for one group: onto room left on nodes
 /// already planned, then onto new nodes of the group.
 #[derive(Debug, Clone)]
-struct Estimate<'t> {
+struct Estimate {
     group: String,
     priority: i64,
-    planned: Planned<'t>,
     /// New nodes per template.
     opened: BTreeMap<usize, u32>,
     placed: usize,
@@ -255,7 +254,7 @@ struct Estimate<'t> {
     memory_waste: f64,
 }
 
-impl Estimate<'_> {
+impl Estimate {
     fn waste(&self) -> f64 {
         self.cpu_waste + self.memory_waste
     }
@@ -304,6 +303,12 @@ pub fn plan_scale_up(
         bin_of.insert(n.name.as_str(), b);
         targets.push(ExistingTarget::Node(n.name.clone()));
     }
+    // Bound pods: standby holders one by one (they are preemptible), the others summed per
+    // node and recorded at once.
+    let n_ext = index.len();
+    let mut on_bin: Vec<Vec<&Pod>> = vec![Vec::new(); bins.len()];
+    let mut used: Vec<[i64; 3]> = vec![[0; 3]; bins.len()];
+    let mut used_ext: Vec<i64> = vec![0; bins.len() * n_ext];
     for p in pods {
         if let Some(node) = &p.node_name
             && !p.is_terminal()
@@ -313,9 +318,18 @@ pub fn plan_scale_up(
             if is_standby_holder(p) {
                 bins.occupy_held(b, p, demand);
             } else {
-                bins.occupy(b, p, &demand);
+                for (u, d) in used[b].iter_mut().zip(demand.core) {
+                    *u += d;
+                }
+                for (e, v) in demand.ext {
+                    used_ext[b * n_ext + e as usize] += v;
+                }
+                on_bin[b].push(p);
             }
         }
+    }
+    for (b, on) in on_bin.into_iter().enumerate() {
+        bins.occupy_all(b, on, used[b], &used_ext[b * n_ext..(b + 1) * n_ext]);
     }
     let mut upcoming = snapshot.upcoming.clone();
     upcoming.sort();
@@ -411,9 +425,14 @@ pub fn plan_scale_up(
             if remaining[c].is_empty() {
                 return Vec::new();
             }
+            // `check_fit` on an empty template node, without building reasons.
             templates
                 .iter()
-                .map(|t| check_fit(class.rep, &t.node, &[]).is_ok())
+                .zip(&caps)
+                .map(|(t, cap)| {
+                    fits_empty(&class.demand, cap)
+                        && static_fits(class.rep, &t.node.labels, &t.node.taints)
+                })
                 .collect()
         })
         .collect();
@@ -493,12 +512,20 @@ pub fn plan_scale_up(
             else {
                 break;
             };
-            let mut estimates: Vec<Estimate<'_>> = Vec::new();
+            let mut estimates: Vec<Estimate> = Vec::new();
             for (g, ts) in options
                 .iter()
                 .filter(|(_, ts)| templates[ts[0]].priority == top)
             {
-                let e = ctx.estimate(g, ts, &remaining, &planned, &headroom, &zone_nodes);
+                let e = ctx.estimate(
+                    g,
+                    ts,
+                    &remaining,
+                    &mut planned,
+                    &headroom,
+                    &zone_nodes,
+                    false,
+                );
                 if e.placed > 0 {
                     estimates.push(e);
                 } else {
@@ -517,6 +544,19 @@ pub fn plan_scale_up(
                 continue;
             }
             let best = estimates.swap_remove(0);
+            // Trials leave `planned` as it was; the winner is packed again, for good (the same
+            // packing: the state is the one its trial saw).
+            if let Some((g, ts)) = options.iter().find(|(g, _)| *g == best.group) {
+                ctx.estimate(
+                    g,
+                    ts,
+                    &remaining,
+                    &mut planned,
+                    &headroom,
+                    &zone_nodes,
+                    true,
+                );
+            }
             estimates.sort_by(|a, b| a.group.cmp(&b.group));
             let others: Vec<String> = estimates
                 .iter()
@@ -542,7 +582,6 @@ pub fn plan_scale_up(
                     format!("; more waste: {}", others.join(", "))
                 }
             ));
-            planned = best.planned;
             let mut taken = vec![false; pods.len()];
             for members in &planned.members {
                 for &(_, m) in members {
@@ -655,19 +694,27 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
     /// Packs the remaining pods for one group (its templates `ts`): onto room left on the
     /// nodes planned so far, then onto new nodes of the group, each in the zone with the fewest
     /// of the group's nodes among those the pod fits and that have headroom.
+    ///
+    /// With `keep` the packing stays in `planned`; without, `planned` is left exactly as it
+    /// was (a trial: the placer's changes are rolled back, added nodes and members removed).
+    #[allow(clippy::too_many_arguments)]
     fn estimate(
         &self,
         group: &str,
         ts: &[usize],
         remaining: &[Vec<usize>],
-        planned: &Planned<'c>,
+        planned: &mut Planned<'c>,
         headroom: &[u32],
         zone_nodes: &[u32],
-    ) -> Estimate<'c> {
+        keep: bool,
+    ) -> Estimate {
         let mut left: Vec<u32> = ts.iter().map(|&t| headroom[t]).collect();
         let mut count: Vec<u32> = ts.iter().map(|&t| zone_nodes[t]).collect();
-        let mut p = planned.clone();
+        let p = planned;
+        let checkpoint = p.placer.begin();
         let first_new = p.template.len();
+        // Nodes planned before this estimate that received a member, in order.
+        let mut touched: Vec<usize> = Vec::new();
         let mut placed = 0usize;
         for (c, class) in self.classes.iter().enumerate() {
             if remaining[c].is_empty() || !ts.iter().any(|&t| self.feasible[c][t]) {
@@ -677,6 +724,9 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 let pod = &self.pods[m];
                 if let Some(at) = p.placer.place(c, pod, &class.demand, false) {
                     p.members[at.bin].push((c, m));
+                    if at.bin < first_new {
+                        touched.push(at.bin);
+                    }
                     placed += 1;
                     continue;
                 }
@@ -690,10 +740,9 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 let Some(k) = zone else { continue };
                 let t = ts[k];
                 let node = &self.templates[t].node;
-                let bin =
-                    p.placer
-                        .bins
-                        .push(&node.labels, &node.taints, self.caps[t].clone(), true);
+                let bin = p
+                    .placer
+                    .push_bin(&node.labels, &node.taints, self.caps[t].clone(), true);
                 p.template.push(t);
                 p.members.push(Vec::new());
                 left[k] -= 1;
@@ -729,10 +778,19 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 (cap - used) as f64 / cap as f64
             }
         };
+        if keep {
+            p.placer.commit();
+        } else {
+            p.placer.rollback(checkpoint);
+            for &b in touched.iter().rev() {
+                p.members[b].pop();
+            }
+            p.template.truncate(first_new);
+            p.members.truncate(first_new);
+        }
         Estimate {
             group: group.to_owned(),
             priority: ts.first().map_or(0, |&t| self.templates[t].priority),
-            planned: p,
             opened,
             placed,
             cpu_waste: idle(cap_cpu, used_cpu),
