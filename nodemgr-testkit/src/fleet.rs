@@ -715,7 +715,13 @@ fn keep_workloads(
             .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node))
             .count()
     };
-    let node_names: Vec<String> = state.nodes.keys().cloned().collect();
+    // A dark node carries the unreachable NoSchedule taint: no DaemonSet pod lands there.
+    let node_names: Vec<String> = state
+        .nodes
+        .values()
+        .filter(|n| !n.dark)
+        .map(|n| n.spec.name.clone())
+        .collect();
     for (workload, serial, missing_since) in &mut state.workloads {
         let mine: Vec<&Value> = pods
             .iter()

@@ -1,0 +1,619 @@
+//! The cluster port ([`nodemgr_core::ports::ClusterApi`]) over kube-rs: what the core's
+//! executors read comes from reflector stores fed by watches (NodeGroups, Nodes, node Leases,
+//! Pods, PodDisruptionBudgets), what they change goes to the API server as merge patches, the
+//! `pods/eviction` subresource and deletes with UID preconditions; events go to
+//! `events.k8s.io/v1`.
+//!
+//! Errors are mapped as the port's contract says: 404 → `NotFound`, 409 and failed
+//! preconditions → `Conflict`, 429 → `TooManyRequests` (on the eviction subresource: a refusal by
+//! a PodDisruptionBudget), 5xx, timeouts and connection failures → `Unavailable`, the rest →
+//! `Other` with the server's message.
+//!
+//! A watch that drops or fails is restarted with kube-runtime's default backoff; the stores keep
+//! serving the last state meanwhile, and [`KubeCluster::ready`] stays true once every store has
+//! had its first complete list.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use nodemgr_core::model::{self as core, Timestamp, keys};
+use nodemgr_core::ports::{
+    ClusterError, ClusterRead, EventApi, EventKind, EvictionResult, NodeApi, NodePatch, PodApi,
+    PodRef, Precondition, RecordedEvent,
+};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::convert::{self, lease_renew_time, node_to_core, pdb_to_core, pod_to_core};
+use crate::crd::NodeGroup;
+
+/// Name of the Secret holding each group's desired configuration checksum (facts §4).
+pub const CHECKSUMS_SECRET: &str = "configuration-checksums";
+
+/// Maps a kube error to the port's error (see the module docs).
+pub fn map_error(what: &str, error: kube::Error) -> ClusterError {
+    match &error {
+        kube::Error::Api(status) => {
+            let message = format!("{what}: {} ({})", status.message, status.reason);
+            match status.code {
+                404 => ClusterError::NotFound(message),
+                409 => ClusterError::Conflict(message),
+                429 => ClusterError::TooManyRequests(message),
+                c if c >= 500 => ClusterError::Unavailable(message),
+                _ => ClusterError::Other(message),
+            }
+        }
+        _ => ClusterError::Unavailable(format!("{what}: {error}")),
+    }
+}
+
+/// The reflector stores the port reads from.
+#[derive(Clone)]
+struct Stores {
+    groups: Store<NodeGroup>,
+    nodes: Store<Node>,
+    leases: Store<Lease>,
+    pods: Store<Pod>,
+    pdbs: Store<PodDisruptionBudget>,
+}
+
+/// The cluster port over one kube [`Client`].
+#[derive(Clone)]
+pub struct KubeCluster {
+    client: Client,
+    stores: Stores,
+    reporter: String,
+    checksums_namespace: String,
+    writes: Arc<AtomicU64>,
+}
+
+/// The watch tasks feeding a [`KubeCluster`]'s stores; dropping it stops them.
+pub struct Watches {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn spawn_reflector<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, writer) = reflector::store();
+    let kind = K::kind(&K::DynamicType::default()).to_string();
+    let stream = reflector::reflector(writer, watcher(api, config))
+        .default_backoff()
+        .touched_objects();
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            if let Err(error) = item {
+                tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
+            }
+        }
+    });
+    (reader, task)
+}
+
+impl KubeCluster {
+    /// Starts the watches and returns the port with them. `reporter` names the component in
+    /// events (`node-manager`). Reads see empty stores until [`KubeCluster::wait_ready`].
+    pub fn start(client: Client, reporter: impl Into<String>) -> (KubeCluster, Watches) {
+        let (groups, t1) = spawn_reflector(
+            Api::<NodeGroup>::all(client.clone()),
+            watcher::Config::default(),
+        );
+        let (nodes, t2) =
+            spawn_reflector(Api::<Node>::all(client.clone()), watcher::Config::default());
+        let (leases, t3) = spawn_reflector(
+            Api::<Lease>::namespaced(client.clone(), keys::NODE_LEASE_NAMESPACE),
+            watcher::Config::default(),
+        );
+        let (pods, t4) =
+            spawn_reflector(Api::<Pod>::all(client.clone()), watcher::Config::default());
+        let (pdbs, t5) = spawn_reflector(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            watcher::Config::default(),
+        );
+        (
+            KubeCluster {
+                client,
+                stores: Stores {
+                    groups,
+                    nodes,
+                    leases,
+                    pods,
+                    pdbs,
+                },
+                reporter: reporter.into(),
+                checksums_namespace: keys::NAMESPACE.to_owned(),
+                writes: Arc::new(AtomicU64::new(0)),
+            },
+            Watches {
+                tasks: vec![t1, t2, t3, t4, t5],
+            },
+        )
+    }
+
+    /// Waits until every store has had its first complete list.
+    ///
+    /// # Errors
+    /// When a watch task ended before that (the runtime is shutting down).
+    pub async fn wait_ready(&self) -> Result<(), ClusterError> {
+        let s = &self.stores;
+        let gone = |_| ClusterError::Unavailable("a watch stopped before its first list".into());
+        s.groups.wait_until_ready().await.map_err(gone)?;
+        s.nodes.wait_until_ready().await.map_err(gone)?;
+        s.leases.wait_until_ready().await.map_err(gone)?;
+        s.pods.wait_until_ready().await.map_err(gone)?;
+        s.pdbs.wait_until_ready().await.map_err(gone)?;
+        Ok(())
+    }
+
+    /// The kube client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// How many writes (patches, evictions, deletes) this port has sent.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// The NodeGroups as the API returns them (with status), from the store.
+    pub fn node_group_objects(&self) -> Vec<Arc<NodeGroup>> {
+        self.stores.groups.state()
+    }
+
+    /// The Lease renew time of each node, from the store.
+    pub fn lease_renewals(&self) -> BTreeMap<String, Timestamp> {
+        self.stores
+            .leases
+            .state()
+            .iter()
+            .filter_map(|l| Some((l.metadata.name.clone()?, lease_renew_time(l)?)))
+            .collect()
+    }
+
+    /// Writes a NodeGroup's status (merge patch of the status subresource).
+    ///
+    /// # Errors
+    /// The port's errors.
+    pub async fn patch_group_status(
+        &self,
+        name: &str,
+        status: &core::NodeGroupStatus,
+    ) -> Result<(), ClusterError> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let api = Api::<NodeGroup>::all(self.client.clone());
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| map_error(&format!("patch status of NodeGroup {name}"), e))
+    }
+
+    /// Replaces the taints of a node (a JSON merge patch replaces the list whole), guarded by
+    /// the resourceVersion it was computed from when given.
+    ///
+    /// # Errors
+    /// The port's errors; `Conflict` when the node changed since `resource_version`.
+    pub async fn replace_node_taints(
+        &self,
+        name: &str,
+        taints: &[core::Taint],
+    ) -> Result<(), ClusterError> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let taints: Vec<_> = taints.iter().map(convert::taint_from_core).collect();
+        Api::<Node>::all(self.client.clone())
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": taints}})),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| map_error(&format!("set taints of node {name}"), e))
+    }
+}
+
+/// The merge patch of the labels, annotations and unschedulable flag of a [`NodePatch`].
+fn node_merge_patch(patch: &NodePatch) -> Value {
+    let mut metadata = serde_json::Map::new();
+    let map = |m: &BTreeMap<String, Option<String>>| -> Value {
+        m.iter()
+            .map(|(k, v)| (k.clone(), v.clone().map_or(Value::Null, Value::String)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    if !patch.labels.is_empty() {
+        metadata.insert("labels".into(), map(&patch.labels));
+    }
+    if !patch.annotations.is_empty() {
+        metadata.insert("annotations".into(), map(&patch.annotations));
+    }
+    let mut out = json!({"metadata": metadata});
+    if let Some(u) = patch.unschedulable {
+        out["spec"] = json!({"unschedulable": u});
+    }
+    out
+}
+
+#[async_trait]
+impl ClusterRead for KubeCluster {
+    async fn list_node_groups(&self) -> Result<Vec<core::NodeGroup>, ClusterError> {
+        let mut groups: Vec<_> = self
+            .stores
+            .groups
+            .state()
+            .iter()
+            .map(|g| g.to_core())
+            .collect();
+        groups.sort_by(|a, b| a.name().cmp(b.name()));
+        Ok(groups)
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<core::Node>, ClusterError> {
+        let leases = self.lease_renewals();
+        let mut nodes: Vec<core::Node> = self
+            .stores
+            .nodes
+            .state()
+            .iter()
+            .map(|n| {
+                let mut node = node_to_core(n);
+                if let Some(renew) = leases.get(&node.name) {
+                    node.last_heartbeat = Some(*renew);
+                }
+                node
+            })
+            .collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(nodes)
+    }
+
+    async fn list_pods(&self) -> Result<Vec<core::Pod>, ClusterError> {
+        Ok(self
+            .stores
+            .pods
+            .state()
+            .iter()
+            .map(|p| pod_to_core(p))
+            .collect())
+    }
+
+    async fn list_pods_on_node(&self, node: &str) -> Result<Vec<core::Pod>, ClusterError> {
+        Ok(self
+            .stores
+            .pods
+            .state()
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .map(|p| pod_to_core(p))
+            .collect())
+    }
+
+    async fn list_pod_disruption_budgets(
+        &self,
+    ) -> Result<Vec<core::PodDisruptionBudget>, ClusterError> {
+        Ok(self
+            .stores
+            .pdbs
+            .state()
+            .iter()
+            .map(|p| pdb_to_core(p))
+            .collect())
+    }
+
+    async fn configuration_checksums(&self) -> Result<BTreeMap<String, String>, ClusterError> {
+        let api = Api::<Secret>::namespaced(self.client.clone(), &self.checksums_namespace);
+        let secret = match api.get_opt(CHECKSUMS_SECRET).await {
+            Ok(Some(secret)) => secret,
+            Ok(None) => return Ok(BTreeMap::new()),
+            Err(e) => return Err(map_error("read Secret configuration-checksums", e)),
+        };
+        let mut out = BTreeMap::new();
+        for (group, value) in secret.data.unwrap_or_default() {
+            match String::from_utf8(value.0) {
+                Ok(checksum) => {
+                    out.insert(group, checksum);
+                }
+                Err(_) => tracing::warn!(%group, "configuration checksum is not UTF-8; ignored"),
+            }
+        }
+        for (group, value) in secret.string_data.unwrap_or_default() {
+            out.insert(group, value);
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl NodeApi for KubeCluster {
+    async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<core::Node, ClusterError> {
+        let api = Api::<Node>::all(self.client.clone());
+        let what = format!("patch node {name}");
+        if !patch.add_taints.is_empty() || !patch.remove_taints.is_empty() {
+            // Taints are a list: read-modify-write guarded by resourceVersion, a few tries.
+            for _ in 0..3 {
+                let node = api.get(name).await.map_err(|e| map_error(&what, e))?;
+                let mut view = node_to_core(&node);
+                patch.apply_to(&mut view);
+                let taints: Vec<_> = view.taints.iter().map(convert::taint_from_core).collect();
+                let mut body = node_merge_patch(patch);
+                body["spec"]["taints"] = serde_json::to_value(taints).unwrap_or(Value::Null);
+                body["metadata"]["resourceVersion"] =
+                    json!(node.metadata.resource_version.clone().unwrap_or_default());
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                match api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(body))
+                    .await
+                {
+                    Ok(node) => return Ok(node_to_core(&node)),
+                    Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                    Err(e) => return Err(map_error(&what, e)),
+                }
+            }
+            return Err(ClusterError::Conflict(format!(
+                "{what}: the node kept changing while its taints were updated"
+            )));
+        }
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(node_merge_patch(patch)),
+        )
+        .await
+        .map(|n| node_to_core(&n))
+        .map_err(|e| map_error(&what, e))
+    }
+
+    async fn delete_node(
+        &self,
+        name: &str,
+        precondition: &Precondition,
+    ) -> Result<(), ClusterError> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut params = DeleteParams::background();
+        if let Precondition::Uid(uid) = precondition {
+            params.preconditions = Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            });
+        }
+        Api::<Node>::all(self.client.clone())
+            .delete(name, &params)
+            .await
+            .map(|_| ())
+            .map_err(|e| map_error(&format!("delete node {name}"), e))
+    }
+}
+
+#[async_trait]
+impl PodApi for KubeCluster {
+    async fn evict_pod(&self, pod: &PodRef) -> Result<EvictionResult, ClusterError> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
+        let eviction = Eviction {
+            metadata: ObjectMeta {
+                name: Some(pod.name.clone()),
+                namespace: Some(pod.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            delete_options: None,
+        };
+        match api
+            .create_subresource::<_, Value>(
+                "eviction",
+                &pod.name,
+                &PostParams::default(),
+                &eviction,
+            )
+            .await
+        {
+            Ok(_) => Ok(EvictionResult::Evicted),
+            Err(kube::Error::Api(s)) if s.code == 429 => {
+                Ok(EvictionResult::RefusedByBudget(s.message.clone()))
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(EvictionResult::Gone),
+            Err(e) => Err(map_error(&format!("evict pod {pod}"), e)),
+        }
+    }
+
+    async fn delete_pod(
+        &self,
+        pod: &PodRef,
+        grace_period: Option<Duration>,
+        precondition: &Precondition,
+    ) -> Result<(), ClusterError> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut params = DeleteParams::default();
+        if let Some(grace) = grace_period {
+            params.grace_period_seconds = Some(u32::try_from(grace.as_secs()).unwrap_or(u32::MAX));
+        }
+        if let Precondition::Uid(uid) = precondition {
+            params.preconditions = Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            });
+        }
+        Api::<Pod>::namespaced(self.client.clone(), &pod.namespace)
+            .delete(&pod.name, &params)
+            .await
+            .map(|_| ())
+            .map_err(|e| map_error(&format!("delete pod {pod}"), e))
+    }
+}
+
+static EVENT_SERIAL: AtomicU64 = AtomicU64::new(0);
+
+#[async_trait]
+impl EventApi for KubeCluster {
+    async fn emit_event(&self, event: &RecordedEvent) -> Result<(), ClusterError> {
+        let namespace = if event.regarding.namespace.is_empty() {
+            "default".to_owned()
+        } else {
+            event.regarding.namespace.clone()
+        };
+        let serial = EVENT_SERIAL.fetch_add(1, Ordering::Relaxed);
+        let name = format!(
+            "{}.{:x}{:04x}",
+            event.regarding.name,
+            event.time.as_millis(),
+            serial % 0x1_0000
+        );
+        let api_version = match event.regarding.kind.as_str() {
+            "NodeGroup" => "deckhouse.io/v1",
+            _ => "v1",
+        };
+        let body = Event {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(convert::to_jiff(event.time))),
+            reporting_controller: Some(format!("deckhouse.io/{}", self.reporter)),
+            reporting_instance: Some(self.reporter.clone()),
+            action: Some(event.reason.clone()),
+            reason: Some(event.reason.clone()),
+            note: Some(event.message.clone()),
+            type_: Some(
+                match event.kind {
+                    EventKind::Normal => "Normal",
+                    EventKind::Warning => "Warning",
+                }
+                .to_owned(),
+            ),
+            regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(api_version.to_owned()),
+                kind: Some(event.regarding.kind.clone()),
+                name: Some(event.regarding.name.clone()),
+                namespace: (!event.regarding.namespace.is_empty())
+                    .then(|| event.regarding.namespace.clone()),
+                ..Default::default()
+            }),
+            ..Event::default()
+        };
+        Api::<Event>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &body)
+            .await
+            .map(|_| ())
+            .map_err(|e| map_error("record event", e))
+    }
+}
+
+/// Decodes a base64 Secret value (for tests and tools that read the Secret as JSON).
+pub fn decode_checksum(value: &str) -> Option<String> {
+    base64::engine::general_purpose::STANDARD
+        .decode(value)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+}
+
+/// A kube client for node-manager from a kubeconfig file, or the in-cluster configuration
+/// (then `KUBECONFIG` and `~/.kube/config`) when `kubeconfig` is `None`.
+///
+/// kube's built-in retry of 429/503/504 is turned off: it would retry an eviction refused by a
+/// PodDisruptionBudget (HTTP 429) for minutes inside one call, while the drain policy wants to
+/// see the refusal at once and retry on its own schedule (every 20 s); the controllers retry
+/// every other failure themselves.
+///
+/// # Errors
+/// When no configuration can be found or read.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, kube::Error> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path).map_err(kube::Error::InferKubeconfig)?;
+            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .map_err(kube::Error::InferKubeconfig)?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(kube::Error::InferConfig)?,
+    };
+    config.default_retry = false;
+    Client::try_from(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_patches_become_merge_patches_with_nulls_for_removals() {
+        let patch = NodePatch::new()
+            .set_annotation("a", "1")
+            .remove_annotation("b")
+            .remove_label("c")
+            .unschedulable(true);
+        assert_eq!(
+            node_merge_patch(&patch),
+            json!({
+                "metadata": {"annotations": {"a": "1", "b": null}, "labels": {"c": null}},
+                "spec": {"unschedulable": true},
+            })
+        );
+        assert_eq!(node_merge_patch(&NodePatch::new()), json!({"metadata": {}}));
+    }
+
+    #[test]
+    fn api_errors_map_to_the_port_contract() {
+        let api = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("boom", "Reason")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert!(matches!(
+            map_error("x", api(404)),
+            ClusterError::NotFound(_)
+        ));
+        assert!(matches!(
+            map_error("x", api(409)),
+            ClusterError::Conflict(_)
+        ));
+        assert!(matches!(
+            map_error("x", api(429)),
+            ClusterError::TooManyRequests(_)
+        ));
+        assert!(matches!(
+            map_error("x", api(503)),
+            ClusterError::Unavailable(_)
+        ));
+        assert!(matches!(map_error("x", api(403)), ClusterError::Other(_)));
+    }
+
+    #[test]
+    fn checksums_decode_from_base64() {
+        assert_eq!(decode_checksum("Z2VuMQ==").as_deref(), Some("gen1"));
+        assert_eq!(decode_checksum("%%%"), None);
+    }
+}

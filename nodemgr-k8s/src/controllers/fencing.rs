@@ -1,0 +1,192 @@
+//! The fencing controller: every node labelled `node-manager.deckhouse.io/fencing-enabled`
+//! whose heartbeat (its Lease's `renewTime`, or the Ready condition's, whichever is newer) is
+//! older than its group's `fencing.watchdog.timeout` (60 s) is fenced — its watchdog has
+//! rebooted it by then — with the core's plan ([`nodemgr_core::fencing::plan_fencing`]): all its
+//! pods deleted with grace period 0 (UID preconditions), then, in a later pass once none is
+//! left, the Node (kept for Static and CloudStatic nodes, only reported in `Notify` mode). A zone
+//! where too many fenced nodes went silent together is held back by the storm guard: an event
+//! and `nodemgr_fencing_storm_suppressed{zone}` say so, and nobody there is fenced.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use nodemgr_core::fencing::{FencedNode, FencingCommand, FencingConfig, plan_fencing};
+use nodemgr_core::model::{NodeType, keys};
+use nodemgr_core::ports::{
+    ClusterRead, EventApi, EventKind, NodeApi, ObjectRef, PodApi, PodRef, Precondition,
+    RecordedEvent,
+};
+use tokio::sync::watch;
+
+use super::{now, wait};
+use crate::cluster::KubeCluster;
+use crate::metrics::{Metrics, ZoneLabels};
+
+/// One pass: plans and carries out the fencing of silent nodes. Returns the next deadline.
+///
+/// # Errors
+/// When the cluster cannot be read (nothing was done).
+pub async fn pass(
+    cluster: &KubeCluster,
+    config: &FencingConfig,
+    metrics: &Metrics,
+    suppressed_before: &mut BTreeSet<String>,
+) -> Result<Option<nodemgr_core::model::Timestamp>, nodemgr_core::ports::ClusterError> {
+    let now = now();
+    let groups = cluster.list_node_groups().await?;
+    let nodes = cluster.list_nodes().await?;
+    let pods = cluster.list_pods().await?;
+    let leases = cluster.lease_renewals();
+    let by_name: BTreeMap<&str, _> = groups.iter().map(|g| (g.name(), g)).collect();
+    let mut pods_on: BTreeMap<&str, Vec<&nodemgr_core::model::Pod>> = BTreeMap::new();
+    for pod in &pods {
+        if let Some(node) = pod.node_name.as_deref() {
+            pods_on.entry(node).or_default().push(pod);
+        }
+    }
+    let mut fenced = Vec::new();
+    let mut uids = BTreeMap::new();
+    for node in &nodes {
+        if !node.labels.contains_key(keys::LABEL_FENCING_ENABLED) {
+            continue;
+        }
+        let Some(group) = node.group().and_then(|g| by_name.get(g)) else {
+            continue;
+        };
+        let Some(settings) = group.spec.fencing.as_ref() else {
+            continue;
+        };
+        let node_type = group
+            .spec
+            .node_type
+            .clone()
+            .unwrap_or(NodeType::CloudEphemeral);
+        match FencedNode::from_node(
+            node,
+            settings,
+            node_type,
+            leases.get(&node.name).copied(),
+            pods_on
+                .get(node.name.as_str())
+                .is_some_and(|p| !p.is_empty()),
+        ) {
+            Ok(view) => {
+                uids.insert(node.name.clone(), node.uid.clone());
+                fenced.push(view);
+            }
+            Err(error) => {
+                tracing::warn!(node = %node.name, group = %group.name(), %error, "fencing settings unreadable; node not fenced");
+            }
+        }
+    }
+    let plan = plan_fencing(&fenced, config, now);
+    let suppressed_now: BTreeSet<String> = plan.suppressed.iter().map(|s| s.zone.clone()).collect();
+    for s in &plan.suppressed {
+        metrics
+            .fencing_suppressed
+            .get_or_create(&ZoneLabels {
+                zone: s.zone.clone(),
+            })
+            .set(1);
+        if !suppressed_before.contains(&s.zone) {
+            tracing::warn!("{s}");
+            let group = fenced
+                .iter()
+                .find(|n| n.zone == s.zone)
+                .map(|n| n.group.clone())
+                .unwrap_or_default();
+            let _ = cluster
+                .emit_event(&RecordedEvent {
+                    regarding: ObjectRef::node_group(group),
+                    kind: EventKind::Warning,
+                    reason: "FencingSuppressed".into(),
+                    message: format!("{s}: a partition or a control-plane problem is more likely than dead nodes; nobody there is fenced"),
+                    time: now,
+                })
+                .await;
+        }
+    }
+    for zone in suppressed_before.difference(&suppressed_now) {
+        metrics
+            .fencing_suppressed
+            .get_or_create(&ZoneLabels { zone: zone.clone() })
+            .set(0);
+    }
+    *suppressed_before = suppressed_now;
+    for command in &plan.commands {
+        tracing::info!("{command}");
+        let (action, node) = match command {
+            FencingCommand::DeletePods { node } => {
+                for pod in pods_on.get(node.as_str()).into_iter().flatten() {
+                    let pod_ref = PodRef::of(pod);
+                    let result = cluster
+                        .delete_pod(
+                            &pod_ref,
+                            Some(Duration::ZERO),
+                            &Precondition::Uid(pod.uid.clone()),
+                        )
+                        .await;
+                    if let Err(error) = result
+                        && !error.is_not_found()
+                    {
+                        tracing::warn!(%node, pod = %pod_ref, %error, "fencing could not delete a pod; retried next pass");
+                    }
+                }
+                ("delete_pods", node)
+            }
+            FencingCommand::DeleteNode { node } => {
+                let uid = uids.get(node).cloned().unwrap_or_default();
+                if let Err(error) = cluster.delete_node(node, &Precondition::Uid(uid)).await
+                    && !error.is_not_found()
+                {
+                    tracing::warn!(%node, %error, "fencing could not delete the node; retried next pass");
+                    continue;
+                }
+                ("delete_node", node)
+            }
+            FencingCommand::Notify { node, .. } => ("notify", node),
+        };
+        Metrics::action(&metrics.fencing_actions, action);
+        let _ = cluster
+            .emit_event(&RecordedEvent {
+                regarding: ObjectRef::node(node.clone()),
+                kind: EventKind::Warning,
+                reason: match action {
+                    "delete_pods" => "FencingDeletePods",
+                    "delete_node" => "FencingDeleteNode",
+                    _ => "FencingNotify",
+                }
+                .into(),
+                message: command.to_string(),
+                time: now,
+            })
+            .await;
+    }
+    Ok(plan.next_deadline)
+}
+
+/// Runs fencing passes until `stop`.
+pub async fn run(
+    cluster: KubeCluster,
+    period: Duration,
+    config: FencingConfig,
+    metrics: Metrics,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut suppressed = BTreeSet::new();
+    loop {
+        let started = Instant::now();
+        let result = pass(&cluster, &config, &metrics, &mut suppressed).await;
+        let deadline = match &result {
+            Ok(deadline) => *deadline,
+            Err(error) => {
+                tracing::warn!(%error, "fencing pass could not read the cluster; retrying");
+                None
+            }
+        };
+        metrics.reconciled("fencing", started.elapsed().as_secs_f64(), result.is_err());
+        if !wait(period, deadline, &mut stop).await {
+            break;
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The controllers node-manager runs, each a small module deciding one thing with a core policy
+//! and acting through the cluster port ([`crate::cluster::KubeCluster`]):
+//!
+//! | controller | decides with | acts on |
+//! |---|---|---|
+//! | [`status`] | `nodemgr_core::group_status` | NodeGroup `status` |
+//! | [`template`] | `nodemgr_core::node_template` | node labels, annotations, taints |
+//! | [`update`] | `nodemgr_core::executor` (update planner + drains) | node annotations, cordon, evictions |
+//! | [`fencing`] | `nodemgr_core::fencing` (with the storm guard) | pods and Nodes of silent fenced nodes |
+//!
+//! `status` and `template` are kube-runtime `Controller`s reconciling one NodeGroup at a time,
+//! woken by changes of the group or of its Nodes (and a periodic resync); `update` and
+//! `fencing` decide over the whole cluster at once, so they are loops woken on a period and at
+//! their policies' next deadlines. [`run`] starts the enabled ones and stops them together.
+
+pub mod fencing;
+pub mod status;
+pub mod template;
+pub mod update;
+
+use std::time::{Duration, SystemTime};
+
+use nodemgr_core::fencing::FencingConfig;
+use nodemgr_core::model::Timestamp;
+use tokio::sync::watch;
+
+use crate::cluster::KubeCluster;
+use crate::metrics::Metrics;
+
+/// Which controllers run and how often.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Run the NodeGroup status controller.
+    pub status: bool,
+    /// Run the node template controller.
+    pub template: bool,
+    /// Run the update controller.
+    pub update: bool,
+    /// Run the fencing controller.
+    pub fencing: bool,
+    /// Resync period of the status and template controllers. Default 30 s.
+    pub resync: Duration,
+    /// Period of the update controller (it also runs at its drains' deadlines). Default 10 s.
+    pub update_period: Duration,
+    /// Period of the fencing controller (it also runs at the next heartbeat deadline).
+    /// Default 5 s.
+    pub fencing_period: Duration,
+    /// The fencing policy's settings (deadline, storm guard).
+    pub fencing_config: FencingConfig,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            status: true,
+            template: true,
+            update: true,
+            fencing: true,
+            resync: Duration::from_secs(30),
+            update_period: Duration::from_secs(10),
+            fencing_period: Duration::from_secs(5),
+            fencing_config: FencingConfig::default(),
+        }
+    }
+}
+
+/// The wall clock as the core's timestamp (the adapters' only clock read).
+pub fn now() -> Timestamp {
+    let millis = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    Timestamp::from_millis(millis)
+}
+
+/// Sleeps until `deadline` (core time) or `period`, whichever comes first, or until `stop`.
+/// Returns false when stopped.
+pub(crate) async fn wait(
+    period: Duration,
+    deadline: Option<Timestamp>,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let mut sleep = period;
+    if let Some(deadline) = deadline {
+        let until = deadline.saturating_since(now());
+        sleep = sleep.min(until.max(Duration::from_millis(50)));
+    }
+    tokio::select! {
+        () = tokio::time::sleep(sleep) => !*stop.borrow(),
+        _ = stop.changed() => false,
+    }
+}
+
+/// Runs the enabled controllers until `stop` turns true.
+pub async fn run(
+    cluster: KubeCluster,
+    settings: Settings,
+    metrics: Metrics,
+    stop: watch::Receiver<bool>,
+) {
+    if let Err(error) = cluster.wait_ready().await {
+        tracing::error!(%error, "the caches never filled; controllers not started");
+        return;
+    }
+    let mut tasks = Vec::new();
+    if settings.status {
+        tasks.push(tokio::spawn(status::run(
+            cluster.clone(),
+            settings.resync,
+            metrics.clone(),
+            stop.clone(),
+        )));
+    }
+    if settings.template {
+        tasks.push(tokio::spawn(template::run(
+            cluster.clone(),
+            settings.resync,
+            metrics.clone(),
+            stop.clone(),
+        )));
+    }
+    if settings.update {
+        tasks.push(tokio::spawn(update::run(
+            cluster.clone(),
+            settings.update_period,
+            metrics.clone(),
+            stop.clone(),
+        )));
+    }
+    if settings.fencing {
+        tasks.push(tokio::spawn(fencing::run(
+            cluster.clone(),
+            settings.fencing_period,
+            settings.fencing_config.clone(),
+            metrics.clone(),
+            stop.clone(),
+        )));
+    }
+    tracing::info!(controllers = tasks.len(), "controllers running");
+    for task in tasks {
+        if let Err(error) = task.await {
+            tracing::error!(%error, "a controller task panicked");
+        }
+    }
+}

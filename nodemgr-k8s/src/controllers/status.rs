@@ -1,0 +1,154 @@
+//! The NodeGroup status controller: for each group, `status` (nodes, ready, upToDate,
+//! min/max/desired, conditions, `error` for a spec nodemgr would reject) computed by
+//! [`nodemgr_core::group_status::group_status`] from a fresh list of the group's Nodes and its
+//! desired configuration checksum, written to the status subresource when it changed. A
+//! kube-runtime `Controller` over NodeGroups, woken by changes of the group and of Nodes
+//! labelled with it, and every resync period (the checksum Secret changes without a watch).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::ListParams;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use nodemgr_core::group_status::{StatusInput, group_status};
+use nodemgr_core::model::keys;
+use nodemgr_core::ports::{ClusterError, ClusterRead};
+use nodemgr_core::validate::{ValidationContext, validate_node_group};
+use tokio::sync::watch;
+
+use super::now;
+use crate::cluster::{KubeCluster, map_error};
+use crate::convert::node_to_core;
+use crate::crd::NodeGroup;
+use crate::metrics::{GroupLabels, Metrics};
+
+struct Context {
+    cluster: KubeCluster,
+    metrics: Metrics,
+    resync: Duration,
+}
+
+/// The group's nodes, read fresh from the API (the trigger may be newer than any cache).
+pub(crate) async fn group_nodes(
+    cluster: &KubeCluster,
+    group: &str,
+) -> Result<Vec<Node>, ClusterError> {
+    Api::<Node>::all(cluster.client().clone())
+        .list(&ListParams::default().labels(&format!("{}={group}", keys::LABEL_NODE_GROUP)))
+        .await
+        .map(|l| l.items)
+        .map_err(|e| map_error(&format!("list nodes of group {group}"), e))
+}
+
+async fn reconcile(group: Arc<NodeGroup>, ctx: Arc<Context>) -> Result<Action, ClusterError> {
+    let started = Instant::now();
+    let result = reconcile_inner(&group, &ctx).await;
+    ctx.metrics
+        .reconciled("status", started.elapsed().as_secs_f64(), result.is_err());
+    result
+}
+
+async fn reconcile_inner(group: &NodeGroup, ctx: &Context) -> Result<Action, ClusterError> {
+    let core = group.to_core();
+    let name = core.name().to_owned();
+    let nodes: Vec<_> = group_nodes(&ctx.cluster, &name)
+        .await?
+        .iter()
+        .map(node_to_core)
+        .collect();
+    let checksums = ctx.cluster.configuration_checksums().await?;
+    let errors = validate_node_group(&core, &ValidationContext::default());
+    let error = (!errors.is_empty()).then(|| {
+        errors
+            .iter()
+            .map(|e| format!("{}: {}", e.path, e.message))
+            .collect::<Vec<_>>()
+            .join("; ")
+    });
+    let status = group_status(&StatusInput {
+        group: &core,
+        nodes: nodes.iter().collect(),
+        desired_checksum: checksums.get(&name).map(String::as_str),
+        cloud_zones: &[],
+        machines: None,
+        standby: None,
+        error: error.as_deref(),
+        previous: core.status.as_ref(),
+        now: now(),
+    });
+    let labels = GroupLabels {
+        group: name.clone(),
+    };
+    ctx.metrics
+        .group_nodes
+        .get_or_create(&labels)
+        .set(status.nodes.unwrap_or(0));
+    ctx.metrics
+        .group_ready
+        .get_or_create(&labels)
+        .set(status.ready.unwrap_or(0));
+    ctx.metrics
+        .group_up_to_date
+        .get_or_create(&labels)
+        .set(status.up_to_date.unwrap_or(0));
+    if core.status.as_ref() != Some(&status) {
+        ctx.cluster.patch_group_status(&name, &status).await?;
+        tracing::debug!(group = %name, nodes = status.nodes, ready = status.ready, "status written");
+    }
+    Ok(Action::requeue(ctx.resync))
+}
+
+fn error_policy(group: Arc<NodeGroup>, error: &ClusterError, _: Arc<Context>) -> Action {
+    tracing::warn!(group = %group.name_any(), %error, "status reconcile failed; retrying");
+    Action::requeue(if error.is_retryable() {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(15)
+    })
+}
+
+/// Maps a Node to the NodeGroup it belongs to.
+pub(crate) fn group_of(node: Node) -> Option<ObjectRef<NodeGroup>> {
+    node.labels()
+        .get(keys::LABEL_NODE_GROUP)
+        .map(|g| ObjectRef::new(g))
+}
+
+/// Runs the status controller until `stop`.
+pub async fn run(
+    cluster: KubeCluster,
+    resync: Duration,
+    metrics: Metrics,
+    mut stop: watch::Receiver<bool>,
+) {
+    let client = cluster.client().clone();
+    let ctx = Arc::new(Context {
+        cluster,
+        metrics,
+        resync,
+    });
+    Controller::new(
+        Api::<NodeGroup>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .watches(
+        Api::<Node>::all(client),
+        watcher::Config::default(),
+        group_of,
+    )
+    .graceful_shutdown_on(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })
+    .run(reconcile, error_policy, ctx)
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, "status controller");
+        }
+    })
+    .await;
+}

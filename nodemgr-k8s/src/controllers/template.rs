@@ -1,0 +1,143 @@
+//! The node template controller: the labels, annotations and taints of each group's
+//! `nodeTemplate` on every node of the group, and removed from them once removed from the
+//! template (what was applied is tracked in the node's last-applied annotation), decided by
+//! [`nodemgr_core::node_template::plan_node_template`]. It also keeps the label
+//! `node-manager.deckhouse.io/fencing-mode=<mode>` on nodes of groups with `spec.fencing` (the
+//! fencing-agent DaemonSet selects on it) and removes it from the others. A kube-runtime
+//! `Controller` over NodeGroups, woken by changes of the group and of its Nodes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::ResourceExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use nodemgr_core::model::{FencingMode, keys};
+use nodemgr_core::node_template::plan_node_template;
+use nodemgr_core::ports::{ClusterError, NodeApi, NodePatch};
+use tokio::sync::watch;
+
+use super::status::{group_nodes, group_of};
+use crate::cluster::KubeCluster;
+use crate::convert::node_to_core;
+use crate::crd::NodeGroup;
+use crate::metrics::Metrics;
+
+struct Context {
+    cluster: KubeCluster,
+    metrics: Metrics,
+    resync: Duration,
+}
+
+fn fencing_mode_label(mode: Option<&FencingMode>) -> String {
+    match mode {
+        Some(FencingMode::Notify) => "Notify".into(),
+        _ => "Watchdog".into(),
+    }
+}
+
+async fn reconcile(group: Arc<NodeGroup>, ctx: Arc<Context>) -> Result<Action, ClusterError> {
+    let started = Instant::now();
+    let result = reconcile_inner(&group, &ctx).await;
+    ctx.metrics
+        .reconciled("template", started.elapsed().as_secs_f64(), result.is_err());
+    result
+}
+
+async fn reconcile_inner(group: &NodeGroup, ctx: &Context) -> Result<Action, ClusterError> {
+    let core = group.to_core();
+    let name = core.name().to_owned();
+    let wanted_mode = core
+        .spec
+        .fencing
+        .as_ref()
+        .map(|f| fencing_mode_label(f.mode.as_ref()));
+    let mut failed = None;
+    for object in group_nodes(&ctx.cluster, &name).await? {
+        let node = node_to_core(&object);
+        let change = match plan_node_template(&core, &node) {
+            Ok(change) => change,
+            Err(error) => {
+                tracing::warn!(node = %node.name, group = %name, %error, "node template not applied");
+                continue;
+            }
+        };
+        let mut patch = NodePatch::new();
+        if let Some(change) = &change {
+            patch.labels = change.labels.clone();
+            patch.annotations = change.annotations.clone();
+        }
+        match (&wanted_mode, node.labels.get(keys::LABEL_FENCING_MODE)) {
+            (Some(want), have) if have != Some(want) => {
+                patch = patch.set_label(keys::LABEL_FENCING_MODE, want.clone());
+            }
+            (None, Some(_)) => patch = patch.remove_label(keys::LABEL_FENCING_MODE),
+            _ => {}
+        }
+        let result = async {
+            if let Some(taints) = change.as_ref().and_then(|c| c.taints.as_ref()) {
+                ctx.cluster.replace_node_taints(&node.name, taints).await?;
+            }
+            if !patch.is_empty() {
+                ctx.cluster.patch_node(&node.name, &patch).await?;
+            }
+            Ok::<(), ClusterError>(())
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                if let Some(change) = &change {
+                    tracing::info!(node = %node.name, group = %name, "node template: {}", change.summary());
+                }
+            }
+            Err(error) if error.is_not_found() => {}
+            Err(error) => failed = Some(error),
+        }
+    }
+    match failed {
+        Some(error) => Err(error),
+        None => Ok(Action::requeue(ctx.resync)),
+    }
+}
+
+fn error_policy(group: Arc<NodeGroup>, error: &ClusterError, _: Arc<Context>) -> Action {
+    tracing::warn!(group = %group.name_any(), %error, "template reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Runs the template controller until `stop`.
+pub async fn run(
+    cluster: KubeCluster,
+    resync: Duration,
+    metrics: Metrics,
+    mut stop: watch::Receiver<bool>,
+) {
+    let client = cluster.client().clone();
+    let ctx = Arc::new(Context {
+        cluster,
+        metrics,
+        resync,
+    });
+    Controller::new(
+        Api::<NodeGroup>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .watches(
+        Api::<Node>::all(client),
+        watcher::Config::default(),
+        group_of,
+    )
+    .graceful_shutdown_on(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })
+    .run(reconcile, error_policy, ctx)
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, "template controller");
+        }
+    })
+    .await;
+}

@@ -1,0 +1,478 @@
+//! End to end through kube-rs against the API emulator (nodemgr-testkit), with simulated
+//! kubelets and node agents (its `Fleet`): the real controllers, the real port, the real
+//! watches. Timings are short; every wait is a deadline for something that must happen, never a
+//! measurement.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup step should panic
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodemgr_k8s::cluster::{KubeCluster, client};
+use nodemgr_k8s::controllers::{self, Settings};
+use nodemgr_k8s::leader::{LeaderConfig, LeaderElector};
+use nodemgr_k8s::metrics::Metrics;
+use nodemgr_testkit::{
+    Emulator, Fault, Fleet, FleetConfig, FleetNode, Generation, Impact, Workload, WorkloadKind,
+};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+struct Cluster {
+    emulator: Arc<Emulator>,
+    fleet: Fleet,
+    stop: watch::Sender<bool>,
+    metrics: Metrics,
+    _watches: nodemgr_k8s::cluster::Watches,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+fn fast_fleet() -> FleetConfig {
+    FleetConfig {
+        tick: Duration::from_millis(50),
+        heartbeat: Duration::from_millis(200),
+        grace: Duration::from_secs(1),
+        agent_delay: Duration::from_millis(200),
+        kubelet_restart: Duration::from_millis(200),
+        reboot: Duration::from_millis(300),
+        reschedule: Duration::from_millis(100),
+    }
+}
+
+fn fast_settings() -> Settings {
+    let mut s = Settings {
+        resync: Duration::from_secs(1),
+        update_period: Duration::from_millis(200),
+        fencing_period: Duration::from_millis(200),
+        ..Settings::default()
+    };
+    s.fencing_config.default_timeout = Duration::from_secs(2);
+    s
+}
+
+/// An emulator with the CRDs, `groups` (name → spec) and `nodes` (name, group, zone).
+async fn cluster(
+    groups: &[(&str, Value)],
+    nodes: &[(&str, &str, &str)],
+    settings: Settings,
+) -> Cluster {
+    let emulator = Arc::new(Emulator::start().await.unwrap());
+    for crd in nodemgr_k8s::crd::definitions().unwrap() {
+        emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
+    }
+    let fleet = Fleet::start(emulator.clone(), fast_fleet(), None).unwrap();
+    for (name, spec) in groups {
+        emulator
+            .seed(json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup", "metadata": {"name": name}, "spec": spec}))
+            .unwrap();
+        fleet
+            .publish(
+                name,
+                Generation {
+                    checksum: format!("{name}-gen0"),
+                    impact: Impact::None,
+                    rolling: false,
+                },
+            )
+            .unwrap();
+    }
+    for (name, group, zone) in nodes {
+        let node_type = groups
+            .iter()
+            .find(|(g, _)| g == group)
+            .and_then(|(_, s)| s["nodeType"].as_str())
+            .unwrap_or("CloudEphemeral");
+        fleet
+            .add_node(FleetNode {
+                name: (*name).into(),
+                group: (*group).into(),
+                node_type: node_type.into(),
+                zone: (*zone).into(),
+                pods: 110,
+            })
+            .unwrap();
+    }
+    let client = client(Some(emulator.kubeconfig_path())).await.unwrap();
+    let (port, watches) = KubeCluster::start(client, "node-manager");
+    let (stop, stop_rx) = watch::channel(false);
+    let metrics = Metrics::new();
+    tokio::spawn(controllers::run(port, settings, metrics.clone(), stop_rx));
+    Cluster {
+        emulator,
+        fleet,
+        stop,
+        metrics,
+        _watches: watches,
+    }
+}
+
+async fn eventually(what: &str, secs: u64, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while tokio::time::Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out after {secs}s waiting for {what}");
+}
+
+fn node(e: &Emulator, name: &str) -> Option<Value> {
+    e.get("v1", "Node", "", name)
+}
+
+fn label(e: &Emulator, name: &str, key: &str) -> Option<String> {
+    node(e, name)?
+        .pointer("/metadata/labels")?
+        .get(key)?
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn annotation(e: &Emulator, name: &str, key: &str) -> Option<String> {
+    node(e, name)?
+        .pointer("/metadata/annotations")?
+        .get(key)?
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn status(e: &Emulator, group: &str) -> Value {
+    e.get("deckhouse.io/v1", "NodeGroup", "", group)
+        .and_then(|g| g.get("status").cloned())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_counts_nodes_and_follows_readiness() {
+    let c = cluster(
+        &[("workers", json!({"nodeType": "CloudPermanent"}))],
+        &[
+            ("w-0", "workers", "a"),
+            ("w-1", "workers", "a"),
+            ("w-2", "workers", "b"),
+        ],
+        fast_settings(),
+    )
+    .await;
+    let e = c.emulator.clone();
+    eventually("status nodes=3 ready=3 upToDate=3", 20, || {
+        let s = status(&e, "workers");
+        s["nodes"] == 3 && s["ready"] == 3 && s["upToDate"] == 3
+    })
+    .await;
+    c.fleet.set_dark("w-2", true).unwrap();
+    eventually("ready=2 once w-2 is Unknown", 20, || {
+        status(&e, "workers")["ready"] == 2
+    })
+    .await;
+    let text = c.metrics.encode();
+    assert!(
+        text.contains("nodemgr_node_group_nodes{group=\"workers\"} 3"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn template_labels_reach_every_node_and_leave_when_removed() {
+    let c = cluster(
+        &[(
+            "workers",
+            json!({"nodeType": "CloudPermanent", "nodeTemplate": {"labels": {"tier": "web"}}}),
+        )],
+        &[("w-0", "workers", "a"), ("w-1", "workers", "b")],
+        fast_settings(),
+    )
+    .await;
+    let e = c.emulator.clone();
+    eventually("tier=web on both nodes", 20, || {
+        ["w-0", "w-1"]
+            .iter()
+            .all(|n| label(&e, n, "tier").as_deref() == Some("web"))
+    })
+    .await;
+    // An operator's own label is not the template's to remove.
+    c.emulator
+        .merge_patch(
+            "v1",
+            "Node",
+            "",
+            "w-0",
+            &json!({"metadata": {"labels": {"owner": "ops"}}}),
+            false,
+        )
+        .unwrap();
+    let mut group = c
+        .emulator
+        .get("deckhouse.io/v1", "NodeGroup", "", "workers")
+        .unwrap();
+    group["spec"]["nodeTemplate"] = json!({"labels": {"team": "payments"}});
+    c.emulator.update(group).unwrap();
+    eventually("tier gone, team set", 20, || {
+        ["w-0", "w-1"].iter().all(|n| {
+            label(&e, n, "tier").is_none() && label(&e, n, "team").as_deref() == Some("payments")
+        })
+    })
+    .await;
+    assert_eq!(label(&c.emulator, "w-0", "owner").as_deref(), Some("ops"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
+    let c = cluster(
+        &[(
+            "workers",
+            json!({"nodeType": "CloudPermanent", "update": {"maxConcurrent": 1}}),
+        )],
+        &[
+            ("w-0", "workers", "a"),
+            ("w-1", "workers", "a"),
+            ("w-2", "workers", "b"),
+            ("w-3", "workers", "b"),
+        ],
+        fast_settings(),
+    )
+    .await;
+    let e = c.emulator.clone();
+    eventually("status first", 20, || status(&e, "workers")["nodes"] == 4).await;
+    // The API misbehaves while the update starts: conflicts, 500s and dropped watches must
+    // cause retries, not lost work.
+    c.emulator
+        .inject_fault(Fault::new(409).verb("patch").resource("nodes").times(2));
+    c.emulator
+        .inject_fault(Fault::new(500).verb("patch").resource("nodes").times(2));
+    c.fleet
+        .publish(
+            "workers",
+            Generation {
+                checksum: "gen1".into(),
+                impact: Impact::KubeletRestart,
+                rolling: false,
+            },
+        )
+        .unwrap();
+    let nodes = ["w-0", "w-1", "w-2", "w-3"];
+    let mut most = 0;
+    let mut dropped = false;
+    eventually(
+        "every node on gen1 with its update annotations cleaned up",
+        60,
+        || {
+            let approved = nodes
+                .iter()
+                .filter(|n| annotation(&e, n, "update.node.deckhouse.io/approved").is_some())
+                .count();
+            most = most.max(approved);
+            assert!(
+                approved <= 1,
+                "{approved} nodes approved at once under maxConcurrent 1"
+            );
+            let done = nodes.iter().filter(|n| {
+                annotation(&e, n, "node.deckhouse.io/configuration-checksum").as_deref()
+                    == Some("gen1")
+            });
+            if !dropped && done.count() == 2 {
+                e.drop_watches();
+                dropped = true;
+            }
+            nodes.iter().all(|n| {
+                annotation(&e, n, "node.deckhouse.io/configuration-checksum").as_deref()
+                    == Some("gen1")
+                    && annotation(&e, n, "update.node.deckhouse.io/approved").is_none()
+                    && annotation(&e, n, "update.node.deckhouse.io/waiting-for-approval").is_none()
+            })
+        },
+    )
+    .await;
+    assert_eq!(most, 1, "the rollout approved nodes one at a time");
+    assert!(dropped);
+    assert!(c.emulator.request_count("patch", "nodes", Some(409)) >= 1);
+    assert!(c.emulator.request_count("patch", "nodes", Some(500)) >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disruptive_update_drains_through_a_pdb_and_deletes_at_the_timeout() {
+    let c = cluster(
+        &[("db", json!({
+            "nodeType": "CloudPermanent",
+            "nodeDrainTimeoutSecond": 3,
+            "disruptions": {"approvalMode": "Automatic", "automatic": {"drainBeforeApproval": true}},
+        }))],
+        &[("db-0", "db", "a"), ("db-1", "db", "b")],
+        fast_settings(),
+    )
+    .await;
+    c.fleet.add_workload(Workload {
+        name: "postgres".into(),
+        namespace: "default".into(),
+        kind: WorkloadKind::Deployment,
+        replicas: 2,
+        group: "db".into(),
+        labels: BTreeMap::from([("app".into(), "postgres".into())]),
+    });
+    c.emulator
+        .seed(
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "postgres", "namespace": "default"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "postgres"}}}}),
+        )
+        .unwrap();
+    let e = c.emulator.clone();
+    eventually("two postgres pods", 20, || {
+        e.list("v1", "Pod", Some("default")).len() == 2
+    })
+    .await;
+    c.fleet
+        .publish(
+            "db",
+            Generation {
+                checksum: "db-gen1".into(),
+                impact: Impact::Disruptive,
+                rolling: false,
+            },
+        )
+        .unwrap();
+    eventually("both db nodes on db-gen1, uncordoned", 90, || {
+        ["db-0", "db-1"].iter().all(|n| {
+            annotation(&e, n, "node.deckhouse.io/configuration-checksum").as_deref()
+                == Some("db-gen1")
+                && node(&e, n).is_some_and(|o| {
+                    o.pointer("/spec/unschedulable").and_then(Value::as_bool) != Some(true)
+                })
+        })
+    })
+    .await;
+    assert!(
+        c.emulator
+            .request_count("create", "pods/eviction", Some(429))
+            >= 1,
+        "the PDB refused evictions"
+    );
+    assert!(
+        c.metrics
+            .encode()
+            .contains("nodemgr_update_actions_total{action=\"force_deleted\"}")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_fenced_node_loses_its_pods_then_its_node_but_a_silent_zone_is_spared() {
+    let fenced = json!({"nodeType": "CloudPermanent", "fencing": {"mode": "Watchdog", "watchdog": {"timeout": "2s"}}});
+    let c = cluster(
+        &[("edge", fenced)],
+        &[
+            ("e-0", "edge", "a"),
+            ("e-1", "edge", "a"),
+            ("z-0", "edge", "b"),
+            ("z-1", "edge", "b"),
+            ("z-2", "edge", "b"),
+        ],
+        fast_settings(),
+    )
+    .await;
+    let e = c.emulator.clone();
+    // The agent labels its node; here the test plays the agent.
+    for n in ["e-0", "e-1", "z-0", "z-1", "z-2"] {
+        e.merge_patch(
+            "v1",
+            "Node",
+            "",
+            n,
+            &json!({"metadata": {"labels": {"node-manager.deckhouse.io/fencing-enabled": ""}}}),
+            false,
+        )
+        .unwrap();
+    }
+    c.fleet.add_workload(Workload {
+        name: "exporter".into(),
+        namespace: "default".into(),
+        kind: WorkloadKind::DaemonSet,
+        replicas: 0,
+        group: String::new(),
+        labels: BTreeMap::new(),
+    });
+    eventually("an exporter on each node", 20, || {
+        e.list("v1", "Pod", Some("default")).len() == 5
+    })
+    .await;
+    eventually("the template controller's fencing-mode label", 20, || {
+        label(&e, "e-1", "node-manager.deckhouse.io/fencing-mode").as_deref() == Some("Watchdog")
+    })
+    .await;
+    c.fleet.set_dark("e-1", true).unwrap();
+    for n in ["z-0", "z-1", "z-2"] {
+        c.fleet.set_dark(n, true).unwrap();
+    }
+    eventually("e-1 deleted", 30, || node(&e, "e-1").is_none()).await;
+    let pods_left = e
+        .list("v1", "Pod", Some("default"))
+        .iter()
+        .filter(|p| p["spec"]["nodeName"] == "e-1")
+        .count();
+    assert_eq!(pods_left, 0, "the pods went before the node");
+    // Zone b went silent together: a partition, not dead nodes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for n in ["z-0", "z-1", "z-2"] {
+        assert!(node(&e, n).is_some(), "{n} was fenced in a silent zone");
+    }
+    let text = c.metrics.encode();
+    assert!(
+        text.contains("nodemgr_fencing_storm_suppressed{zone=\"b\"} 1"),
+        "{text}"
+    );
+    assert!(node(&e, "e-0").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_never_lead_at_once() {
+    let emulator = Emulator::start().await.unwrap();
+    emulator
+        .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nodemgr-system"}}))
+        .unwrap();
+    let config = |id: &str| LeaderConfig {
+        lease_duration: Duration::from_secs(2),
+        renew_period: Duration::from_millis(300),
+        ..LeaderConfig::new("nodemgr-system", "node-manager", id)
+    };
+    let mut leading = Vec::new();
+    let mut stops = Vec::new();
+    for id in ["replica-a", "replica-b"] {
+        let client = client(Some(emulator.kubeconfig_path())).await.unwrap();
+        let elector = LeaderElector::new(client, config(id));
+        let (lead_tx, lead_rx) = watch::channel(false);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            elector
+                .run(stop_rx, &Metrics::new(), &lead_tx, |mut stop| async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+        });
+        leading.push(lead_rx);
+        stops.push(stop_tx);
+    }
+    let mut led = [false, false];
+    for _ in 0..40 {
+        let now = [*leading[0].borrow(), *leading[1].borrow()];
+        assert!(!(now[0] && now[1]), "both replicas lead at once");
+        led[0] |= now[0];
+        led[1] |= now[1];
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = usize::from(!led[0]);
+    assert!(led[first], "someone leads");
+    // The leader shuts down gracefully: it releases the Lease and the other takes over.
+    stops[first].send(true).unwrap();
+    let other = 1 - first;
+    eventually("the other replica leads", 10, || *leading[other].borrow()).await;
+    for _ in 0..20 {
+        assert!(!(*leading[0].borrow() && *leading[1].borrow()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
