@@ -300,6 +300,37 @@ impl ResourceIndex {
         (core, ext)
     }
 
+    /// The demand of a pod, numbering the extra resources it requests that are new: one pass
+    /// instead of [`ResourceIndex::from_pods`] then [`ResourceIndex::demand`].
+    pub(crate) fn demand_indexing(&mut self, pod: &Pod) -> Demand {
+        let mut d = Demand {
+            core: [0, 0, ONE_POD],
+            ext: Vec::new(),
+        };
+        for (name, q) in &pod.requests {
+            match name.as_str() {
+                "cpu" => d.core[CPU] = q.0.max(0),
+                "memory" => d.core[MEMORY] = q.0.max(0),
+                "pods" => {}
+                other => {
+                    if q.0 > 0 {
+                        let i = match self.by_name.get(other) {
+                            Some(&i) => i,
+                            None => {
+                                let i = self.names.len() as u32;
+                                self.by_name.insert(other.to_owned(), i);
+                                self.names.push(other.to_owned());
+                                i
+                            }
+                        };
+                        d.ext.push((i, q.0));
+                    }
+                }
+            }
+        }
+        d
+    }
+
     /// The demand of a pod (names it requests must have been indexed).
     pub(crate) fn demand(&self, pod: &Pod) -> Demand {
         let mut core = [0; 3];

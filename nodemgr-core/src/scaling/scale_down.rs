@@ -39,7 +39,7 @@ use crate::model::{Node, Pod, PodDisruptionBudget, Timestamp, keys};
 use super::bounds::{is_failed, zone_states};
 use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
-use super::placement::{Bins, CPU, MEMORY, Placer, ResourceIndex, classify, trial_order};
+use super::placement::{Bins, CPU, Demand, MEMORY, Placer, ResourceIndex, classify, trial_order};
 use super::snapshot::ClusterSnapshot;
 use super::util::FastHash;
 
@@ -140,25 +140,31 @@ pub fn plan_scale_down(
         .enumerate()
         .map(|(i, n)| (n.name.as_str(), i))
         .collect();
-    let index = ResourceIndex::from_pods(pods);
-    let n_ext = index.len();
+    // Every pod that matters is bound to a known node: the resource index is built from
+    // those, in the same pass that takes their demand.
+    let mut index = ResourceIndex::default();
     let mut on_node: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
-    // Summed demand per node: cpu, memory, pod slots, and extended resources.
-    let mut used: Vec<[i64; 3]> = vec![[0; 3]; nodes.len()];
-    let mut used_ext: Vec<i64> = vec![0; nodes.len() * n_ext];
+    let mut demands: Vec<(usize, Demand)> = Vec::with_capacity(pods.len());
     for (i, p) in pods.iter().enumerate() {
         if p.is_terminal() {
             continue;
         }
         if let Some(&n) = p.node_name.as_deref().and_then(|n| node_at.get(n)) {
             on_node[n].push(i);
-            let d = index.demand(p);
-            for (u, c) in used[n].iter_mut().zip(d.core) {
-                *u += c;
-            }
-            for (e, v) in d.ext {
-                used_ext[n * n_ext + e as usize] += v;
-            }
+            demands.push((n, index.demand_indexing(p)));
+        }
+    }
+    let index = index;
+    let n_ext = index.len();
+    // Summed demand per node: cpu, memory, pod slots, and extended resources.
+    let mut used: Vec<[i64; 3]> = vec![[0; 3]; nodes.len()];
+    let mut used_ext: Vec<i64> = vec![0; nodes.len() * n_ext];
+    for (n, d) in demands {
+        for (u, c) in used[n].iter_mut().zip(d.core) {
+            *u += c;
+        }
+        for (e, v) in d.ext {
+            used_ext[n * n_ext + e as usize] += v;
         }
     }
     let requested: Vec<[i64; 2]> = used.iter().map(|u| [u[CPU], u[MEMORY]]).collect();
