@@ -4,3 +4,4 @@
 
 pub mod bashible_apiserver;
 pub mod inputs;
+pub mod node_manager;

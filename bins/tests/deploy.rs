@@ -119,3 +119,35 @@ fn the_node_manager_deployment_runs_two_replicas_under_leader_election() {
         "{args:?}"
     );
 }
+
+#[test]
+fn the_node_manager_deployment_passes_only_flags_the_binary_has() {
+    let help = Command::new(env!("CARGO_BIN_EXE_node-manager"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let docs = manifests();
+    let (_, deployment) = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "Deployment" && d["metadata"]["name"] == "node-manager")
+        .unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["command"][0], "/usr/local/bin/node-manager");
+    for arg in container["args"].as_array().unwrap() {
+        let flag = arg.as_str().unwrap().split('=').next().unwrap();
+        assert!(
+            help.contains(flag),
+            "node-manager has no flag {flag}:\n{help}"
+        );
+    }
+    // The metrics port the probes use is the one the flags listen on.
+    let port = container["ports"][0]["containerPort"].as_i64().unwrap();
+    assert!(
+        container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str().unwrap().ends_with(&format!(":{port}")))
+    );
+}

@@ -1,0 +1,382 @@
+//! `node-manager`, the controller manager: the NodeGroup status, node template, update and
+//! fencing controllers of `nodemgr-k8s` against a cluster (kubeconfig or in-cluster config),
+//! one replica active at a time under a Lease, with `/metrics` (OpenMetrics), `/healthz` and
+//! `/readyz` on one address, and a graceful shutdown on SIGTERM or Ctrl-C (controllers stop,
+//! the Lease is released).
+//!
+//! Settings come from flags and, optionally, a YAML file (`--config`); a flag given on the
+//! command line wins over the file, the file over the defaults:
+//!
+//! ```yaml
+//! controllers: [status, template, update, fencing]
+//! resync: 30s          # status and template resync
+//! updatePeriod: 10s    # update controller period (it also runs at drain deadlines)
+//! fencingPeriod: 5s
+//! fencingTimeout: 60s  # heartbeat age that fences a node whose group sets no timeout
+//! stormThreshold: 0.55 # share of a zone's fenced nodes silent together that fences nobody
+//! ```
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use clap::Parser;
+use nodemgr_core::model::parse_duration;
+use nodemgr_k8s::cluster::{KubeCluster, client};
+use nodemgr_k8s::controllers::{self, Settings};
+use nodemgr_k8s::leader::{LeaderConfig, LeaderElector};
+use nodemgr_k8s::metrics::Metrics;
+use serde::Deserialize;
+use tokio::sync::watch;
+
+/// The names `--controllers` accepts.
+pub const CONTROLLERS: [&str; 4] = ["status", "template", "update", "fencing"];
+
+/// Flags of `node-manager`.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "node-manager",
+    version,
+    about = "The nodemgr controller manager"
+)]
+pub struct Config {
+    /// Kubeconfig to use; without it the in-cluster configuration (then KUBECONFIG,
+    /// ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// YAML settings file (controllers, periods, fencing); flags win over it.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config_file: Option<PathBuf>,
+    /// Controllers to run, comma-separated: status, template, update, fencing [default: all].
+    #[arg(long, value_delimiter = ',')]
+    pub controllers: Option<Vec<String>>,
+    /// Address of /metrics, /healthz and /readyz (port 0 picks one; the address is logged).
+    #[arg(long, default_value = "127.0.0.1:9650")]
+    pub metrics_address: SocketAddr,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, default_value = "nodemgr-system")]
+    pub leader_election_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "node-manager")]
+    pub leader_election_name: String,
+    /// This replica's identity in the Lease [default: $POD_NAME, else host name and pid].
+    #[arg(long)]
+    pub identity: Option<String>,
+    /// Run without leader election (one replica only!).
+    #[arg(long)]
+    pub no_leader_election: bool,
+    /// Resync period of the status and template controllers [default: 30s].
+    #[arg(long, value_parser = duration)]
+    pub resync: Option<Duration>,
+    /// Period of the update controller [default: 10s].
+    #[arg(long, value_parser = duration)]
+    pub update_period: Option<Duration>,
+    /// Period of the fencing controller [default: 5s].
+    #[arg(long, value_parser = duration)]
+    pub fencing_period: Option<Duration>,
+    /// Heartbeat age that fences a node of a group without its own watchdog timeout
+    /// [default: 60s].
+    #[arg(long, value_parser = duration)]
+    pub fencing_timeout: Option<Duration>,
+    /// Share of a zone's fenced nodes silent together that makes the storm guard fence
+    /// nobody there [default: 0.55].
+    #[arg(long)]
+    pub storm_threshold: Option<f64>,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration (like 30s, 5m, 1h30m)"))
+}
+
+/// The settings file (see the module docs).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileSettings {
+    controllers: Option<Vec<String>>,
+    resync: Option<String>,
+    update_period: Option<String>,
+    fencing_period: Option<String>,
+    fencing_timeout: Option<String>,
+    storm_threshold: Option<f64>,
+}
+
+impl Config {
+    /// The controller settings: flags, then the file, then the defaults.
+    ///
+    /// # Errors
+    /// An unreadable or invalid settings file, an unknown controller, a threshold outside 0..=1.
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        let file = match &self.config_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read the settings file {}", path.display()))?;
+                serde_saphyr::from_str::<FileSettings>(&text).map_err(|e| {
+                    anyhow::anyhow!(
+                        "settings file {}: {e} (see `node-manager --help`)",
+                        path.display()
+                    )
+                })?
+            }
+            None => FileSettings::default(),
+        };
+        let from_file = |name: &str, value: &Option<String>| -> anyhow::Result<Option<Duration>> {
+            value
+                .as_deref()
+                .map(|v| duration(v).map_err(|e| anyhow::anyhow!("settings file: {name}: {e}")))
+                .transpose()
+        };
+        let mut settings = Settings::default();
+        let chosen = self.controllers.clone().or(file.controllers);
+        if let Some(names) = chosen {
+            for name in &names {
+                if !CONTROLLERS.contains(&name.as_str()) {
+                    bail!(
+                        "unknown controller {name:?}: choose from {}",
+                        CONTROLLERS.join(", ")
+                    );
+                }
+            }
+            let has = |n: &str| names.iter().any(|x| x == n);
+            settings.status = has("status");
+            settings.template = has("template");
+            settings.update = has("update");
+            settings.fencing = has("fencing");
+        }
+        if let Some(d) = self.resync.or(from_file("resync", &file.resync)?) {
+            settings.resync = d;
+        }
+        if let Some(d) = self
+            .update_period
+            .or(from_file("updatePeriod", &file.update_period)?)
+        {
+            settings.update_period = d;
+        }
+        if let Some(d) = self
+            .fencing_period
+            .or(from_file("fencingPeriod", &file.fencing_period)?)
+        {
+            settings.fencing_period = d;
+        }
+        if let Some(d) = self
+            .fencing_timeout
+            .or(from_file("fencingTimeout", &file.fencing_timeout)?)
+        {
+            settings.fencing_config.default_timeout = d;
+        }
+        if let Some(t) = self.storm_threshold.or(file.storm_threshold) {
+            if !(0.0..=1.0).contains(&t) {
+                bail!("stormThreshold {t} is not a share between 0 and 1");
+            }
+            settings.fencing_config.storm_threshold = t;
+        }
+        Ok(settings)
+    }
+
+    fn identity(&self) -> String {
+        self.identity
+            .clone()
+            .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/etc/hostname")
+                    .map(|h| h.trim().to_owned())
+                    .unwrap_or_else(|_| "node-manager".into());
+                format!("{host}-{}", std::process::id())
+            })
+    }
+}
+
+async fn serve(
+    address: SocketAddr,
+    metrics: Metrics,
+    leading: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address} for /metrics (--metrics-address)"))?;
+    let bound = listener.local_addr().context("no local address")?;
+    let router = Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let text = metrics.encode();
+                async move {
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        text,
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let role = if *leading.borrow() {
+                    "leader"
+                } else {
+                    "standby"
+                };
+                async move { (StatusCode::OK, role).into_response() }
+            }),
+        );
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(error) = axum::serve(listener, router)
+            .with_graceful_shutdown(stopped)
+            .await
+        {
+            tracing::error!(%error, "the metrics server stopped");
+        }
+    });
+    Ok(bound)
+}
+
+/// Runs node-manager until `shutdown` completes. Returns the metrics address through
+/// `bound` as soon as it listens (tests and the demo use port 0).
+///
+/// # Errors
+/// Invalid settings, no cluster configuration, the metrics address taken.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+) -> anyhow::Result<()> {
+    let settings = config.settings()?;
+    let client = client(config.kubeconfig.as_deref()).await.context(
+        "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, or run in a pod",
+    )?;
+    let metrics = Metrics::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (leading_tx, leading_rx) = watch::channel(false);
+    let address = serve(
+        config.metrics_address,
+        metrics.clone(),
+        leading_rx,
+        stop_rx.clone(),
+    )
+    .await?;
+    tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+    if let Some(bound) = bound {
+        let _ = bound.send(address);
+    }
+    tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+    });
+    let controller_metrics = metrics.clone();
+    let start = move |stop: watch::Receiver<bool>| {
+        let client = client.clone();
+        let settings = settings.clone();
+        let metrics = controller_metrics.clone();
+        async move {
+            let (cluster, _watches) = KubeCluster::start(client, "node-manager");
+            controllers::run(cluster, settings, metrics, stop).await;
+        }
+    };
+    if config.no_leader_election {
+        tracing::warn!("leader election is off: run a single replica");
+        let _ = leading_tx.send(true);
+        start(stop_rx).await;
+    } else {
+        let elector = LeaderElector::new(
+            nodemgr_k8s::cluster::client(config.kubeconfig.as_deref())
+                .await
+                .context("no Kubernetes configuration for leader election")?,
+            LeaderConfig::new(
+                &config.leader_election_namespace,
+                &config.leader_election_name,
+                &config.identity(),
+            ),
+        );
+        elector.run(stop_rx, &metrics, &leading_tx, start).await;
+    }
+    Ok(())
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+pub async fn termination() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Config {
+        Config::parse_from(std::iter::once("node-manager").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("settings.yaml");
+        std::fs::write(
+            &file,
+            "controllers: [status, update]\nupdatePeriod: 2s\nresync: 7s\n",
+        )
+        .unwrap();
+        let path = file.to_str().unwrap();
+        let s = parse(&["--config", path, "--update-period", "1s"])
+            .settings()
+            .unwrap();
+        assert!(s.status && s.update && !s.template && !s.fencing);
+        assert_eq!(s.update_period, Duration::from_secs(1));
+        assert_eq!(s.resync, Duration::from_secs(7));
+        assert_eq!(s.fencing_period, Duration::from_secs(5));
+        let s = parse(&["--config", path, "--controllers", "fencing"])
+            .settings()
+            .unwrap();
+        assert!(s.fencing && !s.status);
+    }
+
+    #[test]
+    fn bad_settings_say_what_is_wrong() {
+        let e = parse(&["--controllers", "status,autoscaler"])
+            .settings()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("unknown controller \"autoscaler\""),
+            "{e}"
+        );
+        let e = parse(&["--storm-threshold", "1.5"]).settings().unwrap_err();
+        assert!(e.to_string().contains("between 0 and 1"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.yaml");
+        std::fs::write(&file, "updatPeriod: 2s\n").unwrap();
+        let e = parse(&["--config", file.to_str().unwrap()])
+            .settings()
+            .unwrap_err();
+        assert!(e.to_string().contains("updatPeriod"), "{e}");
+    }
+}
