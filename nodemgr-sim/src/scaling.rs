@@ -189,6 +189,12 @@ impl ScalingSpec {
         if self.period.0 < Duration::from_millis(100) {
             return Err(invalid("scaling.period", "must be at least 100ms"));
         }
+        if !scenario.updates {
+            return Err(invalid(
+                "updates",
+                "the scaling controller drains nodes through the update executor; keep `updates: true`",
+            ));
+        }
         for (i, g) in scenario.groups.iter().enumerate() {
             let path = format!("groups[{i}].spec.cloudInstances");
             let spec = crate::scenario::group_spec(&g.spec, &format!("groups[{i}].spec"))?;

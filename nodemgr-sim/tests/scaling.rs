@@ -443,6 +443,10 @@ fn scaling_section_errors_name_the_field() {
         err("scaling:\n  classes: [{name: small, cpu: \"2\", memory: 4Gi}]\nevents:\n  - at: 1m\n    scaleWorkload: {workload: nope, replicas: 2}\n")
             .contains("events[0].scaleWorkload.workload")
     );
+    assert!(
+        err("updates: false\nscaling:\n  classes: [{name: small, cpu: \"2\", memory: 4Gi}]\n")
+            .starts_with("updates:")
+    );
 }
 
 const CHAOS: &str = r#"

@@ -617,7 +617,18 @@ impl<'a> Bins<'a> {
         capacity: ([i64; 3], Vec<i64>),
         enabled: bool,
     ) -> usize {
-        let (core, ext) = capacity;
+        self.push_slices(labels, taints, capacity.0, &capacity.1, enabled)
+    }
+
+    /// [`Bins::push`] with the capacity as a core vector and a slice of extra resources.
+    pub(crate) fn push_slices(
+        &mut self,
+        labels: &'a BTreeMap<String, String>,
+        taints: &'a [Taint],
+        core: [i64; 3],
+        ext: &[i64],
+        enabled: bool,
+    ) -> usize {
         debug_assert_eq!(ext.len(), self.n_ext);
         let i = self.free.len();
         let sig = self.sigs.borrow_mut().intern(labels, taints);
@@ -634,7 +645,7 @@ impl<'a> Bins<'a> {
         self.taints.push(taints);
         self.enabled.push(enabled);
         self.free.push(core);
-        self.free_ext.extend_from_slice(&ext);
+        self.free_ext.extend_from_slice(ext);
         self.held.push([0; 3]);
         self.held_ext.extend(std::iter::repeat_n(0, self.n_ext));
         self.pods.push(Vec::new());
@@ -825,8 +836,14 @@ impl<'a> Bins<'a> {
     }
 }
 
-/// `(class, signature)` → whether the class passes the node-level rules there.
-type StaticFit = HashMap<(u32, u32), bool, FastHash>;
+/// Per class and signature, whether the class passes the node-level rules there.
+#[derive(Debug, Default)]
+struct StaticFit {
+    /// `fits[class][signature]`: 0 not known yet, 1 fails, 2 passes.
+    fits: Vec<Vec<u8>>,
+    /// `reads_hostname[class]`: 0 not known yet, 1 no, 2 yes.
+    reads_hostname: Vec<u8>,
+}
 
 /// One step the [`Placer`] can take back.
 #[derive(Debug, Clone)]
@@ -883,7 +900,10 @@ impl<'a> Placer<'a> {
             cursors: vec![[0, 0]; classes],
             log: Vec::new(),
             recording: false,
-            static_fit: Rc::default(),
+            static_fit: Rc::new(RefCell::new(StaticFit {
+                fits: vec![Vec::new(); classes],
+                reads_hostname: vec![0; classes],
+            })),
         }
     }
 
@@ -929,28 +949,42 @@ impl<'a> Placer<'a> {
     /// Whether the node-level rules of `class` (such as `pod`) read the hostname label
     /// (memoised per class).
     fn reads_hostname(&self, class: usize, pod: &Pod) -> bool {
-        let key = (class as u32, u32::MAX);
-        if let Some(&reads) = self.static_fit.borrow().get(&key) {
-            return reads;
+        if let Some(&v) = self.static_fit.borrow().reads_hostname.get(class)
+            && v != 0
+        {
+            return v == 2;
         }
         let reads = reads_hostname(pod);
-        self.static_fit.borrow_mut().insert(key, reads);
+        if let Some(v) = self.static_fit.borrow_mut().reads_hostname.get_mut(class) {
+            *v = if reads { 2 } else { 1 };
+        }
         reads
     }
 
     /// Whether pods of `class` (such as `pod`) pass the node-level rules of `bin`, memoised per
     /// signature.
     fn static_ok(&self, class: usize, bin: usize, pod: &Pod) -> bool {
-        let key = (class as u32, self.bins.sig[bin]);
-        if let Some(&ok) = self.static_fit.borrow().get(&key) {
+        let sig = self.bins.sig[bin] as usize;
+        if let Some(&v) = self
+            .static_fit
+            .borrow()
+            .fits
+            .get(class)
+            .and_then(|row| row.get(sig))
+            && v != 0
+        {
             // Only classes that do not read the hostname are memoised.
-            return ok;
-        }
-        if self.reads_hostname(class, pod) {
-            return static_fits(pod, self.bins.labels[bin], self.bins.taints[bin]);
+            return v == 2;
         }
         let ok = static_fits(pod, self.bins.labels[bin], self.bins.taints[bin]);
-        self.static_fit.borrow_mut().insert(key, ok);
+        if !self.reads_hostname(class, pod)
+            && let Some(row) = self.static_fit.borrow_mut().fits.get_mut(class)
+        {
+            if row.len() <= sig {
+                row.resize(sig + 1, 0);
+            }
+            row[sig] = if ok { 2 } else { 1 };
+        }
         ok
     }
 
@@ -1029,10 +1063,12 @@ impl<'a> Placer<'a> {
         &mut self,
         labels: &'a BTreeMap<String, String>,
         taints: &'a [Taint],
-        capacity: ([i64; 3], Vec<i64>),
+        capacity: &([i64; 3], Vec<i64>),
         enabled: bool,
     ) -> usize {
-        let bin = self.bins.push(labels, taints, capacity, enabled);
+        let bin = self
+            .bins
+            .push_slices(labels, taints, capacity.0, &capacity.1, enabled);
         if self.recording {
             self.log.push(Undo::Pushed);
         }
@@ -1643,7 +1679,7 @@ mod tests {
             let cp = placer.begin();
             placer.disable(0);
             let n0 = &nodes[0];
-            placer.push_bin(&n0.labels, &n0.taints, index.capacity(&n0.allocatable), true);
+            placer.push_bin(&n0.labels, &n0.taints, &index.capacity(&n0.allocatable), true);
             for &(c, m) in &flat[split..] {
                 let _ = placer.place(c, &pods[m], &classes[c].demand, false);
             }

@@ -742,7 +742,7 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 let node = &self.templates[t].node;
                 let bin = p
                     .placer
-                    .push_bin(&node.labels, &node.taints, self.caps[t].clone(), true);
+                    .push_bin(&node.labels, &node.taints, &self.caps[t], true);
                 p.template.push(t);
                 p.members.push(Vec::new());
                 left[k] -= 1;
