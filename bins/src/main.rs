@@ -30,6 +30,8 @@ enum Command {
     Simulate(cli::simulate::SimulateArgs),
     /// Print the CustomResourceDefinitions nodemgr serves (for `kubectl apply -f -`).
     Crds(cli::crds::CrdsArgs),
+    /// Run node-manager against an API emulator with simulated nodes, through a scripted story.
+    Demo(cli::demo::DemoArgs),
 }
 
 fn init_logging() {
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Render(args) => cli::render::run(args),
         Command::Simulate(args) => cli::simulate::run_cmd(args),
         Command::Crds(args) => cli::crds::run(args),
+        Command::Demo(args) => cli::demo::run(args),
     };
     match result {
         Ok(outcome) => outcome.exit_code(),

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 pub mod crds;
+pub mod demo;
 pub mod explain;
 pub mod render;
 pub mod simulate;
