@@ -32,7 +32,7 @@ impl Hasher for Fnv {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fx(u64);
 
-const FX_SEED: u64 = 0x51_7cc1_b727_220a_95;
+const FX_SEED: u64 = 0x517c_c1b7_2722_0a95;
 
 impl Fx {
     fn add(&mut self, word: u64) {
