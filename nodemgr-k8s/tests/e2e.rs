@@ -62,7 +62,22 @@ async fn cluster(
     nodes: &[(&str, &str, &str)],
     settings: Settings,
 ) -> Cluster {
-    let emulator = Arc::new(Emulator::start().await.unwrap());
+    cluster_on(
+        Arc::new(Emulator::start().await.unwrap()),
+        groups,
+        nodes,
+        settings,
+    )
+    .await
+}
+
+/// [`cluster`] on an emulator the test prepared (faults injected before anything runs).
+async fn cluster_on(
+    emulator: Arc<Emulator>,
+    groups: &[(&str, Value)],
+    nodes: &[(&str, &str, &str)],
+    settings: Settings,
+) -> Cluster {
     for crd in nodemgr_k8s::crd::definitions().unwrap() {
         emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
     }
@@ -151,7 +166,18 @@ fn status(e: &Emulator, group: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_counts_nodes_and_follows_readiness() {
-    let c = cluster(
+    let emulator = Arc::new(Emulator::start().await.unwrap());
+    // The first status writes fail (a conflict, throttling, a server error): retried, not lost.
+    for code in [409, 429, 500] {
+        emulator.inject_fault(
+            Fault::new(code)
+                .verb("patch")
+                .resource("nodegroups/status")
+                .times(1),
+        );
+    }
+    let c = cluster_on(
+        emulator,
         &[("workers", json!({"nodeType": "CloudPermanent"}))],
         &[
             ("w-0", "workers", "a"),
@@ -175,6 +201,18 @@ async fn status_counts_nodes_and_follows_readiness() {
     let text = c.metrics.encode();
     assert!(
         text.contains("nodemgr_node_group_nodes{group=\"workers\"} 3"),
+        "{text}"
+    );
+    for code in [409, 429, 500] {
+        assert_eq!(
+            c.emulator
+                .request_count("patch", "nodegroups/status", Some(code)),
+            1,
+            "the injected {code} was met"
+        );
+    }
+    assert!(
+        text.contains("nodemgr_reconcile_errors_total{controller=\"status\"}"),
         "{text}"
     );
 }
@@ -221,6 +259,15 @@ async fn template_labels_reach_every_node_and_leave_when_removed() {
     })
     .await;
     assert_eq!(label(&c.emulator, "w-0", "owner").as_deref(), Some("ops"));
+    let events = c
+        .emulator
+        .list("events.k8s.io/v1", "Event", Some("default"));
+    assert!(
+        events.iter().any(|ev| ev["reason"] == "NodeTemplateApplied"
+            && ev["regarding"]["name"] == "w-1"
+            && ev["note"].as_str().is_some_and(|n| n.contains("workers"))),
+        "an event tells what the template changed on w-1: {events:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,6 +294,8 @@ async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
         .inject_fault(Fault::new(409).verb("patch").resource("nodes").times(2));
     c.emulator
         .inject_fault(Fault::new(500).verb("patch").resource("nodes").times(2));
+    c.emulator
+        .inject_fault(Fault::new(429).verb("patch").resource("nodes").times(2));
     c.fleet
         .publish(
             "workers",
@@ -294,6 +343,7 @@ async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
     assert!(dropped);
     assert!(c.emulator.request_count("patch", "nodes", Some(409)) >= 1);
     assert!(c.emulator.request_count("patch", "nodes", Some(500)) >= 1);
+    assert!(c.emulator.request_count("patch", "nodes", Some(429)) >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
