@@ -526,3 +526,65 @@ async fn two_replicas_never_lead_at_once() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewal_fails_stops_acting_before_anyone_else_starts() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let emulator = Emulator::start().await.unwrap();
+    emulator
+        .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nodemgr-system"}}))
+        .unwrap();
+    let config = |id: &str| LeaderConfig {
+        lease_duration: Duration::from_secs(2),
+        renew_period: Duration::from_millis(300),
+        ..LeaderConfig::new("nodemgr-system", "node-manager", id)
+    };
+    // `acting` counts replicas inside their work right now; `most` is its high-water mark.
+    let acting = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let terms = Arc::new(AtomicUsize::new(0));
+    let mut stops = Vec::new();
+    for id in ["replica-a", "replica-b"] {
+        let client = client(Some(emulator.kubeconfig_path())).await.unwrap();
+        let elector = LeaderElector::new(client, config(id));
+        let (lead_tx, _lead_rx) = watch::channel(false);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (acting, most, terms) = (acting.clone(), most.clone(), terms.clone());
+        tokio::spawn(async move {
+            elector
+                .run(stop_rx, &Metrics::new(), &lead_tx, move |mut stop| {
+                    let (acting, most, terms) = (acting.clone(), most.clone(), terms.clone());
+                    async move {
+                        let now = acting.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        terms.fetch_add(1, Ordering::SeqCst);
+                        let _ = stop.wait_for(|s| *s).await;
+                        acting.fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+                .await;
+        });
+        stops.push(stop_tx);
+    }
+    eventually("a first leader", 10, || terms.load(Ordering::SeqCst) == 1).await;
+    // The API server fails the leader's renewals for a while: it must step down.
+    emulator.inject_fault(Fault::new(500).verb("update").resource("leases").times(3));
+    eventually("the leader stepped down", 10, || {
+        emulator.request_count("update", "leases", Some(500)) >= 1
+            && acting.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    eventually("a leader again once the API recovers", 15, || {
+        terms.load(Ordering::SeqCst) >= 2 && acting.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(most.load(Ordering::SeqCst), 1, "two replicas acted at once");
+    for stop in &stops {
+        stop.send(true).unwrap();
+    }
+    eventually("everyone stopped", 10, || {
+        acting.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    assert_eq!(most.load(Ordering::SeqCst), 1);
+}
