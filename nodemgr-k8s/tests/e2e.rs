@@ -251,6 +251,8 @@ async fn template_labels_reach_every_node_and_leave_when_removed() {
         .get("deckhouse.io/v1", "NodeGroup", "", "workers")
         .unwrap();
     group["spec"]["nodeTemplate"] = json!({"labels": {"team": "payments"}});
+    // Every watch drops just before the change: the controllers re-watch and still see it.
+    c.emulator.drop_watches();
     c.emulator.update(group).unwrap();
     eventually("tier gone, team set", 20, || {
         ["w-0", "w-1"].iter().all(|n| {
