@@ -225,15 +225,16 @@ impl KubeCluster {
         &self,
         name: &str,
         taints: &[core::Taint],
+        resource_version: Option<&str>,
     ) -> Result<(), ClusterError> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         let taints: Vec<_> = taints.iter().map(convert::taint_from_core).collect();
+        let mut body = json!({"spec": {"taints": taints}});
+        if let Some(version) = resource_version {
+            body["metadata"] = json!({"resourceVersion": version});
+        }
         Api::<Node>::all(self.client.clone())
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"taints": taints}})),
-            )
+            .patch(name, &PatchParams::default(), &Patch::Merge(body))
             .await
             .map(|_| ())
             .map_err(|e| map_error(&format!("set taints of node {name}"), e))

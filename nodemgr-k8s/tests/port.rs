@@ -96,6 +96,37 @@ async fn reads_come_from_the_stores_and_patches_land() {
             .is_none_or(|t| t.is_empty()),
         "{stored}"
     );
+
+    // Replacing the taints is guarded by the version they were computed from.
+    let version = stored["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mine = [Taint {
+        key: "template".into(),
+        value: None,
+        effect: Some(TaintEffect::NoExecute),
+    }];
+    e.merge_patch(
+        "v1",
+        "Node",
+        "",
+        "w-0",
+        &json!({"metadata": {"labels": {"someone": "else"}}}),
+        false,
+    )
+    .unwrap();
+    let err = port
+        .replace_node_taints("w-0", &mine, Some(&version))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClusterError::Conflict(_)), "{err:?}");
+    let fresh = e.get("v1", "Node", "", "w-0").unwrap();
+    port.replace_node_taints("w-0", &mine, fresh["metadata"]["resourceVersion"].as_str())
+        .await
+        .unwrap();
+    let stored = e.get("v1", "Node", "", "w-0").unwrap();
+    assert_eq!(stored["spec"]["taints"][0]["key"], "template", "{stored}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

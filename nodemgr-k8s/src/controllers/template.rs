@@ -86,7 +86,16 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &Context) -> Result<Action, Clu
         }
         let result = async {
             if let Some(taints) = change.as_ref().and_then(|c| c.taints.as_ref()) {
-                ctx.cluster.replace_node_taints(&node.name, taints).await?;
+                // Guarded by the version the taints were computed from: a taint someone
+                // else set meanwhile (a cordon's, the update's) is never overwritten; the
+                // conflict retries the reconcile on the fresh node.
+                ctx.cluster
+                    .replace_node_taints(
+                        &node.name,
+                        taints,
+                        object.metadata.resource_version.as_deref(),
+                    )
+                    .await?;
             }
             if !patch.is_empty() {
                 ctx.cluster.patch_node(&node.name, &patch).await?;
