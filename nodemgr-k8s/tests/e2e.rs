@@ -62,7 +62,22 @@ async fn cluster(
     nodes: &[(&str, &str, &str)],
     settings: Settings,
 ) -> Cluster {
-    let emulator = Arc::new(Emulator::start().await.unwrap());
+    cluster_on(
+        Arc::new(Emulator::start().await.unwrap()),
+        groups,
+        nodes,
+        settings,
+    )
+    .await
+}
+
+/// [`cluster`] on an emulator the test prepared (faults injected before anything runs).
+async fn cluster_on(
+    emulator: Arc<Emulator>,
+    groups: &[(&str, Value)],
+    nodes: &[(&str, &str, &str)],
+    settings: Settings,
+) -> Cluster {
     for crd in nodemgr_k8s::crd::definitions().unwrap() {
         emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
     }
@@ -151,7 +166,18 @@ fn status(e: &Emulator, group: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_counts_nodes_and_follows_readiness() {
-    let c = cluster(
+    let emulator = Arc::new(Emulator::start().await.unwrap());
+    // The first status writes fail (a conflict, throttling, a server error): retried, not lost.
+    for code in [409, 429, 500] {
+        emulator.inject_fault(
+            Fault::new(code)
+                .verb("patch")
+                .resource("nodegroups/status")
+                .times(1),
+        );
+    }
+    let c = cluster_on(
+        emulator,
         &[("workers", json!({"nodeType": "CloudPermanent"}))],
         &[
             ("w-0", "workers", "a"),
@@ -175,6 +201,18 @@ async fn status_counts_nodes_and_follows_readiness() {
     let text = c.metrics.encode();
     assert!(
         text.contains("nodemgr_node_group_nodes{group=\"workers\"} 3"),
+        "{text}"
+    );
+    for code in [409, 429, 500] {
+        assert_eq!(
+            c.emulator
+                .request_count("patch", "nodegroups/status", Some(code)),
+            1,
+            "the injected {code} was met"
+        );
+    }
+    assert!(
+        text.contains("nodemgr_reconcile_errors_total{controller=\"status\"}"),
         "{text}"
     );
 }
@@ -213,6 +251,8 @@ async fn template_labels_reach_every_node_and_leave_when_removed() {
         .get("deckhouse.io/v1", "NodeGroup", "", "workers")
         .unwrap();
     group["spec"]["nodeTemplate"] = json!({"labels": {"team": "payments"}});
+    // Every watch drops just before the change: the controllers re-watch and still see it.
+    c.emulator.drop_watches();
     c.emulator.update(group).unwrap();
     eventually("tier gone, team set", 20, || {
         ["w-0", "w-1"].iter().all(|n| {
@@ -221,6 +261,15 @@ async fn template_labels_reach_every_node_and_leave_when_removed() {
     })
     .await;
     assert_eq!(label(&c.emulator, "w-0", "owner").as_deref(), Some("ops"));
+    let events = c
+        .emulator
+        .list("events.k8s.io/v1", "Event", Some("default"));
+    assert!(
+        events.iter().any(|ev| ev["reason"] == "NodeTemplateApplied"
+            && ev["regarding"]["name"] == "w-1"
+            && ev["note"].as_str().is_some_and(|n| n.contains("workers"))),
+        "an event tells what the template changed on w-1: {events:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,6 +296,8 @@ async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
         .inject_fault(Fault::new(409).verb("patch").resource("nodes").times(2));
     c.emulator
         .inject_fault(Fault::new(500).verb("patch").resource("nodes").times(2));
+    c.emulator
+        .inject_fault(Fault::new(429).verb("patch").resource("nodes").times(2));
     c.fleet
         .publish(
             "workers",
@@ -294,6 +345,7 @@ async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
     assert!(dropped);
     assert!(c.emulator.request_count("patch", "nodes", Some(409)) >= 1);
     assert!(c.emulator.request_count("patch", "nodes", Some(500)) >= 1);
+    assert!(c.emulator.request_count("patch", "nodes", Some(429)) >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -475,4 +527,66 @@ async fn two_replicas_never_lead_at_once() {
         assert!(!(*leading[0].borrow() && *leading[1].borrow()));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewal_fails_stops_acting_before_anyone_else_starts() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let emulator = Emulator::start().await.unwrap();
+    emulator
+        .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nodemgr-system"}}))
+        .unwrap();
+    let config = |id: &str| LeaderConfig {
+        lease_duration: Duration::from_secs(2),
+        renew_period: Duration::from_millis(300),
+        ..LeaderConfig::new("nodemgr-system", "node-manager", id)
+    };
+    // `acting` counts replicas inside their work right now; `most` is its high-water mark.
+    let acting = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let terms = Arc::new(AtomicUsize::new(0));
+    let mut stops = Vec::new();
+    for id in ["replica-a", "replica-b"] {
+        let client = client(Some(emulator.kubeconfig_path())).await.unwrap();
+        let elector = LeaderElector::new(client, config(id));
+        let (lead_tx, _lead_rx) = watch::channel(false);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (acting, most, terms) = (acting.clone(), most.clone(), terms.clone());
+        tokio::spawn(async move {
+            elector
+                .run(stop_rx, &Metrics::new(), &lead_tx, move |mut stop| {
+                    let (acting, most, terms) = (acting.clone(), most.clone(), terms.clone());
+                    async move {
+                        let now = acting.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        terms.fetch_add(1, Ordering::SeqCst);
+                        let _ = stop.wait_for(|s| *s).await;
+                        acting.fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+                .await;
+        });
+        stops.push(stop_tx);
+    }
+    eventually("a first leader", 10, || terms.load(Ordering::SeqCst) == 1).await;
+    // The API server fails the leader's renewals for a while: it must step down.
+    emulator.inject_fault(Fault::new(500).verb("update").resource("leases").times(3));
+    eventually("the leader stepped down", 10, || {
+        emulator.request_count("update", "leases", Some(500)) >= 1
+            && acting.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    eventually("a leader again once the API recovers", 15, || {
+        terms.load(Ordering::SeqCst) >= 2 && acting.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(most.load(Ordering::SeqCst), 1, "two replicas acted at once");
+    for stop in &stops {
+        stop.send(true).unwrap();
+    }
+    eventually("everyone stopped", 10, || {
+        acting.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    assert_eq!(most.load(Ordering::SeqCst), 1);
 }

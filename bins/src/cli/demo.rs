@@ -388,6 +388,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         leader_election_namespace: "nodemgr-system".into(),
         leader_election_name: "node-manager".into(),
         identity: Some("demo".into()),
+        lease_duration: None,
+        renew_period: None,
         no_leader_election: false,
         resync: Some(Duration::from_secs(2)),
         update_period: Some(Duration::from_secs(1)),

@@ -22,18 +22,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use axum::Router;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::get;
 use clap::Parser;
 use nodemgr_core::model::parse_duration;
 use nodemgr_k8s::cluster::{KubeCluster, client};
 use nodemgr_k8s::controllers::{self, Settings};
 use nodemgr_k8s::leader::{LeaderConfig, LeaderElector};
 use nodemgr_k8s::metrics::Metrics;
+use nodemgr_k8s::serve::{self, Health};
 use serde::Deserialize;
 use tokio::sync::watch;
+
+/// How often the API server is probed for `/readyz` (not ready while it does not answer).
+const API_PROBE_PERIOD: Duration = Duration::from_secs(10);
 
 /// The names `--controllers` accepts.
 pub const CONTROLLERS: [&str; 4] = ["status", "template", "update", "fencing"];
@@ -68,6 +68,13 @@ pub struct Config {
     /// This replica's identity in the Lease [default: $POD_NAME, else host name and pid].
     #[arg(long)]
     pub identity: Option<String>,
+    /// How long the leader Lease stays valid without renewal [default: 15s].
+    #[arg(long, value_parser = duration)]
+    pub lease_duration: Option<Duration>,
+    /// How often the leader renews the Lease and the others try to take it; shorter than
+    /// --lease-duration [default: 5s].
+    #[arg(long, value_parser = duration)]
+    pub renew_period: Option<Duration>,
     /// Run without leader election (one replica only!).
     #[arg(long)]
     pub no_leader_election: bool,
@@ -178,6 +185,36 @@ impl Config {
         Ok(settings)
     }
 
+    /// The leader-election settings (Lease, identity, timing).
+    ///
+    /// # Errors
+    /// A renew period not shorter than the lease duration (the leader could lose the Lease
+    /// before renewing it), or a lease duration under a second.
+    pub fn leader_config(&self) -> anyhow::Result<LeaderConfig> {
+        let mut leader = LeaderConfig::new(
+            &self.leader_election_namespace,
+            &self.leader_election_name,
+            &self.identity(),
+        );
+        if let Some(d) = self.lease_duration {
+            leader.lease_duration = d;
+        }
+        if let Some(d) = self.renew_period {
+            leader.renew_period = d;
+        }
+        if leader.lease_duration < Duration::from_secs(1) {
+            bail!("--lease-duration must be at least 1s (a Lease counts whole seconds)");
+        }
+        if leader.renew_period.is_zero() || leader.renew_period >= leader.lease_duration {
+            bail!(
+                "--renew-period ({:?}) must be longer than zero and shorter than --lease-duration ({:?})",
+                leader.renew_period,
+                leader.lease_duration
+            );
+        }
+        Ok(leader)
+    }
+
     fn identity(&self) -> String {
         self.identity
             .clone()
@@ -191,58 +228,6 @@ impl Config {
     }
 }
 
-async fn serve(
-    address: SocketAddr,
-    metrics: Metrics,
-    leading: watch::Receiver<bool>,
-    mut stop: watch::Receiver<bool>,
-) -> anyhow::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .with_context(|| format!("cannot listen on {address} for /metrics (--metrics-address)"))?;
-    let bound = listener.local_addr().context("no local address")?;
-    let router = Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let text = metrics.encode();
-                async move {
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        text,
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let role = if *leading.borrow() {
-                    "leader"
-                } else {
-                    "standby"
-                };
-                async move { (StatusCode::OK, role).into_response() }
-            }),
-        );
-    tokio::spawn(async move {
-        let stopped = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        if let Err(error) = axum::serve(listener, router)
-            .with_graceful_shutdown(stopped)
-            .await
-        {
-            tracing::error!(%error, "the metrics server stopped");
-        }
-    });
-    Ok(bound)
-}
-
 /// Runs node-manager until `shutdown` completes. Returns the metrics address through
 /// `bound` as soon as it listens (tests and the demo use port 0).
 ///
@@ -254,19 +239,41 @@ pub async fn run(
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
 ) -> anyhow::Result<()> {
     let settings = config.settings()?;
+    let leader = if config.no_leader_election {
+        None
+    } else {
+        Some(config.leader_config()?)
+    };
     let client = client(config.kubeconfig.as_deref()).await.context(
         "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, or run in a pod",
     )?;
     let metrics = Metrics::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (leading_tx, leading_rx) = watch::channel(false);
-    let address = serve(
-        config.metrics_address,
+    let (reachable_tx, reachable_rx) = watch::channel(false);
+    let listener = serve::bind(config.metrics_address)
+        .await
+        .context("--metrics-address")?;
+    let address = listener.local_addr().context("no local address")?;
+    let router = serve::router(
         metrics.clone(),
-        leading_rx,
+        Health {
+            api_reachable: reachable_rx,
+            leading: leading_rx,
+        },
+    );
+    let server_stop = stop_rx.clone();
+    tokio::spawn(async move {
+        if let Err(error) = serve::serve(listener, router, server_stop).await {
+            tracing::error!(%error, "the metrics server stopped");
+        }
+    });
+    tokio::spawn(serve::probe_api(
+        client.clone(),
+        API_PROBE_PERIOD,
+        reachable_tx,
         stop_rx.clone(),
-    )
-    .await?;
+    ));
     tracing::info!(%address, "serving /metrics, /healthz and /readyz");
     if let Some(bound) = bound {
         let _ = bound.send(address);
@@ -286,47 +293,25 @@ pub async fn run(
             controllers::run(cluster, settings, metrics, stop).await;
         }
     };
-    if config.no_leader_election {
-        tracing::warn!("leader election is off: run a single replica");
-        let _ = leading_tx.send(true);
-        start(stop_rx).await;
-    } else {
+    if let Some(leader) = leader {
         let elector = LeaderElector::new(
             nodemgr_k8s::cluster::client(config.kubeconfig.as_deref())
                 .await
                 .context("no Kubernetes configuration for leader election")?,
-            LeaderConfig::new(
-                &config.leader_election_namespace,
-                &config.leader_election_name,
-                &config.identity(),
-            ),
+            leader,
         );
         elector.run(stop_rx, &metrics, &leading_tx, start).await;
+    } else {
+        tracing::warn!("leader election is off: run a single replica");
+        let _ = leading_tx.send(true);
+        start(stop_rx).await;
     }
     Ok(())
 }
 
 /// Completes on SIGTERM or Ctrl-C.
 pub async fn termination() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    serve::shutdown_signal().await;
 }
 
 #[cfg(test)]
@@ -358,6 +343,22 @@ mod tests {
             .settings()
             .unwrap();
         assert!(s.fencing && !s.status);
+    }
+
+    #[test]
+    fn lease_timing_flags_are_checked() {
+        let leader = parse(&["--identity=a", "--lease-duration=30s", "--renew-period=10s"])
+            .leader_config()
+            .unwrap();
+        assert_eq!(leader.identity, "a");
+        assert_eq!(leader.lease_duration, Duration::from_secs(30));
+        assert_eq!(leader.renew_period, Duration::from_secs(10));
+        let e = parse(&["--renew-period=20s"]).leader_config().unwrap_err();
+        assert!(e.to_string().contains("--renew-period"), "{e}");
+        let e = parse(&["--lease-duration=500ms", "--renew-period=100ms"])
+            .leader_config()
+            .unwrap_err();
+        assert!(e.to_string().contains("at least 1s"), "{e}");
     }
 
     #[test]

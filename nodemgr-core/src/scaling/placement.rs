@@ -35,7 +35,7 @@ use std::rc::Rc;
 
 use crate::model::{Node, Pod, Quantity, Resources, Taint, TaintEffect, keys};
 
-use super::util::{FastHash, Fnv};
+use super::util::{FastHash, Fx};
 
 /// Why a pod does not fit a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -545,7 +545,7 @@ impl<'a> SigTable<'a> {
         if let Some(&s) = self.by_ptr.get(&ptr) {
             return s;
         }
-        let mut h = Fnv::default();
+        let mut h = Fx::default();
         for kv in labels_but_hostname(labels) {
             kv.hash(&mut h);
         }
@@ -1200,7 +1200,7 @@ pub(crate) struct PodClass<'a> {
 }
 
 fn class_hash(p: &Pod) -> u64 {
-    let mut h = Fnv::default();
+    let mut h = Fx::default();
     p.namespace.hash(&mut h);
     p.labels.hash(&mut h);
     p.requests.hash(&mut h);

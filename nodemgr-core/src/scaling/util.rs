@@ -1,5 +1,6 @@
-//! Small helpers shared by the scaling policies: a fast deterministic hasher (FNV-1a) for
-//! lookup tables and a seeded mixer for the chaos monkey's choice.
+//! Small helpers shared by the scaling policies: deterministic hashers (FNV-1a for checksums
+//! and seeds, a word-at-a-time one for lookup tables) and a seeded mixer for the chaos
+//! monkey's choice.
 
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -25,8 +26,59 @@ impl Hasher for Fnv {
     }
 }
 
+/// A word-at-a-time multiplicative hasher (the rustc "Fx" scheme): deterministic, several
+/// times faster than FNV-1a on strings; for lookup tables and grouping keys only (use [`Fnv`]
+/// for anything persisted, such as checksums).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fx(u64);
+
+const FX_SEED: u64 = 0x517c_c1b7_2722_0a95;
+
+impl Fx {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
+    }
+}
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+}
+
 /// `HashMap`/`HashSet` hasher for lookups whose iteration order never leaks into a decision.
-pub type FastHash = BuildHasherDefault<Fnv>;
+pub type FastHash = BuildHasherDefault<Fx>;
 
 /// SplitMix64's finaliser: spreads a seed into a well-mixed 64-bit value.
 pub fn mix64(mut x: u64) -> u64 {

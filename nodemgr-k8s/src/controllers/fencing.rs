@@ -18,7 +18,7 @@ use nodemgr_core::ports::{
 };
 use tokio::sync::watch;
 
-use super::{now, wait};
+use super::{Backoff, RETRY_FIRST, now, wait};
 use crate::cluster::KubeCluster;
 use crate::metrics::{Metrics, ZoneLabels};
 
@@ -174,6 +174,8 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut suppressed = BTreeSet::new();
+    // A pass that could not read the cluster is retried sooner than the period.
+    let backoff = Backoff::new(RETRY_FIRST, period);
     loop {
         let started = Instant::now();
         let result = pass(&cluster, &config, &metrics, &mut suppressed).await;
@@ -185,7 +187,13 @@ pub async fn run(
             }
         };
         metrics.reconciled("fencing", started.elapsed().as_secs_f64(), result.is_err());
-        if !wait(period, deadline, &mut stop).await {
+        let next = if result.is_err() {
+            backoff.failed("fencing")
+        } else {
+            backoff.succeeded("fencing");
+            period
+        };
+        if !wait(next, deadline, &mut stop).await {
             break;
         }
     }

@@ -18,6 +18,8 @@ pub mod status;
 pub mod template;
 pub mod update;
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use nodemgr_core::fencing::FencingConfig;
@@ -61,6 +63,56 @@ impl Default for Settings {
             fencing_period: Duration::from_secs(5),
             fencing_config: FencingConfig::default(),
         }
+    }
+}
+
+/// First retry of a failed reconcile.
+pub(crate) const RETRY_FIRST: Duration = Duration::from_millis(500);
+/// Longest wait between retries of an object that keeps failing.
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// Per-object exponential backoff of failed reconciles: the first retry after `base`, each
+/// further failure of the same object doubles the delay up to `max`; a success resets it. So a
+/// transient 409/429/5xx is retried at once, while an object that keeps failing does not hammer
+/// the API server.
+#[derive(Debug)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    /// A backoff starting at `base`, capped at `max`.
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Backoff {
+            base,
+            max,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records a failure of `key` and returns how long to wait before retrying it.
+    pub fn failed(&self, key: &str) -> Duration {
+        let mut failures = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = failures.entry(key.to_owned()).or_insert(0);
+        let delay = self
+            .base
+            .saturating_mul(1u32 << (*count).min(16))
+            .min(self.max);
+        *count = count.saturating_add(1);
+        delay
+    }
+
+    /// Records a success of `key` (its next failure starts again at `base`).
+    pub fn succeeded(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
     }
 }
 
@@ -139,6 +191,24 @@ pub async fn run(
     for task in tasks {
         if let Err(error) = task.await {
             tracing::error!(%error, "a controller task panicked");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_per_object_up_to_the_cap_and_resets_on_success() {
+        let b = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));
+        let waits: Vec<_> = (0..6).map(|_| b.failed("a").as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 10, 10]);
+        assert_eq!(b.failed("b"), Duration::from_secs(1), "per object");
+        b.succeeded("a");
+        assert_eq!(b.failed("a"), Duration::from_secs(1));
+        for _ in 0..100 {
+            assert!(b.failed("c") <= Duration::from_secs(10));
         }
     }
 }

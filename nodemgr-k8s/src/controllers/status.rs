@@ -21,7 +21,7 @@ use nodemgr_core::ports::{ClusterError, ClusterRead};
 use nodemgr_core::validate::{ValidationContext, validate_node_group};
 use tokio::sync::watch;
 
-use super::now;
+use super::{Backoff, RETRY_FIRST, RETRY_MAX, now};
 use crate::cluster::{KubeCluster, map_error};
 use crate::convert::node_to_core;
 use crate::crd::NodeGroup;
@@ -31,6 +31,7 @@ struct Context {
     cluster: KubeCluster,
     metrics: Metrics,
     resync: Duration,
+    backoff: Backoff,
 }
 
 /// The group's nodes, read fresh from the API (the trigger may be newer than any cache).
@@ -48,6 +49,9 @@ pub(crate) async fn group_nodes(
 async fn reconcile(group: Arc<NodeGroup>, ctx: Arc<Context>) -> Result<Action, ClusterError> {
     let started = Instant::now();
     let result = reconcile_inner(&group, &ctx).await;
+    if result.is_ok() {
+        ctx.backoff.succeeded(&group.name_any());
+    }
     ctx.metrics
         .reconciled("status", started.elapsed().as_secs_f64(), result.is_err());
     result
@@ -103,13 +107,10 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &Context) -> Result<Action, Clu
     Ok(Action::requeue(ctx.resync))
 }
 
-fn error_policy(group: Arc<NodeGroup>, error: &ClusterError, _: Arc<Context>) -> Action {
-    tracing::warn!(group = %group.name_any(), %error, "status reconcile failed; retrying");
-    Action::requeue(if error.is_retryable() {
-        Duration::from_secs(2)
-    } else {
-        Duration::from_secs(15)
-    })
+fn error_policy(group: Arc<NodeGroup>, error: &ClusterError, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.failed(&group.name_any());
+    tracing::warn!(group = %group.name_any(), %error, retry_in = ?delay, "status reconcile failed; retrying");
+    Action::requeue(delay)
 }
 
 /// Maps a Node to the NodeGroup it belongs to.
@@ -131,6 +132,7 @@ pub async fn run(
         cluster,
         metrics,
         resync,
+        backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
     });
     Controller::new(
         Api::<NodeGroup>::all(client.clone()),

@@ -17,10 +17,13 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use nodemgr_core::model::{FencingMode, keys};
 use nodemgr_core::node_template::plan_node_template;
-use nodemgr_core::ports::{ClusterError, NodeApi, NodePatch};
+use nodemgr_core::ports::{
+    ClusterError, EventApi, EventKind, NodeApi, NodePatch, ObjectRef, RecordedEvent,
+};
 use tokio::sync::watch;
 
 use super::status::{group_nodes, group_of};
+use super::{Backoff, RETRY_FIRST, RETRY_MAX, now};
 use crate::cluster::KubeCluster;
 use crate::convert::node_to_core;
 use crate::crd::NodeGroup;
@@ -30,6 +33,7 @@ struct Context {
     cluster: KubeCluster,
     metrics: Metrics,
     resync: Duration,
+    backoff: Backoff,
 }
 
 fn fencing_mode_label(mode: Option<&FencingMode>) -> String {
@@ -42,6 +46,9 @@ fn fencing_mode_label(mode: Option<&FencingMode>) -> String {
 async fn reconcile(group: Arc<NodeGroup>, ctx: Arc<Context>) -> Result<Action, ClusterError> {
     let started = Instant::now();
     let result = reconcile_inner(&group, &ctx).await;
+    if result.is_ok() {
+        ctx.backoff.succeeded(&group.name_any());
+    }
     ctx.metrics
         .reconciled("template", started.elapsed().as_secs_f64(), result.is_err());
     result
@@ -91,6 +98,16 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &Context) -> Result<Action, Clu
             Ok(()) => {
                 if let Some(change) = &change {
                     tracing::info!(node = %node.name, group = %name, "node template: {}", change.summary());
+                    let event = RecordedEvent {
+                        regarding: ObjectRef::node(node.name.clone()),
+                        kind: EventKind::Normal,
+                        reason: "NodeTemplateApplied".into(),
+                        message: format!("NodeGroup {name}: {}", change.summary()),
+                        time: now(),
+                    };
+                    if let Err(error) = ctx.cluster.emit_event(&event).await {
+                        tracing::debug!(node = %node.name, %error, "event not recorded");
+                    }
                 }
             }
             Err(error) if error.is_not_found() => {}
@@ -103,9 +120,10 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &Context) -> Result<Action, Clu
     }
 }
 
-fn error_policy(group: Arc<NodeGroup>, error: &ClusterError, _: Arc<Context>) -> Action {
-    tracing::warn!(group = %group.name_any(), %error, "template reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(2))
+fn error_policy(group: Arc<NodeGroup>, error: &ClusterError, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.failed(&group.name_any());
+    tracing::warn!(group = %group.name_any(), %error, retry_in = ?delay, "template reconcile failed; retrying");
+    Action::requeue(delay)
 }
 
 /// Runs the template controller until `stop`.
@@ -120,6 +138,7 @@ pub async fn run(
         cluster,
         metrics,
         resync,
+        backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
     });
     Controller::new(
         Api::<NodeGroup>::all(client.clone()),

@@ -11,7 +11,7 @@ use nodemgr_core::executor::{ExecutorEvent, UpdateExecutor};
 use nodemgr_core::update::UpdateCommand;
 use tokio::sync::watch;
 
-use super::{now, wait};
+use super::{Backoff, RETRY_FIRST, now, wait};
 use crate::cluster::KubeCluster;
 use crate::metrics::Metrics;
 
@@ -43,6 +43,8 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut executor = UpdateExecutor::new();
+    // A failed step is retried sooner than the period (0.5 s, doubling up to the period).
+    let backoff = Backoff::new(RETRY_FIRST, period);
     loop {
         let started = Instant::now();
         let result = executor.step(&cluster, now()).await;
@@ -66,7 +68,13 @@ pub async fn run(
             .drains_active
             .set(i64::try_from(executor.drains().len()).unwrap_or(i64::MAX));
         metrics.reconciled("update", started.elapsed().as_secs_f64(), failed);
-        if !wait(period, executor.next_deadline(), &mut stop).await {
+        let next = if failed {
+            backoff.failed("update")
+        } else {
+            backoff.succeeded("update");
+            period
+        };
+        if !wait(next, executor.next_deadline(), &mut stop).await {
             break;
         }
     }
