@@ -222,18 +222,37 @@ async fn template_labels_reach_every_node_and_leave_when_removed() {
     let c = cluster(
         &[(
             "workers",
-            json!({"nodeType": "CloudPermanent", "nodeTemplate": {"labels": {"tier": "web"}}}),
+            json!({"nodeType": "CloudPermanent", "nodeTemplate": {
+                "labels": {"tier": "web"},
+                "annotations": {"example.com/owner": "team-web"},
+                "taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}],
+            }}),
         )],
         &[("w-0", "workers", "a"), ("w-1", "workers", "b")],
         fast_settings(),
     )
     .await;
     let e = c.emulator.clone();
-    eventually("tier=web on both nodes", 20, || {
-        ["w-0", "w-1"]
+    let taint_keys = |n: &str| -> Vec<String> {
+        node(&e, n)
+            .and_then(|o| o.pointer("/spec/taints").cloned())
+            .and_then(|t| t.as_array().cloned())
+            .unwrap_or_default()
             .iter()
-            .all(|n| label(&e, n, "tier").as_deref() == Some("web"))
-    })
+            .filter_map(|t| t["key"].as_str().map(str::to_owned))
+            .collect()
+    };
+    eventually(
+        "the template's label, annotation and taint on both nodes",
+        20,
+        || {
+            ["w-0", "w-1"].iter().all(|n| {
+                label(&e, n, "tier").as_deref() == Some("web")
+                    && annotation(&e, n, "example.com/owner").as_deref() == Some("team-web")
+                    && taint_keys(n) == ["dedicated"]
+            })
+        },
+    )
     .await;
     // An operator's own label is not the template's to remove.
     c.emulator
@@ -254,9 +273,12 @@ async fn template_labels_reach_every_node_and_leave_when_removed() {
     // Every watch drops just before the change: the controllers re-watch and still see it.
     c.emulator.drop_watches();
     c.emulator.update(group).unwrap();
-    eventually("tier gone, team set", 20, || {
+    eventually("tier, owner and the taint gone, team set", 20, || {
         ["w-0", "w-1"].iter().all(|n| {
-            label(&e, n, "tier").is_none() && label(&e, n, "team").as_deref() == Some("payments")
+            label(&e, n, "tier").is_none()
+                && annotation(&e, n, "example.com/owner").is_none()
+                && taint_keys(n).is_empty()
+                && label(&e, n, "team").as_deref() == Some("payments")
         })
     })
     .await;
