@@ -64,7 +64,8 @@ pub struct Metrics {
     pub update_actions: Family<ActionLabels, Counter>,
     /// Drains in progress.
     pub drains_active: Gauge,
-    /// Fencing actions (`delete_pods`, `delete_node`, `notify`).
+    /// Fencing actions (`delete_pods`, `delete_node`, `notify`, and `storm_suppressed` each
+    /// time the storm guard starts holding a zone back).
     pub fencing_actions: Family<ActionLabels, Counter>,
     /// 1 while the storm guard holds fencing back in a zone.
     pub fencing_suppressed: Family<ZoneLabels, Gauge>,

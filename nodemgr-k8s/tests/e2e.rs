@@ -519,6 +519,15 @@ async fn a_silent_fenced_node_loses_its_pods_then_its_node_but_a_silent_zone_is_
         text.contains("nodemgr_fencing_storm_suppressed{zone=\"b\"} 1"),
         "{text}"
     );
+    assert!(
+        text.contains("nodemgr_fencing_actions_total{action=\"storm_suppressed\"} 1"),
+        "one suppression episode, counted once: {text}"
+    );
+    let events = e.list("events.k8s.io/v1", "Event", Some("default"));
+    assert!(
+        events.iter().any(|ev| ev["reason"] == "FencingSuppressed"),
+        "an event says why zone b is not fenced: {events:?}"
+    );
     assert!(node(&e, "e-0").is_some());
 }
 

@@ -90,6 +90,7 @@ pub async fn pass(
             .set(1);
         if !suppressed_before.contains(&s.zone) {
             tracing::warn!("{s}");
+            Metrics::action(&metrics.fencing_actions, "storm_suppressed");
             let group = fenced
                 .iter()
                 .find(|n| n.zone == s.zone)
