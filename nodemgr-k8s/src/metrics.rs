@@ -32,6 +32,15 @@ pub struct ActionLabels {
     pub action: String,
 }
 
+/// Label set of the per-group update progress.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpdateStateLabels {
+    /// NodeGroup name.
+    pub group: String,
+    /// Update state: `waiting`, `approved`, `disruption_required`, `draining`.
+    pub state: String,
+}
+
 /// Label set of per-zone metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ZoneLabels {
@@ -49,6 +58,8 @@ pub struct Metrics {
     pub group_ready: Family<GroupLabels, Gauge>,
     /// Nodes running the desired configuration per group.
     pub group_up_to_date: Family<GroupLabels, Gauge>,
+    /// Nodes of a group in each update state (the rollout's progress).
+    pub update_nodes: Family<UpdateStateLabels, Gauge>,
     /// Update actions (approvals, disruption approvals, finishes, drain steps).
     pub update_actions: Family<ActionLabels, Counter>,
     /// Drains in progress.
@@ -78,6 +89,7 @@ impl Metrics {
         let group_nodes = Family::<GroupLabels, Gauge>::default();
         let group_ready = Family::<GroupLabels, Gauge>::default();
         let group_up_to_date = Family::<GroupLabels, Gauge>::default();
+        let update_nodes = Family::<UpdateStateLabels, Gauge>::default();
         let update_actions = Family::<ActionLabels, Counter>::default();
         let drains_active = Gauge::default();
         let fencing_actions = Family::<ActionLabels, Counter>::default();
@@ -102,6 +114,11 @@ impl Metrics {
             "node_group_up_to_date",
             "Nodes of the group running its desired configuration",
             group_up_to_date.clone(),
+        );
+        registry.register(
+            "update_nodes",
+            "Nodes of the group by update state (waiting, approved, disruption_required, draining)",
+            update_nodes.clone(),
         );
         registry.register(
             "update_actions",
@@ -139,6 +156,7 @@ impl Metrics {
             group_nodes,
             group_ready,
             group_up_to_date,
+            update_nodes,
             update_actions,
             drains_active,
             fencing_actions,

@@ -333,6 +333,7 @@ async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
     let nodes = ["w-0", "w-1", "w-2", "w-3"];
     let mut most = 0;
     let mut dropped = false;
+    let mut saw_progress = false;
     eventually(
         "every node on gen1 with its update annotations cleaned up",
         60,
@@ -342,6 +343,10 @@ async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
                 .filter(|n| annotation(&e, n, "update.node.deckhouse.io/approved").is_some())
                 .count();
             most = most.max(approved);
+            saw_progress |= c
+                .metrics
+                .encode()
+                .contains("nodemgr_update_nodes{group=\"workers\",state=\"approved\"} 1");
             assert!(
                 approved <= 1,
                 "{approved} nodes approved at once under maxConcurrent 1"
@@ -364,6 +369,20 @@ async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
     )
     .await;
     assert_eq!(most, 1, "the rollout approved nodes one at a time");
+    assert!(
+        saw_progress,
+        "the metric showed an approved node during the rollout"
+    );
+    eventually(
+        "the update progress metric settles at zero approved",
+        10,
+        || {
+            c.metrics
+                .encode()
+                .contains("nodemgr_update_nodes{group=\"workers\",state=\"approved\"} 0")
+        },
+    )
+    .await;
     assert!(dropped);
     assert!(c.emulator.request_count("patch", "nodes", Some(409)) >= 1);
     assert!(c.emulator.request_count("patch", "nodes", Some(500)) >= 1);

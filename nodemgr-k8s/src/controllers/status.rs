@@ -25,7 +25,15 @@ use super::{Backoff, RETRY_FIRST, RETRY_MAX, now};
 use crate::cluster::{KubeCluster, map_error};
 use crate::convert::node_to_core;
 use crate::crd::NodeGroup;
-use crate::metrics::{GroupLabels, Metrics};
+use crate::metrics::{GroupLabels, Metrics, UpdateStateLabels};
+
+/// The update states `nodemgr_update_nodes` counts, by the node annotation that marks each.
+const UPDATE_STATES: [(&str, &str); 4] = [
+    ("waiting", keys::ANNOTATION_WAITING_FOR_APPROVAL),
+    ("approved", keys::ANNOTATION_APPROVED),
+    ("disruption_required", keys::ANNOTATION_DISRUPTION_REQUIRED),
+    ("draining", keys::ANNOTATION_DRAINING),
+];
 
 struct Context {
     cluster: KubeCluster,
@@ -100,6 +108,19 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &Context) -> Result<Action, Clu
         .group_up_to_date
         .get_or_create(&labels)
         .set(status.up_to_date.unwrap_or(0));
+    for (state, key) in UPDATE_STATES {
+        let count = nodes
+            .iter()
+            .filter(|n| n.annotations.contains_key(key))
+            .count();
+        ctx.metrics
+            .update_nodes
+            .get_or_create(&UpdateStateLabels {
+                group: name.clone(),
+                state: state.to_owned(),
+            })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
     if core.status.as_ref() != Some(&status) {
         ctx.cluster.patch_group_status(&name, &status).await?;
         tracing::debug!(group = %name, nodes = status.nodes, ready = status.ready, "status written");
