@@ -689,43 +689,24 @@ impl World {
         })
     }
 
-    /// Last Lease renewal of a node at `now`.
-    fn last_heartbeat(&self, n: &SimNode, now: Timestamp) -> Timestamp {
-        let period = i64::try_from(self.heartbeat.lease_period.0.as_millis())
-            .unwrap_or(i64::MAX)
-            .max(1);
-        let phase = i64::try_from(n.lease_phase.as_millis()).unwrap_or(0);
-        let until = match n.dark_since {
-            Some(since) if n.is_dark(now) => since - Duration::from_millis(1),
-            _ => now,
-        };
-        let created = n.node.created.unwrap_or(self.start);
-        let t = until.as_millis() - phase;
-        let renew = Timestamp::from_millis(t.div_euclid(period) * period + phase);
-        renew.max(created).min(now)
-    }
-
     /// Recomputes every node's heartbeat and Ready condition at the current time, recording
     /// transitions in the timeline.
     pub fn refresh_nodes(&mut self) {
         let now = self.now;
         let grace = self.heartbeat.grace_period.0;
+        let period = self.heartbeat.lease_period.0;
+        let start = self.start;
         let mut transitions = Vec::new();
-        let names: Vec<String> = self.nodes.keys().cloned().collect();
-        for name in names {
-            let Some(n) = self.nodes.get(&name) else {
-                continue;
-            };
-            let hb = self.last_heartbeat(n, now);
+        // One pass over the nodes in place: this runs at every instant of the loop.
+        for (name, n) in &mut self.nodes {
+            let hb = heartbeat_at(period, start, n, now);
             let restarting = matches!(n.agent, AgentState::Restarting { until, .. } if now < until);
             let scripted = n.not_ready_until.is_some_and(|u| now < u);
             let silent = now.saturating_since(hb) > grace;
             let ready = !(restarting || scripted || silent);
             let was = n.node.ready;
-            if let Some(n) = self.nodes.get_mut(&name) {
-                n.node.last_heartbeat = Some(hb);
-                n.node.ready = ready;
-            }
+            n.node.last_heartbeat = Some(hb);
+            n.node.ready = ready;
             if was != ready {
                 let why = if ready {
                     "Ready".to_owned()
@@ -739,7 +720,7 @@ impl World {
                 } else {
                     "NotReady (injected)".to_owned()
                 };
-                transitions.push((name, ready, why));
+                transitions.push((name.clone(), ready, why));
             }
         }
         for (name, ready, why) in transitions {
@@ -758,29 +739,44 @@ impl World {
     pub fn next_deadline(&self) -> Option<Timestamp> {
         let now = self.now;
         let grace = self.heartbeat.grace_period.0;
-        let mut candidates: Vec<Timestamp> = Vec::new();
-        candidates.extend(self.agenda.iter().next().map(|(t, _)| *t));
-        candidates.extend(self.pending_pods.iter().map(|p| p.at));
-        candidates.extend(self.pending_nodes.iter().map(|(t, _)| *t));
-        candidates.extend(self.pods.values().filter_map(|p| p.terminating_until));
+        let period = self.heartbeat.lease_period.0;
+        // A running minimum of the future instants, without allocating: this runs at every
+        // instant of the loop over every node and pod.
+        let mut next: Option<Timestamp> = None;
+        let mut consider = |t: Timestamp| {
+            if t > now && next.is_none_or(|n| t < n) {
+                next = Some(t);
+            }
+        };
+        if let Some((t, _)) = self.agenda.iter().next() {
+            consider(*t);
+        }
+        self.pending_pods.iter().for_each(|p| consider(p.at));
+        self.pending_nodes.iter().for_each(|(t, _)| consider(*t));
+        self.pods
+            .values()
+            .filter_map(|p| p.terminating_until)
+            .for_each(&mut consider);
         for n in self.nodes.values() {
             if let Some(u) = n.not_ready_until {
-                candidates.push(u);
+                consider(u);
             }
             if let Some(s) = n.dark_since {
-                candidates.push(s);
-                candidates.push(self.last_heartbeat(n, now) + grace + Duration::from_millis(1));
+                consider(s);
+                consider(
+                    heartbeat_at(period, self.start, n, now) + grace + Duration::from_millis(1),
+                );
             }
             if let Some(u) = n.dark_until {
-                candidates.push(u);
+                consider(u);
             }
             if let AgentState::Applying { until, .. } | AgentState::Restarting { until, .. } =
                 n.agent
             {
-                candidates.push(until);
+                consider(until);
             }
         }
-        candidates.into_iter().filter(|t| *t > now).min()
+        next
     }
 
     /// Runs everything the world does by itself at the current time: pods finishing
@@ -1084,4 +1080,19 @@ fn base36(mut n: u64) -> String {
     }
     out.reverse();
     String::from_utf8(out).unwrap_or_default()
+}
+
+/// The node's last Lease renewal at `now`: renewals every `period` at the node's phase, none
+/// while it is dark, none before it was created.
+fn heartbeat_at(period: Duration, start: Timestamp, n: &SimNode, now: Timestamp) -> Timestamp {
+    let period = i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1);
+    let phase = i64::try_from(n.lease_phase.as_millis()).unwrap_or(0);
+    let until = match n.dark_since {
+        Some(since) if n.is_dark(now) => since - Duration::from_millis(1),
+        _ => now,
+    };
+    let created = n.node.created.unwrap_or(start);
+    let t = until.as_millis() - phase;
+    let renew = Timestamp::from_millis(t.div_euclid(period) * period + phase);
+    renew.max(created).min(now)
 }
