@@ -405,6 +405,12 @@ pub struct FencingConfig {
     /// "more than 2 NotReady"): a fully silent zone of one or two nodes is still fenced, since
     /// a single dead node is what fencing is for.
     pub storm_min_silent: usize,
+    /// Heartbeat age from which the storm guard counts a node as going silent (20 s: two Lease
+    /// renewals missed). Nodes that lose the API together stop renewing within one renewal
+    /// period of each other, so each crosses its fencing deadline alone; counting the ones
+    /// already silent this long when the first crosses it is what lets the guard see them as
+    /// one event. Capped at each node's own deadline.
+    pub storm_suspect_after: Duration,
 }
 
 impl Default for FencingConfig {
@@ -413,6 +419,7 @@ impl Default for FencingConfig {
             default_timeout: Duration::from_secs(60),
             storm_threshold: 0.55,
             storm_min_silent: 3,
+            storm_suspect_after: Duration::from_secs(20),
         }
     }
 }
@@ -568,7 +575,10 @@ impl FencingPlan {
 ///   group's `fencing.watchdog.timeout`, else [`FencingConfig::default_timeout`]), measured from
 ///   the heartbeat, not from when the controller noticed.
 /// * **Storm guard** (beyond Deckhouse): per zone, over the non-maintenance nodes, when at least
-///   `storm_min_silent` are silent and [`zone_state`] with `storm_threshold` is not Normal,
+///   `storm_min_silent` are going silent (heartbeat older than `storm_suspect_after`, capped at
+///   their deadline: nodes cut off together cross their deadlines up to a Lease period apart,
+///   and the first must not be fenced alone) and [`zone_state`] with `storm_threshold` is not
+///   Normal,
 ///   nobody in the zone is fenced and a [`StormSuppressed`] is reported: so many nodes going
 ///   quiet together is more likely the controller's or the zone's network than dead nodes.
 /// * A silent node in `Notify` mode (or an unknown mode) gets [`FencingCommand::Notify`].
@@ -606,8 +616,10 @@ pub fn plan_fencing(nodes: &[FencedNode], cfg: &FencingConfig, now: Timestamp) -
         };
         let deadline = node.deadline(cfg);
         let age = now.saturating_since(hb);
-        if age > deadline {
+        if age > cfg.storm_suspect_after.min(deadline) {
             slot.1 += 1;
+        }
+        if age > deadline {
             silent_for.push(Some(age));
         } else {
             let due = hb + deadline + Duration::from_millis(1);
@@ -623,7 +635,7 @@ pub fn plan_fencing(nodes: &[FencedNode], cfg: &FencingConfig, now: Timestamp) -
     for (zone, (total, silent)) in &zones {
         let state = zone_state(total - silent, *silent, cfg.storm_threshold);
         if *silent >= cfg.storm_min_silent && state != ZoneState::Normal {
-            tracing::warn!(zone = %zone, silent, total, "fencing storm guard: holding back");
+            tracing::debug!(zone = %zone, silent, total, "fencing storm guard: holding back");
             stormy.insert(zone);
             plan.suppressed.push(StormSuppressed {
                 zone: (*zone).to_owned(),
@@ -929,6 +941,29 @@ mod tests {
     }
 
     #[test]
+    fn nodes_cut_off_together_are_one_storm_though_their_deadlines_are_staggered() {
+        // Three of four nodes lose the API at once; their last Lease renewals are up to a
+        // renewal period apart (phases 0, 4 and 9 s), so the first crosses 60 s alone.
+        let cfg = FencingConfig::default();
+        let nodes = vec![
+            fenced("a0", "a", Some(100)),
+            fenced("a1", "a", Some(104)),
+            fenced("a2", "a", Some(109)),
+            fenced("a3", "a", Some(159)),
+        ];
+        let plan = plan_fencing(&nodes, &cfg, t(161));
+        assert!(plan.commands.is_empty(), "{:?}", plan.commands);
+        assert_eq!(plan.suppressed.len(), 1);
+        // One node cut off alone is fenced at its deadline.
+        let lone = vec![fenced("a0", "a", Some(100)), fenced("a1", "a", Some(159))];
+        let plan = plan_fencing(&lone, &cfg, t(161));
+        assert_eq!(
+            plan.commands,
+            vec![FencingCommand::DeletePods { node: "a0".into() }]
+        );
+    }
+
+    #[test]
     fn from_node_reads_group_and_lease() {
         let mut node = Node {
             name: "n".into(),
@@ -1101,7 +1136,8 @@ mod tests {
             // Storm: a zone over the threshold gets no deletions, and every such zone is reported.
             for zone in ["z0", "z1", "z2"] {
                 let members: Vec<&FencedNode> = nodes.iter().filter(|n| n.zone == zone && !n.maintenance).collect();
-                let silent = members.iter().filter(|n| n.last_heartbeat.is_some_and(|hb| now.saturating_since(hb) > n.timeout.unwrap_or(cfg.default_timeout))).count();
+                // Going silent: quiet longer than the suspect window (capped at the deadline).
+                let silent = members.iter().filter(|n| n.last_heartbeat.is_some_and(|hb| now.saturating_since(hb) > cfg.storm_suspect_after.min(n.timeout.unwrap_or(cfg.default_timeout)))).count();
                 let storm = silent >= 3 && silent as f64 / members.len() as f64 >= cfg.storm_threshold;
                 prop_assert_eq!(storm, plan.suppressed.iter().any(|s| s.zone == zone));
             }

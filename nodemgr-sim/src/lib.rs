@@ -24,6 +24,7 @@
 
 pub mod cluster;
 pub mod controller;
+pub mod health;
 pub mod rng;
 pub mod scaling;
 pub mod scenario;

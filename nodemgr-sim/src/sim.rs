@@ -55,6 +55,16 @@ impl Simulation {
             )));
         }
         crate::scaling::install(&mut sim, scenario, seed);
+        if let Some(spec) = &scenario.fencing {
+            sim.add_controller(Box::new(crate::health::FencingController::new(start, spec)));
+        }
+        if let Some(spec) = &scenario.lifecycle {
+            sim.add_controller(Box::new(crate::health::LifecycleController::new(
+                start,
+                spec,
+                scenario.heartbeat.grace_period.0,
+            )));
+        }
         sim
     }
 
