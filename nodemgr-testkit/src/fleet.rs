@@ -226,39 +226,15 @@ fn api(what: impl Into<String>) -> impl FnOnce(ApiError) -> FleetError {
 /// RFC 3339 with microseconds (a Lease's MicroTime), UTC.
 fn micro_time(t: SystemTime) -> String {
     let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, dd) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
+    let mut text = rfc3339(t);
+    text.pop();
+    format!("{text}.{:06}Z", d.subsec_micros())
 }
 
 /// RFC 3339 with seconds, UTC (Node condition times).
 fn rfc3339(t: SystemTime) -> String {
-    let mut s = micro_time(t);
-    s.truncate(19);
-    s.push('Z');
-    s
-}
-
-/// Days since 1970-01-01 to (year, month, day) (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
-    let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    crate::time::format_rfc3339(i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 impl Fleet {

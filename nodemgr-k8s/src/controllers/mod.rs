@@ -195,6 +195,52 @@ pub async fn run(
     }
 }
 
+/// Runs a kube-runtime `Controller` over NodeGroups, woken by changes of a group and of the
+/// Nodes labelled with it, until `stop` (the status and template controllers).
+pub(crate) async fn run_for_groups<C, R, F>(
+    client: kube::Client,
+    ctx: std::sync::Arc<C>,
+    reconcile: R,
+    error_policy: fn(
+        std::sync::Arc<crate::crd::NodeGroup>,
+        &nodemgr_core::ports::ClusterError,
+        std::sync::Arc<C>,
+    ) -> kube::runtime::controller::Action,
+    name: &'static str,
+    mut stop: watch::Receiver<bool>,
+) where
+    C: Send + Sync + 'static,
+    R: FnMut(std::sync::Arc<crate::crd::NodeGroup>, std::sync::Arc<C>) -> F,
+    F: std::future::Future<
+            Output = Result<kube::runtime::controller::Action, nodemgr_core::ports::ClusterError>,
+        > + Send
+        + 'static,
+{
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::Api;
+    use kube::runtime::{Controller, watcher};
+    Controller::new(
+        Api::<crate::crd::NodeGroup>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .watches(
+        Api::<Node>::all(client),
+        watcher::Config::default(),
+        status::group_of,
+    )
+    .graceful_shutdown_on(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })
+    .run(reconcile, error_policy, ctx)
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, controller = name, "reconcile");
+        }
+    })
+    .await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

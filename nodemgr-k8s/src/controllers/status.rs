@@ -8,12 +8,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use nodemgr_core::group_status::{StatusInput, group_status};
 use nodemgr_core::model::keys;
@@ -146,7 +144,7 @@ pub async fn run(
     cluster: KubeCluster,
     resync: Duration,
     metrics: Metrics,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let client = cluster.client().clone();
     let ctx = Arc::new(Context {
@@ -155,23 +153,5 @@ pub async fn run(
         resync,
         backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
     });
-    Controller::new(
-        Api::<NodeGroup>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .watches(
-        Api::<Node>::all(client),
-        watcher::Config::default(),
-        group_of,
-    )
-    .graceful_shutdown_on(async move {
-        let _ = stop.wait_for(|s| *s).await;
-    })
-    .run(reconcile, error_policy, ctx)
-    .for_each(|result| async move {
-        if let Err(error) = result {
-            tracing::debug!(%error, "status controller");
-        }
-    })
-    .await;
+    super::run_for_groups(client, ctx, reconcile, error_policy, "status", stop).await;
 }

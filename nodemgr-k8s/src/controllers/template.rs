@@ -9,12 +9,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
 use kube::ResourceExt;
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::controller::Action;
 use nodemgr_core::model::{FencingMode, keys};
 use nodemgr_core::node_template::plan_node_template;
 use nodemgr_core::ports::{
@@ -22,7 +18,7 @@ use nodemgr_core::ports::{
 };
 use tokio::sync::watch;
 
-use super::status::{group_nodes, group_of};
+use super::status::group_nodes;
 use super::{Backoff, RETRY_FIRST, RETRY_MAX, now};
 use crate::cluster::KubeCluster;
 use crate::convert::node_to_core;
@@ -140,7 +136,7 @@ pub async fn run(
     cluster: KubeCluster,
     resync: Duration,
     metrics: Metrics,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let client = cluster.client().clone();
     let ctx = Arc::new(Context {
@@ -149,23 +145,5 @@ pub async fn run(
         resync,
         backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
     });
-    Controller::new(
-        Api::<NodeGroup>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .watches(
-        Api::<Node>::all(client),
-        watcher::Config::default(),
-        group_of,
-    )
-    .graceful_shutdown_on(async move {
-        let _ = stop.wait_for(|s| *s).await;
-    })
-    .run(reconcile, error_policy, ctx)
-    .for_each(|result| async move {
-        if let Err(error) = result {
-            tracing::debug!(%error, "template controller");
-        }
-    })
-    .await;
+    super::run_for_groups(client, ctx, reconcile, error_policy, "template", stop).await;
 }
