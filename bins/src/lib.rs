@@ -3,5 +3,6 @@
 //! stay thin and tests can reach the pieces.
 
 pub mod bashible_apiserver;
+pub mod fencing_agent;
 pub mod inputs;
 pub mod node_manager;

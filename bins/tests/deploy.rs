@@ -151,3 +151,31 @@ fn the_node_manager_deployment_passes_only_flags_the_binary_has() {
             .any(|a| a.as_str().unwrap().ends_with(&format!(":{port}")))
     );
 }
+
+#[test]
+fn the_fencing_agent_daemonset_passes_only_flags_the_binary_has() {
+    let help = Command::new(env!("CARGO_BIN_EXE_fencing-agent"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let docs = manifests();
+    let (_, ds) = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "fencing-agent")
+        .unwrap();
+    let container = &ds["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["command"][0], "/usr/local/bin/fencing-agent");
+    for arg in container["args"].as_array().unwrap() {
+        let flag = arg.as_str().unwrap().split('=').next().unwrap();
+        assert!(
+            help.contains(flag),
+            "fencing-agent has no flag {flag}:\n{help}"
+        );
+    }
+    assert!(
+        help.contains("NODE_NAME"),
+        "the node name comes from the env the DaemonSet sets"
+    );
+    assert_eq!(container["env"][0]["name"], "NODE_NAME");
+}

@@ -1,0 +1,239 @@
+//! `fencing-agent`: one per node of a group with `spec.fencing`. It carries out the decisions of
+//! the core's sans-I/O [`FencingAgent`]: on start it checks the API (a GET of its own Node),
+//! arms the watchdog device by opening it and labels its Node
+//! `node-manager.deckhouse.io/fencing-enabled`; every feed interval it writes one byte to the
+//! watchdog, but only while the last API check reached the API server; on a maintenance marker
+//! (`update.node.deckhouse.io/approved`, `…/disruption-approved`,
+//! `node-manager.deckhouse.io/fencing-disable`) it removes the label and disarms cleanly (writes
+//! the magic `V`, closes), and re-arms when the marker goes; on SIGTERM or Ctrl-C it removes the
+//! label and disarms, even when the label cannot be removed.
+//!
+//! Which API errors stop the feeding is decided by [`ApiCheck::is_unreachable`]: a timeout or a
+//! connection failure (refused, reset, no route, DNS) does — from the node that is a partition,
+//! its kubelet cannot renew its Lease either and the controller will delete its pods; any HTTP
+//! answer (401/403/404/429/5xx) or TLS error from a peer that answered does not — a
+//! configuration mistake or an overloaded control plane must not reboot every fenced node.
+//!
+//! The watchdog is opened for appending (a no-op for the device, and what lets tests use a plain
+//! file); with softdog, `soft_margin` is the group's `fencing.watchdog.timeout` (60 s).
+
+use std::fs::File;
+use std::future::Future;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use clap::Parser;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use nodemgr_core::fencing::{
+    AgentAction, AgentConfig, ApiCheck, ApiErrorKind, FencingAgent, is_maintenance,
+};
+use nodemgr_core::model::{Timestamp, keys, parse_duration};
+use nodemgr_k8s::convert::node_to_core;
+use serde_json::json;
+
+/// Flags of `fencing-agent`.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "fencing-agent",
+    version,
+    about = "Feeds the watchdog while the Kubernetes API is reachable"
+)]
+pub struct Config {
+    /// This node's name.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// The watchdog device.
+    #[arg(long, default_value = "/dev/watchdog")]
+    pub watchdog: PathBuf,
+    /// How often the watchdog is fed.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub feed_interval: Duration,
+    /// How often the API is checked.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub check_interval: Duration,
+    /// How long an API check may take before it counts as a timeout.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub api_timeout: Duration,
+    /// The watchdog's timeout (softdog `soft_margin`); the feed interval must be well inside it.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub watchdog_timeout: Duration,
+    /// Kubeconfig to use; without it the in-cluster configuration.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration (like 5s, 1m)"))
+}
+
+fn now() -> Timestamp {
+    let millis = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    Timestamp::from_millis(millis)
+}
+
+/// Maps the outcome of a GET of the own Node to the core's [`ApiCheck`].
+fn classify(
+    result: Result<Result<Node, kube::Error>, tokio::time::error::Elapsed>,
+) -> (ApiCheck, Option<Node>) {
+    match result {
+        Err(_) => (ApiCheck::Timeout, None),
+        Ok(Ok(node)) => (ApiCheck::Ok, Some(node)),
+        Ok(Err(kube::Error::Api(status))) => {
+            (ApiCheck::Error(ApiErrorKind::Status(status.code)), None)
+        }
+        Ok(Err(kube::Error::HyperError(e))) if e.is_timeout() => (ApiCheck::Timeout, None),
+        Ok(Err(kube::Error::HyperError(_) | kube::Error::Service(_))) => {
+            (ApiCheck::Error(ApiErrorKind::Connect), None)
+        }
+        Ok(Err(kube::Error::RustlsTls(e))) => (ApiCheck::Error(ApiErrorKind::Tls), {
+            tracing::debug!(error = %e, "TLS error on the API check");
+            None
+        }),
+        Ok(Err(other)) => (
+            ApiCheck::Error(ApiErrorKind::Other(other.to_string())),
+            None,
+        ),
+    }
+}
+
+/// Runs the agent until `shutdown` completes (then disarms) or the core decides to exit.
+///
+/// # Errors
+/// No cluster configuration; the agent exiting because it could not label its Node.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    if config.feed_interval >= config.watchdog_timeout {
+        anyhow::bail!(
+            "--feed-interval {:?} must be shorter than --watchdog-timeout {:?}",
+            config.feed_interval,
+            config.watchdog_timeout
+        );
+    }
+    let client = nodemgr_k8s::cluster::client(config.kubeconfig.as_deref())
+        .await
+        .context("no Kubernetes configuration: pass --kubeconfig or run in a pod")?;
+    let nodes = Api::<Node>::all(client);
+    let name = config.node_name.clone();
+    let mut agent = FencingAgent::new(AgentConfig {
+        feed_interval: config.feed_interval,
+        api_check_interval: config.check_interval,
+        api_timeout: config.api_timeout,
+        watchdog_timeout: config.watchdog_timeout,
+    });
+    let mut watchdog: Option<File> = None;
+    let mut label_failed = false;
+    tokio::pin!(shutdown);
+    let mut stopping = false;
+    loop {
+        while let Some(action) = agent.poll_action(now()) {
+            tracing::debug!(%action, "fencing agent");
+            let ok = match action {
+                AgentAction::CheckApi => {
+                    let result = tokio::time::timeout(config.api_timeout, nodes.get(&name)).await;
+                    let (check, node) = classify(result);
+                    if check != ApiCheck::Ok {
+                        tracing::warn!(?check, "API check failed");
+                    }
+                    agent.handle_api_check(check, now());
+                    if let Some(node) = node {
+                        agent.handle_node(is_maintenance(&node_to_core(&node)), now());
+                    }
+                    true
+                }
+                AgentAction::ArmWatchdog => match std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&config.watchdog)
+                {
+                    Ok(file) => {
+                        tracing::info!(watchdog = %config.watchdog.display(), "watchdog armed");
+                        watchdog = Some(file);
+                        true
+                    }
+                    Err(error) => {
+                        tracing::error!(watchdog = %config.watchdog.display(), %error, "cannot open the watchdog; is softdog loaded and the device mounted?");
+                        false
+                    }
+                },
+                AgentAction::Feed => match watchdog
+                    .as_mut()
+                    .map(|w| w.write_all(b"1").and_then(|()| w.flush()))
+                {
+                    Some(Ok(())) => true,
+                    Some(Err(error)) => {
+                        tracing::error!(%error, "feeding the watchdog failed");
+                        false
+                    }
+                    None => false,
+                },
+                AgentAction::Disarm => {
+                    if let Some(mut w) = watchdog.take() {
+                        if let Err(error) = w.write_all(b"V").and_then(|()| w.flush()) {
+                            tracing::error!(%error, "magic close failed; the watchdog may still fire");
+                        } else {
+                            tracing::info!("watchdog disarmed (magic close)");
+                        }
+                    }
+                    true
+                }
+                AgentAction::SetLabel | AgentAction::RemoveLabel => {
+                    let value = if action == AgentAction::SetLabel {
+                        json!("")
+                    } else {
+                        json!(null)
+                    };
+                    let patch =
+                        json!({"metadata": {"labels": {keys::LABEL_FENCING_ENABLED: value}}});
+                    match tokio::time::timeout(
+                        config.api_timeout,
+                        nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+                    )
+                    .await
+                    {
+                        Ok(Ok(_)) => {
+                            tracing::info!("{action}");
+                            true
+                        }
+                        Ok(Err(error)) => {
+                            tracing::warn!(%error, "failed to {action}");
+                            label_failed |= action == AgentAction::SetLabel;
+                            false
+                        }
+                        Err(_) => {
+                            tracing::warn!("failed to {action}: timed out");
+                            label_failed |= action == AgentAction::SetLabel;
+                            false
+                        }
+                    }
+                }
+                AgentAction::Exit => {
+                    if label_failed && !stopping {
+                        anyhow::bail!(
+                            "could not label node {name} fencing-enabled; the watchdog was disarmed and the agent stops"
+                        );
+                    }
+                    return Ok(());
+                }
+            };
+            if !ok {
+                agent.handle_action_failed(action, now());
+            }
+        }
+        let wait = agent
+            .next_deadline()
+            .map_or(config.check_interval, |d| d.saturating_since(now()))
+            .max(Duration::from_millis(10));
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = &mut shutdown, if !stopping => {
+                tracing::info!("stopping: removing the label and disarming the watchdog");
+                stopping = true;
+                agent.handle_shutdown();
+            }
+        }
+    }
+}
