@@ -3,6 +3,7 @@
 //! stay thin and tests can reach the pieces.
 
 pub mod bashible_apiserver;
+pub mod early_oom;
 pub mod fencing_agent;
 pub mod inputs;
 pub mod node_manager;

@@ -179,3 +179,23 @@ fn the_fencing_agent_daemonset_passes_only_flags_the_binary_has() {
     );
     assert_eq!(container["env"][0]["name"], "NODE_NAME");
 }
+
+#[test]
+fn the_early_oom_daemonset_passes_only_flags_the_binary_has() {
+    let help = Command::new(env!("CARGO_BIN_EXE_early-oom"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let docs = manifests();
+    let (_, ds) = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "early-oom")
+        .unwrap();
+    let container = &ds["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["command"][0], "/usr/local/bin/early-oom");
+    for arg in container["args"].as_array().unwrap() {
+        let flag = arg.as_str().unwrap().split('=').next().unwrap();
+        assert!(help.contains(flag), "early-oom has no flag {flag}:\n{help}");
+    }
+}

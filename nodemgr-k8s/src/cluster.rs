@@ -155,6 +155,25 @@ impl KubeCluster {
         )
     }
 
+    /// The port without watches, for components that only write (evict, delete, record
+    /// events) and must not need RBAC to watch the whole cluster (early-oom): every read
+    /// returns nothing.
+    pub fn writer_only(client: Client, reporter: impl Into<String>) -> KubeCluster {
+        KubeCluster {
+            client,
+            stores: Stores {
+                groups: reflector::store().0,
+                nodes: reflector::store().0,
+                leases: reflector::store().0,
+                pods: reflector::store().0,
+                pdbs: reflector::store().0,
+            },
+            reporter: reporter.into(),
+            checksums_namespace: keys::NAMESPACE.to_owned(),
+            writes: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
     /// Waits until every store has had its first complete list.
     ///
     /// # Errors
