@@ -7,3 +7,60 @@ pub mod early_oom;
 pub mod fencing_agent;
 pub mod inputs;
 pub mod node_manager;
+
+/// Common plumbing of the long-running binaries (`node-manager`, `fencing-agent`,
+/// `early-oom`, `bashible-apiserver`): logging to stderr (`RUST_LOG`, default `info`), a tokio
+/// runtime, and the exit code (0 when `main` ends well, 1 with the error printed, 2 when no
+/// runtime could start).
+pub fn daemon_main<F>(name: &str, multi_thread: bool, main: F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("{name}: cannot start the async runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(main) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+/// Parses a Go-style duration flag (`5s`, `1m30s`).
+///
+/// # Errors
+/// A message naming the text and the accepted form.
+pub fn duration_flag(text: &str) -> Result<std::time::Duration, String> {
+    nodemgr_core::model::parse_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration (like 5s, 1m30s)"))
+}
+
+/// The wall clock as the core's timestamp (the binaries' clock read).
+pub fn wall_clock() -> nodemgr_core::model::Timestamp {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    nodemgr_core::model::Timestamp::from_millis(millis)
+}

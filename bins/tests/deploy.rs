@@ -120,27 +120,32 @@ fn the_node_manager_deployment_runs_two_replicas_under_leader_election() {
     );
 }
 
-#[test]
-fn the_node_manager_deployment_passes_only_flags_the_binary_has() {
-    let help = Command::new(env!("CARGO_BIN_EXE_node-manager"))
-        .arg("--help")
-        .output()
-        .unwrap();
+/// The container `name` of the `kind` object `name` in deploy/ runs `binary` and passes only
+/// flags its `--help` lists. Returns the container.
+fn container_flags_exist(kind: &str, name: &str, binary: &str) -> Value {
+    let help = Command::new(binary).arg("--help").output().unwrap();
     let help = String::from_utf8(help.stdout).unwrap();
     let docs = manifests();
-    let (_, deployment) = docs
+    let (_, object) = docs
         .iter()
-        .find(|(_, d)| d["kind"] == "Deployment" && d["metadata"]["name"] == "node-manager")
-        .unwrap();
-    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(container["command"][0], "/usr/local/bin/node-manager");
+        .find(|(_, d)| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in deploy/"));
+    let container = object["spec"]["template"]["spec"]["containers"][0].clone();
+    assert_eq!(container["command"][0], format!("/usr/local/bin/{name}"));
     for arg in container["args"].as_array().unwrap() {
         let flag = arg.as_str().unwrap().split('=').next().unwrap();
-        assert!(
-            help.contains(flag),
-            "node-manager has no flag {flag}:\n{help}"
-        );
+        assert!(help.contains(flag), "{name} has no flag {flag}:\n{help}");
     }
+    container
+}
+
+#[test]
+fn the_node_manager_deployment_passes_only_flags_the_binary_has() {
+    let container = container_flags_exist(
+        "Deployment",
+        "node-manager",
+        env!("CARGO_BIN_EXE_node-manager"),
+    );
     // The metrics port the probes use is the one the flags listen on.
     let port = container["ports"][0]["containerPort"].as_i64().unwrap();
     assert!(
@@ -154,48 +159,23 @@ fn the_node_manager_deployment_passes_only_flags_the_binary_has() {
 
 #[test]
 fn the_fencing_agent_daemonset_passes_only_flags_the_binary_has() {
-    let help = Command::new(env!("CARGO_BIN_EXE_fencing-agent"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    let help = String::from_utf8(help.stdout).unwrap();
-    let docs = manifests();
-    let (_, ds) = docs
-        .iter()
-        .find(|(_, d)| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "fencing-agent")
-        .unwrap();
-    let container = &ds["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(container["command"][0], "/usr/local/bin/fencing-agent");
-    for arg in container["args"].as_array().unwrap() {
-        let flag = arg.as_str().unwrap().split('=').next().unwrap();
-        assert!(
-            help.contains(flag),
-            "fencing-agent has no flag {flag}:\n{help}"
-        );
-    }
-    assert!(
-        help.contains("NODE_NAME"),
-        "the node name comes from the env the DaemonSet sets"
+    let container = container_flags_exist(
+        "DaemonSet",
+        "fencing-agent",
+        env!("CARGO_BIN_EXE_fencing-agent"),
     );
-    assert_eq!(container["env"][0]["name"], "NODE_NAME");
+    assert_eq!(
+        container["env"][0]["name"], "NODE_NAME",
+        "the node name comes from the env"
+    );
 }
 
 #[test]
 fn the_early_oom_daemonset_passes_only_flags_the_binary_has() {
-    let help = Command::new(env!("CARGO_BIN_EXE_early-oom"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    let help = String::from_utf8(help.stdout).unwrap();
-    let docs = manifests();
-    let (_, ds) = docs
-        .iter()
-        .find(|(_, d)| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "early-oom")
-        .unwrap();
-    let container = &ds["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(container["command"][0], "/usr/local/bin/early-oom");
-    for arg in container["args"].as_array().unwrap() {
-        let flag = arg.as_str().unwrap().split('=').next().unwrap();
-        assert!(help.contains(flag), "early-oom has no flag {flag}:\n{help}");
-    }
+    let container =
+        container_flags_exist("DaemonSet", "early-oom", env!("CARGO_BIN_EXE_early-oom"));
+    assert_eq!(
+        container["env"][0]["name"], "NODE_NAME",
+        "the node name comes from the env"
+    );
 }

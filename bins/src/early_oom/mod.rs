@@ -23,14 +23,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
-use nodemgr_core::model::{Timestamp, parse_duration};
 use nodemgr_core::oom::{
     OomCandidate, OomConfig, OomDecision, PressureMonitor, PsiKind, parse_psi, trigger_line,
 };
@@ -42,6 +41,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
+
+use crate::{duration_flag as duration, wall_clock as now};
 
 /// Flags of `early-oom`.
 #[derive(Debug, Clone, Parser)]
@@ -87,17 +88,6 @@ pub struct Config {
     /// Kubeconfig to use; without it the in-cluster configuration.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-}
-
-fn duration(text: &str) -> Result<Duration, String> {
-    parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration (like 5s)"))
-}
-
-fn now() -> Timestamp {
-    let millis = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    Timestamp::from_millis(millis)
 }
 
 /// The working set of each pod cgroup under `root`, by pod UID (dashes, as the API has it):

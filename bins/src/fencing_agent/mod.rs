@@ -21,7 +21,7 @@ use std::fs::File;
 use std::future::Future;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -31,9 +31,11 @@ use kube::api::{Patch, PatchParams};
 use nodemgr_core::fencing::{
     AgentAction, AgentConfig, ApiCheck, ApiErrorKind, FencingAgent, is_maintenance,
 };
-use nodemgr_core::model::{Timestamp, keys, parse_duration};
+use nodemgr_core::model::keys;
 use nodemgr_k8s::convert::node_to_core;
 use serde_json::json;
+
+use crate::{duration_flag as duration, wall_clock as now};
 
 /// Flags of `fencing-agent`.
 #[derive(Debug, Clone, Parser)]
@@ -64,17 +66,6 @@ pub struct Config {
     /// Kubeconfig to use; without it the in-cluster configuration.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-}
-
-fn duration(text: &str) -> Result<Duration, String> {
-    parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration (like 5s, 1m)"))
-}
-
-fn now() -> Timestamp {
-    let millis = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    Timestamp::from_millis(millis)
 }
 
 /// Maps the outcome of a GET of the own Node to the core's [`ApiCheck`].

@@ -21,9 +21,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::duration_flag as duration;
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use nodemgr_core::model::parse_duration;
 use nodemgr_k8s::cluster::{KubeCluster, client};
 use nodemgr_k8s::controllers::{self, Settings};
 use nodemgr_k8s::leader::{LeaderConfig, LeaderElector};
@@ -95,10 +95,6 @@ pub struct Config {
     /// nobody there [default: 0.55].
     #[arg(long)]
     pub storm_threshold: Option<f64>,
-}
-
-fn duration(text: &str) -> Result<Duration, String> {
-    parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration (like 30s, 5m, 1h30m)"))
 }
 
 /// The settings file (see the module docs).
