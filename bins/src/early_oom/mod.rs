@@ -3,7 +3,9 @@
 //!
 //! - **Input**: memory PSI from `/proc/pressure/memory` or a cgroup v2 `memory.pressure`
 //!   (`--psi-file`; in a cluster the kubepods cgroup's). **Mode**: it writes a PSI trigger
-//!   (`some <stall µs> <window µs>`) to the file and waits for `POLLPRI` (`trigger` mode), and
+//!   (`some 150000 2000000`: 150 ms stalled within 2 s; a window in whole 2 s steps is what the
+//!   kernel accepts from a process without CAP_SYS_RESOURCE) to the file and waits for `POLLPRI`
+//!   (`trigger` mode), and
 //!   samples every `--sample-interval` besides; when the kernel refuses the trigger (no write
 //!   access, old kernel, a plain file) it only samples (`polling` mode). It logs which.
 //! - **Victim**: the node's pods (`spec.nodeName`), never `system-node-critical` /
@@ -277,7 +279,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         && start_trigger(
             &config.psi_file,
             Duration::from_millis(150),
-            Duration::from_secs(1),
+            Duration::from_secs(2),
             tx,
         );
     m.trigger_mode.set(i64::from(trigger));
