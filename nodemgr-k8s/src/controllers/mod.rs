@@ -195,6 +195,60 @@ pub async fn run(
     }
 }
 
+/// What the per-NodeGroup controllers (status, template) share: the port, the metrics, the
+/// resync period and the per-group retry backoff, under the controller's name.
+pub(crate) struct GroupContext {
+    pub(crate) name: &'static str,
+    pub(crate) cluster: KubeCluster,
+    pub(crate) metrics: Metrics,
+    pub(crate) resync: Duration,
+    pub(crate) backoff: Backoff,
+}
+
+impl GroupContext {
+    pub(crate) fn new(
+        name: &'static str,
+        cluster: KubeCluster,
+        metrics: Metrics,
+        resync: Duration,
+    ) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(GroupContext {
+            name,
+            cluster,
+            metrics,
+            resync,
+            backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
+        })
+    }
+
+    /// Records a reconcile of `group` that began at `started`: resets its backoff on success,
+    /// observes the duration and the failure.
+    pub(crate) fn finished<T>(
+        &self,
+        group: &str,
+        started: std::time::Instant,
+        result: &Result<T, nodemgr_core::ports::ClusterError>,
+    ) {
+        if result.is_ok() {
+            self.backoff.succeeded(group);
+        }
+        self.metrics
+            .reconciled(self.name, started.elapsed().as_secs_f64(), result.is_err());
+    }
+}
+
+/// The error policy of the per-NodeGroup controllers: retry the group after its backoff.
+pub(crate) fn group_error_policy(
+    group: std::sync::Arc<crate::crd::NodeGroup>,
+    error: &nodemgr_core::ports::ClusterError,
+    ctx: std::sync::Arc<GroupContext>,
+) -> kube::runtime::controller::Action {
+    use kube::ResourceExt;
+    let delay = ctx.backoff.failed(&group.name_any());
+    tracing::warn!(controller = ctx.name, group = %group.name_any(), %error, retry_in = ?delay, "reconcile failed; retrying");
+    kube::runtime::controller::Action::requeue(delay)
+}
+
 /// Runs a kube-runtime `Controller` over NodeGroups, woken by changes of a group and of the
 /// Nodes labelled with it, until `stop` (the status and template controllers).
 pub(crate) async fn run_for_groups<C, R, F>(

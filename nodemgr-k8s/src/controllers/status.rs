@@ -19,7 +19,7 @@ use nodemgr_core::ports::{ClusterError, ClusterRead};
 use nodemgr_core::validate::{ValidationContext, validate_node_group};
 use tokio::sync::watch;
 
-use super::{Backoff, RETRY_FIRST, RETRY_MAX, now};
+use super::{GroupContext, group_error_policy, now};
 use crate::cluster::{KubeCluster, map_error};
 use crate::convert::node_to_core;
 use crate::crd::NodeGroup;
@@ -33,13 +33,6 @@ const UPDATE_STATES: [(&str, &str); 4] = [
     ("draining", keys::ANNOTATION_DRAINING),
 ];
 
-struct Context {
-    cluster: KubeCluster,
-    metrics: Metrics,
-    resync: Duration,
-    backoff: Backoff,
-}
-
 /// The group's nodes, read fresh from the API (the trigger may be newer than any cache).
 pub(crate) async fn group_nodes(
     cluster: &KubeCluster,
@@ -52,18 +45,14 @@ pub(crate) async fn group_nodes(
         .map_err(|e| map_error(&format!("list nodes of group {group}"), e))
 }
 
-async fn reconcile(group: Arc<NodeGroup>, ctx: Arc<Context>) -> Result<Action, ClusterError> {
+async fn reconcile(group: Arc<NodeGroup>, ctx: Arc<GroupContext>) -> Result<Action, ClusterError> {
     let started = Instant::now();
     let result = reconcile_inner(&group, &ctx).await;
-    if result.is_ok() {
-        ctx.backoff.succeeded(&group.name_any());
-    }
-    ctx.metrics
-        .reconciled("status", started.elapsed().as_secs_f64(), result.is_err());
+    ctx.finished(&group.name_any(), started, &result);
     result
 }
 
-async fn reconcile_inner(group: &NodeGroup, ctx: &Context) -> Result<Action, ClusterError> {
+async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action, ClusterError> {
     let core = group.to_core();
     let name = core.name().to_owned();
     let nodes: Vec<_> = group_nodes(&ctx.cluster, &name)
@@ -126,12 +115,6 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &Context) -> Result<Action, Clu
     Ok(Action::requeue(ctx.resync))
 }
 
-fn error_policy(group: Arc<NodeGroup>, error: &ClusterError, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff.failed(&group.name_any());
-    tracing::warn!(group = %group.name_any(), %error, retry_in = ?delay, "status reconcile failed; retrying");
-    Action::requeue(delay)
-}
-
 /// Maps a Node to the NodeGroup it belongs to.
 pub(crate) fn group_of(node: Node) -> Option<ObjectRef<NodeGroup>> {
     node.labels()
@@ -147,11 +130,6 @@ pub async fn run(
     stop: watch::Receiver<bool>,
 ) {
     let client = cluster.client().clone();
-    let ctx = Arc::new(Context {
-        cluster,
-        metrics,
-        resync,
-        backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
-    });
-    super::run_for_groups(client, ctx, reconcile, error_policy, "status", stop).await;
+    let ctx = GroupContext::new("status", cluster, metrics, resync);
+    super::run_for_groups(client, ctx, reconcile, group_error_policy, "status", stop).await;
 }

@@ -19,18 +19,11 @@ use nodemgr_core::ports::{
 use tokio::sync::watch;
 
 use super::status::group_nodes;
-use super::{Backoff, RETRY_FIRST, RETRY_MAX, now};
+use super::{GroupContext, group_error_policy, now};
 use crate::cluster::KubeCluster;
 use crate::convert::node_to_core;
 use crate::crd::NodeGroup;
 use crate::metrics::Metrics;
-
-struct Context {
-    cluster: KubeCluster,
-    metrics: Metrics,
-    resync: Duration,
-    backoff: Backoff,
-}
 
 fn fencing_mode_label(mode: Option<&FencingMode>) -> String {
     match mode {
@@ -39,18 +32,14 @@ fn fencing_mode_label(mode: Option<&FencingMode>) -> String {
     }
 }
 
-async fn reconcile(group: Arc<NodeGroup>, ctx: Arc<Context>) -> Result<Action, ClusterError> {
+async fn reconcile(group: Arc<NodeGroup>, ctx: Arc<GroupContext>) -> Result<Action, ClusterError> {
     let started = Instant::now();
     let result = reconcile_inner(&group, &ctx).await;
-    if result.is_ok() {
-        ctx.backoff.succeeded(&group.name_any());
-    }
-    ctx.metrics
-        .reconciled("template", started.elapsed().as_secs_f64(), result.is_err());
+    ctx.finished(&group.name_any(), started, &result);
     result
 }
 
-async fn reconcile_inner(group: &NodeGroup, ctx: &Context) -> Result<Action, ClusterError> {
+async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action, ClusterError> {
     let core = group.to_core();
     let name = core.name().to_owned();
     let wanted_mode = core
@@ -125,12 +114,6 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &Context) -> Result<Action, Clu
     }
 }
 
-fn error_policy(group: Arc<NodeGroup>, error: &ClusterError, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff.failed(&group.name_any());
-    tracing::warn!(group = %group.name_any(), %error, retry_in = ?delay, "template reconcile failed; retrying");
-    Action::requeue(delay)
-}
-
 /// Runs the template controller until `stop`.
 pub async fn run(
     cluster: KubeCluster,
@@ -139,11 +122,6 @@ pub async fn run(
     stop: watch::Receiver<bool>,
 ) {
     let client = cluster.client().clone();
-    let ctx = Arc::new(Context {
-        cluster,
-        metrics,
-        resync,
-        backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
-    });
-    super::run_for_groups(client, ctx, reconcile, error_policy, "template", stop).await;
+    let ctx = GroupContext::new("template", cluster, metrics, resync);
+    super::run_for_groups(client, ctx, reconcile, group_error_policy, "template", stop).await;
 }
