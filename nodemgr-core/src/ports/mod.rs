@@ -4,8 +4,12 @@
 //! states its contract (idempotence, preconditions, not-found behaviour).
 
 pub mod cluster;
+pub mod remote_shell;
 
 pub use cluster::{
     ClusterApi, ClusterError, ClusterRead, EventApi, EventKind, EvictionResult, NodeApi, NodePatch,
     ObjectRef, PodApi, PodRef, Precondition, RecordedEvent,
+};
+pub use remote_shell::{
+    RemoteScript, RemoteShell, RemoteShellError, ScriptRun, Sensitive, SshTarget,
 };
