@@ -110,8 +110,7 @@ impl SshTarget {
             .ok_or_else(|| {
                 error(
                     "spec.privateSSHKey",
-                    "required for nodemgr to log in: the private key file encoded in base64"
-                        .into(),
+                    "required for nodemgr to log in: the private key file encoded in base64".into(),
                 )
             })?;
         let key = decode_base64(key)
@@ -123,7 +122,9 @@ impl SshTarget {
             )
         })?;
         let sudo_password = match (
-            spec.sudo_password_encoded.as_deref().filter(|p| !p.is_empty()),
+            spec.sudo_password_encoded
+                .as_deref()
+                .filter(|p| !p.is_empty()),
             spec.sudo_password.as_deref().filter(|p| !p.is_empty()),
         ) {
             (Some(encoded), _) => {
@@ -242,7 +243,9 @@ pub enum RemoteShellError {
         after: Duration,
     },
     /// sudo refused the password or the user may not use it.
-    #[error("{target}: sudo refused: {message}; fix the SSHCredentials sudo password or the sudoers rules")]
+    #[error(
+        "{target}: sudo refused: {message}; fix the SSHCredentials sudo password or the sudoers rules"
+    )]
     SudoFailed {
         /// `user@host:port`.
         target: String,
@@ -367,7 +370,10 @@ mod tests {
         assert_eq!(t.private_key.expose(), "-----BEGIN KEY-----");
         assert_eq!(t.sudo_password.as_ref().unwrap().expose(), "s3cret");
         let debug = format!("{t:?}");
-        assert!(!debug.contains("s3cret") && !debug.contains("BEGIN"), "{debug}");
+        assert!(
+            !debug.contains("s3cret") && !debug.contains("BEGIN"),
+            "{debug}"
+        );
         assert_eq!(t.display(), "ubuntu@10.0.0.5:2222");
     }
 
@@ -380,7 +386,10 @@ mod tests {
         });
         let e = SshTarget::from_credentials("10.0.0.5", &c, None).unwrap_err();
         assert_eq!(e.field, "spec.privateSSHKey");
-        assert!(e.to_string().starts_with("SSHCredentials creds: spec.privateSSHKey"));
+        assert!(
+            e.to_string()
+                .starts_with("SSHCredentials creds: spec.privateSSHKey")
+        );
         let c = credentials(SshCredentialsSpec {
             user: Some("ubuntu".into()),
             private_ssh_key: Some("LS0tLS1CRUdJTiBLRVktLS0tLQ==".into()),
@@ -391,7 +400,9 @@ mod tests {
         assert_eq!(e.field, "spec.sshPort");
         let c = credentials(SshCredentialsSpec::default());
         assert_eq!(
-            SshTarget::from_credentials("h", &c, None).unwrap_err().field,
+            SshTarget::from_credentials("h", &c, None)
+                .unwrap_err()
+                .field,
             "spec.user"
         );
     }
@@ -414,7 +425,12 @@ mod tests {
     #[test]
     fn only_a_started_script_may_have_changed_the_machine() {
         let target = "u@h:22".to_owned();
-        assert!(!RemoteShellError::AuthFailed { target: target.clone() }.script_may_have_run());
+        assert!(
+            !RemoteShellError::AuthFailed {
+                target: target.clone()
+            }
+            .script_may_have_run()
+        );
         assert!(
             !RemoteShellError::Timeout {
                 target: target.clone(),
