@@ -17,8 +17,8 @@ use nodemgr_core::model::{
     Timestamp, keys,
 };
 use nodemgr_core::static_nodes::{
-    CONDITION_TYPE, Operation, StaticCommand, StaticConfig, StaticNodes, StaticSnapshot,
-    bound_group, machine_ref_for, phase_of,
+    CONDITION_TYPE, Cause, CleanupReason, Failure, Operation, StaticCommand, StaticConfig,
+    StaticNodes, StaticSnapshot, bound_group, machine_ref_for, phase_of,
 };
 use proptest::prelude::*;
 
@@ -31,12 +31,16 @@ enum Fate {
     Fail(u32),
     /// Never reports.
     Hang,
+    /// Fails before anything runs on the machine (auth failed, unreachable) after this many
+    /// seconds.
+    Refuse(u32),
 }
 
 fn fate() -> impl Strategy<Value = Fate> {
     prop_oneof![
         6 => (1..120_u32).prop_map(Fate::Succeed),
         2 => (1..60_u32).prop_map(Fate::Fail),
+        1 => (1..30_u32).prop_map(Fate::Refuse),
         1 => Just(Fate::Hang),
     ]
 }
@@ -280,7 +284,7 @@ impl Sim {
         let mut still = Vec::new();
         for op in std::mem::take(&mut self.ops) {
             let ends = match op.fate {
-                Fate::Succeed(s) | Fate::Fail(s) => {
+                Fate::Succeed(s) | Fate::Fail(s) | Fate::Refuse(s) => {
                     Some(op.started + Duration::from_secs(s.into()))
                 }
                 Fate::Hang => None,
@@ -310,6 +314,13 @@ impl Sim {
                         &op.instance,
                         op.operation,
                         Err("exit status 1".into()),
+                    );
+                }
+                (Some(at), Fate::Refuse(_)) if at <= now => {
+                    self.controller.handle_finished(
+                        &op.instance,
+                        op.operation,
+                        Err(Failure::new(Cause::AuthFailed, "authentication failed")),
                     );
                 }
                 _ => still.push(op),
@@ -406,8 +417,36 @@ impl Sim {
                 h.ever_bound = true;
                 h.cleaned_since_bound = false;
             }
-            StaticCommand::Cleanup { group, .. } => {
+            StaticCommand::Cleanup { group, reason, .. } => {
                 assert!(!self.has_op(&name), "{name} cleaned while busy");
+                // A Running instance is cleaned only for a reason that holds.
+                if phase_of(&self.instances[i]) == StaticInstancePhase::Running {
+                    let holds = match reason {
+                        CleanupReason::Deleted => {
+                            self.instances[i].metadata.deletion_timestamp.is_some()
+                        }
+                        CleanupReason::GroupGone => !self.groups.iter().any(|g| {
+                            g.name() == group.as_str() && g.spec.static_instances.is_some()
+                        }),
+                        CleanupReason::ScaledDown => {
+                            let occupied = self
+                                .instances
+                                .iter()
+                                .filter(|si| bound_group(si) == Some(group.as_str()))
+                                .filter(|si| {
+                                    matches!(
+                                        phase_of(si),
+                                        StaticInstancePhase::Running
+                                            | StaticInstancePhase::Bootstrapping
+                                            | StaticInstancePhase::Error
+                                    )
+                                })
+                                .count();
+                            occupied > self.count(group)
+                        }
+                    };
+                    assert!(holds, "Running {name} cleaned up without reason ({reason})");
+                }
                 assert_eq!(
                     bound_group(&self.instances[i]),
                     Some(group.as_str()),
@@ -458,6 +497,29 @@ impl Sim {
                 let si = &mut self.instances[i];
                 set_phase(si, StaticInstancePhase::Error);
                 si.status.get_or_insert_default().conditions = vec![ApiCondition {
+                    type_: CONDITION_TYPE.into(),
+                    status: "False".into(),
+                    severity: Some("Error".into()),
+                    reason: Some(reason.as_str()),
+                    message: Some(message.clone()),
+                    last_transition_time: None,
+                }];
+            }
+            StaticCommand::ReturnToPending {
+                reason, message, ..
+            } => {
+                assert!(
+                    reason.cause.before_start() && reason.operation == Operation::Bootstrap,
+                    "{name} returned to Pending after {reason}"
+                );
+                // Nothing ran on the machine: there is nothing to clean.
+                self.history.entry(name).or_default().cleaned_since_bound = true;
+                let si = &mut self.instances[i];
+                set_phase(si, StaticInstancePhase::Pending);
+                let status = si.status.get_or_insert_default();
+                status.machine_ref = None;
+                status.node_ref = None;
+                status.conditions = vec![ApiCondition {
                     type_: CONDITION_TYPE.into(),
                     status: "False".into(),
                     severity: Some("Error".into()),

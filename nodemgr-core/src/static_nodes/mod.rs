@@ -49,6 +49,11 @@
 //!   (`BootstrapTimedOut`, `CleanupTimedOut`). A failed or timed-out operation is retried after
 //!   an exponential backoff from [`StaticConfig::retry_initial`] up to
 //!   [`StaticConfig::retry_max`]; wrong credentials are not retried at all until they change.
+//! - **Refused before starting.** A bootstrap that failed before anything ran on the machine
+//!   ([`Cause::before_start`]: unreachable, key refused, host key changed, sudo refused)
+//!   returns the instance to `Pending`, unbound, with the reason in its `Ready` condition
+//!   ([`StaticCommand::ReturnToPending`]); the group may take another free instance meanwhile,
+//!   and this one is not taken again before its backoff ends.
 //! - **Credentials.** An instance whose SSHCredentials are missing or invalid, or whose address
 //!   is not an IPv4 address, goes to `Error` with a reason naming what to fix; it returns to
 //!   `Pending` (or its operation resumes) once fixed.
@@ -76,6 +81,7 @@ use crate::model::{
     LabelSelector, Node, NodeGroup, NodeType, ObjectReference, SshCredentials, StaticInstance,
     StaticInstancePhase, Timestamp, keys,
 };
+use crate::ports::RemoteShellError;
 use crate::validate::{validate_ssh_credentials, validate_static_instance};
 
 /// The condition type holding an instance's error reason (`status: "False"`, `severity: Error`,
@@ -148,15 +154,27 @@ pub enum Cause {
     CredentialsInvalid,
     /// `spec.address` is missing or not an IPv4 address.
     AddressInvalid,
+    /// The machine cannot be reached (no route, refused, connect timeout).
+    Unreachable,
+    /// The machine did not accept the SSHCredentials' key.
+    AuthFailed,
+    /// The machine presented a different host key than the one pinned.
+    HostKeyChanged,
+    /// sudo refused the SSHCredentials' password.
+    SudoFailed,
 }
 
 impl Cause {
-    const ALL: [Cause; 5] = [
+    const ALL: [Cause; 9] = [
         Self::Failed,
         Self::TimedOut,
         Self::CredentialsMissing,
         Self::CredentialsInvalid,
         Self::AddressInvalid,
+        Self::Unreachable,
+        Self::AuthFailed,
+        Self::HostKeyChanged,
+        Self::SudoFailed,
     ];
 
     fn as_str(self) -> &'static str {
@@ -166,7 +184,20 @@ impl Cause {
             Self::CredentialsMissing => "CredentialsMissing",
             Self::CredentialsInvalid => "CredentialsInvalid",
             Self::AddressInvalid => "AddressInvalid",
+            Self::Unreachable => "Unreachable",
+            Self::AuthFailed => "AuthFailed",
+            Self::HostKeyChanged => "HostKeyChanged",
+            Self::SudoFailed => "SudoFailed",
         }
+    }
+
+    /// Whether an operation that failed so never started on the machine (nothing there
+    /// changed): a bootstrap failing so leaves the instance `Pending`, unbound.
+    pub fn before_start(self) -> bool {
+        matches!(
+            self,
+            Self::Unreachable | Self::AuthFailed | Self::HostKeyChanged | Self::SudoFailed
+        )
     }
 
     /// Whether the cause is fixed by editing objects (no backoff: checked every reconcile).
@@ -175,6 +206,56 @@ impl Cause {
             self,
             Self::CredentialsMissing | Self::CredentialsInvalid | Self::AddressInvalid
         )
+    }
+}
+
+/// How an SSH operation failed, as the executor reports it to
+/// [`StaticNodes::handle_finished`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// What kind of failure ([`Cause::Failed`] when nothing more precise is known).
+    pub cause: Cause,
+    /// What happened, for people.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of the given cause.
+    pub fn new(cause: Cause, message: impl Into<String>) -> Self {
+        Self {
+            cause,
+            message: message.into(),
+        }
+    }
+
+    /// The failure of a remote shell run.
+    pub fn of_remote(error: &RemoteShellError) -> Self {
+        let cause = match error {
+            RemoteShellError::Unreachable { .. }
+            | RemoteShellError::Refused { .. }
+            | RemoteShellError::Timeout {
+                stage: "connect", ..
+            } => Cause::Unreachable,
+            RemoteShellError::AuthFailed { .. } => Cause::AuthFailed,
+            RemoteShellError::HostKeyMismatch { .. } => Cause::HostKeyChanged,
+            RemoteShellError::SudoFailed { .. } => Cause::SudoFailed,
+            RemoteShellError::Timeout { .. }
+            | RemoteShellError::CommandFailed { .. }
+            | RemoteShellError::Other { .. } => Cause::Failed,
+        };
+        Self::new(cause, error.to_string())
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Self {
+        Self::new(Cause::Failed, message)
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Self::new(Cause::Failed, message)
     }
 }
 
@@ -332,6 +413,18 @@ pub enum StaticCommand {
         /// What happened and what to fix.
         message: String,
     },
+    /// The bootstrap could not start (the machine was not reached or refused the
+    /// credentials; nothing on it changed): set phase `Pending`, clear `machineRef` and
+    /// `nodeRef`, and set the `Ready` condition `False` with `reason` and `message`. The
+    /// instance is not taken again before its backoff ends.
+    ReturnToPending {
+        /// The StaticInstance.
+        instance: String,
+        /// Why.
+        reason: ErrorReason,
+        /// What happened and what to fix.
+        message: String,
+    },
     /// The configuration problem of an unbound instance is fixed: set phase `Pending` and
     /// clear the `Ready` condition.
     MarkPending {
@@ -352,6 +445,7 @@ impl StaticCommand {
             | Self::Release { instance, .. }
             | Self::RemoveFinalizer { instance }
             | Self::MarkError { instance, .. }
+            | Self::ReturnToPending { instance, .. }
             | Self::MarkPending { instance } => instance,
         }
     }
@@ -410,6 +504,11 @@ impl fmt::Display for StaticCommand {
                 reason,
                 message,
             } => write!(f, "mark {instance} Error ({reason}): {message}"),
+            Self::ReturnToPending {
+                instance,
+                reason,
+                message,
+            } => write!(f, "return {instance} to Pending ({reason}): {message}"),
             Self::MarkPending { instance } => write!(f, "mark {instance} Pending again"),
         }
     }
@@ -492,7 +591,7 @@ struct InFlight {
     started: Timestamp,
     attempt: u32,
     /// Reported by the executor: `Ok` or the failure message.
-    outcome: Option<Result<(), String>>,
+    outcome: Option<Result<(), Failure>>,
 }
 
 /// Failures of an instance's operation so far, and when it may be tried again.
@@ -643,13 +742,14 @@ impl StaticNodes {
 
     /// The executor reports the end of an operation it started for a
     /// [`StaticCommand::Bootstrap`] or [`StaticCommand::Cleanup`]: `Ok(())`, or the failure
-    /// (shown to people in the instance's condition). A report for an operation nodemgr no
+    /// (shown to people in the instance's condition; a bootstrap failing
+    /// [before it started](Cause::before_start) returns the instance to `Pending`). A report for an operation nodemgr no
     /// longer waits for (it timed out, or another operation started since) is ignored.
     pub fn handle_finished(
         &mut self,
         instance: &str,
         operation: Operation,
-        outcome: Result<(), String>,
+        outcome: Result<(), Failure>,
     ) {
         if let Some(flight) = self.in_flight.get_mut(instance)
             && flight.operation == operation
@@ -853,17 +953,35 @@ impl StaticNodes {
                     }
                     return;
                 }
-                (Some(Err(message)), operation) => {
+                (Some(Err(failure)), Operation::Bootstrap) if failure.cause.before_start() => {
+                    // Nothing ran on the machine: give the instance back, with the reason,
+                    // and do not take it again before the backoff ends.
+                    self.in_flight.remove(&name);
+                    self.fail(&name, Operation::Bootstrap, now);
+                    let reason = ErrorReason {
+                        operation: Operation::Bootstrap,
+                        cause: failure.cause,
+                    };
+                    plan.commands.push(StaticCommand::ReturnToPending {
+                        instance: name.clone(),
+                        reason,
+                        message: format!("Bootstrap could not start: {}", failure.message),
+                    });
+                    view.phase = StaticInstancePhase::Pending;
+                    view.group = None;
+                    view.error = Some(reason);
+                }
+                (Some(Err(failure)), operation) => {
                     self.in_flight.remove(&name);
                     self.fail(&name, operation, now);
                     let reason = ErrorReason {
                         operation,
-                        cause: Cause::Failed,
+                        cause: failure.cause,
                     };
                     plan.commands.push(StaticCommand::MarkError {
                         instance: name.clone(),
                         reason,
-                        message: format!("{operation} failed: {message}"),
+                        message: format!("{operation} failed: {}", failure.message),
                     });
                     view.phase = StaticInstancePhase::Error;
                     view.error = Some(reason);
@@ -1174,6 +1292,15 @@ impl StaticNodes {
                 && !self.in_flight.contains_key(view.name)
                 && selector.matches(&view.instance.metadata.labels);
             if !free {
+                continue;
+            }
+            if !self.may_retry(view.name, Operation::Bootstrap, now) {
+                if let Some(b) = self.backoff.get(view.name) {
+                    plan.waiting.push(format!(
+                        "{name}: {} is taken again at {} (failure {})",
+                        view.name, b.not_before, b.failures
+                    ));
+                }
                 continue;
             }
             if view.adopt {

@@ -628,3 +628,154 @@ fn error_reasons_round_trip() {
     assert_eq!(ErrorReason::parse("Whatever"), None);
     assert_eq!(ErrorReason::parse("BootstrapNope"), None);
 }
+
+#[test]
+fn a_bootstrap_refused_before_it_starts_returns_the_instance_to_pending_and_backs_off() {
+    let mut world = World::new(
+        vec![group("worker", 1, None)],
+        vec![instance("si-1", 1, "a"), instance("si-2", 2, "a")],
+    );
+    let mut c = StaticNodes::new();
+    assert_eq!(bootstraps(&world.plan(&mut c, 0)), ["si-1"]);
+    world.instances[0] = with_phase(
+        world.instances[0].clone(),
+        StaticInstancePhase::Bootstrapping,
+        Some("worker"),
+    );
+    c.handle_finished(
+        "si-1",
+        Operation::Bootstrap,
+        Err(Failure::of_remote(&RemoteShellError::AuthFailed {
+            target: "ubuntu@10.0.0.1:22".into(),
+        })),
+    );
+    let plan = world.plan(&mut c, 3);
+    let reason = ErrorReason {
+        operation: Operation::Bootstrap,
+        cause: Cause::AuthFailed,
+    };
+    assert!(
+        matches!(
+            &plan.commands[..],
+            [StaticCommand::ReturnToPending { instance, reason: r, message }, StaticCommand::Bootstrap { instance: other, .. }]
+                if instance == "si-1" && *r == reason && message.contains("authentication failed") && other == "si-2"
+        ),
+        "{plan:?}"
+    );
+    assert_eq!(reason.as_str(), "BootstrapAuthFailed");
+    assert_eq!(ErrorReason::parse("BootstrapAuthFailed"), Some(reason));
+
+    // si-1 is Pending again with its reason; si-2 fails the same way: neither is taken again
+    // before its backoff ends (no retry storm), then si-1 is.
+    world.instances[0] = with_phase(
+        world.instances[0].clone(),
+        StaticInstancePhase::Pending,
+        None,
+    );
+    world.instances[1] = with_phase(
+        world.instances[1].clone(),
+        StaticInstancePhase::Bootstrapping,
+        Some("worker"),
+    );
+    c.handle_finished(
+        "si-2",
+        Operation::Bootstrap,
+        Err(Failure::new(Cause::Unreachable, "no route")),
+    );
+    let plan = world.plan(&mut c, 4);
+    assert!(
+        matches!(&plan.commands[..], [StaticCommand::ReturnToPending { .. }]),
+        "{plan:?}"
+    );
+    world.instances[1] = with_phase(
+        world.instances[1].clone(),
+        StaticInstancePhase::Pending,
+        None,
+    );
+    for t in 5..13 {
+        assert!(world.plan(&mut c, t).commands.is_empty(), "at {t}");
+    }
+    assert!(
+        world
+            .plan(&mut c, 12)
+            .waiting
+            .iter()
+            .any(|w| w.contains("si-1 is taken again at"))
+    );
+    let plan = world.plan(&mut c, 13);
+    assert!(
+        matches!(&plan.commands[..], [StaticCommand::Bootstrap { instance, attempt: 2, .. }] if instance == "si-1"),
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn remote_errors_map_to_causes() {
+    let t = || "u@h:22".to_owned();
+    let cases = [
+        (
+            RemoteShellError::Refused { target: t() },
+            Cause::Unreachable,
+        ),
+        (
+            RemoteShellError::Unreachable {
+                target: t(),
+                message: "no route".into(),
+            },
+            Cause::Unreachable,
+        ),
+        (
+            RemoteShellError::Timeout {
+                target: t(),
+                stage: "connect",
+                after: Duration::from_secs(1),
+            },
+            Cause::Unreachable,
+        ),
+        (
+            RemoteShellError::Timeout {
+                target: t(),
+                stage: "script",
+                after: Duration::from_secs(1),
+            },
+            Cause::Failed,
+        ),
+        (
+            RemoteShellError::AuthFailed { target: t() },
+            Cause::AuthFailed,
+        ),
+        (
+            RemoteShellError::HostKeyMismatch {
+                target: t(),
+                pinned: "a".into(),
+                presented: "b".into(),
+            },
+            Cause::HostKeyChanged,
+        ),
+        (
+            RemoteShellError::SudoFailed {
+                target: t(),
+                message: "no".into(),
+            },
+            Cause::SudoFailed,
+        ),
+        (
+            RemoteShellError::CommandFailed {
+                target: t(),
+                exit_status: 1,
+                tail: String::new(),
+                host_key: String::new(),
+            },
+            Cause::Failed,
+        ),
+    ];
+    for (error, cause) in cases {
+        let failure = Failure::of_remote(&error);
+        assert_eq!(failure.cause, cause, "{error:?}");
+        assert_eq!(
+            failure.cause.before_start(),
+            !error.script_may_have_run(),
+            "{error:?}"
+        );
+    }
+}
