@@ -508,6 +508,7 @@ impl EventApi for KubeCluster {
         );
         let api_version = match event.regarding.kind.as_str() {
             "NodeGroup" => "deckhouse.io/v1",
+            "StaticInstance" => "deckhouse.io/v1alpha2",
             _ => "v1",
         };
         let body = Event {

@@ -69,6 +69,9 @@ pub struct Metrics {
     pub fencing_actions: Family<ActionLabels, Counter>,
     /// 1 while the storm guard holds fencing back in a zone.
     pub fencing_suppressed: Family<ZoneLabels, Gauge>,
+    /// Ends of static instance operations over SSH (`bootstrap_succeeded`, `bootstrap_failed`,
+    /// `cleanup_succeeded`, `cleanup_failed`).
+    pub static_operations: Family<ActionLabels, Counter>,
     /// Failed reconciles per controller.
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     /// Reconcile durations per controller, seconds.
@@ -95,6 +98,7 @@ impl Metrics {
         let drains_active = Gauge::default();
         let fencing_actions = Family::<ActionLabels, Counter>::default();
         let fencing_suppressed = Family::<ZoneLabels, Gauge>::default();
+        let static_operations = Family::<ActionLabels, Counter>::default();
         let reconcile_errors = Family::<ControllerLabels, Counter>::default();
         let reconcile_duration =
             Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
@@ -138,6 +142,11 @@ impl Metrics {
             fencing_suppressed.clone(),
         );
         registry.register(
+            "static_operations",
+            "Static instance operations over SSH that ended, by operation and result",
+            static_operations.clone(),
+        );
+        registry.register(
             "reconcile_errors",
             "Failed reconciles",
             reconcile_errors.clone(),
@@ -162,6 +171,7 @@ impl Metrics {
             drains_active,
             fencing_actions,
             fencing_suppressed,
+            static_operations,
             reconcile_errors,
             reconcile_duration,
             leader,

@@ -1,0 +1,745 @@
+//! The static instance controller: carries out the core's [`StaticNodes`] plans against the
+//! cluster and the machines. It reads NodeGroups, Nodes, StaticInstances and SSHCredentials,
+//! writes each command's status change (phase, `machineRef`, `nodeRef`, the `Ready`
+//! condition, finalizer, skip-bootstrap annotation), runs bootstrap and cleanup scripts over a
+//! [`RemoteShell`] in background tasks, and reports their ends back to the core.
+//!
+//! - **Scripts.** A bootstrap runs the group's bootstrap script rendered by
+//!   [`Renderer::render`] with the cluster context and bootstrap token of
+//!   [`StaticSettings`]; a cleanup runs the group's cleanup script (the one the bootstrap
+//!   installed at `/var/lib/bashible/cleanup_static_node.sh`, rendered again, so it also works
+//!   when a bootstrap stopped before installing it), or, for a group that is gone, the
+//!   installed script. The Node of a cleaned instance is deleted afterwards.
+//! - **Host keys.** The first contact's host key fingerprint is pinned on the StaticInstance
+//!   (annotation [`ANNOTATION_SSH_HOST_KEY`]); later contacts must present the same key, or the
+//!   operation fails with `HostKeyChanged`. Removing the annotation accepts a new key.
+//! - **Test roots.** [`RenderRoots::PerInstance`] renders every instance's scripts into
+//!   `<dir>/<instance>` instead of `/` (bashible's test root): nothing on the host changes.
+//! - **Failures.** A status write that fails is retried on the next pass (the core keeps the
+//!   operations it started); an error stops the operation still running on the instance.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use nodemgr_core::bashible::{
+    BootstrapOptions, BootstrapToken, ClusterContext, RenderRoot, Renderer,
+};
+use nodemgr_core::model::{NodeGroup, SshCredentials, StaticInstance, Timestamp, keys};
+use nodemgr_core::ports::{
+    ClusterError, ClusterRead, EventApi, EventKind, NodeApi, ObjectRef, Precondition,
+    RecordedEvent, RemoteScript, RemoteShell, SshTarget,
+};
+use nodemgr_core::static_nodes::{
+    CONDITION_TYPE, Cause, Failure, Operation, StaticCommand, StaticConfig, StaticNodes,
+    StaticSnapshot, machine_ref_for,
+};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::{Backoff, RETRY_FIRST, now, wait};
+use crate::cluster::KubeCluster;
+use crate::crd;
+use crate::metrics::Metrics;
+
+/// Annotation holding the pinned SSH host key fingerprint (`SHA256:…`) of a StaticInstance.
+pub const ANNOTATION_SSH_HOST_KEY: &str = "node-manager.deckhouse.io/ssh-host-key";
+
+/// Where scripts put their files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenderRoots {
+    /// The machine's `/` (production).
+    Host,
+    /// `<dir>/<instance name>` on the machine (tests and dry runs).
+    PerInstance(PathBuf),
+}
+
+/// What the static instance controller needs besides the cluster.
+#[derive(Debug, Clone)]
+pub struct StaticSettings {
+    /// Period of the controller (it also runs when an operation ends and at the core's
+    /// deadlines). Default 10 s.
+    pub period: Duration,
+    /// Timeouts and backoff of operations.
+    pub config: StaticConfig,
+    /// API endpoints and CA the nodes join with.
+    pub cluster: ClusterContext,
+    /// The bootstrap token nodes join with.
+    pub bootstrap_token: BootstrapToken,
+    /// Where the scripts put their files.
+    pub roots: RenderRoots,
+    /// Longest wait for TCP, handshake and authentication.
+    pub connect_timeout: Duration,
+}
+
+/// The end of an operation, as a background task reports it.
+#[derive(Debug)]
+struct Finished {
+    instance: String,
+    operation: Operation,
+    outcome: Result<(), Failure>,
+    /// The host key seen, when the connection got that far.
+    host_key: Option<String>,
+}
+
+/// What a background operation needs.
+struct Job {
+    instance: String,
+    operation: Operation,
+    target: SshTarget,
+    script: RemoteScript,
+    delete_node: Option<String>,
+}
+
+fn status_patch(phase: &str, now: Timestamp, extra: Value) -> Value {
+    let mut status = json!({
+        "currentStatus": {"phase": phase, "lastUpdateTime": now.to_rfc3339()},
+    });
+    if let (Some(status), Value::Object(extra)) = (status.as_object_mut(), extra) {
+        status.extend(extra);
+    }
+    json!({ "status": status })
+}
+
+fn condition(status: &str, reason: &str, message: &str, now: Timestamp) -> Value {
+    json!([{
+        "type": CONDITION_TYPE,
+        "status": status,
+        "severity": if status == "True" { "Info" } else { "Error" },
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now.to_rfc3339(),
+    }])
+}
+
+/// The controller's state between passes.
+pub struct StaticController {
+    cluster: KubeCluster,
+    shell: Arc<dyn RemoteShell>,
+    settings: StaticSettings,
+    metrics: Metrics,
+    core: StaticNodes,
+    renderer: Renderer,
+    running: BTreeMap<String, JoinHandle<()>>,
+    finished_tx: mpsc::UnboundedSender<Finished>,
+    finished_rx: mpsc::UnboundedReceiver<Finished>,
+}
+
+impl std::fmt::Debug for StaticController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StaticController")
+            .field("running", &self.running.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StaticController {
+    /// A controller over `cluster` running scripts through `shell`.
+    pub fn new(
+        cluster: KubeCluster,
+        shell: Arc<dyn RemoteShell>,
+        settings: StaticSettings,
+        metrics: Metrics,
+    ) -> Self {
+        let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        Self {
+            core: StaticNodes::with_config(settings.config),
+            cluster,
+            shell,
+            settings,
+            metrics,
+            renderer: Renderer::new(),
+            running: BTreeMap::new(),
+            finished_tx,
+            finished_rx,
+        }
+    }
+
+    fn instances(&self) -> Api<crd::StaticInstance> {
+        Api::all(self.cluster.client().clone())
+    }
+
+    async fn read(
+        &self,
+    ) -> Result<(Vec<NodeGroup>, Vec<StaticInstance>, Vec<SshCredentials>), ClusterError> {
+        let groups = self.cluster.list_node_groups().await?;
+        let instances = self
+            .instances()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| ClusterError::Unavailable(format!("listing StaticInstances: {e}")))?
+            .items
+            .iter()
+            .map(crd::StaticInstance::to_core)
+            .collect();
+        let credentials = Api::<crd::SSHCredentials>::all(self.cluster.client().clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| ClusterError::Unavailable(format!("listing SSHCredentials: {e}")))?
+            .items
+            .iter()
+            .map(crd::SSHCredentials::to_core)
+            .collect();
+        Ok((groups, instances, credentials))
+    }
+
+    /// Takes the reports of operations that ended, pinning first-contact host keys.
+    async fn collect_finished(&mut self, instances: &[StaticInstance]) {
+        while let Ok(done) = self.finished_rx.try_recv() {
+            self.running.remove(&done.instance);
+            let result = if done.outcome.is_ok() {
+                "succeeded"
+            } else {
+                "failed"
+            };
+            Metrics::action(
+                &self.metrics.static_operations,
+                &format!("{}_{result}", done.operation.to_string().to_lowercase()),
+            );
+            match &done.outcome {
+                Ok(()) => {
+                    tracing::info!(instance = %done.instance, operation = %done.operation, "operation succeeded")
+                }
+                Err(failure) => {
+                    tracing::warn!(instance = %done.instance, operation = %done.operation, cause = ?failure.cause, "{}", failure.message)
+                }
+            }
+            if let Some(host_key) = &done.host_key {
+                let pinned = instances
+                    .iter()
+                    .find(|i| i.metadata.name.as_deref() == Some(done.instance.as_str()))
+                    .and_then(|i| i.metadata.annotations.get(ANNOTATION_SSH_HOST_KEY));
+                if pinned.is_none() {
+                    let patch =
+                        json!({"metadata": {"annotations": {ANNOTATION_SSH_HOST_KEY: host_key}}});
+                    if let Err(error) = self
+                        .instances()
+                        .patch(
+                            &done.instance,
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        )
+                        .await
+                    {
+                        tracing::warn!(instance = %done.instance, %error, "could not pin the host key; it is pinned at the next contact");
+                    }
+                }
+            }
+            self.core
+                .handle_finished(&done.instance, done.operation, done.outcome);
+        }
+    }
+
+    /// One pass: reads, plans, applies. Returns the core's next deadline.
+    ///
+    /// # Errors
+    /// When the cluster cannot be read (nothing was done).
+    pub async fn pass(&mut self) -> Result<Option<Timestamp>, ClusterError> {
+        let (groups, mut instances, credentials) = self.read().await?;
+        self.collect_finished(&instances).await;
+        // Reports may have pinned keys: the jobs started below must see them.
+        if let Ok((_, fresh, _)) = self.read().await {
+            instances = fresh;
+        }
+        let nodes = self.cluster.list_nodes().await?;
+        let now = now();
+        let plan = self.core.reconcile(
+            &StaticSnapshot {
+                groups: &groups,
+                instances: &instances,
+                credentials: &credentials,
+                nodes: &nodes,
+            },
+            now,
+        );
+        for line in &plan.waiting {
+            tracing::debug!("{line}");
+        }
+        let by_name: BTreeMap<&str, &StaticInstance> = instances
+            .iter()
+            .filter_map(|i| i.metadata.name.as_deref().map(|n| (n, i)))
+            .collect();
+        let groups: BTreeMap<&str, &NodeGroup> = groups.iter().map(|g| (g.name(), g)).collect();
+        let credentials: BTreeMap<&str, &SshCredentials> = credentials
+            .iter()
+            .filter_map(|c| c.metadata.name.as_deref().map(|n| (n, c)))
+            .collect();
+        for command in plan.commands {
+            tracing::info!("{command}");
+            let instance = by_name.get(command.instance()).copied();
+            if let Err(error) = self
+                .apply(&command, instance, &groups, &credentials, now)
+                .await
+            {
+                tracing::warn!(%command, %error, "could not apply; the next pass decides again");
+            }
+        }
+        Ok(self.core.next_deadline())
+    }
+
+    async fn patch_status(&self, name: &str, patch: &Value) -> Result<(), ClusterError> {
+        self.instances()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| ClusterError::Unavailable(format!("StaticInstance {name} status: {e}")))
+    }
+
+    async fn patch_metadata(&self, name: &str, patch: &Value) -> Result<(), ClusterError> {
+        self.instances()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| ClusterError::Unavailable(format!("StaticInstance {name}: {e}")))
+    }
+
+    async fn set_finalizer(
+        &self,
+        instance: Option<&StaticInstance>,
+        name: &str,
+        present: bool,
+    ) -> Result<(), ClusterError> {
+        let mut finalizers: Vec<String> = instance
+            .map(|i| i.metadata.finalizers.clone())
+            .unwrap_or_default();
+        finalizers.retain(|f| f != keys::FINALIZER_STATIC_INSTANCE);
+        if present {
+            finalizers.push(keys::FINALIZER_STATIC_INSTANCE.into());
+        }
+        let mut metadata = json!({ "finalizers": finalizers });
+        if let Some(version) = instance.and_then(|i| i.metadata.resource_version.clone()) {
+            metadata["resourceVersion"] = json!(version);
+        }
+        self.patch_metadata(name, &json!({ "metadata": metadata }))
+            .await
+    }
+
+    async fn event(&self, name: &str, kind: EventKind, reason: &str, message: String) {
+        let _ = self
+            .cluster
+            .emit_event(&RecordedEvent {
+                regarding: ObjectRef {
+                    kind: "StaticInstance".into(),
+                    namespace: String::new(),
+                    name: name.to_owned(),
+                },
+                kind,
+                reason: reason.into(),
+                message,
+                time: now(),
+            })
+            .await;
+    }
+
+    fn stop_operation(&mut self, name: &str) {
+        if let Some(task) = self.running.remove(name) {
+            task.abort();
+        }
+    }
+
+    fn root_for(&self, instance: &str) -> Result<RenderRoot, String> {
+        match &self.settings.roots {
+            RenderRoots::Host => Ok(RenderRoot::host()),
+            RenderRoots::PerInstance(dir) => {
+                RenderRoot::new(&dir.join(instance).to_string_lossy()).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    fn target(
+        &self,
+        instance: Option<&StaticInstance>,
+        address: &str,
+        credentials: Option<&&SshCredentials>,
+    ) -> Result<SshTarget, Failure> {
+        let credentials = credentials.ok_or_else(|| {
+            Failure::new(
+                Cause::CredentialsMissing,
+                "the SSHCredentials does not exist",
+            )
+        })?;
+        let pinned = instance.and_then(|i| i.metadata.annotations.get(ANNOTATION_SSH_HOST_KEY));
+        let mut target = SshTarget::from_credentials(address, credentials, pinned.cloned())
+            .map_err(|e| Failure::new(Cause::CredentialsInvalid, e.to_string()))?;
+        target.connect_timeout = self.settings.connect_timeout;
+        Ok(target)
+    }
+
+    fn bootstrap_script(
+        &self,
+        name: &str,
+        group: Option<&&NodeGroup>,
+    ) -> Result<RemoteScript, Failure> {
+        let group = group.ok_or_else(|| Failure::new(Cause::Failed, "the NodeGroup is gone"))?;
+        let root = self
+            .root_for(name)
+            .map_err(|e| Failure::new(Cause::Failed, e))?;
+        let rendered = self
+            .renderer
+            .render(
+                group,
+                &self.settings.cluster,
+                &BootstrapOptions {
+                    bootstrap_token: self.settings.bootstrap_token.clone(),
+                    root,
+                },
+            )
+            .map_err(|e| {
+                Failure::new(
+                    Cause::Failed,
+                    format!("cannot render the bootstrap script: {e}"),
+                )
+            })?;
+        Ok(RemoteScript {
+            name: format!("bootstrap {name}"),
+            body: rendered.bootstrap_script,
+            args: Vec::new(),
+            timeout: self.settings.config.bootstrap_timeout,
+        })
+    }
+
+    fn cleanup_script(
+        &self,
+        name: &str,
+        group: Option<&&NodeGroup>,
+    ) -> Result<RemoteScript, Failure> {
+        let root = self
+            .root_for(name)
+            .map_err(|e| Failure::new(Cause::Failed, e))?;
+        let body = match group {
+            Some(group) => self.renderer.cleanup_script_of(group, &root).map_err(|e| {
+                Failure::new(
+                    Cause::Failed,
+                    format!("cannot render the cleanup script: {e}"),
+                )
+            })?,
+            None => format!(
+                "#!/usr/bin/env bash\nscript={}\nif [ -f \"$script\" ]; then exec bash \"$script\" \"$1\"; fi\necho \"no cleanup script at $script: nothing was installed\"\n",
+                nodemgr_core::bashible::escape::shell_quote(&format!(
+                    "{}{}",
+                    root.as_str(),
+                    keys::CLEANUP_SCRIPT_PATH
+                ))
+            ),
+        };
+        Ok(RemoteScript {
+            name: format!("cleanup {name}"),
+            body,
+            args: vec![keys::CLEANUP_SCRIPT_CONFIRMATION.into()],
+            timeout: self.settings.config.cleanup_timeout,
+        })
+    }
+
+    fn start(&mut self, job: Job) {
+        let shell = self.shell.clone();
+        let cluster = self.cluster.clone();
+        let done = self.finished_tx.clone();
+        let name = job.instance.clone();
+        let task = tokio::spawn(async move {
+            let result = shell.run_script(&job.target, &job.script).await;
+            let (outcome, host_key) = match result {
+                Ok(run) => (Ok(()), Some(run.host_key)),
+                Err(error) => {
+                    let host_key = match &error {
+                        nodemgr_core::ports::RemoteShellError::CommandFailed {
+                            host_key, ..
+                        } => Some(host_key.clone()),
+                        _ => None,
+                    };
+                    (Err(Failure::of_remote(&error)), host_key)
+                }
+            };
+            let outcome = match (outcome, job.delete_node) {
+                (Ok(()), Some(node)) => match cluster.delete_node(&node, &Precondition::None).await
+                {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.is_not_found() => Ok(()),
+                    Err(e) => Err(Failure::new(
+                        Cause::Failed,
+                        format!("cleanup ran but Node {node} could not be deleted: {e}"),
+                    )),
+                },
+                (outcome, _) => outcome,
+            };
+            let _ = done.send(Finished {
+                instance: job.instance,
+                operation: job.operation,
+                outcome,
+                host_key,
+            });
+        });
+        self.running.insert(name, task);
+    }
+
+    /// Reports a failure to start an operation as its end.
+    fn fail_now(&self, name: &str, operation: Operation, failure: Failure) {
+        let _ = self.finished_tx.send(Finished {
+            instance: name.to_owned(),
+            operation,
+            outcome: Err(failure),
+            host_key: None,
+        });
+    }
+
+    async fn apply(
+        &mut self,
+        command: &StaticCommand,
+        instance: Option<&StaticInstance>,
+        groups: &BTreeMap<&str, &NodeGroup>,
+        credentials: &BTreeMap<&str, &SshCredentials>,
+        now: Timestamp,
+    ) -> Result<(), ClusterError> {
+        match command {
+            StaticCommand::AddFinalizer { instance: name } => {
+                self.set_finalizer(instance, name, true).await
+            }
+            StaticCommand::RemoveFinalizer { instance: name } => {
+                self.set_finalizer(instance, name, false).await
+            }
+            StaticCommand::Bootstrap {
+                instance: name,
+                group,
+                address,
+                credentials: creds,
+                attempt,
+            } => {
+                let machine_ref = serde_json::to_value(machine_ref_for(group)).unwrap_or_default();
+                self.patch_status(
+                    name,
+                    &status_patch(
+                        "Bootstrapping",
+                        now,
+                        json!({"machineRef": machine_ref, "nodeRef": null}),
+                    ),
+                )
+                .await?;
+                self.event(
+                    name,
+                    EventKind::Normal,
+                    "Bootstrapping",
+                    command.to_string(),
+                )
+                .await;
+                let job = self
+                    .target(instance, address, credentials.get(creds.as_str()))
+                    .and_then(|target| {
+                        Ok((
+                            target,
+                            self.bootstrap_script(name, groups.get(group.as_str()))?,
+                        ))
+                    });
+                match job {
+                    Ok((target, script)) => {
+                        tracing::info!(instance = %name, %group, attempt, "starting bootstrap over SSH");
+                        self.start(Job {
+                            instance: name.clone(),
+                            operation: Operation::Bootstrap,
+                            target,
+                            script,
+                            delete_node: None,
+                        });
+                    }
+                    Err(failure) => self.fail_now(name, Operation::Bootstrap, failure),
+                }
+                Ok(())
+            }
+            StaticCommand::Cleanup {
+                instance: name,
+                group,
+                node,
+                address,
+                credentials: creds,
+                ..
+            } => {
+                self.patch_status(name, &status_patch("Cleaning", now, json!({})))
+                    .await?;
+                self.event(name, EventKind::Normal, "Cleaning", command.to_string())
+                    .await;
+                let job = self
+                    .target(instance, address, credentials.get(creds.as_str()))
+                    .and_then(|target| {
+                        Ok((
+                            target,
+                            self.cleanup_script(name, groups.get(group.as_str()))?,
+                        ))
+                    });
+                match job {
+                    Ok((target, script)) => self.start(Job {
+                        instance: name.clone(),
+                        operation: Operation::Cleanup,
+                        target,
+                        script,
+                        delete_node: node.clone(),
+                    }),
+                    Err(failure) => self.fail_now(name, Operation::Cleanup, failure),
+                }
+                Ok(())
+            }
+            StaticCommand::MarkRunning {
+                instance: name,
+                node,
+                ..
+            } => {
+                self.patch_status(
+                    name,
+                    &status_patch(
+                        "Running",
+                        now,
+                        json!({
+                            "nodeRef": {"apiVersion": "v1", "kind": "Node", "name": node},
+                            "conditions": condition("True", "Running", &format!("node {node} joined"), now),
+                        }),
+                    ),
+                )
+                .await?;
+                self.event(name, EventKind::Normal, "Running", command.to_string())
+                    .await;
+                Ok(())
+            }
+            StaticCommand::Adopt {
+                instance: name,
+                group,
+                node,
+            } => {
+                let machine_ref = serde_json::to_value(machine_ref_for(group)).unwrap_or_default();
+                self.patch_status(
+                    name,
+                    &status_patch(
+                        "Running",
+                        now,
+                        json!({
+                            "machineRef": machine_ref,
+                            "nodeRef": {"apiVersion": "v1", "kind": "Node", "name": node},
+                            "conditions": condition("True", "Adopted", &format!("running node {node} adopted without bootstrap"), now),
+                        }),
+                    ),
+                )
+                .await?;
+                self.patch_metadata(
+                    name,
+                    &json!({"metadata": {"annotations": {keys::ANNOTATION_SKIP_BOOTSTRAP_PHASE: null}}}),
+                )
+                .await?;
+                self.event(name, EventKind::Normal, "Adopted", command.to_string())
+                    .await;
+                Ok(())
+            }
+            StaticCommand::Release {
+                instance: name,
+                remove_finalizer,
+            } => {
+                self.patch_status(
+                    name,
+                    &status_patch(
+                        "Pending",
+                        now,
+                        json!({"machineRef": null, "nodeRef": null, "conditions": []}),
+                    ),
+                )
+                .await?;
+                if *remove_finalizer {
+                    self.set_finalizer(instance, name, false).await?;
+                }
+                self.event(name, EventKind::Normal, "Released", command.to_string())
+                    .await;
+                Ok(())
+            }
+            StaticCommand::MarkError {
+                instance: name,
+                reason,
+                message,
+            } => {
+                self.stop_operation(name);
+                self.patch_status(
+                    name,
+                    &status_patch(
+                        "Error",
+                        now,
+                        json!({"conditions": condition("False", &reason.as_str(), message, now)}),
+                    ),
+                )
+                .await?;
+                self.event(name, EventKind::Warning, &reason.as_str(), message.clone())
+                    .await;
+                Ok(())
+            }
+            StaticCommand::ReturnToPending {
+                instance: name,
+                reason,
+                message,
+            } => {
+                self.patch_status(
+                    name,
+                    &status_patch(
+                        "Pending",
+                        now,
+                        json!({
+                            "machineRef": null,
+                            "nodeRef": null,
+                            "conditions": condition("False", &reason.as_str(), message, now),
+                        }),
+                    ),
+                )
+                .await?;
+                self.event(name, EventKind::Warning, &reason.as_str(), message.clone())
+                    .await;
+                Ok(())
+            }
+            StaticCommand::MarkPending { instance: name } => {
+                self.patch_status(
+                    name,
+                    &status_patch("Pending", now, json!({"conditions": []})),
+                )
+                .await
+            }
+        }
+    }
+
+    /// Runs passes until `stop`: every period, at the core's deadlines, and as soon as an
+    /// operation ends.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let period = self.settings.period;
+        let backoff = Backoff::new(RETRY_FIRST, period);
+        loop {
+            let started = Instant::now();
+            let result = self.pass().await;
+            self.metrics.reconciled(
+                "static_instances",
+                started.elapsed().as_secs_f64(),
+                result.is_err(),
+            );
+            let (next, deadline) = match result {
+                Ok(deadline) => {
+                    backoff.succeeded("static_instances");
+                    (period, deadline)
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "static instance pass could not read the cluster; retrying");
+                    (backoff.failed("static_instances"), None)
+                }
+            };
+            // Wake early when an operation ends: peek without taking the report.
+            let woken = tokio::select! {
+                running = wait(next, deadline, &mut stop) => running,
+                () = finished_signal(&self.finished_rx) => true,
+            };
+            if !woken || *stop.borrow() {
+                break;
+            }
+        }
+        for (_, task) in std::mem::take(&mut self.running) {
+            task.abort();
+        }
+    }
+}
+
+/// Resolves once a report is waiting (polled; reports are rare).
+async fn finished_signal(rx: &mpsc::UnboundedReceiver<Finished>) {
+    while rx.is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
