@@ -396,6 +396,9 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         fencing_period: Some(Duration::from_secs(1)),
         fencing_timeout: None,
         storm_threshold: None,
+        static_period: None,
+        static_cluster_context: None,
+        bootstrap_token_file: None,
     };
     let manager = tokio::spawn(node_manager::run(
         config,

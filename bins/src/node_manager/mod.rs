@@ -1,5 +1,5 @@
-//! `node-manager`, the controller manager: the NodeGroup status, node template, update and
-//! fencing controllers of `nodemgr-k8s` against a cluster (kubeconfig or in-cluster config),
+//! `node-manager`, the controller manager: the NodeGroup status, node template, update,
+//! fencing and static instance controllers of `nodemgr-k8s` against a cluster (kubeconfig or in-cluster config),
 //! one replica active at a time under a Lease, with `/metrics` (OpenMetrics), `/healthz` and
 //! `/readyz` on one address, and a graceful shutdown on SIGTERM or Ctrl-C (controllers stop,
 //! the Lease is released).
@@ -14,21 +14,33 @@
 //! fencingPeriod: 5s
 //! fencingTimeout: 60s  # heartbeat age that fences a node whose group sets no timeout
 //! stormThreshold: 0.55 # share of a zone's fenced nodes silent together that fences nobody
+//! staticPeriod: 10s    # static instance controller period
 //! ```
+//!
+//! The static instance controller (bootstrap and cleanup of StaticInstances over SSH) runs when
+//! it is given what nodes join with: `--static-cluster-context FILE` (YAML: `apiEndpoints`,
+//! `caCert`, `kubernetesVersion`, …, bashible's `ClusterContext`) and a bootstrap token
+//! (`--bootstrap-token-file FILE` or `$NODEMGR_BOOTSTRAP_TOKEN`). Without them it is off,
+//! and naming `static` in `--controllers` is an error that says what to pass.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::duration_flag as duration;
 use anyhow::{Context as _, bail};
 use clap::Parser;
+use nodemgr_core::bashible::{BootstrapToken, ClusterContext};
+use nodemgr_core::static_nodes::StaticConfig;
 use nodemgr_k8s::cluster::{KubeCluster, client};
+use nodemgr_k8s::controllers::static_instances::{RenderRoots, StaticController, StaticSettings};
 use nodemgr_k8s::controllers::{self, Settings};
 use nodemgr_k8s::leader::{LeaderConfig, LeaderElector};
 use nodemgr_k8s::metrics::Metrics;
 use nodemgr_k8s::serve::{self, Health};
+use nodemgr_ssh::SshShell;
 use serde::Deserialize;
 use tokio::sync::watch;
 
@@ -36,7 +48,7 @@ use tokio::sync::watch;
 const API_PROBE_PERIOD: Duration = Duration::from_secs(10);
 
 /// The names `--controllers` accepts.
-pub const CONTROLLERS: [&str; 4] = ["status", "template", "update", "fencing"];
+pub const CONTROLLERS: [&str; 5] = ["status", "template", "update", "fencing", "static"];
 
 /// Flags of `node-manager`.
 #[derive(Debug, Clone, Parser)]
@@ -53,7 +65,8 @@ pub struct Config {
     /// YAML settings file (controllers, periods, fencing); flags win over it.
     #[arg(long = "config", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
-    /// Controllers to run, comma-separated: status, template, update, fencing [default: all].
+    /// Controllers to run, comma-separated: status, template, update, fencing, static
+    /// [default: all; static only when configured].
     #[arg(long, value_delimiter = ',')]
     pub controllers: Option<Vec<String>>,
     /// Address of /metrics, /healthz and /readyz (port 0 picks one; the address is logged).
@@ -95,6 +108,17 @@ pub struct Config {
     /// nobody there [default: 0.55].
     #[arg(long)]
     pub storm_threshold: Option<f64>,
+    /// Period of the static instance controller [default: 10s].
+    #[arg(long, value_parser = duration)]
+    pub static_period: Option<Duration>,
+    /// YAML file of the cluster context static nodes join with (apiEndpoints, caCert, …);
+    /// turns the static instance controller on.
+    #[arg(long, value_name = "FILE")]
+    pub static_cluster_context: Option<PathBuf>,
+    /// File holding the bootstrap token static nodes join with (`<id>.<secret>`)
+    /// [default: $NODEMGR_BOOTSTRAP_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub bootstrap_token_file: Option<PathBuf>,
 }
 
 /// The settings file (see the module docs).
@@ -107,15 +131,12 @@ struct FileSettings {
     fencing_period: Option<String>,
     fencing_timeout: Option<String>,
     storm_threshold: Option<f64>,
+    static_period: Option<String>,
 }
 
 impl Config {
-    /// The controller settings: flags, then the file, then the defaults.
-    ///
-    /// # Errors
-    /// An unreadable or invalid settings file, an unknown controller, a threshold outside 0..=1.
-    pub fn settings(&self) -> anyhow::Result<Settings> {
-        let file = match &self.config_file {
+    fn file(&self) -> anyhow::Result<FileSettings> {
+        Ok(match &self.config_file {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("cannot read the settings file {}", path.display()))?;
@@ -127,7 +148,90 @@ impl Config {
                 })?
             }
             None => FileSettings::default(),
+        })
+    }
+
+    fn chosen_controllers(&self, file: &FileSettings) -> anyhow::Result<Option<Vec<String>>> {
+        let chosen = self.controllers.clone().or(file.controllers.clone());
+        for name in chosen.iter().flatten() {
+            if !CONTROLLERS.contains(&name.as_str()) {
+                bail!(
+                    "unknown controller {name:?}: choose from {}",
+                    CONTROLLERS.join(", ")
+                );
+            }
+        }
+        Ok(chosen)
+    }
+
+    /// The static instance controller's settings, or `None` when it is off.
+    ///
+    /// # Errors
+    /// `static` chosen without a cluster context or token, an unreadable or invalid cluster
+    /// context or token.
+    pub fn static_settings(&self) -> anyhow::Result<Option<StaticSettings>> {
+        let file = self.file()?;
+        let chosen = self.chosen_controllers(&file)?;
+        let named = chosen
+            .as_ref()
+            .is_some_and(|c| c.iter().any(|n| n == "static"));
+        if chosen.is_some() && !named {
+            return Ok(None);
+        }
+        let Some(context_path) = &self.static_cluster_context else {
+            if named {
+                bail!(
+                    "the static controller needs --static-cluster-context FILE (the API endpoints \
+                     and CA nodes join with) and a bootstrap token (--bootstrap-token-file or \
+                     $NODEMGR_BOOTSTRAP_TOKEN)"
+                );
+            }
+            return Ok(None);
         };
+        let text = std::fs::read_to_string(context_path).with_context(|| {
+            format!("cannot read the cluster context {}", context_path.display())
+        })?;
+        let cluster = ClusterContext::from_yaml(&text)
+            .map_err(|e| anyhow::anyhow!("cluster context {}: {e}", context_path.display()))?;
+        let token = match &self.bootstrap_token_file {
+            Some(path) => std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the bootstrap token {}", path.display()))?,
+            None => std::env::var("NODEMGR_BOOTSTRAP_TOKEN").map_err(|_| {
+                anyhow::anyhow!(
+                    "the static controller needs a bootstrap token: pass --bootstrap-token-file \
+                     FILE or set NODEMGR_BOOTSTRAP_TOKEN"
+                )
+            })?,
+        };
+        let bootstrap_token = BootstrapToken::new(token.trim())
+            .map_err(|e| anyhow::anyhow!("bootstrap token: {e}"))?;
+        let period = match self.static_period {
+            Some(d) => d,
+            None => file
+                .static_period
+                .as_deref()
+                .map(|v| {
+                    duration(v).map_err(|e| anyhow::anyhow!("settings file: staticPeriod: {e}"))
+                })
+                .transpose()?
+                .unwrap_or(Duration::from_secs(10)),
+        };
+        Ok(Some(StaticSettings {
+            period,
+            config: StaticConfig::default(),
+            cluster,
+            bootstrap_token,
+            roots: RenderRoots::Host,
+            connect_timeout: nodemgr_core::ports::remote_shell::DEFAULT_CONNECT_TIMEOUT,
+        }))
+    }
+
+    /// The controller settings: flags, then the file, then the defaults.
+    ///
+    /// # Errors
+    /// An unreadable or invalid settings file, an unknown controller, a threshold outside 0..=1.
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        let file = self.file()?;
         let from_file = |name: &str, value: &Option<String>| -> anyhow::Result<Option<Duration>> {
             value
                 .as_deref()
@@ -135,16 +239,7 @@ impl Config {
                 .transpose()
         };
         let mut settings = Settings::default();
-        let chosen = self.controllers.clone().or(file.controllers);
-        if let Some(names) = chosen {
-            for name in &names {
-                if !CONTROLLERS.contains(&name.as_str()) {
-                    bail!(
-                        "unknown controller {name:?}: choose from {}",
-                        CONTROLLERS.join(", ")
-                    );
-                }
-            }
+        if let Some(names) = self.chosen_controllers(&file)? {
             let has = |n: &str| names.iter().any(|x| x == n);
             settings.status = has("status");
             settings.template = has("template");
@@ -235,6 +330,10 @@ pub async fn run(
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
 ) -> anyhow::Result<()> {
     let settings = config.settings()?;
+    let static_settings = config.static_settings()?;
+    if static_settings.is_none() {
+        tracing::info!("static instance controller off (no --static-cluster-context)");
+    }
     let leader = if config.no_leader_election {
         None
     } else {
@@ -283,10 +382,23 @@ pub async fn run(
     let start = move |stop: watch::Receiver<bool>| {
         let client = client.clone();
         let settings = settings.clone();
+        let static_settings = static_settings.clone();
         let metrics = controller_metrics.clone();
         async move {
             let (cluster, _watches) = KubeCluster::start(client, "node-manager");
+            let static_task = static_settings.map(|s| {
+                let controller = StaticController::new(
+                    cluster.clone(),
+                    Arc::new(SshShell::new()),
+                    s,
+                    metrics.clone(),
+                );
+                tokio::spawn(controller.run(stop.clone()))
+            });
             controllers::run(cluster, settings, metrics, stop).await;
+            if let Some(task) = static_task {
+                let _ = task.await;
+            }
         }
     };
     if let Some(leader) = leader {
@@ -375,5 +487,73 @@ mod tests {
             .settings()
             .unwrap_err();
         assert!(e.to_string().contains("updatPeriod"), "{e}");
+    }
+
+    #[test]
+    fn the_static_controller_runs_only_when_told_what_nodes_join_with() {
+        assert!(parse(&[]).static_settings().unwrap().is_none());
+        let e = parse(&["--controllers", "static"])
+            .static_settings()
+            .unwrap_err();
+        assert!(e.to_string().contains("--static-cluster-context"), "{e}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let context = dir.path().join("context.yaml");
+        std::fs::write(
+            &context,
+            "apiEndpoints: [\"10.0.0.1:6443\"]\ncaCert: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "abcdef.0123456789abcdef\n").unwrap();
+        let context = context.to_str().unwrap();
+        let token = token.to_str().unwrap();
+        let settings = parse(&[
+            "--static-cluster-context",
+            context,
+            "--bootstrap-token-file",
+            token,
+            "--static-period",
+            "3s",
+        ])
+        .static_settings()
+        .unwrap()
+        .unwrap();
+        assert_eq!(settings.period, Duration::from_secs(3));
+        assert_eq!(settings.cluster.api_endpoints, ["10.0.0.1:6443"]);
+        assert_eq!(settings.bootstrap_token.as_str(), "abcdef.0123456789abcdef");
+        // Chosen controllers without static: off even when configured.
+        assert!(
+            parse(&[
+                "--controllers",
+                "status",
+                "--static-cluster-context",
+                context
+            ])
+            .static_settings()
+            .unwrap()
+            .is_none()
+        );
+        // A bad token or context says what is wrong.
+        std::fs::write(dir.path().join("bad"), "not-a-token").unwrap();
+        let e = parse(&[
+            "--static-cluster-context",
+            context,
+            "--bootstrap-token-file",
+            dir.path().join("bad").to_str().unwrap(),
+        ])
+        .static_settings()
+        .unwrap_err();
+        assert!(e.to_string().starts_with("bootstrap token"), "{e}");
+        std::fs::write(dir.path().join("ctx2"), "apiEndpoint: x\n").unwrap();
+        let e = parse(&[
+            "--static-cluster-context",
+            dir.path().join("ctx2").to_str().unwrap(),
+            "--bootstrap-token-file",
+            token,
+        ])
+        .static_settings()
+        .unwrap_err();
+        assert!(e.to_string().contains("apiEndpoint"), "{e}");
     }
 }
