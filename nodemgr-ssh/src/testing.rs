@@ -102,11 +102,17 @@ impl Sshd {
         Self::start_on(&[Ipv4Addr::LOCALHOST])
     }
 
-    /// Starts sshd listening on each of `addresses` (all loopback) on one free port.
+    /// Starts sshd listening on each of `addresses` (all loopback, at most 16) on one free
+    /// port.
     ///
     /// # Errors
     /// As [`Sshd::start`].
     pub fn start_on(addresses: &[Ipv4Addr]) -> Result<Self, SshdError> {
+        if addresses.len() > 16 {
+            return Err(SshdError::Start(
+                "sshd listens on at most 16 addresses (MAX_LISTEN_SOCKS)".into(),
+            ));
+        }
         if addresses.iter().any(|a| !a.is_loopback()) {
             return Err(SshdError::Start(
                 "the test sshd listens on loopback addresses only".into(),
