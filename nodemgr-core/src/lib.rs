@@ -13,6 +13,7 @@ pub mod fencing;
 pub mod group_status;
 pub mod impact;
 pub mod lifecycle;
+pub mod machines;
 pub mod model;
 pub mod node_template;
 pub mod oom;

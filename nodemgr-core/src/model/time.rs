@@ -143,6 +143,69 @@ impl Timestamp {
     }
 }
 
+impl Timestamp {
+    /// Reads an RFC 3339 UTC time as Kubernetes writes it (`2026-11-24T08:00:00Z`, optionally
+    /// with fractional seconds or a `+hh:mm` offset). `None` for anything else.
+    pub fn parse_rfc3339(text: &str) -> Option<Self> {
+        let b = text.as_bytes();
+        if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') {
+            return None;
+        }
+        let num = |range: std::ops::Range<usize>| -> Option<i64> {
+            let part = text.get(range)?;
+            part.bytes()
+                .all(|c| c.is_ascii_digit())
+                .then(|| part.parse().ok())?
+        };
+        let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+        let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+        if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&month) || !(1..=31).contains(&day)
+        {
+            return None;
+        }
+        if hour > 23 || minute > 59 || second > 60 {
+            return None;
+        }
+        let mut rest = &text[19..];
+        let mut millis = 0;
+        if let Some(fraction) = rest.strip_prefix('.') {
+            let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+            if digits == 0 {
+                return None;
+            }
+            let padded = format!("{:0<3}", &fraction[..digits.min(3)]);
+            millis = padded.parse::<i64>().ok()?;
+            rest = &fraction[digits..];
+        }
+        let offset = match rest {
+            "Z" | "z" => 0,
+            _ => {
+                let sign = match rest.as_bytes().first()? {
+                    b'+' => 1,
+                    b'-' => -1,
+                    _ => return None,
+                };
+                if rest.len() != 6 || rest.as_bytes()[3] != b':' {
+                    return None;
+                }
+                let h: i64 = rest.get(1..3)?.parse().ok()?;
+                let m: i64 = rest.get(4..6)?.parse().ok()?;
+                sign * (h * 3600 + m * 60)
+            }
+        };
+        // Days since 1970-01-01 from a civil date (H. Hinnant's algorithm).
+        let y = if month <= 2 { year - 1 } else { year };
+        let era = y.div_euclid(400);
+        let yoe = y - era * 400;
+        let mp = (month + 9) % 12;
+        let doy = (153 * mp + 2) / 5 + day - 1;
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        let days = era * 146_097 + doe - 719_468;
+        let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset;
+        Some(Self(secs * 1000 + millis))
+    }
+}
+
 fn duration_millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -214,6 +277,32 @@ mod tests {
         // 2026-11-22 13:45 UTC is a Sunday: 20779 days after the epoch.
         let t = Timestamp::from_secs(20_779 * 86_400 + 13 * 3600 + 45 * 60);
         assert_eq!(t.weekday_and_minute(), (6, 13 * 60 + 45));
+    }
+
+    #[test]
+    fn rfc3339_parses_what_it_prints_and_what_kubernetes_writes() {
+        for secs in [0_i64, 951_782_400, 1_795_478_400, 4_102_444_799, -86_400] {
+            let t = Timestamp::from_secs(secs);
+            assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()), Some(t), "{secs}");
+        }
+        assert_eq!(
+            Timestamp::parse_rfc3339("1970-01-01T00:00:01.5Z"),
+            Some(Timestamp::from_millis(1500))
+        );
+        assert_eq!(
+            Timestamp::parse_rfc3339("1970-01-01T01:00:00+01:00"),
+            Some(Timestamp::EPOCH)
+        );
+        for bad in [
+            "",
+            "1970-01-01",
+            "1970-13-01T00:00:00Z",
+            "1970-01-01T00:00:00",
+            "1970-01-01T00:00:00.Z",
+            "abcd-01-01T00:00:00Z",
+        ] {
+            assert_eq!(Timestamp::parse_rfc3339(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -1,0 +1,342 @@
+//! The machine controller ([`nodemgr_core::machines`]) against the simulator's in-memory
+//! cloud ([`nodemgr_sim::cloud::SimCloud`]) on a virtual clock: a scaler asks for random
+//! per-zone targets, the cloud refuses calls, loses answers of calls it applied and lists new
+//! machines 12 s late (so the controller asks again for machines that exist), machines
+//! start slowly, some never register a Node, some vanish. Properties:
+//! - one machine name never has two machines, whatever the failures and retries;
+//! - no Node is deleted while its machine exists;
+//! - once the cloud recovers and the targets hold, every zone converges to its target: as
+//!   many machines, Running Instances and Ready Nodes, and nothing else.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use nodemgr_core::machines::{
+    ANNOTATION_PROVIDER_ID, MachineCommand, MachineConfig, MachinePhase, MachineRequests,
+    MachineSnapshot, Machines,
+};
+use nodemgr_core::model::{Instance, InstanceCurrentStatus, Node, ObjectMeta, Timestamp, keys};
+use nodemgr_core::ports::cloud::{CloudApi, CreateInstance, InstanceClass};
+use nodemgr_sim::SimRng;
+use nodemgr_sim::block_on;
+use nodemgr_sim::cloud::{CloudFaults, SimCloud};
+use proptest::prelude::*;
+
+const ZONES: [&str; 2] = ["a", "b"];
+const STEP: Duration = Duration::from_secs(5);
+
+struct World {
+    now: Timestamp,
+    cloud: SimCloud,
+    machines: Machines,
+    instances: BTreeMap<String, Instance>,
+    nodes: BTreeMap<String, Node>,
+    /// Machines that will never register a Node (broken images).
+    broken: BTreeSet<String>,
+    rng: SimRng,
+    failures: usize,
+}
+
+impl World {
+    fn new(seed: u64) -> Self {
+        Self {
+            now: Timestamp::from_secs(1_000),
+            cloud: SimCloud::new(
+                Timestamp::from_secs(1_000),
+                Duration::from_secs(40),
+                Duration::from_secs(15),
+                seed,
+            )
+            .with_list_lag(Duration::from_secs(12)),
+            machines: Machines::with_config(MachineConfig {
+                creation_timeout: Duration::from_secs(300),
+                retry_initial: Duration::from_secs(5),
+                retry_max: Duration::from_secs(60),
+                orphan_grace: Duration::from_secs(60),
+                gc_grace: Duration::from_secs(60),
+                failures_kept: 5,
+            }),
+            instances: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            broken: BTreeSet::new(),
+            rng: SimRng::new(seed ^ 0xdead_beef),
+            failures: 0,
+        }
+    }
+
+    fn zone_of(i: &Instance) -> &str {
+        i.metadata
+            .labels
+            .get(keys::LABEL_TOPOLOGY_ZONE)
+            .map_or("", String::as_str)
+    }
+
+    fn phase(i: &Instance) -> MachinePhase {
+        MachinePhase::parse(
+            i.status
+                .current_status
+                .as_ref()
+                .and_then(|c| c.phase.as_deref()),
+        )
+    }
+
+    /// The scaler: creates what a zone lacks, removes the newest excess.
+    fn requests(&self, targets: &BTreeMap<&str, u32>) -> MachineRequests {
+        let mut requests = MachineRequests::default();
+        for zone in ZONES {
+            let target = targets.get(zone).copied().unwrap_or(0);
+            let mut live: Vec<&Instance> = self
+                .instances
+                .values()
+                .filter(|i| Self::zone_of(i) == zone && Self::phase(i) != MachinePhase::Terminating)
+                .collect();
+            let have = u32::try_from(live.len()).unwrap();
+            if have < target {
+                requests
+                    .create
+                    .push(("worker".into(), zone.into(), target - have));
+            } else if have > target {
+                live.sort_by_key(|i| std::cmp::Reverse(i.metadata.creation_timestamp.clone()));
+                for i in live.iter().take((have - target) as usize) {
+                    requests.remove.insert(i.metadata.name.clone().unwrap());
+                }
+            }
+        }
+        requests
+    }
+
+    /// Kubelets: a running machine registers its Node 20 s after it started, unless broken.
+    fn kubelets(&mut self) {
+        for m in self.cloud.existing() {
+            let started = m.launched.unwrap_or(self.now) + Duration::from_secs(60);
+            if self.broken.contains(&m.machine) || self.now < started {
+                continue;
+            }
+            self.nodes.entry(m.machine.clone()).or_insert_with(|| Node {
+                name: m.machine.clone(),
+                ready: true,
+                provider_id: Some(m.provider_id.clone()),
+                created: Some(self.now),
+                labels: [(keys::LABEL_NODE_GROUP.to_owned(), "worker".to_owned())].into(),
+                ..Node::default()
+            });
+        }
+        // A Node whose machine is gone stops being Ready.
+        let alive: BTreeSet<String> = self
+            .cloud
+            .existing()
+            .into_iter()
+            .map(|m| m.provider_id)
+            .collect();
+        for node in self.nodes.values_mut() {
+            if node
+                .provider_id
+                .as_ref()
+                .is_some_and(|p| !alive.contains(p))
+            {
+                node.ready = false;
+            }
+        }
+    }
+
+    fn step(&mut self, targets: &BTreeMap<&str, u32>, chaos: bool) {
+        self.now = self.now + STEP;
+        self.cloud.advance(self.now);
+        if chaos && self.rng.chance(0.02) {
+            let existing = self.cloud.existing();
+            if !existing.is_empty() {
+                let pick = existing[self.rng.below(existing.len() as u64) as usize].clone();
+                self.cloud.terminate_out_of_band(&pick.instance_id);
+            }
+        }
+        self.kubelets();
+        let nodes_before: Vec<Node> = self.nodes.values().cloned().collect();
+        // The executor lists the cloud after reading the Nodes.
+        let listed = match block_on(self.cloud.list_group_instances("worker")).unwrap() {
+            Ok(listed) => listed,
+            Err(_) => return, // a failed listing: nothing is decided this pass
+        };
+        let instances: Vec<Instance> = self.instances.values().cloned().collect();
+        // Look-ups of not-Ready Nodes the listing does not explain (the cloud node GC's input).
+        let listed_ids: BTreeSet<&str> = listed.iter().map(|m| m.provider_id.as_str()).collect();
+        let mut absent = BTreeSet::new();
+        for node in nodes_before.iter().filter(|n| !n.ready) {
+            let Some(id) = node.provider_id.as_deref() else {
+                continue;
+            };
+            if listed_ids.contains(id) {
+                continue;
+            }
+            if let Ok(None) = block_on(self.cloud.get_instance(id)).unwrap() {
+                absent.insert(id.to_owned());
+            }
+        }
+        let requests = self.requests(targets);
+        let plan = self.machines.plan(
+            &MachineSnapshot {
+                instances: &instances,
+                cloud: &listed,
+                absent: &absent,
+                nodes: &nodes_before,
+            },
+            &requests,
+            self.now,
+        );
+        for command in plan.commands {
+            self.apply(command, chaos);
+        }
+        self.check_unique();
+    }
+
+    fn create(&mut self, group: &str, zone: &str, machine: &str, token: &str) {
+        let request = CreateInstance {
+            group: group.into(),
+            zone: zone.into(),
+            machine: machine.into(),
+            class: InstanceClass::default(),
+            user_data: String::new(),
+            client_token: token.into(),
+        };
+        let result = block_on(self.cloud.create_instance(&request)).unwrap();
+        self.machines
+            .handle_create(machine, result.as_ref(), self.now);
+    }
+
+    fn apply(&mut self, command: MachineCommand, chaos: bool) {
+        match command {
+            MachineCommand::Create {
+                group,
+                zone,
+                machine,
+                client_token,
+            } => {
+                self.instances.insert(
+                    machine.clone(),
+                    Instance {
+                        metadata: ObjectMeta {
+                            name: Some(machine.clone()),
+                            labels: [
+                                (keys::LABEL_NODE_GROUP.to_owned(), group.clone()),
+                                (keys::LABEL_TOPOLOGY_ZONE.to_owned(), zone.clone()),
+                            ]
+                            .into(),
+                            creation_timestamp: Some(self.now.to_rfc3339()),
+                            ..ObjectMeta::default()
+                        },
+                        ..Instance::default()
+                    },
+                );
+                if chaos && self.rng.chance(0.1) {
+                    self.broken.insert(machine.clone());
+                }
+                self.create(&group, &zone, &machine, &client_token);
+            }
+            MachineCommand::EnsureMachine {
+                group,
+                zone,
+                machine,
+                client_token,
+            } => self.create(&group, &zone, &machine, &client_token),
+            MachineCommand::SetPhase {
+                machine,
+                phase,
+                provider_id,
+                ..
+            } => {
+                let i = self.instances.get_mut(&machine).expect("an Instance");
+                i.status.current_status = Some(InstanceCurrentStatus {
+                    phase: Some(phase.as_str().into()),
+                    last_update_time: None,
+                });
+                if let Some(id) = provider_id {
+                    i.metadata
+                        .annotations
+                        .insert(ANNOTATION_PROVIDER_ID.into(), id);
+                }
+            }
+            MachineCommand::DeleteMachine {
+                machine,
+                provider_id,
+                ..
+            } => {
+                let result = block_on(self.cloud.delete_instance(&provider_id)).unwrap();
+                self.machines
+                    .handle_delete(&machine, result.as_ref().map(|_| ()), self.now);
+            }
+            MachineCommand::ForgetInstance { machine } => {
+                self.instances.remove(&machine);
+            }
+            MachineCommand::RecordFailure { .. } => self.failures += 1,
+            MachineCommand::DeleteNode { node, .. } => {
+                let id = self.nodes.get(&node).and_then(|n| n.provider_id.clone());
+                let exists = self
+                    .cloud
+                    .existing()
+                    .iter()
+                    .any(|m| Some(&m.provider_id) == id.as_ref());
+                assert!(!exists, "Node {node} deleted while its machine exists");
+                self.nodes.remove(&node);
+            }
+        }
+    }
+
+    fn check_unique(&self) {
+        let mut seen = BTreeSet::new();
+        for m in self.cloud.existing() {
+            assert!(
+                seen.insert(m.machine.clone()),
+                "two machines named {}",
+                m.machine
+            );
+        }
+    }
+}
+
+fn targets(a: u32, b: u32) -> BTreeMap<&'static str, u32> {
+    [("a", a), ("b", b)].into()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn machines_stay_unique_nodes_outlive_nothing_and_zones_converge(
+        seed in any::<u64>(),
+        refuse in 0.0..0.5_f64,
+        lose_answer in 0.0..0.4_f64,
+        phases in proptest::collection::vec((0..6_u32, 0..6_u32), 1..4),
+    ) {
+        let mut w = World::new(seed);
+        w.cloud.set_faults(CloudFaults { refuse, lose_answer });
+        // Stormy: targets change every 5 virtual minutes.
+        for (a, b) in &phases {
+            for _ in 0..60 {
+                w.step(&targets(*a, *b), true);
+            }
+        }
+        // Calm: the cloud recovers, the last targets hold, broken machines are replaced.
+        w.cloud.set_faults(CloudFaults::default());
+        let (a, b) = *phases.last().unwrap();
+        for _ in 0..240 {
+            w.step(&targets(a, b), false);
+        }
+        w.broken.clear();
+        for _ in 0..120 {
+            w.step(&targets(a, b), false);
+        }
+        for (zone, want) in [("a", a), ("b", b)] {
+            let machines = w.cloud.existing().into_iter().filter(|m| m.zone == zone).count();
+            prop_assert_eq!(machines, want as usize, "machines in {}", zone);
+            let running = w.instances.values()
+                .filter(|i| World::zone_of(i) == zone && World::phase(i) == MachinePhase::Running)
+                .count();
+            prop_assert_eq!(running, want as usize, "Running Instances in {}", zone);
+        }
+        prop_assert_eq!(w.instances.len(), (a + b) as usize, "no Instance left over");
+        let ready = w.nodes.values().filter(|n| n.ready).count();
+        prop_assert_eq!(ready, (a + b) as usize, "Ready Nodes");
+        prop_assert_eq!(w.nodes.len(), (a + b) as usize, "dead Nodes collected");
+    }
+}
