@@ -74,73 +74,6 @@ impl Timestamp {
             second_of_day % 60
         )
     }
-
-    /// Reads RFC 3339 (`2026-11-22T13:45:07Z`, `…07.123Z`, `…07+02:00`), as cloud APIs write
-    /// launch times; fractions beyond milliseconds are dropped. `None` when malformed.
-    pub fn parse_rfc3339(text: &str) -> Option<Self> {
-        let num = |range: std::ops::Range<usize>| -> Option<i64> {
-            let part = text.get(range)?;
-            part.bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| part.parse().ok())?
-        };
-        let sep = |at: usize, allowed: &[u8]| {
-            text.as_bytes().get(at).is_some_and(|b| allowed.contains(b))
-        };
-        if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
-            return None;
-        }
-        let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-        let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-        if !(1..=12).contains(&month)
-            || !(1..=31).contains(&day)
-            || hour > 23
-            || minute > 59
-            || second > 60
-        {
-            return None;
-        }
-        let mut rest = text.get(19..)?;
-        let mut millis = 0;
-        if let Some(fraction) = rest.strip_prefix('.') {
-            let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
-            if digits == 0 {
-                return None;
-            }
-            for (i, b) in fraction
-                .bytes()
-                .take(3)
-                .take_while(u8::is_ascii_digit)
-                .enumerate()
-            {
-                millis += i64::from(b - b'0') * [100, 10, 1][i];
-            }
-            rest = &fraction[digits..];
-        }
-        let offset_secs = match rest {
-            "Z" | "z" => 0,
-            _ if rest.len() == 6
-                && (rest.starts_with('+') || rest.starts_with('-'))
-                && sep(22, b":") =>
-            {
-                let hours = num(20..22)?;
-                let minutes = num(23..25)?;
-                let sign = if rest.starts_with('-') { -1 } else { 1 };
-                sign * (hours * 3600 + minutes * 60)
-            }
-            _ => return None,
-        };
-        // Days since 1970-01-01 from the civil date (the inverse of `to_rfc3339`).
-        let y = if month <= 2 { year - 1 } else { year };
-        let era = y.div_euclid(400);
-        let yoe = y.rem_euclid(400);
-        let mp = (month + 9) % 12;
-        let doy = (153 * mp + 2) / 5 + day - 1;
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-        let days = era * 146_097 + doe - 719_468;
-        let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_secs;
-        Some(Self(secs * 1000 + millis))
-    }
 }
 
 impl Timestamp {
@@ -318,40 +251,6 @@ mod tests {
             Timestamp::from_secs(951_782_400).to_rfc3339(),
             "2000-02-29T00:00:00Z"
         );
-    }
-
-    #[test]
-    fn rfc3339_parses_back() {
-        for t in [
-            0,
-            951_782_400,
-            20_779 * 86_400 + 13 * 3600 + 45 * 60 + 7,
-            -1,
-        ] {
-            let t = Timestamp::from_secs(t);
-            assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()), Some(t));
-        }
-        assert_eq!(
-            Timestamp::parse_rfc3339("2026-11-22T13:45:07.125Z"),
-            Some(Timestamp::from_millis(
-                (20_779 * 86_400 + 13 * 3600 + 45 * 60 + 7) * 1000 + 125
-            ))
-        );
-        assert_eq!(
-            Timestamp::parse_rfc3339("1970-01-01T02:00:00+02:00"),
-            Some(Timestamp::EPOCH)
-        );
-        for bad in [
-            "",
-            "2026-11-22",
-            "2026-13-01T00:00:00Z",
-            "2026-11-22T13:45:07",
-            "2026-11-22T13:45:07.Z",
-            "2026-1-22T13:45:07Z",
-            "+026-11-22T13:45:07Z",
-        ] {
-            assert_eq!(Timestamp::parse_rfc3339(bad), None, "{bad}");
-        }
     }
 
     #[test]
