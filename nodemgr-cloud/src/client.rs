@@ -1,0 +1,432 @@
+//! [`Ec2Client`]: the cloud port over the EC2 Query API. Sends SigV4-signed form POSTs through
+//! reqwest, at most `concurrency` at once, retries throttling, 5xx and connection errors with
+//! jittered backoff, follows every page of a listing, and counts its API calls per action.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use aws_credential_types::Credentials as SigningCredentials;
+use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+use aws_sigv4::sign::v4;
+use nodemgr_core::ports::cloud::{AwsProviderId, TAG_GROUP, TAG_MACHINE};
+use nodemgr_core::ports::{CloudApi, CloudError, CloudInstance, CreateInstance, InstanceState};
+use tokio::sync::Semaphore;
+
+use crate::config::{ConfigError, Ec2Config};
+use crate::query::{self, Action, Filter, Query};
+use crate::response::{self, Ec2Instance};
+use crate::retry::{Backoff, classify, retried_here};
+
+/// API calls sent so far per action (every attempt counts, retries included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ApiCalls {
+    /// `RunInstances` requests.
+    pub run_instances: u64,
+    /// `TerminateInstances` requests.
+    pub terminate_instances: u64,
+    /// `DescribeInstances` requests.
+    pub describe_instances: u64,
+}
+
+impl ApiCalls {
+    /// All requests.
+    pub fn total(&self) -> u64 {
+        self.run_instances + self.terminate_instances + self.describe_instances
+    }
+}
+
+/// The EC2 adapter.
+///
+/// Creation looks the machine up by its `Name` and group tags before `RunInstances`, and
+/// sends the request's client token: EC2 answers a repeated token with the first machine, and
+/// the lookup keeps "one name, one machine" even where tokens are not honoured (moto and some
+/// EC2-compatible clouds ignore them) or have expired. It costs one `DescribeInstances` per
+/// creation.
+#[derive(Debug)]
+pub struct Ec2Client {
+    http: reqwest::Client,
+    config: Ec2Config,
+    url: String,
+    permits: Arc<Semaphore>,
+    backoff: Backoff,
+    calls: [AtomicU64; 3],
+}
+
+fn action_index(action: Action) -> usize {
+    match action {
+        Action::RunInstances => 0,
+        Action::TerminateInstances => 1,
+        Action::DescribeInstances => 2,
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+impl Ec2Client {
+    /// A client for `config` (checked first). Installs ring as the process's rustls crypto
+    /// provider when none is installed yet (the workspace's one TLS stack).
+    ///
+    /// # Errors
+    /// [`ConfigError`] for settings that cannot work or an HTTP client that cannot be built.
+    pub fn new(config: Ec2Config) -> Result<Self, ConfigError> {
+        config.validate()?;
+        // Err means another provider is installed already; that one is used.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(config.request_timeout)
+            .pool_max_idle_per_host(config.concurrency)
+            .build()
+            .map_err(|e| ConfigError::Invalid {
+                setting: "endpoint".to_owned(),
+                message: format!("cannot build an HTTP client: {}", error_chain(&e)),
+            })?;
+        let mut url = config.endpoint.clone();
+        if !url.ends_with('/') {
+            url.push('/');
+        }
+        Ok(Self {
+            http,
+            permits: Arc::new(Semaphore::new(config.concurrency)),
+            config,
+            url,
+            backoff: Backoff::default(),
+            calls: Default::default(),
+        })
+    }
+
+    /// The same client with other retry waits (tests shorten them).
+    #[must_use]
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Ec2Config {
+        &self.config
+    }
+
+    /// API calls sent so far.
+    pub fn api_calls(&self) -> ApiCalls {
+        let get = |action| self.calls[action_index(action)].load(Ordering::Relaxed);
+        ApiCalls {
+            run_instances: get(Action::RunInstances),
+            terminate_instances: get(Action::TerminateInstances),
+            describe_instances: get(Action::DescribeInstances),
+        }
+    }
+
+    /// Every instance matching all `filters`, across every page.
+    ///
+    /// # Errors
+    /// [`CloudError`].
+    pub async fn describe_instances(
+        &self,
+        filters: &[Filter],
+    ) -> Result<Vec<Ec2Instance>, CloudError> {
+        let mut instances = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let q = query::describe_instances(filters, self.config.page_size, token.as_deref());
+            let body = self.send(&q).await?;
+            let page = response::describe_instances(&body)
+                .map_err(|e| CloudError::Other(e.to_string()))?;
+            instances.extend(page.instances);
+            match page.next_token {
+                // A server repeating the token would loop forever; stop instead.
+                Some(next) if token.as_deref() != Some(next.as_str()) => token = Some(next),
+                _ => return Ok(instances),
+            }
+        }
+    }
+
+    /// One instance by ID, `None` when EC2 does not know it.
+    ///
+    /// # Errors
+    /// [`CloudError`] (never `NotFound`).
+    pub async fn describe_instance(
+        &self,
+        instance_id: &str,
+    ) -> Result<Option<Ec2Instance>, CloudError> {
+        match self.send(&query::describe_instance(instance_id)).await {
+            Ok(body) => Ok(response::describe_instances(&body)
+                .map_err(|e| CloudError::Other(e.to_string()))?
+                .instances
+                .into_iter()
+                .find(|i| i.instance_id == instance_id)),
+            Err(CloudError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends `q`, retrying what [`retried_here`] allows up to `max_attempts` times in all.
+    async fn send(&self, q: &Query) -> Result<String, CloudError> {
+        let body = q.body();
+        let mut retry = 0;
+        loop {
+            match self.attempt(q.action, &body).await {
+                Err(error) if retried_here(&error) && retry + 1 < self.config.max_attempts => {
+                    let wait = self.backoff.wait(retry, rand::random::<f64>());
+                    tracing::debug!(action = q.action.name(), retry, ?wait, %error, "retrying EC2 call");
+                    tokio::time::sleep(wait).await;
+                    retry += 1;
+                }
+                Err(error) => {
+                    tracing::debug!(action = q.action.name(), attempts = retry + 1, %error, "EC2 call failed");
+                    return Err(error);
+                }
+                Ok(answer) => return Ok(answer),
+            }
+        }
+    }
+
+    async fn attempt(&self, action: Action, body: &str) -> Result<String, CloudError> {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|e| CloudError::Other(format!("request limiter closed: {e}")))?;
+        self.calls[action_index(action)].fetch_add(1, Ordering::Relaxed);
+        let content_type = "application/x-www-form-urlencoded; charset=utf-8";
+        let signed = self.sign(body, content_type)?;
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body.to_owned());
+        for (name, value) in signed {
+            request = request.header(name, value);
+        }
+        let unavailable = |what: &str, e: reqwest::Error| {
+            CloudError::Unavailable(format!(
+                "{} {what} {}: {}",
+                action.name(),
+                self.config.endpoint,
+                error_chain(&e)
+            ))
+        };
+        let answer = request.send().await.map_err(|e| unavailable("to", e))?;
+        let status = answer.status();
+        let text = answer
+            .text()
+            .await
+            .map_err(|e| unavailable("reading from", e))?;
+        if status.is_success() {
+            return Ok(text);
+        }
+        let api = response::api_error(&text);
+        Err(classify(status.as_u16(), api.as_ref()))
+    }
+
+    /// The SigV4 headers of a POST of `body` (`authorization`, `x-amz-date`, and
+    /// `x-amz-security-token` with temporary credentials).
+    fn sign(&self, body: &str, content_type: &str) -> Result<Vec<(String, String)>, CloudError> {
+        let creds = &self.config.credentials;
+        let identity = SigningCredentials::new(
+            &creds.access_key_id,
+            &creds.secret_access_key,
+            creds.session_token.clone(),
+            None,
+            "nodemgr",
+        )
+        .into();
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.config.region)
+            .name("ec2")
+            .time(SystemTime::now())
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|e| CloudError::Other(format!("cannot sign the request: {e}")))?
+            .into();
+        let headers = [("content-type", content_type)];
+        let signable = SignableRequest::new(
+            "POST",
+            self.url.as_str(),
+            headers.into_iter(),
+            SignableBody::Bytes(body.as_bytes()),
+        )
+        .map_err(|e| CloudError::Other(format!("cannot sign the request: {e}")))?;
+        let (instructions, _signature) = sign(signable, &params)
+            .map_err(|e| CloudError::Other(format!("cannot sign the request: {e}")))?
+            .into_parts();
+        Ok(instructions
+            .headers()
+            .map(|(name, value)| (name.to_owned(), value.to_owned()))
+            .collect())
+    }
+
+    fn instance_id_of(provider_id: &str) -> Result<String, CloudError> {
+        AwsProviderId::parse(provider_id)
+            .map(|id| id.instance_id)
+            .ok_or_else(|| CloudError::InvalidRequest {
+                code: "InvalidProviderID".to_owned(),
+                message: format!(
+                    "{provider_id:?} is not an AWS provider ID (aws:///<zone>/<instance-id>)"
+                ),
+            })
+    }
+}
+
+#[async_trait]
+impl CloudApi for Ec2Client {
+    async fn create_instance(&self, request: &CreateInstance) -> Result<CloudInstance, CloudError> {
+        let existing = self
+            .describe_instances(&[
+                Filter::tag(TAG_GROUP, &request.group),
+                Filter::tag(TAG_MACHINE, &request.machine),
+                Filter::live(),
+            ])
+            .await?;
+        if let Some(found) = existing.into_iter().find(|i| i.state.exists()) {
+            tracing::debug!(machine = %request.machine, instance = %found.instance_id, "machine exists already");
+            return Ok(found.to_cloud_instance());
+        }
+        let q = query::run_instances(request, &self.config.root_device_name);
+        let body = self.send(&q).await?;
+        let created = response::run_instances(&body)
+            .map_err(|e| CloudError::Other(e.to_string()))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                CloudError::Other("RunInstances answered without an instance".to_owned())
+            })?;
+        let zone = if created.zone.is_empty() {
+            request.zone.clone()
+        } else {
+            created.zone.clone()
+        };
+        tracing::info!(machine = %request.machine, instance = %created.instance_id, %zone, "machine created");
+        Ok(CloudInstance {
+            provider_id: AwsProviderId {
+                zone,
+                instance_id: created.instance_id.clone(),
+            }
+            .to_string(),
+            instance_id: created.instance_id,
+            group: request.group.clone(),
+            zone: request.zone.clone(),
+            machine: request.machine.clone(),
+            state: created.state,
+            launched: created
+                .launch_time
+                .as_deref()
+                .and_then(nodemgr_core::model::Timestamp::parse_rfc3339),
+        })
+    }
+
+    async fn delete_instance(&self, provider_id: &str) -> Result<(), CloudError> {
+        let instance_id = Self::instance_id_of(provider_id)?;
+        match self.send(&query::terminate_instances(&instance_id)).await {
+            Ok(_) => {
+                tracing::info!(%provider_id, "machine terminating");
+                Ok(())
+            }
+            Err(CloudError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn list_group_instances(&self, group: &str) -> Result<Vec<CloudInstance>, CloudError> {
+        Ok(self
+            .describe_instances(&[Filter::tag(TAG_GROUP, group), Filter::live()])
+            .await?
+            .iter()
+            .filter(|i| i.state != InstanceState::Terminated)
+            .map(Ec2Instance::to_cloud_instance)
+            .collect())
+    }
+
+    async fn get_instance(&self, provider_id: &str) -> Result<Option<CloudInstance>, CloudError> {
+        let instance_id = Self::instance_id_of(provider_id)?;
+        Ok(self
+            .describe_instance(&instance_id)
+            .await?
+            .filter(|i| i.state != InstanceState::Terminated)
+            .map(|i| i.to_cloud_instance()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Credentials;
+
+    #[test]
+    fn requests_are_signed_for_ec2_in_the_region() {
+        let mut config = Ec2Config::new("eu-west-1", Credentials::new("AKIDEXAMPLE", "secret"))
+            .with_endpoint("http://127.0.0.1:1");
+        config.credentials.session_token = Some("session".into());
+        let client = Ec2Client::new(config).unwrap();
+        let headers = client
+            .sign(
+                "Action=DescribeInstances",
+                "application/x-www-form-urlencoded",
+            )
+            .unwrap();
+        let auth = &headers
+            .iter()
+            .find(|(n, _)| n == "authorization")
+            .unwrap()
+            .1;
+        assert!(
+            auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"),
+            "{auth}"
+        );
+        assert!(auth.contains("/eu-west-1/ec2/aws4_request"), "{auth}");
+        assert!(
+            auth.contains("SignedHeaders=content-type;host;x-amz-date"),
+            "{auth}"
+        );
+        assert!(
+            headers
+                .iter()
+                .any(|(n, v)| n == "x-amz-security-token" && v == "session")
+        );
+        assert!(headers.iter().any(|(n, _)| n == "x-amz-date"));
+    }
+
+    #[test]
+    fn provider_ids_must_be_aws() {
+        assert_eq!(
+            Ec2Client::instance_id_of("aws:///eu-west-1a/i-1").unwrap(),
+            "i-1"
+        );
+        assert!(matches!(
+            Ec2Client::instance_id_of("gce:///x/y"),
+            Err(CloudError::InvalidRequest { code, .. }) if code == "InvalidProviderID"
+        ));
+    }
+
+    #[tokio::test]
+    async fn unreachable_endpoint_is_retried_then_unavailable() {
+        // A port nothing listens on: bind, learn the port, close.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut config = Ec2Config::new("eu-west-1", Credentials::new("a", "b"))
+            .with_endpoint(format!("http://127.0.0.1:{port}"));
+        config.max_attempts = 3;
+        let client = Ec2Client::new(config).unwrap().with_backoff(Backoff {
+            base: std::time::Duration::from_millis(1),
+            cap: std::time::Duration::from_millis(2),
+        });
+        let err = client.list_group_instances("g").await.unwrap_err();
+        assert!(matches!(err, CloudError::Unavailable(_)), "{err}");
+        assert!(err.to_string().contains(&port.to_string()), "{err}");
+        assert_eq!(client.api_calls().describe_instances, 3);
+    }
+}

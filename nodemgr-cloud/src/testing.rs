@@ -1,0 +1,141 @@
+//! A throw-away `moto_server` (an EC2-compatible API in memory) on 127.0.0.1 with a free
+//! port, for tests and benchmarks; stopped when dropped. Each one has its own empty cloud.
+//!
+//! Needs `moto_server` on PATH (`scripts/install.d/20-moto.sh`), or its path in
+//! `NODEMGR_MOTO_SERVER`.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::config::{Credentials, Ec2Config};
+
+/// The region the servers' clients use.
+pub const REGION: &str = "eu-west-1";
+
+/// Why moto could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MotoError {
+    /// moto_server is not installed.
+    #[error(
+        "{0} cannot run ({1}); install it with scripts/install.d/20-moto.sh or set NODEMGR_MOTO_SERVER"
+    )]
+    Missing(String, io::Error),
+    /// It did not come up.
+    #[error("moto_server did not start: {0}")]
+    Start(String),
+}
+
+/// A running moto_server.
+#[derive(Debug)]
+pub struct MotoServer {
+    child: Child,
+    port: u16,
+}
+
+/// The moto_server command to run.
+pub fn moto_command() -> String {
+    std::env::var("NODEMGR_MOTO_SERVER").unwrap_or_else(|_| "moto_server".to_owned())
+}
+
+/// Whether moto_server can be started here.
+pub fn moto_available() -> bool {
+    Command::new(moto_command())
+        .arg("--help")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl MotoServer {
+    /// Starts a server that accepts any credentials.
+    ///
+    /// # Errors
+    /// [`MotoError`].
+    pub fn start() -> Result<Self, MotoError> {
+        Self::start_with(false)
+    }
+
+    /// Starts a server that checks credentials: only access keys its IAM knows are let in (so
+    /// any made-up key gets `AuthFailure`).
+    ///
+    /// # Errors
+    /// [`MotoError`].
+    pub fn start_with_auth() -> Result<Self, MotoError> {
+        Self::start_with(true)
+    }
+
+    fn start_with(auth: bool) -> Result<Self, MotoError> {
+        let mut last = String::new();
+        // A free port can be taken between our probe and moto's bind: try a few.
+        for _ in 0..3 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| MotoError::Start(format!("no free port: {e}")))?
+                .port();
+            let mut command = Command::new(moto_command());
+            command
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            if auth {
+                command.env("INITIAL_NO_AUTH_ACTION_COUNT", "0");
+            }
+            let child = command
+                .spawn()
+                .map_err(|e| MotoError::Missing(moto_command(), e))?;
+            let mut server = Self { child, port };
+            match server.wait_until_listening(Duration::from_secs(30)) {
+                Ok(()) => return Ok(server),
+                Err(e) => last = e,
+            }
+        }
+        Err(MotoError::Start(last))
+    }
+
+    fn wait_until_listening(&mut self, limit: Duration) -> Result<(), String> {
+        let address = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!(
+                    "moto_server exited with {status} (port {} taken?)",
+                    self.port
+                ));
+            }
+            if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!(
+            "moto_server not listening on {address} after {limit:?}"
+        ))
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The endpoint URL.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A client configuration for this server (region [`REGION`], a made-up access key).
+    pub fn config(&self) -> Ec2Config {
+        Ec2Config::new(REGION, Credentials::new("AKIAMOTOTEST", "moto-secret"))
+            .with_endpoint(self.endpoint())
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,406 @@
+//! The EC2 adapter against a real EC2-compatible API: each test starts its own `moto_server`
+//! on loopback (scripts/install.d/20-moto.sh installs it). Throttling is injected by a small
+//! HTTP proxy in front of moto that answers the first requests with errors.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup step should panic
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use nodemgr_cloud::testing::{MotoServer, REGION};
+use nodemgr_cloud::{Backoff, Credentials, Ec2Client, Ec2Config, Filter};
+use nodemgr_core::ports::cloud::{TAG_GROUP, TAG_MACHINE, TAG_ZONE, client_token};
+use nodemgr_core::ports::{CloudApi, CloudError, CreateInstance, InstanceClass, InstanceState};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+fn zone(suffix: &str) -> String {
+    format!("{REGION}{suffix}")
+}
+
+fn class() -> InstanceClass {
+    InstanceClass {
+        instance_type: "m5.large".into(),
+        image_id: "ami-0abcdef1234567890".into(),
+        subnets: BTreeMap::new(),
+        security_groups: Vec::new(),
+        root_disk_gib: Some(30),
+        tags: [("team".to_owned(), "infra".to_owned())].into(),
+    }
+}
+
+fn request(group: &str, zone_suffix: &str, n: usize) -> CreateInstance {
+    let machine = format!("{group}-5d8f2-{n:05}");
+    CreateInstance {
+        group: group.into(),
+        zone: zone(zone_suffix),
+        client_token: client_token(&machine),
+        machine,
+        class: class(),
+        user_data: "#!/bin/bash\necho bootstrap\n".into(),
+    }
+}
+
+fn fast() -> Backoff {
+    Backoff {
+        base: Duration::from_millis(5),
+        cap: Duration::from_millis(20),
+    }
+}
+
+fn client(config: Ec2Config) -> Ec2Client {
+    Ec2Client::new(config).unwrap().with_backoff(fast())
+}
+
+fn moto() -> MotoServer {
+    MotoServer::start().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_tags_zone_and_type_show_in_describe() {
+    let moto = moto();
+    let ec2 = client(moto.config());
+    let created = ec2
+        .create_instance(&request("worker", "b", 1))
+        .await
+        .unwrap();
+    assert!(created.instance_id.starts_with("i-"), "{created:?}");
+    assert_eq!(
+        created.provider_id,
+        format!("aws:///{}/{}", zone("b"), created.instance_id)
+    );
+    assert_eq!(created.machine, "worker-5d8f2-00001");
+    assert!(created.launched.is_some());
+
+    let described = ec2
+        .describe_instances(&[Filter::tag(TAG_GROUP, "worker")])
+        .await
+        .unwrap();
+    assert_eq!(described.len(), 1);
+    let instance = &described[0];
+    assert_eq!(instance.instance_id, created.instance_id);
+    assert_eq!(instance.instance_type, "m5.large");
+    assert_eq!(instance.image_id, "ami-0abcdef1234567890");
+    assert_eq!(instance.zone, zone("b"));
+    assert_eq!(
+        instance.tags.get(TAG_GROUP).map(String::as_str),
+        Some("worker")
+    );
+    assert_eq!(instance.tags.get(TAG_ZONE), Some(&zone("b")));
+    assert_eq!(
+        instance.tags.get(TAG_MACHINE).map(String::as_str),
+        Some("worker-5d8f2-00001")
+    );
+    assert_eq!(instance.tags.get("team").map(String::as_str), Some("infra"));
+
+    let got = ec2
+        .get_instance(&created.provider_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.group, "worker");
+    assert_eq!(got.zone, zone("b"));
+    assert!(got.state == InstanceState::Running || got.state == InstanceState::Pending);
+    // Another group sees nothing of it.
+    assert!(ec2.list_group_instances("other").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_follows_every_page() {
+    let moto = moto();
+    let mut config = moto.config();
+    config.page_size = 5;
+    let ec2 = client(config);
+    for n in 0..12 {
+        ec2.create_instance(&request("paged", ["a", "b", "c"][n % 3], n))
+            .await
+            .unwrap();
+    }
+    ec2.create_instance(&request("unrelated", "a", 0))
+        .await
+        .unwrap();
+    let before = ec2.api_calls().describe_instances;
+    let listed = ec2.list_group_instances("paged").await.unwrap();
+    let pages = ec2.api_calls().describe_instances - before;
+    assert_eq!(listed.len(), 12);
+    let mut machines: Vec<_> = listed.iter().map(|i| i.machine.clone()).collect();
+    machines.sort();
+    machines.dedup();
+    assert_eq!(machines.len(), 12, "every machine once");
+    assert!(listed.iter().all(|i| i.group == "paged"));
+    assert!(
+        pages >= 3,
+        "12 instances in pages of 5 need at least 3 requests, made {pages}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminate_and_terminate_again() {
+    let moto = moto();
+    let ec2 = client(moto.config());
+    let created = ec2
+        .create_instance(&request("worker", "a", 1))
+        .await
+        .unwrap();
+    ec2.delete_instance(&created.provider_id).await.unwrap();
+    ec2.delete_instance(&created.provider_id).await.unwrap();
+    assert!(ec2.list_group_instances("worker").await.unwrap().is_empty());
+    assert_eq!(ec2.get_instance(&created.provider_id).await.unwrap(), None);
+    // A machine the cloud never had is already gone.
+    let unknown = format!("aws:///{}/i-0123456789abcdef0", zone("a"));
+    ec2.delete_instance(&unknown).await.unwrap();
+    assert_eq!(ec2.get_instance(&unknown).await.unwrap(), None);
+    assert!(matches!(
+        ec2.delete_instance("openstack:///x").await,
+        Err(CloudError::InvalidRequest { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_machine_twice_is_one_instance() {
+    let moto = moto();
+    let ec2 = client(moto.config());
+    let req = request("worker", "c", 7);
+    let first = ec2.create_instance(&req).await.unwrap();
+    // A retry after a lost answer: same name, same token.
+    let second = ec2.create_instance(&req).await.unwrap();
+    assert_eq!(first.instance_id, second.instance_id);
+    // Even from a fresh client (a restarted controller).
+    let third = client(moto.config()).create_instance(&req).await.unwrap();
+    assert_eq!(first.instance_id, third.instance_id);
+    assert_eq!(ec2.list_group_instances("worker").await.unwrap().len(), 1);
+    assert_eq!(ec2.api_calls().run_instances, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_auth_failed_with_the_api_message() {
+    let moto = MotoServer::start_with_auth().unwrap();
+    let ec2 = client(moto.config());
+    let err = ec2.list_group_instances("worker").await.unwrap_err();
+    match &err {
+        CloudError::AuthFailed { code, message } => {
+            assert_eq!(code, "AuthFailure");
+            assert!(message.contains("not able to validate"), "{message}");
+        }
+        other => panic!("expected AuthFailed, got {other:?}"),
+    }
+    assert!(!err.is_retryable());
+    assert_eq!(
+        ec2.api_calls().describe_instances,
+        1,
+        "auth failures are not retried"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_requests_carry_code_and_message() {
+    let moto = moto();
+    let ec2 = client(moto.config());
+    let mut req = request("worker", "a", 1);
+    req.class
+        .subnets
+        .insert(zone("a"), "subnet-doesnotexist".into());
+    let err = ec2.create_instance(&req).await.unwrap_err();
+    match &err {
+        CloudError::InvalidRequest { code, message } => {
+            assert_eq!(code, "InvalidSubnetID.NotFound");
+            assert!(message.contains("subnet-doesnotexist"), "{message}");
+        }
+        other => panic!("expected InvalidRequest, got {other:?}"),
+    }
+    assert!(err.to_string().contains("InvalidSubnetID.NotFound"));
+    assert_eq!(
+        ec2.api_calls().run_instances,
+        1,
+        "invalid requests are not retried"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_up_then_down_by_group() {
+    let moto = moto();
+    let ec2 = Arc::new(client(moto.config()));
+    let zones = ["a", "b", "c"];
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..9 {
+        let ec2 = ec2.clone();
+        tasks.spawn(async move {
+            ec2.create_instance(&request("burst", zones[n % 3], n))
+                .await
+        });
+    }
+    while let Some(result) = tasks.join_next().await {
+        result.unwrap().unwrap();
+    }
+    let up = ec2.list_group_instances("burst").await.unwrap();
+    assert_eq!(up.len(), 9);
+    for z in zones {
+        assert_eq!(
+            up.iter().filter(|i| i.zone == zone(z)).count(),
+            3,
+            "zone {z}"
+        );
+    }
+    let mut deletions = tokio::task::JoinSet::new();
+    for instance in &up {
+        let ec2 = ec2.clone();
+        let id = instance.provider_id.clone();
+        deletions.spawn(async move { ec2.delete_instance(&id).await });
+    }
+    while let Some(result) = deletions.join_next().await {
+        result.unwrap().unwrap();
+    }
+    assert!(ec2.list_group_instances("burst").await.unwrap().is_empty());
+    let calls = ec2.api_calls();
+    assert_eq!(calls.run_instances, 9);
+    assert_eq!(calls.terminate_instances, 9);
+}
+
+/// What the proxy answers instead of forwarding.
+#[derive(Clone, Copy)]
+enum Injected {
+    /// 503 with EC2's `RequestLimitExceeded` body.
+    RequestLimitExceeded,
+    /// A bare 503.
+    ServiceUnavailable,
+}
+
+/// A proxy in front of moto that answers the first `failures` requests with `injected`, then
+/// forwards (one request per connection).
+async fn throttling_proxy(
+    upstream: u16,
+    failures: usize,
+    injected: Injected,
+) -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(serve(socket, upstream, n < failures, injected));
+        }
+    });
+    (port, seen)
+}
+
+async fn read_request(socket: &mut TcpStream) -> Vec<u8> {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = socket.read(&mut buf).await.unwrap();
+        if n == 0 {
+            return data;
+        }
+        data.extend_from_slice(&buf[..n]);
+        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if data.len() >= end + 4 + length {
+                return data;
+            }
+        }
+    }
+}
+
+async fn serve(mut socket: TcpStream, upstream: u16, fail: bool, injected: Injected) {
+    let request = read_request(&mut socket).await;
+    let answer = if fail {
+        let body = match injected {
+            Injected::RequestLimitExceeded => {
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>proxy</RequestID></Response>"
+            }
+            Injected::ServiceUnavailable => "",
+        };
+        format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/xml\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    } else {
+        // Forward with `connection: close` so the answer ends with the upstream's EOF.
+        let text =
+            String::from_utf8_lossy(&request).replacen("\r\n", "\r\nconnection: close\r\n", 1);
+        let mut up = TcpStream::connect(("127.0.0.1", upstream)).await.unwrap();
+        up.write_all(text.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        up.read_to_end(&mut answer).await.unwrap();
+        answer
+    };
+    let _ = socket.write_all(&answer).await;
+    let _ = socket.shutdown().await;
+}
+
+fn via(proxy_port: u16, max_attempts: u32) -> Ec2Config {
+    let mut config = Ec2Config::new(REGION, Credentials::new("AKIAMOTOTEST", "moto-secret"))
+        .with_endpoint(format!("http://127.0.0.1:{proxy_port}"));
+    config.max_attempts = max_attempts;
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_is_retried_until_it_passes() {
+    let moto = moto();
+    let (port, seen) = throttling_proxy(moto.port(), 3, Injected::RequestLimitExceeded).await;
+    let ec2 = client(via(port, 5));
+    let created = ec2
+        .create_instance(&request("worker", "a", 1))
+        .await
+        .unwrap();
+    // 3 throttled lookups, the lookup that passes, then RunInstances.
+    assert_eq!(seen.load(Ordering::SeqCst), 5);
+    assert_eq!(ec2.api_calls().describe_instances, 4);
+    assert_eq!(ec2.api_calls().run_instances, 1);
+    let listed = client(moto.config())
+        .list_group_instances("worker")
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].instance_id, created.instance_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bare_5xx_is_retried_too() {
+    let moto = moto();
+    let (port, seen) = throttling_proxy(moto.port(), 2, Injected::ServiceUnavailable).await;
+    let ec2 = client(via(port, 3));
+    assert!(ec2.list_group_instances("worker").await.unwrap().is_empty());
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_beyond_max_attempts_is_throttled() {
+    let moto = moto();
+    let (port, seen) = throttling_proxy(moto.port(), 100, Injected::RequestLimitExceeded).await;
+    let ec2 = client(via(port, 4));
+    let err = ec2
+        .create_instance(&request("worker", "a", 1))
+        .await
+        .unwrap_err();
+    match &err {
+        CloudError::Throttled(message) => {
+            assert!(message.contains("RequestLimitExceeded"), "{message}");
+            assert!(message.contains("Request limit exceeded."), "{message}");
+        }
+        other => panic!("expected Throttled, got {other:?}"),
+    }
+    assert!(err.is_retryable());
+    assert_eq!(seen.load(Ordering::SeqCst), 4);
+    assert_eq!(ec2.api_calls().run_instances, 0, "nothing was created");
+    assert!(
+        client(moto.config())
+            .list_group_instances("worker")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
