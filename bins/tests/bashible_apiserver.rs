@@ -108,6 +108,8 @@ impl Server {
     }
 
     fn get(&self, path: &str, token: Option<&str>) -> reqwest::blocking::Response {
+        // reqwest has no built-in crypto provider in this workspace: ring, as everywhere.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = Client::new();
         let mut request = client.get(format!("{}{path}", self.base));
         if let Some(token) = token {

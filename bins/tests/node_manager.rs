@@ -98,6 +98,8 @@ async fn node_manager_leads_writes_status_serves_metrics_and_stops_on_sigterm() 
         .unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], "replica-1");
 
+    // reqwest has no built-in crypto provider in this workspace: ring, as everywhere.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
     let metrics = http.get(format!("{base}/metrics")).send().await.unwrap();
@@ -166,4 +168,88 @@ fn a_missing_kubeconfig_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--kubeconfig"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_manager_creates_the_machines_of_a_cloud_ephemeral_group_in_moto() {
+    use nodemgr_cloud::testing::{MotoServer, REGION};
+    use nodemgr_core::ports::cloud::CloudApi;
+
+    let moto = MotoServer::start().unwrap();
+    let emulator = Arc::new(Emulator::start().await.unwrap());
+    for crd in nodemgr_k8s::crd::definitions().unwrap() {
+        emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
+    }
+    let zone = format!("{REGION}a");
+    emulator
+        .seed(json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup", "metadata": {"name": "workers"},
+            "spec": {"nodeType": "CloudEphemeral", "cloudInstances": {
+                "classReference": {"kind": "AWSInstanceClass", "name": "small"},
+                "minPerZone": 2, "maxPerZone": 2, "zones": [zone]}}}))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let machines = dir.path().join("machines.yaml");
+    std::fs::write(
+        &machines,
+        format!(
+            "zones: [{zone}]\nclasses:\n  - {{kind: AWSInstanceClass, name: small, cpu: 4, memoryGiB: 16, instanceType: m5.xlarge, imageId: ami-0abcdef1234567890}}\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_node-manager"))
+        .arg("--kubeconfig")
+        .arg(emulator.kubeconfig_path())
+        .arg("--metrics-address=127.0.0.1:0")
+        .args(["--no-leader-election", "--controllers", "machines,update"])
+        .args(["--machines-period", "300ms"])
+        .arg("--machines-config")
+        .arg(&machines)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_REGION", REGION)
+        .env("AWS_ENDPOINT_URL_EC2", moto.endpoint())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let e = emulator.clone();
+    eventually("2 Instances", 30, || {
+        e.list("deckhouse.io/v1alpha2", "Instance", None).len() == 2
+    })
+    .await;
+    let ec2 = nodemgr_cloud::Ec2Client::new(moto.config()).unwrap();
+    let mut listed = Vec::new();
+    for _ in 0..100 {
+        listed = ec2.list_group_instances("workers").await.unwrap();
+        if listed.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+#[test]
+fn the_machines_controller_without_its_config_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_node-manager"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--controllers", "machines"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--machines-config"), "{stderr}");
 }

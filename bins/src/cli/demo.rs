@@ -399,6 +399,9 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         static_period: None,
         static_cluster_context: None,
         bootstrap_token_file: None,
+        machines_config: None,
+        machines_period: None,
+        cloud_credentials: "env".into(),
     };
     let manager = tokio::spawn(node_manager::run(
         config,

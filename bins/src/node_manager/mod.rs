@@ -23,6 +23,8 @@
 //! (`--bootstrap-token-file FILE` or `$NODEMGR_BOOTSTRAP_TOKEN`). Without them it is off,
 //! and naming `static` in `--controllers` is an error that says what to pass.
 
+pub mod machines;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,9 +34,12 @@ use std::time::Duration;
 use crate::duration_flag as duration;
 use anyhow::{Context as _, bail};
 use clap::Parser;
+use nodemgr_cloud::{Ec2Client, Ec2Config};
 use nodemgr_core::bashible::{BootstrapToken, ClusterContext};
+use nodemgr_core::ports::cloud::CloudApi;
 use nodemgr_core::static_nodes::StaticConfig;
 use nodemgr_k8s::cluster::{KubeCluster, client};
+use nodemgr_k8s::controllers::machines::{Bootstrap, MachineController, MachineSettings};
 use nodemgr_k8s::controllers::static_instances::{RenderRoots, StaticController, StaticSettings};
 use nodemgr_k8s::controllers::{self, Settings};
 use nodemgr_k8s::leader::{LeaderConfig, LeaderElector};
@@ -48,7 +53,9 @@ use tokio::sync::watch;
 const API_PROBE_PERIOD: Duration = Duration::from_secs(10);
 
 /// The names `--controllers` accepts.
-pub const CONTROLLERS: [&str; 5] = ["status", "template", "update", "fencing", "static"];
+pub const CONTROLLERS: [&str; 6] = [
+    "status", "template", "update", "fencing", "static", "machines",
+];
 
 /// Flags of `node-manager`.
 #[derive(Debug, Clone, Parser)]
@@ -65,8 +72,8 @@ pub struct Config {
     /// YAML settings file (controllers, periods, fencing); flags win over it.
     #[arg(long = "config", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
-    /// Controllers to run, comma-separated: status, template, update, fencing, static
-    /// [default: all; static only when configured].
+    /// Controllers to run, comma-separated: status, template, update, fencing, static,
+    /// machines [default: all; static and machines only when configured].
     #[arg(long, value_delimiter = ',')]
     pub controllers: Option<Vec<String>>,
     /// Address of /metrics, /healthz and /readyz (port 0 picks one; the address is logged).
@@ -119,6 +126,17 @@ pub struct Config {
     /// [default: $NODEMGR_BOOTSTRAP_TOKEN].
     #[arg(long, value_name = "FILE")]
     pub bootstrap_token_file: Option<PathBuf>,
+    /// YAML file of the cloud's zones and instance classes (see `node_manager::machines`);
+    /// turns the machine controller of CloudEphemeral groups on.
+    #[arg(long, value_name = "FILE")]
+    pub machines_config: Option<PathBuf>,
+    /// Period of the machine controller [default: 10s].
+    #[arg(long, value_parser = duration)]
+    pub machines_period: Option<Duration>,
+    /// Where the EC2 connection comes from: `env` (AWS_* variables) or `secret` (the cloud
+    /// provider Secret kube-system/d8-node-manager-cloud-provider).
+    #[arg(long, default_value = "env", value_parser = ["env", "secret"])]
+    pub cloud_credentials: String,
 }
 
 /// The settings file (see the module docs).
@@ -226,6 +244,41 @@ impl Config {
         }))
     }
 
+    /// The machine controller's settings, or `None` when it is off.
+    ///
+    /// # Errors
+    /// `machines` chosen without `--machines-config`, an invalid machines config.
+    pub fn machine_settings(&self) -> anyhow::Result<Option<MachineSettings>> {
+        let file = self.file()?;
+        let chosen = self.chosen_controllers(&file)?;
+        let named = chosen
+            .as_ref()
+            .is_some_and(|c| c.iter().any(|n| n == "machines"));
+        if chosen.is_some() && !named {
+            return Ok(None);
+        }
+        let Some(path) = &self.machines_config else {
+            if named {
+                bail!(
+                    "the machines controller needs --machines-config FILE (zones and instance classes)"
+                );
+            }
+            return Ok(None);
+        };
+        let mut settings = machines::settings(
+            path,
+            self.machines_period.unwrap_or(Duration::from_secs(10)),
+        )?;
+        // New machines bootstrap with the same context and token as static nodes, when given.
+        if let Some(statics) = self.static_settings().ok().flatten() {
+            settings.bootstrap = Some(Bootstrap {
+                cluster: statics.cluster,
+                token: statics.bootstrap_token,
+            });
+        }
+        Ok(Some(settings))
+    }
+
     /// The controller settings: flags, then the file, then the defaults.
     ///
     /// # Errors
@@ -331,6 +384,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let settings = config.settings()?;
     let static_settings = config.static_settings()?;
+    let machine_settings = config.machine_settings()?;
     if static_settings.is_none() {
         tracing::info!("static instance controller off (no --static-cluster-context)");
     }
@@ -342,6 +396,15 @@ pub async fn run(
     let client = client(config.kubeconfig.as_deref()).await.context(
         "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, or run in a pod",
     )?;
+    let cloud: Option<Arc<dyn CloudApi>> = match &machine_settings {
+        None => {
+            tracing::info!("machine controller off (no --machines-config)");
+            None
+        }
+        Some(_) => Some(Arc::new(
+            ec2_client(&config.cloud_credentials, &client).await?,
+        )),
+    };
     let metrics = Metrics::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (leading_tx, leading_rx) = watch::channel(false);
@@ -383,6 +446,8 @@ pub async fn run(
         let client = client.clone();
         let settings = settings.clone();
         let static_settings = static_settings.clone();
+        let machine_settings = machine_settings.clone();
+        let cloud = cloud.clone();
         let metrics = controller_metrics.clone();
         async move {
             let (cluster, _watches) = KubeCluster::start(client, "node-manager");
@@ -395,8 +460,16 @@ pub async fn run(
                 );
                 tokio::spawn(controller.run(stop.clone()))
             });
+            let machine_task = match (machine_settings, cloud) {
+                (Some(s), Some(cloud)) => {
+                    let controller =
+                        MachineController::new(cluster.clone(), cloud, s, metrics.clone());
+                    Some(tokio::spawn(controller.run(stop.clone())))
+                }
+                _ => None,
+            };
             controllers::run(cluster, settings, metrics, stop).await;
-            if let Some(task) = static_task {
+            for task in [static_task, machine_task].into_iter().flatten() {
                 let _ = task.await;
             }
         }
@@ -415,6 +488,36 @@ pub async fn run(
         start(stop_rx).await;
     }
     Ok(())
+}
+
+/// The EC2 client, its connection from the AWS environment or the cloud provider Secret.
+async fn ec2_client(source: &str, client: &kube::Client) -> anyhow::Result<Ec2Client> {
+    let config = if source == "secret" {
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(
+            client.clone(),
+            nodemgr_cloud::config::CLOUD_PROVIDER_SECRET_NAMESPACE,
+        );
+        let secret = secrets
+            .get(nodemgr_cloud::config::CLOUD_PROVIDER_SECRET)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot read the cloud provider Secret {}/{}",
+                    nodemgr_cloud::config::CLOUD_PROVIDER_SECRET_NAMESPACE,
+                    nodemgr_cloud::config::CLOUD_PROVIDER_SECRET
+                )
+            })?;
+        let data = secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        Ec2Config::from_secret(&data)?
+    } else {
+        Ec2Config::from_env()?
+    };
+    Ok(Ec2Client::new(config)?)
 }
 
 /// Completes on SIGTERM or Ctrl-C.

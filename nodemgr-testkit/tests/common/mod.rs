@@ -15,6 +15,9 @@ pub struct Api {
 
 impl Api {
     pub fn new(base: String) -> Self {
+        // reqwest's TLS has no built-in crypto provider in this workspace (nodemgr-cloud
+        // chooses ring): install ring before building a client; Err means one is installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         Api {
             http: reqwest::Client::new(),
             base,
