@@ -404,3 +404,14 @@ async fn throttled_beyond_max_attempts_is_throttled() {
             .is_empty()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_empties_the_cloud() {
+    let moto = moto();
+    let ec2 = client(moto.config());
+    ec2.create_instance(&request("worker", "a", 1))
+        .await
+        .unwrap();
+    tokio::task::block_in_place(|| moto.reset()).unwrap();
+    assert!(ec2.list_group_instances("worker").await.unwrap().is_empty());
+}
