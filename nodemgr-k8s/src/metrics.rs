@@ -72,6 +72,8 @@ pub struct Metrics {
     /// Ends of static instance operations over SSH (`bootstrap_succeeded`, `bootstrap_failed`,
     /// `cleanup_succeeded`, `cleanup_failed`).
     pub static_operations: Family<ActionLabels, Counter>,
+    /// Machine controller actions (`create`, `delete`, `failure`, `drain`, `delete_node`).
+    pub machine_actions: Family<ActionLabels, Counter>,
     /// Failed reconciles per controller.
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     /// Reconcile durations per controller, seconds.
@@ -99,6 +101,7 @@ impl Metrics {
         let fencing_actions = Family::<ActionLabels, Counter>::default();
         let fencing_suppressed = Family::<ZoneLabels, Gauge>::default();
         let static_operations = Family::<ActionLabels, Counter>::default();
+        let machine_actions = Family::<ActionLabels, Counter>::default();
         let reconcile_errors = Family::<ControllerLabels, Counter>::default();
         let reconcile_duration =
             Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
@@ -147,6 +150,11 @@ impl Metrics {
             static_operations.clone(),
         );
         registry.register(
+            "machine_actions",
+            "Machine controller actions on CloudEphemeral machines",
+            machine_actions.clone(),
+        );
+        registry.register(
             "reconcile_errors",
             "Failed reconciles",
             reconcile_errors.clone(),
@@ -172,6 +180,7 @@ impl Metrics {
             fencing_actions,
             fencing_suppressed,
             static_operations,
+            machine_actions,
             reconcile_errors,
             reconcile_duration,
             leader,

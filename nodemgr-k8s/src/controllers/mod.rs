@@ -14,6 +14,7 @@
 //! their policies' next deadlines. [`run`] starts the enabled ones and stops them together.
 
 pub mod fencing;
+pub mod machines;
 pub mod static_instances;
 pub mod status;
 pub mod template;
