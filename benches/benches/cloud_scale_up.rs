@@ -1,10 +1,12 @@
 //! Scales a CloudEphemeral group from 0 to 100 machines through nodemgr-cloud's `Ec2Client`
 //! against a local moto_server (an EC2-compatible API; `testing::MotoServer` on 127.0.0.1):
-//! 100 `create_instance` calls, at most `concurrency` (16, the adapter's default) in flight,
-//! then `list_group_instances` until all 100 are running. Each round starts from an empty
-//! cloud (moto reset outside the timing). Measures the time to converge and prints the API
-//! calls per converged node (creation lookups, RunInstances, and the listings until
-//! converged).
+//! 100 `create_instance` calls, at most `concurrency` in flight, then `list_group_instances`
+//! until all 100 are running. Each round starts from an empty cloud (moto reset outside the
+//! timing). Measures the time to converge and prints the API calls per converged node
+//! (creation lookups, RunInstances, and the listings until converged). Variants:
+//! - `lookup_c16`: the adapter's defaults (look up by name before creating, 16 in flight);
+//! - `token_only_c16`: no lookup, idempotency from EC2's client token alone;
+//! - `lookup_c64`: 64 in flight.
 //!
 //! Needs `scripts/install.d/20-moto.sh`; without moto_server it prints why and measures
 //! nothing. Run: `cargo bench -p nodemgr-benches --bench cloud_scale_up`
@@ -16,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use nodemgr_cloud::Ec2Client;
-use nodemgr_cloud::config::DEFAULT_CONCURRENCY;
 use nodemgr_cloud::testing::{MotoServer, REGION};
 use nodemgr_core::ports::cloud::client_token;
 use nodemgr_core::ports::{CloudApi, CreateInstance, InstanceClass, InstanceState};
@@ -90,17 +91,22 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let mut config = moto.config();
-    config.concurrency = DEFAULT_CONCURRENCY;
-    let mut rounds: Vec<(Duration, u64)> = Vec::new();
-    let mut group = c.benchmark_group("cloud_scale_up");
+    let mut group = c.benchmark_group("cloud_scale_up_0_to_100");
     group.sample_size(10);
     group.sampling_mode(SamplingMode::Flat);
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(60));
-    group.bench_function(
-        format!("0_to_{NODES}_concurrency_{DEFAULT_CONCURRENCY}"),
-        |b| {
+    let mut summaries = Vec::new();
+    for (name, lookup, concurrency) in [
+        ("lookup_c16", true, 16),
+        ("token_only_c16", false, 16),
+        ("lookup_c64", true, 64),
+    ] {
+        let mut config = moto.config();
+        config.lookup_before_create = lookup;
+        config.concurrency = concurrency;
+        let mut rounds: Vec<(Duration, u64)> = Vec::new();
+        group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -112,22 +118,32 @@ fn bench(c: &mut Criterion) {
                 }
                 total
             });
-        },
-    );
+        });
+        summaries.push(summary(name, &rounds));
+    }
     group.finish();
+    for line in summaries {
+        println!("{line}");
+    }
+}
+
+fn summary(name: &str, rounds: &[(Duration, u64)]) -> String {
     let mut times: Vec<Duration> = rounds.iter().map(|r| r.0).collect();
     times.sort();
     let mut calls: Vec<u64> = rounds.iter().map(|r| r.1).collect();
     calls.sort_unstable();
-    if let (Some(time), Some(call)) = (times.get(times.len() / 2), calls.get(calls.len() / 2)) {
-        println!(
-            "cloud_scale_up: {} rounds of 0 -> {NODES} nodes, concurrency {DEFAULT_CONCURRENCY}: median {time:.2?} to converge, median {call} API calls = {:.2} per converged node (min {:.2}, max {:.2})",
-            rounds.len(),
-            *call as f64 / NODES as f64,
-            calls[0] as f64 / NODES as f64,
-            calls[calls.len() - 1] as f64 / NODES as f64,
-        );
-    }
+    let (Some(time), Some(call)) = (times.get(times.len() / 2), calls.get(calls.len() / 2)) else {
+        return format!("cloud_scale_up {name}: no rounds");
+    };
+    let per_node = |c: u64| c as f64 / NODES as f64;
+    format!(
+        "cloud_scale_up {name}: {} rounds of 0 -> {NODES} nodes: median {time:.2?} to converge, \
+         median {call} API calls = {:.2} per converged node (min {:.2}, max {:.2})",
+        rounds.len(),
+        per_node(*call),
+        per_node(calls[0]),
+        per_node(calls[calls.len() - 1]),
+    )
 }
 
 criterion_group!(benches, bench);

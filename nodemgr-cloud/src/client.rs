@@ -39,11 +39,11 @@ impl ApiCalls {
 
 /// The EC2 adapter.
 ///
-/// Creation looks the machine up by its `Name` and group tags before `RunInstances`, and
-/// sends the request's client token: EC2 answers a repeated token with the first machine, and
-/// the lookup keeps "one name, one machine" even where tokens are not honoured (moto and some
-/// EC2-compatible clouds ignore them) or have expired. It costs one `DescribeInstances` per
-/// creation.
+/// Creation sends the request's client token (EC2 answers a repeated token with the first
+/// machine) and, unless [`Ec2Config::lookup_before_create`] is off, first looks the machine up
+/// by its `Name` and group tags: "one name, one machine" then holds even where tokens are not
+/// honoured (moto and some EC2-compatible clouds ignore them) or have expired, for one
+/// `DescribeInstances` more per creation.
 #[derive(Debug)]
 pub struct Ec2Client {
     http: reqwest::Client,
@@ -267,6 +267,26 @@ impl Ec2Client {
             .collect())
     }
 
+    /// The live machine named `machine` in `group`, if the cloud lists one.
+    ///
+    /// # Errors
+    /// [`CloudError`].
+    pub async fn find_machine(
+        &self,
+        group: &str,
+        machine: &str,
+    ) -> Result<Option<Ec2Instance>, CloudError> {
+        Ok(self
+            .describe_instances(&[
+                Filter::tag(TAG_GROUP, group),
+                Filter::tag(TAG_MACHINE, machine),
+                Filter::live(),
+            ])
+            .await?
+            .into_iter()
+            .find(|i| i.state.exists()))
+    }
+
     fn instance_id_of(provider_id: &str) -> Result<String, CloudError> {
         AwsProviderId::parse(provider_id)
             .map(|id| id.instance_id)
@@ -282,14 +302,9 @@ impl Ec2Client {
 #[async_trait]
 impl CloudApi for Ec2Client {
     async fn create_instance(&self, request: &CreateInstance) -> Result<CloudInstance, CloudError> {
-        let existing = self
-            .describe_instances(&[
-                Filter::tag(TAG_GROUP, &request.group),
-                Filter::tag(TAG_MACHINE, &request.machine),
-                Filter::live(),
-            ])
-            .await?;
-        if let Some(found) = existing.into_iter().find(|i| i.state.exists()) {
+        if self.config.lookup_before_create
+            && let Some(found) = self.find_machine(&request.group, &request.machine).await?
+        {
             tracing::debug!(machine = %request.machine, instance = %found.instance_id, "machine exists already");
             return Ok(found.to_cloud_instance());
         }

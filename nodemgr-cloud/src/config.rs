@@ -92,6 +92,12 @@ pub struct Ec2Config {
     pub page_size: u32,
     /// Device name of the root volume the instance class's disk size applies to.
     pub root_device_name: String,
+    /// Whether creation first looks the machine up by its `Name` and group tags (one
+    /// `DescribeInstances` per creation). On (the default), one name never has two machines
+    /// even where client tokens are not honoured (moto, some EC2-compatible clouds) or a
+    /// token has expired; off, idempotency rests on EC2's client token alone and a creation
+    /// costs one call instead of two.
+    pub lookup_before_create: bool,
 }
 
 impl Ec2Config {
@@ -107,6 +113,7 @@ impl Ec2Config {
             request_timeout: Duration::from_secs(30),
             page_size: 1000,
             root_device_name: "/dev/xvda".to_owned(),
+            lookup_before_create: true,
         }
     }
 

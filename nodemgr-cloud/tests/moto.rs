@@ -415,3 +415,29 @@ async fn reset_empties_the_cloud() {
     tokio::task::block_in_place(|| moto.reset()).unwrap();
     assert!(ec2.list_group_instances("worker").await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lookup_only_the_client_token_guards_and_moto_ignores_it() {
+    // Why the lookup is on by default: moto (like some EC2-compatible clouds) ignores
+    // ClientToken, so a repeated creation relying on the token alone makes a second machine.
+    let moto = moto();
+    let mut config = moto.config();
+    config.lookup_before_create = false;
+    let ec2 = client(config);
+    let req = request("worker", "a", 1);
+    let first = ec2.create_instance(&req).await.unwrap();
+    let second = ec2.create_instance(&req).await.unwrap();
+    let calls = ec2.api_calls();
+    assert_eq!(
+        (calls.run_instances, calls.describe_instances),
+        (2, 0),
+        "one call per creation"
+    );
+    assert_ne!(first.instance_id, second.instance_id);
+    assert_eq!(ec2.list_group_instances("worker").await.unwrap().len(), 2);
+    // The default client finds the machine by name instead of making a third.
+    let guarded = client(moto.config());
+    let again = guarded.create_instance(&req).await.unwrap();
+    assert!([&first.instance_id, &second.instance_id].contains(&&again.instance_id));
+    assert_eq!(guarded.api_calls().run_instances, 0);
+}
