@@ -290,6 +290,62 @@ mod tests {
         assert!(body.starts_with("Action=DescribeInstances&Version=2016-11-15&Filter.1.Name=tag%3Anode.deckhouse.io%2Fgroup"), "{body}");
     }
 
+    fn decode(body: &str) -> Vec<(String, String)> {
+        reqwest::Url::parse(&format!("http://x.invalid/?{body}"))
+            .unwrap()
+            .query_pairs()
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn bodies_decode_to_exactly_the_parameters(
+            params in proptest::collection::vec((".{0,12}", ".{0,24}"), 0..8)
+        ) {
+            let q = Query { action: Action::RunInstances, params: params.clone() };
+            let mut expected = vec![
+                ("Action".to_owned(), "RunInstances".to_owned()),
+                ("Version".to_owned(), API_VERSION.to_owned()),
+            ];
+            expected.extend(params);
+            proptest::prop_assert_eq!(decode(&q.body()), expected);
+        }
+
+        #[test]
+        fn machines_always_carry_their_own_tags_first_and_every_class_tag_once(
+            tags in proptest::collection::btree_map(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(TAG_GROUP.to_owned()),
+                    proptest::strategy::Just(TAG_MACHINE.to_owned()),
+                    "[a-zA-Z0-9:/._-]{1,16}",
+                ],
+                ".{0,16}",
+                0..6,
+            ),
+        ) {
+            let mut req = request();
+            req.class.tags = tags.clone();
+            let q = run_instances(&req, "/dev/xvda");
+            let mut seen = Vec::new();
+            for i in 1.. {
+                let Some(key) = q.get(&format!("TagSpecification.1.Tag.{i}.Key")) else { break };
+                let value = q.get(&format!("TagSpecification.1.Tag.{i}.Value")).unwrap();
+                seen.push((key.to_owned(), value.to_owned()));
+            }
+            proptest::prop_assert_eq!(&seen[0], &(TAG_GROUP.to_owned(), "worker".to_owned()));
+            proptest::prop_assert_eq!(&seen[1], &(TAG_ZONE.to_owned(), "eu-west-1a".to_owned()));
+            proptest::prop_assert_eq!(&seen[2], &(TAG_MACHINE.to_owned(), "worker-abc12-x7k2p".to_owned()));
+            let keys: std::collections::BTreeSet<&String> = seen.iter().map(|(k, _)| k).collect();
+            proptest::prop_assert_eq!(keys.len(), seen.len(), "a key twice: {:?}", seen);
+            for (key, value) in &tags {
+                if ![TAG_GROUP, TAG_ZONE, TAG_MACHINE].contains(&key.as_str()) {
+                    proptest::prop_assert!(seen.contains(&(key.clone(), value.clone())), "{} missing", key);
+                }
+            }
+        }
+    }
+
     #[test]
     fn bodies_encode_spaces_as_percent_20() {
         let mut q = Query::new(Action::TerminateInstances);
