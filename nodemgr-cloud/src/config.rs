@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use crate::retry::Backoff;
+
 /// The Secret through which a Deckhouse cloud provider module hands node-manager its cloud
 /// connection settings.
 pub const CLOUD_PROVIDER_SECRET: &str = "d8-node-manager-cloud-provider";
@@ -98,6 +100,8 @@ pub struct Ec2Config {
     /// token has expired; off, idempotency rests on EC2's client token alone and a creation
     /// costs one call instead of two.
     pub lookup_before_create: bool,
+    /// Waits between attempts.
+    pub backoff: Backoff,
 }
 
 impl Ec2Config {
@@ -114,6 +118,7 @@ impl Ec2Config {
             page_size: 1000,
             root_device_name: "/dev/xvda".to_owned(),
             lookup_before_create: true,
+            backoff: Backoff::default(),
         }
     }
 

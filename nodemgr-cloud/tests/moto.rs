@@ -50,8 +50,9 @@ fn fast() -> Backoff {
     }
 }
 
-fn client(config: Ec2Config) -> Ec2Client {
-    Ec2Client::new(config).unwrap().with_backoff(fast())
+fn client(mut config: Ec2Config) -> Ec2Client {
+    config.backoff = fast();
+    Ec2Client::new(config).unwrap()
 }
 
 fn moto() -> MotoServer {
@@ -440,4 +441,36 @@ async fn without_the_lookup_only_the_client_token_guards_and_moto_ignores_it() {
     let again = guarded.create_instance(&req).await.unwrap();
     assert!([&first.instance_id, &second.instance_id].contains(&&again.instance_id));
     assert_eq!(guarded.api_calls().run_instances, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_shares_look_ups_and_a_repeated_burst_creates_nothing() {
+    let moto = moto();
+    let ec2 = Arc::new(client(moto.config()));
+    let burst = |ec2: Arc<Ec2Client>| async move {
+        let mut tasks = tokio::task::JoinSet::new();
+        for n in 0..40 {
+            let ec2 = ec2.clone();
+            tasks.spawn(async move { ec2.create_instance(&request("burst", "a", n)).await });
+        }
+        let mut ids = Vec::new();
+        while let Some(result) = tasks.join_next().await {
+            ids.push(result.unwrap().unwrap().instance_id);
+        }
+        ids.sort();
+        ids
+    };
+    let first = burst(ec2.clone()).await;
+    let calls = ec2.api_calls();
+    assert_eq!(calls.run_instances, 40);
+    assert!(
+        calls.describe_instances < 20,
+        "40 creations should share look-ups, made {}",
+        calls.describe_instances
+    );
+    // The same 40 machines again (a controller retrying every one): all found, none made.
+    let second = burst(ec2.clone()).await;
+    assert_eq!(first, second);
+    assert_eq!(ec2.api_calls().run_instances, 40);
+    assert_eq!(ec2.list_group_instances("burst").await.unwrap().len(), 40);
 }
