@@ -4,7 +4,8 @@
 //! until all 100 are running. Each round starts from an empty cloud (moto reset outside the
 //! timing). Measures the time to converge and prints the API calls per converged node
 //! (creation lookups, RunInstances, and the listings until converged). Variants:
-//! - `lookup_c16`: the adapter's defaults (look up by name before creating, 16 in flight);
+//! - `lookup_c16`: the adapter's defaults (look up by name before creating, look-ups of a
+//!   group coalesced, 16 in flight);
 //! - `token_only_c16`: no lookup, idempotency from EC2's client token alone;
 //! - `lookup_c64`: 64 in flight.
 //!
