@@ -309,11 +309,16 @@ impl Transport {
 
     /// Sends `q`, retrying what [`retried_here`] allows up to `max_attempts` times in all.
     async fn send(&self, q: &Query) -> Result<String, CloudError> {
+        self.send_attempts(q, self.config.max_attempts).await
+    }
+
+    /// Sends `q`, retrying what [`retried_here`] allows up to `max_attempts` times in all.
+    async fn send_attempts(&self, q: &Query, max_attempts: u32) -> Result<String, CloudError> {
         let body = q.body();
         let mut retry = 0;
         loop {
             match self.attempt(q.action, &body).await {
-                Err(error) if retried_here(&error) && retry + 1 < self.config.max_attempts => {
+                Err(error) if retried_here(&error) && retry + 1 < max_attempts => {
                     let wait = self.config.backoff.wait(retry, rand::random::<f64>());
                     tracing::debug!(action = q.action.name(), retry, ?wait, %error, "retrying EC2 call");
                     tokio::time::sleep(wait).await;
@@ -420,15 +425,32 @@ impl Ec2Client {
 
 #[async_trait]
 impl CloudApi for Ec2Client {
+    /// With the look-up on, a `RunInstances` that failed in a way that may have been applied
+    /// (throttled, 5xx, a lost answer) is retried through a new look-up, never re-sent blindly.
     async fn create_instance(&self, request: &CreateInstance) -> Result<CloudInstance, CloudError> {
-        if self.config().lookup_before_create
-            && let Some(found) = self.find_machine(&request.group, &request.machine).await?
-        {
-            tracing::debug!(machine = %request.machine, instance = %found.instance_id, "machine exists already");
-            return Ok(found.to_cloud_instance());
-        }
-        let q = query::run_instances(request, &self.config().root_device_name);
-        let body = self.send(&q).await?;
+        let config = self.config();
+        let q = query::run_instances(request, &config.root_device_name);
+        let mut retry = 0;
+        let body = loop {
+            if !config.lookup_before_create {
+                // The client token alone makes re-sending safe.
+                break self.send(&q).await?;
+            }
+            if let Some(found) = self.find_machine(&request.group, &request.machine).await? {
+                tracing::debug!(machine = %request.machine, instance = %found.instance_id, "machine exists already");
+                return Ok(found.to_cloud_instance());
+            }
+            match self.transport.send_attempts(&q, 1).await {
+                Ok(body) => break body,
+                Err(error) if retried_here(&error) && retry + 1 < config.max_attempts => {
+                    let wait = config.backoff.wait(retry, rand::random::<f64>());
+                    tracing::debug!(machine = %request.machine, retry, ?wait, %error, "RunInstances failed, looking up again before retrying");
+                    tokio::time::sleep(wait).await;
+                    retry += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        };
         let created = response::run_instances(&body)
             .map_err(|e| CloudError::Other(e.to_string()))?
             .into_iter()

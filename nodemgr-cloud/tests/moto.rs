@@ -266,6 +266,9 @@ enum Injected {
     RequestLimitExceeded,
     /// A bare 503.
     ServiceUnavailable,
+    /// `RunInstances` forwarded to moto (so applied) but its answer dropped: the connection
+    /// closes without a response, as after a timeout. Other requests pass.
+    LoseRunInstancesAnswer,
 }
 
 /// A proxy in front of moto that answers the first `failures` requests with `injected`, then
@@ -284,8 +287,8 @@ async fn throttling_proxy(
             let Ok((socket, _)) = listener.accept().await else {
                 return;
             };
-            let n = counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(serve(socket, upstream, n < failures, injected));
+            let counter = counter.clone();
+            tokio::spawn(serve(socket, upstream, failures, counter, injected));
         }
     });
     (port, seen)
@@ -313,14 +316,31 @@ async fn read_request(socket: &mut TcpStream) -> Vec<u8> {
     }
 }
 
-async fn serve(mut socket: TcpStream, upstream: u16, fail: bool, injected: Injected) {
+async fn serve(
+    mut socket: TcpStream,
+    upstream: u16,
+    failures: usize,
+    counter: Arc<AtomicUsize>,
+    injected: Injected,
+) {
     let request = read_request(&mut socket).await;
+    let counts = match injected {
+        Injected::LoseRunInstancesAnswer => {
+            String::from_utf8_lossy(&request).contains("Action=RunInstances")
+        }
+        _ => true,
+    };
+    let fail = counts && counter.fetch_add(1, Ordering::SeqCst) < failures;
+    if fail && matches!(injected, Injected::LoseRunInstancesAnswer) {
+        forward(&request, upstream).await;
+        return; // dropping the socket: the client sees the connection close unanswered
+    }
     let answer = if fail {
         let body = match injected {
             Injected::RequestLimitExceeded => {
                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>proxy</RequestID></Response>"
             }
-            Injected::ServiceUnavailable => "",
+            Injected::ServiceUnavailable | Injected::LoseRunInstancesAnswer => "",
         };
         format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/xml\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -328,17 +348,21 @@ async fn serve(mut socket: TcpStream, upstream: u16, fail: bool, injected: Injec
         )
         .into_bytes()
     } else {
-        // Forward with `connection: close` so the answer ends with the upstream's EOF.
-        let text =
-            String::from_utf8_lossy(&request).replacen("\r\n", "\r\nconnection: close\r\n", 1);
-        let mut up = TcpStream::connect(("127.0.0.1", upstream)).await.unwrap();
-        up.write_all(text.as_bytes()).await.unwrap();
-        let mut answer = Vec::new();
-        up.read_to_end(&mut answer).await.unwrap();
-        answer
+        forward(&request, upstream).await
     };
     let _ = socket.write_all(&answer).await;
     let _ = socket.shutdown().await;
+}
+
+/// Sends `request` to moto and returns its answer.
+async fn forward(request: &[u8], upstream: u16) -> Vec<u8> {
+    // With `connection: close` the answer ends with the upstream's EOF.
+    let text = String::from_utf8_lossy(request).replacen("\r\n", "\r\nconnection: close\r\n", 1);
+    let mut up = TcpStream::connect(("127.0.0.1", upstream)).await.unwrap();
+    up.write_all(text.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    up.read_to_end(&mut answer).await.unwrap();
+    answer
 }
 
 fn via(proxy_port: u16, max_attempts: u32) -> Ec2Config {
@@ -473,4 +497,36 @@ async fn a_burst_shares_look_ups_and_a_repeated_burst_creates_nothing() {
     assert_eq!(first, second);
     assert_eq!(ec2.api_calls().run_instances, 40);
     assert_eq!(ec2.list_group_instances("burst").await.unwrap().len(), 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_run_instances_answer_is_retried_without_a_second_machine() {
+    let moto = moto();
+    let (port, seen) = throttling_proxy(moto.port(), 1, Injected::LoseRunInstancesAnswer).await;
+    let ec2 = client(via(port, 5));
+    let created = ec2
+        .create_instance(&request("worker", "a", 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "one RunInstances reached moto"
+    );
+    let listed = client(moto.config())
+        .list_group_instances("worker")
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.len(),
+        1,
+        "moto ignores client tokens: a blind re-send would make two"
+    );
+    assert_eq!(listed[0].instance_id, created.instance_id);
+    let calls = ec2.api_calls();
+    assert_eq!(calls.run_instances, 1);
+    assert_eq!(
+        calls.describe_instances, 2,
+        "the look-up, then the look-up that finds it"
+    );
 }
