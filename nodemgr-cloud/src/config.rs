@@ -246,14 +246,20 @@ impl Ec2Config {
     /// returns them. Keys read: `region`; the access key as `providerAccessKeyId` and
     /// `providerSecretAccessKey` (the AWS provider's setting names; `accessKeyId` and
     /// `secretAccessKey` also accepted), `sessionToken`, `endpoint` — either as keys of their
-    /// own or inside a JSON object under the key `aws`.
+    /// own or inside the provider's subtree, the JSON object under the key named by `type` in
+    /// lower case (`aws`). Like node-manager, a value may be raw text or a JSON string.
     ///
     /// # Errors
     /// [`ConfigError`] naming the Secret key to set or fix.
     pub fn from_secret(data: &BTreeMap<String, Vec<u8>>) -> Result<Self, ConfigError> {
-        let nested: BTreeMap<String, serde_json::Value> = match data.get("aws") {
+        let provider = data
+            .get("type")
+            .map(|raw| secret_text(raw).to_lowercase())
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| "aws".to_owned());
+        let nested: BTreeMap<String, serde_json::Value> = match data.get(&provider) {
             Some(bytes) => serde_json::from_slice(bytes).map_err(|e| ConfigError::Invalid {
-                setting: format!("{CLOUD_PROVIDER_SECRET} key aws"),
+                setting: format!("{CLOUD_PROVIDER_SECRET} key {provider}"),
                 message: format!("not a JSON object: {e}"),
             })?,
             None => BTreeMap::new(),
@@ -261,12 +267,13 @@ impl Ec2Config {
         let get = |keys: &[&str]| -> Result<Option<String>, ConfigError> {
             for key in keys {
                 if let Some(bytes) = data.get(*key) {
-                    let text =
-                        String::from_utf8(bytes.clone()).map_err(|_| ConfigError::Invalid {
+                    if std::str::from_utf8(bytes).is_err() {
+                        return Err(ConfigError::Invalid {
                             setting: format!("{CLOUD_PROVIDER_SECRET} key {key}"),
                             message: "not UTF-8".to_owned(),
-                        })?;
-                    let text = text.trim().to_owned();
+                        });
+                    }
+                    let text = secret_text(bytes);
                     if !text.is_empty() {
                         return Ok(Some(text));
                     }
@@ -341,6 +348,14 @@ impl Ec2Config {
             ));
         }
         Ok(())
+    }
+}
+
+/// A Secret value as text: a JSON string's content, else the bytes as UTF-8, trimmed.
+fn secret_text(raw: &[u8]) -> String {
+    match serde_json::from_slice::<String>(raw) {
+        Ok(text) => text.trim().to_owned(),
+        Err(_) => String::from_utf8_lossy(raw).trim().to_owned(),
     }
 }
 
@@ -533,7 +548,8 @@ mod tests {
         assert_eq!(config.endpoint, "https://ec2.eu-central-1.amazonaws.com");
 
         let config = Ec2Config::from_secret(&data(&[
-            ("region", "eu-central-1"),
+            ("type", "\"AWS\""),
+            ("region", "\"eu-central-1\""),
             (
                 "aws",
                 r#"{"providerAccessKeyId":"AKIA3","providerSecretAccessKey":"x","endpoint":"http://moto:5000"}"#,
@@ -541,6 +557,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(config.credentials.access_key_id, "AKIA3");
+        assert_eq!(config.region, "eu-central-1", "a JSON string is unquoted");
         assert_eq!(config.endpoint, "http://moto:5000");
 
         let err = Ec2Config::from_secret(&data(&[("region", "r"), ("providerAccessKeyId", "a")]))
