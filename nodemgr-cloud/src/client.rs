@@ -428,6 +428,7 @@ impl CloudApi for Ec2Client {
     /// With the look-up on, a `RunInstances` that failed in a way that may have been applied
     /// (throttled, 5xx, a lost answer) is retried through a new look-up, never re-sent blindly.
     async fn create_instance(&self, request: &CreateInstance) -> Result<CloudInstance, CloudError> {
+        query::check_run_instances(request)?;
         let config = self.config();
         let q = query::run_instances(request, &config.root_device_name);
         let mut retry = 0;

@@ -2,8 +2,8 @@
 //! which parameters a machine creation, a termination and a group listing become. Pure.
 
 use base64::Engine as _;
-use nodemgr_core::ports::CreateInstance;
 use nodemgr_core::ports::cloud::{TAG_GROUP, TAG_MACHINE, TAG_ZONE};
+use nodemgr_core::ports::{CloudError, CreateInstance};
 
 /// The Query API version.
 pub const API_VERSION: &str = "2016-11-15";
@@ -135,6 +135,40 @@ pub fn run_instances(request: &CreateInstance, root_device_name: &str) -> Query 
     q
 }
 
+/// EC2's limit on user data, before base64.
+pub const MAX_USER_DATA_BYTES: usize = 16 * 1024;
+
+/// Checks what EC2 would refuse in a creation, before any call: an empty image, instance type
+/// or zone, and user data over [`MAX_USER_DATA_BYTES`].
+///
+/// # Errors
+/// [`CloudError::InvalidRequest`] with code `InvalidParameterValue` naming the field.
+pub fn check_run_instances(request: &CreateInstance) -> Result<(), CloudError> {
+    let invalid = |message: String| {
+        Err(CloudError::InvalidRequest {
+            code: "InvalidParameterValue".to_owned(),
+            message,
+        })
+    };
+    for (field, value) in [
+        ("instance class image", &request.class.image_id),
+        ("instance class instance type", &request.class.instance_type),
+        ("zone", &request.zone),
+    ] {
+        if value.trim().is_empty() {
+            return invalid(format!("machine {}: the {field} is empty", request.machine));
+        }
+    }
+    if request.user_data.len() > MAX_USER_DATA_BYTES {
+        return invalid(format!(
+            "machine {}: the bootstrap script is {} bytes, EC2 takes at most {MAX_USER_DATA_BYTES} bytes of user data; bootstrap with a smaller script that fetches the rest",
+            request.machine,
+            request.user_data.len()
+        ));
+    }
+    Ok(())
+}
+
 /// `TerminateInstances` of one instance.
 pub fn terminate_instances(instance_id: &str) -> Query {
     let mut q = Query::new(Action::TerminateInstances);
@@ -258,6 +292,25 @@ mod tests {
             ]
         );
         assert_eq!(q.get("TagSpecification.1.Tag.5.Key"), None);
+    }
+
+    #[test]
+    fn what_ec2_would_refuse_is_refused_before_any_call() {
+        assert_eq!(check_run_instances(&request()), Ok(()));
+        let mut big = request();
+        big.user_data = "x".repeat(MAX_USER_DATA_BYTES + 1);
+        let err = check_run_instances(&big).unwrap_err();
+        assert!(err.to_string().contains("16385 bytes"), "{err}");
+        big.user_data.pop();
+        assert_eq!(check_run_instances(&big), Ok(()));
+        let mut no_image = request();
+        no_image.class.image_id.clear();
+        assert!(
+            check_run_instances(&no_image)
+                .unwrap_err()
+                .to_string()
+                .contains("image")
+        );
     }
 
     #[test]
