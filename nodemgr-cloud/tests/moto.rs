@@ -269,6 +269,8 @@ enum Injected {
     /// `RunInstances` forwarded to moto (so applied) but its answer dropped: the connection
     /// closes without a response, as after a timeout. Other requests pass.
     LoseRunInstancesAnswer,
+    /// No answer at all for a long while (the client's request timeout must fire).
+    Hang,
 }
 
 /// A proxy in front of moto that answers the first `failures` requests with `injected`, then
@@ -335,12 +337,16 @@ async fn serve(
         forward(&request, upstream).await;
         return; // dropping the socket: the client sees the connection close unanswered
     }
+    if fail && matches!(injected, Injected::Hang) {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        return;
+    }
     let answer = if fail {
         let body = match injected {
             Injected::RequestLimitExceeded => {
                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>proxy</RequestID></Response>"
             }
-            Injected::ServiceUnavailable | Injected::LoseRunInstancesAnswer => "",
+            Injected::ServiceUnavailable | Injected::LoseRunInstancesAnswer | Injected::Hang => "",
         };
         format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/xml\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -529,4 +535,35 @@ async fn a_lost_run_instances_answer_is_retried_without_a_second_machine() {
         calls.describe_instances, 2,
         "the look-up, then the look-up that finds it"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_request_times_out_and_is_retried() {
+    let moto = moto();
+    // moto loads its EC2 model at the first request (seconds): do that before timing anything.
+    client(moto.config())
+        .list_group_instances("warm-up")
+        .await
+        .unwrap();
+    let (port, seen) = throttling_proxy(moto.port(), 1, Injected::Hang).await;
+    let mut config = via(port, 3);
+    config.request_timeout = Duration::from_secs(2);
+    let ec2 = client(config);
+    assert!(ec2.list_group_instances("worker").await.unwrap().is_empty());
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        2,
+        "the hung request, then the retry"
+    );
+
+    // Every attempt hanging: Unavailable, naming the endpoint.
+    let (port, _) = throttling_proxy(moto.port(), 100, Injected::Hang).await;
+    let mut config = via(port, 2);
+    config.request_timeout = Duration::from_millis(300);
+    let err = client(config)
+        .list_group_instances("worker")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CloudError::Unavailable(_)), "{err}");
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
 }
