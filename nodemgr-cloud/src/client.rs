@@ -50,10 +50,14 @@ impl ApiCalls {
 /// whose creation arrived while the previous one was in flight, so a burst of creations costs
 /// a few look-ups rather than one each. A look-up is always sent after the creation asking for
 /// it began, so it sees every machine an earlier call made, as a look-up of its own would.
+/// Concurrent creations of one name take turns, so the second finds the first one's machine.
 #[derive(Debug)]
 pub struct Ec2Client {
     transport: Arc<Transport>,
     lookups: Mutex<HashMap<String, GroupLookups>>,
+    /// One creation at a time per machine name: a concurrent second call waits, then finds
+    /// the first one's machine.
+    creating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Signs, sends, retries and counts requests.
@@ -142,6 +146,7 @@ impl Ec2Client {
                 calls: Default::default(),
             }),
             lookups: Mutex::new(HashMap::new()),
+            creating: Mutex::new(HashMap::new()),
         })
     }
 
@@ -429,6 +434,42 @@ impl CloudApi for Ec2Client {
     /// (throttled, 5xx, a lost answer) is retried through a new look-up, never re-sent blindly.
     async fn create_instance(&self, request: &CreateInstance) -> Result<CloudInstance, CloudError> {
         query::check_run_instances(request)?;
+        let turn = {
+            let mut creating = self
+                .creating
+                .lock()
+                .map_err(|_| CloudError::Other("creation table poisoned".to_owned()))?;
+            creating.entry(request.machine.clone()).or_default().clone()
+        };
+        let result = {
+            let _turn = turn.lock().await;
+            self.create_in_turn(request).await
+        };
+        if let Ok(mut creating) = self.creating.lock()
+            && Arc::strong_count(&turn) == 2
+        {
+            // Nobody else waits for this name: forget it.
+            creating.remove(&request.machine);
+        }
+        result
+    }
+
+    async fn delete_instance(&self, provider_id: &str) -> Result<(), CloudError> {
+        self.terminate(provider_id).await
+    }
+
+    async fn list_group_instances(&self, group: &str) -> Result<Vec<CloudInstance>, CloudError> {
+        self.list_group(group).await
+    }
+
+    async fn get_instance(&self, provider_id: &str) -> Result<Option<CloudInstance>, CloudError> {
+        self.lookup_provider_id(provider_id).await
+    }
+}
+
+impl Ec2Client {
+    /// A creation holding its name's turn.
+    async fn create_in_turn(&self, request: &CreateInstance) -> Result<CloudInstance, CloudError> {
         let config = self.config();
         let q = query::run_instances(request, &config.root_device_name);
         let mut retry = 0;
@@ -483,7 +524,7 @@ impl CloudApi for Ec2Client {
         })
     }
 
-    async fn delete_instance(&self, provider_id: &str) -> Result<(), CloudError> {
+    async fn terminate(&self, provider_id: &str) -> Result<(), CloudError> {
         let instance_id = Self::instance_id_of(provider_id)?;
         match self.send(&query::terminate_instances(&instance_id)).await {
             Ok(_) => {
@@ -495,7 +536,7 @@ impl CloudApi for Ec2Client {
         }
     }
 
-    async fn list_group_instances(&self, group: &str) -> Result<Vec<CloudInstance>, CloudError> {
+    async fn list_group(&self, group: &str) -> Result<Vec<CloudInstance>, CloudError> {
         Ok(self
             .describe_instances(&[Filter::tag(TAG_GROUP, group), Filter::live()])
             .await?
@@ -505,7 +546,10 @@ impl CloudApi for Ec2Client {
             .collect())
     }
 
-    async fn get_instance(&self, provider_id: &str) -> Result<Option<CloudInstance>, CloudError> {
+    async fn lookup_provider_id(
+        &self,
+        provider_id: &str,
+    ) -> Result<Option<CloudInstance>, CloudError> {
         let instance_id = Self::instance_id_of(provider_id)?;
         Ok(self
             .describe_instance(&instance_id)

@@ -567,3 +567,22 @@ async fn a_hung_request_times_out_and_is_retried() {
     assert!(matches!(err, CloudError::Unavailable(_)), "{err}");
     assert!(err.to_string().contains(&port.to_string()), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creations_of_one_name_make_one_machine() {
+    let moto = moto();
+    let ec2 = Arc::new(client(moto.config()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        let ec2 = ec2.clone();
+        tasks.spawn(async move { ec2.create_instance(&request("worker", "b", 3)).await });
+    }
+    let mut ids = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        ids.push(result.unwrap().unwrap().instance_id);
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "every caller gets the one machine: {ids:?}");
+    assert_eq!(ec2.api_calls().run_instances, 1);
+    assert_eq!(ec2.list_group_instances("worker").await.unwrap().len(), 1);
+}
