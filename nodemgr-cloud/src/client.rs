@@ -2,14 +2,17 @@
 //! reqwest, at most `concurrency` at once, retries throttling, 5xx and connection errors with
 //! jittered backoff, follows every page of a listing, and counts its API calls per action.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 use aws_credential_types::Credentials as SigningCredentials;
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
 use aws_sigv4::sign::v4;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use nodemgr_core::ports::cloud::{AwsProviderId, TAG_GROUP, TAG_MACHINE};
 use nodemgr_core::ports::{CloudApi, CloudError, CloudInstance, CreateInstance, InstanceState};
 use tokio::sync::Semaphore;
@@ -17,7 +20,7 @@ use tokio::sync::Semaphore;
 use crate::config::{ConfigError, Ec2Config};
 use crate::query::{self, Action, Filter, Query};
 use crate::response::{self, Ec2Instance};
-use crate::retry::{Backoff, classify, retried_here};
+use crate::retry::{classify, retried_here};
 
 /// API calls sent so far per action (every attempt counts, retries included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,20 +42,59 @@ impl ApiCalls {
 
 /// The EC2 adapter.
 ///
-/// Creation looks the machine up by its `Name` and group tags before `RunInstances`, and
-/// sends the request's client token: EC2 answers a repeated token with the first machine, and
-/// the lookup keeps "one name, one machine" even where tokens are not honoured (moto and some
-/// EC2-compatible clouds ignore them) or have expired. It costs one `DescribeInstances` per
-/// creation.
+/// Creation sends the request's client token (EC2 answers a repeated token with the first
+/// machine) and, unless [`Ec2Config::lookup_before_create`] is off, first looks the machine up
+/// by its `Name` and group tags: "one name, one machine" then holds even where tokens are not
+/// honoured (moto and some EC2-compatible clouds ignore them) or have expired. Look-ups of one
+/// group are coalesced: one `DescribeInstances` at a time per group, naming every machine
+/// whose creation arrived while the previous one was in flight, so a burst of creations costs
+/// a few look-ups rather than one each. A look-up is always sent after the creation asking for
+/// it began, so it sees every machine an earlier call made, as a look-up of its own would.
+/// Concurrent creations of one name take turns, so the second finds the first one's machine.
 #[derive(Debug)]
 pub struct Ec2Client {
+    transport: Arc<Transport>,
+    lookups: Mutex<HashMap<String, GroupLookups>>,
+    /// One creation at a time per machine name: a concurrent second call waits, then finds
+    /// the first one's machine.
+    creating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Signs, sends, retries and counts requests.
+#[derive(Debug)]
+struct Transport {
     http: reqwest::Client,
     config: Ec2Config,
     url: String,
     permits: Arc<Semaphore>,
-    backoff: Backoff,
     calls: [AtomicU64; 3],
 }
+
+/// The look-ups of one group: the lane (one look-up in flight at a time) and the batch that
+/// is still gathering names.
+#[derive(Debug, Default)]
+struct GroupLookups {
+    lane: Arc<tokio::sync::Mutex<()>>,
+    open: Option<Batch>,
+}
+
+/// Machines found by one look-up.
+type Found = Result<Arc<Vec<Ec2Instance>>, CloudError>;
+
+/// A look-up gathering names until it goes out (its `names` become `None` then).
+struct Batch {
+    names: Arc<Mutex<Option<Vec<String>>>>,
+    result: Shared<BoxFuture<'static, Found>>,
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch").field("names", &self.names).finish()
+    }
+}
+
+/// EC2 takes at most 200 values per filter.
+const NAMES_PER_LOOKUP: usize = 200;
 
 fn action_index(action: Action) -> usize {
     match action {
@@ -96,30 +138,26 @@ impl Ec2Client {
             url.push('/');
         }
         Ok(Self {
-            http,
-            permits: Arc::new(Semaphore::new(config.concurrency)),
-            config,
-            url,
-            backoff: Backoff::default(),
-            calls: Default::default(),
+            transport: Arc::new(Transport {
+                http,
+                permits: Arc::new(Semaphore::new(config.concurrency)),
+                config,
+                url,
+                calls: Default::default(),
+            }),
+            lookups: Mutex::new(HashMap::new()),
+            creating: Mutex::new(HashMap::new()),
         })
-    }
-
-    /// The same client with other retry waits (tests shorten them).
-    #[must_use]
-    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
     }
 
     /// The configuration.
     pub fn config(&self) -> &Ec2Config {
-        &self.config
+        &self.transport.config
     }
 
     /// API calls sent so far.
     pub fn api_calls(&self) -> ApiCalls {
-        let get = |action| self.calls[action_index(action)].load(Ordering::Relaxed);
+        let get = |action| self.transport.calls[action_index(action)].load(Ordering::Relaxed);
         ApiCalls {
             run_instances: get(Action::RunInstances),
             terminate_instances: get(Action::TerminateInstances),
@@ -127,6 +165,110 @@ impl Ec2Client {
         }
     }
 
+    /// Every instance matching all `filters`, across every page.
+    ///
+    /// # Errors
+    /// [`CloudError`].
+    pub async fn describe_instances(
+        &self,
+        filters: &[Filter],
+    ) -> Result<Vec<Ec2Instance>, CloudError> {
+        self.transport.describe_instances(filters).await
+    }
+
+    /// One instance by ID, `None` when EC2 does not know it.
+    ///
+    /// # Errors
+    /// [`CloudError`] (never `NotFound`).
+    pub async fn describe_instance(
+        &self,
+        instance_id: &str,
+    ) -> Result<Option<Ec2Instance>, CloudError> {
+        self.transport.describe_instance(instance_id).await
+    }
+
+    async fn send(&self, q: &Query) -> Result<String, CloudError> {
+        self.transport.send(q).await
+    }
+
+    /// The live machine named `machine` in `group`, if the cloud lists one. Joins the group's
+    /// look-up that has not gone out yet, or starts one.
+    ///
+    /// # Errors
+    /// [`CloudError`] of the look-up.
+    pub async fn find_machine(
+        &self,
+        group: &str,
+        machine: &str,
+    ) -> Result<Option<Ec2Instance>, CloudError> {
+        let result = {
+            let mut lookups = self
+                .lookups
+                .lock()
+                .map_err(|_| CloudError::Other("look-up table poisoned".to_owned()))?;
+            let entry = lookups.entry(group.to_owned()).or_default();
+            let joined = entry.open.as_ref().and_then(|batch| {
+                let mut names = batch.names.lock().ok()?;
+                names.as_mut()?.push(machine.to_owned());
+                Some(batch.result.clone())
+            });
+            match joined {
+                Some(result) => result,
+                None => {
+                    let names = Arc::new(Mutex::new(Some(vec![machine.to_owned()])));
+                    let result = lookup(
+                        self.transport.clone(),
+                        group.to_owned(),
+                        entry.lane.clone(),
+                        names.clone(),
+                    )
+                    .boxed()
+                    .shared();
+                    entry.open = Some(Batch {
+                        names,
+                        result: result.clone(),
+                    });
+                    result
+                }
+            }
+        };
+        let found = result.await?;
+        Ok(found
+            .iter()
+            .find(|i| i.tags.get(TAG_MACHINE).map(String::as_str) == Some(machine))
+            .cloned())
+    }
+}
+
+/// One look-up of a group: waits for the group's lane, closes the batch (takes its names) and
+/// asks for the live machines of the group carrying any of those names.
+async fn lookup(
+    transport: Arc<Transport>,
+    group: String,
+    lane: Arc<tokio::sync::Mutex<()>>,
+    names: Arc<Mutex<Option<Vec<String>>>>,
+) -> Found {
+    let _lane = lane.lock().await;
+    let names = names
+        .lock()
+        .map_err(|_| CloudError::Other("look-up batch poisoned".to_owned()))?
+        .take()
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    for chunk in names.chunks(NAMES_PER_LOOKUP) {
+        let instances = transport
+            .describe_instances(&[
+                Filter::tag(TAG_GROUP, &group),
+                Filter::new(format!("tag:{TAG_MACHINE}"), chunk.iter().cloned()),
+                Filter::live(),
+            ])
+            .await?;
+        found.extend(instances.into_iter().filter(|i| i.state.exists()));
+    }
+    Ok(Arc::new(found))
+}
+
+impl Transport {
     /// Every instance matching all `filters`, across every page.
     ///
     /// # Errors
@@ -172,12 +314,17 @@ impl Ec2Client {
 
     /// Sends `q`, retrying what [`retried_here`] allows up to `max_attempts` times in all.
     async fn send(&self, q: &Query) -> Result<String, CloudError> {
+        self.send_attempts(q, self.config.max_attempts).await
+    }
+
+    /// Sends `q`, retrying what [`retried_here`] allows up to `max_attempts` times in all.
+    async fn send_attempts(&self, q: &Query, max_attempts: u32) -> Result<String, CloudError> {
         let body = q.body();
         let mut retry = 0;
         loop {
             match self.attempt(q.action, &body).await {
-                Err(error) if retried_here(&error) && retry + 1 < self.config.max_attempts => {
-                    let wait = self.backoff.wait(retry, rand::random::<f64>());
+                Err(error) if retried_here(&error) && retry + 1 < max_attempts => {
+                    let wait = self.config.backoff.wait(retry, rand::random::<f64>());
                     tracing::debug!(action = q.action.name(), retry, ?wait, %error, "retrying EC2 call");
                     tokio::time::sleep(wait).await;
                     retry += 1;
@@ -266,7 +413,9 @@ impl Ec2Client {
             .map(|(name, value)| (name.to_owned(), value.to_owned()))
             .collect())
     }
+}
 
+impl Ec2Client {
     fn instance_id_of(provider_id: &str) -> Result<String, CloudError> {
         AwsProviderId::parse(provider_id)
             .map(|id| id.instance_id)
@@ -281,20 +430,69 @@ impl Ec2Client {
 
 #[async_trait]
 impl CloudApi for Ec2Client {
+    /// With the look-up on, a `RunInstances` that failed in a way that may have been applied
+    /// (throttled, 5xx, a lost answer) is retried through a new look-up, never re-sent blindly.
     async fn create_instance(&self, request: &CreateInstance) -> Result<CloudInstance, CloudError> {
-        let existing = self
-            .describe_instances(&[
-                Filter::tag(TAG_GROUP, &request.group),
-                Filter::tag(TAG_MACHINE, &request.machine),
-                Filter::live(),
-            ])
-            .await?;
-        if let Some(found) = existing.into_iter().find(|i| i.state.exists()) {
-            tracing::debug!(machine = %request.machine, instance = %found.instance_id, "machine exists already");
-            return Ok(found.to_cloud_instance());
+        query::check_run_instances(request)?;
+        let turn = {
+            let mut creating = self
+                .creating
+                .lock()
+                .map_err(|_| CloudError::Other("creation table poisoned".to_owned()))?;
+            creating.entry(request.machine.clone()).or_default().clone()
+        };
+        let result = {
+            let _turn = turn.lock().await;
+            self.create_in_turn(request).await
+        };
+        if let Ok(mut creating) = self.creating.lock()
+            && Arc::strong_count(&turn) == 2
+        {
+            // Nobody else waits for this name: forget it.
+            creating.remove(&request.machine);
         }
-        let q = query::run_instances(request, &self.config.root_device_name);
-        let body = self.send(&q).await?;
+        result
+    }
+
+    async fn delete_instance(&self, provider_id: &str) -> Result<(), CloudError> {
+        self.terminate(provider_id).await
+    }
+
+    async fn list_group_instances(&self, group: &str) -> Result<Vec<CloudInstance>, CloudError> {
+        self.list_group(group).await
+    }
+
+    async fn get_instance(&self, provider_id: &str) -> Result<Option<CloudInstance>, CloudError> {
+        self.lookup_provider_id(provider_id).await
+    }
+}
+
+impl Ec2Client {
+    /// A creation holding its name's turn.
+    async fn create_in_turn(&self, request: &CreateInstance) -> Result<CloudInstance, CloudError> {
+        let config = self.config();
+        let q = query::run_instances(request, &config.root_device_name);
+        let mut retry = 0;
+        let body = loop {
+            if !config.lookup_before_create {
+                // The client token alone makes re-sending safe.
+                break self.send(&q).await?;
+            }
+            if let Some(found) = self.find_machine(&request.group, &request.machine).await? {
+                tracing::debug!(machine = %request.machine, instance = %found.instance_id, "machine exists already");
+                return Ok(found.to_cloud_instance());
+            }
+            match self.transport.send_attempts(&q, 1).await {
+                Ok(body) => break body,
+                Err(error) if retried_here(&error) && retry + 1 < config.max_attempts => {
+                    let wait = config.backoff.wait(retry, rand::random::<f64>());
+                    tracing::debug!(machine = %request.machine, retry, ?wait, %error, "RunInstances failed, looking up again before retrying");
+                    tokio::time::sleep(wait).await;
+                    retry += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        };
         let created = response::run_instances(&body)
             .map_err(|e| CloudError::Other(e.to_string()))?
             .into_iter()
@@ -326,7 +524,7 @@ impl CloudApi for Ec2Client {
         })
     }
 
-    async fn delete_instance(&self, provider_id: &str) -> Result<(), CloudError> {
+    async fn terminate(&self, provider_id: &str) -> Result<(), CloudError> {
         let instance_id = Self::instance_id_of(provider_id)?;
         match self.send(&query::terminate_instances(&instance_id)).await {
             Ok(_) => {
@@ -338,7 +536,7 @@ impl CloudApi for Ec2Client {
         }
     }
 
-    async fn list_group_instances(&self, group: &str) -> Result<Vec<CloudInstance>, CloudError> {
+    async fn list_group(&self, group: &str) -> Result<Vec<CloudInstance>, CloudError> {
         Ok(self
             .describe_instances(&[Filter::tag(TAG_GROUP, group), Filter::live()])
             .await?
@@ -348,7 +546,10 @@ impl CloudApi for Ec2Client {
             .collect())
     }
 
-    async fn get_instance(&self, provider_id: &str) -> Result<Option<CloudInstance>, CloudError> {
+    async fn lookup_provider_id(
+        &self,
+        provider_id: &str,
+    ) -> Result<Option<CloudInstance>, CloudError> {
         let instance_id = Self::instance_id_of(provider_id)?;
         Ok(self
             .describe_instance(&instance_id)
@@ -370,6 +571,7 @@ mod tests {
         config.credentials.session_token = Some("session".into());
         let client = Ec2Client::new(config).unwrap();
         let headers = client
+            .transport
             .sign(
                 "Action=DescribeInstances",
                 "application/x-www-form-urlencoded",
@@ -420,10 +622,11 @@ mod tests {
         let mut config = Ec2Config::new("eu-west-1", Credentials::new("a", "b"))
             .with_endpoint(format!("http://127.0.0.1:{port}"));
         config.max_attempts = 3;
-        let client = Ec2Client::new(config).unwrap().with_backoff(Backoff {
+        config.backoff = crate::retry::Backoff {
             base: std::time::Duration::from_millis(1),
             cap: std::time::Duration::from_millis(2),
-        });
+        };
+        let client = Ec2Client::new(config).unwrap();
         let err = client.list_group_instances("g").await.unwrap_err();
         assert!(matches!(err, CloudError::Unavailable(_)), "{err}");
         assert!(err.to_string().contains(&port.to_string()), "{err}");

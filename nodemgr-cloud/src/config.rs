@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use crate::retry::Backoff;
+
 /// The Secret through which a Deckhouse cloud provider module hands node-manager its cloud
 /// connection settings.
 pub const CLOUD_PROVIDER_SECRET: &str = "d8-node-manager-cloud-provider";
@@ -92,6 +94,14 @@ pub struct Ec2Config {
     pub page_size: u32,
     /// Device name of the root volume the instance class's disk size applies to.
     pub root_device_name: String,
+    /// Whether creation first looks the machine up by its `Name` and group tags (one
+    /// `DescribeInstances` per creation). On (the default), one name never has two machines
+    /// even where client tokens are not honoured (moto, some EC2-compatible clouds) or a
+    /// token has expired; off, idempotency rests on EC2's client token alone and a creation
+    /// costs one call instead of two.
+    pub lookup_before_create: bool,
+    /// Waits between attempts.
+    pub backoff: Backoff,
 }
 
 impl Ec2Config {
@@ -107,6 +117,8 @@ impl Ec2Config {
             request_timeout: Duration::from_secs(30),
             page_size: 1000,
             root_device_name: "/dev/xvda".to_owned(),
+            lookup_before_create: true,
+            backoff: Backoff::default(),
         }
     }
 
@@ -117,49 +129,113 @@ impl Ec2Config {
         self
     }
 
-    /// From the process environment, as the AWS CLI reads it: `AWS_ACCESS_KEY_ID`,
-    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION` or `AWS_DEFAULT_REGION`,
-    /// `AWS_ENDPOINT_URL_EC2` or `AWS_ENDPOINT_URL`, and `AWS_MAX_ATTEMPTS`.
+    /// From the process environment and the shared files, as the AWS CLI reads them: the
+    /// variables `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+    /// `AWS_REGION` or `AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL_EC2` or `AWS_ENDPOINT_URL`,
+    /// `AWS_MAX_ATTEMPTS`; for what they leave unset, the profile `AWS_PROFILE` (else
+    /// `default`) of `~/.aws/credentials` (`AWS_SHARED_CREDENTIALS_FILE`) and `~/.aws/config`
+    /// (`AWS_CONFIG_FILE`): `aws_access_key_id`, `aws_secret_access_key`, `aws_session_token`,
+    /// `region`, `endpoint_url`, `max_attempts`.
     ///
     /// # Errors
-    /// [`ConfigError`] naming the variable to set or fix.
+    /// [`ConfigError`] naming the variable or file entry to set or fix.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        Self::from_sources(
+            |name| std::env::var(name).ok(),
+            |path| std::fs::read_to_string(path).ok(),
+        )
     }
 
-    /// Like [`Ec2Config::from_env`] over any variable lookup (tests pass a map).
+    /// Like [`Ec2Config::from_env`] over variables only (no shared files).
     ///
     /// # Errors
     /// [`ConfigError`] naming the variable to set or fix.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        Self::from_sources(lookup, |_| None)
+    }
+
+    /// Like [`Ec2Config::from_env`] over any variable lookup and file reader (tests pass maps).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the variable or file entry to set or fix.
+    pub fn from_sources(
+        lookup: impl Fn(&str) -> Option<String>,
+        read_file: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let profile = get("AWS_PROFILE");
+        let profile_name = profile.clone().unwrap_or_else(|| "default".to_owned());
+        let home = get("HOME").unwrap_or_default();
+        let credentials_path = get("AWS_SHARED_CREDENTIALS_FILE")
+            .unwrap_or_else(|| format!("{home}/.aws/credentials"));
+        let config_path = get("AWS_CONFIG_FILE").unwrap_or_else(|| format!("{home}/.aws/config"));
+        let credentials_file =
+            read_file(&credentials_path).and_then(|text| ini_section(&text, &profile_name));
+        let config_section = if profile_name == "default" {
+            "default".to_owned()
+        } else {
+            format!("profile {profile_name}")
+        };
+        let config_file =
+            read_file(&config_path).and_then(|text| ini_section(&text, &config_section));
+        if let Some(name) = &profile
+            && credentials_file.is_none()
+            && config_file.is_none()
+        {
+            return Err(ConfigError::Invalid {
+                setting: "AWS_PROFILE".to_owned(),
+                message: format!(
+                    "profile {name:?} is in neither {credentials_path} nor {config_path}"
+                ),
+            });
+        }
+        let file = |key: &str| {
+            credentials_file
+                .as_ref()
+                .and_then(|s| s.get(key))
+                .or_else(|| config_file.as_ref().and_then(|s| s.get(key)))
+                .filter(|v| !v.is_empty())
+                .cloned()
+        };
         let region = get("AWS_REGION")
             .or_else(|| get("AWS_DEFAULT_REGION"))
+            .or_else(|| file("region"))
             .ok_or(ConfigError::Missing {
                 setting: "AWS_REGION",
-                hint: "set AWS_REGION (or AWS_DEFAULT_REGION) to the region of the cluster, e.g. eu-central-1",
+                hint: "set AWS_REGION (or AWS_DEFAULT_REGION, or region in ~/.aws/config) to the region of the cluster, e.g. eu-central-1",
             })?;
-        let access_key_id = get("AWS_ACCESS_KEY_ID").ok_or(ConfigError::Missing {
-            setting: "AWS_ACCESS_KEY_ID",
-            hint: "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to an access key allowed to run, describe and terminate instances",
-        })?;
-        let secret_access_key = get("AWS_SECRET_ACCESS_KEY").ok_or(ConfigError::Missing {
-            setting: "AWS_SECRET_ACCESS_KEY",
-            hint: "set AWS_SECRET_ACCESS_KEY to the secret of AWS_ACCESS_KEY_ID",
-        })?;
-        let mut config = Self::new(
-            region,
-            Credentials {
+        let credentials = match get("AWS_ACCESS_KEY_ID") {
+            Some(access_key_id) => Credentials {
                 access_key_id,
-                secret_access_key,
+                secret_access_key: get("AWS_SECRET_ACCESS_KEY").ok_or(ConfigError::Missing {
+                    setting: "AWS_SECRET_ACCESS_KEY",
+                    hint: "set AWS_SECRET_ACCESS_KEY to the secret of AWS_ACCESS_KEY_ID",
+                })?,
                 session_token: get("AWS_SESSION_TOKEN"),
             },
-        );
-        if let Some(endpoint) = get("AWS_ENDPOINT_URL_EC2").or_else(|| get("AWS_ENDPOINT_URL")) {
+            None => Credentials {
+                access_key_id: file("aws_access_key_id").ok_or(ConfigError::Missing {
+                    setting: "AWS_ACCESS_KEY_ID",
+                    hint: "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or aws_access_key_id and aws_secret_access_key in the AWS_PROFILE section of ~/.aws/credentials) to an access key allowed to run, describe and terminate instances",
+                })?,
+                secret_access_key: file("aws_secret_access_key").ok_or(ConfigError::Missing {
+                    setting: "aws_secret_access_key",
+                    hint: "the profile in ~/.aws/credentials has aws_access_key_id but no aws_secret_access_key",
+                })?,
+                session_token: file("aws_session_token"),
+            },
+        };
+        let mut config = Self::new(region, credentials);
+        if let Some(endpoint) = get("AWS_ENDPOINT_URL_EC2")
+            .or_else(|| get("AWS_ENDPOINT_URL"))
+            .or_else(|| file("endpoint_url"))
+        {
             config.endpoint = endpoint;
         }
         if let Some(attempts) = get("AWS_MAX_ATTEMPTS") {
             config.max_attempts = parse_positive("AWS_MAX_ATTEMPTS", &attempts)?;
+        } else if let Some(attempts) = file("max_attempts") {
+            config.max_attempts = parse_positive("max_attempts", &attempts)?;
         }
         config.validate()?;
         Ok(config)
@@ -170,14 +246,20 @@ impl Ec2Config {
     /// returns them. Keys read: `region`; the access key as `providerAccessKeyId` and
     /// `providerSecretAccessKey` (the AWS provider's setting names; `accessKeyId` and
     /// `secretAccessKey` also accepted), `sessionToken`, `endpoint` — either as keys of their
-    /// own or inside a JSON object under the key `aws`.
+    /// own or inside the provider's subtree, the JSON object under the key named by `type` in
+    /// lower case (`aws`). Like node-manager, a value may be raw text or a JSON string.
     ///
     /// # Errors
     /// [`ConfigError`] naming the Secret key to set or fix.
     pub fn from_secret(data: &BTreeMap<String, Vec<u8>>) -> Result<Self, ConfigError> {
-        let nested: BTreeMap<String, serde_json::Value> = match data.get("aws") {
+        let provider = data
+            .get("type")
+            .map(|raw| secret_text(raw).to_lowercase())
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| "aws".to_owned());
+        let nested: BTreeMap<String, serde_json::Value> = match data.get(&provider) {
             Some(bytes) => serde_json::from_slice(bytes).map_err(|e| ConfigError::Invalid {
-                setting: format!("{CLOUD_PROVIDER_SECRET} key aws"),
+                setting: format!("{CLOUD_PROVIDER_SECRET} key {provider}"),
                 message: format!("not a JSON object: {e}"),
             })?,
             None => BTreeMap::new(),
@@ -185,12 +267,13 @@ impl Ec2Config {
         let get = |keys: &[&str]| -> Result<Option<String>, ConfigError> {
             for key in keys {
                 if let Some(bytes) = data.get(*key) {
-                    let text =
-                        String::from_utf8(bytes.clone()).map_err(|_| ConfigError::Invalid {
+                    if std::str::from_utf8(bytes).is_err() {
+                        return Err(ConfigError::Invalid {
                             setting: format!("{CLOUD_PROVIDER_SECRET} key {key}"),
                             message: "not UTF-8".to_owned(),
-                        })?;
-                    let text = text.trim().to_owned();
+                        });
+                    }
+                    let text = secret_text(bytes);
                     if !text.is_empty() {
                         return Ok(Some(text));
                     }
@@ -266,6 +349,42 @@ impl Ec2Config {
         }
         Ok(())
     }
+}
+
+/// A Secret value as text: a JSON string's content, else the bytes as UTF-8, trimmed.
+fn secret_text(raw: &[u8]) -> String {
+    match serde_json::from_slice::<String>(raw) {
+        Ok(text) => text.trim().to_owned(),
+        Err(_) => String::from_utf8_lossy(raw).trim().to_owned(),
+    }
+}
+
+/// The top-level `key = value` pairs of section `[name]` of an INI file as the AWS tools write
+/// them (`#`/`;` comments; indented lines belong to a nested block and are skipped). `None`
+/// when the section is absent.
+fn ini_section(text: &str, name: &str) -> Option<BTreeMap<String, String>> {
+    let mut found = None;
+    let mut current: Option<&mut BTreeMap<String, String>> = None;
+    for line in text.lines() {
+        if line.starts_with([' ', '\t']) {
+            continue;
+        }
+        let line = line.trim();
+        if line.is_empty() || line.starts_with(['#', ';']) {
+            continue;
+        }
+        if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            current = None;
+            if section.trim() == name {
+                current = Some(found.get_or_insert_with(BTreeMap::new));
+            }
+            continue;
+        }
+        if let (Some(map), Some((key, value))) = (current.as_deref_mut(), line.split_once('=')) {
+            map.insert(key.trim().to_owned(), value.trim().to_owned());
+        }
+    }
+    found
 }
 
 fn parse_positive(setting: &str, text: &str) -> Result<u32, ConfigError> {
@@ -352,6 +471,64 @@ mod tests {
     }
 
     #[test]
+    fn shared_files_fill_what_the_environment_leaves() {
+        let files: BTreeMap<&str, &str> = [
+            (
+                "/home/op/.aws/credentials",
+                "[default]\naws_access_key_id = AKIADEF\naws_secret_access_key = def\n\n# ops\n[ops]\naws_access_key_id=AKIAOPS\naws_secret_access_key=ops\naws_session_token=tok\n",
+            ),
+            (
+                "/home/op/.aws/config",
+                "[default]\nregion = eu-west-1\n[profile ops]\nregion = us-east-2\nmax_attempts = 7\ns3 =\n  endpoint_url = http://s3-only:1\nendpoint_url = http://ec2.ops:9000\n",
+            ),
+        ]
+        .into();
+        let read = |path: &str| files.get(path).map(|s| (*s).to_owned());
+
+        let config = Ec2Config::from_sources(lookup(&[("HOME", "/home/op")]), read).unwrap();
+        assert_eq!(config.credentials, Credentials::new("AKIADEF", "def"));
+        assert_eq!(config.region, "eu-west-1");
+        assert_eq!(config.endpoint, "https://ec2.eu-west-1.amazonaws.com");
+
+        let config = Ec2Config::from_sources(
+            lookup(&[("HOME", "/home/op"), ("AWS_PROFILE", "ops")]),
+            read,
+        )
+        .unwrap();
+        assert_eq!(config.credentials.access_key_id, "AKIAOPS");
+        assert_eq!(config.credentials.session_token.as_deref(), Some("tok"));
+        assert_eq!(config.region, "us-east-2");
+        assert_eq!(config.max_attempts, 7);
+        assert_eq!(config.endpoint, "http://ec2.ops:9000");
+
+        // The environment wins over the files.
+        let config = Ec2Config::from_sources(
+            lookup(&[
+                ("HOME", "/home/op"),
+                ("AWS_REGION", "ap-south-1"),
+                ("AWS_ACCESS_KEY_ID", "AKIAENV"),
+                ("AWS_SECRET_ACCESS_KEY", "env"),
+            ]),
+            read,
+        )
+        .unwrap();
+        assert_eq!(config.credentials, Credentials::new("AKIAENV", "env"));
+        assert_eq!(config.region, "ap-south-1");
+
+        let err = Ec2Config::from_sources(
+            lookup(&[("HOME", "/home/op"), ("AWS_PROFILE", "nope")]),
+            read,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("AWS_PROFILE") && err.to_string().contains("nope"),
+            "{err}"
+        );
+        let err = Ec2Config::from_sources(lookup(&[("HOME", "/nowhere")]), read).unwrap_err();
+        assert!(err.to_string().contains("AWS_REGION"), "{err}");
+    }
+
+    #[test]
     fn secret_flat_or_nested() {
         let data = |pairs: &[(&str, &str)]| -> BTreeMap<String, Vec<u8>> {
             pairs
@@ -371,7 +548,8 @@ mod tests {
         assert_eq!(config.endpoint, "https://ec2.eu-central-1.amazonaws.com");
 
         let config = Ec2Config::from_secret(&data(&[
-            ("region", "eu-central-1"),
+            ("type", "\"AWS\""),
+            ("region", "\"eu-central-1\""),
             (
                 "aws",
                 r#"{"providerAccessKeyId":"AKIA3","providerSecretAccessKey":"x","endpoint":"http://moto:5000"}"#,
@@ -379,6 +557,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(config.credentials.access_key_id, "AKIA3");
+        assert_eq!(config.region, "eu-central-1", "a JSON string is unquoted");
         assert_eq!(config.endpoint, "http://moto:5000");
 
         let err = Ec2Config::from_secret(&data(&[("region", "r"), ("providerAccessKeyId", "a")]))

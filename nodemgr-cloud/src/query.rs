@@ -2,8 +2,8 @@
 //! which parameters a machine creation, a termination and a group listing become. Pure.
 
 use base64::Engine as _;
-use nodemgr_core::ports::CreateInstance;
 use nodemgr_core::ports::cloud::{TAG_GROUP, TAG_MACHINE, TAG_ZONE};
+use nodemgr_core::ports::{CloudError, CreateInstance};
 
 /// The Query API version.
 pub const API_VERSION: &str = "2016-11-15";
@@ -135,6 +135,40 @@ pub fn run_instances(request: &CreateInstance, root_device_name: &str) -> Query 
     q
 }
 
+/// EC2's limit on user data, before base64.
+pub const MAX_USER_DATA_BYTES: usize = 16 * 1024;
+
+/// Checks what EC2 would refuse in a creation, before any call: an empty image, instance type
+/// or zone, and user data over [`MAX_USER_DATA_BYTES`].
+///
+/// # Errors
+/// [`CloudError::InvalidRequest`] with code `InvalidParameterValue` naming the field.
+pub fn check_run_instances(request: &CreateInstance) -> Result<(), CloudError> {
+    let invalid = |message: String| {
+        Err(CloudError::InvalidRequest {
+            code: "InvalidParameterValue".to_owned(),
+            message,
+        })
+    };
+    for (field, value) in [
+        ("instance class image", &request.class.image_id),
+        ("instance class instance type", &request.class.instance_type),
+        ("zone", &request.zone),
+    ] {
+        if value.trim().is_empty() {
+            return invalid(format!("machine {}: the {field} is empty", request.machine));
+        }
+    }
+    if request.user_data.len() > MAX_USER_DATA_BYTES {
+        return invalid(format!(
+            "machine {}: the bootstrap script is {} bytes, EC2 takes at most {MAX_USER_DATA_BYTES} bytes of user data; bootstrap with a smaller script that fetches the rest",
+            request.machine,
+            request.user_data.len()
+        ));
+    }
+    Ok(())
+}
+
 /// `TerminateInstances` of one instance.
 pub fn terminate_instances(instance_id: &str) -> Query {
     let mut q = Query::new(Action::TerminateInstances);
@@ -261,6 +295,25 @@ mod tests {
     }
 
     #[test]
+    fn what_ec2_would_refuse_is_refused_before_any_call() {
+        assert_eq!(check_run_instances(&request()), Ok(()));
+        let mut big = request();
+        big.user_data = "x".repeat(MAX_USER_DATA_BYTES + 1);
+        let err = check_run_instances(&big).unwrap_err();
+        assert!(err.to_string().contains("16385 bytes"), "{err}");
+        big.user_data.pop();
+        assert_eq!(check_run_instances(&big), Ok(()));
+        let mut no_image = request();
+        no_image.class.image_id.clear();
+        assert!(
+            check_run_instances(&no_image)
+                .unwrap_err()
+                .to_string()
+                .contains("image")
+        );
+    }
+
+    #[test]
     fn zone_without_subnet_or_disk_leaves_them_to_the_provider() {
         let mut req = request();
         req.zone = "eu-west-1b".into();
@@ -288,6 +341,62 @@ mod tests {
         assert_eq!(q.get("NextToken"), Some("t1"));
         let body = q.body();
         assert!(body.starts_with("Action=DescribeInstances&Version=2016-11-15&Filter.1.Name=tag%3Anode.deckhouse.io%2Fgroup"), "{body}");
+    }
+
+    fn decode(body: &str) -> Vec<(String, String)> {
+        reqwest::Url::parse(&format!("http://x.invalid/?{body}"))
+            .unwrap()
+            .query_pairs()
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn bodies_decode_to_exactly_the_parameters(
+            params in proptest::collection::vec((".{0,12}", ".{0,24}"), 0..8)
+        ) {
+            let q = Query { action: Action::RunInstances, params: params.clone() };
+            let mut expected = vec![
+                ("Action".to_owned(), "RunInstances".to_owned()),
+                ("Version".to_owned(), API_VERSION.to_owned()),
+            ];
+            expected.extend(params);
+            proptest::prop_assert_eq!(decode(&q.body()), expected);
+        }
+
+        #[test]
+        fn machines_always_carry_their_own_tags_first_and_every_class_tag_once(
+            tags in proptest::collection::btree_map(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(TAG_GROUP.to_owned()),
+                    proptest::strategy::Just(TAG_MACHINE.to_owned()),
+                    "[a-zA-Z0-9:/._-]{1,16}",
+                ],
+                ".{0,16}",
+                0..6,
+            ),
+        ) {
+            let mut req = request();
+            req.class.tags = tags.clone();
+            let q = run_instances(&req, "/dev/xvda");
+            let mut seen = Vec::new();
+            for i in 1.. {
+                let Some(key) = q.get(&format!("TagSpecification.1.Tag.{i}.Key")) else { break };
+                let value = q.get(&format!("TagSpecification.1.Tag.{i}.Value")).unwrap();
+                seen.push((key.to_owned(), value.to_owned()));
+            }
+            proptest::prop_assert_eq!(&seen[0], &(TAG_GROUP.to_owned(), "worker".to_owned()));
+            proptest::prop_assert_eq!(&seen[1], &(TAG_ZONE.to_owned(), "eu-west-1a".to_owned()));
+            proptest::prop_assert_eq!(&seen[2], &(TAG_MACHINE.to_owned(), "worker-abc12-x7k2p".to_owned()));
+            let keys: std::collections::BTreeSet<&String> = seen.iter().map(|(k, _)| k).collect();
+            proptest::prop_assert_eq!(keys.len(), seen.len(), "a key twice: {:?}", seen);
+            for (key, value) in &tags {
+                if ![TAG_GROUP, TAG_ZONE, TAG_MACHINE].contains(&key.as_str()) {
+                    proptest::prop_assert!(seen.contains(&(key.clone(), value.clone())), "{} missing", key);
+                }
+            }
+        }
     }
 
     #[test]

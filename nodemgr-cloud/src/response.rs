@@ -312,6 +312,26 @@ mod tests {
         assert_eq!(second.launched, None);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn tags_with_any_text_survive_the_xml(
+            tags in proptest::collection::btree_map("[^\\x00-\\x1f]{1,12}", "[^\\x00-\\x1f]{0,24}", 0..6),
+        ) {
+            use quick_xml::escape::escape;
+            let items: String = tags
+                .iter()
+                .map(|(k, v)| format!("<item><key>{}</key><value>{}</value></item>", escape(k.as_str()), escape(v.as_str())))
+                .collect();
+            let body = format!(
+                "<DescribeInstancesResponse><reservationSet><item><instancesSet><item>\
+                 <instanceId>i-1</instanceId><placement><availabilityZone>z</availabilityZone></placement>\
+                 <tagSet>{items}</tagSet></item></instancesSet></item></reservationSet></DescribeInstancesResponse>"
+            );
+            let page = describe_instances(&body).unwrap();
+            proptest::prop_assert_eq!(&page.instances[0].tags, &tags);
+        }
+    }
+
     #[test]
     fn empty_and_last_pages() {
         let page = describe_instances(

@@ -142,6 +142,18 @@ mod tests {
         assert!(b.wait(10, 0.999_999) <= Duration::from_secs(5));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn waits_never_exceed_their_ceiling_nor_the_cap(
+            base_ms in 1u64..1000, cap_ms in 1u64..60_000, retry in 0u32..100, unit in 0.0f64..1.0
+        ) {
+            let b = Backoff { base: Duration::from_millis(base_ms), cap: Duration::from_millis(cap_ms) };
+            proptest::prop_assert!(b.wait(retry, unit) <= b.ceiling(retry));
+            proptest::prop_assert!(b.ceiling(retry) <= b.cap);
+            proptest::prop_assert!(b.ceiling(retry) <= b.ceiling(retry + 1));
+        }
+    }
+
     #[test]
     fn codes_become_typed_errors_with_the_message() {
         assert_eq!(

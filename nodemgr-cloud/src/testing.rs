@@ -4,7 +4,7 @@
 //! Needs `moto_server` on PATH (`scripts/install.d/20-moto.sh`), or its path in
 //! `NODEMGR_MOTO_SERVER`.
 
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -124,6 +124,36 @@ impl MotoServer {
     /// The endpoint URL.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Forgets every resource (moto's `POST /moto-api/reset`), so a benchmark's next round
+    /// starts from an empty cloud.
+    ///
+    /// # Errors
+    /// [`MotoError::Start`] when the server does not answer 200.
+    pub fn reset(&self) -> Result<(), MotoError> {
+        let fail =
+            |e: io::Error| MotoError::Start(format!("reset of moto on port {}: {e}", self.port));
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).map_err(fail)?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(fail)?;
+        write!(
+            stream,
+            "POST /moto-api/reset HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            self.port
+        )
+        .map_err(fail)?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).map_err(fail)?;
+        match answer.split_whitespace().nth(1) {
+            Some("200") => Ok(()),
+            _ => Err(MotoError::Start(format!(
+                "reset of moto on port {} answered {:?}",
+                self.port,
+                answer.lines().next().unwrap_or_default()
+            ))),
+        }
     }
 
     /// A client configuration for this server (region [`REGION`], a made-up access key).

@@ -50,8 +50,9 @@ fn fast() -> Backoff {
     }
 }
 
-fn client(config: Ec2Config) -> Ec2Client {
-    Ec2Client::new(config).unwrap().with_backoff(fast())
+fn client(mut config: Ec2Config) -> Ec2Client {
+    config.backoff = fast();
+    Ec2Client::new(config).unwrap()
 }
 
 fn moto() -> MotoServer {
@@ -265,6 +266,11 @@ enum Injected {
     RequestLimitExceeded,
     /// A bare 503.
     ServiceUnavailable,
+    /// `RunInstances` forwarded to moto (so applied) but its answer dropped: the connection
+    /// closes without a response, as after a timeout. Other requests pass.
+    LoseRunInstancesAnswer,
+    /// No answer at all for a long while (the client's request timeout must fire).
+    Hang,
 }
 
 /// A proxy in front of moto that answers the first `failures` requests with `injected`, then
@@ -283,8 +289,8 @@ async fn throttling_proxy(
             let Ok((socket, _)) = listener.accept().await else {
                 return;
             };
-            let n = counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(serve(socket, upstream, n < failures, injected));
+            let counter = counter.clone();
+            tokio::spawn(serve(socket, upstream, failures, counter, injected));
         }
     });
     (port, seen)
@@ -312,14 +318,35 @@ async fn read_request(socket: &mut TcpStream) -> Vec<u8> {
     }
 }
 
-async fn serve(mut socket: TcpStream, upstream: u16, fail: bool, injected: Injected) {
+async fn serve(
+    mut socket: TcpStream,
+    upstream: u16,
+    failures: usize,
+    counter: Arc<AtomicUsize>,
+    injected: Injected,
+) {
     let request = read_request(&mut socket).await;
+    let counts = match injected {
+        Injected::LoseRunInstancesAnswer => {
+            String::from_utf8_lossy(&request).contains("Action=RunInstances")
+        }
+        _ => true,
+    };
+    let fail = counts && counter.fetch_add(1, Ordering::SeqCst) < failures;
+    if fail && matches!(injected, Injected::LoseRunInstancesAnswer) {
+        forward(&request, upstream).await;
+        return; // dropping the socket: the client sees the connection close unanswered
+    }
+    if fail && matches!(injected, Injected::Hang) {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        return;
+    }
     let answer = if fail {
         let body = match injected {
             Injected::RequestLimitExceeded => {
                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>proxy</RequestID></Response>"
             }
-            Injected::ServiceUnavailable => "",
+            Injected::ServiceUnavailable | Injected::LoseRunInstancesAnswer | Injected::Hang => "",
         };
         format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/xml\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -327,17 +354,21 @@ async fn serve(mut socket: TcpStream, upstream: u16, fail: bool, injected: Injec
         )
         .into_bytes()
     } else {
-        // Forward with `connection: close` so the answer ends with the upstream's EOF.
-        let text =
-            String::from_utf8_lossy(&request).replacen("\r\n", "\r\nconnection: close\r\n", 1);
-        let mut up = TcpStream::connect(("127.0.0.1", upstream)).await.unwrap();
-        up.write_all(text.as_bytes()).await.unwrap();
-        let mut answer = Vec::new();
-        up.read_to_end(&mut answer).await.unwrap();
-        answer
+        forward(&request, upstream).await
     };
     let _ = socket.write_all(&answer).await;
     let _ = socket.shutdown().await;
+}
+
+/// Sends `request` to moto and returns its answer.
+async fn forward(request: &[u8], upstream: u16) -> Vec<u8> {
+    // With `connection: close` the answer ends with the upstream's EOF.
+    let text = String::from_utf8_lossy(request).replacen("\r\n", "\r\nconnection: close\r\n", 1);
+    let mut up = TcpStream::connect(("127.0.0.1", upstream)).await.unwrap();
+    up.write_all(text.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    up.read_to_end(&mut answer).await.unwrap();
+    answer
 }
 
 fn via(proxy_port: u16, max_attempts: u32) -> Ec2Config {
@@ -403,4 +434,155 @@ async fn throttled_beyond_max_attempts_is_throttled() {
             .unwrap()
             .is_empty()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_empties_the_cloud() {
+    let moto = moto();
+    let ec2 = client(moto.config());
+    ec2.create_instance(&request("worker", "a", 1))
+        .await
+        .unwrap();
+    tokio::task::block_in_place(|| moto.reset()).unwrap();
+    assert!(ec2.list_group_instances("worker").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lookup_only_the_client_token_guards_and_moto_ignores_it() {
+    // Why the lookup is on by default: moto (like some EC2-compatible clouds) ignores
+    // ClientToken, so a repeated creation relying on the token alone makes a second machine.
+    let moto = moto();
+    let mut config = moto.config();
+    config.lookup_before_create = false;
+    let ec2 = client(config);
+    let req = request("worker", "a", 1);
+    let first = ec2.create_instance(&req).await.unwrap();
+    let second = ec2.create_instance(&req).await.unwrap();
+    let calls = ec2.api_calls();
+    assert_eq!(
+        (calls.run_instances, calls.describe_instances),
+        (2, 0),
+        "one call per creation"
+    );
+    assert_ne!(first.instance_id, second.instance_id);
+    assert_eq!(ec2.list_group_instances("worker").await.unwrap().len(), 2);
+    // The default client finds the machine by name instead of making a third.
+    let guarded = client(moto.config());
+    let again = guarded.create_instance(&req).await.unwrap();
+    assert!([&first.instance_id, &second.instance_id].contains(&&again.instance_id));
+    assert_eq!(guarded.api_calls().run_instances, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_shares_look_ups_and_a_repeated_burst_creates_nothing() {
+    let moto = moto();
+    let ec2 = Arc::new(client(moto.config()));
+    let burst = |ec2: Arc<Ec2Client>| async move {
+        let mut tasks = tokio::task::JoinSet::new();
+        for n in 0..40 {
+            let ec2 = ec2.clone();
+            tasks.spawn(async move { ec2.create_instance(&request("burst", "a", n)).await });
+        }
+        let mut ids = Vec::new();
+        while let Some(result) = tasks.join_next().await {
+            ids.push(result.unwrap().unwrap().instance_id);
+        }
+        ids.sort();
+        ids
+    };
+    let first = burst(ec2.clone()).await;
+    let calls = ec2.api_calls();
+    assert_eq!(calls.run_instances, 40);
+    assert!(
+        calls.describe_instances < 20,
+        "40 creations should share look-ups, made {}",
+        calls.describe_instances
+    );
+    // The same 40 machines again (a controller retrying every one): all found, none made.
+    let second = burst(ec2.clone()).await;
+    assert_eq!(first, second);
+    assert_eq!(ec2.api_calls().run_instances, 40);
+    assert_eq!(ec2.list_group_instances("burst").await.unwrap().len(), 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_run_instances_answer_is_retried_without_a_second_machine() {
+    let moto = moto();
+    let (port, seen) = throttling_proxy(moto.port(), 1, Injected::LoseRunInstancesAnswer).await;
+    let ec2 = client(via(port, 5));
+    let created = ec2
+        .create_instance(&request("worker", "a", 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "one RunInstances reached moto"
+    );
+    let listed = client(moto.config())
+        .list_group_instances("worker")
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.len(),
+        1,
+        "moto ignores client tokens: a blind re-send would make two"
+    );
+    assert_eq!(listed[0].instance_id, created.instance_id);
+    let calls = ec2.api_calls();
+    assert_eq!(calls.run_instances, 1);
+    assert_eq!(
+        calls.describe_instances, 2,
+        "the look-up, then the look-up that finds it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_request_times_out_and_is_retried() {
+    let moto = moto();
+    // moto loads its EC2 model at the first request (seconds): do that before timing anything.
+    client(moto.config())
+        .list_group_instances("warm-up")
+        .await
+        .unwrap();
+    let (port, seen) = throttling_proxy(moto.port(), 1, Injected::Hang).await;
+    let mut config = via(port, 3);
+    config.request_timeout = Duration::from_secs(2);
+    let ec2 = client(config);
+    assert!(ec2.list_group_instances("worker").await.unwrap().is_empty());
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        2,
+        "the hung request, then the retry"
+    );
+
+    // Every attempt hanging: Unavailable, naming the endpoint.
+    let (port, _) = throttling_proxy(moto.port(), 100, Injected::Hang).await;
+    let mut config = via(port, 2);
+    config.request_timeout = Duration::from_millis(300);
+    let err = client(config)
+        .list_group_instances("worker")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CloudError::Unavailable(_)), "{err}");
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creations_of_one_name_make_one_machine() {
+    let moto = moto();
+    let ec2 = Arc::new(client(moto.config()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        let ec2 = ec2.clone();
+        tasks.spawn(async move { ec2.create_instance(&request("worker", "b", 3)).await });
+    }
+    let mut ids = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        ids.push(result.unwrap().unwrap().instance_id);
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "every caller gets the one machine: {ids:?}");
+    assert_eq!(ec2.api_calls().run_instances, 1);
+    assert_eq!(ec2.list_group_instances("worker").await.unwrap().len(), 1);
 }

@@ -15,8 +15,10 @@ if command -v "${NODEMGR_MOTO_SERVER:-moto_server}" >/dev/null 2>&1; then
   exit 0
 fi
 
-# pip for the system Python, or a venv when the system Python is externally managed (Debian 12).
-if ! command -v python3 >/dev/null 2>&1 || ! python3 -m venv --help >/dev/null 2>&1; then
+# moto goes into a venv of its own (Debian 12's system Python is externally managed, PEP 668).
+# Debian's python3 has the venv module but not ensurepip (python3-venv), without which creating
+# a venv fails: check for both.
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   if [ "$(id -u)" != 0 ]; then
     log "python3 with venv is missing: run as root, or install python3-venv and then 'pip install moto[server]==${MOTO_VERSION}'"
     exit 1
