@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,10 +15,9 @@ use std::time::Duration;
 
 use nodemgr_core::machines::MachineConfig;
 use nodemgr_core::model::Timestamp;
-use nodemgr_core::scaling::{InstanceClass, ScalingConfig};
 use nodemgr_k8s::cluster::{KubeCluster, client};
-use nodemgr_k8s::controllers::machines::{MachineClass, MachineController, MachineSettings};
-use nodemgr_k8s::controllers::{self, Settings};
+use nodemgr_k8s::controllers;
+use nodemgr_k8s::controllers::machines::MachineController;
 use nodemgr_k8s::metrics::Metrics;
 use nodemgr_sim::cloud::SimCloud;
 use nodemgr_testkit::Emulator;
@@ -66,9 +67,9 @@ async fn world(min: u32, max: u32, creation_timeout: Duration) -> World {
     cluster.wait_ready().await.unwrap();
     let (stop, stop_rx) = watch::channel(false);
     let metrics = Metrics::new();
-    let settings = MachineSettings {
-        period: Duration::from_millis(300),
-        config: MachineConfig {
+    let settings = common::machine_settings(
+        "a",
+        MachineConfig {
             creation_timeout,
             retry_initial: Duration::from_millis(500),
             retry_max: Duration::from_secs(2),
@@ -76,32 +77,18 @@ async fn world(min: u32, max: u32, creation_timeout: Duration) -> World {
             gc_grace: Duration::from_secs(2),
             failures_kept: 3,
         },
-        scaling: ScalingConfig::default(),
-        classes: vec![MachineClass {
-            scaling: InstanceClass::new("AWSInstanceClass", "small", 4, 16),
-            cloud: nodemgr_core::ports::cloud::InstanceClass {
-                instance_type: "m5.xlarge".into(),
-                ..Default::default()
-            },
-        }],
-        zones: vec!["a".into()],
-        bootstrap: None,
-        concurrency: 4,
-    };
+        nodemgr_core::ports::cloud::InstanceClass {
+            instance_type: "m5.xlarge".into(),
+            ..Default::default()
+        },
+    );
     let controller =
         MachineController::new(cluster.clone(), cloud.clone(), settings, metrics.clone());
     tokio::spawn(controller.run(stop_rx.clone()));
     // The update controller drains the nodes scale-down removes.
-    let update_only = Settings {
-        status: false,
-        template: false,
-        fencing: false,
-        update_period: Duration::from_millis(200),
-        ..Settings::default()
-    };
     tokio::spawn(controllers::run(
         cluster,
-        update_only,
+        common::update_only(),
         metrics.clone(),
         stop_rx.clone(),
     ));
@@ -139,14 +126,7 @@ async fn kubelet(
                 {
                     continue;
                 }
-                let _ = emulator.seed(json!({"apiVersion": "v1", "kind": "Node",
-                    "metadata": {"name": m.machine, "labels": {
-                        "node.deckhouse.io/group": m.group, "topology.kubernetes.io/zone": m.zone,
-                        "kubernetes.io/hostname": m.machine}},
-                    "spec": {"providerID": m.provider_id},
-                    "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                        "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-                        "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}}}));
+                let _ = emulator.seed(common::machine_node(&m));
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +16,9 @@ use nodemgr_cloud::Ec2Client;
 use nodemgr_cloud::testing::{MotoServer, REGION};
 use nodemgr_core::machines::MachineConfig;
 use nodemgr_core::ports::cloud::{CloudApi, InstanceState};
-use nodemgr_core::scaling::{InstanceClass, ScalingConfig};
 use nodemgr_k8s::cluster::{KubeCluster, client};
-use nodemgr_k8s::controllers::machines::{MachineClass, MachineController, MachineSettings};
-use nodemgr_k8s::controllers::{self, Settings};
+use nodemgr_k8s::controllers;
+use nodemgr_k8s::controllers::machines::MachineController;
 use nodemgr_k8s::metrics::Metrics;
 use nodemgr_testkit::Emulator;
 use serde_json::{Value, json};
@@ -42,14 +43,7 @@ async fn kubelet(emulator: Arc<Emulator>, ec2: Arc<Ec2Client>, stop: watch::Rece
                 if m.state != InstanceState::Running || !registered.insert(m.machine.clone()) {
                     continue;
                 }
-                let _ = emulator.seed(json!({"apiVersion": "v1", "kind": "Node",
-                    "metadata": {"name": m.machine, "labels": {
-                        "node.deckhouse.io/group": "worker", "topology.kubernetes.io/zone": m.zone,
-                        "kubernetes.io/hostname": m.machine}},
-                    "spec": {"providerID": m.provider_id},
-                    "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                        "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-                        "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}}}));
+                let _ = emulator.seed(common::machine_node(&m));
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -81,9 +75,9 @@ async fn cloud_ephemeral_scale_up_and_down_against_moto_keeps_instances_in_step(
     cluster.wait_ready().await.unwrap();
     let (stop, stop_rx) = watch::channel(false);
     let metrics = Metrics::new();
-    let settings = MachineSettings {
-        period: Duration::from_millis(300),
-        config: MachineConfig {
+    let settings = common::machine_settings(
+        &zone(),
+        MachineConfig {
             creation_timeout: Duration::from_secs(120),
             retry_initial: Duration::from_millis(500),
             retry_max: Duration::from_secs(2),
@@ -91,32 +85,18 @@ async fn cloud_ephemeral_scale_up_and_down_against_moto_keeps_instances_in_step(
             gc_grace: Duration::from_secs(5),
             failures_kept: 5,
         },
-        scaling: ScalingConfig::default(),
-        classes: vec![MachineClass {
-            scaling: InstanceClass::new("AWSInstanceClass", "small", 4, 16),
-            cloud: nodemgr_core::ports::cloud::InstanceClass {
-                instance_type: "m5.xlarge".into(),
-                image_id: "ami-0abcdef1234567890".into(),
-                ..Default::default()
-            },
-        }],
-        zones: vec![zone()],
-        bootstrap: None,
-        concurrency: 8,
-    };
+        nodemgr_core::ports::cloud::InstanceClass {
+            instance_type: "m5.xlarge".into(),
+            image_id: "ami-0abcdef1234567890".into(),
+            ..Default::default()
+        },
+    );
     let controller =
         MachineController::new(cluster.clone(), ec2.clone(), settings, metrics.clone());
     tokio::spawn(controller.run(stop_rx.clone()));
-    let update_only = Settings {
-        status: false,
-        template: false,
-        fencing: false,
-        update_period: Duration::from_millis(200),
-        ..Settings::default()
-    };
     tokio::spawn(controllers::run(
         cluster,
-        update_only,
+        common::update_only(),
         metrics.clone(),
         stop_rx.clone(),
     ));

@@ -47,7 +47,7 @@ use nodemgr_core::scaling::{
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::{Backoff, RETRY_FIRST, now, wait};
+use super::{Backoff, RETRY_FIRST, after_pass, now, wait};
 use crate::cluster::KubeCluster;
 use crate::crd;
 use crate::metrics::Metrics;
@@ -662,18 +662,8 @@ impl MachineController {
         loop {
             let started = Instant::now();
             let result = self.pass().await;
-            self.metrics
-                .reconciled("machines", started.elapsed().as_secs_f64(), result.is_err());
-            let (next, deadline) = match result {
-                Ok(deadline) => {
-                    backoff.succeeded("machines");
-                    (period, deadline)
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "machine pass failed; nothing was decided");
-                    (backoff.failed("machines"), None)
-                }
-            };
+            let (next, deadline) =
+                after_pass("machines", &self.metrics, &backoff, period, started, result);
             if !wait(next, deadline, &mut stop).await {
                 break;
             }

@@ -126,6 +126,30 @@ pub fn now() -> Timestamp {
     Timestamp::from_millis(millis)
 }
 
+/// Books a periodic controller's pass (duration and failure in the metrics, the backoff of
+/// failing passes) and says how long to wait before the next one and until which core
+/// deadline: `period` after a success, a growing backoff after a failure.
+pub(crate) fn after_pass<E: std::fmt::Display>(
+    controller: &str,
+    metrics: &Metrics,
+    backoff: &Backoff,
+    period: Duration,
+    started: std::time::Instant,
+    result: Result<Option<Timestamp>, E>,
+) -> (Duration, Option<Timestamp>) {
+    metrics.reconciled(controller, started.elapsed().as_secs_f64(), result.is_err());
+    match result {
+        Ok(deadline) => {
+            backoff.succeeded(controller);
+            (period, deadline)
+        }
+        Err(error) => {
+            tracing::warn!(controller, %error, "pass failed, nothing was decided; retrying");
+            (backoff.failed(controller), None)
+        }
+    }
+}
+
 /// Sleeps until `deadline` (core time) or `period`, whichever comes first, or until `stop`.
 /// Returns false when stopped.
 pub(crate) async fn wait(

@@ -41,7 +41,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::{Backoff, RETRY_FIRST, now, wait};
+use super::{Backoff, RETRY_FIRST, after_pass, now, wait};
 use crate::cluster::KubeCluster;
 use crate::crd;
 use crate::metrics::Metrics;
@@ -475,6 +475,28 @@ impl StaticController {
         self.running.insert(name, task);
     }
 
+    /// Starts `operation` when its target and script could be made, or reports why not as its
+    /// end.
+    fn start_or_fail(
+        &mut self,
+        name: &str,
+        operation: Operation,
+        target: Result<SshTarget, Failure>,
+        script: Result<RemoteScript, Failure>,
+        delete_node: Option<String>,
+    ) {
+        match target.and_then(|target| Ok((target, script?))) {
+            Ok((target, script)) => self.start(Job {
+                instance: name.to_owned(),
+                operation,
+                target,
+                script,
+                delete_node,
+            }),
+            Err(failure) => self.fail_now(name, operation, failure),
+        }
+    }
+
     /// Reports a failure to start an operation as its end.
     fn fail_now(&self, name: &str, operation: Operation, failure: Failure) {
         let _ = self.finished_tx.send(Finished {
@@ -524,27 +546,10 @@ impl StaticController {
                     command.to_string(),
                 )
                 .await;
-                let job = self
-                    .target(instance, address, credentials.get(creds.as_str()))
-                    .and_then(|target| {
-                        Ok((
-                            target,
-                            self.bootstrap_script(name, groups.get(group.as_str()))?,
-                        ))
-                    });
-                match job {
-                    Ok((target, script)) => {
-                        tracing::info!(instance = %name, %group, attempt, "starting bootstrap over SSH");
-                        self.start(Job {
-                            instance: name.clone(),
-                            operation: Operation::Bootstrap,
-                            target,
-                            script,
-                            delete_node: None,
-                        });
-                    }
-                    Err(failure) => self.fail_now(name, Operation::Bootstrap, failure),
-                }
+                tracing::info!(instance = %name, %group, attempt, "starting bootstrap over SSH");
+                let script = self.bootstrap_script(name, groups.get(group.as_str()));
+                let target = self.target(instance, address, credentials.get(creds.as_str()));
+                self.start_or_fail(name, Operation::Bootstrap, target, script, None);
                 Ok(())
             }
             StaticCommand::Cleanup {
@@ -559,24 +564,9 @@ impl StaticController {
                     .await?;
                 self.event(name, EventKind::Normal, "Cleaning", command.to_string())
                     .await;
-                let job = self
-                    .target(instance, address, credentials.get(creds.as_str()))
-                    .and_then(|target| {
-                        Ok((
-                            target,
-                            self.cleanup_script(name, groups.get(group.as_str()))?,
-                        ))
-                    });
-                match job {
-                    Ok((target, script)) => self.start(Job {
-                        instance: name.clone(),
-                        operation: Operation::Cleanup,
-                        target,
-                        script,
-                        delete_node: node.clone(),
-                    }),
-                    Err(failure) => self.fail_now(name, Operation::Cleanup, failure),
-                }
+                let script = self.cleanup_script(name, groups.get(group.as_str()));
+                let target = self.target(instance, address, credentials.get(creds.as_str()));
+                self.start_or_fail(name, Operation::Cleanup, target, script, node.clone());
                 Ok(())
             }
             StaticCommand::MarkRunning {
@@ -707,21 +697,14 @@ impl StaticController {
         loop {
             let started = Instant::now();
             let result = self.pass().await;
-            self.metrics.reconciled(
+            let (next, deadline) = after_pass(
                 "static_instances",
-                started.elapsed().as_secs_f64(),
-                result.is_err(),
+                &self.metrics,
+                &backoff,
+                period,
+                started,
+                result,
             );
-            let (next, deadline) = match result {
-                Ok(deadline) => {
-                    backoff.succeeded("static_instances");
-                    (period, deadline)
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "static instance pass could not read the cluster; retrying");
-                    (backoff.failed("static_instances"), None)
-                }
-            };
             // Wake early when an operation ends: peek without taking the report.
             let woken = tokio::select! {
                 running = wait(next, deadline, &mut stop) => running,
