@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use nodemgr_core::machines::MachineConfig;
 use nodemgr_core::model::Timestamp;
+use nodemgr_core::scaling::InstanceClass;
 use nodemgr_k8s::cluster::{KubeCluster, client};
 use nodemgr_k8s::controllers;
 use nodemgr_k8s::controllers::machines::MachineController;
@@ -278,4 +279,65 @@ async fn machines_that_never_register_are_recorded_and_replaced() {
         .unwrap()
         .len();
     assert!((1..=3).contains(&kept), "{kept} failures kept (at most 3)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_change_replaces_every_node_new_before_old() {
+    let w = world(2, 2, Duration::from_secs(60)).await;
+    eventually("2 machines of the small class", 30, || in_step(&w, 2)).await;
+    let old: BTreeSet<String> = w.cloud.existing().into_iter().map(|m| m.machine).collect();
+    let small = InstanceClass::new("AWSInstanceClass", "small", 4, 16).checksum();
+    let large = InstanceClass::new("AWSInstanceClass", "large", 8, 32).checksum();
+    let stamped = |checksum: &str| {
+        w.emulator
+            .list("v1", "Node", None)
+            .iter()
+            .filter(|n| {
+                n["metadata"]["annotations"]["node-manager.deckhouse.io/instance-class-checksum"]
+                    == checksum
+            })
+            .count()
+    };
+    eventually("the nodes stamped with the small class", 10, || {
+        stamped(&small) == 2
+    })
+    .await;
+
+    w.emulator
+        .merge_patch(
+            "deckhouse.io/v1",
+            "NodeGroup",
+            "",
+            "worker",
+            &json!({"spec": {"cloudInstances": {"classReference": {"kind": "AWSInstanceClass", "name": "large"}}}}),
+            false,
+        )
+        .unwrap();
+    // New before old: Ready nodes not being removed never drop below 2 on the way.
+    let mut fewest = usize::MAX;
+    eventually(
+        "2 machines of the large class, the old ones gone",
+        60,
+        || {
+            let serving = w
+                .emulator
+                .list("v1", "Node", None)
+                .iter()
+                .filter(|n| {
+                    n["metadata"]["labels"]
+                        .get("node.deckhouse.io/termination-in-progress")
+                        .is_none()
+                })
+                .count();
+            fewest = fewest.min(serving);
+            in_step(&w, 2)
+                && stamped(&large) == 2
+                && w.cloud.existing().iter().all(|m| !old.contains(&m.machine))
+        },
+    )
+    .await;
+    assert!(
+        fewest >= 2,
+        "serving nodes dropped to {fewest} during the rollout"
+    );
 }

@@ -16,6 +16,11 @@
 //!   `Running` with `nodeRef`, `Terminating`; deleting an Instance deletes its machine (the
 //!   finalizer [`FINALIZER_INSTANCE`] holds it until then). Machines that never register a
 //!   Node are recorded in the group's `status.lastMachineFailures` and replaced.
+//! - **Class changes.** An Instance records the checksum of the class its machine was made
+//!   from, copied onto its Node; after a `classReference` (or class) change the outdated
+//!   nodes are replaced new-before-old, `maxSurgePerZone` at a time ([`plan_surge`]). The
+//!   controller does not record desired counts, so this rollout is exact for fixed-count
+//!   groups (`minPerZone == maxPerZone`); others follow their present count.
 //! - **Cloud node GC.** Not-Ready Nodes whose provider ID the cloud does not know are deleted.
 //!
 //! A pass whose cloud listing fails decides nothing (a partial listing would look like
@@ -42,7 +47,8 @@ use nodemgr_core::ports::{
     RecordedEvent,
 };
 use nodemgr_core::scaling::{
-    ClusterSnapshot, ScalingCommand, ScalingConfig, Upcoming, plan_bounds, plan_scale_up,
+    ClusterSnapshot, ScalingCommand, ScalingConfig, Upcoming, class_of, plan_bounds, plan_scale_up,
+    plan_surge,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -166,7 +172,7 @@ impl MachineController {
     /// When the cluster or the cloud cannot be read (nothing was done).
     pub async fn pass(&mut self) -> Result<Option<Timestamp>, ClusterError> {
         let groups = self.cluster.list_node_groups().await?;
-        let nodes = self.cluster.list_nodes().await?;
+        let mut nodes = self.cluster.list_nodes().await?;
         let pods = self.cluster.list_pods().await?;
         let pdbs = self.cluster.list_pod_disruption_budgets().await?;
         let instances: Vec<Instance> = self
@@ -178,6 +184,7 @@ impl MachineController {
             .iter()
             .map(crd::Instance::to_core)
             .collect();
+        self.stamp_class_checksums(&instances, &mut nodes).await;
         let ephemeral: Vec<&NodeGroup> = groups
             .iter()
             .filter(|g| g.spec.node_type == Some(NodeType::CloudEphemeral))
@@ -354,6 +361,47 @@ impl MachineController {
         Ok(self.core.next_deadline())
     }
 
+    /// Copies the class checksum an Instance was created with onto its Node, which the
+    /// class-change rollout compares ([`plan_surge`]).
+    async fn stamp_class_checksums(
+        &self,
+        instances: &[Instance],
+        nodes: &mut [nodemgr_core::model::Node],
+    ) {
+        for i in instances {
+            let (Some(name), Some(checksum)) = (
+                i.metadata.name.as_deref(),
+                i.metadata
+                    .annotations
+                    .get(keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM),
+            ) else {
+                continue;
+            };
+            let Some(node) = nodes.iter_mut().find(|n| n.name == name) else {
+                continue;
+            };
+            if node
+                .annotations
+                .contains_key(keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM)
+            {
+                continue;
+            }
+            let patch = NodePatch::new()
+                .set_annotation(keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM, checksum.clone());
+            match self.cluster.patch_node(name, &patch).await {
+                Ok(_) => {
+                    node.annotations.insert(
+                        keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM.into(),
+                        checksum.clone(),
+                    );
+                }
+                Err(error) => {
+                    tracing::warn!(node = %name, %error, "could not stamp the class checksum")
+                }
+            }
+        }
+    }
+
     /// The scaling layer's asks: new machines per zone, and removals whose drain finished
     /// (starting the drains of new removals).
     async fn scaling_requests(
@@ -417,11 +465,20 @@ impl MachineController {
                 .with_leaving(leaving.clone());
         let bounds = plan_bounds(&snapshot, &self.settings.scaling, now);
         let up = plan_scale_up(&snapshot, &self.settings.scaling, now);
+        let surge = plan_surge(&snapshot, &self.settings.scaling, now);
+        for note in &surge.notes {
+            tracing::debug!("{note}");
+        }
         for note in &bounds.notes {
             tracing::debug!("{note}");
         }
         let mut wanted: BTreeMap<(String, String), u32> = BTreeMap::new();
-        for command in bounds.commands.iter().chain(&up.commands) {
+        for command in bounds
+            .commands
+            .iter()
+            .chain(&up.commands)
+            .chain(&surge.commands)
+        {
             tracing::info!("{command}");
             match command {
                 ScalingCommand::CreateNodes {
@@ -467,6 +524,16 @@ impl MachineController {
             class.map(|c| c.kind.clone()).unwrap_or_default(),
             class.map(|c| c.name.clone()).unwrap_or_default(),
         );
+        let classes: Vec<nodemgr_core::scaling::InstanceClass> = self
+            .settings
+            .classes
+            .iter()
+            .map(|c| c.scaling.clone())
+            .collect();
+        let checksum = group_spec
+            .and_then(|g| class_of(g, &classes))
+            .map(nodemgr_core::scaling::InstanceClass::checksum)
+            .unwrap_or_default();
         let body: crd::Instance = serde_json::from_value(json!({
             "apiVersion": "deckhouse.io/v1alpha2",
             "kind": "Instance",
@@ -474,6 +541,7 @@ impl MachineController {
                 "name": machine,
                 "labels": {keys::LABEL_NODE_GROUP: group, keys::LABEL_TOPOLOGY_ZONE: zone},
                 "finalizers": [FINALIZER_INSTANCE],
+                "annotations": {keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM: checksum},
             },
             "status": {"classReference": {"kind": class_kind, "name": class_name}},
         }))

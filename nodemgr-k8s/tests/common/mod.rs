@@ -35,16 +35,26 @@ pub fn machine_node(m: &CloudInstance) -> Value {
             "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}}})
 }
 
-/// Fast machine controller settings for class `AWSInstanceClass/small` in `zone`.
+/// Fast machine controller settings for the classes `AWSInstanceClass/small` (4 cpu, 16 GiB,
+/// made with `cloud`) and `AWSInstanceClass/large` (8 cpu, 32 GiB) in `zone`.
 pub fn machine_settings(zone: &str, config: MachineConfig, cloud: CloudClass) -> MachineSettings {
     MachineSettings {
         period: Duration::from_millis(300),
         config,
         scaling: ScalingConfig::default(),
-        classes: vec![MachineClass {
-            scaling: InstanceClass::new("AWSInstanceClass", "small", 4, 16),
-            cloud,
-        }],
+        classes: vec![
+            MachineClass {
+                scaling: InstanceClass::new("AWSInstanceClass", "small", 4, 16),
+                cloud: cloud.clone(),
+            },
+            MachineClass {
+                scaling: InstanceClass::new("AWSInstanceClass", "large", 8, 32),
+                cloud: CloudClass {
+                    instance_type: "m5.2xlarge".into(),
+                    ..cloud
+                },
+            },
+        ],
         zones: vec![zone.to_owned()],
         bootstrap: None,
         concurrency: 8,
