@@ -52,6 +52,11 @@ fn group(min: u32, max: u32) -> Value {
 }
 
 async fn world(min: u32, max: u32, creation_timeout: Duration) -> World {
+    // RUST_LOG=nodemgr_k8s=info shows the controllers' decisions when a test fails.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let emulator = Arc::new(Emulator::start().await.unwrap());
     for crd in nodemgr_k8s::crd::definitions().unwrap() {
         emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
@@ -339,5 +344,58 @@ async fn a_class_change_replaces_every_node_new_before_old() {
     assert!(
         fewest >= 2,
         "serving nodes dropped to {fewest} during the rollout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_replaces_the_machine_through_a_drain() {
+    let w = world(2, 2, Duration::from_secs(60)).await;
+    eventually("2 machines", 30, || in_step(&w, 2)).await;
+    w.emulator
+        .merge_patch(
+            "deckhouse.io/v1",
+            "NodeGroup",
+            "",
+            "worker",
+            &json!({"spec": {"disruptions": {"approvalMode": "RollingUpdate"}}}),
+            false,
+        )
+        .unwrap();
+    // The group's desired configuration (the update planner skips groups without one) ...
+    w.emulator
+        .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "d8-cloud-instance-manager"}}))
+        .unwrap();
+    w.emulator
+        .seed(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "configuration-checksums", "namespace": "d8-cloud-instance-manager"},
+            "data": {"worker": "Z2VuMQ=="}}))
+        .unwrap();
+    // ... and the node agent of one node asks for a disruption in RollingUpdate mode, and the update
+    // flow approved it: the update planner decides to replace its machine.
+    let victim = w.cloud.existing()[0].machine.clone();
+    w.emulator
+        .merge_patch(
+            "v1",
+            "Node",
+            "",
+            &victim,
+            &json!({"metadata": {"annotations": {
+                "update.node.deckhouse.io/approved": "",
+                "update.node.deckhouse.io/rolling-update": ""}}}),
+            false,
+        )
+        .unwrap();
+    eventually("the victim replaced, 2 machines again", 60, || {
+        in_step(&w, 2) && !w.cloud.existing().iter().any(|m| m.machine == victim)
+    })
+    .await;
+    let text = w.metrics.encode();
+    assert!(
+        text.contains("nodemgr_update_actions_total{action=\"replace_machine\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nodemgr_update_actions_total{action=\"drain_finished\"}"),
+        "{text}"
     );
 }

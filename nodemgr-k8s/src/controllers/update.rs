@@ -4,13 +4,22 @@
 //! deletion at the timeout) every period and at the drains' deadlines. The executor keeps its
 //! drains between steps and picks up `draining` nodes after a restart, so a restart or a lost
 //! leadership loses no work.
+//!
+//! A `RollingUpdate` replacement ([`UpdateCommand::ReplaceMachine`]) hands the node to the
+//! machine controller ([`super::machines`]) the way scale-down does: it is labelled
+//! `node.deckhouse.io/termination-in-progress` and annotated `draining=scale-down`, this
+//! executor drains it, and the machine controller then deletes its machine while the group's
+//! bounds order the replacement.
 
 use std::time::{Duration, Instant};
 
 use nodemgr_core::executor::{ExecutorEvent, UpdateExecutor};
+use nodemgr_core::model::keys;
+use nodemgr_core::ports::{ClusterRead, NodeApi, NodePatch};
 use nodemgr_core::update::UpdateCommand;
 use tokio::sync::watch;
 
+use super::machines::DRAIN_SOURCE_SCALE_DOWN;
 use super::{Backoff, RETRY_FIRST, now, wait};
 use crate::cluster::KubeCluster;
 use crate::metrics::Metrics;
@@ -35,6 +44,41 @@ fn action_name(event: &ExecutorEvent) -> &'static str {
     }
 }
 
+/// Starts the replacement drain of every node a `ReplaceMachine` names that is not already
+/// leaving (the planner repeats the command while the node exists).
+async fn hand_over_replacements(cluster: &KubeCluster, events: &[ExecutorEvent]) {
+    let replaced: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            ExecutorEvent::Applied {
+                command: UpdateCommand::ReplaceMachine { node },
+                ..
+            } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    if replaced.is_empty() {
+        return;
+    }
+    let Ok(nodes) = cluster.list_nodes().await else {
+        return;
+    };
+    for node in nodes.iter().filter(|n| replaced.contains(&n.name.as_str())) {
+        if node
+            .labels
+            .contains_key(keys::LABEL_TERMINATION_IN_PROGRESS)
+        {
+            continue;
+        }
+        let patch = NodePatch::new()
+            .set_label(keys::LABEL_TERMINATION_IN_PROGRESS, "")
+            .set_annotation(keys::ANNOTATION_DRAINING, DRAIN_SOURCE_SCALE_DOWN);
+        if let Err(error) = cluster.patch_node(&node.name, &patch).await {
+            tracing::warn!(node = %node.name, %error, "could not hand the node over for replacement; retried");
+        }
+    }
+}
+
 /// Runs the update executor until `stop`.
 pub async fn run(
     cluster: KubeCluster,
@@ -54,6 +98,7 @@ pub async fn run(
                     tracing::info!(node = event.node(), "{event}");
                     Metrics::action(&metrics.update_actions, action_name(event));
                 }
+                hand_over_replacements(&cluster, &report.events).await;
                 for error in &report.errors {
                     tracing::warn!(%error, cause = %error.source, "update action failed; retried next step");
                 }
