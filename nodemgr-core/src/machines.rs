@@ -309,6 +309,19 @@ pub fn machine_name(group: &str, zone: &str, nonce: u64) -> String {
     format!("{group}-{hash}-{suffix}")
 }
 
+/// The provider IDs the cloud node GC must look up: those of not-Ready Nodes that no listed
+/// machine explains. The executor asks the cloud for each and puts the ones it does not know
+/// into [`MachineSnapshot::absent`].
+pub fn provider_ids_to_look_up<'a>(nodes: &'a [Node], listed: &[CloudInstance]) -> Vec<&'a str> {
+    let listed: BTreeSet<&str> = listed.iter().map(|m| m.provider_id.as_str()).collect();
+    nodes
+        .iter()
+        .filter(|n| !n.ready)
+        .filter_map(|n| n.provider_id.as_deref())
+        .filter(|id| !listed.contains(id))
+        .collect()
+}
+
 /// A failing cloud call's backoff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Backoff {

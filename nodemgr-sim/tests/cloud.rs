@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use nodemgr_core::machines::{
     ANNOTATION_PROVIDER_ID, MachineCommand, MachineConfig, MachinePhase, MachineRequests,
-    MachineSnapshot, Machines,
+    MachineSnapshot, Machines, provider_ids_to_look_up,
 };
 use nodemgr_core::model::{Instance, InstanceCurrentStatus, Node, ObjectMeta, Timestamp, keys};
 use nodemgr_core::ports::cloud::{CloudApi, CreateInstance, InstanceClass};
@@ -160,15 +160,8 @@ impl World {
         };
         let instances: Vec<Instance> = self.instances.values().cloned().collect();
         // Look-ups of not-Ready Nodes the listing does not explain (the cloud node GC's input).
-        let listed_ids: BTreeSet<&str> = listed.iter().map(|m| m.provider_id.as_str()).collect();
         let mut absent = BTreeSet::new();
-        for node in nodes_before.iter().filter(|n| !n.ready) {
-            let Some(id) = node.provider_id.as_deref() else {
-                continue;
-            };
-            if listed_ids.contains(id) {
-                continue;
-            }
+        for id in provider_ids_to_look_up(&nodes_before, &listed) {
             if let Ok(None) = block_on(self.cloud.get_instance(id)).unwrap() {
                 absent.insert(id.to_owned());
             }

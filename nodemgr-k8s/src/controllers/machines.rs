@@ -38,7 +38,7 @@ use nodemgr_core::bashible::{
 };
 use nodemgr_core::machines::{
     ANNOTATION_PROVIDER_ID, MachineCommand, MachineConfig, MachinePhase, MachineRequests,
-    MachineSnapshot, Machines,
+    MachineSnapshot, Machines, provider_ids_to_look_up,
 };
 use nodemgr_core::model::{Instance, NodeGroup, NodeType, Timestamp, keys};
 use nodemgr_core::ports::cloud::{CloudApi, CloudError, CloudInstance, CreateInstance};
@@ -201,22 +201,15 @@ impl MachineController {
                 })?;
             listed.extend(machines);
         }
-        let listed_ids: BTreeSet<&str> = listed.iter().map(|m| m.provider_id.as_str()).collect();
         let mut absent = BTreeSet::new();
-        for node in nodes.iter().filter(|n| !n.ready) {
-            let Some(id) = node.provider_id.as_deref() else {
-                continue;
-            };
-            if listed_ids.contains(id) {
-                continue;
-            }
+        for id in provider_ids_to_look_up(&nodes, &listed) {
             match self.cloud.get_instance(id).await {
                 Ok(None) => {
                     absent.insert(id.to_owned());
                 }
                 Ok(Some(_)) => {}
                 Err(error) => {
-                    tracing::debug!(node = %node.name, %error, "cloud look-up failed; node kept")
+                    tracing::debug!(provider_id = %id, %error, "cloud look-up failed; node kept")
                 }
             }
         }
