@@ -73,7 +73,7 @@ async fn world(min: u32, max: u32, creation_timeout: Duration) -> World {
     cluster.wait_ready().await.unwrap();
     let (stop, stop_rx) = watch::channel(false);
     let metrics = Metrics::new();
-    let settings = common::machine_settings(
+    let mut settings = common::machine_settings(
         "a",
         MachineConfig {
             creation_timeout,
@@ -88,6 +88,9 @@ async fn world(min: u32, max: u32, creation_timeout: Duration) -> World {
             ..Default::default()
         },
     );
+    // Empty nodes go after 2 s (the default is 10 min).
+    settings.scaling.scale_down_unneeded_time = Duration::from_secs(2);
+    settings.scaling.scale_down_delay_after_add = Duration::ZERO;
     let controller =
         MachineController::new(cluster.clone(), cloud.clone(), settings, metrics.clone());
     tokio::spawn(controller.run(stop_rx.clone()));
@@ -396,6 +399,29 @@ async fn a_rolling_update_replaces_the_machine_through_a_drain() {
     );
     assert!(
         text.contains("nodemgr_update_actions_total{action=\"drain_finished\"}"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn underutilized_nodes_are_drained_and_their_machines_deleted() {
+    let w = world(2, 3, Duration::from_secs(60)).await;
+    eventually("2 machines", 30, || in_step(&w, 2)).await;
+    // minPerZone 0: the two empty nodes are unneeded, drained and removed.
+    w.emulator
+        .merge_patch(
+            "deckhouse.io/v1",
+            "NodeGroup",
+            "",
+            "worker",
+            &json!({"spec": {"cloudInstances": {"minPerZone": 0}}}),
+            false,
+        )
+        .unwrap();
+    eventually("scaled down to 0", 60, || in_step(&w, 0)).await;
+    let text = w.metrics.encode();
+    assert!(
+        text.contains("nodemgr_machine_actions_total{action=\"drain\"} 2"),
         "{text}"
     );
 }

@@ -6,7 +6,8 @@
 //! - **Scale-up.** New machines are created with the group's bootstrap script as user data
 //!   (when [`MachineSettings::bootstrap`] is set), up to [`MachineSettings::concurrency`]
 //!   cloud calls at a time.
-//! - **Scale-down.** A node the policies remove is labelled
+//! - **Scale-down.** A node the policies remove (above `maxPerZone`, underutilized for
+//!   `scaleDownUnneededTime` with its pods fitting elsewhere, a replaced one) is labelled
 //!   `node.deckhouse.io/termination-in-progress` and annotated
 //!   `update.node.deckhouse.io/draining=scale-down`; the update controller's drain executor
 //!   drains it (evictions every 20 s, forced deletion after the group's drain timeout) and
@@ -47,8 +48,8 @@ use nodemgr_core::ports::{
     RecordedEvent,
 };
 use nodemgr_core::scaling::{
-    ClusterSnapshot, ScalingCommand, ScalingConfig, Upcoming, class_of, plan_bounds, plan_scale_up,
-    plan_surge,
+    ClusterSnapshot, ScaleDownState, ScalingCommand, ScalingConfig, Upcoming, class_of,
+    plan_bounds, plan_scale_down, plan_scale_up, plan_surge,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -109,6 +110,7 @@ pub struct MachineController {
     metrics: Metrics,
     core: Machines,
     renderer: Renderer,
+    scale_down: ScaleDownState,
 }
 
 impl std::fmt::Debug for MachineController {
@@ -146,6 +148,7 @@ impl MachineController {
             settings,
             metrics,
             renderer: Renderer::new(),
+            scale_down: ScaleDownState::default(),
         }
     }
 
@@ -398,7 +401,7 @@ impl MachineController {
     /// The scaling layer's asks: new machines per zone, and removals whose drain finished
     /// (starting the drains of new removals).
     async fn scaling_requests(
-        &self,
+        &mut self,
         groups: &[NodeGroup],
         nodes: &[nodemgr_core::model::Node],
         pods: &[nodemgr_core::model::Pod],
@@ -459,6 +462,8 @@ impl MachineController {
         let bounds = plan_bounds(&snapshot, &self.settings.scaling, now);
         let up = plan_scale_up(&snapshot, &self.settings.scaling, now);
         let surge = plan_surge(&snapshot, &self.settings.scaling, now);
+        let down = plan_scale_down(&snapshot, &self.scale_down, &self.settings.scaling, now);
+        self.scale_down = down.state;
         for note in &surge.notes {
             tracing::debug!("{note}");
         }
@@ -471,6 +476,7 @@ impl MachineController {
             .iter()
             .chain(&up.commands)
             .chain(&surge.commands)
+            .chain(&down.commands)
         {
             tracing::info!("{command}");
             match command {
