@@ -211,6 +211,8 @@ pub enum MachineCommand {
     },
     /// Delete the machine in the cloud; report with [`Machines::handle_delete`].
     DeleteMachine {
+        /// NodeGroup.
+        group: String,
         /// Machine name.
         machine: String,
         /// Provider ID.
@@ -261,6 +263,7 @@ impl fmt::Display for MachineCommand {
                 machine,
                 provider_id,
                 reason,
+                ..
             } => {
                 write!(f, "delete machine {machine} ({provider_id}): {reason}")
             }
@@ -551,6 +554,7 @@ impl Machines {
                                 DeleteReason::ScaledDown
                             };
                             plan.commands.push(MachineCommand::DeleteMachine {
+                                group: v.group.to_owned(),
                                 machine: v.name.to_owned(),
                                 provider_id: m.provider_id.clone(),
                                 reason,
@@ -650,6 +654,7 @@ impl Machines {
                 .is_none_or(|t| now.saturating_since(t) >= self.config.orphan_grace);
             if old && Self::may(&self.deletes, &m.machine, now) {
                 plan.commands.push(MachineCommand::DeleteMachine {
+                    group: m.group.clone(),
                     machine: m.machine.clone(),
                     provider_id: m.provider_id.clone(),
                     reason: DeleteReason::Orphaned,

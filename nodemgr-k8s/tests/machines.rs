@@ -153,6 +153,13 @@ async fn eventually(what: &str, seconds: u64, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// Merge-patches NodeGroup `worker`.
+fn patch_group(w: &World, patch: &Value) {
+    w.emulator
+        .merge_patch("deckhouse.io/v1", "NodeGroup", "", "worker", patch, false)
+        .unwrap();
+}
+
 fn instances(w: &World) -> Vec<Value> {
     w.emulator.list("deckhouse.io/v1alpha2", "Instance", None)
 }
@@ -193,16 +200,10 @@ async fn scale_up_down_and_fixed_counts_keep_instances_in_step() {
     }
 
     // Down to a fixed 1: one node is drained, then its machine, Node and Instance go.
-    w.emulator
-        .merge_patch(
-            "deckhouse.io/v1",
-            "NodeGroup",
-            "",
-            "worker",
-            &json!({"spec": {"cloudInstances": {"minPerZone": 1, "maxPerZone": 1}}}),
-            false,
-        )
-        .unwrap();
+    patch_group(
+        &w,
+        &json!({"spec": {"cloudInstances": {"minPerZone": 1, "maxPerZone": 1}}}),
+    );
     eventually("down to 1", 30, || in_step(&w, 1)).await;
     let text = w.metrics.encode();
     assert!(
@@ -215,16 +216,10 @@ async fn scale_up_down_and_fixed_counts_keep_instances_in_step() {
     );
 
     // Raised to a fixed 3.
-    w.emulator
-        .merge_patch(
-            "deckhouse.io/v1",
-            "NodeGroup",
-            "",
-            "worker",
-            &json!({"spec": {"cloudInstances": {"minPerZone": 3, "maxPerZone": 3}}}),
-            false,
-        )
-        .unwrap();
+    patch_group(
+        &w,
+        &json!({"spec": {"cloudInstances": {"minPerZone": 3, "maxPerZone": 3}}}),
+    );
     eventually("up to 3", 30, || in_step(&w, 3)).await;
 
     // A person deletes an Instance: its machine goes, and a replacement keeps the count.
@@ -311,16 +306,10 @@ async fn a_class_change_replaces_every_node_new_before_old() {
     })
     .await;
 
-    w.emulator
-        .merge_patch(
-            "deckhouse.io/v1",
-            "NodeGroup",
-            "",
-            "worker",
-            &json!({"spec": {"cloudInstances": {"classReference": {"kind": "AWSInstanceClass", "name": "large"}}}}),
-            false,
-        )
-        .unwrap();
+    patch_group(
+        &w,
+        &json!({"spec": {"cloudInstances": {"classReference": {"kind": "AWSInstanceClass", "name": "large"}}}}),
+    );
     // New before old: Ready nodes not being removed never drop below 2 on the way.
     let mut fewest = usize::MAX;
     eventually(
@@ -354,16 +343,10 @@ async fn a_class_change_replaces_every_node_new_before_old() {
 async fn a_rolling_update_replaces_the_machine_through_a_drain() {
     let w = world(2, 2, Duration::from_secs(60)).await;
     eventually("2 machines", 30, || in_step(&w, 2)).await;
-    w.emulator
-        .merge_patch(
-            "deckhouse.io/v1",
-            "NodeGroup",
-            "",
-            "worker",
-            &json!({"spec": {"disruptions": {"approvalMode": "RollingUpdate"}}}),
-            false,
-        )
-        .unwrap();
+    patch_group(
+        &w,
+        &json!({"spec": {"disruptions": {"approvalMode": "RollingUpdate"}}}),
+    );
     // The group's desired configuration (the update planner skips groups without one) ...
     w.emulator
         .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "d8-cloud-instance-manager"}}))
@@ -408,16 +391,7 @@ async fn underutilized_nodes_are_drained_and_their_machines_deleted() {
     let w = world(2, 3, Duration::from_secs(60)).await;
     eventually("2 machines", 30, || in_step(&w, 2)).await;
     // minPerZone 0: the two empty nodes are unneeded, drained and removed.
-    w.emulator
-        .merge_patch(
-            "deckhouse.io/v1",
-            "NodeGroup",
-            "",
-            "worker",
-            &json!({"spec": {"cloudInstances": {"minPerZone": 0}}}),
-            false,
-        )
-        .unwrap();
+    patch_group(&w, &json!({"spec": {"cloudInstances": {"minPerZone": 0}}}));
     eventually("scaled down to 0", 60, || in_step(&w, 0)).await;
     let text = w.metrics.encode();
     assert!(

@@ -244,11 +244,15 @@ impl Config {
         }))
     }
 
-    /// The machine controller's settings, or `None` when it is off.
+    /// The machine controller's settings, or `None` when it is off. New machines bootstrap
+    /// with the static controller's cluster context and token (`statics`) when given.
     ///
     /// # Errors
     /// `machines` chosen without `--machines-config`, an invalid machines config.
-    pub fn machine_settings(&self) -> anyhow::Result<Option<MachineSettings>> {
+    pub fn machine_settings(
+        &self,
+        statics: Option<&StaticSettings>,
+    ) -> anyhow::Result<Option<MachineSettings>> {
         let file = self.file()?;
         let chosen = self.chosen_controllers(&file)?;
         let named = chosen
@@ -269,13 +273,10 @@ impl Config {
             path,
             self.machines_period.unwrap_or(Duration::from_secs(10)),
         )?;
-        // New machines bootstrap with the same context and token as static nodes, when given.
-        if let Some(statics) = self.static_settings().ok().flatten() {
-            settings.bootstrap = Some(Bootstrap {
-                cluster: statics.cluster,
-                token: statics.bootstrap_token,
-            });
-        }
+        settings.bootstrap = statics.map(|s| Bootstrap {
+            cluster: s.cluster.clone(),
+            token: s.bootstrap_token.clone(),
+        });
         Ok(Some(settings))
     }
 
@@ -384,7 +385,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let settings = config.settings()?;
     let static_settings = config.static_settings()?;
-    let machine_settings = config.machine_settings()?;
+    let machine_settings = config.machine_settings(static_settings.as_ref())?;
     if static_settings.is_none() {
         tracing::info!("static instance controller off (no --static-cluster-context)");
     }

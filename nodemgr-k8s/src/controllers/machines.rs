@@ -111,6 +111,8 @@ pub struct MachineController {
     core: Machines,
     renderer: Renderer,
     scale_down: ScaleDownState,
+    /// The classes' sizes, as the scaling policies take them.
+    scaling_classes: Vec<nodemgr_core::scaling::InstanceClass>,
 }
 
 impl std::fmt::Debug for MachineController {
@@ -142,6 +144,7 @@ impl MachineController {
         metrics: Metrics,
     ) -> Self {
         Self {
+            scaling_classes: settings.classes.iter().map(|c| c.scaling.clone()).collect(),
             core: Machines::with_config(settings.config),
             cluster,
             cloud,
@@ -283,6 +286,7 @@ impl MachineController {
                     }
                 }
                 MachineCommand::DeleteMachine {
+                    group,
                     machine,
                     provider_id,
                     reason,
@@ -292,11 +296,6 @@ impl MachineController {
                         tracing::warn!(%machine, %error, "could not delete the machine; retried");
                     } else {
                         Metrics::action(&self.metrics.machine_actions, "delete");
-                        let group = machine
-                            .rsplitn(3, '-')
-                            .nth(2)
-                            .unwrap_or_default()
-                            .to_owned();
                         self.event(
                             &group,
                             EventKind::Normal,
@@ -444,21 +443,21 @@ impl MachineController {
                 requests.remove.insert(node.name.clone());
             }
         }
-        let classes: Vec<nodemgr_core::scaling::InstanceClass> = self
-            .settings
-            .classes
-            .iter()
-            .map(|c| c.scaling.clone())
-            .collect();
-        let snapshot =
-            ClusterSnapshot::new(nodes, pods, pdbs, groups, &classes, &self.settings.zones)
-                .with_upcoming(
-                    upcoming
-                        .into_iter()
-                        .map(|((group, zone), count)| Upcoming { group, zone, count })
-                        .collect(),
-                )
-                .with_leaving(leaving.clone());
+        let snapshot = ClusterSnapshot::new(
+            nodes,
+            pods,
+            pdbs,
+            groups,
+            &self.scaling_classes,
+            &self.settings.zones,
+        )
+        .with_upcoming(
+            upcoming
+                .into_iter()
+                .map(|((group, zone), count)| Upcoming { group, zone, count })
+                .collect(),
+        )
+        .with_leaving(leaving.clone());
         let bounds = plan_bounds(&snapshot, &self.settings.scaling, now);
         let up = plan_scale_up(&snapshot, &self.settings.scaling, now);
         let surge = plan_surge(&snapshot, &self.settings.scaling, now);
@@ -523,14 +522,8 @@ impl MachineController {
             class.map(|c| c.kind.clone()).unwrap_or_default(),
             class.map(|c| c.name.clone()).unwrap_or_default(),
         );
-        let classes: Vec<nodemgr_core::scaling::InstanceClass> = self
-            .settings
-            .classes
-            .iter()
-            .map(|c| c.scaling.clone())
-            .collect();
         let checksum = group_spec
-            .and_then(|g| class_of(g, &classes))
+            .and_then(|g| class_of(g, &self.scaling_classes))
             .map(nodemgr_core::scaling::InstanceClass::checksum)
             .unwrap_or_default();
         let body: crd::Instance = serde_json::from_value(json!({
@@ -676,24 +669,28 @@ impl MachineController {
         creates: Vec<(String, String, String, String)>,
         now: Timestamp,
     ) {
+        // One render and one class look-up per group, however many machines it gets.
+        let mut per_group: BTreeMap<String, (String, nodemgr_core::ports::cloud::InstanceClass)> =
+            BTreeMap::new();
         let requests: Vec<CreateInstance> = creates
             .into_iter()
             .map(|(group, zone, machine, client_token)| {
-                let class_name = groups
-                    .get(group.as_str())
-                    .and_then(|g| g.spec.cloud_instances.as_ref())
-                    .and_then(|c| c.class_reference.as_ref())
-                    .map(|r| r.name.clone())
-                    .unwrap_or_default();
-                let class = self
-                    .settings
-                    .classes
-                    .iter()
-                    .find(|c| c.scaling.name == class_name)
-                    .map(|c| c.cloud.clone())
-                    .unwrap_or_default();
+                let (user_data, class) = per_group
+                    .entry(group.clone())
+                    .or_insert_with(|| {
+                        let spec = groups.get(group.as_str());
+                        let class = spec
+                            .and_then(|g| class_of(g, &self.scaling_classes))
+                            .and_then(|size| {
+                                self.settings.classes.iter().find(|c| c.scaling == *size)
+                            })
+                            .map(|c| c.cloud.clone())
+                            .unwrap_or_default();
+                        (self.user_data(spec), class)
+                    })
+                    .clone();
                 CreateInstance {
-                    user_data: self.user_data(groups.get(group.as_str())),
+                    user_data,
                     group,
                     zone,
                     machine,

@@ -105,6 +105,10 @@ fn status_patch(phase: &str, now: Timestamp, extra: Value) -> Value {
     json!({ "status": status })
 }
 
+fn node_ref(node: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "name": node})
+}
+
 fn condition(status: &str, reason: &str, message: &str, now: Timestamp) -> Value {
     json!([{
         "type": CONDITION_TYPE,
@@ -127,6 +131,8 @@ pub struct StaticController {
     running: BTreeMap<String, JoinHandle<()>>,
     finished_tx: mpsc::UnboundedSender<Finished>,
     finished_rx: mpsc::UnboundedReceiver<Finished>,
+    /// Reports taken off the channel while waiting between passes.
+    pending: Vec<Finished>,
 }
 
 impl std::fmt::Debug for StaticController {
@@ -156,6 +162,7 @@ impl StaticController {
             running: BTreeMap::new(),
             finished_tx,
             finished_rx,
+            pending: Vec::new(),
         }
     }
 
@@ -187,9 +194,13 @@ impl StaticController {
         Ok((groups, instances, credentials))
     }
 
-    /// Takes the reports of operations that ended, pinning first-contact host keys.
-    async fn collect_finished(&mut self, instances: &[StaticInstance]) {
+    /// Takes the reports of operations that ended, pinning first-contact host keys (also in
+    /// `instances`, so that operations started in this pass see the pin).
+    async fn collect_finished(&mut self, instances: &mut [StaticInstance]) {
         while let Ok(done) = self.finished_rx.try_recv() {
+            self.pending.push(done);
+        }
+        for done in std::mem::take(&mut self.pending) {
             self.running.remove(&done.instance);
             let result = if done.outcome.is_ok() {
                 "succeeded"
@@ -208,15 +219,15 @@ impl StaticController {
                     tracing::warn!(instance = %done.instance, operation = %done.operation, cause = ?failure.cause, "{}", failure.message)
                 }
             }
-            if let Some(host_key) = &done.host_key {
-                let pinned = instances
-                    .iter()
-                    .find(|i| i.metadata.name.as_deref() == Some(done.instance.as_str()))
-                    .and_then(|i| i.metadata.annotations.get(ANNOTATION_SSH_HOST_KEY));
-                if pinned.is_none() {
+            let instance = instances
+                .iter_mut()
+                .find(|i| i.metadata.name.as_deref() == Some(done.instance.as_str()));
+            if let (Some(host_key), Some(instance)) = (&done.host_key, instance) {
+                let annotations = &mut instance.metadata.annotations;
+                if !annotations.contains_key(ANNOTATION_SSH_HOST_KEY) {
                     let patch =
                         json!({"metadata": {"annotations": {ANNOTATION_SSH_HOST_KEY: host_key}}});
-                    if let Err(error) = self
+                    match self
                         .instances()
                         .patch(
                             &done.instance,
@@ -225,7 +236,12 @@ impl StaticController {
                         )
                         .await
                     {
-                        tracing::warn!(instance = %done.instance, %error, "could not pin the host key; it is pinned at the next contact");
+                        Ok(_) => {
+                            annotations.insert(ANNOTATION_SSH_HOST_KEY.into(), host_key.clone());
+                        }
+                        Err(error) => {
+                            tracing::warn!(instance = %done.instance, %error, "could not pin the host key; it is pinned at the next contact");
+                        }
                     }
                 }
             }
@@ -240,11 +256,7 @@ impl StaticController {
     /// When the cluster cannot be read (nothing was done).
     pub async fn pass(&mut self) -> Result<Option<Timestamp>, ClusterError> {
         let (groups, mut instances, credentials) = self.read().await?;
-        self.collect_finished(&instances).await;
-        // Reports may have pinned keys: the jobs started below must see them.
-        if let Ok((_, fresh, _)) = self.read().await {
-            instances = fresh;
-        }
+        self.collect_finished(&mut instances).await;
         let nodes = self.cluster.list_nodes().await?;
         let now = now();
         let plan = self.core.reconcile(
@@ -287,6 +299,24 @@ impl StaticController {
             .await
             .map(|_| ())
             .map_err(|e| ClusterError::Unavailable(format!("StaticInstance {name} status: {e}")))
+    }
+
+    /// Writes the instance's phase (with `extra` status fields) and records an event.
+    #[allow(clippy::too_many_arguments)]
+    async fn record(
+        &self,
+        name: &str,
+        phase: &str,
+        extra: Value,
+        now: Timestamp,
+        kind: EventKind,
+        reason: &str,
+        message: String,
+    ) -> Result<(), ClusterError> {
+        self.patch_status(name, &status_patch(phase, now, extra))
+            .await?;
+        self.event(name, kind, reason, message).await;
+        Ok(())
     }
 
     async fn patch_metadata(&self, name: &str, patch: &Value) -> Result<(), ClusterError> {
@@ -530,22 +560,16 @@ impl StaticController {
                 attempt,
             } => {
                 let machine_ref = serde_json::to_value(machine_ref_for(group)).unwrap_or_default();
-                self.patch_status(
+                self.record(
                     name,
-                    &status_patch(
-                        "Bootstrapping",
-                        now,
-                        json!({"machineRef": machine_ref, "nodeRef": null}),
-                    ),
-                )
-                .await?;
-                self.event(
-                    name,
+                    "Bootstrapping",
+                    json!({"machineRef": machine_ref, "nodeRef": null}),
+                    now,
                     EventKind::Normal,
                     "Bootstrapping",
                     command.to_string(),
                 )
-                .await;
+                .await?;
                 tracing::info!(instance = %name, %group, attempt, "starting bootstrap over SSH");
                 let script = self.bootstrap_script(name, groups.get(group.as_str()));
                 let target = self.target(instance, address, credentials.get(creds.as_str()));
@@ -560,10 +584,16 @@ impl StaticController {
                 credentials: creds,
                 ..
             } => {
-                self.patch_status(name, &status_patch("Cleaning", now, json!({})))
-                    .await?;
-                self.event(name, EventKind::Normal, "Cleaning", command.to_string())
-                    .await;
+                self.record(
+                    name,
+                    "Cleaning",
+                    json!({}),
+                    now,
+                    EventKind::Normal,
+                    "Cleaning",
+                    command.to_string(),
+                )
+                .await?;
                 let script = self.cleanup_script(name, groups.get(group.as_str()));
                 let target = self.target(instance, address, credentials.get(creds.as_str()));
                 self.start_or_fail(name, Operation::Cleanup, target, script, node.clone());
@@ -574,21 +604,19 @@ impl StaticController {
                 node,
                 ..
             } => {
-                self.patch_status(
+                self.record(
                     name,
-                    &status_patch(
-                        "Running",
-                        now,
-                        json!({
-                            "nodeRef": {"apiVersion": "v1", "kind": "Node", "name": node},
-                            "conditions": condition("True", "Running", &format!("node {node} joined"), now),
-                        }),
-                    ),
+                    "Running",
+                    json!({
+                        "nodeRef": node_ref(node),
+                        "conditions": condition("True", "Running", &format!("node {node} joined"), now),
+                    }),
+                    now,
+                    EventKind::Normal,
+                    "Running",
+                    command.to_string(),
                 )
-                .await?;
-                self.event(name, EventKind::Normal, "Running", command.to_string())
-                    .await;
-                Ok(())
+                .await
             }
             StaticCommand::Adopt {
                 instance: name,
@@ -596,46 +624,43 @@ impl StaticController {
                 node,
             } => {
                 let machine_ref = serde_json::to_value(machine_ref_for(group)).unwrap_or_default();
-                self.patch_status(
-                    name,
-                    &status_patch(
-                        "Running",
-                        now,
-                        json!({
-                            "machineRef": machine_ref,
-                            "nodeRef": {"apiVersion": "v1", "kind": "Node", "name": node},
-                            "conditions": condition("True", "Adopted", &format!("running node {node} adopted without bootstrap"), now),
-                        }),
-                    ),
-                )
-                .await?;
                 self.patch_metadata(
                     name,
                     &json!({"metadata": {"annotations": {keys::ANNOTATION_SKIP_BOOTSTRAP_PHASE: null}}}),
                 )
                 .await?;
-                self.event(name, EventKind::Normal, "Adopted", command.to_string())
-                    .await;
-                Ok(())
+                self.record(
+                    name,
+                    "Running",
+                    json!({
+                        "machineRef": machine_ref,
+                        "nodeRef": node_ref(node),
+                        "conditions": condition("True", "Adopted", &format!("running node {node} adopted without bootstrap"), now),
+                    }),
+                    now,
+                    EventKind::Normal,
+                    "Adopted",
+                    command.to_string(),
+                )
+                .await
             }
             StaticCommand::Release {
                 instance: name,
                 remove_finalizer,
             } => {
-                self.patch_status(
+                self.record(
                     name,
-                    &status_patch(
-                        "Pending",
-                        now,
-                        json!({"machineRef": null, "nodeRef": null, "conditions": []}),
-                    ),
+                    "Pending",
+                    json!({"machineRef": null, "nodeRef": null, "conditions": []}),
+                    now,
+                    EventKind::Normal,
+                    "Released",
+                    command.to_string(),
                 )
                 .await?;
                 if *remove_finalizer {
                     self.set_finalizer(instance, name, false).await?;
                 }
-                self.event(name, EventKind::Normal, "Released", command.to_string())
-                    .await;
                 Ok(())
             }
             StaticCommand::MarkError {
@@ -644,40 +669,36 @@ impl StaticController {
                 message,
             } => {
                 self.stop_operation(name);
-                self.patch_status(
+                self.record(
                     name,
-                    &status_patch(
-                        "Error",
-                        now,
-                        json!({"conditions": condition("False", &reason.as_str(), message, now)}),
-                    ),
+                    "Error",
+                    json!({"conditions": condition("False", &reason.as_str(), message, now)}),
+                    now,
+                    EventKind::Warning,
+                    &reason.as_str(),
+                    message.clone(),
                 )
-                .await?;
-                self.event(name, EventKind::Warning, &reason.as_str(), message.clone())
-                    .await;
-                Ok(())
+                .await
             }
             StaticCommand::ReturnToPending {
                 instance: name,
                 reason,
                 message,
             } => {
-                self.patch_status(
+                self.record(
                     name,
-                    &status_patch(
-                        "Pending",
-                        now,
-                        json!({
-                            "machineRef": null,
-                            "nodeRef": null,
-                            "conditions": condition("False", &reason.as_str(), message, now),
-                        }),
-                    ),
+                    "Pending",
+                    json!({
+                        "machineRef": null,
+                        "nodeRef": null,
+                        "conditions": condition("False", &reason.as_str(), message, now),
+                    }),
+                    now,
+                    EventKind::Warning,
+                    &reason.as_str(),
+                    message.clone(),
                 )
-                .await?;
-                self.event(name, EventKind::Warning, &reason.as_str(), message.clone())
-                    .await;
-                Ok(())
+                .await
             }
             StaticCommand::MarkPending { instance: name } => {
                 self.patch_status(
@@ -705,10 +726,13 @@ impl StaticController {
                 started,
                 result,
             );
-            // Wake early when an operation ends: peek without taking the report.
+            // Wake early when an operation ends; the report waits for the next pass.
             let woken = tokio::select! {
                 running = wait(next, deadline, &mut stop) => running,
-                () = finished_signal(&self.finished_rx) => true,
+                Some(done) = self.finished_rx.recv() => {
+                    self.pending.push(done);
+                    true
+                }
             };
             if !woken || *stop.borrow() {
                 break;
@@ -717,12 +741,5 @@ impl StaticController {
         for (_, task) in std::mem::take(&mut self.running) {
             task.abort();
         }
-    }
-}
-
-/// Resolves once a report is waiting (polled; reports are rare).
-async fn finished_signal(rx: &mpsc::UnboundedReceiver<Finished>) {
-    while rx.is_empty() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
