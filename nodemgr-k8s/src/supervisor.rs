@@ -160,14 +160,9 @@ mod tests {
 
     use super::*;
 
-    fn waits_for_stop(
-        mut stop: watch::Receiver<bool>,
-        stopped: Arc<AtomicBool>,
-    ) -> impl Future<Output = ()> {
-        async move {
-            let _ = stop.wait_for(|s| *s).await;
-            stopped.store(true, Ordering::SeqCst);
-        }
+    async fn waits_for_stop(mut stop: watch::Receiver<bool>, stopped: Arc<AtomicBool>) {
+        let _ = stop.wait_for(|s| *s).await;
+        stopped.store(true, Ordering::SeqCst);
     }
 
     #[tokio::test]
