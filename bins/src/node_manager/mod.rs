@@ -578,7 +578,7 @@ mod tests {
             .unwrap();
         assert_eq!(leader.identity, "a");
         assert_eq!(leader.lease_duration, Duration::from_secs(30));
-        assert_eq!(leader.renew_period, Duration::from_secs(10));
+        assert_eq!(leader.retry_period, Duration::from_secs(10));
         assert_eq!(leader.renew_deadline, Duration::from_secs(20));
         let e = parse(&["--renew-period=20s"]).leader_config().unwrap_err();
         assert!(e.to_string().contains("--renew-period"), "{e}");
@@ -590,6 +590,51 @@ mod tests {
             .leader_config()
             .unwrap_err();
         assert!(e.to_string().contains("under 1s"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// Every numeric flag, given an extreme value (huge digits, bounds, exponents, signs,
+        /// unicode, with any unit), is parsed into settings or refused with a message naming
+        /// it; nothing panics.
+        #[test]
+        fn extreme_flag_values_are_parsed_or_refused_by_name(
+            flag in proptest::sample::select(vec![
+                "--lease-duration", "--renew-period", "--renew-deadline", "--resync",
+                "--update-period", "--fencing-period", "--fencing-timeout", "--storm-threshold",
+                "--static-period", "--machines-period",
+            ]),
+            number in proptest::prop_oneof![
+                proptest::sample::select(vec![
+                    i64::MAX.to_string(), i64::MIN.to_string(), u64::MAX.to_string(),
+                    "18446744073709551616".to_owned(), "0".to_owned(), "-1".to_owned(),
+                    "NaN".to_owned(), "inf".to_owned(), "1e308".to_owned(), String::new(),
+                ]),
+                "[0-9]{15,60}",
+                "[0-9]{1,3}\\.[0-9]{1,30}",
+                "\\PC{0,10}",
+            ],
+            unit in proptest::sample::select(vec!["", "s", "ms", "m", "h", "h1s", "%", "e9"]),
+        ) {
+            let arg = format!("{flag}={number}{unit}");
+            match Config::try_parse_from(["node-manager", "--identity=a", arg.as_str()]) {
+                Ok(config) => {
+                    match config.settings() {
+                        Ok(_) => {}
+                        Err(e) => proptest::prop_assert!(
+                            e.to_string().to_lowercase().contains("threshold"),
+                            "{arg}: {e}"
+                        ),
+                    }
+                    if let Err(e) = config.leader_config() {
+                        proptest::prop_assert!(e.to_string().contains("--"), "{arg}: {e}");
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    proptest::prop_assert!(message.contains(flag), "{arg}: {message}");
+                }
+            }
+        }
     }
 
     #[test]
