@@ -504,8 +504,8 @@ impl LeaderElector {
     /// `work(stop)` on winning, renews every `retry_period`, and stops the work when renewal
     /// fails for `renew_deadline` or another replica holds the Lease. Work that ends by itself
     /// is restarted after a backoff, and the replica gives up after too many failures in a row.
-    /// Returns when `shutdown` turns true, after stopping the work and releasing the Lease.
-    /// `role` mirrors the state for `/readyz` and tests.
+    /// Returns when `shutdown` turns true (or its sender is dropped), after stopping the work
+    /// and releasing the Lease. `role` mirrors the state for `/readyz` and tests.
     ///
     /// # Errors
     /// Invalid settings; [`LeaderError::ControllersFailed`] after giving up.
@@ -530,7 +530,9 @@ impl LeaderElector {
         };
         set_role(Role::Standby);
         loop {
-            if *shutdown.borrow() {
+            // A dropped shutdown sender counts as a shutdown: nobody could ask any more, and
+            // waiting on it would return at once and spin.
+            if *shutdown.borrow() || shutdown.has_changed().is_err() {
                 break;
             }
             let Some(current) = term.as_mut() else {
