@@ -52,11 +52,19 @@ impl Drop for Server {
 
 impl Server {
     fn start(extra: &[&str]) -> Self {
+        Self::start_with(&[], extra)
+    }
+
+    /// [`Server::start`] with more NodeGroup manifests (file name, YAML) in its directory.
+    fn start_with(groups: &[(&str, &str)], extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let manifests = dir.path().join("groups");
         std::fs::create_dir(&manifests).unwrap();
         std::fs::write(manifests.join("worker.yaml"), WORKER).unwrap();
         std::fs::write(manifests.join("gpu.yaml"), GPU).unwrap();
+        for (file, yaml) in groups {
+            std::fs::write(manifests.join(file), yaml).unwrap();
+        }
         std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
         std::fs::write(dir.path().join("join-token"), JOIN_TOKEN).unwrap();
         std::fs::write(
@@ -344,6 +352,37 @@ fn reloads_on_file_change_and_keeps_the_last_good_bundle() {
         assert!(Instant::now() < deadline, "the new group was not loaded");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn a_huge_quantity_in_a_group_is_refused_by_name_and_the_server_keeps_serving() {
+    // The reserved memory overflowed the quantity arithmetic and crashed the server at start.
+    let huge = "apiVersion: deckhouse.io/v1
+kind: NodeGroup
+metadata: {name: huge}
+spec:
+  nodeType: Static
+  kubelet:
+    resourceReservation:
+      mode: Static
+      static: {memory: 99999999999999999999Ei}
+";
+    let server = Server::start_with(&[("huge.yaml", huge)], &[]);
+    let response = server.get("/v1/groups/huge/bundle", Some(ADMIN_TOKEN));
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let reason = response.text().unwrap();
+    assert!(reason.contains("too large"), "{reason}");
+    assert!(
+        reason.contains("spec.kubelet.resourceReservation.static.memory"),
+        "{reason}"
+    );
+    // The other groups are served as before.
+    assert_eq!(
+        server
+            .get("/v1/groups/worker/bundle", Some(ADMIN_TOKEN))
+            .status(),
+        StatusCode::OK
+    );
 }
 
 #[test]

@@ -149,3 +149,29 @@ fn no_files_is_a_usage_error() {
     let out = nodemgr(&["validate".as_ref()]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn a_huge_cluster_prefix_len_is_refused_naming_the_flag() {
+    let file = &fixtures("valid")[0];
+    for huge in [
+        "64",
+        "18446744073709551615",
+        "99999999999999999999999999",
+        "-1",
+    ] {
+        let flag = format!("--cluster-prefix-len={huge}");
+        let out = nodemgr(&["validate".as_ref(), flag.as_ref(), file.as_os_str()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{huge}: {stderr}");
+        assert!(stderr.contains("--cluster-prefix-len"), "{huge}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{huge}: {stderr}");
+    }
+    // The largest prefix accepted still validates (and a long name is reported, not wrapped).
+    let out = nodemgr(&[
+        "validate".as_ref(),
+        "--cluster-prefix-len=63".as_ref(),
+        file.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -9,7 +9,9 @@
 //! a PodDisruptionBudget), 5xx, timeouts and connection failures → `Unavailable`, the rest →
 //! `Other` with the server's message.
 //!
-//! A watch that drops or fails is restarted with kube-runtime's default backoff; the stores keep
+//! A watch that drops or fails is restarted on a short backoff capped at 2 s
+//! ([`crate::watch_backoff`]), so the caches catch up within seconds of the API server
+//! recovering; the stores keep
 //! serving the last state meanwhile, and [`KubeCluster::ready`] stays true once every store has
 //! had its first complete list.
 
@@ -40,6 +42,7 @@ use tokio::task::JoinHandle;
 
 use crate::convert::{self, lease_renew_time, node_to_core, pdb_to_core, pod_to_core};
 use crate::crd::NodeGroup;
+use crate::watch_backoff::WatchBackoff;
 
 /// Name of the Secret holding each group's desired configuration checksum (facts §4).
 pub const CHECKSUMS_SECRET: &str = "configuration-checksums";
@@ -102,7 +105,7 @@ where
     let (reader, writer) = reflector::store();
     let kind = K::kind(&K::DynamicType::default()).to_string();
     let stream = reflector::reflector(writer, watcher(api, config))
-        .default_backoff()
+        .backoff(WatchBackoff::new())
         .touched_objects();
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);

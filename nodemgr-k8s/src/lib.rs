@@ -2,7 +2,8 @@
 //!
 //! The Kubernetes adapter of nodemgr: the Deckhouse-compatible custom resources, conversions
 //! between API objects and nodemgr-core's views, the cluster port over kube-rs ([`cluster`]), the
-//! controllers ([`controllers`]), leader election ([`leader`]), metrics ([`metrics`]) and the
+//! controllers ([`controllers`]) supervised as one unit ([`supervisor`]), leader election
+//! ([`leader`]), the watches' retry schedule ([`watch_backoff`]), metrics ([`metrics`]) and the
 //! HTTP endpoints and shutdown signal of the controller binary ([`serve`]).
 
 pub mod cluster;
@@ -12,3 +13,5 @@ pub mod crd;
 pub mod leader;
 pub mod metrics;
 pub mod serve;
+pub mod supervisor;
+pub mod watch_backoff;

@@ -390,6 +390,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         identity: Some("demo".into()),
         lease_duration: None,
         renew_period: None,
+        renew_deadline: None,
         no_leader_election: false,
         resync: Some(Duration::from_secs(2)),
         update_period: Some(Duration::from_secs(1)),

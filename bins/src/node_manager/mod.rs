@@ -42,9 +42,10 @@ use nodemgr_k8s::cluster::{KubeCluster, client};
 use nodemgr_k8s::controllers::machines::{Bootstrap, MachineController, MachineSettings};
 use nodemgr_k8s::controllers::static_instances::{RenderRoots, StaticController, StaticSettings};
 use nodemgr_k8s::controllers::{self, Settings};
-use nodemgr_k8s::leader::{LeaderConfig, LeaderElector};
+use nodemgr_k8s::leader::{LeaderConfig, LeaderElector, Role};
 use nodemgr_k8s::metrics::Metrics;
 use nodemgr_k8s::serve::{self, Health};
+use nodemgr_k8s::supervisor::TaskGroup;
 use nodemgr_ssh::SshShell;
 use serde::Deserialize;
 use tokio::sync::watch;
@@ -91,10 +92,14 @@ pub struct Config {
     /// How long the leader Lease stays valid without renewal [default: 15s].
     #[arg(long, value_parser = duration)]
     pub lease_duration: Option<Duration>,
-    /// How often the leader renews the Lease and the others try to take it; shorter than
-    /// --lease-duration [default: 5s].
+    /// How often the leader renews the Lease and the others try to take it (they add up to
+    /// 50 % jitter); shorter than --renew-deadline [default: 2s].
     #[arg(long, value_parser = duration)]
     pub renew_period: Option<Duration>,
+    /// How long the leader keeps acting when it cannot renew the Lease; shorter than
+    /// --lease-duration [default: two thirds of it, 10s for the default 15s].
+    #[arg(long, value_parser = duration)]
+    pub renew_deadline: Option<Duration>,
     /// Run without leader election (one replica only!).
     #[arg(long)]
     pub no_leader_election: bool,
@@ -333,8 +338,9 @@ impl Config {
     /// The leader-election settings (Lease, identity, timing).
     ///
     /// # Errors
-    /// A renew period not shorter than the lease duration (the leader could lose the Lease
-    /// before renewing it), or a lease duration under a second.
+    /// Timing that breaks the election's guarantees: a lease duration under a second, a renew
+    /// deadline not shorter than the lease duration, a renew period not shorter than the renew
+    /// deadline (see `nodemgr_k8s::leader`).
     pub fn leader_config(&self) -> anyhow::Result<LeaderConfig> {
         let mut leader = LeaderConfig::new(
             &self.leader_election_namespace,
@@ -343,20 +349,22 @@ impl Config {
         );
         if let Some(d) = self.lease_duration {
             leader.lease_duration = d;
+            leader.renew_deadline = d.mul_f64(2.0 / 3.0);
+        }
+        if let Some(d) = self.renew_deadline {
+            leader.renew_deadline = d;
         }
         if let Some(d) = self.renew_period {
-            leader.renew_period = d;
+            leader.retry_period = d;
         }
-        if leader.lease_duration < Duration::from_secs(1) {
-            bail!("--lease-duration must be at least 1s (a Lease counts whole seconds)");
-        }
-        if leader.renew_period.is_zero() || leader.renew_period >= leader.lease_duration {
-            bail!(
-                "--renew-period ({:?}) must be longer than zero and shorter than --lease-duration ({:?})",
-                leader.renew_period,
-                leader.lease_duration
-            );
-        }
+        leader.validate().map_err(|e| {
+            anyhow::anyhow!(
+                "{e}; set --lease-duration > --renew-deadline > --renew-period (now {:?}, {:?}, {:?})",
+                leader.lease_duration,
+                leader.renew_deadline,
+                leader.retry_period
+            )
+        })?;
         Ok(leader)
     }
 
@@ -408,7 +416,7 @@ pub async fn run(
     };
     let metrics = Metrics::new();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (leading_tx, leading_rx) = watch::channel(false);
+    let (role_tx, role_rx) = watch::channel(Role::Standby);
     let (reachable_tx, reachable_rx) = watch::channel(false);
     let listener = serve::bind(config.metrics_address)
         .await
@@ -418,7 +426,7 @@ pub async fn run(
         metrics.clone(),
         Health {
             api_reachable: reachable_rx,
-            leading: leading_rx,
+            role: role_rx,
         },
     );
     let server_stop = stop_rx.clone();
@@ -452,27 +460,31 @@ pub async fn run(
         let metrics = controller_metrics.clone();
         async move {
             let (cluster, _watches) = KubeCluster::start(client, "node-manager");
-            let static_task = static_settings.map(|s| {
+            // One unit: when any controller ends by itself, the others stop and the elector
+            // restarts them or gives up the Lease (see `nodemgr_k8s::leader`).
+            let mut group = TaskGroup::new();
+            let inner = group.stop_signal();
+            if let Some(s) = static_settings {
                 let controller = StaticController::new(
                     cluster.clone(),
                     Arc::new(SshShell::new()),
                     s,
                     metrics.clone(),
                 );
-                tokio::spawn(controller.run(stop.clone()))
-            });
-            let machine_task = match (machine_settings, cloud) {
-                (Some(s), Some(cloud)) => {
-                    let controller =
-                        MachineController::new(cluster.clone(), cloud, s, metrics.clone());
-                    Some(tokio::spawn(controller.run(stop.clone())))
-                }
-                _ => None,
-            };
-            controllers::run(cluster, settings, metrics, stop).await;
-            for task in [static_task, machine_task].into_iter().flatten() {
-                let _ = task.await;
+                group.spawn("static", controller.run(inner.clone()));
             }
+            if let (Some(s), Some(cloud)) = (machine_settings, cloud) {
+                let controller = MachineController::new(cluster.clone(), cloud, s, metrics.clone());
+                group.spawn("machines", controller.run(inner.clone()));
+            }
+            let cluster_controllers = controllers::run(cluster, settings, metrics, inner.clone());
+            group.spawn("controllers", async move {
+                if let Err(error) = cluster_controllers.await {
+                    // The group sees this task return and names it; say which controller it was.
+                    tracing::error!(%error, "a cluster controller ended");
+                }
+            });
+            group.run(stop).await
         }
     };
     if let Some(leader) = leader {
@@ -482,11 +494,13 @@ pub async fn run(
                 .context("no Kubernetes configuration for leader election")?,
             leader,
         );
-        elector.run(stop_rx, &metrics, &leading_tx, start).await;
+        elector.run(stop_rx, &metrics, &role_tx, start).await?;
     } else {
         tracing::warn!("leader election is off: run a single replica");
-        let _ = leading_tx.send(true);
-        start(stop_rx).await;
+        let _ = role_tx.send(Role::Leader);
+        // Without an election there is nobody to hand over to: a failure ends the process
+        // and the kubelet restarts it.
+        start(stop_rx).await?;
     }
     Ok(())
 }
@@ -564,13 +578,63 @@ mod tests {
             .unwrap();
         assert_eq!(leader.identity, "a");
         assert_eq!(leader.lease_duration, Duration::from_secs(30));
-        assert_eq!(leader.renew_period, Duration::from_secs(10));
+        assert_eq!(leader.retry_period, Duration::from_secs(10));
+        assert_eq!(leader.renew_deadline, Duration::from_secs(20));
         let e = parse(&["--renew-period=20s"]).leader_config().unwrap_err();
         assert!(e.to_string().contains("--renew-period"), "{e}");
+        let e = parse(&["--renew-deadline=15s"])
+            .leader_config()
+            .unwrap_err();
+        assert!(e.to_string().contains("renew deadline"), "{e}");
         let e = parse(&["--lease-duration=500ms", "--renew-period=100ms"])
             .leader_config()
             .unwrap_err();
-        assert!(e.to_string().contains("at least 1s"), "{e}");
+        assert!(e.to_string().contains("under 1s"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// Every numeric flag, given an extreme value (huge digits, bounds, exponents, signs,
+        /// unicode, with any unit), is parsed into settings or refused with a message naming
+        /// it; nothing panics.
+        #[test]
+        fn extreme_flag_values_are_parsed_or_refused_by_name(
+            flag in proptest::sample::select(vec![
+                "--lease-duration", "--renew-period", "--renew-deadline", "--resync",
+                "--update-period", "--fencing-period", "--fencing-timeout", "--storm-threshold",
+                "--static-period", "--machines-period",
+            ]),
+            number in proptest::prop_oneof![
+                proptest::sample::select(vec![
+                    i64::MAX.to_string(), i64::MIN.to_string(), u64::MAX.to_string(),
+                    "18446744073709551616".to_owned(), "0".to_owned(), "-1".to_owned(),
+                    "NaN".to_owned(), "inf".to_owned(), "1e308".to_owned(), String::new(),
+                ]),
+                "[0-9]{15,60}",
+                "[0-9]{1,3}\\.[0-9]{1,30}",
+                "\\PC{0,10}",
+            ],
+            unit in proptest::sample::select(vec!["", "s", "ms", "m", "h", "h1s", "%", "e9"]),
+        ) {
+            let arg = format!("{flag}={number}{unit}");
+            match Config::try_parse_from(["node-manager", "--identity=a", arg.as_str()]) {
+                Ok(config) => {
+                    match config.settings() {
+                        Ok(_) => {}
+                        Err(e) => proptest::prop_assert!(
+                            e.to_string().to_lowercase().contains("threshold"),
+                            "{arg}: {e}"
+                        ),
+                    }
+                    if let Err(e) = config.leader_config() {
+                        proptest::prop_assert!(e.to_string().contains("--"), "{arg}: {e}");
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    proptest::prop_assert!(message.contains(flag), "{arg}: {message}");
+                }
+            }
+        }
     }
 
     #[test]

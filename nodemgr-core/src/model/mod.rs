@@ -22,4 +22,4 @@ pub use meta::{
 pub use node_group::*;
 pub use quantity::{Quantity, QuantityError};
 pub use static_instance::*;
-pub use time::{Timestamp, parse_duration};
+pub use time::{DurationError, MAX_DURATION, Timestamp, parse_duration, parse_duration_checked};
