@@ -223,6 +223,7 @@ fn serves_bundles_checksums_and_scripts() {
     assert_eq!(
         names,
         [
+            "000_node_users.sh",
             "001_ca.sh",
             "010_os_settings.sh",
             "020_containerd.sh",
@@ -231,7 +232,7 @@ fn serves_bundles_checksums_and_scripts() {
         ]
     );
     assert!(
-        bundle["steps"][3]["script"]
+        bundle["steps"][4]["script"]
             .as_str()
             .unwrap()
             .contains("\"maxPods\": 150")
@@ -272,7 +273,7 @@ fn serves_bundles_checksums_and_scripts() {
     assert_eq!(object["metadata"]["name"], "ubuntu-lts.worker");
     assert_eq!(
         object["data"]["030_kubelet.sh"],
-        bundle["steps"][3]["script"]
+        bundle["steps"][4]["script"]
     );
     let object: serde_json::Value = serde_json::from_str(
         &server
