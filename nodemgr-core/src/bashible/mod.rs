@@ -566,9 +566,6 @@ impl Renderer {
         }
         // Built-in and configuration steps interleave by name: weight, then name.
         steps.sort_by(|a, b| a.name.cmp(&b.name));
-        for s in &skipped {
-            tracing::warn!(group = group.name(), skipped = %s, "left out of the bundle");
-        }
         let checksum = configuration_checksum(&steps);
         Ok(Bundle {
             group: group.name().to_owned(),
