@@ -115,6 +115,14 @@ impl Server {
         self.dir.path().join("groups").join(name)
     }
 
+    /// Replaces a manifest atomically (written beside the directory, then renamed), so that
+    /// the server's reload never reads it half-written.
+    fn write_manifest(&self, name: &str, text: &str) {
+        let staged = self.dir.path().join(format!("{name}.staged"));
+        std::fs::write(&staged, text).unwrap();
+        std::fs::rename(&staged, self.manifest(name)).unwrap();
+    }
+
     fn get(&self, path: &str, token: Option<&str>) -> reqwest::blocking::Response {
         // reqwest has no built-in crypto provider in this workspace: ring, as everywhere.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -231,6 +239,7 @@ fn serves_bundles_checksums_and_scripts() {
     assert_eq!(
         names,
         [
+            "000_node_users.sh",
             "001_ca.sh",
             "010_os_settings.sh",
             "020_containerd.sh",
@@ -239,7 +248,7 @@ fn serves_bundles_checksums_and_scripts() {
         ]
     );
     assert!(
-        bundle["steps"][3]["script"]
+        bundle["steps"][4]["script"]
             .as_str()
             .unwrap()
             .contains("\"maxPods\": 150")
@@ -280,7 +289,7 @@ fn serves_bundles_checksums_and_scripts() {
     assert_eq!(object["metadata"]["name"], "ubuntu-lts.worker");
     assert_eq!(
         object["data"]["030_kubelet.sh"],
-        bundle["steps"][3]["script"]
+        bundle["steps"][4]["script"]
     );
     let object: serde_json::Value = serde_json::from_str(
         &server
@@ -308,16 +317,15 @@ fn serves_bundles_checksums_and_scripts() {
 fn reloads_on_file_change_and_keeps_the_last_good_bundle() {
     let server = Server::start(&["--watch-interval", "200ms"]);
     let before = server.checksum("worker");
-    std::fs::write(server.manifest("worker.yaml"), WORKER.replace("150", "200")).unwrap();
+    server.write_manifest("worker.yaml", &WORKER.replace("150", "200"));
     let after = server.wait_for_change("worker", &before);
     assert_eq!(after, expected_checksum(&WORKER.replace("150", "200")));
 
     // A change that breaks the group: the last good bundle stays, marked stale.
-    std::fs::write(
-        server.manifest("worker.yaml"),
-        WORKER.replace("{maxPods: 150}", "{rootDir: relative}"),
-    )
-    .unwrap();
+    server.write_manifest(
+        "worker.yaml",
+        &WORKER.replace("{maxPods: 150}", "{rootDir: relative}"),
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let response = server.get("/v1/groups/worker/bundle", Some(ADMIN_TOKEN));
@@ -455,4 +463,50 @@ fn refuses_to_start_without_tokens_or_with_a_bad_join_token() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn configurations_and_users_in_the_manifests_join_their_groups_bundles() {
+    let server = Server::start(&["--watch-interval", "200ms"]);
+    let worker_before = server.checksum("worker");
+    let gpu_before = server.checksum("gpu");
+    server.write_manifest(
+        "custom.yaml",
+        "apiVersion: deckhouse.io/v1alpha1\nkind: NodeGroupConfiguration\nmetadata: {name: motd.sh}\n\
+         spec: {weight: 40, nodeGroups: [worker], content: \"echo hi > /etc/motd\"}\n\
+         ---\napiVersion: deckhouse.io/v1alpha1\nkind: NodeGroupConfiguration\nmetadata: {name: bad}\n\
+         spec: {content: \"echo bad\"}\n\
+         ---\napiVersion: deckhouse.io/v1\nkind: NodeUser\nmetadata: {name: ops}\n\
+         spec: {uid: 1001, nodeGroups: [worker]}\n",
+    );
+    server.wait_for_change("worker", &worker_before);
+    let bundle: serde_json::Value = serde_json::from_str(
+        &server
+            .get("/v1/groups/worker/bundle", Some(WORKER_TOKEN))
+            .text()
+            .unwrap(),
+    )
+    .unwrap();
+    let steps = bundle["steps"].as_array().unwrap();
+    let names: Vec<&str> = steps.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "000_node_users.sh",
+            "001_ca.sh",
+            "010_os_settings.sh",
+            "020_containerd.sh",
+            "030_kubelet.sh",
+            "040_motd.sh",
+            "090_cleanup_script.sh"
+        ]
+    );
+    assert!(
+        steps[0]["script"]
+            .as_str()
+            .unwrap()
+            .contains("bb_node_user 'ops' '1001'")
+    );
+    // The invalid configuration reached no bundle, and gpu is untouched.
+    assert_eq!(server.checksum("gpu"), gpu_before);
 }

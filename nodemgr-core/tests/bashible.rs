@@ -438,13 +438,14 @@ fn not_managed_cri_has_no_containerd_step_and_uses_its_socket() {
     assert_eq!(
         names,
         [
+            "000_node_users.sh",
             "001_ca.sh",
             "010_os_settings.sh",
             "030_kubelet.sh",
             "090_cleanup_script.sh"
         ]
     );
-    let kubelet = &bundle.steps[2].script;
+    let kubelet = &bundle.steps[3].script;
     assert!(kubelet.contains("unix:///run/crio/crio.sock"));
     assert!(!kubelet.contains("systemReserved"));
 }
