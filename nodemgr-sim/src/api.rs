@@ -15,9 +15,13 @@
 //! another object).
 //!
 //! # Watch lag
-//! While a [`WatchLag`] window is open, cached reads show the nodes as they were `lag` earlier,
-//! but never before the window opened (the watch stalls, then trails the world by `lag`).
-//! Snapshots are kept only while a window is open; reads outside windows are current.
+//! While a [`WatchLag`] window is open, cached reads show the nodes as they were `lag` earlier.
+//! When the window opens the view jumps back by `lag`: the controller's watch was re-established
+//! and relisted from an API server whose own watch cache is behind (kube-apiserver serves a
+//! list at `resourceVersion=0` from that cache), so a controller may see a state older than
+//! one it saw before. Windows are registered up front ([`SimApiServer::add_watch_lag`], the run
+//! loop does it for the scenario's `watchLag` events) and snapshots are kept only from `lag`
+//! before a window until it closes; reads outside windows are current.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -103,7 +107,7 @@ impl SimApiServer {
         }
     }
 
-    /// Opens a watch-lag window.
+    /// Registers a watch-lag window (before `from - lag`, so the past it shows is recorded).
     pub fn add_watch_lag(&mut self, lag: WatchLag) {
         self.lags.push(lag);
     }
@@ -126,7 +130,7 @@ impl SimApiServer {
             self.history.clear();
             return;
         };
-        if self.lags.iter().all(|l| now < l.from) {
+        if self.lags.iter().all(|l| now < l.from - l.lag) {
             return;
         }
         let mut nodes = nodes();
@@ -145,10 +149,10 @@ impl SimApiServer {
     }
 
     /// The nodes a cached read shows at `now`: `None` when no window is open (read the world),
-    /// else the snapshot from `lag` earlier (not before the window opened).
+    /// else the snapshot from `lag` earlier (the oldest kept when none is that old).
     pub fn cached_nodes(&self, now: Timestamp) -> Option<Vec<Node>> {
         let window = self.open_lag(now)?;
-        let target = (now - window.lag).max(window.from);
+        let target = now - window.lag;
         self.history
             .iter()
             .rev()

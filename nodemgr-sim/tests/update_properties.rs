@@ -74,10 +74,15 @@ struct Fault {
 }
 
 impl Fault {
+    /// When a watch lag starts: within 10 minutes after its group's change.
+    fn lag_at_s(&self, groups: &[GroupCase]) -> u64 {
+        groups[self.group % groups.len()].change_at_s + self.at_s % 600
+    }
+
     /// The watch lag this fault opens: `(from_ms, until_ms, lag_ms)`.
-    fn watch_lag(&self) -> Option<(i64, i64, i64)> {
+    fn watch_lag(&self, groups: &[GroupCase]) -> Option<(i64, i64, i64)> {
         (self.kind == 4).then(|| {
-            let from = i64::try_from(self.at_s * 1000).unwrap_or(i64::MAX);
+            let from = i64::try_from(self.lag_at_s(groups) * 1000).unwrap_or(i64::MAX);
             let until = from + i64::try_from(self.for_s * 1000).unwrap_or(i64::MAX);
             (from, until, i64::try_from(self.lag_s() * 1000).unwrap_or(0))
         })
@@ -201,7 +206,8 @@ fn scenario(groups: &[GroupCase], faults: &[Fault], duration_s: u64) -> Scenario
                 let operations = if f.param % 2 == 0 { json!([]) } else { json!(["patch"]) };
                 json!({"at": at, "apiErrors": {"for": format!("{}s", f.for_s / 4), "error": error, "operations": operations}})
             }
-            4 => json!({"at": at, "watchLag": {"for": dur, "lag": format!("{}s", f.lag_s())}}),
+            // Inside the group's rollout, where a view going back in time matters.
+            4 => json!({"at": format!("{}s", f.lag_at_s(groups)), "watchLag": {"for": dur, "lag": format!("{}s", f.lag_s())}}),
             _ => json!({"at": at, "restartControllers": {"clockSkew": format!("{}s", f.skew_s())}}),
         });
     }
@@ -254,7 +260,7 @@ fn check_safety(
     faults: &[Fault],
     timeline: &nodemgr_sim::Timeline,
 ) -> Result<(), TestCaseError> {
-    let lags: Vec<(i64, i64, i64)> = faults.iter().filter_map(Fault::watch_lag).collect();
+    let lags: Vec<(i64, i64, i64)> = faults.iter().filter_map(|f| f.watch_lag(groups)).collect();
     // How far behind the controller's cached view may be at `at_ms`.
     let lag_at = |at_ms: i64| {
         lags.iter()
