@@ -18,6 +18,7 @@ pub mod model;
 pub mod node_template;
 pub mod oom;
 pub mod ports;
+pub mod read_your_writes;
 pub mod scaling;
 pub mod static_nodes;
 pub mod update;

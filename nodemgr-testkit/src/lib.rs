@@ -26,6 +26,7 @@ pub mod emulator;
 pub mod eviction;
 pub mod faults;
 pub mod fleet;
+pub mod latency;
 pub mod managed;
 pub mod openapi;
 pub mod patch;
@@ -43,4 +44,5 @@ pub use faults::Fault;
 pub use fleet::{
     Fleet, FleetConfig, FleetEvent, FleetNode, Generation, Impact, Workload, WorkloadKind,
 };
+pub use latency::RequestDelay;
 pub use status::ApiError;
