@@ -7,6 +7,7 @@
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 
 pub mod bashible;
+pub mod bootstrap_tokens;
 pub mod drain;
 pub mod executor;
 pub mod fencing;
