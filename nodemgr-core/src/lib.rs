@@ -20,6 +20,7 @@ pub mod node_template;
 pub mod oom;
 pub mod ports;
 pub mod scaling;
+pub mod serving_certificates;
 pub mod static_nodes;
 pub mod update;
 pub mod validate;
