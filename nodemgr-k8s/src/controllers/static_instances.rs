@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use nodemgr_core::bashible::{
-    BootstrapOptions, BootstrapToken, ClusterContext, RenderRoot, Renderer,
+    BootstrapOptions, ClusterContext, RenderRoot, Renderer,
 };
 use nodemgr_core::model::{NodeGroup, SshCredentials, StaticInstance, Timestamp, keys};
 use nodemgr_core::ports::{
@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::bootstrap_tokens::TokenSource;
 use super::{Backoff, RETRY_FIRST, after_pass, now, wait};
 use crate::cluster::KubeCluster;
 use crate::crd;
@@ -68,8 +69,8 @@ pub struct StaticSettings {
     pub config: StaticConfig,
     /// API endpoints and CA the nodes join with.
     pub cluster: ClusterContext,
-    /// The bootstrap token nodes join with.
-    pub bootstrap_token: BootstrapToken,
+    /// Where the bootstrap token nodes of a group join with comes from.
+    pub bootstrap_tokens: TokenSource,
     /// Where the scripts put their files.
     pub roots: RenderRoots,
     /// Longest wait for TCP, handshake and authentication.
@@ -414,7 +415,11 @@ impl StaticController {
                 group,
                 &self.settings.cluster,
                 &BootstrapOptions {
-                    bootstrap_token: self.settings.bootstrap_token.clone(),
+                    bootstrap_token: self
+                        .settings
+                        .bootstrap_tokens
+                        .for_group(group.name())
+                        .map_err(|e| Failure::new(Cause::Failed, e.to_string()))?,
                     root,
                 },
             )
