@@ -215,27 +215,24 @@ pub fn plan<'g>(
         out.next_deadline = Some(out.next_deadline.map_or(t, |d| d.min(t)));
     };
     for group in groups {
-        match current_token(tokens, group, now) {
-            Some(current) => {
-                let expires = current.expiration.unwrap_or(now);
-                if let Some(token) = &current.token {
-                    out.current.insert(group.to_owned(), token.clone());
-                }
-                let renew_at = expires - policy.renew_margin;
-                if renew_at <= now {
-                    out.commands.push(TokenCommand::Create {
-                        group: group.to_owned(),
-                        expires: now + policy.ttl,
-                    });
-                } else {
-                    deadline(renew_at, &mut out);
-                }
+        if let Some(current) = current_token(tokens, group, now) {
+            let expires = current.expiration.unwrap_or(now);
+            if let Some(token) = &current.token {
+                out.current.insert(group.to_owned(), token.clone());
             }
-            None => out.commands.push(TokenCommand::Create {
-                group: group.to_owned(),
-                expires: now + policy.ttl,
-            }),
+            let renew_at = expires - policy.renew_margin;
+            if renew_at > now {
+                deadline(renew_at, &mut out);
+                continue;
+            }
         }
+        // The new token is renewed in turn once it is within the margin.
+        let expires = now + policy.ttl;
+        deadline(expires - policy.renew_margin, &mut out);
+        out.commands.push(TokenCommand::Create {
+            group: group.to_owned(),
+            expires,
+        });
     }
     for token in tokens {
         match token.expiration {
@@ -293,7 +290,17 @@ mod tests {
             }]
         );
         assert!(plan1.current.is_empty());
-        let tokens = [token("bootstrap-token-a", "worker", 1, Some(now + 4 * HOUR))];
+        assert_eq!(
+            plan1.next_deadline,
+            Some(now + HOUR),
+            "the new token's renewal"
+        );
+        let tokens = [token(
+            "bootstrap-token-a",
+            "worker",
+            1,
+            Some(now + 4 * HOUR),
+        )];
         let plan2 = plan(["worker"], &tokens, now, &p);
         assert!(plan2.commands.is_empty());
         assert_eq!(plan2.current.len(), 1);
@@ -351,7 +358,10 @@ mod tests {
         }
         .validate()
         .unwrap_err();
-        assert!(e.to_string().contains("shorter than the token lifetime"), "{e}");
+        assert!(
+            e.to_string().contains("shorter than the token lifetime"),
+            "{e}"
+        );
         assert_eq!(
             TokenPolicy {
                 ttl: HOUR,

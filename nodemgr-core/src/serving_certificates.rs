@@ -217,9 +217,7 @@ pub fn decide(csr: &ServingRequest, node: Option<&NodeAddresses>) -> CsrDecision
             );
         }
     };
-    if request.common_names != [csr.username.as_str()]
-        || request.organizations != [NODES_GROUP]
-    {
+    if request.common_names != [csr.username.as_str()] || request.organizations != [NODES_GROUP] {
         return deny(
             DenyReason::SubjectMismatch,
             format!(
@@ -270,7 +268,9 @@ pub fn decide(csr: &ServingRequest, node: Option<&NodeAddresses>) -> CsrDecision
         );
     }
     CsrDecision::Approve {
-        message: format!("kubelet serving certificate of Node {node_name} (names checked against its addresses)"),
+        message: format!(
+            "kubelet serving certificate of Node {node_name} (names checked against its addresses)"
+        ),
     }
 }
 

@@ -54,7 +54,11 @@ fn elements(value: &[u8]) -> Result<Vec<AnyRef<'_>>, Pkcs10Error> {
     Ok(out)
 }
 
-fn expect<'a>(any: Option<&AnyRef<'a>>, tag: Tag, what: &'static str) -> Result<&'a [u8], Pkcs10Error> {
+fn expect<'a>(
+    any: Option<&AnyRef<'a>>,
+    tag: Tag,
+    what: &'static str,
+) -> Result<&'a [u8], Pkcs10Error> {
     match any {
         Some(a) if a.tag() == tag => Ok(a.value()),
         _ => Err(shape(what)),
@@ -93,7 +97,11 @@ pub fn parse_der(der: &[u8]) -> Result<CertificateRequest, Pkcs10Error> {
     expect(info.first(), Tag::Integer, "a version INTEGER")?;
     let mut out = CertificateRequest::default();
     for rdn in elements(expect(info.get(1), Tag::Sequence, "a subject Name")?)? {
-        for attribute in elements(expect(Some(&rdn), Tag::Set, "a RelativeDistinguishedName SET")?)? {
+        for attribute in elements(expect(
+            Some(&rdn),
+            Tag::Set,
+            "a RelativeDistinguishedName SET",
+        )?)? {
             let parts = elements(expect(
                 Some(&attribute),
                 Tag::Sequence,
@@ -176,7 +184,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let key = dir.path().join("key.pem");
         let out = std::process::Command::new("openssl")
-            .args(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+            .args([
+                "req",
+                "-new",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+            ])
             .arg("-keyout")
             .arg(&key)
             .args(["-subj", subject])
@@ -187,7 +203,11 @@ mod tests {
             })
             .output()
             .expect("openssl req runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out.stdout
     }
 
@@ -203,7 +223,10 @@ mod tests {
         assert_eq!(r.dns_names, ["w1", "w1.internal"]);
         assert_eq!(
             r.ip_addresses,
-            ["10.0.0.5".parse::<IpAddr>().expect("ip"), "2001:db8::5".parse().expect("ip")]
+            [
+                "10.0.0.5".parse::<IpAddr>().expect("ip"),
+                "2001:db8::5".parse().expect("ip")
+            ]
         );
         assert_eq!(r.other_names, ["email:a@b.c"]);
         let bare = parse_pem(&openssl_csr("/CN=x", "")).expect("parses");

@@ -241,8 +241,10 @@ pub async fn current_token(
     now: Timestamp,
 ) -> Result<Option<BootstrapToken>, TokenError> {
     let tokens = read_tokens(client).await?;
-    Ok(nodemgr_core::bootstrap_tokens::current_token(&tokens, group, now)
-        .and_then(|t| t.token.clone()))
+    Ok(
+        nodemgr_core::bootstrap_tokens::current_token(&tokens, group, now)
+            .and_then(|t| t.token.clone()),
+    )
 }
 
 /// The Secret of a new token.
@@ -270,7 +272,10 @@ pub fn token_secret(token: &BootstrapToken, group: &str, expires: Timestamp) -> 
             labels: Some(
                 [
                     (LABEL_NODE_GROUP.to_owned(), group.to_owned()),
-                    ("app.kubernetes.io/managed-by".to_owned(), "nodemgr".to_owned()),
+                    (
+                        "app.kubernetes.io/managed-by".to_owned(),
+                        "nodemgr".to_owned(),
+                    ),
                 ]
                 .into(),
             ),

@@ -151,7 +151,10 @@ pub async fn reconcile_request(
         "message": message,
         "lastUpdateTime": now.to_rfc3339(),
     });
-    match body.pointer_mut("/status/conditions").and_then(|c| c.as_array_mut()) {
+    match body
+        .pointer_mut("/status/conditions")
+        .and_then(|c| c.as_array_mut())
+    {
         Some(conditions) => conditions.push(entry),
         None => body["status"] = json!({"conditions": [entry]}),
     }
@@ -186,7 +189,11 @@ async fn reconcile(
     result.map(|_| Action::await_change())
 }
 
-fn error_policy(csr: Arc<CertificateSigningRequest>, error: &CsrError, ctx: Arc<Context>) -> Action {
+fn error_policy(
+    csr: Arc<CertificateSigningRequest>,
+    error: &CsrError,
+    ctx: Arc<Context>,
+) -> Action {
     let delay: Duration = ctx.backoff.failed(&csr.name_any());
     tracing::warn!(controller = CONTROLLER, csr = %csr.name_any(), %error, retry_in = ?delay, "reconcile failed; retrying");
     Action::requeue(delay)

@@ -34,9 +34,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use nodemgr_core::bashible::{
-    BootstrapOptions, ClusterContext, RenderRoot, Renderer,
-};
+use nodemgr_core::bashible::{BootstrapOptions, ClusterContext, RenderRoot, Renderer};
 use nodemgr_core::machines::{
     ANNOTATION_PROVIDER_ID, MachineCommand, MachineConfig, MachinePhase, MachineRequests,
     MachineSnapshot, Machines, provider_ids_to_look_up,

@@ -25,9 +25,7 @@ use std::time::{Duration, Instant};
 
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use nodemgr_core::bashible::{
-    BootstrapOptions, ClusterContext, RenderRoot, Renderer,
-};
+use nodemgr_core::bashible::{BootstrapOptions, ClusterContext, RenderRoot, Renderer};
 use nodemgr_core::model::{NodeGroup, SshCredentials, StaticInstance, Timestamp, keys};
 use nodemgr_core::ports::{
     ClusterError, ClusterRead, EventApi, EventKind, NodeApi, ObjectRef, Precondition,
