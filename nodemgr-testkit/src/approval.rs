@@ -10,7 +10,12 @@ use crate::status::ApiError;
 const DECISIONS: [&str; 2] = ["Approved", "Denied"];
 
 fn invalid(name: &str, message: String) -> ApiError {
-    ApiError::invalid("certificates.k8s.io", "CertificateSigningRequest", name, message)
+    ApiError::invalid(
+        "certificates.k8s.io",
+        "CertificateSigningRequest",
+        name,
+        message,
+    )
 }
 
 fn decision_types(object: &Value) -> Vec<String> {
@@ -41,7 +46,10 @@ pub fn approval_update(live: &Value, candidate: &Value) -> Result<Value, ApiErro
         .cloned()
         .unwrap_or_else(|| json!([]));
     let list = conditions.as_array().ok_or_else(|| {
-        invalid(name, "status.conditions: Invalid value: must be a list".to_owned())
+        invalid(
+            name,
+            "status.conditions: Invalid value: must be a list".to_owned(),
+        )
     })?;
     for (i, c) in list.iter().enumerate() {
         let kind = c.get("type").and_then(Value::as_str).unwrap_or_default();
@@ -72,7 +80,9 @@ pub fn approval_update(live: &Value, candidate: &Value) -> Result<Value, ApiErro
         if !after.contains(&before) {
             return Err(invalid(
                 name,
-                format!("status.conditions: Forbidden: updates may not remove a condition of type {before:?}"),
+                format!(
+                    "status.conditions: Forbidden: updates may not remove a condition of type {before:?}"
+                ),
             ));
         }
     }
@@ -106,7 +116,9 @@ mod tests {
         assert_eq!(out["spec"]["signerName"], "kubernetes.io/kubelet-serving");
         assert_eq!(out["status"]["conditions"][0]["type"], "Approved");
 
-        let both = csr(json!([{"type": "Approved", "status": "True"}, {"type": "Denied", "status": "True"}]));
+        let both = csr(
+            json!([{"type": "Approved", "status": "True"}, {"type": "Denied", "status": "True"}]),
+        );
         assert_eq!(approval_update(&live, &both).unwrap_err().code, 422);
         let e = approval_update(&out, &csr(json!([]))).unwrap_err();
         assert!(e.message.contains("may not remove"), "{e}");

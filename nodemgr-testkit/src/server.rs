@@ -952,7 +952,13 @@ fn approve(
         .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
     let candidate = if verb == "patch" {
         let mut candidate = present(rt, &t.version, &live);
-        match request.header(header::CONTENT_TYPE).split(';').next().unwrap_or("").trim() {
+        match request
+            .header(header::CONTENT_TYPE)
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+        {
             "application/merge-patch+json" => merge_patch(&mut candidate, &body),
             "application/json-patch+json" => json_patch(&mut candidate, &body)?,
             other => return Err(ApiError::unsupported_media_type(other)),

@@ -712,10 +712,16 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(settings.policy.renew_margin, Duration::from_secs(240));
-        let e = parse(&["--bootstrap-token-ttl=1h", "--bootstrap-token-renew-margin=2h"])
-            .token_settings()
-            .unwrap_err();
-        assert!(e.to_string().contains("shorter than the token lifetime"), "{e}");
+        let e = parse(&[
+            "--bootstrap-token-ttl=1h",
+            "--bootstrap-token-renew-margin=2h",
+        ])
+        .token_settings()
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("shorter than the token lifetime"),
+            "{e}"
+        );
         assert!(
             parse(&["--controllers", "status"])
                 .token_settings()
@@ -736,9 +742,14 @@ mod tests {
             let settings = config.static_settings().unwrap().unwrap();
             let e = settings.bootstrap_tokens.for_group("worker").unwrap_err();
             assert!(e.to_string().contains("worker"), "{e}");
-            let e = parse(&["--controllers", "static", "--static-cluster-context", context])
-                .static_settings()
-                .unwrap_err();
+            let e = parse(&[
+                "--controllers",
+                "static",
+                "--static-cluster-context",
+                context,
+            ])
+            .static_settings()
+            .unwrap_err();
             assert!(e.to_string().contains("bootstrap-tokens"), "{e}");
         }
     }
