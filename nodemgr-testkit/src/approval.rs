@@ -108,6 +108,26 @@ mod tests {
     }
 
     #[test]
+    fn discovery_lists_the_approval_subresource() {
+        let types = crate::registry::builtin_types();
+        let list = crate::discovery::resource_list(&types, "certificates.k8s.io", "v1")
+            .expect("certificates.k8s.io/v1 is served");
+        let names: Vec<&str> = list["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        for want in [
+            "certificatesigningrequests",
+            "certificatesigningrequests/status",
+            "certificatesigningrequests/approval",
+        ] {
+            assert!(names.contains(&want), "{want} missing from {names:?}");
+        }
+    }
+
+    #[test]
     fn only_conditions_change_and_decisions_are_final() {
         let live = csr(json!([]));
         let mut candidate = csr(json!([{"type": "Approved", "status": "True", "reason": "R"}]));

@@ -5,8 +5,8 @@
 //! [`RemoteShell`] in background tasks, and reports their ends back to the core.
 //!
 //! - **Scripts.** A bootstrap runs the group's bootstrap script rendered by
-//!   [`Renderer::render`] with the cluster context and bootstrap token of
-//!   [`StaticSettings`]; a cleanup runs the group's cleanup script (the one the bootstrap
+//!   [`Renderer::render`] with the cluster context of [`StaticSettings`] and the group's
+//!   bootstrap token (from its [`TokenSource`]); a cleanup runs the group's cleanup script (the one the bootstrap
 //!   installed at `/var/lib/bashible/cleanup_static_node.sh`, rendered again, so it also works
 //!   when a bootstrap stopped before installing it), or, for a group that is gone, the
 //!   installed script. The Node of a cleaned instance is deleted afterwards.
