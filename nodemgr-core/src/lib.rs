@@ -7,6 +7,7 @@
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 
 pub mod bashible;
+pub mod bootstrap_tokens;
 pub mod drain;
 pub mod executor;
 pub mod fencing;
@@ -20,6 +21,7 @@ pub mod oom;
 pub mod ports;
 pub mod read_your_writes;
 pub mod scaling;
+pub mod serving_certificates;
 pub mod static_nodes;
 pub mod update;
 pub mod validate;

@@ -235,6 +235,9 @@ fn bootstrap_runs_into_a_test_root_and_is_idempotent() {
     assert_eq!(kubelet["containerLogMaxSize"], "100Mi");
     assert_eq!(kubelet["containerLogMaxFiles"], 5);
     assert_eq!(kubelet["failSwapOn"], true);
+    // The serving certificate is asked for with a CSR (approved by node-manager).
+    assert_eq!(kubelet["serverTLSBootstrap"], true);
+    assert_eq!(kubelet["rotateCertificates"], true);
     assert_eq!(
         kubelet["containerRuntimeEndpoint"],
         "unix:///run/containerd/containerd.sock"

@@ -21,6 +21,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod approval;
 pub mod discovery;
 pub mod emulator;
 pub mod eviction;

@@ -392,6 +392,9 @@ fn dispatch(
             }
             create(shared, request, &rt, &namespace)
         }
+        "update" | "patch" if t.subresource.as_deref() == Some("approval") => {
+            approve(shared, request, &rt, verb)
+        }
         "update" => update(shared, request, &rt, &namespace),
         "patch" => patch(shared, request, &rt, &namespace),
         "delete" => delete(shared, request, &rt, &namespace),
@@ -949,6 +952,55 @@ fn evict(
     store.delete(pods, namespace, name, &options, &ctx)?;
     drop(store);
     Ok(json_response(201, &success_status()))
+}
+
+/// `PUT` or `PATCH certificatesigningrequests/{name}/approval`: changes only
+/// `status.conditions` (see [`crate::approval`]).
+fn approve(
+    shared: &Arc<Shared>,
+    request: &ResourceRequest,
+    rt: &ResourceType,
+    verb: &str,
+) -> Result<Response, ApiError> {
+    let t = &request.target;
+    let name = t.name.as_deref().unwrap_or("");
+    let body = parse_body(&request.body)?;
+    let mut store = shared.store();
+    let live = store
+        .get(rt, "", name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+    let candidate = if verb == "patch" {
+        let mut candidate = present(rt, &t.version, &live);
+        match request
+            .header(header::CONTENT_TYPE)
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+        {
+            "application/merge-patch+json" => merge_patch(&mut candidate, &body),
+            "application/json-patch+json" => json_patch(&mut candidate, &body)?,
+            other => return Err(ApiError::unsupported_media_type(other)),
+        }
+        candidate
+    } else {
+        check_kind(rt, &t.version, &body)?;
+        body
+    };
+    let merged = crate::approval::approval_update(&live, &candidate)?;
+    let updated = store.replace(
+        rt,
+        &t.version,
+        "",
+        name,
+        merged,
+        Part::Status,
+        &request.context(),
+        None,
+    )?;
+    drop(store);
+    Ok(json_response(200, &present(rt, &t.version, &updated)))
 }
 
 // ---------------------------------------------------------------------------------------

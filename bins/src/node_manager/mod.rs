@@ -19,9 +19,14 @@
 //!
 //! The static instance controller (bootstrap and cleanup of StaticInstances over SSH) runs when
 //! it is given what nodes join with: `--static-cluster-context FILE` (YAML: `apiEndpoints`,
-//! `caCert`, `kubernetesVersion`, …, bashible's `ClusterContext`) and a bootstrap token
-//! (`--bootstrap-token-file FILE` or `$NODEMGR_BOOTSTRAP_TOKEN`). Without them it is off,
-//! and naming `static` in `--controllers` is an error that says what to pass.
+//! `caCert`, `kubernetesVersion`, …, bashible's `ClusterContext`). Without it it is off, and
+//! naming `static` in `--controllers` is an error that says what to pass.
+//!
+//! Bootstrap tokens: the `bootstrap-tokens` controller keeps one token per NodeGroup in
+//! `kube-system` (`--bootstrap-token-ttl`, `--bootstrap-token-renew-margin`), and static and
+//! cloud nodes join with their group's token. `--bootstrap-token-file FILE` (or
+//! `$NODEMGR_BOOTSTRAP_TOKEN`) overrides it with one token for every group. The `csr`
+//! controller approves kubelet serving certificates (see `docs/bootstrap.md`).
 
 pub mod machines;
 
@@ -39,6 +44,9 @@ use nodemgr_core::bashible::{BootstrapToken, ClusterContext};
 use nodemgr_core::ports::cloud::CloudApi;
 use nodemgr_core::static_nodes::StaticConfig;
 use nodemgr_k8s::cluster::{KubeCluster, client};
+use nodemgr_k8s::controllers::bootstrap_tokens::{
+    BootstrapTokenController, CurrentTokens, TokenSettings, TokenSource,
+};
 use nodemgr_k8s::controllers::machines::{Bootstrap, MachineController, MachineSettings};
 use nodemgr_k8s::controllers::static_instances::{RenderRoots, StaticController, StaticSettings};
 use nodemgr_k8s::controllers::{self, Settings};
@@ -54,8 +62,15 @@ use tokio::sync::watch;
 const API_PROBE_PERIOD: Duration = Duration::from_secs(10);
 
 /// The names `--controllers` accepts.
-pub const CONTROLLERS: [&str; 6] = [
-    "status", "template", "update", "fencing", "static", "machines",
+pub const CONTROLLERS: [&str; 8] = [
+    "status",
+    "template",
+    "update",
+    "fencing",
+    "static",
+    "machines",
+    "bootstrap-tokens",
+    "csr",
 ];
 
 /// Flags of `node-manager`.
@@ -74,7 +89,8 @@ pub struct Config {
     #[arg(long = "config", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
     /// Controllers to run, comma-separated: status, template, update, fencing, static,
-    /// machines [default: all; static and machines only when configured].
+    /// machines, bootstrap-tokens, csr [default: all; static and machines only when
+    /// configured].
     #[arg(long, value_delimiter = ',')]
     pub controllers: Option<Vec<String>>,
     /// Address of /metrics, /healthz and /readyz (port 0 picks one; the address is logged).
@@ -127,10 +143,19 @@ pub struct Config {
     /// turns the static instance controller on.
     #[arg(long, value_name = "FILE")]
     pub static_cluster_context: Option<PathBuf>,
-    /// File holding the bootstrap token static nodes join with (`<id>.<secret>`)
-    /// [default: $NODEMGR_BOOTSTRAP_TOKEN].
+    /// File holding one bootstrap token (`<id>.<secret>`) every group's nodes join with,
+    /// instead of each group's own token [default: $NODEMGR_BOOTSTRAP_TOKEN, else per group].
     #[arg(long, value_name = "FILE")]
     pub bootstrap_token_file: Option<PathBuf>,
+    /// Lifetime of the per-group bootstrap tokens [default: 4h].
+    #[arg(long, value_parser = duration)]
+    pub bootstrap_token_ttl: Option<Duration>,
+    /// A group's token is renewed once it has this little left [default: 3h].
+    #[arg(long, value_parser = duration)]
+    pub bootstrap_token_renew_margin: Option<Duration>,
+    /// The per-group tokens the bootstrap-tokens controller publishes (not a flag).
+    #[arg(skip)]
+    pub current_tokens: CurrentTokens,
     /// YAML file of the cloud's zones and instance classes (see `node_manager::machines`);
     /// turns the machine controller of CloudEphemeral groups on.
     #[arg(long, value_name = "FILE")]
@@ -216,18 +241,7 @@ impl Config {
         })?;
         let cluster = ClusterContext::from_yaml(&text)
             .map_err(|e| anyhow::anyhow!("cluster context {}: {e}", context_path.display()))?;
-        let token = match &self.bootstrap_token_file {
-            Some(path) => std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the bootstrap token {}", path.display()))?,
-            None => std::env::var("NODEMGR_BOOTSTRAP_TOKEN").map_err(|_| {
-                anyhow::anyhow!(
-                    "the static controller needs a bootstrap token: pass --bootstrap-token-file \
-                     FILE or set NODEMGR_BOOTSTRAP_TOKEN"
-                )
-            })?,
-        };
-        let bootstrap_token = BootstrapToken::new(token.trim())
-            .map_err(|e| anyhow::anyhow!("bootstrap token: {e}"))?;
+        let bootstrap_tokens = self.token_source(&file)?;
         let period = match self.static_period {
             Some(d) => d,
             None => file
@@ -243,7 +257,7 @@ impl Config {
             period,
             config: StaticConfig::default(),
             cluster,
-            bootstrap_token,
+            bootstrap_tokens,
             roots: RenderRoots::Host,
             connect_timeout: nodemgr_core::ports::remote_shell::DEFAULT_CONNECT_TIMEOUT,
         }))
@@ -280,9 +294,79 @@ impl Config {
         )?;
         settings.bootstrap = statics.map(|s| Bootstrap {
             cluster: s.cluster.clone(),
-            token: s.bootstrap_token.clone(),
+            tokens: s.bootstrap_tokens.clone(),
         });
         Ok(Some(settings))
+    }
+
+    /// The one token of `--bootstrap-token-file` or `$NODEMGR_BOOTSTRAP_TOKEN`, if given.
+    ///
+    /// # Errors
+    /// An unreadable file or a malformed token.
+    pub fn bootstrap_token_override(&self) -> anyhow::Result<Option<BootstrapToken>> {
+        let token = match &self.bootstrap_token_file {
+            Some(path) => std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the bootstrap token {}", path.display()))?,
+            None => match std::env::var("NODEMGR_BOOTSTRAP_TOKEN") {
+                Ok(token) => token,
+                Err(_) => return Ok(None),
+            },
+        };
+        BootstrapToken::new(token.trim())
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("bootstrap token: {e}"))
+    }
+
+    /// Where nodes' bootstrap tokens come from: the override, else each group's own token.
+    fn token_source(&self, file: &FileSettings) -> anyhow::Result<TokenSource> {
+        if let Some(token) = self.bootstrap_token_override()? {
+            return Ok(TokenSource::Fixed(token));
+        }
+        if self.token_settings_from(file)?.is_none() {
+            bail!(
+                "nodes need bootstrap tokens: run the bootstrap-tokens controller (name it in \
+                 --controllers) or pass --bootstrap-token-file FILE"
+            );
+        }
+        Ok(TokenSource::PerGroup(self.current_tokens.clone()))
+    }
+
+    /// The bootstrap token controller's settings, or `None` when it is off.
+    ///
+    /// # Errors
+    /// An unknown controller, a renewal margin not shorter than the lifetime.
+    pub fn token_settings(&self) -> anyhow::Result<Option<TokenSettings>> {
+        self.token_settings_from(&self.file()?)
+    }
+
+    fn token_settings_from(&self, file: &FileSettings) -> anyhow::Result<Option<TokenSettings>> {
+        if let Some(chosen) = self.chosen_controllers(file)?
+            && !chosen.iter().any(|n| n == "bootstrap-tokens")
+        {
+            return Ok(None);
+        }
+        let mut settings = TokenSettings::default();
+        if let Some(ttl) = self.bootstrap_token_ttl {
+            settings.policy.ttl = ttl;
+        }
+        if let Some(margin) = self.bootstrap_token_renew_margin {
+            settings.policy.renew_margin = margin;
+        }
+        settings
+            .policy
+            .validate()
+            .map_err(|e| anyhow::anyhow!("--bootstrap-token-renew-margin: {e}"))?;
+        Ok(Some(settings))
+    }
+
+    /// Whether the kubelet serving certificate controller runs.
+    ///
+    /// # Errors
+    /// An unreadable settings file or an unknown controller.
+    pub fn csr_enabled(&self) -> anyhow::Result<bool> {
+        Ok(self
+            .chosen_controllers(&self.file()?)?
+            .is_none_or(|c| c.iter().any(|n| n == "csr")))
     }
 
     /// The controller settings: flags, then the file, then the defaults.
@@ -392,6 +476,9 @@ pub async fn run(
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
 ) -> anyhow::Result<()> {
     let settings = config.settings()?;
+    let token_settings = config.token_settings()?;
+    let csr_enabled = config.csr_enabled()?;
+    let current_tokens = config.current_tokens.clone();
     let static_settings = config.static_settings()?;
     let machine_settings = config.machine_settings(static_settings.as_ref())?;
     if static_settings.is_none() {
@@ -456,14 +543,30 @@ pub async fn run(
         let settings = settings.clone();
         let static_settings = static_settings.clone();
         let machine_settings = machine_settings.clone();
+        let current_tokens = current_tokens.clone();
         let cloud = cloud.clone();
         let metrics = controller_metrics.clone();
         async move {
-            let (cluster, _watches) = KubeCluster::start(client, "node-manager");
+            let (cluster, _watches) = KubeCluster::start(client.clone(), "node-manager");
             // One unit: when any controller ends by itself, the others stop and the elector
             // restarts them or gives up the Lease (see `nodemgr_k8s::leader`).
             let mut group = TaskGroup::new();
             let inner = group.stop_signal();
+            if let Some(s) = token_settings {
+                let controller = BootstrapTokenController::new(
+                    client.clone(),
+                    s,
+                    current_tokens,
+                    metrics.clone(),
+                );
+                group.spawn("bootstrap-tokens", controller.run(inner.clone()));
+            }
+            if csr_enabled {
+                group.spawn(
+                    "csr",
+                    nodemgr_k8s::controllers::csr::run(client.clone(), metrics.clone(), inner.clone()),
+                );
+            }
             if let Some(s) = static_settings {
                 let controller = StaticController::new(
                     cluster.clone(),
@@ -658,6 +761,60 @@ mod tests {
     }
 
     #[test]
+    fn bootstrap_tokens_are_per_group_unless_overridden() {
+        let settings = parse(&[]).token_settings().unwrap().unwrap();
+        assert_eq!(settings.policy.ttl, Duration::from_secs(4 * 3600));
+        let settings = parse(&[
+            "--bootstrap-token-ttl=10m",
+            "--bootstrap-token-renew-margin=4m",
+        ])
+        .token_settings()
+        .unwrap()
+        .unwrap();
+        assert_eq!(settings.policy.renew_margin, Duration::from_secs(240));
+        let e = parse(&[
+            "--bootstrap-token-ttl=1h",
+            "--bootstrap-token-renew-margin=2h",
+        ])
+        .token_settings()
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("shorter than the token lifetime"),
+            "{e}"
+        );
+        assert!(
+            parse(&["--controllers", "status"])
+                .token_settings()
+                .unwrap()
+                .is_none()
+        );
+        assert!(parse(&["--controllers", "csr"]).csr_enabled().unwrap());
+        assert!(!parse(&["--controllers", "status"]).csr_enabled().unwrap());
+
+        // Static nodes without an override join with their group's token, which needs the
+        // controller.
+        let dir = tempfile::tempdir().unwrap();
+        let context = dir.path().join("context.yaml");
+        std::fs::write(&context, "apiEndpoints: [\"10.0.0.1:6443\"]\ncaCert: x\n").unwrap();
+        let context = context.to_str().unwrap();
+        if std::env::var_os("NODEMGR_BOOTSTRAP_TOKEN").is_none() {
+            let config = parse(&["--static-cluster-context", context]);
+            let settings = config.static_settings().unwrap().unwrap();
+            let e = settings.bootstrap_tokens.for_group("worker").unwrap_err();
+            assert!(e.to_string().contains("worker"), "{e}");
+            let e = parse(&[
+                "--controllers",
+                "static",
+                "--static-cluster-context",
+                context,
+            ])
+            .static_settings()
+            .unwrap_err();
+            assert!(e.to_string().contains("bootstrap-tokens"), "{e}");
+        }
+    }
+
+    #[test]
     fn the_static_controller_runs_only_when_told_what_nodes_join_with() {
         assert!(parse(&[]).static_settings().unwrap().is_none());
         let e = parse(&["--controllers", "static"])
@@ -689,7 +846,14 @@ mod tests {
         .unwrap();
         assert_eq!(settings.period, Duration::from_secs(3));
         assert_eq!(settings.cluster.api_endpoints, ["10.0.0.1:6443"]);
-        assert_eq!(settings.bootstrap_token.as_str(), "abcdef.0123456789abcdef");
+        assert_eq!(
+            settings
+                .bootstrap_tokens
+                .for_group("any")
+                .map(|t| t.as_str().to_owned()),
+            Ok("abcdef.0123456789abcdef".to_owned()),
+            "the file overrides every group's token"
+        );
         // Chosen controllers without static: off even when configured.
         assert!(
             parse(&[

@@ -7,12 +7,16 @@
 //! | [`template`] | `nodemgr_core::node_template` | node labels, annotations, taints |
 //! | [`update`] | `nodemgr_core::executor` (update planner + drains) | node annotations, cordon, evictions |
 //! | [`fencing`] | `nodemgr_core::fencing` (with the storm guard) | pods and Nodes of silent fenced nodes |
+//! | [`bootstrap_tokens`] | `nodemgr_core::bootstrap_tokens` | bootstrap token Secrets in `kube-system` |
+//! | [`csr`] | `nodemgr_core::serving_certificates` | kubelet-serving CSR approvals |
 //!
 //! `status` and `template` are kube-runtime `Controller`s reconciling one NodeGroup at a time,
 //! woken by changes of the group or of its Nodes (and a periodic resync); `update` and
 //! `fencing` decide over the whole cluster at once, so they are loops woken on a period and at
 //! their policies' next deadlines. [`run`] starts the enabled ones and stops them together.
 
+pub mod bootstrap_tokens;
+pub mod csr;
 pub mod fencing;
 pub mod machines;
 pub mod static_instances;
