@@ -11,12 +11,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test set-up: a broken fixture should panic
 
 use nodemgr_core::bashible::{ClusterContext, Renderer};
+use nodemgr_core::drain::DrainConfig;
 use nodemgr_core::fencing::watchdog_timeout;
 use nodemgr_core::model::{
     Amount, IntOrString, MAX_DURATION, Quantity, QuantityError, Timestamp, parse_duration_checked,
     parse_node_group,
 };
+use nodemgr_core::model::{Node, keys};
 use nodemgr_core::oom::parse_psi;
+use nodemgr_core::scaling::surge::plan_surge;
+use nodemgr_core::scaling::{
+    ChaosState, ClusterSnapshot, InstanceClass, ScalingConfig, plan_bounds, plan_chaos,
+    plan_scale_up,
+};
 use nodemgr_core::update::max_concurrent;
 use nodemgr_core::validate::{ValidationContext, validate_node_group};
 use nodemgr_core::window::parse_time_of_day;
@@ -314,6 +321,31 @@ proptest! {
         if let Some(fencing) = group.spec.fencing.as_ref() {
             let _ = watchdog_timeout(fencing);
         }
+        let _ = DrainConfig::for_group(&group);
+        // Scaling: per-zone bounds, surge, standby and chaos over a few nodes of the group.
+        let nodes: Vec<Node> = (0..3)
+            .map(|n| Node {
+                name: format!("extreme-{n}"),
+                labels: [
+                    (keys::LABEL_NODE_GROUP.to_owned(), "extreme".to_owned()),
+                    (keys::LABEL_TOPOLOGY_ZONE.to_owned(), "a".to_owned()),
+                ]
+                .into(),
+                ready: n != 1,
+                last_heartbeat: Some(Timestamp::from_secs(n * 1000)),
+                ..Node::default()
+            })
+            .collect();
+        let groups = [group];
+        let classes = [InstanceClass::new("AWSInstanceClass", "worker", 2, 4)];
+        let zones = ["a".to_owned(), "b".to_owned()];
+        let snapshot = ClusterSnapshot::new(&nodes, &[], &[], &groups, &classes, &zones);
+        let config = ScalingConfig::default();
+        let now = Timestamp::from_secs(10_000);
+        let _ = plan_bounds(&snapshot, &config, now);
+        let _ = plan_surge(&snapshot, &config, now);
+        let _ = plan_scale_up(&snapshot, &config, now);
+        let _ = plan_chaos(&snapshot, &ChaosState::default(), 7, &config, now);
     }
 }
 

@@ -265,7 +265,8 @@ fn plan_zone(group: &ScalingGroup<'_>, z: &ZoneState<'_>, out: &mut BoundsDecisi
     // 1. Missing nodes, within the surge.
     if healthy + upcoming < d {
         let missing = d - (healthy + upcoming);
-        let room = (d + z.surge).saturating_sub(z.machines());
+        // Both come from the spec and may be anything up to u32::MAX: saturate, never wrap.
+        let room = d.saturating_add(z.surge).saturating_sub(z.machines());
         let create = missing.min(room);
         if create > 0 {
             out.commands.push(ScalingCommand::CreateNodes {
@@ -294,7 +295,7 @@ fn plan_zone(group: &ScalingGroup<'_>, z: &ZoneState<'_>, out: &mut BoundsDecisi
     let mut gone: Vec<&Node> = Vec::new();
     for node in &z.failed {
         let replaced = healthy + upcoming >= d;
-        let no_room = machines - removed >= d + z.surge;
+        let no_room = machines.saturating_sub(removed) >= d.saturating_add(z.surge);
         if replaced || no_room {
             out.commands.push(remove(name, z, node, Why::Failed));
             gone.push(node);
@@ -439,6 +440,36 @@ pub(crate) mod tests {
                 "create 1 node(s) of g in b: zone has 1 healthy or upcoming node(s), wants 2",
             ]
         );
+    }
+
+    #[test]
+    fn extreme_per_zone_bounds_and_surge_saturate_instead_of_overflowing() {
+        let classes = classes();
+        let now = Timestamp::from_secs(10_000);
+        let nodes = vec![
+            node("a1", "g", "a", true, 9_990),
+            node("a2", "g", "a", false, 1_000),
+        ];
+        for (min, max, surge) in [
+            (i64::MAX, i64::MAX, Some(i64::MAX)),
+            (i64::MAX, i64::MIN, Some(i64::MIN)),
+            (i64::MIN, i64::MAX, Some(i64::MAX)),
+            (1, i64::MAX, Some(i64::MAX)),
+        ] {
+            let groups = vec![group("g", min, max, surge)];
+            let snap = ClusterSnapshot::new(&nodes, &[], &[], &groups, &classes, &[]);
+            // Before saturation, `desired + surge` overflowed here (a panic in debug builds).
+            let d = plan_bounds(&snap, &ScalingConfig::default(), now);
+            if min == i64::MAX {
+                assert!(
+                    d.commands.iter().any(
+                        |c| matches!(c, ScalingCommand::CreateNodes { zone, .. } if zone == "a")
+                    ),
+                    "{:?}",
+                    d.commands
+                );
+            }
+        }
     }
 
     #[test]
