@@ -1178,6 +1178,63 @@ mod tests {
             };
             prop_assert_eq!(sum(&before) == sum(&after), view(&before) == view(&after));
         }
+
+        /// Invalid NodeGroupConfigurations and NodeUsers never break a bundle: it renders, lists
+        /// each targeting one as skipped, and is exactly the bundle of the valid ones.
+        #[test]
+        fn invalid_customisations_are_left_out_and_nothing_else_changes(
+            names in proptest::collection::btree_set(prop_oneof![
+                Just("a.sh"), Just("b.sh"), Just("no-suffix"), Just("Bad.sh"), Just("c.sh")
+            ], 0..5),
+            weights in proptest::collection::vec(opt(prop_oneof![Just(-1_i64), Just(7), Just(100), Just(1000)]), 5),
+            contents in proptest::collection::vec(prop_oneof![Just(""), Just("echo x"), Just("a\0b")], 5),
+            uids in proptest::collection::vec(prop_oneof![Just(0_i64), Just(1001), Just(1002), Just(70_000)], 0..4),
+        ) {
+            use crate::model::{NodeGroupConfiguration, NodeGroupConfigurationSpec, NodeUser, NodeUserSpec};
+            use crate::validate::{validate_node_group_configuration, validate_node_user};
+            let configurations: Vec<NodeGroupConfiguration> = names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| NodeGroupConfiguration {
+                    metadata: ObjectMeta { name: Some((*name).into()), ..ObjectMeta::default() },
+                    spec: NodeGroupConfigurationSpec {
+                        content: Some(contents[i].into()),
+                        weight: weights[i],
+                        ..NodeGroupConfigurationSpec::default()
+                    },
+                    ..NodeGroupConfiguration::default()
+                })
+                .collect();
+            let users: Vec<NodeUser> = uids
+                .iter()
+                .enumerate()
+                .map(|(i, uid)| NodeUser {
+                    metadata: ObjectMeta { name: Some(format!("user{i}")), ..ObjectMeta::default() },
+                    spec: NodeUserSpec { uid: Some(*uid), ..NodeUserSpec::default() },
+                    ..NodeUser::default()
+                })
+                .collect();
+            let renderer = Renderer::new();
+            let group = named(NodeGroupSpec::default());
+            let all = Customisations { configurations: configurations.clone(), users: users.clone() };
+            let bundle = renderer.bundle_with(&group, &cluster(), &all).unwrap();
+            let mut seen_uids = std::collections::BTreeSet::new();
+            let valid = Customisations {
+                configurations: configurations
+                    .into_iter()
+                    .filter(|c| validate_node_group_configuration(c).is_empty())
+                    .collect(),
+                users: users
+                    .into_iter()
+                    .filter(|u| validate_node_user(u).is_empty() && seen_uids.insert(u.spec.uid))
+                    .collect(),
+            };
+            let invalid = names.len() + uids.len() - valid.configurations.len() - valid.users.len();
+            prop_assert_eq!(bundle.skipped.len(), invalid);
+            let only_valid = renderer.bundle_with(&group, &cluster(), &valid).unwrap();
+            prop_assert!(only_valid.skipped.is_empty());
+            prop_assert_eq!(bundle.steps, only_valid.steps);
+        }
     }
 
     proptest! {
