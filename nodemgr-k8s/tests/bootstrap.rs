@@ -124,8 +124,12 @@ async fn tokens_are_kept_per_group_renewed_before_expiry_and_deleted_once_expire
             "other writers read the same token"
         );
     }
+    let minted = first
+        .iter()
+        .find(|s| s.0 != "bootstrap-token-handmd")
+        .unwrap();
     let worker_secret = emulator
-        .get("v1", "Secret", "kube-system", &first[0].0)
+        .get("v1", "Secret", "kube-system", &minted.0)
         .unwrap();
     for (key, value) in [
         ("usage-bootstrap-authentication", "true"),

@@ -405,18 +405,42 @@ impl BootstrapTokenController {
         }
     }
 
-    /// Runs passes until `stop`: every period, at the plan's deadline, after a failure with a
-    /// growing backoff.
+    /// Runs passes until `stop`: every period, at the plan's deadline, when a NodeGroup is
+    /// added, changed or deleted (so a new group has its token within moments), and after a
+    /// failure with a growing backoff.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        use futures::{FutureExt as _, StreamExt as _};
         let period = self.settings.period;
         let backoff = Backoff::new(RETRY_FIRST, period);
+        let mut groups = kube::runtime::watcher(
+            Api::<crd::NodeGroup>::all(self.client.clone()),
+            kube::runtime::watcher::Config::default(),
+        )
+        .boxed();
         loop {
             let started = Instant::now();
             let result = self.pass(now()).await;
             let (next, deadline) =
                 after_pass(CONTROLLER, &self.metrics, &backoff, period, started, result);
-            if !wait(next, deadline, &mut stop).await {
-                break;
+            tokio::select! {
+                running = wait(next, deadline, &mut stop) => {
+                    if !running {
+                        break;
+                    }
+                }
+                event = groups.next() => {
+                    if event.is_none() && !wait(next, deadline, &mut stop).await {
+                        // The watch ended (it does not normally): fall back to the period.
+                        break;
+                    }
+                    if let Some(Err(error)) = event {
+                        tracing::debug!(%error, "NodeGroup watch");
+                        // The watcher retries by itself; do not spin on its errors.
+                        tokio::time::sleep(RETRY_FIRST).await;
+                    }
+                    // One pass for everything that arrived together.
+                    while let Some(Some(_)) = groups.next().now_or_never() {}
+                }
             }
         }
     }
