@@ -282,3 +282,31 @@ async fn a_client_that_stops_reading_is_closed_at_the_idle_timeout() {
     );
     let _ = stop.send(());
 }
+
+/// A kept-alive connection waiting for its next request is closed at the header-read
+/// timeout too (the server starts waiting for the next headers at the end of a response).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_is_closed_at_the_header_timeout() {
+    let app = Router::new().route("/healthz", get(|| async { "ok" }));
+    let limits = ConnectionLimits {
+        header_read_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(60),
+        max_connections: 10,
+    };
+    let (address, stats, stop) = serve_in_process(app, limits).await;
+    let mut stream = TcpStream::connect(&address).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut received))
+        .await
+        .expect("the kept-alive connection is closed");
+    assert!(ended.is_ok() || !received.is_empty());
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.ends_with("ok"), "{text}");
+    assert_eq!(stats.open(), 0);
+    let _ = stop.send(());
+}
