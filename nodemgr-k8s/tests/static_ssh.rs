@@ -508,13 +508,16 @@ async fn a_sudo_refusal_still_pins_the_host_key() {
     assert!(!w.roots.path().join("si-sudo/var/lib/bashible").exists());
 }
 
+const LOCK_FILE_NAME: &str = "nodemgr-static-node.lock";
+
 /// A machine where another bootstrap holds the lock (a script of an earlier attempt, another
-/// replica): the bootstrap waits, never runs beside it, times out with its key pinned, and
-/// runs once the lock is free.
+/// replica): the bootstrap waits, never runs beside it, gives up with `HostBusy` and its key
+/// pinned, and runs once the lock is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_busy_with_another_bootstrap_is_not_bootstrapped_twice_and_its_key_is_pinned() {
     let w = world_with(1, 1, |s| {
-        s.config.bootstrap_timeout = Duration::from_secs(4);
+        // The shell waits 4 s of it for the script (the lock), then reports the machine busy.
+        s.config.bootstrap_timeout = Duration::from_secs(8);
     })
     .await;
     let lock = w
@@ -533,9 +536,17 @@ async fn a_machine_busy_with_another_bootstrap_is_not_bootstrapped_twice_and_its
         .spawn()
         .unwrap();
     eventually("the bootstrap gave up on the busy machine", 30, || {
-        ["BootstrapTimedOut", "BootstrapHostBusy"].contains(&reason(&w, "si-1").as_str())
+        reason(&w, "si-1") == "BootstrapHostBusy"
     })
     .await;
+    let message = instance(&w, "si-1")["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        message.contains("another nodemgr script holds") && message.contains(LOCK_FILE_NAME),
+        "{message}"
+    );
     assert_eq!(
         pinned(&w, "si-1"),
         Some(w.sshd.host_key_fingerprint().unwrap()),

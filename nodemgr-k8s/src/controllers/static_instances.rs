@@ -22,6 +22,9 @@
 //!   the lock file [`LOCK_PATH`] (under the instance's test root in tests), so a script of an
 //!   operation nodemgr gave up on, or of another node-manager replica, is never run beside
 //!   a new one; a script the controller stops (timeout, error) dies with its SSH connection.
+//! - **Timeouts.** The shell's script timeout is the operation's minus the connect timeout
+//!   and a reserve ([`script_timeout`]), so the shell normally gives up first, has the script
+//!   killed and reports its output (or the busy machine) before the core's timeout fires.
 //! - **Test roots.** [`RenderRoots::PerInstance`] renders every instance's scripts into
 //!   `<dir>/<instance>` instead of `/` (bashible's test root): nothing on the host changes.
 //! - **Failures.** A status write that fails is retried on the next pass (the core keeps the
@@ -61,6 +64,23 @@ pub const ANNOTATION_SSH_HOST_KEY: &str = "node-manager.deckhouse.io/ssh-host-ke
 /// The lock file every bootstrap and cleanup script holds on its machine (under the render
 /// root): two of them never run at once there.
 pub const LOCK_PATH: &str = "/var/lock/nodemgr-static-node.lock";
+
+/// What the shell's own script timeout leaves of an operation's timeout besides the connect
+/// timeout: time for the shell to have the script killed and report (`nodemgr-ssh` waits up
+/// to 10 s for the kill), and a margin.
+const SHELL_RESERVE: Duration = Duration::from_secs(15);
+
+/// The script timeout given to the shell for an operation that may take `operation` in all:
+/// short enough that the shell gives up, kills the script and reports how it ended (its
+/// output, or a machine busy with another script) before the core's own timeout stops
+/// waiting for it; at least half of `operation`.
+fn script_timeout(operation: Duration, connect: Duration) -> Duration {
+    let half = operation / 2;
+    operation
+        .checked_sub(connect.saturating_add(SHELL_RESERVE))
+        .filter(|t| *t >= half)
+        .unwrap_or(half)
+}
 
 /// Where scripts put their files.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -471,7 +491,10 @@ impl StaticController {
             name: format!("bootstrap {name}"),
             body: rendered.bootstrap_script,
             args: Vec::new(),
-            timeout: self.settings.config.bootstrap_timeout,
+            timeout: script_timeout(
+                self.settings.config.bootstrap_timeout,
+                self.settings.connect_timeout,
+            ),
             lock: Some(lock),
         })
     }
@@ -504,7 +527,10 @@ impl StaticController {
             name: format!("cleanup {name}"),
             body,
             args: vec![keys::CLEANUP_SCRIPT_CONFIRMATION.into()],
-            timeout: self.settings.config.cleanup_timeout,
+            timeout: script_timeout(
+                self.settings.config.cleanup_timeout,
+                self.settings.connect_timeout,
+            ),
             lock: Some(format!("{}{LOCK_PATH}", root.as_str())),
         })
     }
@@ -801,6 +827,31 @@ impl StaticController {
         }
         for (_, running) in std::mem::take(&mut self.running) {
             running.task.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shell_gives_up_before_the_core() {
+        let connect = Duration::from_secs(10);
+        // Default bootstrap: 20 min → 20 min − 25 s.
+        assert_eq!(
+            script_timeout(Duration::from_secs(1200), connect),
+            Duration::from_secs(1175)
+        );
+        // Too short to reserve everything: half of it.
+        assert_eq!(
+            script_timeout(Duration::from_secs(8), Duration::from_secs(2)),
+            Duration::from_secs(4)
+        );
+        for seconds in [1_u64, 30, 60, 600, 3600] {
+            let operation = Duration::from_secs(seconds);
+            let t = script_timeout(operation, connect);
+            assert!(t < operation && t >= operation / 2, "{seconds}: {t:?}");
         }
     }
 }
