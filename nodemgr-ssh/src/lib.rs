@@ -1,5 +1,5 @@
 //! nodemgr's remote shell over SSH: [`SshShell`] implements the core's
-//! [`RemoteShell`](nodemgr_core::ports::RemoteShell) port on russh, to run the bootstrap and
+//! [`RemoteShell`] port on russh, to run the bootstrap and
 //! cleanup scripts of static nodes as root.
 //!
 //! # What one run does

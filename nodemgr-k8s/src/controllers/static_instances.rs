@@ -23,7 +23,7 @@
 //!   operation nodemgr gave up on, or of another node-manager replica, is never run beside
 //!   a new one; a script the controller stops (timeout, error) dies with its SSH connection.
 //! - **Timeouts.** The shell's script timeout is the operation's minus the connect timeout
-//!   and a reserve ([`script_timeout`]), so the shell normally gives up first, has the script
+//!   and a reserve (`script_timeout`), so the shell normally gives up first, has the script
 //!   killed and reports its output (or the busy machine) before the core's timeout fires.
 //! - **Test roots.** [`RenderRoots::PerInstance`] renders every instance's scripts into
 //!   `<dir>/<instance>` instead of `/` (bashible's test root): nothing on the host changes.
