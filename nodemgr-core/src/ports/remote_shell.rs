@@ -541,6 +541,53 @@ mod tests {
         );
     }
 
+    /// A shell without a handshake of its own: fails sudo on a key it names.
+    struct RefusingSudo;
+
+    #[async_trait]
+    impl RemoteShell for RefusingSudo {
+        async fn run_script(
+            &self,
+            target: &SshTarget,
+            _script: &RemoteScript,
+        ) -> Result<ScriptRun, RemoteShellError> {
+            Err(RemoteShellError::SudoFailed {
+                target: target.display(),
+                message: "no".into(),
+                host_key: "SHA256:seen".into(),
+            })
+        }
+    }
+
+    #[test]
+    fn the_default_reports_the_host_key_of_a_failed_run() {
+        let target = SshTarget {
+            host: "h".into(),
+            port: 22,
+            user: "u".into(),
+            private_key: Sensitive::new("k"),
+            sudo_password: None,
+            host_key: None,
+            connect_timeout: Duration::from_secs(1),
+        };
+        let script = RemoteScript {
+            name: "s".into(),
+            body: "true".into(),
+            args: Vec::new(),
+            timeout: Duration::from_secs(1),
+            lock: None,
+        };
+        let seen = std::sync::Mutex::new(Vec::new());
+        let report = |key: String| seen.lock().unwrap().push(key);
+        let mut run = RefusingSudo.run_script_noting_host_key(&target, &script, &report);
+        // The fake never waits: one poll finishes it.
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        let polled = run.as_mut().poll(&mut context);
+        assert!(matches!(polled, std::task::Poll::Ready(Err(_))));
+        drop(run);
+        assert_eq!(*seen.lock().unwrap(), vec!["SHA256:seen".to_owned()]);
+    }
+
     #[test]
     fn errors_after_the_handshake_name_the_host_key() {
         let target = || "u@h:22".to_owned();
