@@ -84,6 +84,7 @@ async fn with_adapter(sshd: &Sshd, scripts: &[String]) {
             body: body.clone(),
             args: Vec::new(),
             timeout: Duration::from_secs(120),
+            lock: None,
         };
         tasks.spawn(async move { shell.run_script(&target, &script).await });
     }

@@ -255,7 +255,12 @@ fn serves_bundles_checksums_and_scripts() {
     );
     assert_eq!(server.checksum("worker"), expected_checksum(WORKER));
 
-    let response = server.get("/v1/groups/worker/bootstrap.sh", Some(WORKER_TOKEN));
+    // Only the operator's `*` token gets a script with the cluster-wide join token: a node's
+    // token scoped to its group is refused (the group has no join token of its own here).
+    let refused = server.get("/v1/groups/worker/bootstrap.sh", Some(WORKER_TOKEN));
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    assert!(!refused.text().unwrap().contains(JOIN_TOKEN));
+    let response = server.get("/v1/groups/worker/bootstrap.sh", Some(ADMIN_TOKEN));
     assert_eq!(response.status(), StatusCode::OK);
     assert!(
         response.headers()["content-type"]
@@ -295,7 +300,7 @@ fn serves_bundles_checksums_and_scripts() {
         &server
             .get(
                 "/apis/bashible.deckhouse.io/v1alpha1/bootstrap/ubuntu-lts.worker",
-                Some(WORKER_TOKEN),
+                Some(ADMIN_TOKEN),
             )
             .text()
             .unwrap(),
@@ -509,4 +514,57 @@ fn configurations_and_users_in_the_manifests_join_their_groups_bundles() {
     );
     // The invalid configuration reached no bundle, and gpu is untouched.
     assert_eq!(server.checksum("gpu"), gpu_before);
+}
+
+/// A bearer token scoped to a group never reads the cluster-wide join token: it gets the
+/// group's own token from --bootstrap-token-dir, or a 403 saying what to configure.
+#[test]
+fn group_scoped_tokens_get_only_their_groups_own_join_token() {
+    const WORKER_JOIN: &str = "wrkr01.0123456789worker";
+    let tokens = tempfile::tempdir().unwrap();
+    std::fs::write(tokens.path().join("worker"), WORKER_JOIN).unwrap();
+    let server = Server::start(&[
+        "--watch-interval",
+        "0s",
+        "--bootstrap-token-dir",
+        tokens.path().to_str().unwrap(),
+        "--token",
+        "gpu-token-0123456789ab=gpu",
+    ]);
+    // worker has its own token: every bearer token granted worker gets that one.
+    for bearer in [WORKER_TOKEN, ADMIN_TOKEN] {
+        let script = server
+            .get("/v1/groups/worker/bootstrap.sh", Some(bearer))
+            .text()
+            .unwrap();
+        assert!(script.contains(WORKER_JOIN), "{bearer}");
+        assert!(
+            !script.contains(JOIN_TOKEN),
+            "{bearer}: the cluster-wide token leaked"
+        );
+    }
+    // gpu has none: the cluster-wide token goes to the `*` token only.
+    let gpu = server.get("/v1/groups/gpu/bootstrap.sh", Some(ADMIN_TOKEN));
+    assert_eq!(gpu.status(), StatusCode::OK);
+    assert!(gpu.text().unwrap().contains(JOIN_TOKEN));
+    let refused = server.get(
+        "/v1/groups/gpu/bootstrap.sh",
+        Some("gpu-token-0123456789ab"),
+    );
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let message = refused.text().unwrap();
+    assert!(message.contains("--bootstrap-token-dir"), "{message}");
+    assert!(!message.contains(JOIN_TOKEN));
+    let refused = server.get(
+        "/apis/bashible.deckhouse.io/v1alpha1/bootstrap/ubuntu-lts.gpu",
+        Some("gpu-token-0123456789ab"),
+    );
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    // The group's bundle stays readable with its scoped token.
+    assert_eq!(
+        server
+            .get("/v1/groups/gpu/bundle", Some("gpu-token-0123456789ab"))
+            .status(),
+        StatusCode::OK
+    );
 }

@@ -75,6 +75,10 @@ fn address(n: u8) -> Ipv4Addr {
 }
 
 async fn world(instances: u8, count: i64) -> World {
+    world_with(instances, count, |_| {}).await
+}
+
+async fn world_with(instances: u8, count: i64, tune: impl FnOnce(&mut StaticSettings)) -> World {
     // RUST_LOG=nodemgr_k8s=debug shows the controller's decisions when a test fails.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -106,10 +110,12 @@ async fn world(instances: u8, count: i64) -> World {
     cluster.wait_ready().await.unwrap();
     let (stop, stop_rx) = watch::channel(false);
     let metrics = Metrics::new();
+    let mut settings = settings(roots.path());
+    tune(&mut settings);
     let controller = StaticController::new(
         cluster,
         Arc::new(SshShell::new()),
-        settings(roots.path()),
+        settings,
         metrics.clone(),
     );
     tokio::spawn(controller.run(stop_rx.clone()));
@@ -129,11 +135,22 @@ async fn world(instances: u8, count: i64) -> World {
 }
 
 fn seed_credentials(emulator: &Emulator, sshd: &Sshd, name: &str, key: &str, port: u16) {
+    seed_credentials_with_password(emulator, sshd, name, key, port, sshd.sudo_password());
+}
+
+fn seed_credentials_with_password(
+    emulator: &Emulator,
+    sshd: &Sshd,
+    name: &str,
+    key: &str,
+    port: u16,
+    sudo_password: &str,
+) {
     emulator
         .seed(
             json!({"apiVersion": SI, "kind": "SSHCredentials", "metadata": {"name": name},
             "spec": {"user": sshd.user(), "sshPort": port, "privateSSHKey": b64(key),
-                     "sudoPasswordEncoded": b64(sshd.sudo_password())}}),
+                     "sudoPasswordEncoded": b64(sudo_password)}}),
         )
         .unwrap();
 }
@@ -459,4 +476,120 @@ async fn adoption_with_the_skip_annotation_runs_no_bootstrap() {
         "no SSH connection for an adoption"
     );
     assert!(!w.roots.path().join("si-adopt").exists());
+}
+
+fn pinned(w: &World, name: &str) -> Option<String> {
+    instance(w, name)["metadata"]["annotations"][ANNOTATION_SSH_HOST_KEY]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sudo_refusal_still_pins_the_host_key() {
+    let w = world(0, 1).await;
+    seed_credentials_with_password(
+        &w.emulator,
+        &w.sshd,
+        "bad-sudo",
+        &w.sshd.private_key(KeyKind::Ed25519).unwrap(),
+        w.sshd.port(),
+        "not-the-password",
+    );
+    seed_instance(&w.emulator, "si-sudo", Ipv4Addr::LOCALHOST, "bad-sudo", &[]);
+    eventually("sudo refusal recorded", 30, || {
+        reason(&w, "si-sudo") == "BootstrapSudoFailed"
+    })
+    .await;
+    assert_eq!(phase(&w, "si-sudo"), "Pending");
+    // The password went to that server: its key is pinned although the bootstrap failed.
+    eventually("host key pinned", 10, || pinned(&w, "si-sudo").is_some()).await;
+    assert_eq!(
+        pinned(&w, "si-sudo"),
+        Some(w.sshd.host_key_fingerprint().unwrap())
+    );
+    assert!(!w.roots.path().join("si-sudo/var/lib/bashible").exists());
+}
+
+const LOCK_FILE_NAME: &str = "nodemgr-static-node.lock";
+
+/// A machine where another bootstrap holds the lock (a script of an earlier attempt, another
+/// replica): the bootstrap waits, never runs beside it, gives up with `HostBusy` and its key
+/// pinned, and runs once the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_busy_with_another_bootstrap_is_not_bootstrapped_twice_and_its_key_is_pinned() {
+    let w = world_with(1, 1, |s| {
+        // The shell waits 4 s of it for the script (the lock), then reports the machine busy.
+        s.config.bootstrap_timeout = Duration::from_secs(8);
+    })
+    .await;
+    let lock = w
+        .roots
+        .path()
+        .join("si-1")
+        .join(nodemgr_k8s::controllers::static_instances::LOCK_PATH.trim_start_matches('/'));
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    // Taken before the controller's first pass can start the bootstrap (its period is 300 ms
+    // and it needs the SSH handshake first).
+    // `-o`: the lock is held by flock itself, not by its sleep, so killing flock frees it.
+    let mut holder = std::process::Command::new("flock")
+        .arg("-o")
+        .arg(&lock)
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    eventually("the bootstrap gave up on the busy machine", 30, || {
+        reason(&w, "si-1") == "BootstrapHostBusy"
+    })
+    .await;
+    let message = instance(&w, "si-1")["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        message.contains("another nodemgr script holds") && message.contains(LOCK_FILE_NAME),
+        "{message}"
+    );
+    assert_eq!(
+        pinned(&w, "si-1"),
+        Some(w.sshd.host_key_fingerprint().unwrap()),
+        "the key seen at the handshake is pinned although the operation was stopped"
+    );
+    assert!(
+        !w.roots.path().join("si-1/var/lib/bashible").exists(),
+        "the bootstrap ran beside the lock holder"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    eventually("si-1 Running once the machine is free", 60, || {
+        phase(&w, "si-1") == "Running"
+    })
+    .await;
+}
+
+/// Two StaticInstances naming one machine: never bootstrapped at once — the second waits
+/// (`HostBusy`, retried after its backoff) until the first is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_address_are_bootstrapped_one_after_the_other() {
+    let w = world(0, 2).await;
+    seed_instance(&w.emulator, "si-a", Ipv4Addr::LOCALHOST, "ssh", &[]);
+    seed_instance(&w.emulator, "si-b", Ipv4Addr::LOCALHOST, "ssh", &[]);
+    eventually("one of them refused as busy", 30, || {
+        ["si-a", "si-b"]
+            .iter()
+            .any(|si| reason(&w, si) == "BootstrapHostBusy")
+    })
+    .await;
+    let busy = if reason(&w, "si-a") == "BootstrapHostBusy" {
+        "si-a"
+    } else {
+        "si-b"
+    };
+    let message = instance(&w, busy)["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(message.contains("same machine 127.0.0.1:"), "{message}");
+    for si in ["si-a", "si-b"] {
+        eventually(&format!("{si} Running"), 90, || phase(&w, si) == "Running").await;
+    }
 }

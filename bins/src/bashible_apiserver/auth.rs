@@ -140,6 +140,11 @@ impl Access {
     pub fn allows(&self, group: &str) -> bool {
         matches!(self, Self::Granted(scopes) if scopes.iter().any(|s| s.allows(group)))
     }
+
+    /// Whether the access covers every group (a `*` grant).
+    pub fn covers_all(&self) -> bool {
+        matches!(self, Self::Granted(scopes) if scopes.contains(&Scope::All))
+    }
 }
 
 /// Decides what the `Authorization` header value allows.

@@ -9,10 +9,13 @@
 //! | `GET /v1/groups` | the groups the token may read, with checksums (JSON) |
 //! | `GET /v1/groups/{group}/bundle` | `{group, checksum, steps: [{name, script}]}` |
 //! | `GET /v1/groups/{group}/checksum` | `{group, checksum}` |
-//! | `GET /v1/groups/{group}/bootstrap.sh` | the bootstrap script (needs `--bootstrap-token-file`) |
+//! | `GET /v1/groups/{group}/bootstrap.sh` | the bootstrap script (needs the group's token in `--bootstrap-token-dir`, or `--bootstrap-token-file` and a `*` bearer token: see [`state`]) |
 //! | `GET /v1/groups/{group}/cleanup.sh` | the cleanup script |
 //! | `GET /apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/{bundle}.{group}` | the bundle as Deckhouse's `NodeGroupBundle` object (`data`: step name → script) |
 //! | `GET /apis/bashible.deckhouse.io/v1alpha1/bootstrap/{bundle}.{group}` | the bootstrap script as a `Bootstrap` object (`data["bootstrap.sh"]`) |
+//!
+//! Connections are bounded by a header-read timeout, an idle timeout and a connection limit
+//! ([`serve`]).
 //!
 //! Every path but `/healthz` needs `Authorization: Bearer TOKEN`: **401** without one or with
 //! an unknown token, **403** with a token not granted for the group, **404** for a group that
@@ -34,6 +37,7 @@
 //! listen on loopback or put a TLS-terminating proxy in front.
 
 pub mod auth;
+pub mod serve;
 pub mod state;
 
 use std::net::SocketAddr;
@@ -52,7 +56,7 @@ use nodemgr_core::bashible::{RenderRoot, Renderer};
 use serde_json::json;
 
 use auth::{Access, Grant};
-use state::{GroupEntry, Served, Sources};
+use state::{GroupEntry, NoBootstrap, Served, Sources};
 
 /// Command line of `bashible-apiserver`.
 #[derive(Debug, Clone, Parser)]
@@ -84,16 +88,23 @@ pub struct Config {
     /// Kubernetes version (replaces the context's).
     #[arg(long, value_name = "VERSION")]
     pub kubernetes_version: Option<String>,
-    /// File holding the bootstrap token baked into bootstrap scripts; without it
-    /// bootstrap scripts are not served.
+    /// File holding a cluster-wide bootstrap token, baked only into bootstrap scripts served
+    /// to `*` bearer tokens (for groups without a token in --bootstrap-token-dir).
     #[arg(long, value_name = "FILE")]
     pub bootstrap_token_file: Option<PathBuf>,
+    /// Directory of per-group bootstrap tokens: the file named after a NodeGroup holds the
+    /// token its bootstrap scripts carry, served to any bearer token granted that group.
+    #[arg(long, value_name = "DIR")]
+    pub bootstrap_token_dir: Option<PathBuf>,
     /// Render scripts for a directory standing in for / (tests).
     #[arg(long, value_name = "DIR")]
     pub root: Option<String>,
     /// How often source files are checked for changes (`0s`: only on SIGHUP).
     #[arg(long, default_value = "2s", value_parser = parse_interval)]
     pub watch_interval: Duration,
+    /// Timeouts and limit of HTTP connections.
+    #[command(flatten)]
+    pub connections: serve::ConnectionFlags,
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
@@ -121,6 +132,7 @@ impl Config {
             ca_file: self.ca_file.clone(),
             kubernetes_version: self.kubernetes_version.clone(),
             bootstrap_token_file: self.bootstrap_token_file.clone(),
+            bootstrap_token_dir: self.bootstrap_token_dir.clone(),
             tokens_file: self.tokens_file.clone(),
             token_flags,
             root: match &self.root {
@@ -293,16 +305,35 @@ async fn checksum(
     }
 }
 
-fn bootstrap_of(served: &Served, entry: &GroupEntry) -> Result<String, Refusal> {
-    entry.bootstrap.clone().ok_or_else(|| {
-        error(
+/// The bootstrap script the request's bearer token may read (see [`state`]).
+fn bootstrap_of(
+    served: &Served,
+    entry: &GroupEntry,
+    headers: &HeaderMap,
+    group: &str,
+) -> Result<String, Refusal> {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let all_groups = auth::access(&served.grants, authorization).covers_all();
+    match entry.bootstrap_for(all_groups) {
+        Ok(script) => Ok(script.to_owned()),
+        Err(NoBootstrap::ClusterWideOnly) => Err(error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "NodeGroup {group} has no bootstrap token of its own, and the cluster-wide one \
+                 is served to `*` bearer tokens only: put the group's token in a file named \
+                 {group} in --bootstrap-token-dir"
+            ),
+        )),
+        Err(NoBootstrap::NoToken) => Err(error(
             StatusCode::SERVICE_UNAVAILABLE,
             served
                 .no_bootstrap
                 .clone()
-                .unwrap_or_else(|| "no bootstrap script".into()),
-        )
-    })
+                .unwrap_or_else(|| format!("no bootstrap token for NodeGroup {group}")),
+        )),
+    }
 }
 
 async fn bootstrap(
@@ -312,7 +343,7 @@ async fn bootstrap(
 ) -> Response {
     let served = shared.current();
     match authorize(&served, &headers, &group)
-        .and_then(|entry| Ok((bootstrap_of(&served, &entry)?, entry)))
+        .and_then(|entry| Ok((bootstrap_of(&served, &entry, &headers, &group)?, entry)))
     {
         Ok((text, entry)) => stale_header(script(&text), &entry),
         Err(refusal) => refusal.into_response(),
@@ -368,7 +399,7 @@ async fn deckhouse_bootstrap(
 ) -> Response {
     let served = shared.current();
     match authorize(&served, &headers, group_of(&name))
-        .and_then(|entry| bootstrap_of(&served, &entry))
+        .and_then(|entry| bootstrap_of(&served, &entry, &headers, group_of(&name)))
     {
         Ok(text) => axum::Json(json!({
             "apiVersion": "bashible.deckhouse.io/v1alpha1",
@@ -520,10 +551,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         renderer,
         config.watch_interval,
     ));
-    let served = axum::serve(listener, router(shared))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("the HTTP server failed");
+    let served = serve::serve(
+        listener,
+        router(shared),
+        config.connections.limits(),
+        serve::ConnectionStats::default(),
+        shutdown_signal(),
+    )
+    .await
+    .context("the HTTP server failed");
     watcher.abort();
     served
 }

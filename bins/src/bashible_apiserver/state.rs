@@ -1,6 +1,14 @@
 //! What `bashible-apiserver` serves, loaded from its sources and swapped as a whole on reload.
 //! A group that stops rendering keeps its last good entry (as Deckhouse's builder does) and is
 //! reported; a reload that cannot read its sources at all changes nothing.
+//!
+//! # Which bootstrap token a bootstrap script carries
+//! A bootstrap script holds a join token, and whoever reads it can join machines to the
+//! cluster. So a bearer token scoped to some groups gets a group's bootstrap script only with
+//! that group's own join token: the file named after the group in `--bootstrap-token-dir`.
+//! The cluster-wide token of `--bootstrap-token-file` is baked only into scripts served to
+//! `*` bearer tokens (the operator's), for groups without a token of their own; a
+//! group-scoped bearer token asking for such a group is refused (403) with what to configure.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,8 +34,10 @@ pub struct Sources {
     pub ca_file: Option<PathBuf>,
     /// Kubernetes version overriding the cluster context's.
     pub kubernetes_version: Option<String>,
-    /// File with the bootstrap token baked into bootstrap scripts.
+    /// File with the cluster-wide bootstrap token (served to `*` bearer tokens only).
     pub bootstrap_token_file: Option<PathBuf>,
+    /// Directory of per-group bootstrap tokens: the file named after a group holds its token.
+    pub bootstrap_token_dir: Option<PathBuf>,
     /// File of bearer-token grants.
     pub tokens_file: Option<PathBuf>,
     /// Grants from `--token`.
@@ -41,8 +51,11 @@ pub struct Sources {
 pub struct GroupEntry {
     /// Steps and checksum.
     pub bundle: Bundle,
-    /// The bootstrap script, when a bootstrap token is configured.
+    /// The bootstrap script with the group's own bootstrap token, when it has one.
     pub bootstrap: Option<String>,
+    /// The bootstrap script with the cluster-wide bootstrap token, for `*` bearer tokens, when
+    /// the group has no token of its own.
+    pub bootstrap_cluster_wide: Option<String>,
     /// The cleanup script.
     pub cleanup: String,
     /// The latest render error, when this entry is the last good one of a group that no longer
@@ -63,6 +76,52 @@ pub struct Served {
     pub no_bootstrap: Option<String>,
 }
 
+/// Why a bearer token gets no bootstrap script of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoBootstrap {
+    /// Only the cluster-wide token exists and the bearer token is scoped to groups (403).
+    ClusterWideOnly,
+    /// No bootstrap token at all for the group (503).
+    NoToken,
+}
+
+impl GroupEntry {
+    /// The bootstrap script a bearer token gets: the group's own when there is one, the
+    /// cluster-wide one only for a `*` token (`all_groups`).
+    ///
+    /// # Errors
+    /// [`NoBootstrap`] saying why none.
+    pub fn bootstrap_for(&self, all_groups: bool) -> Result<&str, NoBootstrap> {
+        match (&self.bootstrap, &self.bootstrap_cluster_wide) {
+            (Some(own), _) => Ok(own),
+            (None, Some(cluster_wide)) if all_groups => Ok(cluster_wide),
+            (None, Some(_)) => Err(NoBootstrap::ClusterWideOnly),
+            (None, None) => Err(NoBootstrap::NoToken),
+        }
+    }
+}
+
+/// The per-group bootstrap token files of `dir`: group name → path.
+fn group_token_files(dir: &std::path::Path) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+    let entries = std::fs::read_dir(dir).with_context(|| {
+        format!(
+            "cannot read the bootstrap token directory {}",
+            dir.display()
+        )
+    })?;
+    let mut files = BTreeMap::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Skip hidden files (a mounted Secret's `..data` links among them).
+        if name.starts_with('.') || !entry.path().is_file() {
+            continue;
+        }
+        files.insert(name, entry.path());
+    }
+    Ok(files)
+}
+
 /// Modification times and sizes of every source file: a reload happens when it changes.
 pub type Fingerprint = Vec<(PathBuf, Option<(SystemTime, u64)>)>;
 
@@ -73,6 +132,10 @@ impl Sources {
         files.extend(self.cluster_context.iter().cloned());
         files.extend(self.ca_file.iter().cloned());
         files.extend(self.bootstrap_token_file.iter().cloned());
+        if let Some(dir) = &self.bootstrap_token_dir {
+            files.push(dir.clone());
+            files.extend(group_token_files(dir).unwrap_or_default().into_values());
+        }
         files.extend(self.tokens_file.iter().cloned());
         files
     }
@@ -127,8 +190,10 @@ impl Sources {
             None => (
                 None,
                 Some(
-                    "no bootstrap token is configured: start bashible-apiserver with \
-                     --bootstrap-token-file FILE to serve bootstrap scripts"
+                    "no bootstrap token is configured for this group: put its token in \
+                     --bootstrap-token-dir DIR (a file named after the group), or start with \
+                     --bootstrap-token-file FILE to serve scripts with a cluster-wide token to \
+                     `*` bearer tokens"
                         .to_owned(),
                 ),
             ),
@@ -140,6 +205,18 @@ impl Sources {
             }
             Ok(bundle)
         };
+        let mut group_tokens = BTreeMap::new();
+        if let Some(dir) = &self.bootstrap_token_dir {
+            for (group, path) in group_token_files(dir)? {
+                if !groups.contains_key(&group) {
+                    tracing::warn!(file = %path.display(), "bootstrap token for a NodeGroup that is not served; ignored");
+                    continue;
+                }
+                let token = inputs::load_bootstrap_token(Some(&path))
+                    .with_context(|| format!("bootstrap token file {}", path.display()))?;
+                group_tokens.insert(group, token);
+            }
+        }
         let mut served = Served {
             grants,
             no_bootstrap,
@@ -147,20 +224,25 @@ impl Sources {
         };
         for (name, group) in &groups {
             let rendered = bundle_of(group).and_then(|bundle| {
-                let bootstrap = match &token {
-                    Some(token) => Some(renderer.bootstrap_script(
+                let script = |token: &nodemgr_core::bashible::BootstrapToken| {
+                    renderer.bootstrap_script(
                         &bundle,
                         &BootstrapOptions {
                             root: self.root.clone(),
                             bootstrap_token: token.clone(),
                         },
-                    )?),
-                    None => None,
+                    )
+                };
+                let bootstrap = group_tokens.get(name).map(script).transpose()?;
+                let bootstrap_cluster_wide = match (&bootstrap, &token) {
+                    (None, Some(token)) => Some(script(token)?),
+                    _ => None,
                 };
                 let cleanup = renderer.cleanup_script(&bundle, &self.root);
                 Ok(GroupEntry {
                     bundle,
                     bootstrap,
+                    bootstrap_cluster_wide,
                     cleanup,
                     stale_because: None,
                 })

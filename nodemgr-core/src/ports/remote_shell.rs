@@ -10,6 +10,17 @@
 //!   authenticates with the private key, uploads the script, runs it as root (through
 //!   `sudo -S` with the password written to its standard input when the user is not root) and
 //!   waits at most [`RemoteScript::timeout`] for it to end.
+//! - The script runs in a process group of its own that dies with the run: when the timeout
+//!   passes or the connection drops (the caller gave up, crashed or lost the network), every
+//!   process of that group is killed, so nothing of a run outlives it on the machine.
+//! - Scripts naming the same [`RemoteScript::lock`] never run at once on one machine: a second
+//!   one waits for the first to end, within its own timeout, and gives up with
+//!   [`RemoteShellError::Busy`].
+//! - Every error raised after the SSH handshake names the host key the server presented
+//!   ([`RemoteShellError::host_key`]), and [`RemoteShell::run_script_noting_host_key`] reports
+//!   it as soon as the handshake succeeds: the caller pins it whatever happens next (secrets
+//!   such as the sudo password may already have been sent to that server).
+//! - The output is streamed line by line to the logs and only its tail is kept in memory.
 //! - A script that ran and exited non-zero is [`RemoteShellError::CommandFailed`]; every other
 //!   error means the script did not run to its end (or did not start).
 //! - The sudo password and the private key never appear in a command line, an error, a log
@@ -174,8 +185,12 @@ pub struct RemoteScript {
     pub body: String,
     /// Arguments passed to the script.
     pub args: Vec<String>,
-    /// Longest wait for the script to end once started.
+    /// Longest wait for the script to end once started (waiting for [`RemoteScript::lock`]
+    /// included).
     pub timeout: Duration,
+    /// An absolute path on the machine locked (`flock`) while the script runs: another script
+    /// naming the same file waits until this one ended. `None`: no lock.
+    pub lock: Option<String>,
 }
 
 /// How a script that ran to its end ended.
@@ -217,6 +232,8 @@ pub enum RemoteShellError {
     AuthFailed {
         /// `user@host:port`.
         target: String,
+        /// The host key seen (the handshake succeeded).
+        host_key: String,
     },
     /// The server presented a different host key than the one pinned.
     #[error(
@@ -241,6 +258,8 @@ pub enum RemoteShellError {
         stage: &'static str,
         /// The limit.
         after: Duration,
+        /// The host key seen, when the handshake succeeded before the time ran out.
+        host_key: Option<String>,
     },
     /// sudo refused the password or the user may not use it.
     #[error(
@@ -251,6 +270,25 @@ pub enum RemoteShellError {
         target: String,
         /// sudo's message.
         message: String,
+        /// The host key seen (the handshake succeeded).
+        host_key: String,
+    },
+    /// Another script held [`RemoteScript::lock`] on the machine for the whole timeout; this
+    /// one never started.
+    #[error(
+        "{target}: another nodemgr script holds {lock} on the machine; waited {} s for it to \
+         end. It is retried later; if it persists look for a stuck bootstrap or cleanup there",
+        waited.as_secs_f64()
+    )]
+    Busy {
+        /// `user@host:port`.
+        target: String,
+        /// The lock file.
+        lock: String,
+        /// How long this run waited.
+        waited: Duration,
+        /// The host key seen (the handshake succeeded).
+        host_key: String,
     },
     /// The script ran and exited non-zero.
     #[error("{target}: script exited with status {exit_status}; last output:\n{tail}")]
@@ -271,10 +309,26 @@ pub enum RemoteShellError {
         target: String,
         /// What happened.
         message: String,
+        /// The host key seen, when the handshake succeeded.
+        host_key: Option<String>,
     },
 }
 
 impl RemoteShellError {
+    /// The host key the server presented when the SSH handshake succeeded before the error (a
+    /// key to pin on first contact); `None` when the handshake did not succeed (or presented a
+    /// key that does not match the pin).
+    pub fn host_key(&self) -> Option<&str> {
+        match self {
+            Self::AuthFailed { host_key, .. }
+            | Self::SudoFailed { host_key, .. }
+            | Self::Busy { host_key, .. }
+            | Self::CommandFailed { host_key, .. } => Some(host_key),
+            Self::Timeout { host_key, .. } | Self::Other { host_key, .. } => host_key.as_deref(),
+            Self::Unreachable { .. } | Self::Refused { .. } | Self::HostKeyMismatch { .. } => None,
+        }
+    }
+
     /// Whether the machine may have been changed by the script (it started): only then is a
     /// cleanup needed after a failed bootstrap.
     pub fn script_may_have_run(&self) -> bool {
@@ -302,6 +356,32 @@ pub trait RemoteShell: Send + Sync {
         target: &SshTarget,
         script: &RemoteScript,
     ) -> Result<ScriptRun, RemoteShellError>;
+
+    /// [`RemoteShell::run_script`], calling `host_key_seen` with the server's host key
+    /// fingerprint as soon as the SSH handshake succeeded, before anything is sent — so that a
+    /// caller that stops waiting (and drops the run) still learns the key to pin.
+    ///
+    /// The default reports the key from the run's result instead (for implementations without
+    /// a handshake of their own, such as in-memory fakes).
+    ///
+    /// # Errors
+    /// As [`RemoteShell::run_script`].
+    async fn run_script_noting_host_key(
+        &self,
+        target: &SshTarget,
+        script: &RemoteScript,
+        host_key_seen: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<ScriptRun, RemoteShellError> {
+        let result = self.run_script(target, script).await;
+        let key = match &result {
+            Ok(run) => Some(run.host_key.clone()),
+            Err(error) => error.host_key().map(str::to_owned),
+        };
+        if let Some(key) = key {
+            host_key_seen(key);
+        }
+        result
+    }
 }
 
 /// Keeps the last [`TAIL_BYTES`] of a stream of output, cut at a line start when it can.
@@ -427,7 +507,8 @@ mod tests {
         let target = "u@h:22".to_owned();
         assert!(
             !RemoteShellError::AuthFailed {
-                target: target.clone()
+                target: target.clone(),
+                host_key: "SHA256:k".into(),
             }
             .script_may_have_run()
         );
@@ -435,17 +516,119 @@ mod tests {
             !RemoteShellError::Timeout {
                 target: target.clone(),
                 stage: "connect",
-                after: Duration::from_secs(1)
+                after: Duration::from_secs(1),
+                host_key: None,
             }
             .script_may_have_run()
         );
         assert!(
             RemoteShellError::Timeout {
-                target,
+                target: target.clone(),
                 stage: "script",
-                after: Duration::from_secs(1)
+                after: Duration::from_secs(1),
+                host_key: Some("SHA256:k".into()),
             }
             .script_may_have_run()
         );
+        assert!(
+            !RemoteShellError::Busy {
+                target,
+                lock: "/var/lock/x".into(),
+                waited: Duration::from_secs(1),
+                host_key: "SHA256:k".into(),
+            }
+            .script_may_have_run()
+        );
+    }
+
+    /// A shell without a handshake of its own: fails sudo on a key it names.
+    struct RefusingSudo;
+
+    #[async_trait]
+    impl RemoteShell for RefusingSudo {
+        async fn run_script(
+            &self,
+            target: &SshTarget,
+            _script: &RemoteScript,
+        ) -> Result<ScriptRun, RemoteShellError> {
+            Err(RemoteShellError::SudoFailed {
+                target: target.display(),
+                message: "no".into(),
+                host_key: "SHA256:seen".into(),
+            })
+        }
+    }
+
+    #[test]
+    fn the_default_reports_the_host_key_of_a_failed_run() {
+        let target = SshTarget {
+            host: "h".into(),
+            port: 22,
+            user: "u".into(),
+            private_key: Sensitive::new("k"),
+            sudo_password: None,
+            host_key: None,
+            connect_timeout: Duration::from_secs(1),
+        };
+        let script = RemoteScript {
+            name: "s".into(),
+            body: "true".into(),
+            args: Vec::new(),
+            timeout: Duration::from_secs(1),
+            lock: None,
+        };
+        let seen = std::sync::Mutex::new(Vec::new());
+        let report = |key: String| seen.lock().unwrap().push(key);
+        let mut run = RefusingSudo.run_script_noting_host_key(&target, &script, &report);
+        // The fake never waits: one poll finishes it.
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        let polled = run.as_mut().poll(&mut context);
+        assert!(matches!(polled, std::task::Poll::Ready(Err(_))));
+        drop(run);
+        assert_eq!(*seen.lock().unwrap(), vec!["SHA256:seen".to_owned()]);
+    }
+
+    #[test]
+    fn errors_after_the_handshake_name_the_host_key() {
+        let target = || "u@h:22".to_owned();
+        let key = || "SHA256:k".to_owned();
+        let after_handshake = [
+            RemoteShellError::AuthFailed {
+                target: target(),
+                host_key: key(),
+            },
+            RemoteShellError::SudoFailed {
+                target: target(),
+                message: String::new(),
+                host_key: key(),
+            },
+            RemoteShellError::CommandFailed {
+                target: target(),
+                exit_status: 1,
+                tail: String::new(),
+                host_key: key(),
+            },
+            RemoteShellError::Timeout {
+                target: target(),
+                stage: "script",
+                after: Duration::from_secs(1),
+                host_key: Some(key()),
+            },
+            RemoteShellError::Busy {
+                target: target(),
+                lock: "/l".into(),
+                waited: Duration::from_secs(1),
+                host_key: key(),
+            },
+        ];
+        for error in after_handshake {
+            assert_eq!(error.host_key(), Some("SHA256:k"), "{error:?}");
+        }
+        let mismatch = RemoteShellError::HostKeyMismatch {
+            target: target(),
+            pinned: "a".into(),
+            presented: "b".into(),
+        };
+        assert_eq!(mismatch.host_key(), None, "a refused key is never pinned");
     }
 }

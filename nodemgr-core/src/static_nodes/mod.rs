@@ -50,7 +50,8 @@
 //!   an exponential backoff from [`StaticConfig::retry_initial`] up to
 //!   [`StaticConfig::retry_max`]; wrong credentials are not retried at all until they change.
 //! - **Refused before starting.** A bootstrap that failed before anything ran on the machine
-//!   ([`Cause::before_start`]: unreachable, key refused, host key changed, sudo refused)
+//!   ([`Cause::before_start`]: unreachable, key refused, host key changed, sudo refused,
+//!   another operation on the same machine still running)
 //!   returns the instance to `Pending`, unbound, with the reason in its `Ready` condition
 //!   ([`StaticCommand::ReturnToPending`]); the group may take another free instance meanwhile,
 //!   and this one is not taken again before its backoff ends.
@@ -162,10 +163,12 @@ pub enum Cause {
     HostKeyChanged,
     /// sudo refused the SSHCredentials' password.
     SudoFailed,
+    /// Another bootstrap or cleanup of the same machine was still running.
+    HostBusy,
 }
 
 impl Cause {
-    const ALL: [Cause; 9] = [
+    const ALL: [Cause; 10] = [
         Self::Failed,
         Self::TimedOut,
         Self::CredentialsMissing,
@@ -175,6 +178,7 @@ impl Cause {
         Self::AuthFailed,
         Self::HostKeyChanged,
         Self::SudoFailed,
+        Self::HostBusy,
     ];
 
     fn as_str(self) -> &'static str {
@@ -188,6 +192,7 @@ impl Cause {
             Self::AuthFailed => "AuthFailed",
             Self::HostKeyChanged => "HostKeyChanged",
             Self::SudoFailed => "SudoFailed",
+            Self::HostBusy => "HostBusy",
         }
     }
 
@@ -196,7 +201,11 @@ impl Cause {
     pub fn before_start(self) -> bool {
         matches!(
             self,
-            Self::Unreachable | Self::AuthFailed | Self::HostKeyChanged | Self::SudoFailed
+            Self::Unreachable
+                | Self::AuthFailed
+                | Self::HostKeyChanged
+                | Self::SudoFailed
+                | Self::HostBusy
         )
     }
 
@@ -239,6 +248,7 @@ impl Failure {
             RemoteShellError::AuthFailed { .. } => Cause::AuthFailed,
             RemoteShellError::HostKeyMismatch { .. } => Cause::HostKeyChanged,
             RemoteShellError::SudoFailed { .. } => Cause::SudoFailed,
+            RemoteShellError::Busy { .. } => Cause::HostBusy,
             RemoteShellError::Timeout { .. }
             | RemoteShellError::CommandFailed { .. }
             | RemoteShellError::Other { .. } => Cause::Failed,

@@ -647,6 +647,7 @@ fn a_bootstrap_refused_before_it_starts_returns_the_instance_to_pending_and_back
         Operation::Bootstrap,
         Err(Failure::of_remote(&RemoteShellError::AuthFailed {
             target: "ubuntu@10.0.0.1:22".into(),
+            host_key: "SHA256:k".into(),
         })),
     );
     let plan = world.plan(&mut c, 3);
@@ -729,6 +730,7 @@ fn remote_errors_map_to_causes() {
                 target: t(),
                 stage: "connect",
                 after: Duration::from_secs(1),
+                host_key: None,
             },
             Cause::Unreachable,
         ),
@@ -737,11 +739,15 @@ fn remote_errors_map_to_causes() {
                 target: t(),
                 stage: "script",
                 after: Duration::from_secs(1),
+                host_key: Some("SHA256:k".into()),
             },
             Cause::Failed,
         ),
         (
-            RemoteShellError::AuthFailed { target: t() },
+            RemoteShellError::AuthFailed {
+                target: t(),
+                host_key: "SHA256:k".into(),
+            },
             Cause::AuthFailed,
         ),
         (
@@ -756,8 +762,18 @@ fn remote_errors_map_to_causes() {
             RemoteShellError::SudoFailed {
                 target: t(),
                 message: "no".into(),
+                host_key: "SHA256:k".into(),
             },
             Cause::SudoFailed,
+        ),
+        (
+            RemoteShellError::Busy {
+                target: t(),
+                lock: "/var/lock/l".into(),
+                waited: Duration::from_secs(1),
+                host_key: "SHA256:k".into(),
+            },
+            Cause::HostBusy,
         ),
         (
             RemoteShellError::CommandFailed {

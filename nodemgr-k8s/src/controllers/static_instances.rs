@@ -12,7 +12,19 @@
 //!   installed script. The Node of a cleaned instance is deleted afterwards.
 //! - **Host keys.** The first contact's host key fingerprint is pinned on the StaticInstance
 //!   (annotation [`ANNOTATION_SSH_HOST_KEY`]); later contacts must present the same key, or the
-//!   operation fails with `HostKeyChanged`. Removing the annotation accepts a new key.
+//!   operation fails with `HostKeyChanged`. Removing the annotation accepts a new key. The
+//!   shell reports the key as soon as the SSH handshake succeeded, and the next pass pins it
+//!   whatever became of the operation (sudo refused, script failed, timed out, or stopped by
+//!   the controller): secrets may already have gone to that server.
+//! - **One operation per machine.** An operation is not started while another one runs on
+//!   the same address (two StaticInstances naming one machine): it fails at once with
+//!   `HostBusy` and is retried after its backoff. On the machine itself every script holds
+//!   the lock file [`LOCK_PATH`] (under the instance's test root in tests), so a script of an
+//!   operation nodemgr gave up on, or of another node-manager replica, is never run beside
+//!   a new one; a script the controller stops (timeout, error) dies with its SSH connection.
+//! - **Timeouts.** The shell's script timeout is the operation's minus the connect timeout
+//!   and a reserve (`script_timeout`), so the shell normally gives up first, has the script
+//!   killed and reports its output (or the busy machine) before the core's timeout fires.
 //! - **Test roots.** [`RenderRoots::PerInstance`] renders every instance's scripts into
 //!   `<dir>/<instance>` instead of `/` (bashible's test root): nothing on the host changes.
 //! - **Failures.** A status write that fails is retried on the next pass (the core keeps the
@@ -47,6 +59,27 @@ use crate::metrics::Metrics;
 
 /// Annotation holding the pinned SSH host key fingerprint (`SHA256:…`) of a StaticInstance.
 pub const ANNOTATION_SSH_HOST_KEY: &str = "node-manager.deckhouse.io/ssh-host-key";
+
+/// The lock file every bootstrap and cleanup script holds on its machine (under the render
+/// root): two of them never run at once there.
+pub const LOCK_PATH: &str = "/var/lock/nodemgr-static-node.lock";
+
+/// What the shell's own script timeout leaves of an operation's timeout besides the connect
+/// timeout: time for the shell to have the script killed and report (`nodemgr-ssh` waits up
+/// to 10 s for the kill), and a margin.
+const SHELL_RESERVE: Duration = Duration::from_secs(15);
+
+/// The script timeout given to the shell for an operation that may take `operation` in all:
+/// short enough that the shell gives up, kills the script and reports how it ended (its
+/// output, or a machine busy with another script) before the core's own timeout stops
+/// waiting for it; at least half of `operation`.
+fn script_timeout(operation: Duration, connect: Duration) -> Duration {
+    let half = operation / 2;
+    operation
+        .checked_sub(connect.saturating_add(SHELL_RESERVE))
+        .filter(|t| *t >= half)
+        .unwrap_or(half)
+}
 
 /// Where scripts put their files.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +116,20 @@ struct Finished {
     outcome: Result<(), Failure>,
     /// The host key seen, when the connection got that far.
     host_key: Option<String>,
+}
+
+/// A host key the shell saw at a handshake, reported while the operation still runs.
+#[derive(Debug)]
+struct HostKeySeen {
+    instance: String,
+    host_key: String,
+}
+
+/// An operation running in the background.
+struct Running {
+    task: JoinHandle<()>,
+    /// `host:port` of the machine it works on.
+    machine: String,
 }
 
 /// What a background operation needs.
@@ -127,9 +174,11 @@ pub struct StaticController {
     metrics: Metrics,
     core: StaticNodes,
     renderer: Renderer,
-    running: BTreeMap<String, JoinHandle<()>>,
+    running: BTreeMap<String, Running>,
     finished_tx: mpsc::UnboundedSender<Finished>,
     finished_rx: mpsc::UnboundedReceiver<Finished>,
+    seen_tx: mpsc::UnboundedSender<HostKeySeen>,
+    seen_rx: mpsc::UnboundedReceiver<HostKeySeen>,
     /// Reports taken off the channel while waiting between passes.
     pending: Vec<Finished>,
 }
@@ -151,6 +200,7 @@ impl StaticController {
         metrics: Metrics,
     ) -> Self {
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        let (seen_tx, seen_rx) = mpsc::unbounded_channel();
         Self {
             core: StaticNodes::with_config(settings.config),
             cluster,
@@ -161,6 +211,8 @@ impl StaticController {
             running: BTreeMap::new(),
             finished_tx,
             finished_rx,
+            seen_tx,
+            seen_rx,
             pending: Vec::new(),
         }
     }
@@ -193,9 +245,41 @@ impl StaticController {
         Ok((groups, instances, credentials))
     }
 
-    /// Takes the reports of operations that ended, pinning first-contact host keys (also in
-    /// `instances`, so that operations started in this pass see the pin).
+    /// Pins `host_key` on the instance unless a key is pinned already (also in `instances`,
+    /// so that operations started in this pass see the pin).
+    async fn pin_host_key(&self, instances: &mut [StaticInstance], name: &str, host_key: &str) {
+        let Some(instance) = instances
+            .iter_mut()
+            .find(|i| i.metadata.name.as_deref() == Some(name))
+        else {
+            return;
+        };
+        let annotations = &mut instance.metadata.annotations;
+        if annotations.contains_key(ANNOTATION_SSH_HOST_KEY) {
+            return;
+        }
+        let patch = json!({"metadata": {"annotations": {ANNOTATION_SSH_HOST_KEY: host_key}}});
+        match self
+            .instances()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(instance = %name, %host_key, "pinned the SSH host key");
+                annotations.insert(ANNOTATION_SSH_HOST_KEY.into(), host_key.to_owned());
+            }
+            Err(error) => {
+                tracing::warn!(instance = %name, %error, "could not pin the host key; it is pinned at the next contact");
+            }
+        }
+    }
+
+    /// Pins the host keys seen at handshakes, then takes the reports of operations that ended.
     async fn collect_finished(&mut self, instances: &mut [StaticInstance]) {
+        while let Ok(seen) = self.seen_rx.try_recv() {
+            self.pin_host_key(instances, &seen.instance, &seen.host_key)
+                .await;
+        }
         while let Ok(done) = self.finished_rx.try_recv() {
             self.pending.push(done);
         }
@@ -218,31 +302,8 @@ impl StaticController {
                     tracing::warn!(instance = %done.instance, operation = %done.operation, cause = ?failure.cause, "{}", failure.message)
                 }
             }
-            let instance = instances
-                .iter_mut()
-                .find(|i| i.metadata.name.as_deref() == Some(done.instance.as_str()));
-            if let (Some(host_key), Some(instance)) = (&done.host_key, instance) {
-                let annotations = &mut instance.metadata.annotations;
-                if !annotations.contains_key(ANNOTATION_SSH_HOST_KEY) {
-                    let patch =
-                        json!({"metadata": {"annotations": {ANNOTATION_SSH_HOST_KEY: host_key}}});
-                    match self
-                        .instances()
-                        .patch(
-                            &done.instance,
-                            &PatchParams::default(),
-                            &Patch::Merge(&patch),
-                        )
-                        .await
-                    {
-                        Ok(_) => {
-                            annotations.insert(ANNOTATION_SSH_HOST_KEY.into(), host_key.clone());
-                        }
-                        Err(error) => {
-                            tracing::warn!(instance = %done.instance, %error, "could not pin the host key; it is pinned at the next contact");
-                        }
-                    }
-                }
+            if let Some(host_key) = &done.host_key {
+                self.pin_host_key(instances, &done.instance, host_key).await;
             }
             self.core
                 .handle_finished(&done.instance, done.operation, done.outcome);
@@ -364,9 +425,10 @@ impl StaticController {
             .await;
     }
 
+    /// Stops the operation running on `name`: dropping its SSH connection kills its script.
     fn stop_operation(&mut self, name: &str) {
-        if let Some(task) = self.running.remove(name) {
-            task.abort();
+        if let Some(running) = self.running.remove(name) {
+            running.task.abort();
         }
     }
 
@@ -407,6 +469,7 @@ impl StaticController {
         let root = self
             .root_for(name)
             .map_err(|e| Failure::new(Cause::Failed, e))?;
+        let lock = format!("{}{LOCK_PATH}", root.as_str());
         let rendered = self
             .renderer
             .render(
@@ -431,7 +494,11 @@ impl StaticController {
             name: format!("bootstrap {name}"),
             body: rendered.bootstrap_script,
             args: Vec::new(),
-            timeout: self.settings.config.bootstrap_timeout,
+            timeout: script_timeout(
+                self.settings.config.bootstrap_timeout,
+                self.settings.connect_timeout,
+            ),
+            lock: Some(lock),
         })
     }
 
@@ -463,28 +530,48 @@ impl StaticController {
             name: format!("cleanup {name}"),
             body,
             args: vec![keys::CLEANUP_SCRIPT_CONFIRMATION.into()],
-            timeout: self.settings.config.cleanup_timeout,
+            timeout: script_timeout(
+                self.settings.config.cleanup_timeout,
+                self.settings.connect_timeout,
+            ),
+            lock: Some(format!("{}{LOCK_PATH}", root.as_str())),
         })
     }
 
     fn start(&mut self, job: Job) {
+        let machine = format!("{}:{}", job.target.host, job.target.port);
+        if let Some((other, _)) = self.running.iter().find(|(_, r)| r.machine == machine) {
+            let failure = Failure::new(
+                Cause::HostBusy,
+                format!(
+                    "StaticInstance {other} has an operation running on the same machine \
+                     {machine}; two StaticInstances must not name one machine"
+                ),
+            );
+            return self.fail_now(&job.instance, job.operation, failure);
+        }
         let shell = self.shell.clone();
         let cluster = self.cluster.clone();
         let done = self.finished_tx.clone();
+        let seen = self.seen_tx.clone();
         let name = job.instance.clone();
         let task = tokio::spawn(async move {
-            let result = shell.run_script(&job.target, &job.script).await;
+            let instance = job.instance.clone();
+            let report = move |host_key: String| {
+                let _ = seen.send(HostKeySeen {
+                    instance: instance.clone(),
+                    host_key,
+                });
+            };
+            let result = shell
+                .run_script_noting_host_key(&job.target, &job.script, &report)
+                .await;
             let (outcome, host_key) = match result {
                 Ok(run) => (Ok(()), Some(run.host_key)),
-                Err(error) => {
-                    let host_key = match &error {
-                        nodemgr_core::ports::RemoteShellError::CommandFailed {
-                            host_key, ..
-                        } => Some(host_key.clone()),
-                        _ => None,
-                    };
-                    (Err(Failure::of_remote(&error)), host_key)
-                }
+                Err(error) => (
+                    Err(Failure::of_remote(&error)),
+                    error.host_key().map(str::to_owned),
+                ),
             };
             let outcome = match (outcome, job.delete_node) {
                 (Ok(()), Some(node)) => match cluster.delete_node(&node, &Precondition::None).await
@@ -505,7 +592,7 @@ impl StaticController {
                 host_key,
             });
         });
-        self.running.insert(name, task);
+        self.running.insert(name, Running { task, machine });
     }
 
     /// Starts `operation` when its target and script could be made, or reports why not as its
@@ -741,8 +828,33 @@ impl StaticController {
                 break;
             }
         }
-        for (_, task) in std::mem::take(&mut self.running) {
-            task.abort();
+        for (_, running) in std::mem::take(&mut self.running) {
+            running.task.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shell_gives_up_before_the_core() {
+        let connect = Duration::from_secs(10);
+        // Default bootstrap: 20 min → 20 min − 25 s.
+        assert_eq!(
+            script_timeout(Duration::from_secs(1200), connect),
+            Duration::from_secs(1175)
+        );
+        // Too short to reserve everything: half of it.
+        assert_eq!(
+            script_timeout(Duration::from_secs(8), Duration::from_secs(2)),
+            Duration::from_secs(4)
+        );
+        for seconds in [1_u64, 30, 60, 600, 3600] {
+            let operation = Duration::from_secs(seconds);
+            let t = script_timeout(operation, connect);
+            assert!(t < operation && t >= operation / 2, "{seconds}: {t:?}");
         }
     }
 }
