@@ -1,12 +1,12 @@
-//! Reading what `nodemgr render` and `bashible-apiserver` render from: NodeGroups from manifest
-//! files or directories, the cluster context, the bootstrap token. Every error names the file
+//! Reading what `nodemgr render` and `bashible-apiserver` render from: NodeGroups,
+//! NodeGroupConfigurations and NodeUsers from manifest files or directories, the cluster context, the bootstrap token. Every error names the file
 //! (and document) and says what to do.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use nodemgr_core::bashible::{BootstrapToken, ClusterContext};
+use nodemgr_core::bashible::{BootstrapToken, ClusterContext, Customisations};
 use nodemgr_core::model::{Manifest, NodeGroup, parse_documents, parse_manifest};
 
 /// Environment variable holding the bootstrap token when no token file is given.
@@ -161,4 +161,35 @@ pub fn find_group<'a>(
             )
         }
     })
+}
+
+/// The NodeGroupConfigurations and NodeUsers in `paths` (files or directories), and a message
+/// per document of those kinds that does not even parse (a field of the wrong type): such a
+/// document is left out, like an invalid one, so that it never stops the groups from
+/// rendering. Other kinds are skipped.
+///
+/// # Errors
+/// A file that cannot be read or is not YAML.
+pub fn load_customisations(paths: &[PathBuf]) -> anyhow::Result<(Customisations, Vec<String>)> {
+    let mut out = Customisations::default();
+    let mut problems = Vec::new();
+    for file in manifest_files(paths)? {
+        let text = read_text(&file)?;
+        let documents =
+            parse_documents(&text).with_context(|| format!("{} is not YAML", file.display()))?;
+        for document in documents {
+            let kind = document.value.get("kind").and_then(|k| k.as_str());
+            if !matches!(kind, Some("NodeGroupConfiguration" | "NodeUser")) {
+                continue;
+            }
+            let place = format!("{}:{}", file.display(), document.index);
+            match parse_manifest(document.value) {
+                Ok(Manifest::NodeGroupConfiguration(c)) => out.configurations.push(*c),
+                Ok(Manifest::NodeUser(u)) => out.users.push(*u),
+                Ok(_) => {}
+                Err(e) => problems.push(format!("{place}: skipped: {e}")),
+            }
+        }
+    }
+    Ok((out, problems))
 }

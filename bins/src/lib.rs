@@ -51,10 +51,21 @@ where
 /// Parses a Go-style duration flag (`5s`, `1m30s`).
 ///
 /// # Errors
-/// A message naming the text and the accepted form.
+/// A message naming the text and the accepted form, or saying that it is too long.
 pub fn duration_flag(text: &str) -> Result<std::time::Duration, String> {
-    nodemgr_core::model::parse_duration(text)
-        .ok_or_else(|| format!("{text:?} is not a duration (like 5s, 1m30s)"))
+    nodemgr_core::model::parse_duration_checked(text).map_err(|e| e.to_string())
+}
+
+/// Parses a percentage flag: a finite number from 0 to 100.
+///
+/// # Errors
+/// A message naming the text and the accepted range.
+pub fn percent_flag(text: &str) -> Result<f64, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|p| p.is_finite() && (0.0..=100.0).contains(p))
+        .ok_or_else(|| format!("{text:?} is not a percentage from 0 to 100 (like 30 or 12.5)"))
 }
 
 /// The wall clock as the core's timestamp (the binaries' clock read).

@@ -52,11 +52,19 @@ impl Drop for Server {
 
 impl Server {
     fn start(extra: &[&str]) -> Self {
+        Self::start_with(&[], extra)
+    }
+
+    /// [`Server::start`] with more NodeGroup manifests (file name, YAML) in its directory.
+    fn start_with(groups: &[(&str, &str)], extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let manifests = dir.path().join("groups");
         std::fs::create_dir(&manifests).unwrap();
         std::fs::write(manifests.join("worker.yaml"), WORKER).unwrap();
         std::fs::write(manifests.join("gpu.yaml"), GPU).unwrap();
+        for (file, yaml) in groups {
+            std::fs::write(manifests.join(file), yaml).unwrap();
+        }
         std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
         std::fs::write(dir.path().join("join-token"), JOIN_TOKEN).unwrap();
         std::fs::write(
@@ -105,6 +113,14 @@ impl Server {
 
     fn manifest(&self, name: &str) -> PathBuf {
         self.dir.path().join("groups").join(name)
+    }
+
+    /// Replaces a manifest atomically (written beside the directory, then renamed), so that
+    /// the server's reload never reads it half-written.
+    fn write_manifest(&self, name: &str, text: &str) {
+        let staged = self.dir.path().join(format!("{name}.staged"));
+        std::fs::write(&staged, text).unwrap();
+        std::fs::rename(&staged, self.manifest(name)).unwrap();
     }
 
     fn get(&self, path: &str, token: Option<&str>) -> reqwest::blocking::Response {
@@ -223,6 +239,7 @@ fn serves_bundles_checksums_and_scripts() {
     assert_eq!(
         names,
         [
+            "000_node_users.sh",
             "001_ca.sh",
             "010_os_settings.sh",
             "020_containerd.sh",
@@ -231,7 +248,7 @@ fn serves_bundles_checksums_and_scripts() {
         ]
     );
     assert!(
-        bundle["steps"][3]["script"]
+        bundle["steps"][4]["script"]
             .as_str()
             .unwrap()
             .contains("\"maxPods\": 150")
@@ -272,7 +289,7 @@ fn serves_bundles_checksums_and_scripts() {
     assert_eq!(object["metadata"]["name"], "ubuntu-lts.worker");
     assert_eq!(
         object["data"]["030_kubelet.sh"],
-        bundle["steps"][3]["script"]
+        bundle["steps"][4]["script"]
     );
     let object: serde_json::Value = serde_json::from_str(
         &server
@@ -300,16 +317,15 @@ fn serves_bundles_checksums_and_scripts() {
 fn reloads_on_file_change_and_keeps_the_last_good_bundle() {
     let server = Server::start(&["--watch-interval", "200ms"]);
     let before = server.checksum("worker");
-    std::fs::write(server.manifest("worker.yaml"), WORKER.replace("150", "200")).unwrap();
+    server.write_manifest("worker.yaml", &WORKER.replace("150", "200"));
     let after = server.wait_for_change("worker", &before);
     assert_eq!(after, expected_checksum(&WORKER.replace("150", "200")));
 
     // A change that breaks the group: the last good bundle stays, marked stale.
-    std::fs::write(
-        server.manifest("worker.yaml"),
-        WORKER.replace("{maxPods: 150}", "{rootDir: relative}"),
-    )
-    .unwrap();
+    server.write_manifest(
+        "worker.yaml",
+        &WORKER.replace("{maxPods: 150}", "{rootDir: relative}"),
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let response = server.get("/v1/groups/worker/bundle", Some(ADMIN_TOKEN));
@@ -344,6 +360,37 @@ fn reloads_on_file_change_and_keeps_the_last_good_bundle() {
         assert!(Instant::now() < deadline, "the new group was not loaded");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn a_huge_quantity_in_a_group_is_refused_by_name_and_the_server_keeps_serving() {
+    // The reserved memory overflowed the quantity arithmetic and crashed the server at start.
+    let huge = "apiVersion: deckhouse.io/v1
+kind: NodeGroup
+metadata: {name: huge}
+spec:
+  nodeType: Static
+  kubelet:
+    resourceReservation:
+      mode: Static
+      static: {memory: 99999999999999999999Ei}
+";
+    let server = Server::start_with(&[("huge.yaml", huge)], &[]);
+    let response = server.get("/v1/groups/huge/bundle", Some(ADMIN_TOKEN));
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let reason = response.text().unwrap();
+    assert!(reason.contains("too large"), "{reason}");
+    assert!(
+        reason.contains("spec.kubelet.resourceReservation.static.memory"),
+        "{reason}"
+    );
+    // The other groups are served as before.
+    assert_eq!(
+        server
+            .get("/v1/groups/worker/bundle", Some(ADMIN_TOKEN))
+            .status(),
+        StatusCode::OK
+    );
 }
 
 #[test]
@@ -416,4 +463,50 @@ fn refuses_to_start_without_tokens_or_with_a_bad_join_token() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn configurations_and_users_in_the_manifests_join_their_groups_bundles() {
+    let server = Server::start(&["--watch-interval", "200ms"]);
+    let worker_before = server.checksum("worker");
+    let gpu_before = server.checksum("gpu");
+    server.write_manifest(
+        "custom.yaml",
+        "apiVersion: deckhouse.io/v1alpha1\nkind: NodeGroupConfiguration\nmetadata: {name: motd.sh}\n\
+         spec: {weight: 40, nodeGroups: [worker], content: \"echo hi > /etc/motd\"}\n\
+         ---\napiVersion: deckhouse.io/v1alpha1\nkind: NodeGroupConfiguration\nmetadata: {name: bad}\n\
+         spec: {content: \"echo bad\"}\n\
+         ---\napiVersion: deckhouse.io/v1\nkind: NodeUser\nmetadata: {name: ops}\n\
+         spec: {uid: 1001, nodeGroups: [worker]}\n",
+    );
+    server.wait_for_change("worker", &worker_before);
+    let bundle: serde_json::Value = serde_json::from_str(
+        &server
+            .get("/v1/groups/worker/bundle", Some(WORKER_TOKEN))
+            .text()
+            .unwrap(),
+    )
+    .unwrap();
+    let steps = bundle["steps"].as_array().unwrap();
+    let names: Vec<&str> = steps.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "000_node_users.sh",
+            "001_ca.sh",
+            "010_os_settings.sh",
+            "020_containerd.sh",
+            "030_kubelet.sh",
+            "040_motd.sh",
+            "090_cleanup_script.sh"
+        ]
+    );
+    assert!(
+        steps[0]["script"]
+            .as_str()
+            .unwrap()
+            .contains("bb_node_user 'ops' '1001'")
+    );
+    // The invalid configuration reached no bundle, and gpu is untouched.
+    assert_eq!(server.checksum("gpu"), gpu_before);
 }

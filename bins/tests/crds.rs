@@ -1,4 +1,4 @@
-//! `nodemgr crds` end to end: the YAML stream holds the four CRDs with their versions and parses
+//! `nodemgr crds` end to end: the YAML stream holds the six CRDs with their versions and parses
 //! back, and the JSON output is one `List` of the same definitions.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup step should panic
@@ -79,6 +79,14 @@ fn yaml_stream_holds_every_kind_and_version() {
                     "v1alpha1 (not served)".to_owned(),
                     "v1alpha2 (storage)".into()
                 ]
+            ),
+            (
+                "nodegroupconfigurations.deckhouse.io".to_owned(),
+                vec!["v1alpha1 (storage)".to_owned()]
+            ),
+            (
+                "nodeusers.deckhouse.io".to_owned(),
+                vec!["v1 (storage)".to_owned(), "v1alpha1".into()]
             ),
         ]
     );

@@ -361,3 +361,119 @@ fn missing_token_cluster_settings_and_files_are_explained() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn configurations_and_users_among_the_manifests_join_the_bundle() {
+    let s = Setup::new();
+    let manifests = tempfile::tempdir().unwrap();
+    std::fs::write(
+        manifests.path().join("groups.yaml"),
+        "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {name: worker}\nspec: {nodeType: Static}\n\
+         ---\napiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {name: master}\nspec: {nodeType: Static}\n",
+    )
+    .unwrap();
+    let checksum = |group: &str| {
+        let out = nodemgr(
+            &[
+                "render",
+                "checksum",
+                "--group",
+                group,
+                "--cluster-context",
+                s.path("cluster.yaml").to_str().unwrap(),
+                manifests.path().to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        (text(&out.stdout), text(&out.stderr))
+    };
+    let (worker_before, _) = checksum("worker");
+    let (master_before, _) = checksum("master");
+    std::fs::write(
+        manifests.path().join("custom.yaml"),
+        r#"apiVersion: deckhouse.io/v1alpha1
+kind: NodeGroupConfiguration
+metadata: {name: first.sh}
+spec: {weight: 5, nodeGroups: [worker], content: "echo first"}
+---
+apiVersion: deckhouse.io/v1alpha1
+kind: NodeGroupConfiguration
+metadata: {name: broken}
+spec: {nodeGroups: [worker], content: "echo broken"}
+---
+apiVersion: deckhouse.io/v1alpha1
+kind: NodeGroupConfiguration
+metadata: {name: typed.sh}
+spec: {weight: heavy, content: "echo typed"}
+---
+apiVersion: deckhouse.io/v1
+kind: NodeUser
+metadata: {name: ops}
+spec: {uid: 1001, nodeGroups: [worker], sshPublicKeys: ["ssh-ed25519 AAAA ops@laptop"]}
+"#,
+    )
+    .unwrap();
+    let (worker_after, warnings) = checksum("worker");
+    let (master_after, _) = checksum("master");
+    assert_ne!(worker_before, worker_after);
+    assert_eq!(master_before, master_after);
+    assert!(
+        warnings.contains("NodeGroupConfiguration \"broken\" is skipped: metadata.name"),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("custom.yaml:2: skipped: spec.weight"),
+        "{warnings}"
+    );
+
+    let root = tempfile::tempdir().unwrap();
+    let out = nodemgr(
+        &[
+            "render",
+            "bootstrap",
+            "--group",
+            "worker",
+            "--root",
+            root.path().to_str().unwrap(),
+            "--cluster-context",
+            s.path("cluster.yaml").to_str().unwrap(),
+            "--bootstrap-token-file",
+            s.path("token").to_str().unwrap(),
+            manifests.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(s.path("bootstrap.sh"), &out.stdout).unwrap();
+    let run = Command::new("bash")
+        .arg(s.path("bootstrap.sh"))
+        .env("BB_NODE_NAME", "n1")
+        .output()
+        .unwrap();
+    let is_root = text(&Command::new("id").arg("-u").output().unwrap().stdout).trim() == "0";
+    if !is_root {
+        // useradd --prefix needs root; the users step says so.
+        assert!(!run.status.success());
+        assert!(
+            text(&run.stderr).contains("needs root"),
+            "{}",
+            text(&run.stderr)
+        );
+        return;
+    }
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let passwd = std::fs::read_to_string(root.path().join("etc/passwd")).unwrap();
+    assert!(passwd.contains("ops:x:1001:"), "{passwd}");
+    let log = std::fs::read_to_string(root.path().join(".nodemgr-host-commands.log")).unwrap();
+    assert!(
+        log.contains("bash /var/lib/bashible/configurations/005_first.sh"),
+        "{log}"
+    );
+    assert!(!log.contains("broken"), "{log}");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("var/lib/bashible/configuration_checksum"))
+            .unwrap(),
+        worker_after.trim()
+    );
+}

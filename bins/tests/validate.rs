@@ -149,3 +149,65 @@ fn no_files_is_a_usage_error() {
     let out = nodemgr(&["validate".as_ref()]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn a_huge_cluster_prefix_len_is_refused_naming_the_flag() {
+    let file = &fixtures("valid")[0];
+    for huge in [
+        "64",
+        "18446744073709551615",
+        "99999999999999999999999999",
+        "-1",
+    ] {
+        let flag = format!("--cluster-prefix-len={huge}");
+        let out = nodemgr(&["validate".as_ref(), flag.as_ref(), file.as_os_str()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{huge}: {stderr}");
+        assert!(stderr.contains("--cluster-prefix-len"), "{huge}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{huge}: {stderr}");
+    }
+    // The largest prefix accepted still validates (and a long name is reported, not wrapped).
+    let out = nodemgr(&[
+        "validate".as_ref(),
+        "--cluster-prefix-len=63".as_ref(),
+        file.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn node_group_configurations_and_node_users_are_checked_with_field_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("custom.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: deckhouse.io/v1alpha1\nkind: NodeGroupConfiguration\nmetadata: {name: add-ca}\n\
+         spec: {content: \"\", weight: 5000, nodeGroups: [\"No Such\"]}\n\
+         ---\napiVersion: deckhouse.io/v1\nkind: NodeUser\nmetadata: {name: ops}\nspec: {uid: 42}\n\
+         ---\napiVersion: deckhouse.io/v1alpha1\nkind: NodeUser\nmetadata: {name: fine}\nspec: {uid: 1001}\n",
+    )
+    .unwrap();
+    let out = validate(std::slice::from_ref(&file));
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let prefix = file.display().to_string();
+    for line in [
+        ":0: metadata.name: \"add-ca\" does not end in .sh",
+        ":0: spec.content: is empty",
+        ":0: spec.weight: 5000 is out of range; must be 0..999",
+        ":0: spec.nodeGroups[0]:",
+        ":1: spec.uid: 42 is out of range; must be 1001..",
+    ] {
+        assert!(
+            stdout.contains(&format!("{prefix}{line}")),
+            "missing {line:?} in:\n{stdout}"
+        );
+    }
+    assert!(!stdout.contains(":2:"), "{stdout}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("3 documents in 1 files: 2 invalid"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -11,9 +11,17 @@
 //!
 //! # One step ([`UpdateExecutor::step`])
 //! 1. **Snapshot**: node groups, nodes and desired configuration checksums. A failure here ends
-//!    the step with an error and changes nothing.
+//!    the step with an error and changes nothing. The nodes come from the port's cache
+//!    ([`ClusterRead::list_nodes`](crate::ports::ClusterRead::list_nodes)) only when it is at
+//!    least as new as every write this executor made and every direct read it did
+//!    ([`KnownVersions`], read-your-writes); otherwise, and on the first step of a new
+//!    executor, they are read directly from the API
+//!    ([`ClusterRead::list_nodes_fresh`](crate::ports::ClusterRead::list_nodes_fresh)).
 //! 2. **Plan and apply**: [`crate::update::plan_updates_detailed`] at `now`; each command becomes
-//!    one node patch ([`command_patch`]): `Approve` sets `approved` and removes
+//!    one node patch ([`command_patch`]) carrying the resourceVersion of the node the plan saw
+//!    as a precondition. When the node changed since (HTTP 409, [`ClusterError::Conflict`]),
+//!    the rest of the plan is dropped, the nodes are read directly from the API and the
+//!    planner runs again (at most [`MAX_REPLANS`] times per step). `Approve` sets `approved` and removes
 //!    `waiting-for-approval`; `StartDrain` sets `draining=bashible`; `ApproveDisruption` sets
 //!    `disruption-approved`, removes `disruption-required`, and with `cordon` also cordons and
 //!    sets `drained=bashible`; `Finish` removes every update annotation and uncordons when
@@ -34,7 +42,9 @@
 //! # Guarantees
 //! - Only the planner decides approvals; the executor adds none, so the planner's limits
 //!   (`maxConcurrent`, the all-Ready gate, `Manual` never approving a disruption) hold for what
-//!   reaches the cluster.
+//!   reaches the cluster — also when the port's cache lags behind the API: every decision is
+//!   planned from a view that includes the executor's own earlier writes and is written only
+//!   if the node is still the version that view showed (`docs/optimistic-concurrency.md`).
 //! - No pod is deleted without the eviction API before its drain's timeout; DaemonSet, mirror
 //!   and finished pods are never evicted nor deleted (both from [`Drain`]).
 //! - Steps are idempotent: a step that failed halfway is completed by the next one.
@@ -54,7 +64,11 @@ use crate::ports::{
     ClusterApi, ClusterError, EventKind, EvictionResult, NodePatch, ObjectRef, PodRef,
     Precondition, RecordedEvent,
 };
+use crate::read_your_writes::KnownVersions;
 use crate::update::{DrainSource, UpdateCommand, plan_updates_detailed};
+
+/// How many times one step plans again after a decision met a changed node (HTTP 409).
+pub const MAX_REPLANS: usize = 3;
 
 /// A drain the executor runs, with what it remembers about the pods it started with.
 #[derive(Debug, Clone)]
@@ -207,12 +221,19 @@ pub struct StepReport {
     pub blocked: Vec<(String, Vec<String>)>,
     /// Actions that failed (retried next step).
     pub errors: Vec<ActionError>,
+    /// How many times the nodes were read directly from the API instead of the cache (the
+    /// cache was behind, the executor was new, or a decision met a conflict).
+    pub fresh_reads: usize,
+    /// How many times the step planned again after a decision met a changed node.
+    pub replans: usize,
 }
 
-/// The update executor (see the module docs). Keeps drain state between steps.
+/// The update executor (see the module docs). Keeps drain state and the node versions it
+/// knows of between steps.
 #[derive(Debug, Clone, Default)]
 pub struct UpdateExecutor {
     drains: BTreeMap<String, ActiveDrain>,
+    known: KnownVersions,
 }
 
 /// The node patch an update command stands for (`None` for `ReplaceMachine`, which patches
@@ -302,17 +323,70 @@ impl UpdateExecutor {
         now: Timestamp,
     ) -> Result<StepReport, ClusterError> {
         let groups = cluster.list_node_groups().await?;
-        let mut nodes = cluster.list_nodes().await?;
         let checksums = cluster.configuration_checksums().await?;
         let mut report = StepReport::default();
+        let cached = cluster.list_nodes().await?;
+        let mut nodes = if self.known.is_satisfied_by(&cached) {
+            cached
+        } else {
+            self.read_fresh(cluster, &mut report).await?
+        };
 
-        self.apply_plans(cluster, &groups, &checksums, &mut nodes, now, &mut report)
-            .await;
+        let mut replans = 0;
+        loop {
+            let conflict = self
+                .apply_plans(cluster, &groups, &checksums, &mut nodes, now, &mut report)
+                .await;
+            let Some(conflict) = conflict else { break };
+            if replans == MAX_REPLANS {
+                report.errors.push(conflict);
+                break;
+            }
+            replans += 1;
+            report.replans += 1;
+            match self.read_fresh(cluster, &mut report).await {
+                Ok(fresh) => nodes = fresh,
+                Err(source) => {
+                    report.errors.push(ActionError {
+                        source,
+                        action: format!("re-read the nodes after: {}", conflict.action),
+                        node: conflict.node,
+                    });
+                    break;
+                }
+            }
+        }
         self.reconcile_drains(cluster, &groups, &nodes, now, &mut report)
             .await;
         Ok(report)
     }
 
+    /// Reads every node directly from the API and remembers their versions.
+    async fn read_fresh<C: ClusterApi + ?Sized>(
+        &mut self,
+        cluster: &C,
+        report: &mut StepReport,
+    ) -> Result<Vec<Node>, ClusterError> {
+        let fresh = cluster.list_nodes_fresh().await?;
+        self.known.handle_fresh_read(&fresh);
+        report.fresh_reads += 1;
+        Ok(fresh)
+    }
+
+    /// Applies a node patch and remembers the version it produced.
+    async fn patch_node<C: ClusterApi + ?Sized>(
+        known: &mut KnownVersions,
+        cluster: &C,
+        name: &str,
+        patch: &NodePatch,
+    ) -> Result<Node, ClusterError> {
+        let updated = cluster.patch_node(name, patch).await?;
+        known.handle_write(&updated);
+        Ok(updated)
+    }
+
+    /// Plans every group and applies the commands. Returns the conflict that stopped it when a
+    /// command met a node changed since `nodes` was read (the rest of the plans is dropped).
     async fn apply_plans<C: ClusterApi + ?Sized>(
         &mut self,
         cluster: &C,
@@ -321,13 +395,14 @@ impl UpdateExecutor {
         nodes: &mut [Node],
         now: Timestamp,
         report: &mut StepReport,
-    ) {
+    ) -> Option<ActionError> {
         let plans = plan_updates_detailed(groups, checksums, nodes, now);
         let index: BTreeMap<String, usize> = nodes
             .iter()
             .enumerate()
             .map(|(i, n)| (n.name.clone(), i))
             .collect();
+        report.blocked.clear();
         for (group, plan) in plans {
             if !plan.blocked.is_empty() {
                 report.blocked.push((group.clone(), plan.blocked));
@@ -335,11 +410,23 @@ impl UpdateExecutor {
             for command in plan.commands {
                 let name = command.node().to_owned();
                 if let Some(patch) = command_patch(&command) {
-                    match cluster.patch_node(&name, &patch).await {
+                    let seen = index
+                        .get(&name)
+                        .map(|&i| nodes[i].resource_version.as_str());
+                    let patch = patch.if_resource_version(seen.unwrap_or_default());
+                    match Self::patch_node(&mut self.known, cluster, &name, &patch).await {
                         Ok(updated) => {
                             if let Some(&i) = index.get(&name) {
                                 nodes[i] = updated;
                             }
+                        }
+                        Err(source @ ClusterError::Conflict(_)) => {
+                            tracing::debug!(node = %name, %command, error = %source, "node changed since it was read; planning again");
+                            return Some(ActionError {
+                                node: name,
+                                action: command.to_string(),
+                                source,
+                            });
                         }
                         Err(source) => {
                             tracing::warn!(node = %name, %command, error = %source, "update command failed");
@@ -367,6 +454,7 @@ impl UpdateExecutor {
                 });
             }
         }
+        None
     }
 
     async fn reconcile_drains<C: ClusterApi + ?Sized>(
@@ -409,7 +497,7 @@ impl UpdateExecutor {
                 && !node.has_annotation(keys::ANNOTATION_DRAINING)
             {
                 let patch = NodePatch::new().remove_annotation(keys::ANNOTATION_DRAINED);
-                match cluster.patch_node(&node.name, &patch).await {
+                match Self::patch_node(&mut self.known, cluster, &node.name, &patch).await {
                     Ok(_) => report.events.push(ExecutorEvent::DrainedMarkRemoved {
                         node: node.name.clone(),
                     }),
@@ -476,8 +564,9 @@ impl UpdateExecutor {
             };
             // Re-cordon a node somebody uncordoned while it drains (or whose cordon failed).
             if !node.unschedulable && active.drain.started() < now {
-                match cluster.cordon(&node.name).await {
-                    Ok(()) => report.events.push(ExecutorEvent::Cordoned {
+                let cordon = NodePatch::new().unschedulable(true);
+                match Self::patch_node(&mut self.known, cluster, &node.name, &cordon).await {
+                    Ok(_) => report.events.push(ExecutorEvent::Cordoned {
                         node: node.name.clone(),
                     }),
                     Err(source) => report.errors.push(ActionError {
@@ -487,7 +576,16 @@ impl UpdateExecutor {
                     }),
                 }
             }
-            advance_drain(cluster, &node.name, active, &pods, now, report).await;
+            advance_drain(
+                cluster,
+                &mut self.known,
+                &node.name,
+                active,
+                &pods,
+                now,
+                report,
+            )
+            .await;
             if let Some(outcome) = active.drain.outcome().cloned() {
                 let source = if active.source.is_empty() {
                     keys::DRAIN_SOURCE_BASHIBLE.to_owned()
@@ -497,7 +595,7 @@ impl UpdateExecutor {
                 let patch = NodePatch::new()
                     .remove_annotation(keys::ANNOTATION_DRAINING)
                     .set_annotation(keys::ANNOTATION_DRAINED, source);
-                match cluster.patch_node(&node.name, &patch).await {
+                match Self::patch_node(&mut self.known, cluster, &node.name, &patch).await {
                     Ok(_) => {
                         let (kind, reason) = match outcome {
                             DrainOutcome::Completed => (EventKind::Normal, "NodeDrained"),
@@ -558,6 +656,7 @@ const MAX_ROUNDS: usize = 8;
 
 async fn advance_drain<C: ClusterApi + ?Sized>(
     cluster: &C,
+    known: &mut KnownVersions,
     node: &str,
     active: &mut ActiveDrain,
     pods: &[Pod],
@@ -569,8 +668,15 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
         let mut evictions: Vec<String> = Vec::new();
         while let Some(command) = active.drain.poll_command(now) {
             match command {
-                DrainCommand::Cordon { node } => match cluster.cordon(&node).await {
-                    Ok(()) => report.events.push(ExecutorEvent::Cordoned { node }),
+                DrainCommand::Cordon { node } => match UpdateExecutor::patch_node(
+                    known,
+                    cluster,
+                    &node,
+                    &NodePatch::new().unschedulable(true),
+                )
+                .await
+                {
+                    Ok(_) => report.events.push(ExecutorEvent::Cordoned { node }),
                     Err(source) => report.errors.push(ActionError {
                         node,
                         action: "cordon".into(),
@@ -758,6 +864,12 @@ mod tests {
         blocked: BTreeSet<String>,
         evictions: Vec<String>,
         deletions: Vec<String>,
+        /// Last resourceVersion handed out.
+        version: u64,
+        /// What `list_nodes` returns instead of `nodes` (a lagging cache), when set.
+        cache: Option<Vec<Node>>,
+        /// Nodes another writer changes just before our next patch lands.
+        races: BTreeSet<String>,
     }
 
     #[derive(Default)]
@@ -775,6 +887,10 @@ mod tests {
             Ok(self.state().groups.clone())
         }
         async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
+            let s = self.state();
+            Ok(s.cache.clone().unwrap_or_else(|| s.nodes.clone()))
+        }
+        async fn list_nodes_fresh(&self) -> Result<Vec<Node>, ClusterError> {
             Ok(self.state().nodes.clone())
         }
         async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> {
@@ -794,12 +910,29 @@ mod tests {
     impl NodeApi for Fake {
         async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError> {
             let mut state = self.state();
-            let node = state
-                .nodes
+            let State {
+                nodes,
+                version,
+                races,
+                ..
+            } = &mut *state;
+            let node = nodes
                 .iter_mut()
                 .find(|n| n.name == name)
                 .ok_or_else(|| ClusterError::NotFound(format!("node {name}")))?;
+            if races.remove(name) {
+                *version += 1;
+                node.resource_version = version.to_string();
+                node.labels.insert("raced".into(), "yes".into());
+            }
+            if let Some(rv) = &patch.resource_version
+                && *rv != node.resource_version
+            {
+                return Err(ClusterError::Conflict(format!("node {name} changed")));
+            }
             patch.apply_to(node);
+            *version += 1;
+            node.resource_version = version.to_string();
             Ok(node.clone())
         }
         async fn delete_node(&self, name: &str, _: &Precondition) -> Result<(), ClusterError> {
@@ -1037,6 +1170,77 @@ mod tests {
                 .contains(&ExecutorEvent::DrainedMarkRemoved { node: "n1".into() })
         );
         assert!(!fake.state().nodes[0].has_annotation(keys::ANNOTATION_DRAINED));
+    }
+
+    fn approved(fake: &Fake) -> Vec<String> {
+        fake.state()
+            .nodes
+            .iter()
+            .filter(|n| n.has_annotation(keys::ANNOTATION_APPROVED))
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_cache_behind_the_own_approval_is_not_planned_from() {
+        let fake = Fake::default();
+        {
+            let mut s = fake.state();
+            s.groups.push(group());
+            s.nodes.push(node("n1", &[]));
+            s.nodes
+                .push(node("n2", &[keys::ANNOTATION_WAITING_FOR_APPROVAL]));
+        }
+        let mut exec = UpdateExecutor::new();
+        // A new executor reads the API directly once, then approves n2 (maxConcurrent 1).
+        let report = block_on(exec.step(&fake, t(0))).unwrap();
+        assert_eq!(report.fresh_reads, 1);
+        assert_eq!(approved(&fake), vec!["n2"]);
+        // n1 asks for approval; the cache shows that but not yet the approval of n2.
+        {
+            let mut s = fake.state();
+            s.nodes[0]
+                .annotations
+                .insert(keys::ANNOTATION_WAITING_FOR_APPROVAL.into(), String::new());
+            s.version += 1;
+            s.nodes[0].resource_version = s.version.to_string();
+            let mut stale = s.nodes.clone();
+            stale[1] = node("n2", &[keys::ANNOTATION_WAITING_FOR_APPROVAL]);
+            s.cache = Some(stale);
+        }
+        let report = block_on(exec.step(&fake, t(10))).unwrap();
+        assert_eq!(report.fresh_reads, 1, "the stale cache was not trusted");
+        assert_eq!(approved(&fake), vec!["n2"], "maxConcurrent 1 holds");
+        // Once the cache has caught up it is used again.
+        let live = fake.state().nodes.clone();
+        fake.state().cache = Some(live);
+        let report = block_on(exec.step(&fake, t(20))).unwrap();
+        assert_eq!(report.fresh_reads, 0);
+    }
+
+    #[test]
+    fn a_decision_on_a_node_changed_meanwhile_is_planned_again() {
+        let fake = Fake::default();
+        {
+            let mut s = fake.state();
+            s.groups.push(group());
+            let mut n1 = node("n1", &[keys::ANNOTATION_WAITING_FOR_APPROVAL]);
+            n1.resource_version = "1".into();
+            s.nodes.push(n1);
+            s.version = 1;
+            s.races.insert("n1".into());
+        }
+        let mut exec = UpdateExecutor::new();
+        let report = block_on(exec.step(&fake, t(0))).unwrap();
+        assert_eq!(report.replans, 1);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(approved(&fake), vec!["n1"]);
+        let s = fake.state();
+        assert_eq!(
+            s.nodes[0].labels.get("raced").map(String::as_str),
+            Some("yes"),
+            "the concurrent change survives"
+        );
     }
 
     #[test]

@@ -245,11 +245,11 @@ const RULES: &[Rule] = &[
     ),
     nothing(
         "fencing.mode",
-        "Only changes what the fencing agent and controller do about a silent node.",
+        "Changes what the fencing agent and controller do about a silent node; the bundle stays (softdog and kernel.panic = 0 follow from fencing being set, see docs/bundles.md), and nothing restarts.",
     ),
     nothing(
         "fencing.watchdog.timeout",
-        "Only changes how often the fencing agent must feed the watchdog.",
+        "Changes how often the fencing agent must feed the watchdog: softdog's soft_margin in the bundle (a new checksum, so nodes re-run their steps; no drain, no kubelet restart, see docs/bundles.md).",
     ),
     nothing(
         "gpu.exclusive",

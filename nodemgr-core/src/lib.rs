@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod bashible;
+pub mod bootstrap_tokens;
 pub mod drain;
 pub mod executor;
 pub mod fencing;
@@ -19,7 +20,9 @@ pub mod model;
 pub mod node_template;
 pub mod oom;
 pub mod ports;
+pub mod read_your_writes;
 pub mod scaling;
+pub mod serving_certificates;
 pub mod static_nodes;
 pub mod update;
 pub mod validate;

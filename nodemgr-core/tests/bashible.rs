@@ -235,6 +235,9 @@ fn bootstrap_runs_into_a_test_root_and_is_idempotent() {
     assert_eq!(kubelet["containerLogMaxSize"], "100Mi");
     assert_eq!(kubelet["containerLogMaxFiles"], 5);
     assert_eq!(kubelet["failSwapOn"], true);
+    // The serving certificate is asked for with a CSR (approved by node-manager).
+    assert_eq!(kubelet["serverTLSBootstrap"], true);
+    assert_eq!(kubelet["rotateCertificates"], true);
     assert_eq!(
         kubelet["containerRuntimeEndpoint"],
         "unix:///run/containerd/containerd.sock"
@@ -438,13 +441,14 @@ fn not_managed_cri_has_no_containerd_step_and_uses_its_socket() {
     assert_eq!(
         names,
         [
+            "000_node_users.sh",
             "001_ca.sh",
             "010_os_settings.sh",
             "030_kubelet.sh",
             "090_cleanup_script.sh"
         ]
     );
-    let kubelet = &bundle.steps[2].script;
+    let kubelet = &bundle.steps[3].script;
     assert!(kubelet.contains("unix:///run/crio/crio.sock"));
     assert!(!kubelet.contains("systemReserved"));
 }

@@ -9,7 +9,9 @@
 //! a PodDisruptionBudget), 5xx, timeouts and connection failures → `Unavailable`, the rest →
 //! `Other` with the server's message.
 //!
-//! A watch that drops or fails is restarted with kube-runtime's default backoff; the stores keep
+//! A watch that drops or fails is restarted on a short backoff capped at 2 s
+//! ([`crate::watch_backoff`]), so the caches catch up within seconds of the API server
+//! recovering; the stores keep
 //! serving the last state meanwhile, and [`KubeCluster::ready`] stays true once every store has
 //! had its first complete list.
 
@@ -26,7 +28,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -40,6 +42,7 @@ use tokio::task::JoinHandle;
 
 use crate::convert::{self, lease_renew_time, node_to_core, pdb_to_core, pod_to_core};
 use crate::crd::NodeGroup;
+use crate::watch_backoff::WatchBackoff;
 
 /// Name of the Secret holding each group's desired configuration checksum (facts §4).
 pub const CHECKSUMS_SECRET: &str = "configuration-checksums";
@@ -102,7 +105,7 @@ where
     let (reader, writer) = reflector::store();
     let kind = K::kind(&K::DynamicType::default()).to_string();
     let stream = reflector::reflector(writer, watcher(api, config))
-        .default_backoff()
+        .backoff(WatchBackoff::new())
         .touched_objects();
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
@@ -260,7 +263,26 @@ impl KubeCluster {
     }
 }
 
-/// The merge patch of the labels, annotations and unschedulable flag of a [`NodePatch`].
+impl KubeCluster {
+    /// Core views of `nodes`, sorted by name, with the heartbeat of each node's Lease.
+    fn nodes_with_leases<'a>(&self, nodes: impl Iterator<Item = &'a Node>) -> Vec<core::Node> {
+        let leases = self.lease_renewals();
+        let mut out: Vec<core::Node> = nodes
+            .map(|n| {
+                let mut node = node_to_core(n);
+                if let Some(renew) = leases.get(&node.name) {
+                    node.last_heartbeat = Some(*renew);
+                }
+                node
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
+
+/// The merge patch of the labels, annotations and unschedulable flag of a [`NodePatch`], with
+/// its resourceVersion precondition.
 fn node_merge_patch(patch: &NodePatch) -> Value {
     let mut metadata = serde_json::Map::new();
     let map = |m: &BTreeMap<String, Option<String>>| -> Value {
@@ -274,6 +296,9 @@ fn node_merge_patch(patch: &NodePatch) -> Value {
     }
     if !patch.annotations.is_empty() {
         metadata.insert("annotations".into(), map(&patch.annotations));
+    }
+    if let Some(version) = &patch.resource_version {
+        metadata.insert("resourceVersion".into(), Value::String(version.clone()));
     }
     let mut out = json!({"metadata": metadata});
     if let Some(u) = patch.unschedulable {
@@ -297,22 +322,17 @@ impl ClusterRead for KubeCluster {
     }
 
     async fn list_nodes(&self) -> Result<Vec<core::Node>, ClusterError> {
-        let leases = self.lease_renewals();
-        let mut nodes: Vec<core::Node> = self
-            .stores
-            .nodes
-            .state()
-            .iter()
-            .map(|n| {
-                let mut node = node_to_core(n);
-                if let Some(renew) = leases.get(&node.name) {
-                    node.last_heartbeat = Some(*renew);
-                }
-                node
-            })
-            .collect();
-        nodes.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(nodes)
+        let nodes = self.stores.nodes.state();
+        Ok(self.nodes_with_leases(nodes.iter().map(|n| &**n)))
+    }
+
+    async fn list_nodes_fresh(&self) -> Result<Vec<core::Node>, ClusterError> {
+        // No resourceVersion: a quorum read, never served from the API server's watch cache.
+        let list = Api::<Node>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| map_error("list nodes", e))?;
+        Ok(self.nodes_with_leases(list.items.iter()))
     }
 
     async fn list_pods(&self) -> Result<Vec<core::Pod>, ClusterError> {
@@ -377,16 +397,29 @@ impl NodeApi for KubeCluster {
         let api = Api::<Node>::all(self.client.clone());
         let what = format!("patch node {name}");
         if !patch.add_taints.is_empty() || !patch.remove_taints.is_empty() {
-            // Taints are a list: read-modify-write guarded by resourceVersion, a few tries.
-            for _ in 0..3 {
+            // Taints are a list: read-modify-write guarded by resourceVersion, a few tries (one
+            // when the caller gave the version: a newer node is its conflict to resolve).
+            let tries = if patch.resource_version.is_some() {
+                1
+            } else {
+                3
+            };
+            for _ in 0..tries {
                 let node = api.get(name).await.map_err(|e| map_error(&what, e))?;
+                let current = node.metadata.resource_version.clone().unwrap_or_default();
+                if let Some(expected) = &patch.resource_version
+                    && *expected != current
+                {
+                    return Err(ClusterError::Conflict(format!(
+                        "{what}: the node is at resourceVersion {current}, not {expected}"
+                    )));
+                }
                 let mut view = node_to_core(&node);
                 patch.apply_to(&mut view);
                 let taints: Vec<_> = view.taints.iter().map(convert::taint_from_core).collect();
                 let mut body = node_merge_patch(patch);
                 body["spec"]["taints"] = serde_json::to_value(taints).unwrap_or(Value::Null);
-                body["metadata"]["resourceVersion"] =
-                    json!(node.metadata.resource_version.clone().unwrap_or_default());
+                body["metadata"]["resourceVersion"] = json!(current);
                 self.writes.fetch_add(1, Ordering::Relaxed);
                 match api
                     .patch(name, &PatchParams::default(), &Patch::Merge(body))
@@ -602,6 +635,14 @@ mod tests {
             })
         );
         assert_eq!(node_merge_patch(&NodePatch::new()), json!({"metadata": {}}));
+        assert_eq!(
+            node_merge_patch(
+                &NodePatch::new()
+                    .set_label("l", "v")
+                    .if_resource_version("42")
+            ),
+            json!({"metadata": {"labels": {"l": "v"}, "resourceVersion": "42"}})
+        );
     }
 
     #[test]

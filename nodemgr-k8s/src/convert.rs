@@ -114,6 +114,7 @@ pub fn node_to_core(n: &Node) -> core::Node {
     core::Node {
         name: n.metadata.name.clone().unwrap_or_default(),
         uid: n.metadata.uid.clone().unwrap_or_default(),
+        resource_version: n.metadata.resource_version.clone().unwrap_or_default(),
         labels: n.metadata.labels.clone().unwrap_or_default(),
         annotations: n.metadata.annotations.clone().unwrap_or_default(),
         taints: spec

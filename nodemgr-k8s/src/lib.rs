@@ -2,7 +2,9 @@
 //!
 //! The Kubernetes adapter of nodemgr: the Deckhouse-compatible custom resources, conversions
 //! between API objects and nodemgr-core's views, the cluster port over kube-rs ([`cluster`]), the
-//! controllers ([`controllers`]), leader election ([`leader`]), metrics ([`metrics`]) and the
+//! controllers ([`controllers`]) supervised as one unit ([`supervisor`]), leader election
+//! ([`leader`]), the watches' retry schedule ([`watch_backoff`]), metrics ([`metrics`]), the
+//! PKCS#10 reader of kubelet serving CSRs ([`pkcs10`]) and the
 //! HTTP endpoints and shutdown signal of the controller binary ([`serve`]).
 
 pub mod cluster;
@@ -11,4 +13,7 @@ pub mod convert;
 pub mod crd;
 pub mod leader;
 pub mod metrics;
+pub mod pkcs10;
 pub mod serve;
+pub mod supervisor;
+pub mod watch_backoff;

@@ -80,6 +80,8 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
     /// 1 while this replica holds the leader Lease.
     pub leader: Gauge,
+    /// Times the controllers ended by themselves (returned or panicked) while leading.
+    pub controller_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -108,6 +110,7 @@ impl Metrics {
                 Histogram::new(exponential_buckets(0.0005, 4.0, 10))
             });
         let leader = Gauge::default();
+        let controller_failures = Counter::default();
         registry.register(
             "node_group_nodes",
             "Nodes of the group",
@@ -169,6 +172,11 @@ impl Metrics {
             "1 while this replica is the leader",
             leader.clone(),
         );
+        registry.register(
+            "controller_failures",
+            "Times the controllers ended by themselves while this replica led",
+            controller_failures.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             group_nodes,
@@ -184,6 +192,7 @@ impl Metrics {
             reconcile_errors,
             reconcile_duration,
             leader,
+            controller_failures,
         }
     }
 

@@ -1,7 +1,9 @@
 //! The HTTP side of node-manager and its process lifecycle: `/metrics` (OpenMetrics text of
 //! [`Metrics`]), `/healthz` (liveness: the process serves requests), `/readyz` (readiness: the
 //! API server answered the last probe — a standby replica is ready too, it only does not lead;
-//! the body says `leader` or `standby`), the API probe feeding `/readyz`, and the SIGTERM /
+//! the body says `leader` or `standby`; not ready while this replica's controllers are
+//! restarting after they failed, or after it gave the Lease up because they kept failing, see
+//! [`crate::leader`]), the API probe feeding `/readyz`, and the SIGTERM /
 //! Ctrl-C signal that starts a graceful shutdown.
 
 use std::net::SocketAddr;
@@ -14,6 +16,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::sync::watch;
 
+use crate::leader::Role;
 use crate::metrics::Metrics;
 
 /// The content type of the OpenMetrics text format.
@@ -26,8 +29,8 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 pub struct Health {
     /// True while the API server answers (see [`probe_api`]).
     pub api_reachable: watch::Receiver<bool>,
-    /// True while this replica holds the leader Lease.
-    pub leading: watch::Receiver<bool>,
+    /// This replica's part in the election.
+    pub role: watch::Receiver<Role>,
 }
 
 #[derive(Clone)]
@@ -54,10 +57,17 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
             "the API server did not answer the last probe",
         );
     }
-    if *state.health.leading.borrow() {
-        (StatusCode::OK, "leader")
-    } else {
-        (StatusCode::OK, "standby")
+    match *state.health.role.borrow() {
+        Role::Leader => (StatusCode::OK, "leader"),
+        Role::Standby => (StatusCode::OK, "standby"),
+        Role::Restarting => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the controllers failed and restart after a backoff",
+        ),
+        Role::Failed => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the controllers kept failing; gave up the leader Lease",
+        ),
     }
 }
 
@@ -170,7 +180,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics.leader.set(1);
         let (reachable_tx, reachable) = watch::channel(false);
-        let (leading_tx, leading) = watch::channel(false);
+        let (role_tx, role) = watch::channel(Role::Standby);
         let listener = bind(([127, 0, 0, 1], 0).into()).await.unwrap();
         let address = listener.local_addr().unwrap();
         let (stop_tx, stop) = watch::channel(false);
@@ -180,7 +190,7 @@ mod tests {
                 metrics,
                 Health {
                     api_reachable: reachable,
-                    leading,
+                    role,
                 },
             ),
             stop,
@@ -194,8 +204,14 @@ mod tests {
         reachable_tx.send(true).unwrap();
         let (code, _, body) = get(address, "/readyz").await;
         assert_eq!((code, body.as_str()), (200, "standby"));
-        leading_tx.send(true).unwrap();
+        role_tx.send(Role::Leader).unwrap();
         assert_eq!(get(address, "/readyz").await.2, "leader");
+        role_tx.send(Role::Restarting).unwrap();
+        assert_eq!(get(address, "/readyz").await.0, 503);
+        role_tx.send(Role::Failed).unwrap();
+        let (code, _, body) = get(address, "/readyz").await;
+        assert_eq!(code, 503);
+        assert!(body.contains("gave up"), "{body}");
         assert_eq!(get(address, "/nope").await.0, 404);
         stop_tx.send(true).unwrap();
         server.await.unwrap().unwrap();

@@ -61,7 +61,9 @@ fn settings(roots: &Path) -> StaticSettings {
             ca_cert: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
             ..ClusterContext::default()
         },
-        bootstrap_token: BootstrapToken::new("abcdef.0123456789abcdef").unwrap(),
+        bootstrap_tokens: BootstrapToken::new("abcdef.0123456789abcdef")
+            .unwrap()
+            .into(),
         roots: RenderRoots::PerInstance(roots.to_path_buf()),
         connect_timeout: Duration::from_secs(2),
     }

@@ -2,6 +2,11 @@
 //! executor (and any other port-driven executor) talks to in the simulator. Injected API
 //! errors ([`crate::scenario::ApiErrorsSpec`]) and eviction refusals apply here; the calls
 //! themselves record nothing in the timeline (the controllers do), only [`crate::SimStats`].
+//!
+//! Nodes carry resourceVersions and `list_nodes` reads the simulated watch cache, which lags
+//! while a [`crate::scenario::WatchLagSpec`] window is open; `list_nodes_fresh` reads the world;
+//! a node patch with a resourceVersion precondition answers [`ClusterError::Conflict`] when the
+//! node changed since, as the API server does ([`crate::api`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -84,7 +89,20 @@ impl ClusterRead for SimCluster<'_> {
     async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, "list nodes")?;
-        Ok(w.node_views())
+        if let Some(cached) = w.api.cached_nodes(w.now) {
+            return Ok(cached);
+        }
+        let mut nodes = w.node_views();
+        w.api.version_all(&mut nodes);
+        Ok(nodes)
+    }
+
+    async fn list_nodes_fresh(&self) -> Result<Vec<Node>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list nodes")?;
+        let mut nodes = w.node_views();
+        w.api.version_all(&mut nodes);
+        Ok(nodes)
     }
 
     async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> {
@@ -125,13 +143,23 @@ impl ClusterRead for SimCluster<'_> {
 #[async_trait]
 impl NodeApi for SimCluster<'_> {
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError> {
-        let mut w = self.lock();
-        Self::check(&mut w, Operation::Patch, &format!("patch node {name}"))?;
+        let mut guard = self.lock();
+        Self::check(&mut guard, Operation::Patch, &format!("patch node {name}"))?;
+        let w: &mut World = &mut guard;
         let Some(n) = w.nodes.get_mut(name) else {
             return Err(ClusterError::NotFound(format!("node {name}")));
         };
+        if let Some(expected) = &patch.resource_version {
+            let current = w.api.version_of(&n.node);
+            if current != *expected {
+                return Err(ClusterError::Conflict(format!(
+                    "node {name}: the object has been modified (resourceVersion {current}, not {expected}); please apply your changes to the latest version and try again"
+                )));
+            }
+        }
         patch.apply_to(&mut n.node);
-        let view = n.node.clone();
+        let mut view = n.node.clone();
+        view.resource_version = w.api.version_of(&view);
         w.wake_agent(name);
         Ok(view)
     }

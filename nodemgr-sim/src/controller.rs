@@ -16,6 +16,7 @@ use nodemgr_core::model::Timestamp;
 use nodemgr_core::update::UpdateCommand;
 
 use crate::cluster::{SimCluster, block_on};
+use crate::scenario::ClockOffset;
 use crate::world::World;
 
 /// A policy stepped by the simulator.
@@ -30,17 +31,28 @@ pub trait Controller {
     /// Runs at `now` (= `world.now`). Called only when `next_run() <= now`; must move
     /// `next_run` past `now` (or to `None`), or the loop moves on by one millisecond.
     fn step(&mut self, world: &mut World, now: Timestamp);
+
+    /// The controller's process restarts at `now` (a crash, a new leader): it drops what it
+    /// kept in memory, rebuilds it from the cluster on its next step, and reads its clock
+    /// `clock_skew` off the world's from now on. The default keeps everything (for controllers
+    /// whose state is not process memory).
+    fn restart(&mut self, now: Timestamp, clock_skew: ClockOffset) {
+        let _ = (now, clock_skew);
+    }
 }
 
 /// The update executor of `nodemgr-core` ([`UpdateExecutor`]) over the simulated cluster port,
 /// every reconcile period and at its drains' deadlines. `ReplaceMachine` decisions are carried
-/// out by [`World::replace_machine`] (the simulator plays the cloud).
+/// out by [`World::replace_machine`] (the simulator plays the cloud). A restart replaces the
+/// executor with a new one (its drains are picked up again from the `draining` marks) and
+/// gives it a skewed clock.
 #[derive(Debug)]
 pub struct UpdateController {
     executor: UpdateExecutor,
     period: Duration,
     next: Timestamp,
     last_blocked: BTreeMap<String, Vec<String>>,
+    clock_skew: ClockOffset,
 }
 
 impl UpdateController {
@@ -51,6 +63,7 @@ impl UpdateController {
             period,
             next: start,
             last_blocked: BTreeMap::new(),
+            clock_skew: ClockOffset::default(),
         }
     }
 
@@ -66,17 +79,25 @@ impl Controller for UpdateController {
     }
 
     fn next_run(&self) -> Option<Timestamp> {
+        // The executor's deadlines are on its own (skewed) clock.
         Some(match self.executor.next_deadline() {
-            Some(d) => d.min(self.next),
+            Some(d) => self.clock_skew.unapply(d).min(self.next),
             None => self.next,
         })
+    }
+
+    fn restart(&mut self, now: Timestamp, clock_skew: ClockOffset) {
+        self.executor = UpdateExecutor::new();
+        self.clock_skew = clock_skew;
+        self.last_blocked.clear();
+        self.next = now;
     }
 
     fn step(&mut self, world: &mut World, now: Timestamp) {
         self.next = now + self.period;
         let result = {
             let cluster = SimCluster::new(world);
-            block_on(self.executor.step(&cluster, now))
+            block_on(self.executor.step(&cluster, self.clock_skew.apply(now)))
         };
         let report = match result {
             Some(Ok(report)) => report,

@@ -23,6 +23,7 @@
 //! ```
 
 pub mod agent;
+pub mod api;
 pub mod cloud;
 pub mod cluster;
 pub mod controller;

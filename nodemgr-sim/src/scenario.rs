@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use nodemgr_core::model::{NodeGroupSpec, NodeType, parse_duration};
+use nodemgr_core::model::{NodeGroupSpec, NodeType, Timestamp, parse_duration};
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -422,6 +422,69 @@ fn default_error() -> ErrorKind {
     ErrorKind::Unavailable
 }
 
+/// The controllers' watch of Nodes lags behind the cluster for a while: their cached reads
+/// show the nodes as they were `lag` earlier ([`crate::api`]).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WatchLagSpec {
+    /// How long.
+    #[serde(rename = "for")]
+    pub duration: SimDuration,
+    /// How far behind.
+    pub lag: SimDuration,
+}
+
+/// Every controller restarts (a crash, a new leader): what it kept in memory is lost and
+/// rebuilt from the cluster, and its clock reads `clockSkew` off the world's from now on (a
+/// replica on another machine).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestartSpec {
+    /// The restarted controllers' clock offset. Default none.
+    #[serde(default)]
+    pub clock_skew: ClockOffset,
+}
+
+/// A signed clock offset: `+30s` (or `30s`) ahead of the world's clock, `-30s` behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct ClockOffset(pub i64);
+
+impl ClockOffset {
+    /// The offset in milliseconds (positive: ahead).
+    pub fn millis(self) -> i64 {
+        self.0
+    }
+
+    /// `t` as a clock with this offset reads it.
+    pub fn apply(self, t: Timestamp) -> Timestamp {
+        Timestamp(t.0.saturating_add(self.0))
+    }
+
+    /// The world's time at which a clock with this offset reads `t`.
+    pub fn unapply(self, t: Timestamp) -> Timestamp {
+        Timestamp(t.0.saturating_sub(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for ClockOffset {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let text = text.trim();
+        let (sign, rest) = match text.strip_prefix('-') {
+            Some(rest) => (-1, rest),
+            None => (1, text.strip_prefix('+').unwrap_or(text)),
+        };
+        parse_duration(rest)
+            .and_then(|d| i64::try_from(d.as_millis()).ok())
+            .map(|ms| Self(sign * ms))
+            .ok_or_else(|| {
+                de::Error::custom(format!(
+                    "`{text}` is not a clock offset; write it like +30s, -2m or 0s"
+                ))
+            })
+    }
+}
+
 /// A node's agent gets slower.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -462,6 +525,12 @@ pub struct EventSpec {
     /// A workload's replica count changes (scaling scenarios).
     #[serde(default)]
     pub scale_workload: Option<crate::scaling::ScaleWorkloadSpec>,
+    /// The controllers' watch of Nodes lags.
+    #[serde(default)]
+    pub watch_lag: Option<WatchLagSpec>,
+    /// The controllers restart.
+    #[serde(default)]
+    pub restart_controllers: Option<RestartSpec>,
 }
 
 impl EventSpec {
@@ -490,6 +559,12 @@ impl EventSpec {
         }
         if self.scale_workload.is_some() {
             set.push("scaleWorkload");
+        }
+        if self.watch_lag.is_some() {
+            set.push("watchLag");
+        }
+        if self.restart_controllers.is_some() {
+            set.push("restartControllers");
         }
         set
     }
@@ -801,7 +876,8 @@ impl Scenario {
                     path,
                     format!(
                         "an event has `at` and exactly one action (change, approveDisruption, \
-                         nodeNotReady, nodeDark, refuseEvictions, apiErrors, slowAgent, scaleWorkload); found {}",
+                         nodeNotReady, nodeDark, refuseEvictions, apiErrors, slowAgent, scaleWorkload, \
+                         watchLag, restartControllers); found {}",
                         if actions.is_empty() {
                             "none".to_owned()
                         } else {

@@ -9,6 +9,7 @@ use nodemgr_core::impact::impact_of;
 use nodemgr_core::model::Timestamp;
 use nodemgr_core::update::UpdateMarks;
 
+use crate::api::WatchLag;
 use crate::controller::{Controller, UpdateController};
 use crate::scenario::{EventSpec, ImpactKind, Scenario, group_spec, merge_patch};
 use crate::timeline::Timeline;
@@ -73,6 +74,18 @@ impl Simulation {
         let mut events = scenario.events.clone();
         events.sort_by_key(|e| e.at);
         let end = world.start + scenario.duration.0;
+        let mut world = world;
+        // Watch lag is known up front so the past it shows is recorded (see `crate::api`).
+        for e in &events {
+            if let Some(l) = &e.watch_lag {
+                let from = world.start + e.at.0;
+                world.api.add_watch_lag(WatchLag {
+                    from,
+                    until: from + l.duration.0,
+                    lag: l.lag.0,
+                });
+            }
+        }
         Self {
             world,
             controllers: Vec::new(),
@@ -146,6 +159,10 @@ impl Simulation {
             self.apply_event(&e);
         }
         self.world.step();
+        let w = &mut self.world;
+        let nodes = &w.nodes;
+        w.api
+            .observe(now, || nodes.values().map(|n| n.node.clone()).collect());
         for c in &mut self.controllers {
             if c.next_run().is_some_and(|t| t <= now) {
                 c.step(&mut self.world, now);
@@ -330,6 +347,33 @@ impl Simulation {
         }
         if let Some(s) = &e.scale_workload {
             crate::scaling::scale_workload(w, s);
+        }
+        if let Some(l) = &e.watch_lag {
+            // The window itself was registered by `Simulation::bare`.
+            w.record(
+                "fault.watch-lag",
+                None,
+                None,
+                format!(
+                    "the controllers' watch of Nodes relists from a cache {}ms behind and lags as much for {}s",
+                    l.lag.0.as_millis(),
+                    l.duration.0.as_secs()
+                ),
+            );
+        }
+        if let Some(r) = &e.restart_controllers {
+            w.record(
+                "fault.controller-restart",
+                None,
+                None,
+                format!(
+                    "the controllers restart; their clock is {}ms off",
+                    r.clock_skew.millis()
+                ),
+            );
+            for c in &mut self.controllers {
+                c.restart(now, r.clock_skew);
+            }
         }
         if let Some(s) = &e.slow_agent {
             if let Some(n) = w.nodes.get_mut(&s.node) {

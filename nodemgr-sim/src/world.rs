@@ -204,6 +204,8 @@ pub struct World {
     /// Pods due for (re)creation stay in `pending_pods` for a scheduler controller (the
     /// scaling controller, [`crate::scaling`]) instead of being placed by [`World::pick_node`].
     pub scheduler_external: bool,
+    /// Node resourceVersions and the lagging watch cache the cluster port reads from.
+    pub api: crate::api::SimApiServer,
     uid_counter: u64,
 }
 
@@ -244,6 +246,7 @@ impl World {
                 events: Vec::new(),
             },
             scheduler_external: false,
+            api: crate::api::SimApiServer::default(),
             uid_counter: 0,
         };
         for (i, g) in scenario.groups.iter().enumerate() {

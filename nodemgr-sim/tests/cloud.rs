@@ -2,11 +2,18 @@
 //! cloud ([`nodemgr_sim::cloud::SimCloud`]) on a virtual clock: a scaler asks for random
 //! per-zone targets, the cloud refuses calls, loses answers of calls it applied and lists new
 //! machines 12 s late (so the controller asks again for machines that exist), machines
-//! start slowly, some never register a Node, some vanish. Properties:
+//! start slowly, some never register a Node, some vanish; and the Kubernetes side fails too:
+//! reads of Instances and Nodes fail (the pass decides nothing), writes of Instances and Node
+//! deletions fail, the controller's view of Instances and Nodes lags up to 20 s behind (its
+//! watch), and the controller restarts (its in-memory state is dropped and rebuilt) with the new
+//! replica's clock up to two minutes off. Properties:
 //! - one machine name never has two machines, whatever the failures and retries;
 //! - no Node is deleted while its machine exists;
 //! - once the cloud recovers and the targets hold, every zone converges to its target: as
 //!   many machines, Running Instances and Ready Nodes, and nothing else.
+//!
+//! `PROPTEST_CASES=10000 cargo test --release -p nodemgr-sim --test cloud` runs 10,000
+//! schedules (the default is 48, to keep the suite fast).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -27,6 +34,19 @@ use proptest::prelude::*;
 const ZONES: [&str; 2] = ["a", "b"];
 const STEP: Duration = Duration::from_secs(5);
 
+/// What the Kubernetes API and the controller's process do wrong while the weather is stormy.
+#[derive(Debug, Clone, Copy, Default)]
+struct ApiFaults {
+    /// Chance a pass cannot read Instances and Nodes (it decides nothing).
+    read_error: f64,
+    /// Chance one write (an Instance created, updated or removed, a Node deleted) fails.
+    write_error: f64,
+    /// How many steps (of 5 s) the controller's view lags behind.
+    lag_steps: usize,
+    /// Chance the controller restarts before a pass.
+    restart: f64,
+}
+
 struct World {
     now: Timestamp,
     cloud: SimCloud,
@@ -37,6 +57,11 @@ struct World {
     broken: BTreeSet<String>,
     rng: SimRng,
     failures: usize,
+    api: ApiFaults,
+    /// The controller's view of Instances and Nodes at past steps, newest last.
+    views: std::collections::VecDeque<(BTreeMap<String, Instance>, BTreeMap<String, Node>)>,
+    /// The controller's clock offset from the world's, in milliseconds.
+    skew_ms: i64,
 }
 
 impl World {
@@ -50,20 +75,37 @@ impl World {
                 seed,
             )
             .with_list_lag(Duration::from_secs(12)),
-            machines: Machines::with_config(MachineConfig {
-                creation_timeout: Duration::from_secs(300),
-                retry_initial: Duration::from_secs(5),
-                retry_max: Duration::from_secs(60),
-                orphan_grace: Duration::from_secs(60),
-                gc_grace: Duration::from_secs(60),
-                failures_kept: 5,
-            }),
+            machines: Machines::with_config(Self::config()),
             instances: BTreeMap::new(),
             nodes: BTreeMap::new(),
             broken: BTreeSet::new(),
             rng: SimRng::new(seed ^ 0xdead_beef),
             failures: 0,
+            api: ApiFaults::default(),
+            views: std::collections::VecDeque::new(),
+            skew_ms: 0,
         }
+    }
+
+    fn config() -> MachineConfig {
+        MachineConfig {
+            creation_timeout: Duration::from_secs(300),
+            retry_initial: Duration::from_secs(5),
+            retry_max: Duration::from_secs(60),
+            orphan_grace: Duration::from_secs(60),
+            gc_grace: Duration::from_secs(60),
+            failures_kept: 5,
+        }
+    }
+
+    /// The controller's clock.
+    fn controller_now(&self) -> Timestamp {
+        Timestamp(self.now.0.saturating_add(self.skew_ms))
+    }
+
+    /// Whether an injected Kubernetes write failure hits this write.
+    fn write_fails(&mut self, chaos: bool) -> bool {
+        chaos && self.rng.chance(self.api.write_error)
     }
 
     fn zone_of(i: &Instance) -> &str {
@@ -82,13 +124,16 @@ impl World {
         )
     }
 
-    /// The scaler: creates what a zone lacks, removes the newest excess.
-    fn requests(&self, targets: &BTreeMap<&str, u32>) -> MachineRequests {
+    /// The scaler: creates what a zone lacks, removes the newest excess (from the controller's
+    /// view of the Instances).
+    fn requests(
+        instances: &BTreeMap<String, Instance>,
+        targets: &BTreeMap<&str, u32>,
+    ) -> MachineRequests {
         let mut requests = MachineRequests::default();
         for zone in ZONES {
             let target = targets.get(zone).copied().unwrap_or(0);
-            let mut live: Vec<&Instance> = self
-                .instances
+            let mut live: Vec<&Instance> = instances
                 .values()
                 .filter(|i| Self::zone_of(i) == zone && Self::phase(i) != MachinePhase::Terminating)
                 .collect();
@@ -152,13 +197,33 @@ impl World {
             }
         }
         self.kubelets();
-        let nodes_before: Vec<Node> = self.nodes.values().cloned().collect();
+        // The controller's watch: the view `lag_steps` old while stormy, current when calm.
+        self.views
+            .push_back((self.instances.clone(), self.nodes.clone()));
+        let lag = if chaos { self.api.lag_steps } else { 0 };
+        while self.views.len() > lag + 1 {
+            self.views.pop_front();
+        }
+        if chaos && self.rng.chance(self.api.restart) {
+            self.machines = Machines::with_config(Self::config());
+            self.skew_ms = i64::try_from(self.rng.below(240_001)).unwrap_or(0) - 120_000;
+        }
+        if !chaos {
+            self.skew_ms = 0;
+        }
+        if chaos && self.rng.chance(self.api.read_error) {
+            return; // the Kubernetes reads failed: nothing is decided this pass
+        }
+        let Some((view_instances, view_nodes)) = self.views.front().cloned() else {
+            return;
+        };
+        let nodes_before: Vec<Node> = view_nodes.values().cloned().collect();
         // The executor lists the cloud after reading the Nodes.
         let listed = match block_on(self.cloud.list_group_instances("worker")).unwrap() {
             Ok(listed) => listed,
             Err(_) => return, // a failed listing: nothing is decided this pass
         };
-        let instances: Vec<Instance> = self.instances.values().cloned().collect();
+        let instances: Vec<Instance> = view_instances.values().cloned().collect();
         // Look-ups of not-Ready Nodes the listing does not explain (the cloud node GC's input).
         let mut absent = BTreeSet::new();
         for id in provider_ids_to_look_up(&nodes_before, &listed) {
@@ -166,7 +231,8 @@ impl World {
                 absent.insert(id.to_owned());
             }
         }
-        let requests = self.requests(targets);
+        let requests = Self::requests(&view_instances, targets);
+        let now = self.controller_now();
         let plan = self.machines.plan(
             &MachineSnapshot {
                 instances: &instances,
@@ -175,7 +241,7 @@ impl World {
                 nodes: &nodes_before,
             },
             &requests,
-            self.now,
+            now,
         );
         for command in plan.commands {
             self.apply(command, chaos);
@@ -193,8 +259,8 @@ impl World {
             client_token: token.into(),
         };
         let result = block_on(self.cloud.create_instance(&request)).unwrap();
-        self.machines
-            .handle_create(machine, result.as_ref(), self.now);
+        let now = self.controller_now();
+        self.machines.handle_create(machine, result.as_ref(), now);
     }
 
     fn apply(&mut self, command: MachineCommand, chaos: bool) {
@@ -205,6 +271,10 @@ impl World {
                 machine,
                 client_token,
             } => {
+                if self.write_fails(chaos) {
+                    // The Instance could not be created: the executor stops before the cloud.
+                    return;
+                }
                 self.instances.insert(
                     machine.clone(),
                     Instance {
@@ -238,7 +308,12 @@ impl World {
                 provider_id,
                 ..
             } => {
-                let i = self.instances.get_mut(&machine).expect("an Instance");
+                if self.write_fails(chaos) {
+                    return;
+                }
+                let Some(i) = self.instances.get_mut(&machine) else {
+                    return; // the view was stale: the Instance is gone (update answers 404)
+                };
                 i.status.current_status = Some(InstanceCurrentStatus {
                     phase: Some(phase.as_str().into()),
                     last_update_time: None,
@@ -255,14 +330,21 @@ impl World {
                 ..
             } => {
                 let result = block_on(self.cloud.delete_instance(&provider_id)).unwrap();
+                let now = self.controller_now();
                 self.machines
-                    .handle_delete(&machine, result.as_ref().map(|_| ()), self.now);
+                    .handle_delete(&machine, result.as_ref().map(|_| ()), now);
             }
             MachineCommand::ForgetInstance { machine } => {
+                if self.write_fails(chaos) {
+                    return;
+                }
                 self.instances.remove(&machine);
             }
             MachineCommand::RecordFailure { .. } => self.failures += 1,
             MachineCommand::DeleteNode { node, .. } => {
+                if self.write_fails(chaos) {
+                    return;
+                }
                 let id = self.nodes.get(&node).and_then(|n| n.provider_id.clone());
                 let exists = self
                     .cloud
@@ -300,9 +382,14 @@ proptest! {
         refuse in 0.0..0.5_f64,
         lose_answer in 0.0..0.4_f64,
         phases in proptest::collection::vec((0..6_u32, 0..6_u32), 1..4),
+        read_error in 0.0..0.3_f64,
+        write_error in 0.0..0.3_f64,
+        lag_steps in 0_usize..=4,
+        restart in 0.0..0.05_f64,
     ) {
         let mut w = World::new(seed);
         w.cloud.set_faults(CloudFaults { refuse, lose_answer });
+        w.api = ApiFaults { read_error, write_error, lag_steps, restart };
         // Stormy: targets change every 5 virtual minutes.
         for (a, b) in &phases {
             for _ in 0..60 {

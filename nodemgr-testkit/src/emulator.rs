@@ -1,6 +1,6 @@
 //! [`Emulator`]: starts the API server on 127.0.0.1 (an ephemeral port), writes a kubeconfig
 //! for kubectl and kube-rs, and offers in-process helpers for tests: seed and read objects
-//! without HTTP, inject faults, drop every watch, count requests.
+//! without HTTP, inject faults and latency, drop every watch, count requests.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::faults::Fault;
+use crate::latency::{Latency, RequestDelay};
 use crate::server::{RequestStats, Shared, handle};
 use crate::status::ApiError;
 use crate::store::{DeleteOptions, Part, Store, WriteContext};
@@ -129,6 +130,7 @@ impl Emulator {
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::new(options.history_limit)),
             faults: Mutex::new(Vec::new()),
+            latency: Mutex::new(Latency::default()),
             stats: Mutex::new(RequestStats::new()),
             drop_watches,
             shutdown,
@@ -415,6 +417,24 @@ impl Emulator {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
+    }
+
+    /// Delays the watch events of `resource` (a plural such as `nodes`, or
+    /// [`crate::latency::ANY_RESOURCE`]) by `delay` from now on, keeping their order
+    /// (see [`crate::latency`]); `Duration::ZERO` removes the delay. Events already queued keep
+    /// the delay they got.
+    pub fn set_watch_delay(&self, resource: &str, delay: Duration) {
+        self.shared.latency().set_watch_delay(resource, delay);
+    }
+
+    /// Makes matching requests wait before they are handled (see [`RequestDelay`]).
+    pub fn add_request_delay(&self, delay: RequestDelay) {
+        self.shared.latency().add_request_delay(delay);
+    }
+
+    /// Removes every watch and request delay.
+    pub fn clear_latency(&self) {
+        self.shared.latency().clear();
     }
 
     /// Ends every open watch stream at once (clients see the connection close and re-watch).

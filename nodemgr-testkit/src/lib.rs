@@ -21,12 +21,14 @@
 //! # Ok(()) }
 //! ```
 
+pub mod approval;
 pub mod discovery;
 pub mod emulator;
 pub mod eviction;
 pub mod faults;
 pub mod fleet;
 mod fleet_agent;
+pub mod latency;
 pub mod managed;
 pub mod openapi;
 pub mod patch;
@@ -42,4 +44,5 @@ pub mod time;
 pub use emulator::{Emulator, EmulatorError, EmulatorOptions, kubeconfig_text};
 pub use faults::Fault;
 pub use fleet::{Fleet, FleetConfig, FleetEvent, FleetNode, Generation, Workload, WorkloadKind};
+pub use latency::RequestDelay;
 pub use status::ApiError;

@@ -181,6 +181,7 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", plural: "clusterroles", singular: "clusterrole", kind: "ClusterRole", namespaced: false, short_names: &[], subresources: &[], fields: &[] },
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", plural: "clusterrolebindings", singular: "clusterrolebinding", kind: "ClusterRoleBinding", namespaced: false, short_names: &[], subresources: &[], fields: &[] },
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", plural: "roles", singular: "role", kind: "Role", namespaced: true, short_names: &[], subresources: &[], fields: &[] },
+    Builtin { group: "certificates.k8s.io", version: "v1", plural: "certificatesigningrequests", singular: "certificatesigningrequest", kind: "CertificateSigningRequest", namespaced: false, short_names: &["csr"], subresources: &["status", "approval"], fields: &["spec.signerName"] },
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", plural: "rolebindings", singular: "rolebinding", kind: "RoleBinding", namespaced: true, short_names: &[], subresources: &[], fields: &[] },
 ];
 

@@ -4,7 +4,7 @@
 //! timeouts, initial events), create, update, patch (merge, JSON, strategic, apply), delete
 //! (preconditions), deletecollection, the status subresource and `pods/eviction`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -20,6 +20,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use crate::discovery;
 use crate::eviction;
 use crate::faults::{Fault, take_fault};
+use crate::latency::Latency;
 use crate::managed::{self, ApplyRequest};
 use crate::openapi;
 use crate::patch::{json_patch, merge_patch, strategic_merge_patch};
@@ -39,6 +40,8 @@ pub struct Shared {
     pub store: Mutex<Store>,
     /// Pending injected faults.
     pub faults: Mutex<Vec<Fault>>,
+    /// Injected latency of watch events and requests.
+    pub latency: Mutex<Latency>,
     /// Request counters.
     pub stats: Mutex<RequestStats>,
     /// Bumped to end every open watch.
@@ -55,6 +58,13 @@ impl Shared {
     /// Locks the store (a poisoned lock is recovered: the store stays consistent per request).
     pub fn store(&self) -> MutexGuard<'_, Store> {
         self.store
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Locks the latency settings.
+    pub fn latency(&self) -> MutexGuard<'_, Latency> {
+        self.latency
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -243,6 +253,12 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
                 body,
                 target,
             };
+            let delay = shared
+                .latency()
+                .request_delay(request.verb(), &request.resource());
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             serve_resource(&shared, request)
         }
     }
@@ -284,6 +300,14 @@ impl ResourceRequest {
         }
     }
 
+    /// `plural` or `plural/subresource`, as faults and latency match it.
+    fn resource(&self) -> String {
+        match &self.target.subresource {
+            Some(sub) => format!("{}/{sub}", self.target.plural),
+            None => self.target.plural.clone(),
+        }
+    }
+
     fn verb(&self) -> &'static str {
         let t = &self.target;
         match (&self.method, t.name.is_some()) {
@@ -303,11 +327,7 @@ impl ResourceRequest {
 
 fn serve_resource(shared: &Arc<Shared>, request: ResourceRequest) -> Response {
     let verb = request.verb();
-    let t = &request.target;
-    let resource = match &t.subresource {
-        Some(sub) => format!("{}/{sub}", t.plural),
-        None => t.plural.clone(),
-    };
+    let resource = request.resource();
     let fault = {
         let mut faults = shared
             .faults
@@ -371,6 +391,9 @@ fn dispatch(
                 )));
             }
             create(shared, request, &rt, &namespace)
+        }
+        "update" | "patch" if t.subresource.as_deref() == Some("approval") => {
+            approve(shared, request, &rt, verb)
         }
         "update" => update(shared, request, &rt, &namespace),
         "patch" => patch(shared, request, &rt, &namespace),
@@ -931,6 +954,55 @@ fn evict(
     Ok(json_response(201, &success_status()))
 }
 
+/// `PUT` or `PATCH certificatesigningrequests/{name}/approval`: changes only
+/// `status.conditions` (see [`crate::approval`]).
+fn approve(
+    shared: &Arc<Shared>,
+    request: &ResourceRequest,
+    rt: &ResourceType,
+    verb: &str,
+) -> Result<Response, ApiError> {
+    let t = &request.target;
+    let name = t.name.as_deref().unwrap_or("");
+    let body = parse_body(&request.body)?;
+    let mut store = shared.store();
+    let live = store
+        .get(rt, "", name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+    let candidate = if verb == "patch" {
+        let mut candidate = present(rt, &t.version, &live);
+        match request
+            .header(header::CONTENT_TYPE)
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+        {
+            "application/merge-patch+json" => merge_patch(&mut candidate, &body),
+            "application/json-patch+json" => json_patch(&mut candidate, &body)?,
+            other => return Err(ApiError::unsupported_media_type(other)),
+        }
+        candidate
+    } else {
+        check_kind(rt, &t.version, &body)?;
+        body
+    };
+    let merged = crate::approval::approval_update(&live, &candidate)?;
+    let updated = store.replace(
+        rt,
+        &t.version,
+        "",
+        name,
+        merged,
+        Part::Status,
+        &request.context(),
+        None,
+    )?;
+    drop(store);
+    Ok(json_response(200, &present(rt, &t.version, &updated)))
+}
+
 // ---------------------------------------------------------------------------------------
 // Watch
 // ---------------------------------------------------------------------------------------
@@ -1096,9 +1168,24 @@ fn watch_response(
     let mut drop_signal = shared.drop_watches.subscribe();
     let mut shutdown = shared.shutdown.subscribe();
     let interval = shared.bookmark_interval;
+    let shared = Arc::clone(shared);
+    let plural = rt.plural.clone();
     tokio::spawn(async move {
         let mut receiver = receiver;
+        // The resourceVersion of the last change sent (or skipped by the filter): a BOOKMARK
+        // never claims more than what the watcher was given.
         let mut last_rv = start_rv;
+        // Changes received but not yet due (an injected watch delay), oldest first; due
+        // times never decrease, so events leave in resourceVersion order.
+        let mut delayed = DelayedEvents::new();
+        let enqueue = |delayed: &mut DelayedEvents, event: Arc<WatchEvent>| {
+            let delay = shared.latency().watch_delay(&plural);
+            let mut due = tokio::time::Instant::now() + delay;
+            if let Some((last, _)) = delayed.back() {
+                due = due.max(*last);
+            }
+            delayed.push_back((due, event));
+        };
         for line in opening {
             if tx.send(Ok(line)).await.is_err() {
                 return;
@@ -1113,27 +1200,32 @@ fn watch_response(
                     None => std::future::pending::<()>().await,
                 }
             };
+            let next_due = delayed.front().map(|(due, _)| *due);
+            let sleep_until_due = async {
+                match next_due {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
             tokio::select! {
                 received = receiver.recv() => match received {
-                    Ok(event) => {
-                        last_rv = event.resource_version;
-                        if let Some((kind, object)) = filter.translate(&event)
-                            && tx.send(Ok(filter.encode(kind.as_str(), &object, &mut first))).await.is_err() {
-                                return;
-                            }
-                    }
+                    Ok(event) => enqueue(&mut delayed, event),
                     // A watcher too slow to keep up is closed; its client resumes from the last
                     // resourceVersion it saw, as with a real API server.
                     Err(broadcast::error::RecvError::Lagged(_) | broadcast::error::RecvError::Closed) => return,
                 },
+                () = sleep_until_due => {
+                    if !send_due(&mut delayed, &filter, &tx, &mut first, &mut last_rv).await {
+                        return;
+                    }
+                }
                 _ = ticker.tick(), if bookmarks => {
-                    // Deliver everything already queued before claiming a resourceVersion.
+                    // Deliver everything already due before claiming a resourceVersion.
                     while let Ok(event) = receiver.try_recv() {
-                        last_rv = event.resource_version;
-                        if let Some((kind, object)) = filter.translate(&event)
-                            && tx.send(Ok(filter.encode(kind.as_str(), &object, &mut first))).await.is_err() {
-                                return;
-                            }
+                        enqueue(&mut delayed, event);
+                    }
+                    if !send_due(&mut delayed, &filter, &tx, &mut first, &mut last_rv).await {
+                        return;
                     }
                     if tx.send(Ok(filter.bookmark(last_rv, false))).await.is_err() {
                         return;
@@ -1150,6 +1242,36 @@ fn watch_response(
         rx.recv().await.map(|item| (item, rx))
     });
     Ok(streaming(Body::from_stream(stream)))
+}
+
+/// Changes received by a watch and the instant each is due (see [`crate::latency`]).
+type DelayedEvents = VecDeque<(tokio::time::Instant, Arc<WatchEvent>)>;
+
+/// Sends the watcher every delayed change that is due, in order; `false` when the client went
+/// away.
+async fn send_due(
+    delayed: &mut DelayedEvents,
+    filter: &WatchFilter,
+    tx: &mpsc::Sender<Result<Bytes, Infallible>>,
+    first: &mut bool,
+    last_rv: &mut u64,
+) -> bool {
+    let now = tokio::time::Instant::now();
+    while delayed.front().is_some_and(|(due, _)| *due <= now) {
+        let Some((_, event)) = delayed.pop_front() else {
+            break;
+        };
+        *last_rv = event.resource_version;
+        if let Some((kind, object)) = filter.translate(&event)
+            && tx
+                .send(Ok(filter.encode(kind.as_str(), &object, first)))
+                .await
+                .is_err()
+        {
+            return false;
+        }
+    }
+    true
 }
 
 fn filter_error_line(error: &ApiError) -> Bytes {

@@ -100,8 +100,7 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     if text == "0" {
         return Ok(Duration::ZERO);
     }
-    nodemgr_core::model::parse_duration(text)
-        .ok_or_else(|| format!("{text:?} is not a duration such as 2s, 500ms or 1m"))
+    nodemgr_core::model::parse_duration_checked(text).map_err(|e| e.to_string())
 }
 
 impl Config {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::Context;
-use nodemgr_core::bashible::{BootstrapOptions, Bundle, RenderRoot, Renderer};
+use nodemgr_core::bashible::{BootstrapOptions, Bundle, RenderError, RenderRoot, Renderer};
 
 use super::auth::{self, Grant};
 use crate::inputs;
@@ -16,7 +16,7 @@ use crate::inputs;
 /// Where everything served comes from.
 #[derive(Debug, Clone)]
 pub struct Sources {
-    /// Manifest files or directories with NodeGroups.
+    /// Manifest files or directories with NodeGroups, NodeGroupConfigurations and NodeUsers.
     pub manifests: Vec<PathBuf>,
     /// Cluster context YAML.
     pub cluster_context: Option<PathBuf>,
@@ -96,6 +96,10 @@ impl Sources {
     /// A source that cannot be read or parsed (then nothing should change).
     pub fn load(&self, renderer: &Renderer, previous: Option<&Served>) -> anyhow::Result<Served> {
         let groups = inputs::load_node_groups(&self.manifests)?;
+        let (customisations, problems) = inputs::load_customisations(&self.manifests)?;
+        for problem in &problems {
+            tracing::error!(%problem, "NodeGroupConfiguration or NodeUser left out");
+        }
         let cluster = inputs::load_cluster_context(
             self.cluster_context.as_deref(),
             &self.api_endpoints,
@@ -129,13 +133,20 @@ impl Sources {
                 ),
             ),
         };
+        let bundle_of = |group| -> Result<Bundle, RenderError> {
+            let bundle = renderer.bundle_with(group, &cluster, &customisations)?;
+            for skipped in &bundle.skipped {
+                tracing::error!(group = %bundle.group, %skipped, "left out of the group's bundle");
+            }
+            Ok(bundle)
+        };
         let mut served = Served {
             grants,
             no_bootstrap,
             ..Served::default()
         };
         for (name, group) in &groups {
-            let rendered = renderer.bundle(group, &cluster).and_then(|bundle| {
+            let rendered = bundle_of(group).and_then(|bundle| {
                 let bootstrap = match &token {
                     Some(token) => Some(renderer.bootstrap_script(
                         &bundle,

@@ -10,6 +10,10 @@
 //!   `/var/lib/bashible/cleanup_static_node.sh`.
 //! - `checksum`: the group's configuration checksum.
 //!
+//! NodeGroupConfigurations and NodeUsers among the manifests join the group's bundle (and so
+//! its checksum and bootstrap script) as in the cluster (`docs/bundles.md`); an invalid one is
+//! left out with a warning on stderr.
+//!
 //! `--root DIR` renders for a test root instead of `/` (see `nodemgr_core::bashible`).
 //!
 //! Exit code 0 on success, 1 when the group is unknown or cannot be rendered, 2 when input
@@ -44,7 +48,8 @@ pub struct CommonArgs {
     /// The NodeGroup to render for.
     #[arg(long, value_name = "NAME")]
     pub group: String,
-    /// Manifest files or directories holding the NodeGroup (other kinds are skipped).
+    /// Manifest files or directories holding the NodeGroup and any NodeGroupConfigurations and
+    /// NodeUsers (other kinds are skipped).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Render for a directory standing in for / (tests); default: the host.
@@ -168,7 +173,19 @@ fn render(args: &RenderArgs) -> Result<String, Failure> {
     let group =
         inputs::find_group(&groups, &common.group, &common.files).map_err(Failure::Invalid)?;
     let root = root(common).map_err(Failure::Unreadable)?;
+    let (customisations, problems) =
+        inputs::load_customisations(&common.files).map_err(Failure::Unreadable)?;
+    for problem in &problems {
+        eprintln!("nodemgr: warning: {problem}");
+    }
     let renderer = Renderer::new();
+    let bundle_of = |cluster: &nodemgr_core::bashible::ClusterContext| {
+        let bundle = renderer.bundle_with(group, cluster, &customisations)?;
+        for skipped in &bundle.skipped {
+            eprintln!("nodemgr: warning: {skipped}");
+        }
+        Ok(bundle)
+    };
     let invalid = |e: nodemgr_core::bashible::RenderError| {
         Failure::Invalid(anyhow::anyhow!("NodeGroup {}: {e}", common.group))
     };
@@ -176,12 +193,12 @@ fn render(args: &RenderArgs) -> Result<String, Failure> {
         RenderCommand::Cleanup(_) => renderer.cleanup_script_of(group, &root).map_err(invalid),
         RenderCommand::Checksum(c) => {
             let cluster = cluster(&c.cluster).map_err(Failure::Unreadable)?;
-            let bundle = renderer.bundle(group, &cluster).map_err(invalid)?;
+            let bundle = bundle_of(&cluster).map_err(invalid)?;
             Ok(format!("{}\n", bundle.checksum))
         }
         RenderCommand::Bootstrap(b) => {
             let cluster = cluster(&b.cluster).map_err(Failure::Unreadable)?;
-            let bundle = renderer.bundle(group, &cluster).map_err(invalid)?;
+            let bundle = bundle_of(&cluster).map_err(invalid)?;
             let token = inputs::load_bootstrap_token(b.bootstrap_token_file.as_deref())
                 .map_err(Failure::Invalid)?;
             let script = renderer

@@ -33,9 +33,9 @@ pub struct ValidateArgs {
     /// among them. Repeat for several.
     #[arg(long = "zone", value_name = "ZONE")]
     pub zones: Vec<String>,
-    /// Length of the cluster prefix of a Cloud cluster; when given, NodeGroup names are checked
-    /// against the 63-character machine name limit.
-    #[arg(long, value_name = "LEN")]
+    /// Length of the cluster prefix of a Cloud cluster (0–63); when given, NodeGroup names are
+    /// checked against the 63-character machine name limit.
+    #[arg(long, value_name = "LEN", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=63))]
     pub cluster_prefix_len: Option<usize>,
 }
 

@@ -64,10 +64,10 @@ pub struct Config {
     #[arg(long, default_value = "/sys/fs/cgroup/kubepods.slice")]
     pub cgroup_root: PathBuf,
     /// `full avg10` threshold, percent (Deckhouse: 30).
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = crate::percent_flag)]
     pub full_avg10: f64,
     /// `some avg10` threshold, percent (off by default).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::percent_flag)]
     pub some_avg10: Option<f64>,
     /// How often PSI is sampled.
     #[arg(long, default_value = "5s", value_parser = duration)]

@@ -19,9 +19,14 @@
 //!
 //! The static instance controller (bootstrap and cleanup of StaticInstances over SSH) runs when
 //! it is given what nodes join with: `--static-cluster-context FILE` (YAML: `apiEndpoints`,
-//! `caCert`, `kubernetesVersion`, …, bashible's `ClusterContext`) and a bootstrap token
-//! (`--bootstrap-token-file FILE` or `$NODEMGR_BOOTSTRAP_TOKEN`). Without them it is off,
-//! and naming `static` in `--controllers` is an error that says what to pass.
+//! `caCert`, `kubernetesVersion`, …, bashible's `ClusterContext`). Without it it is off, and
+//! naming `static` in `--controllers` is an error that says what to pass.
+//!
+//! Bootstrap tokens: the `bootstrap-tokens` controller keeps one token per NodeGroup in
+//! `kube-system` (`--bootstrap-token-ttl`, `--bootstrap-token-renew-margin`), and static and
+//! cloud nodes join with their group's token. `--bootstrap-token-file FILE` (or
+//! `$NODEMGR_BOOTSTRAP_TOKEN`) overrides it with one token for every group. The `csr`
+//! controller approves kubelet serving certificates (see `docs/bootstrap.md`).
 
 pub mod machines;
 
@@ -39,12 +44,16 @@ use nodemgr_core::bashible::{BootstrapToken, ClusterContext};
 use nodemgr_core::ports::cloud::CloudApi;
 use nodemgr_core::static_nodes::StaticConfig;
 use nodemgr_k8s::cluster::{KubeCluster, client};
+use nodemgr_k8s::controllers::bootstrap_tokens::{
+    BootstrapTokenController, CurrentTokens, TokenSettings, TokenSource,
+};
 use nodemgr_k8s::controllers::machines::{Bootstrap, MachineController, MachineSettings};
 use nodemgr_k8s::controllers::static_instances::{RenderRoots, StaticController, StaticSettings};
 use nodemgr_k8s::controllers::{self, Settings};
-use nodemgr_k8s::leader::{LeaderConfig, LeaderElector};
+use nodemgr_k8s::leader::{LeaderConfig, LeaderElector, Role};
 use nodemgr_k8s::metrics::Metrics;
 use nodemgr_k8s::serve::{self, Health};
+use nodemgr_k8s::supervisor::TaskGroup;
 use nodemgr_ssh::SshShell;
 use serde::Deserialize;
 use tokio::sync::watch;
@@ -53,8 +62,15 @@ use tokio::sync::watch;
 const API_PROBE_PERIOD: Duration = Duration::from_secs(10);
 
 /// The names `--controllers` accepts.
-pub const CONTROLLERS: [&str; 6] = [
-    "status", "template", "update", "fencing", "static", "machines",
+pub const CONTROLLERS: [&str; 8] = [
+    "status",
+    "template",
+    "update",
+    "fencing",
+    "static",
+    "machines",
+    "bootstrap-tokens",
+    "csr",
 ];
 
 /// Flags of `node-manager`.
@@ -73,7 +89,8 @@ pub struct Config {
     #[arg(long = "config", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
     /// Controllers to run, comma-separated: status, template, update, fencing, static,
-    /// machines [default: all; static and machines only when configured].
+    /// machines, bootstrap-tokens, csr [default: all; static and machines only when
+    /// configured].
     #[arg(long, value_delimiter = ',')]
     pub controllers: Option<Vec<String>>,
     /// Address of /metrics, /healthz and /readyz (port 0 picks one; the address is logged).
@@ -91,10 +108,14 @@ pub struct Config {
     /// How long the leader Lease stays valid without renewal [default: 15s].
     #[arg(long, value_parser = duration)]
     pub lease_duration: Option<Duration>,
-    /// How often the leader renews the Lease and the others try to take it; shorter than
-    /// --lease-duration [default: 5s].
+    /// How often the leader renews the Lease and the others try to take it (they add up to
+    /// 50 % jitter); shorter than --renew-deadline [default: 2s].
     #[arg(long, value_parser = duration)]
     pub renew_period: Option<Duration>,
+    /// How long the leader keeps acting when it cannot renew the Lease; shorter than
+    /// --lease-duration [default: two thirds of it, 10s for the default 15s].
+    #[arg(long, value_parser = duration)]
+    pub renew_deadline: Option<Duration>,
     /// Run without leader election (one replica only!).
     #[arg(long)]
     pub no_leader_election: bool,
@@ -122,10 +143,19 @@ pub struct Config {
     /// turns the static instance controller on.
     #[arg(long, value_name = "FILE")]
     pub static_cluster_context: Option<PathBuf>,
-    /// File holding the bootstrap token static nodes join with (`<id>.<secret>`)
-    /// [default: $NODEMGR_BOOTSTRAP_TOKEN].
+    /// File holding one bootstrap token (`<id>.<secret>`) every group's nodes join with,
+    /// instead of each group's own token [default: $NODEMGR_BOOTSTRAP_TOKEN, else per group].
     #[arg(long, value_name = "FILE")]
     pub bootstrap_token_file: Option<PathBuf>,
+    /// Lifetime of the per-group bootstrap tokens [default: 4h].
+    #[arg(long, value_parser = duration)]
+    pub bootstrap_token_ttl: Option<Duration>,
+    /// A group's token is renewed once it has this little left [default: 3h].
+    #[arg(long, value_parser = duration)]
+    pub bootstrap_token_renew_margin: Option<Duration>,
+    /// The per-group tokens the bootstrap-tokens controller publishes (not a flag).
+    #[arg(skip)]
+    pub current_tokens: CurrentTokens,
     /// YAML file of the cloud's zones and instance classes (see `node_manager::machines`);
     /// turns the machine controller of CloudEphemeral groups on.
     #[arg(long, value_name = "FILE")]
@@ -211,18 +241,7 @@ impl Config {
         })?;
         let cluster = ClusterContext::from_yaml(&text)
             .map_err(|e| anyhow::anyhow!("cluster context {}: {e}", context_path.display()))?;
-        let token = match &self.bootstrap_token_file {
-            Some(path) => std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the bootstrap token {}", path.display()))?,
-            None => std::env::var("NODEMGR_BOOTSTRAP_TOKEN").map_err(|_| {
-                anyhow::anyhow!(
-                    "the static controller needs a bootstrap token: pass --bootstrap-token-file \
-                     FILE or set NODEMGR_BOOTSTRAP_TOKEN"
-                )
-            })?,
-        };
-        let bootstrap_token = BootstrapToken::new(token.trim())
-            .map_err(|e| anyhow::anyhow!("bootstrap token: {e}"))?;
+        let bootstrap_tokens = self.token_source(&file)?;
         let period = match self.static_period {
             Some(d) => d,
             None => file
@@ -238,7 +257,7 @@ impl Config {
             period,
             config: StaticConfig::default(),
             cluster,
-            bootstrap_token,
+            bootstrap_tokens,
             roots: RenderRoots::Host,
             connect_timeout: nodemgr_core::ports::remote_shell::DEFAULT_CONNECT_TIMEOUT,
         }))
@@ -275,9 +294,79 @@ impl Config {
         )?;
         settings.bootstrap = statics.map(|s| Bootstrap {
             cluster: s.cluster.clone(),
-            token: s.bootstrap_token.clone(),
+            tokens: s.bootstrap_tokens.clone(),
         });
         Ok(Some(settings))
+    }
+
+    /// The one token of `--bootstrap-token-file` or `$NODEMGR_BOOTSTRAP_TOKEN`, if given.
+    ///
+    /// # Errors
+    /// An unreadable file or a malformed token.
+    pub fn bootstrap_token_override(&self) -> anyhow::Result<Option<BootstrapToken>> {
+        let token = match &self.bootstrap_token_file {
+            Some(path) => std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the bootstrap token {}", path.display()))?,
+            None => match std::env::var("NODEMGR_BOOTSTRAP_TOKEN") {
+                Ok(token) => token,
+                Err(_) => return Ok(None),
+            },
+        };
+        BootstrapToken::new(token.trim())
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("bootstrap token: {e}"))
+    }
+
+    /// Where nodes' bootstrap tokens come from: the override, else each group's own token.
+    fn token_source(&self, file: &FileSettings) -> anyhow::Result<TokenSource> {
+        if let Some(token) = self.bootstrap_token_override()? {
+            return Ok(TokenSource::Fixed(token));
+        }
+        if self.token_settings_from(file)?.is_none() {
+            bail!(
+                "nodes need bootstrap tokens: run the bootstrap-tokens controller (name it in \
+                 --controllers) or pass --bootstrap-token-file FILE"
+            );
+        }
+        Ok(TokenSource::PerGroup(self.current_tokens.clone()))
+    }
+
+    /// The bootstrap token controller's settings, or `None` when it is off.
+    ///
+    /// # Errors
+    /// An unknown controller, a renewal margin not shorter than the lifetime.
+    pub fn token_settings(&self) -> anyhow::Result<Option<TokenSettings>> {
+        self.token_settings_from(&self.file()?)
+    }
+
+    fn token_settings_from(&self, file: &FileSettings) -> anyhow::Result<Option<TokenSettings>> {
+        if let Some(chosen) = self.chosen_controllers(file)?
+            && !chosen.iter().any(|n| n == "bootstrap-tokens")
+        {
+            return Ok(None);
+        }
+        let mut settings = TokenSettings::default();
+        if let Some(ttl) = self.bootstrap_token_ttl {
+            settings.policy.ttl = ttl;
+        }
+        if let Some(margin) = self.bootstrap_token_renew_margin {
+            settings.policy.renew_margin = margin;
+        }
+        settings
+            .policy
+            .validate()
+            .map_err(|e| anyhow::anyhow!("--bootstrap-token-renew-margin: {e}"))?;
+        Ok(Some(settings))
+    }
+
+    /// Whether the kubelet serving certificate controller runs.
+    ///
+    /// # Errors
+    /// An unreadable settings file or an unknown controller.
+    pub fn csr_enabled(&self) -> anyhow::Result<bool> {
+        Ok(self
+            .chosen_controllers(&self.file()?)?
+            .is_none_or(|c| c.iter().any(|n| n == "csr")))
     }
 
     /// The controller settings: flags, then the file, then the defaults.
@@ -333,8 +422,9 @@ impl Config {
     /// The leader-election settings (Lease, identity, timing).
     ///
     /// # Errors
-    /// A renew period not shorter than the lease duration (the leader could lose the Lease
-    /// before renewing it), or a lease duration under a second.
+    /// Timing that breaks the election's guarantees: a lease duration under a second, a renew
+    /// deadline not shorter than the lease duration, a renew period not shorter than the renew
+    /// deadline (see `nodemgr_k8s::leader`).
     pub fn leader_config(&self) -> anyhow::Result<LeaderConfig> {
         let mut leader = LeaderConfig::new(
             &self.leader_election_namespace,
@@ -343,20 +433,22 @@ impl Config {
         );
         if let Some(d) = self.lease_duration {
             leader.lease_duration = d;
+            leader.renew_deadline = d.mul_f64(2.0 / 3.0);
+        }
+        if let Some(d) = self.renew_deadline {
+            leader.renew_deadline = d;
         }
         if let Some(d) = self.renew_period {
-            leader.renew_period = d;
+            leader.retry_period = d;
         }
-        if leader.lease_duration < Duration::from_secs(1) {
-            bail!("--lease-duration must be at least 1s (a Lease counts whole seconds)");
-        }
-        if leader.renew_period.is_zero() || leader.renew_period >= leader.lease_duration {
-            bail!(
-                "--renew-period ({:?}) must be longer than zero and shorter than --lease-duration ({:?})",
-                leader.renew_period,
-                leader.lease_duration
-            );
-        }
+        leader.validate().map_err(|e| {
+            anyhow::anyhow!(
+                "{e}; set --lease-duration > --renew-deadline > --renew-period (now {:?}, {:?}, {:?})",
+                leader.lease_duration,
+                leader.renew_deadline,
+                leader.retry_period
+            )
+        })?;
         Ok(leader)
     }
 
@@ -384,6 +476,9 @@ pub async fn run(
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
 ) -> anyhow::Result<()> {
     let settings = config.settings()?;
+    let token_settings = config.token_settings()?;
+    let csr_enabled = config.csr_enabled()?;
+    let current_tokens = config.current_tokens.clone();
     let static_settings = config.static_settings()?;
     let machine_settings = config.machine_settings(static_settings.as_ref())?;
     if static_settings.is_none() {
@@ -408,7 +503,7 @@ pub async fn run(
     };
     let metrics = Metrics::new();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (leading_tx, leading_rx) = watch::channel(false);
+    let (role_tx, role_rx) = watch::channel(Role::Standby);
     let (reachable_tx, reachable_rx) = watch::channel(false);
     let listener = serve::bind(config.metrics_address)
         .await
@@ -418,7 +513,7 @@ pub async fn run(
         metrics.clone(),
         Health {
             api_reachable: reachable_rx,
-            leading: leading_rx,
+            role: role_rx,
         },
     );
     let server_stop = stop_rx.clone();
@@ -448,31 +543,51 @@ pub async fn run(
         let settings = settings.clone();
         let static_settings = static_settings.clone();
         let machine_settings = machine_settings.clone();
+        let current_tokens = current_tokens.clone();
         let cloud = cloud.clone();
         let metrics = controller_metrics.clone();
         async move {
-            let (cluster, _watches) = KubeCluster::start(client, "node-manager");
-            let static_task = static_settings.map(|s| {
+            let (cluster, _watches) = KubeCluster::start(client.clone(), "node-manager");
+            // One unit: when any controller ends by itself, the others stop and the elector
+            // restarts them or gives up the Lease (see `nodemgr_k8s::leader`).
+            let mut group = TaskGroup::new();
+            let inner = group.stop_signal();
+            if let Some(s) = token_settings {
+                let controller = BootstrapTokenController::new(
+                    client.clone(),
+                    s,
+                    current_tokens,
+                    metrics.clone(),
+                );
+                group.spawn("bootstrap-tokens", controller.run(inner.clone()));
+            }
+            if csr_enabled {
+                group.spawn(
+                    "csr",
+                    nodemgr_k8s::controllers::csr::run(client.clone(), metrics.clone(), inner.clone()),
+                );
+            }
+            if let Some(s) = static_settings {
                 let controller = StaticController::new(
                     cluster.clone(),
                     Arc::new(SshShell::new()),
                     s,
                     metrics.clone(),
                 );
-                tokio::spawn(controller.run(stop.clone()))
-            });
-            let machine_task = match (machine_settings, cloud) {
-                (Some(s), Some(cloud)) => {
-                    let controller =
-                        MachineController::new(cluster.clone(), cloud, s, metrics.clone());
-                    Some(tokio::spawn(controller.run(stop.clone())))
-                }
-                _ => None,
-            };
-            controllers::run(cluster, settings, metrics, stop).await;
-            for task in [static_task, machine_task].into_iter().flatten() {
-                let _ = task.await;
+                group.spawn("static", controller.run(inner.clone()));
             }
+            if let (Some(s), Some(cloud)) = (machine_settings, cloud) {
+                let controller = MachineController::new(cluster.clone(), cloud, s, metrics.clone());
+                group.spawn("machines", controller.run(inner.clone()));
+            }
+            let cluster_controllers = controllers::run(cluster, settings, metrics, inner.clone());
+            group.spawn("controllers", async move {
+                if let Err(error) = cluster_controllers.await {
+                    // The group sees this task return and names it; say which controller it was.
+                    tracing::error!(%error, "a cluster controller ended");
+                }
+            });
+            group.run(stop).await
         }
     };
     if let Some(leader) = leader {
@@ -482,11 +597,13 @@ pub async fn run(
                 .context("no Kubernetes configuration for leader election")?,
             leader,
         );
-        elector.run(stop_rx, &metrics, &leading_tx, start).await;
+        elector.run(stop_rx, &metrics, &role_tx, start).await?;
     } else {
         tracing::warn!("leader election is off: run a single replica");
-        let _ = leading_tx.send(true);
-        start(stop_rx).await;
+        let _ = role_tx.send(Role::Leader);
+        // Without an election there is nobody to hand over to: a failure ends the process
+        // and the kubelet restarts it.
+        start(stop_rx).await?;
     }
     Ok(())
 }
@@ -564,13 +681,63 @@ mod tests {
             .unwrap();
         assert_eq!(leader.identity, "a");
         assert_eq!(leader.lease_duration, Duration::from_secs(30));
-        assert_eq!(leader.renew_period, Duration::from_secs(10));
+        assert_eq!(leader.retry_period, Duration::from_secs(10));
+        assert_eq!(leader.renew_deadline, Duration::from_secs(20));
         let e = parse(&["--renew-period=20s"]).leader_config().unwrap_err();
         assert!(e.to_string().contains("--renew-period"), "{e}");
+        let e = parse(&["--renew-deadline=15s"])
+            .leader_config()
+            .unwrap_err();
+        assert!(e.to_string().contains("renew deadline"), "{e}");
         let e = parse(&["--lease-duration=500ms", "--renew-period=100ms"])
             .leader_config()
             .unwrap_err();
-        assert!(e.to_string().contains("at least 1s"), "{e}");
+        assert!(e.to_string().contains("under 1s"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// Every numeric flag, given an extreme value (huge digits, bounds, exponents, signs,
+        /// unicode, with any unit), is parsed into settings or refused with a message naming
+        /// it; nothing panics.
+        #[test]
+        fn extreme_flag_values_are_parsed_or_refused_by_name(
+            flag in proptest::sample::select(vec![
+                "--lease-duration", "--renew-period", "--renew-deadline", "--resync",
+                "--update-period", "--fencing-period", "--fencing-timeout", "--storm-threshold",
+                "--static-period", "--machines-period",
+            ]),
+            number in proptest::prop_oneof![
+                proptest::sample::select(vec![
+                    i64::MAX.to_string(), i64::MIN.to_string(), u64::MAX.to_string(),
+                    "18446744073709551616".to_owned(), "0".to_owned(), "-1".to_owned(),
+                    "NaN".to_owned(), "inf".to_owned(), "1e308".to_owned(), String::new(),
+                ]),
+                "[0-9]{15,60}",
+                "[0-9]{1,3}\\.[0-9]{1,30}",
+                "\\PC{0,10}",
+            ],
+            unit in proptest::sample::select(vec!["", "s", "ms", "m", "h", "h1s", "%", "e9"]),
+        ) {
+            let arg = format!("{flag}={number}{unit}");
+            match Config::try_parse_from(["node-manager", "--identity=a", arg.as_str()]) {
+                Ok(config) => {
+                    match config.settings() {
+                        Ok(_) => {}
+                        Err(e) => proptest::prop_assert!(
+                            e.to_string().to_lowercase().contains("threshold"),
+                            "{arg}: {e}"
+                        ),
+                    }
+                    if let Err(e) = config.leader_config() {
+                        proptest::prop_assert!(e.to_string().contains("--"), "{arg}: {e}");
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    proptest::prop_assert!(message.contains(flag), "{arg}: {message}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -591,6 +758,60 @@ mod tests {
             .settings()
             .unwrap_err();
         assert!(e.to_string().contains("updatPeriod"), "{e}");
+    }
+
+    #[test]
+    fn bootstrap_tokens_are_per_group_unless_overridden() {
+        let settings = parse(&[]).token_settings().unwrap().unwrap();
+        assert_eq!(settings.policy.ttl, Duration::from_secs(4 * 3600));
+        let settings = parse(&[
+            "--bootstrap-token-ttl=10m",
+            "--bootstrap-token-renew-margin=4m",
+        ])
+        .token_settings()
+        .unwrap()
+        .unwrap();
+        assert_eq!(settings.policy.renew_margin, Duration::from_secs(240));
+        let e = parse(&[
+            "--bootstrap-token-ttl=1h",
+            "--bootstrap-token-renew-margin=2h",
+        ])
+        .token_settings()
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("shorter than the token lifetime"),
+            "{e}"
+        );
+        assert!(
+            parse(&["--controllers", "status"])
+                .token_settings()
+                .unwrap()
+                .is_none()
+        );
+        assert!(parse(&["--controllers", "csr"]).csr_enabled().unwrap());
+        assert!(!parse(&["--controllers", "status"]).csr_enabled().unwrap());
+
+        // Static nodes without an override join with their group's token, which needs the
+        // controller.
+        let dir = tempfile::tempdir().unwrap();
+        let context = dir.path().join("context.yaml");
+        std::fs::write(&context, "apiEndpoints: [\"10.0.0.1:6443\"]\ncaCert: x\n").unwrap();
+        let context = context.to_str().unwrap();
+        if std::env::var_os("NODEMGR_BOOTSTRAP_TOKEN").is_none() {
+            let config = parse(&["--static-cluster-context", context]);
+            let settings = config.static_settings().unwrap().unwrap();
+            let e = settings.bootstrap_tokens.for_group("worker").unwrap_err();
+            assert!(e.to_string().contains("worker"), "{e}");
+            let e = parse(&[
+                "--controllers",
+                "static",
+                "--static-cluster-context",
+                context,
+            ])
+            .static_settings()
+            .unwrap_err();
+            assert!(e.to_string().contains("bootstrap-tokens"), "{e}");
+        }
     }
 
     #[test]
@@ -625,7 +846,14 @@ mod tests {
         .unwrap();
         assert_eq!(settings.period, Duration::from_secs(3));
         assert_eq!(settings.cluster.api_endpoints, ["10.0.0.1:6443"]);
-        assert_eq!(settings.bootstrap_token.as_str(), "abcdef.0123456789abcdef");
+        assert_eq!(
+            settings
+                .bootstrap_tokens
+                .for_group("any")
+                .map(|t| t.as_str().to_owned()),
+            Ok("abcdef.0123456789abcdef".to_owned()),
+            "the file overrides every group's token"
+        );
         // Chosen controllers without static: off even when configured.
         assert!(
             parse(&[

@@ -152,6 +152,47 @@ pub struct NodeConfig {
     pub cri: CriConfig,
     /// Kubelet.
     pub kubelet: KubeletConfig,
+    /// The watchdog of a fenced group (`spec.fencing`); `None` for other groups.
+    pub fencing: Option<FencingSettings>,
+}
+
+/// The kernel side of fencing (`docs/bundles.md`): the `softdog` module armed by the fencing
+/// agent, and no reboot after the panic it causes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FencingSettings {
+    /// `softdog`'s `soft_margin`: `fencing.watchdog.timeout` (default 60 s) in whole seconds,
+    /// rounded up.
+    pub soft_margin_seconds: u64,
+}
+
+/// The longest `soft_margin` softdog accepts, in seconds.
+pub const MAX_SOFT_MARGIN_SECONDS: u64 = 65_535;
+
+fn fencing_settings(
+    fencing: Option<&crate::model::Fencing>,
+) -> Result<Option<FencingSettings>, RenderError> {
+    let Some(fencing) = fencing else {
+        return Ok(None);
+    };
+    let field = "spec.fencing.watchdog.timeout";
+    let timeout = crate::fencing::watchdog_timeout(fencing)
+        .map_err(|e| field_error(field, e.to_string()))?
+        .unwrap_or(std::time::Duration::from_secs(60));
+    let seconds = timeout
+        .as_secs()
+        .saturating_add(u64::from(timeout.subsec_nanos() > 0));
+    if seconds > MAX_SOFT_MARGIN_SECONDS {
+        return Err(field_error(
+            field,
+            format!(
+                "{seconds}s is longer than the watchdog allows ({MAX_SOFT_MARGIN_SECONDS}s); \
+                 use a shorter timeout such as 60s"
+            ),
+        ));
+    }
+    Ok(Some(FencingSettings {
+        soft_margin_seconds: seconds.max(1),
+    }))
 }
 
 /// What a node registers with once, at join time: the group's labels and taints as kubelet
@@ -562,6 +603,8 @@ pub(super) fn derive(
         }
     }
 
+    let fencing = fencing_settings(spec.fencing.as_ref())?;
+
     let mut ca_cert = cluster.ca_cert.clone();
     if !ca_cert.ends_with('\n') {
         ca_cert.push('\n');
@@ -591,6 +634,7 @@ pub(super) fn derive(
             cluster_dns: cluster.cluster_dns.clone(),
             internal_network_cidrs,
         },
+        fencing,
     })
 }
 

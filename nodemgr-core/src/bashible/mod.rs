@@ -9,11 +9,18 @@
 //!
 //! | step | does |
 //! |---|---|
+//! | `000_node_users.sh` | the group's NodeUsers: creates, updates and removes them ([`customisations`]) |
 //! | `001_ca.sh` | cluster CA (`/etc/kubernetes/pki/ca.crt`, `/var/lib/bashible/ca.crt`) and the API endpoints |
-//! | `010_os_settings.sh` | kernel modules, sysctls (`vm.swappiness`), swap off (`NoSwap`) or a swap file (`LimitedSwap`) |
+//! | `010_os_settings.sh` | kernel modules, sysctls (`vm.swappiness`; `kernel.panic = 0` in a fenced group, 10 elsewhere), swap off (`NoSwap`) or a swap file (`LimitedSwap`) |
+//! | `015_fencing_watchdog.sh` | fenced groups only: `softdog` with `soft_margin` = `fencing.watchdog.timeout`, `soft_panic=1` |
 //! | `020_containerd.sh` | `/etc/containerd/config.toml` for `Containerd` (format 2) or `ContainerdV2` (format 3): `maxConcurrentDownloads`, systemd cgroups, pause image; absent for `NotManaged` |
 //! | `030_kubelet.sh` | kubelet configuration (`maxPods`, `containerLogMaxSize`/`Files`, `seccompDefault`, swap, topology manager, `resourceReservation` Static or Auto), unit file with `rootDir`, node IP from `static.internalNetworkCIDRs` |
 //! | `090_cleanup_script.sh` | installs [`keys::CLEANUP_SCRIPT_PATH`] |
+//! | `<weight>_<name>` | each NodeGroupConfiguration targeting the group, placed by weight among the above ([`customisations`]) |
+//!
+//! [`Renderer::bundle_with`] renders with the cluster's NodeGroupConfigurations and NodeUsers
+//! ([`Customisations`]); [`Renderer::bundle`] with none. `docs/bundles.md` describes the steps
+//! and both kinds for operators.
 //!
 //! [`Renderer::bootstrap_script`] wraps a bundle into the full bootstrap script (the content of
 //! the `manual-bootstrap-for-<group>` Secret): it writes the bootstrap token and the group's
@@ -57,7 +64,9 @@
 //! manager, and the periodic bashible service that re-applies bundles on its own.
 
 pub mod config;
+pub mod customisations;
 pub mod escape;
+pub mod node_user_report;
 
 use std::collections::BTreeMap;
 
@@ -68,7 +77,10 @@ use sha2::{Digest, Sha256};
 
 use crate::model::{NodeGroup, keys};
 
-pub use config::{ClusterContext, NodeConfig, Registration, node_config, registration};
+pub use config::{
+    ClusterContext, FencingSettings, NodeConfig, Registration, node_config, registration,
+};
+pub use customisations::{Customisations, Skipped, configuration_counts};
 
 /// Why a group's scripts could not be rendered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -236,6 +248,10 @@ pub struct Bundle {
     /// What a node registers with (bootstrap only; not in the checksum).
     #[serde(skip)]
     pub registration: Registration,
+    /// NodeGroupConfigurations and NodeUsers targeting the group that were left out because
+    /// they are invalid (they never break the bundle; report them).
+    #[serde(skip)]
+    pub skipped: Vec<Skipped>,
     /// The cleanup script body (after its `BB_ROOT=` line).
     #[serde(skip)]
     cleanup_body: String,
@@ -313,6 +329,18 @@ const TEMPLATES: &[(&str, &str)] = &[
         "step_cleanup_script.sh",
         include_str!("templates/step_cleanup_script.sh.j2"),
     ),
+    (
+        "step_node_users.sh",
+        include_str!("templates/step_node_users.sh.j2"),
+    ),
+    (
+        "step_fencing.sh",
+        include_str!("templates/step_fencing.sh.j2"),
+    ),
+    (
+        "step_configuration.sh",
+        include_str!("templates/step_configuration.sh.j2"),
+    ),
     ("cleanup.sh", include_str!("templates/cleanup.sh.j2")),
     ("bootstrap.sh", include_str!("templates/bootstrap.sh.j2")),
     ("modules.conf", include_str!("templates/modules.conf.j2")),
@@ -343,10 +371,13 @@ const TEMPLATES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The step scripts of a bundle: (file name, template), in the order they run.
+/// The built-in step scripts of a bundle: (file name, template), in the order they run. The
+/// 3-digit prefix is the step's weight among NodeGroupConfigurations ([`customisations`]).
 const STEPS: &[(&str, &str)] = &[
+    ("000_node_users.sh", "step_node_users.sh"),
     ("001_ca.sh", "step_ca.sh"),
     ("010_os_settings.sh", "step_os_settings.sh"),
+    ("015_fencing_watchdog.sh", "step_fencing.sh"),
     ("020_containerd.sh", "step_containerd.sh"),
     ("030_kubelet.sh", "step_kubelet.sh"),
     ("090_cleanup_script.sh", "step_cleanup_script.sh"),
@@ -390,6 +421,17 @@ struct CleanupContext<'a> {
 struct StepContext<'a> {
     config: &'a NodeConfig,
     files: StepFiles<'a>,
+    users: &'a [customisations::UserEntry],
+    sudoers: &'a str,
+}
+
+#[derive(Serialize)]
+struct ConfigurationContext<'a> {
+    step: &'a str,
+    name: &'a str,
+    weight: i64,
+    bundles: &'a [String],
+    content: &'a str,
 }
 
 #[derive(Serialize)]
@@ -460,15 +502,31 @@ impl Renderer {
             .map_err(template_error)
     }
 
-    /// Renders the steps of `group` and their checksum.
+    /// Renders the built-in steps of `group` and their checksum, without NodeGroupConfigurations
+    /// or NodeUsers (the users step then removes the users it created earlier).
     ///
     /// # Errors
-    /// See [`node_config`] and [`registration`]; [`RenderError::Template`] only for a bug in
-    /// the built-in templates.
+    /// As [`Renderer::bundle_with`].
     pub fn bundle(
         &self,
         group: &NodeGroup,
         cluster: &ClusterContext,
+    ) -> Result<Bundle, RenderError> {
+        self.bundle_with(group, cluster, &Customisations::default())
+    }
+
+    /// Renders the steps of `group` with the NodeGroupConfigurations and NodeUsers that target
+    /// it, and their checksum. Invalid ones are left out and listed in [`Bundle::skipped`];
+    /// they never make the bundle fail.
+    ///
+    /// # Errors
+    /// See [`node_config`] and [`registration`]; [`RenderError::Template`] only for a bug in
+    /// the built-in templates.
+    pub fn bundle_with(
+        &self,
+        group: &NodeGroup,
+        cluster: &ClusterContext,
+        customisations: &Customisations,
     ) -> Result<Bundle, RenderError> {
         let config = node_config(group, cluster)?;
         let registration = registration(group)?;
@@ -489,7 +547,12 @@ impl Renderer {
                 confirmation: keys::CLEANUP_SCRIPT_CONFIRMATION,
             },
         )?;
+        let (users, mut skipped) =
+            customisations::user_entries(&customisations.users, group.name());
+        let sudoers = customisations::sudoers(&users);
         let context = StepContext {
+            users: &users,
+            sudoers: &sudoers,
             config: &config,
             files: StepFiles {
                 modules: &modules,
@@ -505,6 +568,9 @@ impl Renderer {
             if *template == "step_containerd.sh" && !config.cri.managed {
                 continue;
             }
+            if *template == "step_fencing.sh" && config.fencing.is_none() {
+                continue;
+            }
             let step = Step::new(*name, self.render_template(template, &context)?);
             // A different runtime reinstalls it and restarts every container (the impact
             // matrix's `cri.type` row); its other settings are changed in place.
@@ -514,6 +580,32 @@ impl Renderer {
                 step
             });
         }
+        let reserved: Vec<&str> = STEPS.iter().map(|(name, _)| *name).collect();
+        let (configurations, skipped_configurations) = customisations::configuration_steps(
+            &customisations.configurations,
+            group.name(),
+            &reserved,
+        );
+        skipped.extend(skipped_configurations);
+        for c in &configurations {
+            steps.push(Step {
+                name: c.step.clone(),
+                script: self.render_template(
+                    "step_configuration.sh",
+                    ConfigurationContext {
+                        step: &c.step,
+                        name: &c.name,
+                        weight: c.weight,
+                        bundles: &c.bundles,
+                        content: &c.content,
+                    },
+                )?,
+                // A NodeGroupConfiguration script says nothing about disruptions.
+                disruption_key: None,
+            });
+        }
+        // Built-in and configuration steps interleave by name: weight, then name.
+        steps.sort_by(|a, b| a.name.cmp(&b.name));
         let checksum = configuration_checksum(&steps);
         Ok(Bundle {
             group: group.name().to_owned(),
@@ -521,6 +613,7 @@ impl Renderer {
             checksum,
             config,
             registration,
+            skipped,
             cleanup_body,
         })
     }
@@ -610,7 +703,22 @@ impl Renderer {
         cluster: &ClusterContext,
         options: &BootstrapOptions,
     ) -> Result<RenderedBundle, RenderError> {
-        let bundle = self.bundle(group, cluster)?;
+        self.render_with(group, cluster, &Customisations::default(), options)
+    }
+
+    /// Bundle (with `customisations`, see [`Renderer::bundle_with`]), bootstrap script and
+    /// cleanup script of `group` at once.
+    ///
+    /// # Errors
+    /// As [`Renderer::bundle_with`].
+    pub fn render_with(
+        &self,
+        group: &NodeGroup,
+        cluster: &ClusterContext,
+        customisations: &Customisations,
+        options: &BootstrapOptions,
+    ) -> Result<RenderedBundle, RenderError> {
+        let bundle = self.bundle_with(group, cluster, customisations)?;
         let bootstrap_script = self.bootstrap_script(&bundle, options)?;
         let cleanup_script = self.cleanup_script(&bundle, &options.root);
         Ok(RenderedBundle {
@@ -639,15 +747,27 @@ pub struct DesiredChecksums {
     pub errors: Vec<(String, RenderError)>,
 }
 
-/// Renders every group and collects its checksum.
+/// Renders every group (without NodeGroupConfigurations or NodeUsers) and collects its
+/// checksum.
 pub fn desired_checksums(
     renderer: &Renderer,
     groups: &[NodeGroup],
     cluster: &ClusterContext,
 ) -> DesiredChecksums {
+    desired_checksums_with(renderer, groups, cluster, &Customisations::default())
+}
+
+/// Renders every group with `customisations` ([`Renderer::bundle_with`]) and collects its
+/// checksum. Skipped NodeGroupConfigurations and NodeUsers do not make a group fail.
+pub fn desired_checksums_with(
+    renderer: &Renderer,
+    groups: &[NodeGroup],
+    cluster: &ClusterContext,
+    customisations: &Customisations,
+) -> DesiredChecksums {
     let mut out = DesiredChecksums::default();
     for group in groups {
-        match renderer.bundle(group, cluster) {
+        match renderer.bundle_with(group, cluster, customisations) {
             Ok(bundle) => {
                 out.checksums.insert(bundle.group, bundle.checksum);
             }
@@ -902,6 +1022,198 @@ mod tests {
                 out.push(']');
             }
             other => out.push_str(&other.to_string()),
+        }
+    }
+
+    #[test]
+    fn fenced_groups_get_softdog_and_stay_halted_after_a_panic() {
+        let renderer = Renderer::new();
+        let plain = renderer
+            .bundle(&named(NodeGroupSpec::default()), &cluster())
+            .unwrap();
+        let os = |b: &Bundle| {
+            b.steps
+                .iter()
+                .find(|s| s.name == "010_os_settings.sh")
+                .unwrap()
+                .script
+                .clone()
+        };
+        assert!(os(&plain).contains("kernel.panic = 10\n"));
+        assert!(
+            !plain
+                .steps
+                .iter()
+                .any(|s| s.name == "015_fencing_watchdog.sh")
+        );
+        let spec = NodeGroupSpec {
+            fencing: Some(crate::model::Fencing {
+                mode: Some(crate::model::FencingMode::Watchdog),
+                watchdog: Some(crate::model::WatchdogSettings {
+                    timeout: Some("2m".into()),
+                }),
+            }),
+            ..NodeGroupSpec::default()
+        };
+        let fenced = renderer.bundle(&named(spec.clone()), &cluster()).unwrap();
+        assert!(os(&fenced).contains("kernel.panic = 0\n"));
+        assert!(!os(&fenced).contains("kernel.panic = 10"));
+        let step = fenced
+            .steps
+            .iter()
+            .find(|s| s.name == "015_fencing_watchdog.sh")
+            .unwrap();
+        assert!(
+            step.script
+                .contains("options softdog soft_margin=120 soft_panic=1")
+        );
+        assert!(
+            step.script
+                .contains("bb_host modprobe softdog soft_margin='120' soft_panic=1")
+        );
+        assert_ne!(plain.checksum, fenced.checksum);
+
+        let mut bad = spec;
+        if let Some(f) = bad.fencing.as_mut() {
+            f.watchdog = Some(crate::model::WatchdogSettings {
+                timeout: Some("100000s".into()),
+            });
+        }
+        match renderer.bundle(&named(bad), &cluster()) {
+            Err(RenderError::Field { field, .. }) => {
+                assert_eq!(field, "spec.fencing.watchdog.timeout");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_invalid_customisation_is_skipped_not_fatal() {
+        use crate::model::{NodeGroupConfiguration, NodeGroupConfigurationSpec, NodeUser};
+        let renderer = Renderer::new();
+        let customisations = Customisations {
+            configurations: vec![NodeGroupConfiguration {
+                metadata: ObjectMeta {
+                    name: Some("no-suffix".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: NodeGroupConfigurationSpec {
+                    content: Some("echo".into()),
+                    ..NodeGroupConfigurationSpec::default()
+                },
+                ..NodeGroupConfiguration::default()
+            }],
+            users: vec![NodeUser::default()],
+        };
+        let plain = renderer
+            .bundle(&named(NodeGroupSpec::default()), &cluster())
+            .unwrap();
+        let with = renderer
+            .bundle_with(
+                &named(NodeGroupSpec::default()),
+                &cluster(),
+                &customisations,
+            )
+            .unwrap();
+        assert_eq!(plain.checksum, with.checksum);
+        let kinds: Vec<&str> = with.skipped.iter().map(|s| s.kind).collect();
+        assert_eq!(kinds, ["NodeUser", "NodeGroupConfiguration"]);
+        assert!(
+            with.skipped[1].to_string().contains("metadata.name"),
+            "{}",
+            with.skipped[1]
+        );
+    }
+
+    fn arb_configuration() -> impl Strategy<Value = crate::model::NodeGroupConfiguration> {
+        use crate::model::{NodeGroupConfiguration, NodeGroupConfigurationSpec};
+        (
+            0..3_usize,
+            opt(prop_oneof![Just(5_i64), Just(50), Just(100), Just(200)]),
+            prop_oneof![Just("a\n"), Just("b\n"), Just("echo 'x'\n")],
+            opt(prop_oneof![
+                Just(vec!["g".to_owned()]),
+                Just(vec!["other".to_owned()]),
+                Just(vec!["*".to_owned()]),
+                Just(vec!["other".to_owned(), "g".to_owned()]),
+            ]),
+            opt(prop_oneof![
+                Just(vec!["*".to_owned()]),
+                Just(vec!["debian".to_owned()])
+            ]),
+        )
+            .prop_map(|(name, weight, content, node_groups, bundles)| {
+                NodeGroupConfiguration {
+                    api_version: "deckhouse.io/v1alpha1".into(),
+                    kind: "NodeGroupConfiguration".into(),
+                    metadata: ObjectMeta {
+                        name: Some(["one.sh", "two.sh", "three.sh"][name].into()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: NodeGroupConfigurationSpec {
+                        content: Some(content.into()),
+                        weight,
+                        node_groups,
+                        bundles,
+                    },
+                }
+            })
+    }
+
+    /// What of a configuration reaches group `g`'s nodes: nothing unless it targets `g`; else
+    /// its step name (weight and name), content and OS bundles.
+    fn seen_by_g(
+        c: &crate::model::NodeGroupConfiguration,
+    ) -> Option<(String, String, Vec<String>)> {
+        c.targets_group("g").then(|| {
+            let bundles = c.bundles();
+            let bundles = if bundles.iter().any(|b| b == "*") {
+                Vec::new()
+            } else {
+                bundles
+            };
+            (
+                customisations::configuration_step_name(c),
+                c.spec.content.clone().unwrap_or_default(),
+                bundles,
+            )
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// A group's checksum changes exactly when a configuration targeting it (before or
+        /// after the edit) changes in what reaches its nodes: content, weight, name, OS
+        /// bundles, or whether it targets the group. Edits of configurations for other groups
+        /// leave it unchanged.
+        #[test]
+        fn checksum_follows_exactly_the_targeted_configurations(
+            before in proptest::collection::vec(arb_configuration(), 0..4),
+            after in proptest::collection::vec(arb_configuration(), 0..4),
+        ) {
+            let renderer = Renderer::new();
+            let group = named(NodeGroupSpec::default());
+            let unique = |list: Vec<crate::model::NodeGroupConfiguration>| {
+                let mut seen = std::collections::BTreeSet::new();
+                list.into_iter().filter(|c| seen.insert(c.name().to_owned())).collect::<Vec<_>>()
+            };
+            let (before, after) = (unique(before), unique(after));
+            let sum = |configurations: &[crate::model::NodeGroupConfiguration]| {
+                renderer
+                    .bundle_with(&group, &cluster(), &Customisations {
+                        configurations: configurations.to_vec(),
+                        users: Vec::new(),
+                    })
+                    .unwrap()
+                    .checksum
+            };
+            let view = |list: &[crate::model::NodeGroupConfiguration]| {
+                let mut v: Vec<_> = list.iter().filter_map(seen_by_g).collect();
+                v.sort();
+                v
+            };
+            prop_assert_eq!(sum(&before) == sum(&after), view(&before) == view(&after));
         }
     }
 

@@ -20,6 +20,9 @@ pub struct Node {
     pub name: String,
     /// UID, used as a precondition when deleting.
     pub uid: String,
+    /// `metadata.resourceVersion` of the object this view was read from; empty when unknown.
+    /// Decisions are written with it as a precondition ([`crate::ports::NodePatch`]).
+    pub resource_version: String,
     /// Labels.
     pub labels: BTreeMap<String, String>,
     /// Annotations.

@@ -13,6 +13,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::node_group::NodeGroup;
+use super::node_group_configuration::NodeGroupConfiguration;
+use super::node_user::NodeUser;
 use super::static_instance::{Instance, SshCredentials, StaticInstance};
 
 /// A typed object read from a manifest.
@@ -26,6 +28,10 @@ pub enum Manifest {
     SshCredentials(Box<SshCredentials>),
     /// An Instance.
     Instance(Box<Instance>),
+    /// A NodeGroupConfiguration.
+    NodeGroupConfiguration(Box<NodeGroupConfiguration>),
+    /// A NodeUser (`v1alpha1`'s `sshPublicKey` kept beside `sshPublicKeys`).
+    NodeUser(Box<NodeUser>),
     /// Any other kind; nodemgr does not interpret it.
     Other {
         /// Its `apiVersion`.
@@ -91,6 +97,8 @@ const NODE_GROUP_VERSIONS: &[&str] = &[
     "deckhouse.io/v1alpha1",
 ];
 const STATIC_VERSIONS: &[&str] = &["deckhouse.io/v1alpha2", "deckhouse.io/v1alpha1"];
+const CONFIGURATION_VERSIONS: &[&str] = &["deckhouse.io/v1alpha1"];
+const NODE_USER_VERSIONS: &[&str] = &["deckhouse.io/v1", "deckhouse.io/v1alpha1"];
 
 /// Splits a YAML stream into documents. JSON is YAML, so a JSON object reads too.
 ///
@@ -207,6 +215,14 @@ pub fn parse_manifest(mut value: Value) -> Result<Manifest, ManifestError> {
             check_version(&kind, &api_version, STATIC_VERSIONS)?;
             Ok(Manifest::Instance(Box::new(typed(value)?)))
         }
+        "NodeGroupConfiguration" if ours => {
+            check_version(&kind, &api_version, CONFIGURATION_VERSIONS)?;
+            Ok(Manifest::NodeGroupConfiguration(Box::new(typed(value)?)))
+        }
+        "NodeUser" if ours => {
+            check_version(&kind, &api_version, NODE_USER_VERSIONS)?;
+            Ok(Manifest::NodeUser(Box::new(typed(value)?)))
+        }
         _ => Ok(Manifest::Other { api_version, kind }),
     }
 }
@@ -245,6 +261,14 @@ pub fn parse_node_group(text: &str) -> Result<NodeGroup, ManifestError> {
         Manifest::Instance(_) => Err(ManifestError::WrongKind {
             expected: "NodeGroup",
             found: "Instance".into(),
+        }),
+        Manifest::NodeGroupConfiguration(_) => Err(ManifestError::WrongKind {
+            expected: "NodeGroup",
+            found: "NodeGroupConfiguration".into(),
+        }),
+        Manifest::NodeUser(_) => Err(ManifestError::WrongKind {
+            expected: "NodeGroup",
+            found: "NodeUser".into(),
         }),
     }
 }
@@ -332,6 +356,33 @@ metadata: {name: x}
         assert!(matches!(err, ManifestError::Yaml(_)));
         let err = parse_manifest(Value::String("x".into())).unwrap_err();
         assert_eq!(err, ManifestError::NotAnObject("a string"));
+    }
+
+    #[test]
+    fn configurations_and_users_are_typed() {
+        let docs = parse_documents(
+            "apiVersion: deckhouse.io/v1alpha1\nkind: NodeGroupConfiguration\nmetadata: {name: a.sh}\nspec: {content: echo, weight: 5}\n---\napiVersion: deckhouse.io/v1alpha1\nkind: NodeUser\nmetadata: {name: ops}\nspec: {uid: 1001, sshPublicKey: ssh-ed25519 AAAA}\n",
+        )
+        .unwrap();
+        let typed: Vec<_> = docs
+            .into_iter()
+            .map(|d| parse_manifest(d.value).unwrap())
+            .collect();
+        let Manifest::NodeGroupConfiguration(ngc) = &typed[0] else {
+            panic!("{:?}", typed[0])
+        };
+        assert_eq!(ngc.weight(), 5);
+        let Manifest::NodeUser(user) = &typed[1] else {
+            panic!("{:?}", typed[1])
+        };
+        assert_eq!(user.ssh_public_keys(), vec!["ssh-ed25519 AAAA"]);
+        let err = parse_manifest(serde_json::json!({"apiVersion": "deckhouse.io/v1",
+            "kind": "NodeGroupConfiguration"}))
+        .unwrap_err();
+        assert!(
+            matches!(err, ManifestError::UnsupportedVersion { .. }),
+            "{err}"
+        );
     }
 
     #[test]

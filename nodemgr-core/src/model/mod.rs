@@ -1,4 +1,5 @@
-//! The domain model: NodeGroup, StaticInstance, SSHCredentials and Instance with Deckhouse's
+//! The domain model: NodeGroup, StaticInstance, SSHCredentials, Instance,
+//! NodeGroupConfiguration and NodeUser with Deckhouse's
 //! field names (facts §1–§2), the cluster views policies decide on, time and quantities, and the
 //! label/annotation keys in one place.
 
@@ -8,6 +9,8 @@ pub mod keys;
 pub mod manifest;
 pub mod meta;
 pub mod node_group;
+pub mod node_group_configuration;
+pub mod node_user;
 pub mod quantity;
 pub mod static_instance;
 pub mod time;
@@ -20,6 +23,10 @@ pub use meta::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, ObjectReference, SelectorOperator,
 };
 pub use node_group::*;
+pub use node_group_configuration::{
+    ALL, DEFAULT_CONFIGURATION_WEIGHT, NodeGroupConfiguration, NodeGroupConfigurationSpec,
+};
+pub use node_user::{MIN_NODE_USER_UID, NodeUser, NodeUserSpec, NodeUserStatus};
 pub use quantity::{Quantity, QuantityError};
 pub use static_instance::*;
-pub use time::{Timestamp, parse_duration};
+pub use time::{DurationError, MAX_DURATION, Timestamp, parse_duration, parse_duration_checked};

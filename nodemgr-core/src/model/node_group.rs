@@ -173,7 +173,9 @@ pub enum IntOrString {
 
 /// Why an [`IntOrString`] could not be turned into a count.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("expected a non-negative integer or a percentage such as \"25%\", got {0:?}")]
+#[error(
+    "expected a non-negative integer (at most 18446744073709551615) or a percentage such as \"25%\", got {0:?}"
+)]
 pub struct IntOrStringError(pub String);
 
 /// What an [`IntOrString`] means once parsed.
@@ -214,14 +216,18 @@ impl IntOrString {
     }
 
     /// The count this value stands for out of `total`: an integer as is, a percentage as
-    /// `floor(total × pct / 100)`.
+    /// `floor(total × pct / 100)`, computed exactly (a result past `u64::MAX`, only possible
+    /// for percentages far above 100, is `u64::MAX`: more than everything).
     ///
     /// # Errors
     /// As [`IntOrString::amount`].
     pub fn resolve(&self, total: u64) -> Result<u64, IntOrStringError> {
         Ok(match self.amount()? {
             Amount::Absolute(n) => n,
-            Amount::Percent(p) => total.saturating_mul(p) / 100,
+            Amount::Percent(p) => {
+                let exact = u128::from(total) * u128::from(p) / 100;
+                u64::try_from(exact).unwrap_or(u64::MAX)
+            }
         })
     }
 }

@@ -9,10 +9,77 @@ use serde::{Deserialize, Serialize};
 )]
 pub struct Quantity(pub i64);
 
-/// Why a quantity string is not a quantity.
+/// Why a quantity string is not a quantity this crate can hold.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a Kubernetes quantity (examples: 100m, 2, 1.5Gi, 512Mi, 1e3)")]
-pub struct QuantityError(pub String);
+pub enum QuantityError {
+    /// Not of the form number + optional suffix.
+    #[error("{0:?} is not a Kubernetes quantity (examples: 100m, 2, 1.5Gi, 512Mi, 1e3)")]
+    Malformed(String),
+    /// Larger than a quantity can be here: about 9.2 × 10^15 base units (8 Pi).
+    #[error(
+        "{0:?} is too large: quantities up to about 9.2 × 10^15 base units (8Pi, 9200T) are accepted"
+    )]
+    TooLarge(String),
+    /// More significant digits than can be computed with exactly.
+    #[error("{0:?} has more than 38 significant digits; write it with fewer")]
+    TooPrecise(String),
+}
+
+impl QuantityError {
+    /// The text that failed.
+    pub fn text(&self) -> &str {
+        match self {
+            Self::Malformed(t) | Self::TooLarge(t) | Self::TooPrecise(t) => t,
+        }
+    }
+}
+
+/// Most significant digits a mantissa may have (10^38 < i128::MAX).
+const MAX_DIGITS: usize = 38;
+
+/// The power of ten and the power of two a suffix multiplies by (`None`: not a suffix).
+fn suffix_scale(suffix: &str) -> Option<(i64, u32)> {
+    Some(match suffix {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        exp => {
+            let exponent = exp.strip_prefix(['e', 'E'])?;
+            let digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            // An exponent past ±10^7 over- or underflows like 10^7 does; keep the parse small.
+            let significant = digits.trim_start_matches('0');
+            let magnitude: i64 = if significant.len() > 7 {
+                10_000_000
+            } else if significant.is_empty() {
+                0
+            } else {
+                significant.parse().ok()?
+            };
+            let value = if exponent.starts_with('-') {
+                -magnitude
+            } else {
+                magnitude
+            };
+            (value, 0)
+        }
+    })
+}
 
 impl Quantity {
     /// Zero.
@@ -33,75 +100,89 @@ impl Quantity {
         self.0.div_euclid(1000) + i64::from(self.0.rem_euclid(1000) != 0)
     }
 
-    /// Parses a quantity string.
+    /// Parses a quantity string: an optional sign, digits with an optional fraction, then an
+    /// optional suffix: a binary SI one (`Ki` … `Ei`), a decimal SI one (`n` … `E`), or a
+    /// decimal exponent (`e3`, `E-2`). Sub-milli precision is rounded up, as Kubernetes rounds.
+    /// Every step is checked; nothing here can overflow or panic.
     ///
     /// # Errors
-    /// A string that is not a number with an optional SI, binary or exponent suffix, or one
-    /// that overflows.
+    /// [`QuantityError::Malformed`] for anything else, [`QuantityError::TooLarge`] past
+    /// `i64` milli-units, [`QuantityError::TooPrecise`] past 38 significant digits.
     pub fn parse(text: &str) -> Result<Self, QuantityError> {
-        let err = || QuantityError(text.to_owned());
+        let malformed = || QuantityError::Malformed(text.to_owned());
+        let too_large = || QuantityError::TooLarge(text.to_owned());
         let t = text.trim();
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-            .unwrap_or(t.len());
-        let (number, suffix) = t.split_at(split);
-        if number.is_empty() || number == "." {
-            return Err(err());
+        let (negative, unsigned) = match t.as_bytes().first() {
+            Some(b'-') => (true, &t[1..]),
+            Some(b'+') => (false, &t[1..]),
+            _ => (false, t),
+        };
+        let split = unsigned
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(unsigned.len());
+        let (number, suffix) = unsigned.split_at(split);
+        let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+        if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
+            return Err(malformed());
         }
-        let negative = number.starts_with('-');
-        let digits = number.trim_start_matches(['+', '-']);
-        let (int_part, frac_part) = digits.split_once('.').unwrap_or((digits, ""));
-        if !int_part.bytes().all(|b| b.is_ascii_digit())
-            || !frac_part.bytes().all(|b| b.is_ascii_digit())
-        {
-            return Err(err());
+        let (exp10, shift) = suffix_scale(suffix).ok_or_else(malformed)?;
+        // value = mantissa × 10^scale × 2^shift, in milli-units (hence the + 3).
+        let frac_part = frac_part.trim_end_matches('0');
+        let joined = format!("{int_part}{frac_part}");
+        let mantissa_digits = joined.trim_start_matches('0');
+        if mantissa_digits.is_empty() {
+            return Ok(Quantity::ZERO);
         }
-        // value = mantissa / 10^scale
-        let mantissa_text = format!("{int_part}{frac_part}");
-        let mantissa: i128 = if mantissa_text.is_empty() {
-            0
+        if mantissa_digits.len() > MAX_DIGITS {
+            // Past 38 significant digits the integer part alone overflows unless the digits
+            // are mostly fraction; either way it is not a quantity anyone means.
+            let integer_digits = int_part.trim_start_matches('0').len();
+            return Err(if integer_digits > 19 {
+                too_large()
+            } else {
+                QuantityError::TooPrecise(text.to_owned())
+            });
+        }
+        let mantissa: i128 = mantissa_digits.parse().map_err(|_| malformed())?;
+        let frac_len = i64::try_from(frac_part.len()).map_err(|_| malformed())?;
+        let scale = exp10
+            .checked_add(3)
+            .and_then(|s| s.checked_sub(frac_len))
+            .ok_or_else(too_large)?;
+        let digits = i64::try_from(mantissa_digits.len()).map_err(|_| malformed())?;
+        // The result has about `digits + scale` decimal digits before any binary factor:
+        // beyond 40 it cannot fit an i64 (19 digits) even before the shift; far below zero it
+        // rounds up to one milli-unit.
+        if digits.saturating_add(scale) > 40 {
+            return Err(too_large());
+        }
+        let value: i128 = if scale >= 0 {
+            let power = 10i128
+                .checked_pow(u32::try_from(scale).map_err(|_| too_large())?)
+                .ok_or_else(too_large)?;
+            mantissa
+                .checked_mul(power)
+                .and_then(|v| v.checked_mul(1i128 << shift))
+                .ok_or_else(too_large)?
+        } else if digits.saturating_add(scale) < -40 {
+            // Far below a milli-unit: Kubernetes rounds any positive amount up to 1m.
+            1
         } else {
-            mantissa_text.parse().map_err(|_| err())?
-        };
-        let scale = frac_part.len() as u32;
-        let (mul, div): (i128, i128) = match suffix {
-            "" => (1000, 1),
-            "n" => (1, 1_000_000),
-            "u" => (1, 1000),
-            "m" => (1, 1),
-            "k" => (1_000_000, 1),
-            "M" => (1_000_000_000, 1),
-            "G" => (1_000_000_000_000, 1),
-            "T" => (1_000_000_000_000_000, 1),
-            "P" => (1_000_000_000_000_000_000, 1),
-            "E" => (1_000_000_000_000_000_000_000, 1),
-            "Ki" => (1000 << 10, 1),
-            "Mi" => (1000 << 20, 1),
-            "Gi" => (1000 << 30, 1),
-            "Ti" => (1000 << 40, 1),
-            "Pi" => (1000 << 50, 1),
-            "Ei" => (1000 << 60, 1),
-            exp if exp.starts_with(['e', 'E']) => {
-                let e: u32 = exp[1..].parse().map_err(|_| err())?;
-                (
-                    1000i128
-                        .checked_mul(10i128.checked_pow(e).ok_or_else(err)?)
-                        .ok_or_else(err)?,
-                    1,
-                )
+            let numerator = mantissa
+                .checked_mul(1i128 << shift)
+                .ok_or_else(|| QuantityError::TooPrecise(text.to_owned()))?;
+            let places = u32::try_from(scale.unsigned_abs()).map_err(|_| malformed())?;
+            match 10i128.checked_pow(places) {
+                // Round up like Kubernetes does for sub-milli precision.
+                Some(denominator) => {
+                    numerator / denominator + i128::from(numerator % denominator != 0)
+                }
+                // 10^places exceeds i128, so does not divide the numerator: under 1m.
+                None => 1,
             }
-            _ => return Err(err()),
         };
-        let denominator = 10i128
-            .checked_pow(scale)
-            .ok_or_else(err)?
-            .checked_mul(div)
-            .ok_or_else(err)?;
-        let numerator = mantissa.checked_mul(mul).ok_or_else(err)?;
-        // Round up like Kubernetes does for sub-milli precision.
-        let value = (numerator + denominator - 1) / denominator;
         let value = if negative { -value } else { value };
-        i64::try_from(value).map(Quantity).map_err(|_| err())
+        i64::try_from(value).map(Quantity).map_err(|_| too_large())
     }
 }
 
@@ -152,8 +233,121 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "abc", "1.2.3", "5X", "Gi", "1e99999"] {
-            assert!(Quantity::parse(bad).is_err(), "{bad} should fail");
+        for bad in [
+            "", "abc", "1.2.3", "5X", "Gi", ".", "+-1", "--1", "1e", "1e+", "1ee3", "1Ki3", "١",
+            "1 Gi",
+        ] {
+            assert!(
+                matches!(Quantity::parse(bad), Err(QuantityError::Malformed(_))),
+                "{bad} should fail as malformed: {:?}",
+                Quantity::parse(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn reads_signs_fractions_and_exponents_as_kubernetes_does() {
+        assert_eq!(Quantity::parse("-100m"), Ok(Quantity(-100)));
+        assert_eq!(Quantity::parse("+2"), Ok(Quantity(2000)));
+        assert_eq!(Quantity::parse(".5"), Ok(Quantity(500)));
+        assert_eq!(Quantity::parse("5."), Ok(Quantity(5000)));
+        assert_eq!(Quantity::parse("1e-3"), Ok(Quantity(1)));
+        assert_eq!(Quantity::parse("1E+2"), Ok(Quantity(100_000)));
+        assert_eq!(Quantity::parse("0.0001"), Ok(Quantity(1)), "rounds up");
+        assert_eq!(Quantity::parse("1e-99999"), Ok(Quantity(1)), "rounds up");
+        assert_eq!(Quantity::parse("0e99999"), Ok(Quantity::ZERO));
+        assert_eq!(
+            Quantity::parse("000000000000000000000000000000000000000001"),
+            Ok(Quantity(1000))
+        );
+        assert_eq!(
+            Quantity::parse("1.000000000000000000000000000000000000000000"),
+            Ok(Quantity(1000))
+        );
+        assert_eq!(
+            Quantity::parse("8Pi"),
+            Ok(Quantity(8 * (1i64 << 50) * 1000))
+        );
+    }
+
+    #[test]
+    fn too_large_quantities_are_refused_not_wrapped() {
+        for big in [
+            "1e99999",
+            "9999999999999999999999999999999999999999999999",
+            "99999999999999999999Ei",
+            "16Ei",
+            "9300T",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "1e9223372036854775807",
+            "170141183460469231731687303715884105727E",
+        ] {
+            assert!(
+                matches!(Quantity::parse(big), Err(QuantityError::TooLarge(_))),
+                "{big}: {:?}",
+                Quantity::parse(big)
+            );
+        }
+        let e = Quantity::parse("99999999999999999999Ei").unwrap_err();
+        assert!(e.to_string().contains("too large"), "{e}");
+        assert_eq!(
+            Quantity::parse("0.12345678901234567890123456789012345678901"),
+            Err(QuantityError::TooPrecise(
+                "0.12345678901234567890123456789012345678901".into()
+            ))
+        );
+    }
+
+    proptest::proptest! {
+        /// Any text parses to a value or an error, never a panic; a value prints back to
+        /// itself (integers of milli-units).
+        #[test]
+        fn any_text_is_a_value_or_an_error(text in "\\PC{0,60}") {
+            let _ = Quantity::parse(&text);
+        }
+
+        /// Integers of milli-units round-trip exactly, up to the i64 bounds.
+        #[test]
+        fn milli_integers_round_trip(n in proptest::num::i64::ANY) {
+            proptest::prop_assert_eq!(Quantity::parse(&format!("{n}m")), Ok(Quantity(n)));
+        }
+
+        /// Digits with any suffix or exponent give the exactly computed value, or TooLarge
+        /// exactly when that value does not fit.
+        #[test]
+        fn scaled_integers_are_exact_or_too_large(
+            n in 0u64..=u64::MAX,
+            suffix in proptest::sample::select(vec!["", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "e0", "e5", "e18", "e-2"]),
+        ) {
+            let exact: Option<i128> = match suffix {
+                "" | "e0" => Some(1000),
+                "k" => Some(1_000_000), "M" => Some(1_000_000_000), "G" => Some(1_000_000_000_000),
+                "T" => Some(1_000_000_000_000_000), "P" => Some(1_000_000_000_000_000_000),
+                "E" => Some(1_000_000_000_000_000_000_000),
+                "Ki" => Some(1000 << 10), "Mi" => Some(1000 << 20), "Gi" => Some(1000 << 30),
+                "Ti" => Some(1000 << 40), "Pi" => Some(1000 << 50), "Ei" => Some(1000 << 60),
+                "e5" => Some(100_000_000), "e18" => Some(1_000_000_000_000_000_000_000),
+                _ => None,
+            };
+            let parsed = Quantity::parse(&format!("{n}{suffix}"));
+            match exact {
+                Some(mul) => {
+                    let value = i128::from(n).checked_mul(mul).and_then(|v| i64::try_from(v).ok());
+                    match value {
+                        Some(v) => proptest::prop_assert_eq!(parsed, Ok(Quantity(v))),
+                        None => proptest::prop_assert!(matches!(parsed, Err(QuantityError::TooLarge(_)))),
+                    }
+                }
+                None => {
+                    // e-2: n/100 units = n × 10 milli-units.
+                    let value = i128::from(n).checked_mul(10).and_then(|v| i64::try_from(v).ok());
+                    match value {
+                        Some(v) => proptest::prop_assert_eq!(parsed, Ok(Quantity(v))),
+                        None => proptest::prop_assert!(matches!(parsed, Err(QuantityError::TooLarge(_)))),
+                    }
+                }
+            }
         }
     }
 

@@ -163,11 +163,36 @@ impl std::fmt::Display for Timestamp {
     }
 }
 
+/// Longest duration accepted, as Go's `time.Duration` (2^63 − 1 ns, about 292 years).
+pub const MAX_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
+
+/// Why a text is not a duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Not of the form number + unit, repeated.
+    #[error("{0:?} is not a duration (like 30s, 5m, 1h30m, 1.5s, 250ms)")]
+    Malformed(String),
+    /// Longer than [`MAX_DURATION`].
+    #[error("{0:?} is too long: durations up to about 292 years (2562047h) are accepted")]
+    TooLong(String),
+}
+
 /// Parses a Go-style duration of the forms Deckhouse's fields use: `60s`, `5m`, `6h`, `1h30m`,
-/// `1.5s`, `250ms`. Returns `None` for anything else (an empty string included).
+/// `1.5s`, `250ms`. Returns `None` for anything else (an empty string and durations past
+/// [`MAX_DURATION`] included); [`parse_duration_checked`] says which.
 pub fn parse_duration(text: &str) -> Option<Duration> {
+    parse_duration_checked(text).ok()
+}
+
+/// [`parse_duration`] with the reason of a failure.
+///
+/// # Errors
+/// [`DurationError::Malformed`] for anything but number + unit pairs (units `ms`, `s`, `m`,
+/// `h`), [`DurationError::TooLong`] past [`MAX_DURATION`].
+pub fn parse_duration_checked(text: &str) -> Result<Duration, DurationError> {
+    let malformed = || DurationError::Malformed(text.to_owned());
     if text.is_empty() {
-        return None;
+        return Err(malformed());
     }
     let mut rest = text;
     let mut total_ms: f64 = 0.0;
@@ -176,9 +201,9 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
         if num_len == 0 {
-            return None;
+            return Err(malformed());
         }
-        let number: f64 = rest[..num_len].parse().ok()?;
+        let number: f64 = rest[..num_len].parse().map_err(|_| malformed())?;
         rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -188,20 +213,54 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
             "s" => 1000.0,
             "m" => 60_000.0,
             "h" => 3_600_000.0,
-            _ => return None,
+            _ => return Err(malformed()),
         };
         rest = &rest[unit_len..];
         total_ms += number * factor;
     }
-    if !total_ms.is_finite() || total_ms < 0.0 || total_ms > u64::MAX as f64 {
-        return None;
+    if !total_ms.is_finite() || total_ms > MAX_DURATION.as_millis() as f64 {
+        return Err(DurationError::TooLong(text.to_owned()));
     }
-    Some(Duration::from_millis(total_ms.round() as u64))
+    // 0 ≤ total_ms ≤ MAX_DURATION in ms (< 2^63): the conversion is exact enough and in range.
+    Ok(Duration::from_millis(total_ms.round() as u64))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_past_292_years_are_too_long_and_say_so() {
+        assert_eq!(
+            parse_duration_checked("2562047h"),
+            Ok(Duration::from_secs(2_562_047 * 3600))
+        );
+        for long in [
+            "2562048h",
+            "99999999999999999999h",
+            "1e400s",
+            &format!("{}h", "9".repeat(400)),
+        ] {
+            let result = parse_duration_checked(long);
+            assert!(
+                matches!(
+                    result,
+                    Err(DurationError::TooLong(_)) | Err(DurationError::Malformed(_))
+                ),
+                "{long}: {result:?}"
+            );
+        }
+        let e = parse_duration_checked("99999999999999999999h").unwrap_err();
+        assert_eq!(e, DurationError::TooLong("99999999999999999999h".into()));
+        assert!(e.to_string().contains("too long"), "{e}");
+        for bad in ["", "-5s", "5", "s", "5x", "1.2.3s", "５s", "5 s"] {
+            assert_eq!(
+                parse_duration_checked(bad),
+                Err(DurationError::Malformed(bad.into())),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn weekday_of_known_dates() {

@@ -111,7 +111,9 @@ pub enum Precondition {
 /// A change to a node's metadata, taints and schedulability, applied as one patch.
 ///
 /// Maps are `key → Some(value)` to set and `key → None` to remove. Applying the same patch twice
-/// has the effect of applying it once.
+/// has the effect of applying it once. With [`NodePatch::resource_version`] the patch is
+/// conditional: it applies only to the very version of the node it was computed from
+/// (optimistic concurrency, `docs/optimistic-concurrency.md`).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NodePatch {
     /// Labels to set (`Some`) or remove (`None`).
@@ -124,6 +126,10 @@ pub struct NodePatch {
     pub remove_taints: Vec<String>,
     /// `spec.unschedulable` to set, when `Some`.
     pub unschedulable: Option<bool>,
+    /// Precondition: the node's `metadata.resourceVersion` must still be this one, otherwise
+    /// nothing is changed and the port answers [`ClusterError::Conflict`]. `None` = no
+    /// precondition (the patch applies to whatever version is current).
+    pub resource_version: Option<String>,
 }
 
 impl NodePatch {
@@ -162,7 +168,14 @@ impl NodePatch {
         self
     }
 
-    /// Whether the patch changes nothing.
+    /// Applies only if the node is still at `resource_version` (see
+    /// [`NodePatch::resource_version`]); an empty version sets no precondition.
+    pub fn if_resource_version(mut self, resource_version: &str) -> Self {
+        self.resource_version = (!resource_version.is_empty()).then(|| resource_version.to_owned());
+        self
+    }
+
+    /// Whether the patch changes nothing (a precondition alone changes nothing).
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
             && self.annotations.is_empty()
@@ -283,7 +296,19 @@ pub trait ClusterRead: Send + Sync {
     /// Every Node. [`Node::last_heartbeat`] is the node's Lease `renewTime` in
     /// `kube-node-lease` when the Lease exists, else the Ready condition's
     /// `lastHeartbeatTime`; `None` when neither is known.
+    ///
+    /// May come from a cache that lags behind the API (a watch): it can miss recent writes,
+    /// including the caller's own. Each node carries its [`Node::resource_version`].
     async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError>;
+
+    /// Every Node as [`ClusterRead::list_nodes`], read from the API itself rather than a cache:
+    /// it includes every write that completed before the call. For decisions that must not be
+    /// taken on a stale view (`docs/optimistic-concurrency.md`). The default is
+    /// [`ClusterRead::list_nodes`], right for ports whose reads are never stale; ports with a
+    /// cache override it.
+    async fn list_nodes_fresh(&self) -> Result<Vec<Node>, ClusterError> {
+        self.list_nodes().await
+    }
 
     /// Every Pod bound or not, in every namespace (terminated ones included; callers filter).
     async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError>;
@@ -308,12 +333,15 @@ pub trait ClusterRead: Send + Sync {
 /// Acting on Nodes.
 #[async_trait]
 pub trait NodeApi: Send + Sync {
-    /// Applies `patch` to node `name` and returns the node as it is afterwards.
+    /// Applies `patch` to node `name` and returns the node as it is afterwards (with its new
+    /// [`Node::resource_version`]).
     ///
     /// Guarantees: idempotent (same patch twice = once); labels/annotations not named in the
-    /// patch are untouched. Errors: [`ClusterError::NotFound`] when the node does not exist;
-    /// [`ClusterError::Conflict`] only when a concurrent writer won and the patch could not be
-    /// re-applied (adapters retry a read-modify-write of taints a few times first).
+    /// patch are untouched; with [`NodePatch::resource_version`] nothing changes unless the node
+    /// is still at that version. Errors: [`ClusterError::NotFound`] when the node does not
+    /// exist; [`ClusterError::Conflict`] when the precondition fails, or, without one, when a
+    /// concurrent writer won and the patch could not be re-applied (adapters retry a
+    /// read-modify-write of taints a few times first).
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError>;
 
     /// Marks node `name` unschedulable. Idempotent; [`ClusterError::NotFound`] when absent.

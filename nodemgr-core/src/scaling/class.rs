@@ -241,6 +241,7 @@ pub fn template_node(
     Node {
         name: name.to_owned(),
         uid: String::new(),
+        resource_version: String::new(),
         labels,
         annotations,
         taints,

@@ -1,4 +1,5 @@
-//! Decides whether a NodeGroup, StaticInstance or SSHCredentials is acceptable, as Deckhouse's
+//! Decides whether a NodeGroup, StaticInstance, SSHCredentials, NodeGroupConfiguration or
+//! NodeUser is acceptable, as Deckhouse's
 //! CRD schemas and its `nodegroup-policy.deckhouse.io` webhook do (facts §1.1, §1.2, §2), and
 //! says so in errors a person can act on: each [`FieldError`] names the field, what is wrong
 //! and what would be accepted.
@@ -16,6 +17,8 @@
 
 mod credentials;
 mod node_group;
+mod node_group_configuration;
+mod node_user;
 pub mod syntax;
 
 use std::collections::BTreeSet;
@@ -29,6 +32,8 @@ pub use node_group::{
     ACCEPTED_KUBERNETES_VERSIONS, BUILTIN_TOLERATION_KEYS, INSTANCE_CLASS_KINDS,
     RESERVED_DOMAIN_EXCEPTIONS, validate_node_group, validate_node_group_update,
 };
+pub use node_group_configuration::{MAX_CONFIGURATION_WEIGHT, validate_node_group_configuration};
+pub use node_user::{MAX_NODE_USER_UID, validate_node_user};
 
 /// One problem with one field.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
@@ -144,6 +149,8 @@ pub fn validate_document(value: Value, ctx: &ValidationContext) -> Vec<FieldErro
         Ok(Manifest::NodeGroup(ng)) => validate_node_group(&ng, ctx),
         Ok(Manifest::StaticInstance(si)) => validate_static_instance(&si),
         Ok(Manifest::SshCredentials(c)) => validate_ssh_credentials(&c),
+        Ok(Manifest::NodeGroupConfiguration(c)) => validate_node_group_configuration(&c),
+        Ok(Manifest::NodeUser(u)) => validate_node_user(&u),
         Ok(Manifest::Instance(_) | Manifest::Other { .. }) => Vec::new(),
     }
 }

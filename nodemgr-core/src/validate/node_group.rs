@@ -130,18 +130,27 @@ fn check_name(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext, create: b
     };
     e.check("metadata.name", syntax::check_node_group_name(name));
     if create && let Some(prefix) = ctx.cluster_prefix_len {
-        // 63 − prefix − 1 − len(name) − 21 ≥ 0
-        let budget = 63i64 - prefix as i64 - 1 - 21;
-        if (name.len() as i64) > budget {
-            e.push(
+        // A machine name is `<prefix>-<name>-<21 characters>`, at most 63: 63 − prefix − 1 −
+        // len(name) − 21 ≥ 0. Checked: a prefix of any size gives a budget, never a wrap.
+        let budget = 63usize.checked_sub(prefix.saturating_add(22));
+        match budget {
+            Some(budget) if name.len() <= budget => {}
+            Some(budget) => e.push(
                 "metadata.name",
                 format!(
                     "{name:?} is {} characters long; with a cluster prefix of {prefix} \
-                     characters at most {} are allowed (63 − prefix − 1 − name − 21 ≥ 0)",
+                     characters at most {budget} are allowed (63 − prefix − 1 − name − 21 ≥ 0)",
                     name.len(),
-                    budget.max(0)
                 ),
-            );
+            ),
+            None => e.push(
+                "metadata.name",
+                format!(
+                    "no NodeGroup name fits a cluster prefix of {prefix} characters: machine \
+                     names are at most 63 characters (63 − prefix − 1 − name − 21 ≥ 0), so the \
+                     prefix can be at most 41"
+                ),
+            ),
         }
     }
 }
@@ -1055,6 +1064,31 @@ mod tests {
         assert!(errors[0].message.contains("at most 26"), "{}", errors[0]);
         // The prefix rule is create-only.
         assert_eq!(validate_node_group_update(&g, &g, &ctx), vec![]);
+        // A prefix too long for any name, up to usize::MAX, says so instead of wrapping.
+        for prefix in [42, 63, 1 << 40, usize::MAX / 2 + 1, usize::MAX] {
+            let ctx = ValidationContext {
+                cluster_prefix_len: Some(prefix),
+                ..Default::default()
+            };
+            let errors = validate_node_group(&g, &ctx);
+            assert_eq!(paths(&errors), vec!["metadata.name"], "{prefix}");
+            assert!(
+                errors[0].message.contains("no NodeGroup name fits"),
+                "{}",
+                errors[0]
+            );
+        }
+        let ctx = ValidationContext {
+            cluster_prefix_len: Some(41),
+            ..Default::default()
+        };
+        g.metadata.name = Some(String::new());
+        assert!(
+            validate_node_group(&g, &ctx)
+                .iter()
+                .all(|e| !e.message.contains("cluster prefix")),
+            "a prefix of 41 leaves room for no character but is not itself refused"
+        );
     }
 
     #[test]

@@ -34,9 +34,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use nodemgr_core::bashible::{
-    BootstrapOptions, BootstrapToken, ClusterContext, RenderRoot, Renderer,
-};
+use nodemgr_core::bashible::{BootstrapOptions, ClusterContext, RenderRoot, Renderer};
 use nodemgr_core::machines::{
     ANNOTATION_PROVIDER_ID, MachineCommand, MachineConfig, MachinePhase, MachineRequests,
     MachineSnapshot, Machines, provider_ids_to_look_up,
@@ -54,6 +52,7 @@ use nodemgr_core::scaling::{
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::bootstrap_tokens::TokenSource;
 use super::{Backoff, RETRY_FIRST, after_pass, now, wait};
 use crate::cluster::KubeCluster;
 use crate::crd;
@@ -79,8 +78,8 @@ pub struct MachineClass {
 pub struct Bootstrap {
     /// API endpoints, CA, versions.
     pub cluster: ClusterContext,
-    /// The bootstrap token.
-    pub token: BootstrapToken,
+    /// Where each group's bootstrap token comes from.
+    pub tokens: TokenSource,
 }
 
 /// Settings of the machine controller.
@@ -647,11 +646,18 @@ impl MachineController {
         let (Some(bootstrap), Some(group)) = (&self.settings.bootstrap, group) else {
             return String::new();
         };
+        let token = match bootstrap.tokens.for_group(group.name()) {
+            Ok(token) => token,
+            Err(error) => {
+                tracing::warn!(group = %group.name(), %error, "machine created without user data");
+                return String::new();
+            }
+        };
         match self.renderer.render(
             group,
             &bootstrap.cluster,
             &BootstrapOptions {
-                bootstrap_token: bootstrap.token.clone(),
+                bootstrap_token: token,
                 root: RenderRoot::host(),
             },
         ) {

@@ -7,12 +7,16 @@
 //! | [`template`] | `nodemgr_core::node_template` | node labels, annotations, taints |
 //! | [`update`] | `nodemgr_core::executor` (update planner + drains) | node annotations, cordon, evictions |
 //! | [`fencing`] | `nodemgr_core::fencing` (with the storm guard) | pods and Nodes of silent fenced nodes |
+//! | [`bootstrap_tokens`] | `nodemgr_core::bootstrap_tokens` | bootstrap token Secrets in `kube-system` |
+//! | [`csr`] | `nodemgr_core::serving_certificates` | kubelet-serving CSR approvals |
 //!
 //! `status` and `template` are kube-runtime `Controller`s reconciling one NodeGroup at a time,
 //! woken by changes of the group or of its Nodes (and a periodic resync); `update` and
 //! `fencing` decide over the whole cluster at once, so they are loops woken on a period and at
 //! their policies' next deadlines. [`run`] starts the enabled ones and stops them together.
 
+pub mod bootstrap_tokens;
+pub mod csr;
 pub mod fencing;
 pub mod machines;
 pub mod static_instances;
@@ -30,6 +34,7 @@ use tokio::sync::watch;
 
 use crate::cluster::KubeCluster;
 use crate::metrics::Metrics;
+use crate::supervisor::{TaskEnded, TaskGroup};
 
 /// Which controllers run and how often.
 #[derive(Debug, Clone)]
@@ -168,57 +173,77 @@ pub(crate) async fn wait(
     }
 }
 
-/// Runs the enabled controllers until `stop` turns true.
+/// Runs the enabled controllers until `stop` turns true, as one [`TaskGroup`]: when one of them
+/// ends by itself (returns or panics), the others are stopped and this returns what ended it, so
+/// that the caller restarts them or gives up (`docs/leader-election.md`).
+///
+/// # Errors
+/// The controller task that ended without being asked to, or `caches` when the watches stopped
+/// before their first complete list.
 pub async fn run(
     cluster: KubeCluster,
     settings: Settings,
     metrics: Metrics,
-    stop: watch::Receiver<bool>,
-) {
-    if let Err(error) = cluster.wait_ready().await {
-        tracing::error!(%error, "the caches never filled; controllers not started");
-        return;
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), TaskEnded> {
+    tokio::select! {
+        ready = cluster.wait_ready() => {
+            if let Err(error) = ready {
+                tracing::error!(%error, "the caches never filled; controllers not started");
+                return Err(TaskEnded::Returned { name: "caches".into() });
+            }
+        }
+        _ = stop.wait_for(|s| *s) => return Ok(()),
     }
-    let mut tasks = Vec::new();
+    let mut group = TaskGroup::new();
+    let inner = group.stop_signal();
     if settings.status {
-        tasks.push(tokio::spawn(status::run(
-            cluster.clone(),
-            settings.resync,
-            metrics.clone(),
-            stop.clone(),
-        )));
+        group.spawn(
+            "status",
+            status::run(
+                cluster.clone(),
+                settings.resync,
+                metrics.clone(),
+                inner.clone(),
+            ),
+        );
     }
     if settings.template {
-        tasks.push(tokio::spawn(template::run(
-            cluster.clone(),
-            settings.resync,
-            metrics.clone(),
-            stop.clone(),
-        )));
+        group.spawn(
+            "template",
+            template::run(
+                cluster.clone(),
+                settings.resync,
+                metrics.clone(),
+                inner.clone(),
+            ),
+        );
     }
     if settings.update {
-        tasks.push(tokio::spawn(update::run(
-            cluster.clone(),
-            settings.update_period,
-            metrics.clone(),
-            stop.clone(),
-        )));
+        group.spawn(
+            "update",
+            update::run(
+                cluster.clone(),
+                settings.update_period,
+                metrics.clone(),
+                inner.clone(),
+            ),
+        );
     }
     if settings.fencing {
-        tasks.push(tokio::spawn(fencing::run(
-            cluster.clone(),
-            settings.fencing_period,
-            settings.fencing_config.clone(),
-            metrics.clone(),
-            stop.clone(),
-        )));
+        group.spawn(
+            "fencing",
+            fencing::run(
+                cluster.clone(),
+                settings.fencing_period,
+                settings.fencing_config.clone(),
+                metrics.clone(),
+                inner.clone(),
+            ),
+        );
     }
-    tracing::info!(controllers = tasks.len(), "controllers running");
-    for task in tasks {
-        if let Err(error) = task.await {
-            tracing::error!(%error, "a controller task panicked");
-        }
-    }
+    tracing::info!(controllers = group.len(), "controllers running");
+    group.run(stop).await
 }
 
 /// What the per-NodeGroup controllers (status, template) share: the port, the metrics, the

@@ -5,8 +5,8 @@
 //! [`RemoteShell`] in background tasks, and reports their ends back to the core.
 //!
 //! - **Scripts.** A bootstrap runs the group's bootstrap script rendered by
-//!   [`Renderer::render`] with the cluster context and bootstrap token of
-//!   [`StaticSettings`]; a cleanup runs the group's cleanup script (the one the bootstrap
+//!   [`Renderer::render`] with the cluster context of [`StaticSettings`] and the group's
+//!   bootstrap token (from its [`TokenSource`]); a cleanup runs the group's cleanup script (the one the bootstrap
 //!   installed at `/var/lib/bashible/cleanup_static_node.sh`, rendered again, so it also works
 //!   when a bootstrap stopped before installing it), or, for a group that is gone, the
 //!   installed script. The Node of a cleaned instance is deleted afterwards.
@@ -25,9 +25,7 @@ use std::time::{Duration, Instant};
 
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use nodemgr_core::bashible::{
-    BootstrapOptions, BootstrapToken, ClusterContext, RenderRoot, Renderer,
-};
+use nodemgr_core::bashible::{BootstrapOptions, ClusterContext, RenderRoot, Renderer};
 use nodemgr_core::model::{NodeGroup, SshCredentials, StaticInstance, Timestamp, keys};
 use nodemgr_core::ports::{
     ClusterError, ClusterRead, EventApi, EventKind, NodeApi, ObjectRef, Precondition,
@@ -41,6 +39,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::bootstrap_tokens::TokenSource;
 use super::{Backoff, RETRY_FIRST, after_pass, now, wait};
 use crate::cluster::KubeCluster;
 use crate::crd;
@@ -68,8 +67,8 @@ pub struct StaticSettings {
     pub config: StaticConfig,
     /// API endpoints and CA the nodes join with.
     pub cluster: ClusterContext,
-    /// The bootstrap token nodes join with.
-    pub bootstrap_token: BootstrapToken,
+    /// Where the bootstrap token nodes of a group join with comes from.
+    pub bootstrap_tokens: TokenSource,
     /// Where the scripts put their files.
     pub roots: RenderRoots,
     /// Longest wait for TCP, handshake and authentication.
@@ -414,7 +413,11 @@ impl StaticController {
                 group,
                 &self.settings.cluster,
                 &BootstrapOptions {
-                    bootstrap_token: self.settings.bootstrap_token.clone(),
+                    bootstrap_token: self
+                        .settings
+                        .bootstrap_tokens
+                        .for_group(group.name())
+                        .map_err(|e| Failure::new(Cause::Failed, e.to_string()))?,
                     root,
                 },
             )

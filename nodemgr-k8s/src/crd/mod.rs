@@ -1,10 +1,12 @@
-//! The custom resources nodemgr serves and reads: NodeGroup, StaticInstance, SSHCredentials and
-//! Instance (`deckhouse.io`, all cluster-scoped; facts §1–§2), as kube types wrapping
-//! nodemgr-core's model, and their CustomResourceDefinitions.
+//! The custom resources nodemgr serves and reads: NodeGroup, StaticInstance, SSHCredentials,
+//! Instance, NodeGroupConfiguration and NodeUser (`deckhouse.io`, all cluster-scoped; facts
+//! §1–§2, `docs/bundles.md`), as kube types wrapping nodemgr-core's model, and their
+//! CustomResourceDefinitions.
 //!
-//! [`definitions`] builds the four CRDs with every served version; [`definitions_yaml`] prints
+//! [`definitions`] builds the six CRDs with every served version; [`definitions_yaml`] prints
 //! them as a multi-document YAML stream `kubectl apply -f -` accepts (`nodemgr crds`).
 
+pub mod node_customisation;
 pub mod node_group;
 pub mod schema;
 pub mod static_instance;
@@ -13,6 +15,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use kube::core::crd::merge_crds;
 
+pub use node_customisation::{NodeGroupConfiguration, NodeUser};
 pub use node_group::{NodeGroup, NodeGroupSpec};
 pub use static_instance::{
     Instance, SSHCredentials, SshCredentialsSpec, StaticInstance, StaticInstanceSpec,
@@ -40,7 +43,7 @@ pub enum CrdError {
     },
 }
 
-/// The four CustomResourceDefinitions, every served version in each.
+/// The six CustomResourceDefinitions, every served version in each.
 ///
 /// # Errors
 /// [`CrdError::Merge`] only if the version types of a kind disagree on group, kind or scope
@@ -82,6 +85,22 @@ pub fn definitions() -> Result<Vec<CustomResourceDefinition>, CrdError> {
                 static_instance::instance_v1alpha1::Instance::crd(),
             ],
             "v1alpha2",
+        )?,
+        merge(
+            "NodeGroupConfiguration",
+            vec![
+                node_customisation::node_group_configuration_v1alpha1::NodeGroupConfiguration::crd(
+                ),
+            ],
+            "v1alpha1",
+        )?,
+        merge(
+            "NodeUser",
+            vec![
+                node_customisation::node_user_v1::NodeUser::crd(),
+                node_customisation::node_user_v1alpha1::NodeUser::crd(),
+            ],
+            "v1",
         )?,
     ])
 }
@@ -328,7 +347,7 @@ mod tests {
         let text = definitions_yaml().unwrap();
         let docs: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&text).unwrap();
         assert_eq!(docs, definitions().unwrap());
-        assert_eq!(text.matches("\n---\n").count() + 1, 4);
+        assert_eq!(text.matches("\n---\n").count() + 1, 6);
         assert!(text.starts_with("---\napiVersion: apiextensions.k8s.io/v1\n"));
     }
 }

@@ -1,0 +1,215 @@
+//! What the simulated API server adds to the world's Nodes: a `resourceVersion` per state of
+//! each node, as kube-apiserver's, and a watch cache that can lag behind the world, so the
+//! cluster port ([`crate::SimCluster`]) answers preconditions and stale reads as a real
+//! cluster would (`docs/optimistic-concurrency.md`).
+//!
+//! # resourceVersions
+//! The world changes its nodes in place from many places (agents, readiness, operators, the
+//! port), so versions are handed out when a node is *observed* rather than when it changes:
+//! each time the port or the cache looks at a node whose content differs from what was last
+//! versioned, it gets the next number of one counter. A version is therefore handed out at or
+//! after the change it stands for and before any later one is observed, which keeps what
+//! callers rely on: versions only grow, a node observed unchanged keeps its version, and a
+//! list taken before a write shows an older version than the write returned. The Lease
+//! heartbeat ([`Node::last_heartbeat`]) is not part of the content (in Kubernetes it lives in
+//! another object).
+//!
+//! # Watch lag
+//! While a [`WatchLag`] window is open, cached reads show the nodes as they were `lag` earlier.
+//! When the window opens the view jumps back by `lag`: the controller's watch was re-established
+//! and relisted from an API server whose own watch cache is behind (kube-apiserver serves a
+//! list at `resourceVersion=0` from that cache), so a controller may see a state older than
+//! one it saw before. Windows are registered up front ([`SimApiServer::add_watch_lag`], the run
+//! loop does it for the scenario's `watchLag` events) and snapshots are kept only from `lag`
+//! before a window until it closes; reads outside windows are current.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use nodemgr_core::model::{Node, Timestamp};
+
+/// A window during which the cached reads of Nodes lag behind the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchLag {
+    /// From.
+    pub from: Timestamp,
+    /// Until (exclusive).
+    pub until: Timestamp,
+    /// How far behind.
+    pub lag: Duration,
+}
+
+/// The simulated API server's state (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct SimApiServer {
+    last_version: u64,
+    /// Per node: the version and the content it was given for.
+    versions: BTreeMap<String, (u64, Node)>,
+    lags: Vec<WatchLag>,
+    /// Versioned node lists by the instant they were taken, oldest first.
+    history: VecDeque<(Timestamp, Vec<Node>)>,
+}
+
+/// Whether two node views have the same content, ignoring the version and the heartbeat.
+fn same_content(a: &Node, b: &Node) -> bool {
+    let Node {
+        name,
+        uid,
+        resource_version: _,
+        labels,
+        annotations,
+        taints,
+        unschedulable,
+        ready,
+        last_heartbeat: _,
+        allocatable,
+        provider_id,
+        addresses,
+        created,
+    } = a;
+    *name == b.name
+        && *uid == b.uid
+        && *labels == b.labels
+        && *annotations == b.annotations
+        && *taints == b.taints
+        && *unschedulable == b.unschedulable
+        && *ready == b.ready
+        && *allocatable == b.allocatable
+        && *provider_id == b.provider_id
+        && *addresses == b.addresses
+        && *created == b.created
+}
+
+impl SimApiServer {
+    /// The version of `node` as it is now (a new one if it changed since last observed).
+    pub fn version_of(&mut self, node: &Node) -> String {
+        if let Some((version, seen)) = self.versions.get(&node.name)
+            && same_content(seen, node)
+        {
+            return version.to_string();
+        }
+        self.last_version += 1;
+        let mut seen = node.clone();
+        seen.resource_version.clear();
+        self.versions
+            .insert(node.name.clone(), (self.last_version, seen));
+        self.last_version.to_string()
+    }
+
+    /// Sets the version of every node of a complete list, forgetting nodes not in it.
+    pub fn version_all(&mut self, nodes: &mut [Node]) {
+        let names: std::collections::BTreeSet<&str> =
+            nodes.iter().map(|n| n.name.as_str()).collect();
+        self.versions
+            .retain(|name, _| names.contains(name.as_str()));
+        for node in nodes.iter_mut() {
+            node.resource_version = self.version_of(node);
+        }
+    }
+
+    /// Registers a watch-lag window (before `from - lag`, so the past it shows is recorded).
+    pub fn add_watch_lag(&mut self, lag: WatchLag) {
+        self.lags.push(lag);
+    }
+
+    /// The open window at `now` with the largest lag.
+    fn open_lag(&self, now: Timestamp) -> Option<WatchLag> {
+        self.lags
+            .iter()
+            .filter(|l| l.from <= now && now < l.until)
+            .max_by_key(|l| l.lag)
+            .copied()
+    }
+
+    /// Records the nodes as they are at `now` (a complete, versioned list) while a window is
+    /// open, and drops what no open window can still show. Call once per instant, before
+    /// controllers run.
+    pub fn observe(&mut self, now: Timestamp, nodes: impl FnOnce() -> Vec<Node>) {
+        self.lags.retain(|l| now < l.until);
+        let Some(longest) = self.lags.iter().map(|l| l.lag).max() else {
+            self.history.clear();
+            return;
+        };
+        if self.lags.iter().all(|l| now < l.from - l.lag) {
+            return;
+        }
+        let mut nodes = nodes();
+        self.version_all(&mut nodes);
+        self.history.push_back((now, nodes));
+        // Keep the newest snapshot at or before the oldest instant a read can ask for.
+        let oldest_needed = now - longest;
+        while self.history.len() > 1
+            && self
+                .history
+                .get(1)
+                .is_some_and(|(t, _)| *t <= oldest_needed)
+        {
+            self.history.pop_front();
+        }
+    }
+
+    /// The nodes a cached read shows at `now`: `None` when no window is open (read the world),
+    /// else the snapshot from `lag` earlier (the oldest kept when none is that old).
+    pub fn cached_nodes(&self, now: Timestamp) -> Option<Vec<Node>> {
+        let window = self.open_lag(now)?;
+        let target = now - window.lag;
+        self.history
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= target)
+            .or_else(|| self.history.front())
+            .map(|(_, nodes)| nodes.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str) -> Node {
+        Node {
+            name: name.into(),
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn versions_change_with_content_only_and_always_grow() {
+        let mut api = SimApiServer::default();
+        let mut n = node("a");
+        let v1 = api.version_of(&n);
+        n.last_heartbeat = Some(Timestamp::from_secs(5));
+        assert_eq!(api.version_of(&n), v1, "a heartbeat is another object");
+        n.annotations.insert("k".into(), String::new());
+        let v2 = api.version_of(&n);
+        assert!(v2.parse::<u64>().unwrap() > v1.parse::<u64>().unwrap());
+        let other = api.version_of(&node("b"));
+        assert!(other.parse::<u64>().unwrap() > v2.parse::<u64>().unwrap());
+    }
+
+    #[test]
+    fn a_lagging_cache_shows_the_past_but_not_before_its_window() {
+        let mut api = SimApiServer::default();
+        let t = Timestamp::from_secs;
+        api.add_watch_lag(WatchLag {
+            from: t(10),
+            until: t(100),
+            lag: Duration::from_secs(5),
+        });
+        assert!(api.cached_nodes(t(5)).is_none());
+        for s in 10..=20 {
+            let mut n = node("a");
+            n.annotations.insert("at".into(), s.to_string());
+            api.observe(t(s), || vec![n.clone()]);
+        }
+        let at = |nodes: Vec<Node>| nodes[0].annotations["at"].clone();
+        assert_eq!(at(api.cached_nodes(t(20)).unwrap()), "15");
+        assert_eq!(
+            at(api.cached_nodes(t(12)).unwrap()),
+            "15",
+            "pruned: oldest kept"
+        );
+        api.observe(t(100), Vec::new);
+        assert!(api.cached_nodes(t(100)).is_none(), "the window closed");
+    }
+}
