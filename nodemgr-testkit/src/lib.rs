@@ -27,6 +27,7 @@ pub mod emulator;
 pub mod eviction;
 pub mod faults;
 pub mod fleet;
+mod fleet_agent;
 pub mod latency;
 pub mod managed;
 pub mod openapi;
@@ -42,8 +43,6 @@ pub mod time;
 
 pub use emulator::{Emulator, EmulatorError, EmulatorOptions, kubeconfig_text};
 pub use faults::Fault;
-pub use fleet::{
-    Fleet, FleetConfig, FleetEvent, FleetNode, Generation, Impact, Workload, WorkloadKind,
-};
+pub use fleet::{Fleet, FleetConfig, FleetEvent, FleetNode, Generation, Workload, WorkloadKind};
 pub use latency::RequestDelay;
 pub use status::ApiError;

@@ -21,10 +21,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
+use nodemgr_core::ImpactKind;
 use nodemgr_core::model::keys;
 use nodemgr_testkit::{
-    Emulator, EmulatorOptions, Fleet, FleetConfig, FleetEvent, FleetNode, Generation, Impact,
-    Workload, WorkloadKind,
+    Emulator, EmulatorOptions, Fleet, FleetConfig, FleetEvent, FleetNode, Generation, Workload,
+    WorkloadKind,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -305,8 +306,8 @@ async fn setup(
         fleet.publish(
             group,
             Generation {
-                checksum: format!("{group}-gen0"),
-                impact: Impact::None,
+                name: format!("{group}-gen0"),
+                impact: ImpactKind::None,
                 rolling: false,
             },
         )?;
@@ -491,11 +492,11 @@ async fn walk(story: &mut Story) -> anyhow::Result<()> {
 
     story.heading("2. frontend's kubelet.maxPods changes: a kubelet restart, 2 nodes at a time");
     story.patch_spec("frontend", json!({"kubelet": {"maxPods": 150}}))?;
-    story.fleet.publish(
+    let frontend_gen1 = story.fleet.publish(
         "frontend",
         Generation {
-            checksum: "frontend-gen1".into(),
-            impact: Impact::KubeletRestart,
+            name: "frontend-gen1".into(),
+            impact: ImpactKind::KubeletRestart,
             rolling: false,
         },
     )?;
@@ -508,7 +509,7 @@ async fn walk(story: &mut Story) -> anyhow::Result<()> {
                 .filter(|n| !n["metadata"]["annotations"][keys::ANNOTATION_APPROVED].is_null())
                 .count();
             most = most.max(approved);
-            s.all_on("frontend", "frontend-gen1")
+            s.all_on("frontend", &frontend_gen1)
         })
         .await?;
     story.say(&format!(
@@ -516,17 +517,17 @@ async fn walk(story: &mut Story) -> anyhow::Result<()> {
     ));
 
     story.heading("3. a disruptive change on db (Automatic): drain first; the PDB blocks, the timeout (10s) deletes");
-    story.fleet.publish(
+    let db_gen1 = story.fleet.publish(
         "db",
         Generation {
-            checksum: "db-gen1".into(),
-            impact: Impact::Disruptive,
+            name: "db-gen1".into(),
+            impact: ImpactKind::Disruptive,
             rolling: false,
         },
     )?;
     story
         .until("both db nodes drained, rebooted and back on db-gen1", |s| {
-            s.all_on("db", "db-gen1")
+            s.all_on("db", &db_gen1)
         })
         .await?;
 
