@@ -417,3 +417,35 @@ fn refuses_to_start_without_tokens_or_with_a_bad_join_token() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn the_agent_binary_is_served_to_known_tokens_only() {
+    let binary_dir = tempfile::tempdir().unwrap();
+    let binary = binary_dir.path().join("bashible");
+    let content: Vec<u8> = (0..=255_u8).cycle().take(70_000).collect();
+    std::fs::write(&binary, &content).unwrap();
+    let server = Server::start(&[
+        "--watch-interval",
+        "0s",
+        "--agent-binary",
+        binary.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        server.get("/v1/agent/bashible", None).status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        server
+            .get("/v1/agent/bashible", Some("wrong-token-0123456789"))
+            .status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let served = server.get("/v1/agent/bashible", Some(WORKER_TOKEN));
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(served.bytes().unwrap().as_ref(), content.as_slice());
+
+    let without = Server::start(&["--watch-interval", "0s"]);
+    let missing = without.get("/v1/agent/bashible", Some(WORKER_TOKEN));
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    assert!(missing.text().unwrap().contains("--agent-binary"));
+}

@@ -139,20 +139,6 @@ fn call(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
     move |source| ApiError::Call { what, source }
 }
 
-fn event_name(node: &str, step: &str) -> String {
-    let clean: String = format!("bashible-error-{node}-{step}")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    clean.chars().take(253).collect()
-}
-
 impl NodeApi {
     /// Connects with `kubeconfig` when given, else the kubelet's kubeconfig under the layout
     /// when it exists, else the bootstrap token.
@@ -243,20 +229,20 @@ impl NodeApi {
         }
     }
 
-    /// Records an `events.k8s.io/v1` Event about the Node in namespace `default`, named
-    /// `bashible-<kind>-<node>-<step>` as Deckhouse's: the first one is created, a repeat
-    /// updates its note and counts it in `series`.
+    /// Records an `events.k8s.io/v1` Event about the Node in namespace `default` under the
+    /// name the agent chose (`bashible-error-<host>-<step>`, as Deckhouse's): the first one is
+    /// created, a repeat updates its note and counts it in `series`.
     ///
     /// # Errors
     /// [`ApiError::Call`].
     pub async fn record_event(
         &self,
+        name: &str,
         reason: &str,
         warning: bool,
-        subject: &str,
         note: &str,
     ) -> Result<(), ApiError> {
-        let name = event_name(&self.node, subject);
+        let name = name.to_owned();
         let api = Api::<Event>::namespaced(self.client.clone(), "default");
         let now = MicroTime(nodemgr_k8s::convert::to_jiff(crate::wall_clock()));
         // The API caps an Event's note at 1 kB.
@@ -302,19 +288,5 @@ impl NodeApi {
             }
             Err(e) => Err(call(format!("record Event {reason}"))(e)),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn event_names_are_deckhouses_and_valid() {
-        assert_eq!(
-            event_name("Node_1", "030_kubelet.sh"),
-            "bashible-error-node-1-030-kubelet.sh"
-        );
-        assert!(event_name(&"n".repeat(300), "s").len() <= 253);
     }
 }

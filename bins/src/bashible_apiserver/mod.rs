@@ -11,6 +11,7 @@
 //! | `GET /v1/groups/{group}/checksum` | `{group, checksum}` |
 //! | `GET /v1/groups/{group}/bootstrap.sh` | the bootstrap script (needs `--bootstrap-token-file`) |
 //! | `GET /v1/groups/{group}/cleanup.sh` | the cleanup script |
+//! | `GET /v1/agent/bashible` | the node agent's binary (`--agent-binary`), any known token |
 //! | `GET /apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/{bundle}.{group}` | the bundle as Deckhouse's `NodeGroupBundle` object (`data`: step name → script) |
 //! | `GET /apis/bashible.deckhouse.io/v1alpha1/bootstrap/{bundle}.{group}` | the bootstrap script as a `Bootstrap` object (`data["bootstrap.sh"]`) |
 //!
@@ -33,6 +34,7 @@
 //! TLS: the server speaks plain HTTP. Bearer tokens and the bootstrap token travel in clear, so
 //! listen on loopback or put a TLS-terminating proxy in front.
 
+pub mod agent_binary;
 pub mod auth;
 pub mod state;
 
@@ -88,6 +90,9 @@ pub struct Config {
     /// bootstrap scripts are not served.
     #[arg(long, value_name = "FILE")]
     pub bootstrap_token_file: Option<PathBuf>,
+    /// The node agent's binary (`bashible`), served at `/v1/agent/bashible`.
+    #[arg(long, value_name = "PATH")]
+    pub agent_binary: Option<PathBuf>,
     /// Render scripts for a directory standing in for / (tests).
     #[arg(long, value_name = "DIR")]
     pub root: Option<String>,
@@ -124,6 +129,7 @@ impl Config {
             bootstrap_token_file: self.bootstrap_token_file.clone(),
             tokens_file: self.tokens_file.clone(),
             token_flags,
+            agent_binary: self.agent_binary.clone(),
             root: match &self.root {
                 Some(dir) => RenderRoot::new(dir)?,
                 None => RenderRoot::host(),
@@ -391,6 +397,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/groups/{group}/checksum", get(checksum))
         .route("/v1/groups/{group}/bootstrap.sh", get(bootstrap))
         .route("/v1/groups/{group}/cleanup.sh", get(cleanup))
+        .route("/v1/agent/bashible", get(agent_binary::agent_binary))
         .route(
             "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/{name}",
             get(deckhouse_bundle),

@@ -34,6 +34,8 @@ pub struct Sources {
     pub token_flags: Vec<Grant>,
     /// Root the bootstrap and cleanup scripts are rendered for.
     pub root: RenderRoot,
+    /// The node agent's binary, served to nodes.
+    pub agent_binary: Option<PathBuf>,
 }
 
 /// One group's rendered files.
@@ -61,6 +63,8 @@ pub struct Served {
     pub grants: Vec<Grant>,
     /// Why bootstrap scripts are not served, if they are not.
     pub no_bootstrap: Option<String>,
+    /// The node agent's binary, if served.
+    pub agent_binary: Option<PathBuf>,
 }
 
 /// Modification times and sizes of every source file: a reload happens when it changes.
@@ -132,6 +136,7 @@ impl Sources {
         let mut served = Served {
             grants,
             no_bootstrap,
+            agent_binary: self.agent_binary.clone(),
             ..Served::default()
         };
         for (name, group) in &groups {
