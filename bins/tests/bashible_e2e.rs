@@ -72,10 +72,7 @@ fn root(dir: &Path, node: &str) -> PathBuf {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
     jiff_like(secs)
 }
 
@@ -158,7 +155,11 @@ fn start_apiserver(dir: &Path) -> (Process, String) {
     let stdout = child.stdout.take().unwrap();
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).unwrap();
-    let address = line.trim().strip_prefix("listening on ").unwrap().to_owned();
+    let address = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
     (Process(child), format!("http://{address}"))
 }
 
@@ -181,7 +182,11 @@ impl Cluster {
         for crd in nodemgr_k8s::crd::definitions().unwrap() {
             emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
         }
-        for ns in ["nodemgr-system", keys::NAMESPACE, keys::NODE_LEASE_NAMESPACE] {
+        for ns in [
+            "nodemgr-system",
+            keys::NAMESPACE,
+            keys::NODE_LEASE_NAMESPACE,
+        ] {
             if emulator.get("v1", "Namespace", "", ns).is_some() {
                 continue;
             }
@@ -218,9 +223,11 @@ impl Cluster {
                     "status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
                 .unwrap();
             emulator
-                .seed(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                .seed(
+                    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": node, "namespace": keys::NODE_LEASE_NAMESPACE},
-                    "spec": {"holderIdentity": node, "leaseDurationSeconds": 40}}))
+                    "spec": {"holderIdentity": node, "leaseDurationSeconds": 40}}),
+                )
                 .unwrap();
             kubelets.push(kubelet(emulator.clone(), node.to_owned(), root));
         }
@@ -301,7 +308,10 @@ impl Cluster {
                 write_checksum_secret(&self.emulator, &now);
                 return now;
             }
-            assert!(Instant::now() < deadline, "bashible-apiserver did not reload");
+            assert!(
+                Instant::now() < deadline,
+                "bashible-apiserver did not reload"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -318,7 +328,8 @@ impl Cluster {
 
     fn all_report(&self, checksum: &str) -> bool {
         NODES.iter().all(|n| {
-            self.annotation(n, keys::ANNOTATION_CONFIGURATION_CHECKSUM).as_deref()
+            self.annotation(n, keys::ANNOTATION_CONFIGURATION_CHECKSUM)
+                .as_deref()
                 == Some(checksum)
                 && self.annotation(n, keys::ANNOTATION_APPROVED).is_none()
         })
@@ -374,7 +385,10 @@ async fn eventually(cluster: &Cluster, what: &str, secs: u64, mut check: impl Fn
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("timed out after {secs}s waiting for {what}\n{}", cluster.dump());
+    panic!(
+        "timed out after {secs}s waiting for {what}\n{}",
+        cluster.dump()
+    );
 }
 
 fn kubelet_max_pods(dir: &Path, node: &str) -> Option<i64> {
@@ -434,7 +448,11 @@ async fn a_max_pods_change_rolls_onto_every_root_under_max_concurrent() {
     assert!(most_approved <= 1, "{most_approved} nodes approved at once");
     assert!(most_updating <= 1, "{most_updating} nodes updating at once");
     for node in NODES {
-        assert_eq!(kubelet_max_pods(cluster.dir.path(), node), Some(150), "{node}");
+        assert_eq!(
+            kubelet_max_pods(cluster.dir.path(), node),
+            Some(150),
+            "{node}"
+        );
         assert_eq!(
             cluster
                 .annotation(node, keys::ANNOTATION_CONFIGURATION_CHECKSUM)
@@ -472,21 +490,28 @@ async fn a_failing_step_emits_an_event_and_is_retried_until_it_succeeds() {
     .await;
     // node-1's kubelet configuration cannot be written: a directory sits where the step writes
     // its temporary file.
-    let blocker = root(cluster.dir.path(), "node-1")
-        .join("etc/kubernetes/kubelet-config.yaml.nodemgr-new");
+    let blocker =
+        root(cluster.dir.path(), "node-1").join("etc/kubernetes/kubelet-config.yaml.nodemgr-new");
     std::fs::create_dir_all(&blocker).unwrap();
     let second = tokio::task::block_in_place(|| cluster.change_max_pods(170, &first));
-    eventually(&cluster, "a BashibleStepFailed Event about node-1", 90, || {
-        cluster
-            .emulator
-            .list("events.k8s.io/v1", "Event", Some("default"))
-            .iter()
-            .any(|e| {
-                e["reason"] == "BashibleStepFailed"
-                    && e["regarding"]["name"] == "node-1"
-                    && e["note"].as_str().is_some_and(|n| n.contains("030_kubelet.sh"))
-            })
-    })
+    eventually(
+        &cluster,
+        "a BashibleStepFailed Event about node-1",
+        90,
+        || {
+            cluster
+                .emulator
+                .list("events.k8s.io/v1", "Event", Some("default"))
+                .iter()
+                .any(|e| {
+                    e["reason"] == "BashibleStepFailed"
+                        && e["regarding"]["name"] == "node-1"
+                        && e["note"]
+                            .as_str()
+                            .is_some_and(|n| n.contains("030_kubelet.sh"))
+                })
+        },
+    )
     .await;
     assert_ne!(
         cluster

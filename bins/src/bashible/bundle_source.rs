@@ -83,10 +83,11 @@ fn plain_file_name(name: &str) -> bool {
 /// # Errors
 /// [`FetchError::Malformed`] or [`FetchError::Unusable`].
 pub fn check_bundle(group: &str, body: &[u8]) -> Result<FetchedBundle, FetchError> {
-    let wire: WireBundle = serde_json::from_slice(body).map_err(|source| FetchError::Malformed {
-        group: group.to_owned(),
-        source,
-    })?;
+    let wire: WireBundle =
+        serde_json::from_slice(body).map_err(|source| FetchError::Malformed {
+            group: group.to_owned(),
+            source,
+        })?;
     let unusable = |problem: String| FetchError::Unusable {
         group: group.to_owned(),
         problem,
@@ -210,7 +211,9 @@ mod tests {
 
     #[test]
     fn a_changed_step_reaches_the_agent_which_refuses_it() {
-        use nodemgr_core::agent::{Agent, AgentAction, AgentConfig, AgentInput, DesiredBundle, StateFiles};
+        use nodemgr_core::agent::{
+            Agent, AgentAction, AgentConfig, AgentInput, DesiredBundle, StateFiles,
+        };
         let steps = [("001_a.sh", "echo a")];
         let fetched = check_bundle("worker", &body(&sum(&steps), &[("001_a.sh", "rm -rf /")]))
             .expect("well-formed");
@@ -227,11 +230,16 @@ mod tests {
         );
         let actions: Vec<AgentAction> = std::iter::from_fn(|| agent.poll_action()).collect();
         assert!(
-            actions.iter().all(|a| !matches!(a, AgentAction::StoreBundle { .. } | AgentAction::RunStep { .. })),
+            actions.iter().all(|a| !matches!(
+                a,
+                AgentAction::StoreBundle { .. } | AgentAction::RunStep { .. }
+            )),
             "{actions:?}"
         );
         assert!(
-            actions.iter().any(|a| matches!(a, AgentAction::EmitEvent(e) if e.reason == "BashibleBundleRejected")),
+            actions.iter().any(
+                |a| matches!(a, AgentAction::EmitEvent(e) if e.reason == "BashibleBundleRejected")
+            ),
             "{actions:?}"
         );
     }
@@ -241,7 +249,10 @@ mod tests {
         for name in ["../evil.sh", "a/b.sh", ".hidden", ""] {
             let steps = [(name, "x")];
             let error = check_bundle("worker", &body(&sum(&steps), &steps)).expect_err(name);
-            assert!(matches!(error, FetchError::Unusable { .. }), "{name}: {error}");
+            assert!(
+                matches!(error, FetchError::Unusable { .. }),
+                "{name}: {error}"
+            );
         }
         let steps = [("002.sh", "x"), ("001.sh", "y")];
         assert!(check_bundle("worker", &body(&sum(&steps), &steps)).is_err());

@@ -244,9 +244,9 @@ impl Driver {
                 };
                 Ok(Some(AgentInput::Patched(outcome)))
             }
-            AgentAction::RunStep { name } => Ok(Some(AgentInput::StepFinished(
-                self.run_step(&name).await?,
-            ))),
+            AgentAction::RunStep { name } => {
+                Ok(Some(AgentInput::StepFinished(self.run_step(&name).await?)))
+            }
             AgentAction::StoreBundle { checksum, steps } => {
                 tracing::info!(%checksum, steps = steps.len(), "storing the bundle's steps");
                 let files: Vec<(&str, &str)> = steps
@@ -342,9 +342,19 @@ impl Driver {
             }
         };
         if outcome.succeeded {
-            tracing::info!(step = name, elapsed_ms = outcome.elapsed.as_millis(), "step {}", outcome.describe());
+            tracing::info!(
+                step = name,
+                elapsed_ms = outcome.elapsed.as_millis(),
+                "step {}",
+                outcome.describe()
+            );
         } else {
-            tracing::error!(step = name, elapsed_ms = outcome.elapsed.as_millis(), "step {}", outcome.describe());
+            tracing::error!(
+                step = name,
+                elapsed_ms = outcome.elapsed.as_millis(),
+                "step {}",
+                outcome.describe()
+            );
         }
         Ok(StepOutcome {
             step: name.to_owned(),

@@ -119,7 +119,10 @@ mod tests {
             layout.checksum_file(),
             Path::new("/tmp/node-1/var/lib/bashible/configuration_checksum")
         );
-        assert_eq!(layout.lock_file(), Path::new("/tmp/node-1/var/lock/bashible"));
+        assert_eq!(
+            layout.lock_file(),
+            Path::new("/tmp/node-1/var/lock/bashible")
+        );
         assert_eq!(
             layout.kubelet_kubeconfig(),
             Path::new("/tmp/node-1/etc/kubernetes/kubelet.conf")

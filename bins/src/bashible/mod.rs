@@ -122,8 +122,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .unwrap_or_else(|| layout.bundle_token());
     let token = secret::Secret::read_from(&token_file)
         .context("the bundle server's token (--bundle-token-file)")?;
-    let server = bundle_source::BundleServer::new(&config.bundle_server, token, config.http_timeout)
-        .context("cannot build the HTTP client")?;
+    let server =
+        bundle_source::BundleServer::new(&config.bundle_server, token, config.http_timeout)
+            .context("cannot build the HTTP client")?;
     let api = node_api::NodeApi::connect(&layout, config.kubeconfig.as_deref(), &node).await?;
     tracing::info!(
         %node,

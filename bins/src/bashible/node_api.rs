@@ -158,7 +158,10 @@ impl NodeApi {
                 "the kubelet's kubeconfig",
             )
         } else if layout.bootstrap_token().exists() {
-            (client_from_bootstrap_token(layout).await?, "the bootstrap token")
+            (
+                client_from_bootstrap_token(layout).await?,
+                "the bootstrap token",
+            )
         } else {
             return Err(ApiError::NoCredentials {
                 kubeconfig: layout.kubelet_kubeconfig().display().to_string(),

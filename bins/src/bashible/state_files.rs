@@ -161,7 +161,9 @@ mod tests {
         // A directory where the temporary file must go: the write fails like a full disk would.
         std::fs::create_dir(dir.path().join("configuration_checksum.nodemgr-new"))
             .expect("a directory");
-        let error = write_atomic(&path, b"new").expect_err("unwritable").to_string();
+        let error = write_atomic(&path, b"new")
+            .expect_err("unwritable")
+            .to_string();
         assert!(error.contains("configuration_checksum"), "{error}");
         assert_eq!(read(&path).expect("readable").as_deref(), Some("old"));
     }

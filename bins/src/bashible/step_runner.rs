@@ -46,10 +46,7 @@ impl StepOutcome {
         if self.succeeded {
             "succeeded".into()
         } else if self.timed_out {
-            format!(
-                "timed out after {}s and was killed",
-                self.elapsed.as_secs()
-            )
+            format!("timed out after {}s and was killed", self.elapsed.as_secs())
         } else {
             match self.exit_code {
                 Some(code) => format!("failed with exit code {code}"),
@@ -304,7 +301,11 @@ mod tests {
         );
         assert!(ok.succeeded, "{ok:?}");
         assert_eq!(ok.stderr_tail, "/nonexistent-root n1\n");
-        let failed = run_script(dir.path(), "echo broken >&2; exit 3\n", Duration::from_secs(10));
+        let failed = run_script(
+            dir.path(),
+            "echo broken >&2; exit 3\n",
+            Duration::from_secs(10),
+        );
         assert!(!failed.succeeded);
         assert_eq!(failed.exit_code, Some(3));
         assert_eq!(failed.describe(), "failed with exit code 3");
@@ -319,7 +320,11 @@ mod tests {
             Duration::from_secs(10),
         );
         assert!(out.stderr_tail.len() <= STDERR_TAIL_BYTES);
-        assert!(out.stderr_tail.ends_with("line 200\n"), "{}", out.stderr_tail);
+        assert!(
+            out.stderr_tail.ends_with("line 200\n"),
+            "{}",
+            out.stderr_tail
+        );
         let mut tail = Vec::new();
         keep_tail(&mut tail, "é".repeat(400).as_bytes());
         assert!(tail_text(&tail).chars().all(|c| c == 'é'));

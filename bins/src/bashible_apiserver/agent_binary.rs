@@ -44,11 +44,7 @@ pub async fn agent_binary(State(shared): State<Arc<Shared>>, headers: HeaderMap)
     };
     let read = read.unwrap_or_else(|e| Err(std::io::Error::other(e)));
     match read {
-        Ok(bytes) => (
-            [(header::CONTENT_TYPE, "application/octet-stream")],
-            bytes,
-        )
-            .into_response(),
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
         Err(e) => {
             tracing::error!(path = %path.display(), error = %e, "cannot read the agent binary");
             error(
