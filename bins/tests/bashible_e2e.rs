@@ -37,15 +37,13 @@ impl Drop for Process {
     }
 }
 
-fn group_yaml(max_pods: u32, extra: &str) -> String {
-    format!(
-        "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {{name: worker}}\nspec:\n  nodeType: CloudPermanent\n  update: {{maxConcurrent: 1}}\n  kubelet: {{maxPods: {max_pods}}}\n{extra}"
-    )
+fn base_spec() -> Value {
+    json!({"nodeType": "CloudPermanent", "update": {"maxConcurrent": 1}, "kubelet": {"maxPods": 110}})
 }
 
-fn group_object(max_pods: u32) -> Value {
+fn group_object(spec: &Value) -> Value {
     json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup", "metadata": {"name": "worker"},
-        "spec": {"nodeType": "CloudPermanent", "update": {"maxConcurrent": 1}, "kubelet": {"maxPods": max_pods}}})
+        "spec": spec})
 }
 
 /// Fields drop in order: the processes stop before their directory and the emulator go.
@@ -178,6 +176,10 @@ fn served_checksum(server: &str) -> String {
 
 impl Cluster {
     async fn start() -> Cluster {
+        Self::start_with(base_spec()).await
+    }
+
+    async fn start_with(spec: Value) -> Cluster {
         let emulator = Arc::new(Emulator::start().await.unwrap());
         for crd in nodemgr_k8s::crd::definitions().unwrap() {
             emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
@@ -194,10 +196,15 @@ impl Cluster {
                 .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
                 .unwrap();
         }
-        emulator.seed(group_object(110)).unwrap();
+        emulator.seed(group_object(&spec)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("groups")).unwrap();
-        std::fs::write(dir.path().join("groups/worker.yaml"), group_yaml(110, "")).unwrap();
+        // JSON is YAML: bashible-apiserver reads the same object the emulator holds.
+        std::fs::write(
+            dir.path().join("groups/worker.yaml"),
+            group_object(&spec).to_string(),
+        )
+        .unwrap();
         std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
         std::fs::write(dir.path().join("tokens"), format!("{TOKEN} worker\n")).unwrap();
         let (apiserver, server) = tokio::task::block_in_place(|| start_apiserver(dir.path()));
@@ -283,22 +290,24 @@ impl Cluster {
         std::fs::read_to_string(self.dir.path().join(format!("{node}.log"))).unwrap_or_default()
     }
 
-    /// Changes the group's maxPods in the emulator and in bashible-apiserver's manifest, waits
-    /// for the new checksum to be served and publishes it in the checksums Secret.
-    fn change_max_pods(&self, max_pods: u32, old: &str) -> String {
-        self.emulator
+    /// Changes the group's spec (a merge patch) in the emulator and in bashible-apiserver's
+    /// manifest, waits for the new checksum to be served and publishes it in the checksums
+    /// Secret.
+    fn change_spec(&self, patch: Value, old: &str) -> String {
+        let changed = self
+            .emulator
             .merge_patch(
                 "deckhouse.io/v1",
                 "NodeGroup",
                 "",
                 "worker",
-                &json!({"spec": {"kubelet": {"maxPods": max_pods}}}),
+                &json!({ "spec": patch }),
                 false,
             )
             .unwrap();
         std::fs::write(
             self.dir.path().join("groups/worker.yaml"),
-            group_yaml(max_pods, ""),
+            group_object(&changed["spec"]).to_string(),
         )
         .unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -314,6 +323,19 @@ impl Cluster {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    fn change_max_pods(&self, max_pods: u32, old: &str) -> String {
+        self.change_spec(json!({"kubelet": {"maxPods": max_pods}}), old)
+    }
+
+    async fn converged(&self) -> String {
+        let first = tokio::task::block_in_place(|| served_checksum(&self.server));
+        eventually(self, "every node applies its first bundle", 60, || {
+            self.all_report(&first)
+        })
+        .await;
+        first
     }
 
     fn node(&self, name: &str) -> Value {
@@ -528,4 +550,182 @@ async fn a_failing_step_emits_an_event_and_is_retried_until_it_succeeds() {
     assert_eq!(kubelet_max_pods(cluster.dir.path(), "node-1"), Some(170));
     let log = cluster.agent_log("node-1");
     assert!(log.matches("running step").count() > 0);
+}
+
+fn containerd_v3(dir: &Path, node: &str) -> bool {
+    std::fs::read_to_string(root(dir, node).join("etc/containerd/config.toml"))
+        .is_ok_and(|t| t.lines().any(|l| l.trim() == "version = 3"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_manual_mode_no_disruptive_step_runs_until_the_operator_approves() {
+    let mut spec = base_spec();
+    spec["disruptions"] = json!({"approvalMode": "Manual"});
+    let cluster = Cluster::start_with(spec).await;
+    let first = cluster.converged().await;
+    // A new container runtime: the containerd step carries a new disruption key.
+    let second = cluster.change_spec(json!({"cri": {"type": "ContainerdV2"}}), &first);
+    let mut approved_by_hand = Vec::new();
+    eventually(&cluster, "every node runs the new runtime", 120, || {
+        for node in NODES {
+            let asks = cluster
+                .annotation(node, keys::ANNOTATION_DISRUPTION_REQUIRED)
+                .is_some();
+            let approved = cluster
+                .annotation(node, keys::ANNOTATION_DISRUPTION_APPROVED)
+                .is_some();
+            // The invariant: the runtime changes only on an approved node.
+            assert!(
+                !containerd_v3(cluster.dir.path(), node) || approved || approved_by_hand.contains(&node),
+                "{node} runs the new runtime without disruption-approved\n{}",
+                cluster.dump()
+            );
+            if asks && !approved && !approved_by_hand.contains(&node) {
+                // Let the agent sit a moment: nothing may change meanwhile.
+                std::thread::sleep(Duration::from_millis(1500));
+                assert!(!containerd_v3(cluster.dir.path(), node), "{node}");
+                cluster
+                    .emulator
+                    .merge_patch(
+                        "v1",
+                        "Node",
+                        "",
+                        node,
+                        &json!({"metadata": {"annotations": {keys::ANNOTATION_DISRUPTION_APPROVED: ""}}}),
+                        false,
+                    )
+                    .unwrap();
+                approved_by_hand.push(node);
+            }
+        }
+        cluster.all_report(&second)
+    })
+    .await;
+    assert_eq!(approved_by_hand.len(), NODES.len(), "every node asked");
+    for node in NODES {
+        assert!(containerd_v3(cluster.dir.path(), node), "{node}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_automatic_disruptive_change_drains_before_the_disruption_is_approved() {
+    let cluster = Cluster::start_with(base_spec()).await;
+    let first = cluster.converged().await;
+    let second = cluster.change_spec(json!({"cri": {"type": "ContainerdV2"}}), &first);
+    let mut drained_seen = Vec::new();
+    let mut approved_seen = Vec::new();
+    eventually(&cluster, "every node runs the new runtime", 120, || {
+        for node in NODES {
+            let object = cluster.node(node);
+            let annotations = &object["metadata"]["annotations"];
+            let cordoned = object["spec"]["unschedulable"] == true;
+            if !annotations[keys::ANNOTATION_DRAINED].is_null() || cordoned {
+                if !drained_seen.contains(&node) {
+                    drained_seen.push(node);
+                }
+            }
+            if !annotations[keys::ANNOTATION_DISRUPTION_APPROVED].is_null()
+                && !approved_seen.contains(&node)
+            {
+                assert!(
+                    drained_seen.contains(&node),
+                    "{node} got disruption-approved before it was drained: {object}"
+                );
+                approved_seen.push(node);
+            }
+            assert!(
+                !containerd_v3(cluster.dir.path(), node) || approved_seen.contains(&node),
+                "{node} runs the new runtime before its disruption was approved"
+            );
+        }
+        cluster.all_report(&second)
+    })
+    .await;
+    assert_eq!(approved_seen.len(), NODES.len(), "{approved_seen:?}");
+    // Finished: the controller uncordoned them.
+    eventually(&cluster, "every node schedulable again", 30, || {
+        NODES
+            .iter()
+            .all(|n| cluster.node(n)["spec"]["unschedulable"] != true)
+    })
+    .await;
+}
+
+/// Times each step was started, from the agent's log (`running step` lines), after `offset`.
+fn step_starts(log: &str, offset: usize, step: &str) -> usize {
+    log.get(offset..)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("running step") && l.contains(&format!("step=\"{step}\"")))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_step_resumes_without_running_a_finished_step_again() {
+    let mut cluster = Cluster::start().await;
+    let first = cluster.converged().await;
+    // node-0's kubelet step will block reading the CPU count from a FIFO until the test writes
+    // to it: a step that hangs as long as the test wants, and whose every read the test counts.
+    let fifo = root(cluster.dir.path(), "node-0").join("proc/cpuinfo");
+    std::fs::create_dir_all(fifo.parent().unwrap()).unwrap();
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let offset = cluster.agent_log("node-0").len();
+    let second = cluster.change_max_pods(130, &first);
+    eventually(&cluster, "node-0 inside its kubelet step", 90, || {
+        step_starts(&cluster.agent_log("node-0"), offset, "030_kubelet.sh") == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut killed = cluster.agents[0].take().unwrap();
+    killed.0.kill().unwrap(); // SIGKILL, mid-step
+    let _ = killed.0.wait();
+    drop(killed);
+    cluster.agents[0] = Some(cluster.start_agent(0));
+    eventually(
+        &cluster,
+        "the restarted agent kills the step left behind",
+        30,
+        || {
+            cluster
+                .agent_log("node-0")
+                .contains("killed a step left running")
+        },
+    )
+    .await;
+    eventually(&cluster, "node-0 runs its kubelet step again", 30, || {
+        step_starts(&cluster.agent_log("node-0"), offset, "030_kubelet.sh") == 2
+    })
+    .await;
+    // Let the step read its CPU count: one read, by the second run.
+    let reads = std::thread::spawn(move || {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+        f.write_all(b"processor\t: 0\n").unwrap();
+    });
+    eventually(&cluster, "every node reports the new checksum", 120, || {
+        cluster.all_report(&second)
+    })
+    .await;
+    reads.join().unwrap();
+    let log = cluster.agent_log("node-0");
+    for step in ["001_ca.sh", "010_os_settings.sh", "020_containerd.sh"] {
+        assert_eq!(
+            step_starts(&log, offset, step),
+            1,
+            "{step} finished before the kill and must not run again\n{log}"
+        );
+    }
+    assert_eq!(step_starts(&log, offset, "030_kubelet.sh"), 2, "{log}");
+    assert_eq!(
+        step_starts(&log, offset, "090_cleanup_script.sh"),
+        1,
+        "{log}"
+    );
+    assert_eq!(kubelet_max_pods(cluster.dir.path(), "node-0"), Some(130));
 }
