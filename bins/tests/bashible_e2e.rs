@@ -619,10 +619,10 @@ async fn an_automatic_disruptive_change_drains_before_the_disruption_is_approved
             let object = cluster.node(node);
             let annotations = &object["metadata"]["annotations"];
             let cordoned = object["spec"]["unschedulable"] == true;
-            if !annotations[keys::ANNOTATION_DRAINED].is_null() || cordoned {
-                if !drained_seen.contains(&node) {
-                    drained_seen.push(node);
-                }
+            if (!annotations[keys::ANNOTATION_DRAINED].is_null() || cordoned)
+                && !drained_seen.contains(&node)
+            {
+                drained_seen.push(node);
             }
             if !annotations[keys::ANNOTATION_DISRUPTION_APPROVED].is_null()
                 && !approved_seen.contains(&node)
