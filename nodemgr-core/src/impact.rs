@@ -508,6 +508,34 @@ impl fmt::Display for ChangeImpact {
     }
 }
 
+/// What moving a node to a new configuration does to it, as one value: the strongest of the
+/// impact matrix's columns. This is the one "impact kind" of the project: the simulator's
+/// scenarios (`impact:` of a change), the test fleet's generations and the agent's simulated
+/// steps all use it. Ordered by strength: `None < KubeletRestart < Disruptive`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum ImpactKind {
+    /// Applied in place without any restart.
+    #[default]
+    None,
+    /// The kubelet restarts: the node is briefly NotReady.
+    KubeletRestart,
+    /// Needs a disruption (drain, approval; a reboot or a new machine).
+    Disruptive,
+}
+
+impl fmt::Display for ImpactKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::None => "no restart",
+            Self::KubeletRestart => "kubelet restart",
+            Self::Disruptive => "disruptive",
+        })
+    }
+}
+
 /// What a spec change does to the group's nodes: each changed path and the unions.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -537,6 +565,18 @@ impl Impact {
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
+    }
+
+    /// The change as one [`ImpactKind`]: a disruption or a re-provision is
+    /// [`ImpactKind::Disruptive`], else a kubelet restart is [`ImpactKind::KubeletRestart`].
+    pub fn kind(&self) -> ImpactKind {
+        if self.disruption || self.reprovision {
+            ImpactKind::Disruptive
+        } else if self.kubelet_restart {
+            ImpactKind::KubeletRestart
+        } else {
+            ImpactKind::None
+        }
     }
 
     /// A fixed-width text table: `PARAMETER | DISRUPTION | REPROVISION | KUBELET RESTART`, one

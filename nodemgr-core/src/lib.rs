@@ -6,6 +6,7 @@
 //! snapshot and return decisions as data, which adapters (`nodemgr-k8s`, `nodemgr-ssh`,
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 
+pub mod agent;
 pub mod bashible;
 pub mod drain;
 pub mod executor;
@@ -24,7 +25,7 @@ pub mod update;
 pub mod validate;
 pub mod window;
 
-pub use impact::{ChangeImpact, Impact, impact_of};
+pub use impact::{ChangeImpact, Impact, ImpactKind, impact_of};
 pub use model::{NodeGroup, NodeGroupSpec};
 pub use validate::{
     FieldError, ValidationContext, validate_document, validate_node_group,

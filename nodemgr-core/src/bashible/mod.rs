@@ -189,12 +189,36 @@ impl BootstrapToken {
 }
 
 /// One step of a bundle: a standalone, idempotent bash script.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Step {
     /// File name; steps run in lexical order of their names (`030_kubelet.sh`).
     pub name: String,
     /// The script. Needs `BB_ROOT` in the environment (empty on a node).
     pub script: String,
+    /// The step's *disruption key*: the value of the settings whose change makes running this
+    /// step disruptive (a new container runtime restarts every container). The node agent
+    /// asks for a disruption before running the step when the key differs from the one the
+    /// step last ran with on that node ([`crate::agent`], `docs/agent.md`); `None` for steps
+    /// that never disrupt. Part of the checksum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption_key: Option<String>,
+}
+
+impl Step {
+    /// A step that never needs a disruption.
+    pub fn new(name: impl Into<String>, script: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            script: script.into(),
+            disruption_key: None,
+        }
+    }
+
+    /// The same step with a disruption key.
+    pub fn with_disruption_key(mut self, key: impl Into<String>) -> Self {
+        self.disruption_key = Some(key.into());
+        self
+    }
 }
 
 /// A group's bundle: the steps a node runs and their checksum.
@@ -239,16 +263,26 @@ pub struct BootstrapOptions {
 }
 
 /// The configuration checksum of a list of steps: SHA-256, in lowercase hex, over
-/// `"nodemgr-bundle-v1\n"` followed, for each step in order, by the name's and the script's
-/// byte lengths (u64, little endian) and bytes. Length prefixes make the encoding unambiguous:
-/// two different step lists never encode to the same bytes.
+/// `"nodemgr-bundle-v2\n"` followed, for each step in order, by the name's and the script's
+/// byte lengths (u64, little endian) and bytes, then one byte saying whether a disruption key
+/// follows (0 or 1) and, if so, its length and bytes. Length prefixes make the encoding
+/// unambiguous: two different step lists never encode to the same bytes.
 pub fn configuration_checksum(steps: &[Step]) -> String {
+    fn part(hasher: &mut Sha256, bytes: &[u8]) {
+        hasher.update((bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    }
     let mut hasher = Sha256::new();
-    hasher.update(b"nodemgr-bundle-v1\n");
+    hasher.update(b"nodemgr-bundle-v2\n");
     for step in steps {
-        for part in [step.name.as_bytes(), step.script.as_bytes()] {
-            hasher.update((part.len() as u64).to_le_bytes());
-            hasher.update(part);
+        part(&mut hasher, step.name.as_bytes());
+        part(&mut hasher, step.script.as_bytes());
+        match &step.disruption_key {
+            None => hasher.update([0u8]),
+            Some(key) => {
+                hasher.update([1u8]);
+                part(&mut hasher, key.as_bytes());
+            }
         }
     }
     let digest = hasher.finalize();
@@ -471,9 +505,13 @@ impl Renderer {
             if *template == "step_containerd.sh" && !config.cri.managed {
                 continue;
             }
-            steps.push(Step {
-                name: (*name).to_owned(),
-                script: self.render_template(template, &context)?,
+            let step = Step::new(*name, self.render_template(template, &context)?);
+            // A different runtime reinstalls it and restarts every container (the impact
+            // matrix's `cri.type` row); its other settings are changed in place.
+            steps.push(if *template == "step_containerd.sh" {
+                step.with_disruption_key(format!("cri.type={}", config.cri.kind))
+            } else {
+                step
             });
         }
         let checksum = configuration_checksum(&steps);
@@ -683,10 +721,7 @@ mod tests {
 
     #[test]
     fn checksum_is_hex_sha256_and_length_prefixed() {
-        let step = |name: &str, script: &str| Step {
-            name: name.into(),
-            script: script.into(),
-        };
+        let step = |name: &str, script: &str| Step::new(name, script);
         let sum = configuration_checksum(&[step("a", "bc")]);
         assert_eq!(sum.len(), 64);
         assert!(

@@ -1,0 +1,81 @@
+//! The node agent (Deckhouse's bashible): the node half of the update protocol as a sans-I/O
+//! state machine. It decides when a node asks for approval, which step of its group's bundle
+//! runs next, when it asks for a disruption, and when it reports the checksum it applied. The
+//! controller half is [`crate::update`]. The protocol is described in `docs/agent.md`; this is
+//! the summary.
+//!
+//! # The protocol, node side
+//! 1. The node compares the checksum of the bundle it applied last (the state file
+//!    `configuration_checksum`) with its group's desired bundle. Equal: it makes sure its
+//!    Node's `node.deckhouse.io/configuration-checksum` annotation says so, and the pass ends.
+//! 2. Different: it removes the checksum file, stores the bundle's steps (`bundle_steps/`)
+//!    and checks the bundle: its steps must hash to its checksum
+//!    ([`crate::bashible::configuration_checksum`]); a bundle that does not is refused and no
+//!    step of it runs.
+//! 3. On the first run after the bootstrap (the `first_run` marker exists) it applies at once.
+//!    Otherwise it patches its Node, guarded by the resourceVersion it read, to add
+//!    `update.node.deckhouse.io/waiting-for-approval` and remove the checksum annotation
+//!    (on a 409 it re-reads and tries again), then polls until `update.node.deckhouse.io/approved`
+//!    appears.
+//! 4. Steps run in lexical order of their names. A failing step emits a Warning Event
+//!    (`BashibleStepFailed`, named `bashible-error-<host>-<step>`) with the last 500 bytes of
+//!    its standard error and runs again after a pause (10 s by default).
+//! 5. A step is disruptive when it carries a disruption key
+//!    ([`crate::bashible::Step::disruption_key`]) other than the one it last ran with on this
+//!    node. Before it runs (except on the first run) the agent sets `disruption-required` —
+//!    `rolling-update` when its group replaces machines — guarded like step 3, and waits for
+//!    `disruption-approved`. One approval covers the rest of the apply.
+//! 6. After the last step: the checksum annotation is set, `first_run` is removed and the
+//!    checksum file written. A checksum is reported only after every step of its bundle
+//!    succeeded.
+//!
+//! # Restarts and new bundles
+//! After every step that succeeds the agent writes a progress record ([`Progress`]: which
+//! steps of which bundle finished, and each step's disruption key as it last ran). An agent
+//! rebuilt from the state files at any moment ([`Agent::new`]) resumes: it does not re-run a
+//! finished step of the same bundle, it does not report a checksum whose steps did not all
+//! succeed, and it asks again for whatever approval its Node no longer shows. A step that was
+//! running when the agent stopped did not finish and runs again (steps are idempotent).
+//!
+//! The agent fetches the bundle again before every step and at every poll. When the desired
+//! bundle changed (the group changed again), the apply of the old one is abandoned: the new
+//! bundle's steps are stored and all of them run, from the first (as Deckhouse, which starts
+//! over with the new bundle). A step already running finishes first. The node's approval
+//! still holds (the controller removes `approved` only once the node reports the desired
+//! checksum), so the new apply starts without asking again; a disruption is asked again if a
+//! step of the new bundle needs one.
+//!
+//! # Driving it
+//! quinn-proto's vocabulary: build with [`Agent::new`], drain [`Agent::poll_action`] and carry
+//! the [`AgentAction`]s out in order. A request (`FetchBundle`, `ReadNode`, `PatchNode`,
+//! `RunStep`) is answered with [`Agent::handle`] and an [`AgentInput`]; then drain again. When
+//! nothing is left, sleep until [`Agent::poll_timeout`] and call [`Agent::handle_timeout`].
+//! [`Agent::wake`] cuts a sleep short (a watch saw the Node or the bundle change). Time is
+//! always passed in; the agent never reads a clock and does no I/O.
+//!
+//! ```
+//! use nodemgr_core::agent::{Agent, AgentAction, AgentConfig, AgentInput, DesiredBundle, StateFiles};
+//! use nodemgr_core::bashible::Step;
+//! use nodemgr_core::model::Timestamp;
+//!
+//! let bundle = DesiredBundle::of_steps(vec![Step::new("010_a.sh", "true")], false);
+//! let now = Timestamp::EPOCH;
+//! let mut agent = Agent::new(AgentConfig::new("node-1"), StateFiles::first_run(), now);
+//! assert_eq!(agent.poll_action(), Some(AgentAction::FetchBundle));
+//! agent.handle(AgentInput::Bundle(Ok(bundle)), now);
+//! // First run: the steps are stored and run without asking for approval.
+//! assert!(matches!(agent.poll_action(), Some(AgentAction::StoreBundle { .. })));
+//! ```
+
+mod action;
+mod input;
+mod machine;
+pub mod state;
+
+pub use action::{AgentAction, AgentEvent, NodePatch};
+pub use input::{AgentInput, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
+pub use machine::{
+    Agent, AgentConfig, AgentError, AgentStatus, REASON_BUNDLE_REJECTED, REASON_STEP_FAILED,
+    STDERR_TAIL_BYTES, stderr_tail,
+};
+pub use state::{Progress, StateError, StateFiles};

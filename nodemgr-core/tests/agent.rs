@@ -1,0 +1,607 @@
+//! Properties of the node agent (`nodemgr_core::agent`) under random schedules: controller
+//! answers, failing steps, failed and conflicting requests, refused bundles, restarts from the
+//! state files at any point (also in the middle of a step), bundle changes, a deleted Node.
+//!
+//! A small world plays the API, the bundle server, the disk and the controller, and keeps the
+//! truth the properties are checked against (which steps really ran with which disruption key,
+//! which bundle the node really runs), independently of the agent's own record.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use nodemgr_core::agent::{
+    Agent, AgentAction, AgentConfig, AgentInput, DesiredBundle, NodeView, PatchOutcome, StateFiles,
+    StepOutcome,
+};
+use nodemgr_core::bashible::{Step, configuration_checksum};
+use nodemgr_core::model::{Timestamp, keys};
+use proptest::prelude::*;
+
+/// One move of the schedule.
+#[derive(Debug, Clone)]
+enum Op {
+    /// The driver carries out the agent's next action (or, with none, lets time pass to the
+    /// agent's timer); `fault` chooses how a request is answered.
+    Drive { fault: u8 },
+    /// The controller approves a waiting node.
+    Approve,
+    /// The controller (or an operator) approves a requested disruption.
+    ApproveDisruption,
+    /// The controller finishes a node that reports the desired checksum.
+    Finish,
+    /// Someone else writes the Node (a label, a heartbeat): the agent's next patch conflicts.
+    Touch,
+    /// The group changes: a new desired bundle.
+    ChangeBundle { seed: u64, wake: bool },
+    /// The agent process restarts; it is rebuilt from the state files.
+    Restart,
+    /// The Node is deleted, or registered again.
+    ToggleNode,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => any::<u8>().prop_map(|fault| Op::Drive { fault }),
+        2 => Just(Op::Approve),
+        2 => Just(Op::ApproveDisruption),
+        1 => Just(Op::Finish),
+        1 => Just(Op::Touch),
+        1 => (any::<u64>(), any::<bool>()).prop_map(|(seed, wake)| Op::ChangeBundle { seed, wake }),
+        1 => Just(Op::Restart),
+        1 => Just(Op::ToggleNode),
+    ]
+}
+
+/// A bundle from a seed: 1–4 of five step names, scripts and disruption keys from small sets
+/// (so that keys repeat and change).
+fn bundle_of(seed: u64, rolling: bool) -> DesiredBundle {
+    let names = [
+        "001_ca.sh",
+        "010_os.sh",
+        "020_cri.sh",
+        "030_kubelet.sh",
+        "090_cleanup.sh",
+    ];
+    let mut steps = Vec::new();
+    let mut s = seed;
+    for name in names {
+        let bits = s % 8;
+        s /= 8;
+        if bits == 0 && !steps.is_empty() {
+            continue;
+        }
+        let mut step = Step::new(name, format!("echo {name} v{}", bits % 3));
+        if bits >= 5 {
+            step = step.with_disruption_key(format!("k{}", bits % 2));
+        }
+        steps.push(step);
+    }
+    DesiredBundle::of_steps(steps, rolling)
+}
+
+fn config() -> AgentConfig {
+    AgentConfig::new("node-1")
+}
+
+struct World {
+    now: Timestamp,
+    agent: Agent,
+    /// The Node: resourceVersion and annotations; `None` when deleted.
+    node: Option<(u64, BTreeMap<String, String>)>,
+    rv: u64,
+    desired: DesiredBundle,
+    /// The disk.
+    files: StateFiles,
+    stored: Option<(String, Vec<Step>)>,
+    /// Truth: the disruption key each step last really succeeded with.
+    true_keys: BTreeMap<String, String>,
+    /// Truth: the bundle whose every step succeeded since the last step of another ran.
+    applied: Option<String>,
+    /// The bundle whose steps ran last: `succeeded`, `unrecorded` and `finished` are about it.
+    running: Option<String>,
+    /// Truth: the steps of `running` that succeeded.
+    succeeded: BTreeSet<String>,
+    /// Steps whose success was handed to the agent but not yet recorded on disk: a restart
+    /// before the agent's progress write re-runs them (at least once, as steps are idempotent).
+    unrecorded: BTreeSet<String>,
+    /// Steps of the stored bundle whose success is recorded: they must never run again.
+    finished: BTreeSet<String>,
+    /// The Node as the agent last saw it (a read, or its own accepted patch) since it last
+    /// ran a step or restarted: the approvals a step needs must be on it. (Checking the
+    /// world's Node instead would flag the race no agent can close: the Node deleted and
+    /// registered again between the read and the run.)
+    seen: Option<BTreeMap<String, String>>,
+    /// Steps run, for the report.
+    runs: usize,
+}
+
+impl World {
+    fn new(initial: u8, seed: u64, rolling: bool) -> Self {
+        let now = Timestamp::from_secs(1_000);
+        let first = bundle_of(seed, rolling);
+        if std::env::var_os("AGENT_TRACE").is_some() {
+            eprintln!("=== new world initial={initial} first={first:?}");
+        }
+        let keys_of = |b: &DesiredBundle| -> BTreeMap<String, String> {
+            b.steps
+                .iter()
+                .filter_map(|s| s.disruption_key.clone().map(|k| (s.name.clone(), k)))
+                .collect()
+        };
+        let mut annotations = BTreeMap::new();
+        let (files, applied, true_keys) = match initial % 3 {
+            // Just bootstrapped: only the first-run marker.
+            0 => (StateFiles::first_run(), None, BTreeMap::new()),
+            // Runs `first`, recorded by the agent.
+            1 => {
+                annotations.insert(
+                    keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned(),
+                    first.checksum.clone(),
+                );
+                let done = first.steps.iter().map(|s| s.name.clone()).collect();
+                (
+                    StateFiles::applied(&first.checksum, done, keys_of(&first)),
+                    Some(first.checksum.clone()),
+                    keys_of(&first),
+                )
+            }
+            // Runs `first`, written by a bootstrap script: no progress record.
+            _ => (
+                StateFiles {
+                    configuration_checksum: Some(first.checksum.clone()),
+                    first_run: false,
+                    progress: None,
+                },
+                Some(first.checksum.clone()),
+                keys_of(&first),
+            ),
+        };
+        World {
+            now,
+            agent: Agent::new(config(), files.clone(), now),
+            node: Some((1, annotations)),
+            rv: 1,
+            desired: first,
+            files,
+            stored: None,
+            true_keys,
+            applied,
+            running: None,
+            succeeded: BTreeSet::new(),
+            unrecorded: BTreeSet::new(),
+            finished: BTreeSet::new(),
+            seen: None,
+            runs: 0,
+        }
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.node.as_ref().is_some_and(|(_, a)| a.contains_key(key))
+    }
+
+    fn write_node(&mut self, f: impl FnOnce(&mut BTreeMap<String, String>)) {
+        if let Some((rv, a)) = self.node.as_mut() {
+            self.rv += 1;
+            *rv = self.rv;
+            f(a);
+        }
+    }
+
+    fn apply(&mut self, op: &Op, cooperative: bool) -> Result<(), TestCaseError> {
+        if std::env::var_os("AGENT_TRACE").is_some() && !matches!(op, Op::Drive { .. }) {
+            eprintln!("-- {op:?}");
+        }
+        match op {
+            Op::Drive { fault } => self.drive(*fault)?,
+            Op::Approve => {
+                if self.has(keys::ANNOTATION_WAITING_FOR_APPROVAL) {
+                    self.write_node(|a| {
+                        a.remove(keys::ANNOTATION_WAITING_FOR_APPROVAL);
+                        a.insert(keys::ANNOTATION_APPROVED.into(), String::new());
+                    });
+                }
+            }
+            Op::ApproveDisruption => {
+                if self.has(keys::ANNOTATION_DISRUPTION_REQUIRED)
+                    || self.has(keys::ANNOTATION_ROLLING_UPDATE)
+                {
+                    self.write_node(|a| {
+                        a.remove(keys::ANNOTATION_DISRUPTION_REQUIRED);
+                        a.remove(keys::ANNOTATION_ROLLING_UPDATE);
+                        a.insert(keys::ANNOTATION_DISRUPTION_APPROVED.into(), String::new());
+                    });
+                }
+            }
+            Op::Finish => {
+                let desired = self.desired.checksum.clone();
+                let done = self.node.as_ref().is_some_and(|(_, a)| {
+                    a.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM) == Some(&desired)
+                });
+                if done {
+                    self.write_node(|a| {
+                        for k in [
+                            keys::ANNOTATION_APPROVED,
+                            keys::ANNOTATION_WAITING_FOR_APPROVAL,
+                            keys::ANNOTATION_DISRUPTION_REQUIRED,
+                            keys::ANNOTATION_DISRUPTION_APPROVED,
+                            keys::ANNOTATION_ROLLING_UPDATE,
+                        ] {
+                            a.remove(k);
+                        }
+                    });
+                }
+            }
+            Op::Touch => self.write_node(|_| {}),
+            Op::ChangeBundle { seed, wake } => {
+                self.desired = bundle_of(*seed, self.desired.rolling_update);
+                if *wake {
+                    self.agent.wake(self.now);
+                }
+            }
+            Op::Restart => self.restart(),
+            Op::ToggleNode => {
+                if !cooperative {
+                    self.node = match self.node.take() {
+                        Some(_) => None,
+                        None => {
+                            self.rv += 1;
+                            Some((self.rv, BTreeMap::new()))
+                        }
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Carries out one action of the agent, answering a request at once.
+    fn drive(&mut self, fault: u8) -> Result<(), TestCaseError> {
+        let Some(action) = self.agent.poll_action() else {
+            match self.agent.poll_timeout() {
+                Some(t) => {
+                    self.now = self.now.max(t);
+                    self.agent.handle_timeout(self.now);
+                }
+                None => {
+                    self.now = self.now + Duration::from_secs(60);
+                    self.agent.wake(self.now);
+                }
+            }
+            return Ok(());
+        };
+        let now = self.now;
+        if std::env::var_os("AGENT_TRACE").is_some() {
+            eprintln!("{action} [fault {fault}] node={:?}", self.node);
+        }
+        match action {
+            AgentAction::FetchBundle => {
+                let answer = match fault % 8 {
+                    0 => Err("connection refused".to_owned()),
+                    1 => {
+                        let mut bad = self.desired.clone();
+                        if let Some(s) = bad.steps.first_mut() {
+                            s.script.push_str("; tampered");
+                        }
+                        Ok(bad)
+                    }
+                    _ => Ok(self.desired.clone()),
+                };
+                self.agent.handle(AgentInput::Bundle(answer), now);
+            }
+            AgentAction::ReadNode => {
+                let answer = if fault.is_multiple_of(8) {
+                    Err("503 Service Unavailable".to_owned())
+                } else {
+                    Ok(self.node.as_ref().map(|(rv, a)| NodeView {
+                        resource_version: rv.to_string(),
+                        annotations: a.clone(),
+                    }))
+                };
+                if let Ok(view) = &answer {
+                    self.seen = view.as_ref().map(|v| v.annotations.clone());
+                }
+                self.agent.handle(AgentInput::Node(answer), now);
+            }
+            AgentAction::PatchNode(patch) => {
+                if fault % 8 == 1 {
+                    // Someone wrote the Node just before.
+                    self.write_node(|_| {});
+                }
+                let outcome = match self.node.as_mut() {
+                    None => PatchOutcome::NotFound,
+                    Some(_) if fault.is_multiple_of(8) => {
+                        PatchOutcome::Failed("500 etcd timeout".into())
+                    }
+                    Some((rv, _)) if rv.to_string() != patch.resource_version => {
+                        PatchOutcome::Conflict
+                    }
+                    Some(_) => {
+                        if let Some(sum) = patch.set.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM) {
+                            prop_assert_eq!(
+                                self.applied.as_ref(),
+                                Some(sum),
+                                "the agent reports checksum {} on its Node but the node does not run it",
+                                sum
+                            );
+                        }
+                        self.rv += 1;
+                        let rv = self.rv;
+                        if let Some((node_rv, a)) = self.node.as_mut() {
+                            *node_rv = rv;
+                            patch.apply_to(a);
+                            self.seen = Some(a.clone());
+                        }
+                        PatchOutcome::Applied {
+                            resource_version: rv.to_string(),
+                        }
+                    }
+                };
+                self.agent.handle(AgentInput::Patched(outcome), now);
+            }
+            AgentAction::RunStep { name } => {
+                let stored = self.stored.as_ref().map(|(c, _)| c.clone());
+                if self.running != stored {
+                    // A step of another bundle runs: the node no longer runs the old one.
+                    self.running = stored;
+                    self.succeeded.clear();
+                    self.unrecorded.clear();
+                    self.finished.clear();
+                }
+                self.check_run(&name)?;
+                self.seen = None;
+                self.runs += 1;
+                self.applied = None;
+                if fault % 8 == 7 {
+                    // Killed in the middle (the agent or the node restarts): it did not finish.
+                    self.restart();
+                    return Ok(());
+                }
+                let ok = !fault.is_multiple_of(4);
+                if ok {
+                    self.step_succeeded(&name);
+                }
+                self.now = self.now + Duration::from_secs(u64::from(fault % 5));
+                self.agent.handle(
+                    AgentInput::StepFinished(StepOutcome {
+                        step: name,
+                        exit_code: Some(if ok { 0 } else { 1 }),
+                        stderr: "x".repeat(usize::from(fault) * 4),
+                    }),
+                    self.now,
+                );
+            }
+            AgentAction::StoreBundle { checksum, steps } => {
+                prop_assert_eq!(
+                    &configuration_checksum(&steps),
+                    &checksum,
+                    "stored a bundle that does not hash to its checksum"
+                );
+                self.stored = Some((checksum, steps));
+            }
+            AgentAction::WriteProgress(p) => {
+                if p.bundle.is_some() && p.bundle == self.running {
+                    let recorded: Vec<String> =
+                        self.unrecorded.intersection(&p.done).cloned().collect();
+                    for name in recorded {
+                        self.unrecorded.remove(&name);
+                        self.finished.insert(name);
+                    }
+                }
+                self.files.progress = Some(p);
+            }
+            AgentAction::WriteChecksumFile(sum) => {
+                prop_assert_eq!(
+                    self.applied.as_ref(),
+                    Some(&sum),
+                    "the agent writes checksum {} but the node does not run it",
+                    sum
+                );
+                self.files.configuration_checksum = Some(sum);
+            }
+            AgentAction::RemoveChecksumFile => self.files.configuration_checksum = None,
+            AgentAction::RemoveFirstRun => self.files.first_run = false,
+            AgentAction::EmitEvent(e) => {
+                prop_assert!(
+                    e.note.len() <= 500 + 200,
+                    "event note too long: {}",
+                    e.note.len()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn restart(&mut self) {
+        self.unrecorded.clear();
+        self.seen = None;
+        self.agent = Agent::new(config(), self.files.clone(), self.now);
+    }
+
+    /// Drives without faults until the agent is up to date (at most `limit` moves).
+    fn drive_until_up_to_date(&mut self, limit: usize) -> Result<(), TestCaseError> {
+        for _ in 0..limit {
+            if self.agent.is_up_to_date() {
+                return Ok(());
+            }
+            self.drive(2)?;
+        }
+        Err(TestCaseError::fail(format!(
+            "not up to date: {:?}",
+            self.agent.status()
+        )))
+    }
+
+    /// The properties of running a step.
+    fn check_run(&self, name: &str) -> Result<(), TestCaseError> {
+        let Some((checksum, steps)) = &self.stored else {
+            return Err(TestCaseError::fail(format!(
+                "step {name} runs before any bundle is stored"
+            )));
+        };
+        let Some(step) = steps.iter().find(|s| s.name == name) else {
+            return Err(TestCaseError::fail(format!(
+                "step {name} is not in the stored bundle"
+            )));
+        };
+        let first_run = self.files.first_run;
+        let seen = |key: &str| self.seen.as_ref().is_some_and(|a| a.contains_key(key));
+        prop_assert!(
+            first_run || seen(keys::ANNOTATION_APPROVED),
+            "step {} of {} runs before the node is approved",
+            name,
+            checksum
+        );
+        let disruptive = step
+            .disruption_key
+            .as_ref()
+            .is_some_and(|k| self.true_keys.get(name) != Some(k));
+        prop_assert!(
+            !disruptive || first_run || seen(keys::ANNOTATION_DISRUPTION_APPROVED),
+            "disruptive step {} runs before the disruption is approved (key {:?}, truly ran with {:?}, record {:?}, seen {:?})",
+            name,
+            step.disruption_key,
+            self.true_keys.get(name),
+            self.files.progress,
+            self.seen
+        );
+        prop_assert!(
+            !self.finished.contains(name),
+            "step {} of {} runs again although it finished",
+            name,
+            checksum
+        );
+        let mut names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+        names.sort_unstable();
+        for earlier in names.iter().take_while(|n| **n < name) {
+            prop_assert!(
+                self.succeeded.contains(*earlier),
+                "step {} runs before {} finished (lexical order)",
+                name,
+                earlier
+            );
+        }
+        Ok(())
+    }
+
+    fn step_succeeded(&mut self, name: &str) {
+        let Some((checksum, steps)) = &self.stored else {
+            return;
+        };
+        self.succeeded.insert(name.to_owned());
+        self.unrecorded.insert(name.to_owned());
+        match steps
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.disruption_key.clone())
+        {
+            Some(k) => self.true_keys.insert(name.to_owned(), k),
+            None => self.true_keys.remove(name),
+        };
+        if steps.iter().all(|s| self.succeeded.contains(&s.name)) {
+            self.applied = Some(checksum.clone());
+        }
+    }
+
+    /// No more faults, a cooperative controller: the agent must reach the desired bundle and
+    /// report it (a lost request would leave it waiting for an answer that never comes).
+    fn settle(&mut self) -> Result<(), TestCaseError> {
+        if self.node.is_none() {
+            self.rv += 1;
+            self.node = Some((self.rv, BTreeMap::new()));
+        }
+        self.agent.wake(self.now);
+        for _ in 0..2_000 {
+            if self.agent.is_up_to_date() {
+                if self.files.configuration_checksum.as_ref() == Some(&self.desired.checksum) {
+                    break;
+                }
+                // Up to date with a bundle fetched before the last change: the driver's
+                // watch sees the change and wakes it.
+                self.agent.wake(self.now);
+            }
+            self.apply(&Op::Approve, true)?;
+            self.apply(&Op::ApproveDisruption, true)?;
+            self.apply(&Op::Drive { fault: 2 }, true)?;
+        }
+        let desired = self.desired.checksum.clone();
+        prop_assert!(
+            self.agent.is_up_to_date(),
+            "the agent did not converge: {:?}, node {:?}",
+            self.agent.status(),
+            self.node
+        );
+        prop_assert_eq!(self.files.configuration_checksum.as_ref(), Some(&desired));
+        prop_assert_eq!(
+            self.node
+                .as_ref()
+                .and_then(|(_, a)| a.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM)),
+            Some(&desired)
+        );
+        prop_assert_eq!(self.applied.as_ref(), Some(&desired));
+        prop_assert!(!self.files.first_run);
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Under any schedule: no step before `approved` (first run aside), no disruptive step
+    /// before `disruption-approved` (first run aside), no checksum reported (annotation or
+    /// file) that the node does not run, no finished step of the same bundle run twice across
+    /// restarts, steps in lexical order; and once the faults stop, the agent converges (no
+    /// request was lost to a conflict or a failed patch).
+    #[test]
+    fn agent_keeps_the_protocol_under_random_schedules(
+        initial in any::<u8>(),
+        seed in any::<u64>(),
+        rolling in any::<bool>(),
+        ops in prop::collection::vec(op(), 1..300),
+    ) {
+        let mut world = World::new(initial, seed, rolling);
+        for op in &ops {
+            world.apply(op, false)?;
+        }
+        world.settle()?;
+    }
+
+    /// A node that is not on its first run asks for approval before anything else, and waits
+    /// for it however long it takes: without an answer no step ever runs.
+    #[test]
+    fn without_approval_nothing_runs(seed in any::<u64>(), other in any::<u64>(), faults in prop::collection::vec(any::<u8>(), 1..200)) {
+        let mut world = World::new(1, seed, false);
+        world.desired = bundle_of(other, false);
+        for fault in faults {
+            world.drive(fault)?;
+        }
+        prop_assert_eq!(world.runs, 0);
+        if world.desired.checksum != bundle_of(seed, false).checksum {
+            prop_assert!(!world.agent.is_up_to_date());
+        }
+    }
+}
+
+#[test]
+fn a_first_run_applies_without_asking() {
+    let mut world = World::new(0, 7, false);
+    world.drive_until_up_to_date(100).expect("converges");
+    assert!(world.agent.is_up_to_date(), "{:?}", world.agent.status());
+    assert!(!world.has(keys::ANNOTATION_WAITING_FOR_APPROVAL));
+    assert!(!world.files.first_run);
+    assert_eq!(
+        world.files.configuration_checksum.as_deref(),
+        Some(world.desired.checksum.as_str())
+    );
+}
+
+#[test]
+fn an_up_to_date_node_only_reannotates() {
+    let mut world = World::new(1, 7, false);
+    world.write_node(|a| {
+        a.remove(keys::ANNOTATION_CONFIGURATION_CHECKSUM);
+    });
+    world.drive_until_up_to_date(20).expect("converges");
+    assert!(world.agent.is_up_to_date());
+    assert_eq!(world.runs, 0);
+    assert!(world.has(keys::ANNOTATION_CONFIGURATION_CHECKSUM));
+}
