@@ -1,7 +1,13 @@
-//! `GET /v1/agent/bashible`: the node agent's binary (the file given with `--agent-binary`),
-//! for bootstrap scripts and nodes updating themselves. Any known bearer token may read it (the
-//! binary is the same for every group); without one the answer is 401, and 404 when the server
-//! was started without `--agent-binary`.
+//! The node agent on bootstrapped nodes. `GET /v1/agent/bashible` serves the agent's binary
+//! (the file given with `--agent-binary`) to bootstrap scripts: any known bearer token may read
+//! it (the binary is the same for every group); without one the answer is 401, and 404 when
+//! the server was started without `--agent-binary`.
+//!
+//! With `--public-url` as well, a group's bootstrap script installs the agent
+//! ([`agent_install`]): it downloads the binary from that URL and leaves the node the token of
+//! the grant that names exactly that group (never a `*` grant, which would let every node read
+//! every group); a group without such a grant gets a bootstrap script without the agent, and
+//! the reason in the log.
 
 use std::sync::Arc;
 
@@ -9,7 +15,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::auth::{self, Access};
+use nodemgr_core::bashible::{AgentInstall, RenderError};
+
+use super::auth::{self, Access, Grant, Scope};
 use super::{Shared, error};
 
 /// Serves the agent binary.
@@ -53,5 +61,65 @@ pub async fn agent_binary(State(shared): State<Arc<Shared>>, headers: HeaderMap)
             )
             .into_response()
         }
+    }
+}
+
+/// The agent a group's bootstrap script installs, if the server is configured for it and a
+/// grant names the group.
+///
+/// # Errors
+/// A `--public-url` that a systemd unit line cannot carry.
+pub fn agent_install(
+    public_url: Option<&str>,
+    serves_binary: bool,
+    grants: &[Grant],
+    group: &str,
+) -> Result<Option<AgentInstall>, RenderError> {
+    let Some(url) = public_url.filter(|_| serves_binary) else {
+        return Ok(None);
+    };
+    let grant = grants
+        .iter()
+        .find(|g| matches!(&g.scope, Scope::Groups(groups) if groups.contains(group)));
+    match grant {
+        Some(grant) => AgentInstall::new(url, grant.token()).map(Some),
+        None => {
+            tracing::warn!(
+                %group,
+                "no token grant names this group; its bootstrap script does not install the node agent (add `TOKEN {group}` to --tokens-file)"
+            );
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_grant_naming_the_group_is_handed_to_its_nodes() {
+        let grants = vec![
+            Grant::from_flag("admin-token-0123456789=*").expect("a grant"),
+            Grant::from_flag("worker-token-0123456789=worker,db").expect("a grant"),
+        ];
+        let url = Some("http://10.0.0.5:9600");
+        let worker = agent_install(url, true, &grants, "worker")
+            .expect("a valid URL")
+            .expect("a grant names worker");
+        assert_eq!(worker.bundle_token(), "worker-token-0123456789");
+        assert_eq!(
+            agent_install(url, true, &grants, "gpu").expect("valid"),
+            None
+        );
+        assert_eq!(
+            agent_install(url, false, &grants, "worker").expect("valid"),
+            None
+        );
+        assert_eq!(
+            agent_install(None, true, &grants, "worker").expect("valid"),
+            None
+        );
+        assert!(agent_install(Some("http://a b"), true, &grants, "worker").is_err());
     }
 }

@@ -90,9 +90,14 @@ pub struct Config {
     /// bootstrap scripts are not served.
     #[arg(long, value_name = "FILE")]
     pub bootstrap_token_file: Option<PathBuf>,
-    /// The node agent's binary (`bashible`), served at `/v1/agent/bashible`.
+    /// The node agent's binary (`bashible`), served at `/v1/agent/bashible`; with
+    /// `--public-url`, bootstrap scripts install it (see `agent_binary`).
     #[arg(long, value_name = "PATH")]
     pub agent_binary: Option<PathBuf>,
+    /// The URL nodes reach this server at (`http://HOST:PORT`), for the agent that bootstrap
+    /// scripts install.
+    #[arg(long, value_name = "URL", requires = "agent_binary")]
+    pub public_url: Option<String>,
     /// Render scripts for a directory standing in for / (tests).
     #[arg(long, value_name = "DIR")]
     pub root: Option<String>,
@@ -130,6 +135,7 @@ impl Config {
             tokens_file: self.tokens_file.clone(),
             token_flags,
             agent_binary: self.agent_binary.clone(),
+            public_url: self.public_url.clone(),
             root: match &self.root {
                 Some(dir) => RenderRoot::new(dir)?,
                 None => RenderRoot::host(),

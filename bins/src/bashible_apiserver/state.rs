@@ -36,6 +36,9 @@ pub struct Sources {
     pub root: RenderRoot,
     /// The node agent's binary, served to nodes.
     pub agent_binary: Option<PathBuf>,
+    /// The URL nodes reach the server at; with `agent_binary`, bootstrap scripts install the
+    /// agent.
+    pub public_url: Option<String>,
 }
 
 /// One group's rendered files.
@@ -141,13 +144,20 @@ impl Sources {
         };
         for (name, group) in &groups {
             let rendered = renderer.bundle(group, &cluster).and_then(|bundle| {
+                let agent = super::agent_binary::agent_install(
+                    self.public_url.as_deref(),
+                    self.agent_binary.is_some(),
+                    &served.grants,
+                    name,
+                )?;
                 let bootstrap = match &token {
-                    Some(token) => Some(renderer.bootstrap_script(
+                    Some(token) => Some(renderer.bootstrap_script_with_agent(
                         &bundle,
                         &BootstrapOptions {
                             root: self.root.clone(),
                             bootstrap_token: token.clone(),
                         },
+                        agent.as_ref(),
                     )?),
                     None => None,
                 };
