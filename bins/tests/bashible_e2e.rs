@@ -758,3 +758,81 @@ async fn an_agent_killed_mid_step_resumes_without_running_a_finished_step_again(
     );
     assert_eq!(kubelet_max_pods(cluster.dir.path(), "node-0"), Some(130));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_bundle_server_and_a_deleted_node_are_logged_and_retried() {
+    let cluster = Cluster::start().await;
+    let first = cluster.converged().await;
+
+    // The Node is deleted under its agent, then registered again (without the checksum).
+    let node = cluster.node("node-0");
+    cluster.emulator.delete("v1", "Node", "", "node-0").unwrap();
+    eventually(
+        &cluster,
+        "node-0's agent notices the Node is gone",
+        30,
+        || cluster.agent_log("node-0").contains("does not exist"),
+    )
+    .await;
+    let mut again = node.clone();
+    again["metadata"] = json!({"name": "node-0", "labels": node["metadata"]["labels"]});
+    cluster.emulator.seed(again).unwrap();
+    eventually(&cluster, "node-0 reports its checksum again", 30, || {
+        cluster
+            .annotation("node-0", keys::ANNOTATION_CONFIGURATION_CHECKSUM)
+            .as_deref()
+            == Some(first.as_str())
+    })
+    .await;
+
+    // An agent whose bundle server does not answer: a clear log line, retries, no checksum.
+    let lost = root(cluster.dir.path(), "lost");
+    std::fs::create_dir_all(lost.join("var/lib/bashible")).unwrap();
+    std::fs::write(lost.join("var/lib/bashible/bundle-token"), TOKEN).unwrap();
+    cluster
+        .emulator
+        .seed(
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "lost",
+            "labels": {keys::LABEL_NODE_GROUP: "worker"}}}),
+        )
+        .unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log_path = cluster.dir.path().join("lost.log");
+    let _agent = Process(
+        Command::new(env!("CARGO_BIN_EXE_bashible"))
+            .args(["--bundle-server", &format!("http://127.0.0.1:{closed}")])
+            .args(["--node-name", "lost", "--error-backoff", "200ms"])
+            .arg("--kubeconfig")
+            .arg(cluster.emulator.kubeconfig_path())
+            .arg("--root")
+            .arg(&lost)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    eventually(
+        &cluster,
+        "the agent retries the unreachable server",
+        30,
+        || log().matches("is unreachable").count() >= 2,
+    )
+    .await;
+    assert!(!log().contains(TOKEN), "{}", log());
+    assert!(
+        cluster.emulator.get("v1", "Node", "", "lost").unwrap()["metadata"]["annotations"]
+            [keys::ANNOTATION_CONFIGURATION_CHECKSUM]
+            .is_null()
+    );
+    assert!(
+        !lost
+            .join("var/lib/bashible/configuration_checksum")
+            .exists()
+    );
+}

@@ -244,6 +244,19 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// A served step name is accepted only when it stays a plain file in `bundle_steps/`.
+        #[test]
+        fn an_accepted_step_name_stays_in_the_directory(name in "(?s).{0,12}") {
+            let steps = [(name.as_str(), "x")];
+            if check_bundle("worker", &body(&sum(&steps), &steps)).is_ok() {
+                let path = std::path::Path::new("/b").join(&name);
+                proptest::prop_assert_eq!(path.parent(), Some(std::path::Path::new("/b")));
+                proptest::prop_assert!(!name.starts_with('.') && !name.contains('/'));
+            }
+        }
+    }
+
     #[test]
     fn names_that_leave_the_directory_and_other_groups_are_refused() {
         for name in ["../evil.sh", "a/b.sh", ".hidden", ""] {

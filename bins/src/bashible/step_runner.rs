@@ -353,6 +353,27 @@ mod tests {
         assert!(!alive, "the step's child {child} was killed with it");
     }
 
+    proptest::proptest! {
+        /// Whatever chunks a step writes, the Event gets the end of its stderr: at most 500
+        /// bytes, a suffix of what was written, and whole characters.
+        #[test]
+        fn the_tail_is_the_last_whole_characters_of_stderr(
+            chunks in proptest::collection::vec("(?s).{0,200}", 0..12),
+        ) {
+            let mut tail = Vec::new();
+            for chunk in &chunks {
+                keep_tail(&mut tail, chunk.as_bytes());
+            }
+            let all: String = chunks.concat();
+            let text = tail_text(&tail);
+            proptest::prop_assert!(text.len() <= STDERR_TAIL_BYTES);
+            proptest::prop_assert!(all.ends_with(&text));
+            // Nothing more than a partial character is lost at the cut.
+            let wanted = all.len().min(STDERR_TAIL_BYTES);
+            proptest::prop_assert!(wanted - text.len() < 4, "{} of {}", text.len(), wanted);
+        }
+    }
+
     #[test]
     fn a_leftover_step_is_killed_and_its_marker_removed() {
         let dir = tempfile::tempdir().expect("a temporary directory");
