@@ -379,6 +379,8 @@ async fn setup(args: &DemoArgs) -> anyhow::Result<Setup> {
             json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup", "metadata": {"name": group}, "spec": spec}),
         )?;
     }
+    // Nothing is published to the Fleet (`Fleet::publish`), so its simulated agents stay idle:
+    // the real agents below are the only ones that act on the nodes.
     let names: Vec<&str> = groups().iter().map(|(g, _, _)| *g).collect();
     let mut agents = DemoAgents::start(&emulator, &names).await?;
     for (group, _, nodes) in groups() {
