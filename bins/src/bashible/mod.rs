@@ -5,7 +5,7 @@
 //!
 //! # One pass
 //! A systemd timer starts a pass every minute (`--loop INTERVAL` keeps one process running
-//! instead). A pass takes the exclusive lock `/var/lock/bashible` ([`lock`]; a pass that finds
+//! instead, holding the lock for its whole life, so a timer's pass beside it ends at once). A pass takes the exclusive lock `/var/lock/bashible` ([`lock`]; a pass that finds
 //! it held ends at once), fetches the group's bundle from `bashible-apiserver`
 //! ([`bundle_source`]), and ends when the node runs that bundle and its Node's
 //! `node.deckhouse.io/configuration-checksum` says so — waiting, meanwhile, for approvals,
