@@ -8,7 +8,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodemgr_testkit::{Emulator, Fleet, FleetConfig, FleetNode, Generation, Impact};
+use nodemgr_core::ImpactKind;
+use nodemgr_testkit::{Emulator, Fleet, FleetConfig, FleetNode, Generation};
 use serde_json::json;
 
 fn free_port() -> u16 {
@@ -47,8 +48,8 @@ async fn node_manager_leads_writes_status_serves_metrics_and_stops_on_sigterm() 
         .publish(
             "workers",
             Generation {
-                checksum: "g0".into(),
-                impact: Impact::None,
+                name: "g0".into(),
+                impact: ImpactKind::None,
                 rolling: false,
             },
         )

@@ -9,12 +9,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nodemgr_core::ImpactKind;
 use nodemgr_k8s::cluster::{KubeCluster, client};
 use nodemgr_k8s::controllers::{self, Settings};
 use nodemgr_k8s::leader::{LeaderConfig, LeaderElector};
 use nodemgr_k8s::metrics::Metrics;
 use nodemgr_testkit::{
-    Emulator, Fault, Fleet, FleetConfig, FleetNode, Generation, Impact, Workload, WorkloadKind,
+    Emulator, Fault, Fleet, FleetConfig, FleetNode, Generation, Workload, WorkloadKind,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -90,8 +91,8 @@ async fn cluster_on(
             .publish(
                 name,
                 Generation {
-                    checksum: format!("{name}-gen0"),
-                    impact: Impact::None,
+                    name: format!("{name}-gen0"),
+                    impact: ImpactKind::None,
                     rolling: false,
                 },
             )
@@ -320,12 +321,13 @@ async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
         .inject_fault(Fault::new(500).verb("patch").resource("nodes").times(2));
     c.emulator
         .inject_fault(Fault::new(429).verb("patch").resource("nodes").times(2));
-    c.fleet
+    let gen1 = c
+        .fleet
         .publish(
             "workers",
             Generation {
-                checksum: "gen1".into(),
-                impact: Impact::KubeletRestart,
+                name: "gen1".into(),
+                impact: ImpactKind::KubeletRestart,
                 rolling: false,
             },
         )
@@ -353,7 +355,7 @@ async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
             );
             let done = nodes.iter().filter(|n| {
                 annotation(&e, n, "node.deckhouse.io/configuration-checksum").as_deref()
-                    == Some("gen1")
+                    == Some(gen1.as_str())
             });
             if !dropped && done.count() == 2 {
                 e.drop_watches();
@@ -361,7 +363,7 @@ async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
             }
             nodes.iter().all(|n| {
                 annotation(&e, n, "node.deckhouse.io/configuration-checksum").as_deref()
-                    == Some("gen1")
+                    == Some(gen1.as_str())
                     && annotation(&e, n, "update.node.deckhouse.io/approved").is_none()
                     && annotation(&e, n, "update.node.deckhouse.io/waiting-for-approval").is_none()
             })
@@ -421,12 +423,13 @@ async fn a_disruptive_update_drains_through_a_pdb_and_deletes_at_the_timeout() {
         e.list("v1", "Pod", Some("default")).len() == 2
     })
     .await;
-    c.fleet
+    let db_gen1 = c
+        .fleet
         .publish(
             "db",
             Generation {
-                checksum: "db-gen1".into(),
-                impact: Impact::Disruptive,
+                name: "db-gen1".into(),
+                impact: ImpactKind::Disruptive,
                 rolling: false,
             },
         )
@@ -434,7 +437,7 @@ async fn a_disruptive_update_drains_through_a_pdb_and_deletes_at_the_timeout() {
     eventually("both db nodes on db-gen1, uncordoned", 90, || {
         ["db-0", "db-1"].iter().all(|n| {
             annotation(&e, n, "node.deckhouse.io/configuration-checksum").as_deref()
-                == Some("db-gen1")
+                == Some(db_gen1.as_str())
                 && node(&e, n).is_some_and(|o| {
                     o.pointer("/spec/unschedulable").and_then(Value::as_bool) != Some(true)
                 })

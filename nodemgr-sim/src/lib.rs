@@ -22,6 +22,7 @@
 //! assert!(timeline.of_kind("update.approved").count() > 0);
 //! ```
 
+pub mod agent;
 pub mod cloud;
 pub mod cluster;
 pub mod controller;

@@ -4,7 +4,6 @@
 //! seconds, and unknown keys are errors (a typo never silently does nothing).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::time::Duration;
 
 use nodemgr_core::model::{NodeGroupSpec, NodeType, parse_duration};
@@ -303,27 +302,9 @@ pub struct PdbSpec {
     pub max_unavailable: Option<u32>,
 }
 
-/// What a configuration change does to the nodes (the impact matrix's columns).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ImpactKind {
-    /// Applied in place without any restart.
-    None,
-    /// The kubelet restarts: the node is briefly NotReady.
-    KubeletRestart,
-    /// Needs a disruption (drain, approval, reboot).
-    Disruptive,
-}
-
-impl fmt::Display for ImpactKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::None => "no restart",
-            Self::KubeletRestart => "kubelet restart",
-            Self::Disruptive => "disruptive",
-        })
-    }
-}
+/// What a configuration change does to the nodes: core's one impact kind, re-exported for
+/// scenario code (`impact: none | kubelet-restart | disruptive`).
+pub use nodemgr_core::ImpactKind;
 
 /// A new configuration for a group: a new desired checksum every node must reach.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

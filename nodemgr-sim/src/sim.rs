@@ -194,13 +194,7 @@ impl Simulation {
                 merge_patch(&mut value, patch);
                 if let Ok(new) = group_spec(&value, "change.spec") {
                     let computed = impact_of(&old, &new);
-                    impact = if computed.disruption || computed.reprovision {
-                        ImpactKind::Disruptive
-                    } else if computed.kubelet_restart {
-                        ImpactKind::KubeletRestart
-                    } else {
-                        ImpactKind::None
-                    };
+                    impact = computed.kind();
                     if what.is_empty() {
                         what = computed
                             .changes

@@ -9,16 +9,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use nodemgr_core::ImpactKind;
+use nodemgr_core::agent::SimulatedGenerations;
 use nodemgr_core::model::{
-    ApprovalMode, LabelSelector, Node, NodeGroup, ObjectMeta, Owner, Pod, PodDisruptionBudget,
-    PodPhase, Quantity, Timestamp, keys,
+    LabelSelector, Node, NodeGroup, ObjectMeta, Owner, Pod, PodDisruptionBudget, PodPhase,
+    Quantity, Timestamp, keys,
 };
-use nodemgr_core::update::UpdateMarks;
 
+use crate::agent::SimAgent;
 use crate::rng::SimRng;
 use crate::scenario::{
-    AgentSpec, ErrorKind, HeartbeatSpec, ImpactKind, Operation, PdbSpec, Scenario, WorkloadKind,
-    WorkloadSpec, group_spec,
+    AgentSpec, ErrorKind, HeartbeatSpec, Operation, PdbSpec, Scenario, WorkloadKind, WorkloadSpec,
+    group_spec,
 };
 use crate::timeline::{Timeline, TimelineEvent};
 
@@ -33,11 +35,8 @@ pub struct SimGroup {
     pub capacity: BTreeMap<String, Quantity>,
     /// Extra labels of new nodes.
     pub labels: BTreeMap<String, String>,
-    /// Configuration generations: `checksums[k]` is generation `k`'s checksum, `impacts[k]`
-    /// what moving to it does (`impacts[0]` is unused).
-    pub checksums: Vec<String>,
-    /// See `checksums`.
-    pub impacts: Vec<ImpactKind>,
+    /// Configuration generations (core's simulated bundles); the last one is desired.
+    pub generations: SimulatedGenerations,
     /// Index of the next node name (`<group>-<n>`).
     pub next_index: usize,
 }
@@ -45,56 +44,14 @@ pub struct SimGroup {
 impl SimGroup {
     /// The desired checksum (latest generation).
     pub fn desired(&self) -> &str {
-        self.checksums
-            .last()
-            .map(String::as_str)
-            .unwrap_or_default()
+        &self.generations.desired().checksum
     }
 
     /// What moving from `checksum` to the desired one does: the strongest impact of the
     /// generations in between (a disruptive change in between stays disruptive).
     pub fn impact_from(&self, checksum: Option<&str>) -> ImpactKind {
-        let from = checksum
-            .and_then(|c| self.checksums.iter().position(|x| x == c))
-            .unwrap_or(0);
-        self.impacts
-            .iter()
-            .skip(from + 1)
-            .copied()
-            .max_by_key(|i| match i {
-                ImpactKind::None => 0,
-                ImpactKind::KubeletRestart => 1,
-                ImpactKind::Disruptive => 2,
-            })
-            .unwrap_or(ImpactKind::None)
+        self.generations.impact_from(checksum)
     }
-}
-
-/// Where a node's agent is in applying an update.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentState {
-    /// Up to date, or not yet noticed the new configuration.
-    Idle,
-    /// Asked for approval (`waiting-for-approval`).
-    Waiting,
-    /// Asked for a disruption (`disruption-required` / `rolling-update`).
-    AwaitDisruption,
-    /// Applying; done at `until`.
-    Applying {
-        /// When the apply ends.
-        until: Timestamp,
-        /// The checksum being applied.
-        target: String,
-        /// Its impact.
-        impact: ImpactKind,
-    },
-    /// Restarting the kubelet or rebooting (NotReady) until `until`.
-    Restarting {
-        /// When the node is back.
-        until: Timestamp,
-        /// The checksum reported when back.
-        target: String,
-    },
 }
 
 /// A node as the simulator keeps it.
@@ -107,8 +64,8 @@ pub struct SimNode {
     pub group: String,
     /// Zone.
     pub zone: String,
-    /// The agent.
-    pub agent: AgentState,
+    /// The node agent (core's state machine, its state files, the step it runs).
+    pub agent: SimAgent,
     /// Extra apply delay (a slow agent).
     pub extra_agent_delay: Duration,
     /// Scripted `Ready=False` until then (heartbeats continue).
@@ -308,8 +265,11 @@ impl World {
                     zones: g.zones.clone(),
                     capacity: parse_capacity(&g.capacity),
                     labels: g.labels.clone(),
-                    checksums: vec![format!("{}-gen0", g.name)],
-                    impacts: vec![ImpactKind::None],
+                    generations: SimulatedGenerations::new(
+                        &g.name,
+                        &format!("{}-gen0", g.name),
+                        ImpactKind::None,
+                    ),
                     next_index: 0,
                 },
             );
@@ -421,6 +381,7 @@ impl World {
             keys::ANNOTATION_CONFIGURATION_CHECKSUM.into(),
             g.desired().to_owned(),
         );
+        let generation = g.generations.desired().clone();
         let phase_ms = self
             .rng
             .below(u64::try_from(self.heartbeat.lease_period.0.as_millis()).unwrap_or(u64::MAX));
@@ -431,7 +392,7 @@ impl World {
                 node,
                 group: group.to_owned(),
                 zone,
-                agent: AgentState::Idle,
+                agent: SimAgent::running(&name, &generation, now),
                 extra_agent_delay: Duration::ZERO,
                 not_ready_until: None,
                 dark_since: None,
@@ -450,6 +411,8 @@ impl World {
             let pod_name = format!("{}-{name}", self.workloads[wi].name);
             self.bind_pod(wi, pod_name, &name);
         }
+        // The agent's first pass: it finds the node up to date.
+        self.drive_agent(&name);
         Some(name)
     }
 
@@ -584,10 +547,9 @@ impl World {
         let Some(g) = self.groups.get_mut(group) else {
             return;
         };
-        let generation = g.checksums.len();
-        let checksum = format!("{group}-gen{generation}");
-        g.checksums.push(checksum.clone());
-        g.impacts.push(impact);
+        let name = format!("{group}-gen{}", g.generations.desired().index + 1);
+        let generation = g.generations.push(&name, impact);
+        let label = format!("{name} ({}, {impact})", generation.short());
         let nodes: Vec<String> = self
             .nodes
             .values()
@@ -599,7 +561,7 @@ impl World {
             Some(group.to_owned()),
             None,
             None,
-            format!("desired checksum is now {checksum} ({impact}): {what}"),
+            format!("desired checksum is now {label}: {what}"),
         );
         for n in nodes {
             self.wake_agent(&n);
@@ -700,7 +662,7 @@ impl World {
         // One pass over the nodes in place: this runs at every instant of the loop.
         for (name, n) in &mut self.nodes {
             let hb = heartbeat_at(period, start, n, now);
-            let restarting = matches!(n.agent, AgentState::Restarting { until, .. } if now < until);
+            let restarting = n.agent.restarting(now);
             let scripted = n.not_ready_until.is_some_and(|u| now < u);
             let silent = now.saturating_since(hb) > grace;
             let ready = !(restarting || scripted || silent);
@@ -770,10 +732,8 @@ impl World {
             if let Some(u) = n.dark_until {
                 consider(u);
             }
-            if let AgentState::Applying { until, .. } | AgentState::Restarting { until, .. } =
-                n.agent
-            {
-                consider(until);
+            if let Some(t) = n.agent.next_deadline() {
+                consider(t);
             }
         }
         next
@@ -840,186 +800,6 @@ impl World {
             .get(p.workload)
             .map_or("default", |w| w.namespace.as_str());
         format!("{ns}/{}", p.name)
-    }
-
-    fn step_agents(&mut self) {
-        let now = self.now;
-        let due: Vec<String> = self
-            .agenda
-            .iter()
-            .take_while(|(t, _)| *t <= now)
-            .map(|(_, n)| n.clone())
-            .collect();
-        self.agenda.retain(|(t, _)| *t > now);
-        let timed: Vec<String> = self
-            .nodes
-            .values()
-            .filter(|n| {
-                matches!(n.agent, AgentState::Applying { until, .. } | AgentState::Restarting { until, .. } if until <= now)
-            })
-            .map(|n| n.node.name.clone())
-            .collect();
-        let mut todo: BTreeSet<String> = due.into_iter().collect();
-        todo.extend(timed);
-        for name in todo {
-            self.agent_step(&name);
-        }
-    }
-
-    fn set_annotation(&mut self, node: &str, key: &str, value: Option<&str>) {
-        if let Some(n) = self.nodes.get_mut(node) {
-            match value {
-                Some(v) => n.node.annotations.insert(key.to_owned(), v.to_owned()),
-                None => n.node.annotations.remove(key),
-            };
-        }
-    }
-
-    /// One step of the node agent (bashible, facts §3.1) on `name`.
-    fn agent_step(&mut self, name: &str) {
-        let now = self.now;
-        let Some(n) = self.nodes.get(name) else {
-            return;
-        };
-        if n.is_dark(now) {
-            return;
-        }
-        let Some(g) = self.groups.get(&n.group) else {
-            return;
-        };
-        let desired = g.desired().to_owned();
-        let rolling = g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
-        let current = n.node.checksum().map(str::to_owned);
-        let impact = g.impact_from(current.as_deref());
-        let marks = UpdateMarks::of(&n.node);
-        let extra = n.extra_agent_delay;
-        match n.agent.clone() {
-            AgentState::Idle | AgentState::Waiting | AgentState::AwaitDisruption => {
-                if current.as_deref() == Some(desired.as_str()) {
-                    if let Some(n) = self.nodes.get_mut(name) {
-                        n.agent = AgentState::Idle;
-                    }
-                    return;
-                }
-                if !marks.approved {
-                    if !marks.waiting {
-                        self.set_annotation(name, keys::ANNOTATION_WAITING_FOR_APPROVAL, Some(""));
-                        self.record(
-                            "agent.waiting-for-approval",
-                            Some(name),
-                            None,
-                            format!("agent needs {desired}, asks for approval"),
-                        );
-                    }
-                    if let Some(n) = self.nodes.get_mut(name) {
-                        n.agent = AgentState::Waiting;
-                    }
-                    return;
-                }
-                if impact == ImpactKind::Disruptive && !marks.disruption_approved {
-                    if !marks.wants_disruption() {
-                        let key = if rolling {
-                            keys::ANNOTATION_ROLLING_UPDATE
-                        } else {
-                            keys::ANNOTATION_DISRUPTION_REQUIRED
-                        };
-                        self.set_annotation(name, key, Some(""));
-                        self.record(
-                            "agent.disruption-required",
-                            Some(name),
-                            None,
-                            format!("agent asks for a disruption ({key})"),
-                        );
-                    }
-                    if let Some(n) = self.nodes.get_mut(name) {
-                        n.agent = AgentState::AwaitDisruption;
-                    }
-                    return;
-                }
-                let jitter = self.agent.jitter.0;
-                let jitter_ms = self
-                    .rng
-                    .below(u64::try_from(jitter.as_millis()).unwrap_or(0) + 1);
-                let until = now + self.agent.delay.0 + Duration::from_millis(jitter_ms) + extra;
-                if let Some(n) = self.nodes.get_mut(name) {
-                    n.agent = AgentState::Applying {
-                        until,
-                        target: desired.clone(),
-                        impact,
-                    };
-                }
-                self.record(
-                    "agent.applying",
-                    Some(name),
-                    None,
-                    format!(
-                        "agent applies {desired} ({impact}), done in {}s",
-                        until.saturating_since(now).as_secs()
-                    ),
-                );
-            }
-            AgentState::Applying {
-                until,
-                target,
-                impact,
-            } => {
-                if now < until {
-                    return;
-                }
-                let restart = match impact {
-                    ImpactKind::None => None,
-                    ImpactKind::KubeletRestart => {
-                        Some((self.agent.kubelet_restart.0, "restarts the kubelet"))
-                    }
-                    ImpactKind::Disruptive => Some((self.agent.reboot.0, "reboots the node")),
-                };
-                match restart {
-                    Some((d, what)) => {
-                        if impact == ImpactKind::Disruptive {
-                            self.stats.disruptions += 1;
-                        }
-                        if let Some(n) = self.nodes.get_mut(name) {
-                            n.agent = AgentState::Restarting {
-                                until: now + d,
-                                target,
-                            };
-                        }
-                        self.record(
-                            if impact == ImpactKind::Disruptive {
-                                "agent.reboot"
-                            } else {
-                                "agent.kubelet-restart"
-                            },
-                            Some(name),
-                            None,
-                            format!("agent {what} ({}s)", d.as_secs()),
-                        );
-                    }
-                    None => self.agent_done(name, &target),
-                }
-            }
-            AgentState::Restarting { until, target } => {
-                if now >= until {
-                    self.agent_done(name, &target);
-                }
-            }
-        }
-    }
-
-    fn agent_done(&mut self, name: &str, target: &str) {
-        self.set_annotation(name, keys::ANNOTATION_CONFIGURATION_CHECKSUM, Some(target));
-        if let Some(n) = self.nodes.get_mut(name) {
-            n.agent = AgentState::Idle;
-        }
-        self.stats.updates_completed += 1;
-        self.record(
-            "agent.updated",
-            Some(name),
-            None,
-            format!("node runs {target}"),
-        );
-        // Another change may have come meanwhile.
-        self.wake_agent(name);
     }
 
     /// Replaces the machine of `node` (`RollingUpdate`): the node and its pods go now, a fresh

@@ -289,6 +289,26 @@ impl Emulator {
         patch: &Value,
         status: bool,
     ) -> Result<Value, ApiError> {
+        self.merge_patch_guarded(api_version, kind, namespace, name, patch, status, None)
+    }
+
+    /// [`Emulator::merge_patch`] with a resourceVersion precondition, as kube-apiserver applies
+    /// a patch that carries `metadata.resourceVersion`: 409 Conflict unless the object's
+    /// current resourceVersion is `resource_version` (`None`: no precondition).
+    ///
+    /// # Errors
+    /// 409 on a stale resourceVersion; those of [`Emulator::merge_patch`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn merge_patch_guarded(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+        status: bool,
+        resource_version: Option<&str>,
+    ) -> Result<Value, ApiError> {
         let mut store = self.shared.store();
         let (rt, version) = store
             .find_type_by_kind(api_version, kind)
@@ -299,6 +319,21 @@ impl Emulator {
             .get(&rt, namespace, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        if let Some(expected) = resource_version {
+            let current = candidate
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if current != expected {
+                return Err(ApiError::conflict(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    "the object has been modified; please apply your changes to the latest \
+                     version and try again",
+                ));
+            }
+        }
         crate::patch::merge_patch(&mut candidate, patch);
         if let Some(meta) = candidate.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("resourceVersion");

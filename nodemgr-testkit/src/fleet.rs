@@ -8,13 +8,11 @@
 //!   (False while the agent restarts the kubelet or reboots), unless the node is dark;
 //! - **node lifecycle**: a node whose last heartbeat is older than the grace period gets
 //!   Ready=Unknown, as kube-controller-manager does;
-//! - **agent** (Deckhouse's update protocol, facts §4): when the node's
-//!   `node.deckhouse.io/configuration-checksum` differs from its group's published generation,
-//!   it sets `update.node.deckhouse.io/waiting-for-approval`, waits for `approved`, for a
-//!   disruptive generation sets `disruption-required` (or `rolling-update`) and waits for
-//!   `disruption-approved`, then applies for `agent_delay`, restarts the kubelet or reboots
-//!   (NotReady meanwhile) and writes the new checksum. It never removes the controller's
-//!   annotations: that is the controller's job.
+//! - **agent**: core's node agent ([`nodemgr_core::agent`], `docs/agent.md`) driven against
+//!   the emulator ([`crate::fleet_agent`]): it asks for approval, asks for a disruption when a
+//!   disruptive generation needs one, applies the group's published generation for
+//!   `agent_delay`, restarts the kubelet or reboots (NotReady meanwhile) and reports the new
+//!   checksum. It never removes the controller's annotations: that is the controller's job.
 //!
 //! Workloads: Deployment-like pods are re-created (under a new name) on the Ready, schedulable
 //! node of their group with the fewest pods when some are gone; DaemonSet-like pods run one per
@@ -33,18 +31,17 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use nodemgr_core::ImpactKind;
+use nodemgr_core::agent::SimulatedGenerations;
+use nodemgr_core::model::keys;
+
 use crate::emulator::Emulator;
+use crate::fleet_agent::{FleetAgent, Published};
 use crate::status::ApiError;
 
-const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
-const CHECKSUMS_NAMESPACE: &str = "d8-cloud-instance-manager";
+const NODE_LEASE_NAMESPACE: &str = keys::NODE_LEASE_NAMESPACE;
+const CHECKSUMS_NAMESPACE: &str = keys::NAMESPACE;
 const CHECKSUMS_SECRET: &str = "configuration-checksums";
-const CHECKSUM: &str = "node.deckhouse.io/configuration-checksum";
-const WAITING: &str = "update.node.deckhouse.io/waiting-for-approval";
-const APPROVED: &str = "update.node.deckhouse.io/approved";
-const DISRUPTION_REQUIRED: &str = "update.node.deckhouse.io/disruption-required";
-const DISRUPTION_APPROVED: &str = "update.node.deckhouse.io/disruption-approved";
-const ROLLING_UPDATE: &str = "update.node.deckhouse.io/rolling-update";
 const WORKLOAD_LABEL: &str = "fleet.nodemgr.io/workload";
 
 /// Timings of the fleet.
@@ -80,24 +77,14 @@ impl Default for FleetConfig {
     }
 }
 
-/// What a configuration generation needs from a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Impact {
-    /// Applied in place, the node stays Ready.
-    None,
-    /// The kubelet restarts (briefly NotReady).
-    KubeletRestart,
-    /// A disruption: the agent asks for `disruption-required` and reboots after approval.
-    Disruptive,
-}
-
-/// A group's current configuration as the agent sees it.
+/// A configuration generation to publish for a group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Generation {
-    /// The desired configuration checksum.
-    pub checksum: String,
-    /// What applying it takes.
-    pub impact: Impact,
+    /// Its name (`workers-gen1`), for people: the fleet's messages use it, and the checksum
+    /// nodes report is that of a bundle made from it ([`Fleet::publish`] returns it).
+    pub name: String,
+    /// What applying it takes, compared with the previous generation.
+    pub impact: ImpactKind,
     /// The group replaces machines instead (`approvalMode: RollingUpdate`): the agent asks
     /// with `rolling-update` rather than `disruption-required`.
     pub rolling: bool,
@@ -153,20 +140,6 @@ pub struct FleetEvent {
     pub message: String,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum Agent {
-    Idle,
-    Applying {
-        until: SystemTime,
-        target: String,
-        impact: Impact,
-    },
-    Restarting {
-        until: SystemTime,
-        target: String,
-    },
-}
-
 #[derive(Debug)]
 struct NodeState {
     spec: FleetNode,
@@ -174,13 +147,13 @@ struct NodeState {
     last_heartbeat: SystemTime,
     last_status: Option<SystemTime>,
     reported_ready: Option<&'static str>,
-    agent: Agent,
+    agent: FleetAgent,
 }
 
 #[derive(Debug, Default)]
 struct State {
     nodes: BTreeMap<String, NodeState>,
-    generations: BTreeMap<String, Generation>,
+    published: BTreeMap<String, Published>,
     workloads: Vec<(Workload, usize, Option<SystemTime>)>,
 }
 
@@ -300,9 +273,12 @@ impl Fleet {
     pub fn add_node(&self, node: FleetNode) -> Result<(), FleetError> {
         let now = SystemTime::now();
         let mut state = self.state();
-        let checksum = state
-            .generations
+        let generation = state
+            .published
             .get(&node.group)
+            .map(|p| p.generations.desired().clone());
+        let checksum = generation
+            .as_ref()
             .map(|g| g.checksum.clone())
             .unwrap_or_default();
         self.emulator
@@ -312,12 +288,12 @@ impl Fleet {
                 "metadata": {
                     "name": node.name,
                     "labels": {
-                        "node.deckhouse.io/group": node.group,
-                        "node.deckhouse.io/type": node.node_type,
-                        "topology.kubernetes.io/zone": node.zone,
-                        "kubernetes.io/hostname": node.name,
+                        keys::LABEL_NODE_GROUP: node.group,
+                        keys::LABEL_NODE_TYPE: node.node_type,
+                        keys::LABEL_TOPOLOGY_ZONE: node.zone,
+                        keys::LABEL_HOSTNAME: node.name,
                     },
-                    "annotations": {CHECKSUM: checksum},
+                    "annotations": {keys::ANNOTATION_CONFIGURATION_CHECKSUM: checksum},
                 },
                 "spec": {"providerID": format!("fleet://{}", node.name)},
                 "status": {
@@ -340,6 +316,7 @@ impl Fleet {
                 },
             }))
             .map_err(api(format!("Lease {}", node.name)))?;
+        let agent = FleetAgent::new(&node.name, generation.as_ref(), now);
         state.nodes.insert(
             node.name.clone(),
             NodeState {
@@ -348,23 +325,45 @@ impl Fleet {
                 last_heartbeat: now,
                 last_status: Some(now),
                 reported_ready: Some("True"),
-                agent: Agent::Idle,
+                agent,
             },
         );
         Ok(())
     }
 
     /// Publishes a group's generation: the agents start converging to it, and the Secret
-    /// `configuration-checksums` carries its checksum for the controllers.
+    /// `configuration-checksums` carries its checksum for the controllers. Nodes added after
+    /// a publish start with the group's latest generation; the `impact` of a group's first
+    /// generation is what applying it does to nodes added before. Returns the checksum nodes
+    /// report once they run it.
     ///
     /// # Errors
     /// When the emulator refuses the Secret.
-    pub fn publish(&self, group: &str, generation: Generation) -> Result<(), FleetError> {
+    pub fn publish(&self, group: &str, generation: Generation) -> Result<String, FleetError> {
         let mut state = self.state();
-        state
-            .generations
-            .insert(group.to_owned(), generation.clone());
-        let encoded = base64::engine::general_purpose::STANDARD.encode(&generation.checksum);
+        let checksum = match state.published.get_mut(group) {
+            Some(p) => {
+                p.rolling = generation.rolling;
+                p.generations
+                    .push(&generation.name, generation.impact)
+                    .checksum
+                    .clone()
+            }
+            None => {
+                let generations =
+                    SimulatedGenerations::new(group, &generation.name, generation.impact);
+                let checksum = generations.desired().checksum.clone();
+                state.published.insert(
+                    group.to_owned(),
+                    Published {
+                        generations,
+                        rolling: generation.rolling,
+                    },
+                );
+                checksum
+            }
+        };
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&checksum);
         let exists = self
             .emulator
             .get("v1", "Secret", CHECKSUMS_NAMESPACE, CHECKSUMS_SECRET)
@@ -391,7 +390,18 @@ impl Fleet {
                 }))
                 .map_err(api("Secret configuration-checksums"))?;
         }
-        Ok(())
+        Ok(checksum)
+    }
+
+    /// The checksum of the group's generation named `name`, if published.
+    pub fn checksum_of(&self, group: &str, name: &str) -> Option<String> {
+        let state = self.state();
+        let p = state.published.get(group)?;
+        p.generations
+            .all()
+            .filter(|g| g.name == name)
+            .last()
+            .map(|g| g.checksum.clone())
     }
 
     /// Starts keeping a workload running.
@@ -450,12 +460,6 @@ fn ready_condition(status: &str, now: SystemTime) -> Value {
     })
 }
 
-fn annotation<'a>(node: &'a Value, key: &str) -> Option<&'a str> {
-    node.pointer("/metadata/annotations")
-        .and_then(|a| a.get(key))
-        .and_then(Value::as_str)
-}
-
 fn tick(
     emulator: &Emulator,
     config: &FleetConfig,
@@ -474,10 +478,10 @@ fn tick(
             });
             continue;
         };
-        let generations = state.generations.clone();
         let Some(n) = state.nodes.get_mut(&name) else {
             continue;
         };
+        let published = state.published.get(&n.spec.group);
         if n.dark {
             if now
                 .duration_since(n.last_heartbeat)
@@ -495,9 +499,16 @@ fn tick(
             }
             continue;
         }
-        step_agent(emulator, config, n, &object, &generations, now, out);
+        let mut say = |message: String| {
+            out.push(FleetEvent {
+                node: name.clone(),
+                message,
+            });
+        };
+        n.agent
+            .tick(emulator, config, &name, &object, published, now, &mut say);
         // kubelet: Lease and Ready.
-        let restarting = matches!(n.agent, Agent::Restarting { .. });
+        let restarting = n.agent.restarting(now);
         let want = if restarting { "False" } else { "True" };
         let due = n
             .last_status
@@ -548,116 +559,6 @@ fn set_ready(emulator: &Emulator, n: &mut NodeState, status: &'static str, now: 
     {
         n.reported_ready = Some(status);
         n.last_status = Some(now);
-    }
-}
-
-fn patch_annotations(emulator: &Emulator, node: &str, annotations: Value) -> bool {
-    emulator
-        .merge_patch(
-            "v1",
-            "Node",
-            "",
-            node,
-            &json!({"metadata": {"annotations": annotations}}),
-            false,
-        )
-        .is_ok()
-}
-
-#[allow(clippy::too_many_arguments)]
-fn step_agent(
-    emulator: &Emulator,
-    config: &FleetConfig,
-    n: &mut NodeState,
-    object: &Value,
-    generations: &BTreeMap<String, Generation>,
-    now: SystemTime,
-    out: &mut Vec<FleetEvent>,
-) {
-    let name = n.spec.name.clone();
-    let mut say = |message: String| {
-        out.push(FleetEvent {
-            node: name.clone(),
-            message,
-        });
-    };
-    match n.agent.clone() {
-        Agent::Idle => {
-            let Some(generation) = generations.get(&n.spec.group) else {
-                return;
-            };
-            if annotation(object, CHECKSUM) == Some(generation.checksum.as_str()) {
-                return;
-            }
-            if annotation(object, APPROVED).is_none() {
-                if annotation(object, WAITING).is_none()
-                    && patch_annotations(emulator, &n.spec.name, json!({WAITING: ""}))
-                {
-                    say(format!(
-                        "agent needs {}, asks for approval",
-                        generation.checksum
-                    ));
-                }
-                return;
-            }
-            if generation.impact == Impact::Disruptive
-                && annotation(object, DISRUPTION_APPROVED).is_none()
-            {
-                let key = if generation.rolling {
-                    ROLLING_UPDATE
-                } else {
-                    DISRUPTION_REQUIRED
-                };
-                if annotation(object, key).is_none()
-                    && patch_annotations(emulator, &n.spec.name, json!({key: ""}))
-                {
-                    say(format!("agent asks for a disruption ({key})"));
-                }
-                return;
-            }
-            n.agent = Agent::Applying {
-                until: now + config.agent_delay,
-                target: generation.checksum.clone(),
-                impact: generation.impact,
-            };
-            say(format!("agent applies {}", generation.checksum));
-        }
-        Agent::Applying {
-            until,
-            target,
-            impact,
-        } => {
-            if now < until {
-                return;
-            }
-            let restart = match impact {
-                Impact::None => None,
-                Impact::KubeletRestart => Some((config.kubelet_restart, "restarts the kubelet")),
-                Impact::Disruptive => Some((config.reboot, "reboots")),
-            };
-            match restart {
-                Some((d, what)) => {
-                    n.agent = Agent::Restarting {
-                        until: now + d,
-                        target,
-                    };
-                    say(format!("agent {what}"));
-                }
-                None => finish(emulator, n, &target, &mut say),
-            }
-        }
-        Agent::Restarting { until, target } => {
-            if now >= until {
-                finish(emulator, n, &target, &mut say);
-            }
-        }
-    }
-}
-
-fn finish(emulator: &Emulator, n: &mut NodeState, target: &str, say: &mut impl FnMut(String)) {
-    if patch_annotations(emulator, &n.spec.name, json!({CHECKSUM: target})) {
-        n.agent = Agent::Idle;
-        say(format!("node runs {target}"));
     }
 }
 

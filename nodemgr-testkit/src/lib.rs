@@ -26,6 +26,7 @@ pub mod emulator;
 pub mod eviction;
 pub mod faults;
 pub mod fleet;
+mod fleet_agent;
 pub mod managed;
 pub mod openapi;
 pub mod patch;
@@ -40,7 +41,5 @@ pub mod time;
 
 pub use emulator::{Emulator, EmulatorError, EmulatorOptions, kubeconfig_text};
 pub use faults::Fault;
-pub use fleet::{
-    Fleet, FleetConfig, FleetEvent, FleetNode, Generation, Impact, Workload, WorkloadKind,
-};
+pub use fleet::{Fleet, FleetConfig, FleetEvent, FleetNode, Generation, Workload, WorkloadKind};
 pub use status::ApiError;

@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine as _;
+use nodemgr_core::ImpactKind;
 use nodemgr_testkit::{
-    Emulator, Fleet, FleetConfig, FleetNode, Generation, Impact, Workload, WorkloadKind,
+    Emulator, Fleet, FleetConfig, FleetNode, Generation, Workload, WorkloadKind,
 };
 use serde_json::{Value, json};
 
@@ -86,16 +88,20 @@ async fn the_agent_waits_for_approval_then_converges() {
             .is_some()
     );
 
-    fleet
+    let gen1 = fleet
         .publish(
             "workers",
             Generation {
-                checksum: "gen1".into(),
-                impact: Impact::KubeletRestart,
+                name: "gen1".into(),
+                impact: ImpactKind::KubeletRestart,
                 rolling: false,
             },
         )
         .unwrap();
+    assert_eq!(
+        fleet.checksum_of("workers", "gen1").as_deref(),
+        Some(gen1.as_str())
+    );
     let secret = emulator
         .get(
             "v1",
@@ -104,18 +110,21 @@ async fn the_agent_waits_for_approval_then_converges() {
             "configuration-checksums",
         )
         .unwrap();
-    assert_eq!(secret["data"]["workers"], "Z2VuMQ=="); // base64("gen1")
+    assert_eq!(
+        secret["data"]["workers"],
+        base64::engine::general_purpose::STANDARD.encode(&gen1)
+    );
 
     let e = emulator.clone();
     wait_for("waiting-for-approval", || {
         annotation(&e, "w-0", "update.node.deckhouse.io/waiting-for-approval").is_some()
     })
     .await;
-    // Without approval nothing is applied.
+    // Asking for approval drops the old checksum; without approval nothing is applied.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        annotation(&emulator, "w-0", "node.deckhouse.io/configuration-checksum").as_deref(),
-        Some("")
+        annotation(&emulator, "w-0", "node.deckhouse.io/configuration-checksum"),
+        None
     );
 
     patch_annotations(
@@ -126,7 +135,8 @@ async fn the_agent_waits_for_approval_then_converges() {
     let mut saw_not_ready = false;
     wait_for("the new checksum", || {
         saw_not_ready |= ready(&e, "w-0").as_deref() == Some("False");
-        annotation(&e, "w-0", "node.deckhouse.io/configuration-checksum").as_deref() == Some("gen1")
+        annotation(&e, "w-0", "node.deckhouse.io/configuration-checksum").as_deref()
+            == Some(gen1.as_str())
     })
     .await;
     assert!(
@@ -144,12 +154,12 @@ async fn a_disruptive_generation_asks_for_a_disruption_first() {
     let emulator = Arc::new(Emulator::start().await.unwrap());
     let fleet = Fleet::start(emulator.clone(), fast(), None).unwrap();
     fleet.add_node(node("w-0")).unwrap();
-    fleet
+    let gen2 = fleet
         .publish(
             "workers",
             Generation {
-                checksum: "gen2".into(),
-                impact: Impact::Disruptive,
+                name: "gen2".into(),
+                impact: ImpactKind::Disruptive,
                 rolling: false,
             },
         )
@@ -167,7 +177,7 @@ async fn a_disruptive_generation_asks_for_a_disruption_first() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_ne!(
         annotation(&emulator, "w-0", "node.deckhouse.io/configuration-checksum").as_deref(),
-        Some("gen2")
+        Some(gen2.as_str())
     );
     patch_annotations(
         &emulator,
@@ -175,7 +185,8 @@ async fn a_disruptive_generation_asks_for_a_disruption_first() {
         json!({"update.node.deckhouse.io/disruption-approved": ""}),
     );
     wait_for("the new checksum", || {
-        annotation(&e, "w-0", "node.deckhouse.io/configuration-checksum").as_deref() == Some("gen2")
+        annotation(&e, "w-0", "node.deckhouse.io/configuration-checksum").as_deref()
+            == Some(gen2.as_str())
     })
     .await;
 }

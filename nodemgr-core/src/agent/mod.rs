@@ -70,6 +70,7 @@
 mod action;
 mod input;
 mod machine;
+pub mod simulated;
 pub mod state;
 
 pub use action::{AgentAction, AgentEvent, NodePatch};
@@ -78,4 +79,5 @@ pub use machine::{
     Agent, AgentConfig, AgentError, AgentStatus, REASON_BUNDLE_REJECTED, REASON_STEP_FAILED,
     STDERR_TAIL_BYTES, stderr_tail,
 };
+pub use simulated::{GENERATION_STEP, SimulatedGeneration, SimulatedGenerations};
 pub use state::{Progress, StateError, StateFiles};

@@ -1,0 +1,336 @@
+//! The simulated nodes' agents: every node runs core's node agent
+//! ([`nodemgr_core::agent::Agent`], `docs/agent.md`) and this module is its driver. It answers
+//! the agent's requests from the world (the group's bundle, the node's annotations), keeps the
+//! node's state files, and simulates the steps: a step takes the scenario's agent delay (plus
+//! jitter and a slow node's extra delay), then the node restarts its kubelet or reboots
+//! (NotReady for `agent.kubeletRestart` / `agent.reboot`) when the configuration change
+//! needs it.
+//!
+//! A group's configuration generations are core's simulated bundles
+//! ([`nodemgr_core::agent::SimulatedGenerations`]): one step whose disruption key names the
+//! latest disruptive generation. What running the step does to the node is the strongest
+//! impact of the generations between the node's last applied one and the desired one.
+//!
+//! The agent's reads and patches go to the world directly: injected API errors hit the
+//! controllers' calls, not the agent's (its behaviour under failed and conflicting requests is
+//! covered by core's properties, `nodemgr-core/tests/agent.rs`). A node's resourceVersion is a
+//! fingerprint of its metadata, so a patch based on a stale read conflicts as on a real API.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use nodemgr_core::ImpactKind;
+use nodemgr_core::agent::{
+    Agent, AgentAction, AgentConfig, AgentInput, NodeView, PatchOutcome, SimulatedGeneration,
+    StateFiles, StepOutcome,
+};
+use nodemgr_core::model::{ApprovalMode, Node, Timestamp, keys};
+
+use crate::world::World;
+
+/// A step being simulated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningStep {
+    /// The step.
+    pub name: String,
+    /// When the step's changes are in place (and a restart, if any, begins).
+    pub applied_at: Timestamp,
+    /// When the step ends (after the restart).
+    pub done_at: Timestamp,
+    /// What the step does to the node.
+    pub effect: ImpactKind,
+    /// The restart has been recorded.
+    pub restart_started: bool,
+}
+
+/// A node's agent: the state machine, the node's state files, the step it runs.
+#[derive(Debug, Clone)]
+pub struct SimAgent {
+    /// Core's agent.
+    pub machine: Agent,
+    /// The node's state files, as the agent's writes left them.
+    pub files: StateFiles,
+    /// The checksum last written to `configuration_checksum` (kept while an apply is under
+    /// way: what the node runs, for the simulated effect of a step).
+    pub applied: Option<String>,
+    /// The step being simulated.
+    pub running: Option<RunningStep>,
+}
+
+impl SimAgent {
+    /// The agent of a node that runs `generation`, started at `now`.
+    pub fn running(node: &str, generation: &SimulatedGeneration, now: Timestamp) -> Self {
+        let done = generation.steps.iter().map(|s| s.name.clone()).collect();
+        let applied_keys = generation
+            .steps
+            .iter()
+            .filter_map(|s| s.disruption_key.clone().map(|k| (s.name.clone(), k)))
+            .collect();
+        let files = StateFiles::applied(&generation.checksum, done, applied_keys);
+        Self {
+            machine: Agent::new(AgentConfig::new(node), files.clone(), now),
+            files,
+            applied: Some(generation.checksum.clone()),
+            running: None,
+        }
+    }
+
+    /// Whether the node is NotReady because its step restarts the kubelet or reboots it.
+    pub fn restarting(&self, now: Timestamp) -> bool {
+        self.running
+            .as_ref()
+            .is_some_and(|r| r.effect != ImpactKind::None && r.applied_at <= now && now < r.done_at)
+    }
+
+    /// The next time the agent needs the driver: its timer or its step's next phase.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        let step = self.running.as_ref().map(|r| {
+            if r.restart_started || r.effect == ImpactKind::None {
+                r.done_at
+            } else {
+                r.applied_at
+            }
+        });
+        match (step, self.machine.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// The resourceVersion of a simulated node: a fingerprint of what a patch could change.
+pub fn resource_version(node: &Node) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    node.annotations.hash(&mut h);
+    node.labels.hash(&mut h);
+    node.unschedulable.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+impl World {
+    /// Lets every agent that is due act: woken agents, expired timers, step phases.
+    pub(crate) fn step_agents(&mut self) {
+        let now = self.now;
+        let woken: Vec<String> = self
+            .agenda
+            .iter()
+            .take_while(|(t, _)| *t <= now)
+            .map(|(_, n)| n.clone())
+            .collect();
+        self.agenda.retain(|(t, _)| *t > now);
+        let names: Vec<String> = self.nodes.keys().cloned().collect();
+        for name in names {
+            let Some(n) = self.nodes.get_mut(&name) else {
+                continue;
+            };
+            if n.is_dark(now) {
+                continue;
+            }
+            if woken.contains(&name) {
+                n.agent.machine.wake(now);
+            }
+            n.agent.machine.handle_timeout(now);
+            self.advance_step(&name);
+            self.drive_agent(&name);
+        }
+    }
+
+    /// Moves the node's simulated step on: the restart begins, or the step ends.
+    fn advance_step(&mut self, name: &str) {
+        let now = self.now;
+        let Some(n) = self.nodes.get_mut(name) else {
+            return;
+        };
+        let Some(r) = n.agent.running.clone() else {
+            return;
+        };
+        if r.effect != ImpactKind::None && !r.restart_started && r.applied_at <= now {
+            if let Some(step) = n.agent.running.as_mut() {
+                step.restart_started = true;
+            }
+            let secs = r.done_at.saturating_since(r.applied_at).as_secs();
+            let (kind, what) = if r.effect == ImpactKind::Disruptive {
+                self.stats.disruptions += 1;
+                ("agent.reboot", "reboots the node")
+            } else {
+                ("agent.kubelet-restart", "restarts the kubelet")
+            };
+            self.record(kind, Some(name), None, format!("agent {what} ({secs}s)"));
+        }
+        if r.done_at <= now
+            && let Some(n) = self.nodes.get_mut(name)
+        {
+            n.agent.running = None;
+            n.agent.machine.handle(
+                AgentInput::StepFinished(StepOutcome {
+                    step: r.name,
+                    exit_code: Some(0),
+                    stderr: String::new(),
+                }),
+                now,
+            );
+        }
+    }
+
+    /// Carries out the agent's actions until it waits for its timer or a simulated step.
+    pub(crate) fn drive_agent(&mut self, name: &str) {
+        loop {
+            let Some(n) = self.nodes.get_mut(name) else {
+                return;
+            };
+            let Some(action) = n.agent.machine.poll_action() else {
+                return;
+            };
+            let group = n.group.clone();
+            match action {
+                AgentAction::FetchBundle => {
+                    let answer = self
+                        .groups
+                        .get(&group)
+                        .map(|g| {
+                            let rolling =
+                                g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
+                            g.generations.desired().bundle(rolling)
+                        })
+                        .ok_or_else(|| format!("no group {group}"));
+                    self.answer(name, AgentInput::Bundle(answer));
+                }
+                AgentAction::ReadNode => {
+                    let view = self.nodes.get(name).map(|n| NodeView {
+                        resource_version: resource_version(&n.node),
+                        annotations: n.node.annotations.clone(),
+                    });
+                    self.answer(name, AgentInput::Node(Ok(view)));
+                }
+                AgentAction::PatchNode(patch) => {
+                    let Some(n) = self.nodes.get_mut(name) else {
+                        return;
+                    };
+                    let outcome = if resource_version(&n.node) != patch.resource_version {
+                        PatchOutcome::Conflict
+                    } else {
+                        patch.apply_to(&mut n.node.annotations);
+                        PatchOutcome::Applied {
+                            resource_version: resource_version(&n.node),
+                        }
+                    };
+                    if matches!(outcome, PatchOutcome::Applied { .. }) {
+                        self.record_patch(name, &patch.set);
+                    }
+                    self.answer(name, AgentInput::Patched(outcome));
+                }
+                AgentAction::RunStep { name: step } => self.start_step(name, step),
+                AgentAction::StoreBundle { .. } => {}
+                AgentAction::WriteProgress(p) => n.agent.files.progress = Some(p),
+                AgentAction::WriteChecksumFile(checksum) => {
+                    n.agent.files.configuration_checksum = Some(checksum.clone());
+                    n.agent.applied = Some(checksum.clone());
+                    self.stats.updates_completed += 1;
+                    let short = checksum.get(..12).unwrap_or(&checksum).to_owned();
+                    self.record(
+                        "agent.updated",
+                        Some(name),
+                        None,
+                        format!("node runs {short}"),
+                    );
+                }
+                AgentAction::RemoveChecksumFile => n.agent.files.configuration_checksum = None,
+                AgentAction::RemoveFirstRun => n.agent.files.first_run = false,
+                AgentAction::EmitEvent(e) => {
+                    self.record(
+                        "agent.event",
+                        Some(name),
+                        None,
+                        format!("{}: {}", e.reason, e.note),
+                    );
+                }
+            }
+        }
+    }
+
+    fn answer(&mut self, name: &str, input: AgentInput) {
+        let now = self.now;
+        if let Some(n) = self.nodes.get_mut(name) {
+            n.agent.machine.handle(input, now);
+        }
+    }
+
+    /// Timeline events for the agent's requests (what a person watching the Node would see).
+    fn record_patch(&mut self, name: &str, set: &BTreeMap<String, String>) {
+        if set.contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL) {
+            let group = self.nodes.get(name).map(|n| n.group.clone());
+            let desired = group
+                .and_then(|g| self.groups.get(&g))
+                .map(|g| g.generations.desired().short().to_owned())
+                .unwrap_or_default();
+            self.record(
+                "agent.waiting-for-approval",
+                Some(name),
+                None,
+                format!("agent needs {desired}, asks for approval"),
+            );
+        }
+        for key in [
+            keys::ANNOTATION_DISRUPTION_REQUIRED,
+            keys::ANNOTATION_ROLLING_UPDATE,
+        ] {
+            if set.contains_key(key) {
+                self.record(
+                    "agent.disruption-required",
+                    Some(name),
+                    None,
+                    format!("agent asks for a disruption ({key})"),
+                );
+            }
+        }
+    }
+
+    /// Starts simulating a step: its changes are in place after the agent delay (plus jitter
+    /// and the node's extra delay), then the node restarts as the change requires.
+    fn start_step(&mut self, name: &str, step: String) {
+        let now = self.now;
+        let jitter = self.agent.jitter.0;
+        let jitter_ms = self
+            .rng
+            .below(u64::try_from(jitter.as_millis()).unwrap_or(0) + 1);
+        let Some(n) = self.nodes.get(name) else {
+            return;
+        };
+        let effect = self
+            .groups
+            .get(&n.group)
+            .map(|g| g.generations.impact_from(n.agent.applied.as_deref()))
+            .unwrap_or_default();
+        let applied_at =
+            now + self.agent.delay.0 + Duration::from_millis(jitter_ms) + n.extra_agent_delay;
+        let restart = match effect {
+            ImpactKind::None => Duration::ZERO,
+            ImpactKind::KubeletRestart => self.agent.kubelet_restart.0,
+            ImpactKind::Disruptive => self.agent.reboot.0,
+        };
+        let target = self
+            .groups
+            .get(&n.group)
+            .map(|g| g.generations.desired().short().to_owned())
+            .unwrap_or_default();
+        if let Some(n) = self.nodes.get_mut(name) {
+            n.agent.running = Some(RunningStep {
+                name: step,
+                applied_at,
+                done_at: applied_at + restart,
+                effect,
+                restart_started: false,
+            });
+        }
+        self.record(
+            "agent.applying",
+            Some(name),
+            None,
+            format!(
+                "agent applies {target} ({effect}), done in {}s",
+                applied_at.saturating_since(now).as_secs()
+            ),
+        );
+    }
+}
