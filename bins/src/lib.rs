@@ -2,6 +2,7 @@
 //! share ([`inputs`]), and the servers themselves ([`bashible_apiserver`]) so that the binaries
 //! stay thin and tests can reach the pieces.
 
+pub mod bashible;
 pub mod bashible_apiserver;
 pub mod early_oom;
 pub mod fencing_agent;

@@ -32,6 +32,10 @@ enum Command {
     Crds(cli::crds::CrdsArgs),
     /// Run node-manager against an API emulator with simulated nodes, through a scripted story.
     Demo(cli::demo::DemoArgs),
+    /// The node agent (the `bashible` binary's code), for `nodemgr demo`'s nodes: the demo
+    /// runs its own executable so it needs no second binary built.
+    #[command(hide = true)]
+    Agent(nodemgr_bins::bashible::Config),
 }
 
 fn init_logging() {
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cli::simulate::run_cmd(args),
         Command::Crds(args) => cli::crds::run(args),
         Command::Demo(args) => cli::demo::run(args),
+        Command::Agent(config) => cli::demo::run_agent(config),
     };
     match result {
         Ok(outcome) => outcome.exit_code(),

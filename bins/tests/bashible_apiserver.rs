@@ -568,3 +568,154 @@ fn group_scoped_tokens_get_only_their_groups_own_join_token() {
         StatusCode::OK
     );
 }
+
+#[test]
+fn the_agent_binary_is_served_to_known_tokens_only() {
+    let binary_dir = tempfile::tempdir().unwrap();
+    let binary = binary_dir.path().join("bashible");
+    let content: Vec<u8> = (0..=255_u8).cycle().take(70_000).collect();
+    std::fs::write(&binary, &content).unwrap();
+    let server = Server::start(&[
+        "--watch-interval",
+        "0s",
+        "--agent-binary",
+        binary.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        server.get("/v1/agent/bashible", None).status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        server
+            .get("/v1/agent/bashible", Some("wrong-token-0123456789"))
+            .status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let served = server.get("/v1/agent/bashible", Some(WORKER_TOKEN));
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(served.bytes().unwrap().as_ref(), content.as_slice());
+
+    let without = Server::start(&["--watch-interval", "0s"]);
+    let missing = without.get("/v1/agent/bashible", Some(WORKER_TOKEN));
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    assert!(missing.text().unwrap().contains("--agent-binary"));
+}
+
+#[test]
+fn a_bootstrap_script_installs_the_node_agent_with_its_groups_token() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("groups");
+    std::fs::create_dir(&manifests).unwrap();
+    std::fs::write(manifests.join("worker.yaml"), WORKER).unwrap();
+    std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
+    std::fs::write(dir.path().join("join-token"), JOIN_TOKEN).unwrap();
+    std::fs::write(
+        dir.path().join("tokens"),
+        format!("{WORKER_TOKEN} worker\n{ADMIN_TOKEN} *\n"),
+    )
+    .unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let agent = env!("CARGO_BIN_EXE_bashible");
+    let child = Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"))
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--public-url", &url, "--agent-binary", agent])
+        .arg("--tokens-file")
+        .arg(dir.path().join("tokens"))
+        .args(["--api-endpoint", "10.0.0.1:6443"])
+        .arg("--ca-file")
+        .arg(dir.path().join("ca.crt"))
+        .arg("--bootstrap-token-file")
+        .arg(dir.path().join("join-token"))
+        .arg("--root")
+        .arg(&root)
+        .arg(&manifests)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut server = Server {
+        child,
+        base: url.clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let mut line = String::new();
+    BufReader::new(server.child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("listening on"), "{line}");
+    let script = server
+        .get("/v1/groups/worker/bootstrap.sh", Some(WORKER_TOKEN))
+        .text()
+        .unwrap();
+    assert!(script.contains(WORKER_TOKEN));
+    assert!(
+        !script.contains(ADMIN_TOKEN),
+        "a `*` token never reaches a node"
+    );
+    let path = dir.path().join("bootstrap.sh");
+    std::fs::write(&path, &script).unwrap();
+    let out = Command::new("bash").arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let installed = root.join("opt/nodemgr/bin/bashible");
+    assert_eq!(
+        std::fs::read(&installed).unwrap(),
+        std::fs::read(agent).unwrap()
+    );
+    assert_eq!(
+        std::fs::metadata(&installed).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    let token = root.join("var/lib/bashible/bundle-token");
+    assert_eq!(std::fs::read_to_string(&token).unwrap(), WORKER_TOKEN);
+    assert_eq!(
+        std::fs::metadata(&token).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let service =
+        std::fs::read_to_string(root.join("etc/systemd/system/bashible.service")).unwrap();
+    assert!(
+        service.contains(&format!(
+            "ExecStart=/opt/nodemgr/bin/bashible --bundle-server {url} --group worker\n"
+        )),
+        "{service}"
+    );
+    assert!(root.join("etc/systemd/system/bashible.timer").exists());
+    let host = std::fs::read_to_string(root.join(".nodemgr-host-commands.log")).unwrap();
+    assert!(
+        host.contains("systemctl enable --now bashible.timer"),
+        "{host}"
+    );
+    // The agent starts from what the bootstrap applied: every step done, the same checksum.
+    let progress = nodemgr_core::agent::Progress::parse(
+        &std::fs::read_to_string(root.join("var/lib/bashible/nodemgr_progress.json")).unwrap(),
+    )
+    .unwrap();
+    let checksum =
+        std::fs::read_to_string(root.join("var/lib/bashible/configuration_checksum")).unwrap();
+    assert_eq!(progress.bundle.as_deref(), Some(checksum.trim()));
+    assert_eq!(progress.done.len(), 5, "{progress:?}");
+    assert_eq!(
+        progress
+            .applied_keys
+            .get("020_containerd.sh")
+            .map(String::as_str),
+        Some("cri.type=Containerd")
+    );
+    // The token never lands on a command line: curl reads the header from a file descriptor.
+    assert!(!script.contains(&format!("Bearer {WORKER_TOKEN}")));
+}

@@ -1,6 +1,7 @@
 //! `nodemgr demo` (the README's main job) runs its whole story against the emulator with the
-//! real controllers and ends well: every step's "done" line, the rollout's bound, the forced
-//! deletion of the PDB-blocked pods, the fencing of the dark node, and the final table.
+//! real controllers and a real `bashible` agent process per node, and ends well: every step's
+//! "done" line, the agents' requests, the rollout's bound, the forced deletion of the
+//! PDB-blocked pods, the fencing of the dark node, and the final table.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup step should panic
 
@@ -25,7 +26,10 @@ fn the_demo_walks_its_story_to_the_end() {
         "at most 2 frontend nodes were approved at once (maxConcurrent 2)",
         "evictions refused by the PodDisruptionBudget",
         "db-0         pod default/postgres-0 deleted",
-        "done: both db nodes drained, rebooted and back on db-gen1",
+        "done: both db nodes drained and on their new container runtime",
+        "a real bashible agent process",
+        "frontend-0   bashible: asks for approval (waiting-for-approval)",
+        "db-0         bashible: asks for a disruption (disruption-required)",
         "edge-1       Node deleted",
         "done: edge's status shows 3 nodes",
     ] {

@@ -73,6 +73,12 @@ fn check_token(token: &str) -> anyhow::Result<()> {
 }
 
 impl Grant {
+    /// The token, for the one use that hands it on: a group's bootstrap script, which
+    /// installs the node agent with the token of a grant naming exactly that group.
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+
     /// Parses `TOKEN=GROUPS` (the `--token` flag).
     ///
     /// # Errors

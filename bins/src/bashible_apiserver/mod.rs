@@ -11,6 +11,7 @@
 //! | `GET /v1/groups/{group}/checksum` | `{group, checksum}` |
 //! | `GET /v1/groups/{group}/bootstrap.sh` | the bootstrap script (needs the group's token in `--bootstrap-token-dir`, or `--bootstrap-token-file` and a `*` bearer token: see [`state`]) |
 //! | `GET /v1/groups/{group}/cleanup.sh` | the cleanup script |
+//! | `GET /v1/agent/bashible` | the node agent's binary (`--agent-binary`), any known token |
 //! | `GET /apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/{bundle}.{group}` | the bundle as Deckhouse's `NodeGroupBundle` object (`data`: step name → script) |
 //! | `GET /apis/bashible.deckhouse.io/v1alpha1/bootstrap/{bundle}.{group}` | the bootstrap script as a `Bootstrap` object (`data["bootstrap.sh"]`) |
 //!
@@ -36,6 +37,7 @@
 //! TLS: the server speaks plain HTTP. Bearer tokens and the bootstrap token travel in clear, so
 //! listen on loopback or put a TLS-terminating proxy in front.
 
+pub mod agent_binary;
 pub mod auth;
 pub mod serve;
 pub mod state;
@@ -96,6 +98,15 @@ pub struct Config {
     /// token its bootstrap scripts carry, served to any bearer token granted that group.
     #[arg(long, value_name = "DIR")]
     pub bootstrap_token_dir: Option<PathBuf>,
+
+    /// The node agent's binary (`bashible`), served at `/v1/agent/bashible`; with
+    /// `--public-url`, bootstrap scripts install it (see `agent_binary`).
+    #[arg(long, value_name = "PATH")]
+    pub agent_binary: Option<PathBuf>,
+    /// The URL nodes reach this server at (`http://HOST:PORT`), for the agent that bootstrap
+    /// scripts install.
+    #[arg(long, value_name = "URL", requires = "agent_binary")]
+    pub public_url: Option<String>,
     /// Render scripts for a directory standing in for / (tests).
     #[arg(long, value_name = "DIR")]
     pub root: Option<String>,
@@ -135,6 +146,8 @@ impl Config {
             bootstrap_token_dir: self.bootstrap_token_dir.clone(),
             tokens_file: self.tokens_file.clone(),
             token_flags,
+            agent_binary: self.agent_binary.clone(),
+            public_url: self.public_url.clone(),
             root: match &self.root {
                 Some(dir) => RenderRoot::new(dir)?,
                 None => RenderRoot::host(),
@@ -421,6 +434,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/groups/{group}/checksum", get(checksum))
         .route("/v1/groups/{group}/bootstrap.sh", get(bootstrap))
         .route("/v1/groups/{group}/cleanup.sh", get(cleanup))
+        .route("/v1/agent/bashible", get(agent_binary::agent_binary))
         .route(
             "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/{name}",
             get(deckhouse_bundle),

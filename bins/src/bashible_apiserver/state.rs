@@ -44,6 +44,11 @@ pub struct Sources {
     pub token_flags: Vec<Grant>,
     /// Root the bootstrap and cleanup scripts are rendered for.
     pub root: RenderRoot,
+    /// The node agent's binary, served to nodes.
+    pub agent_binary: Option<PathBuf>,
+    /// The URL nodes reach the server at; with `agent_binary`, bootstrap scripts install the
+    /// agent.
+    pub public_url: Option<String>,
 }
 
 /// One group's rendered files.
@@ -74,6 +79,8 @@ pub struct Served {
     pub grants: Vec<Grant>,
     /// Why bootstrap scripts are not served, if they are not.
     pub no_bootstrap: Option<String>,
+    /// The node agent's binary, if served.
+    pub agent_binary: Option<PathBuf>,
 }
 
 /// Why a bearer token gets no bootstrap script of a group.
@@ -220,17 +227,25 @@ impl Sources {
         let mut served = Served {
             grants,
             no_bootstrap,
+            agent_binary: self.agent_binary.clone(),
             ..Served::default()
         };
         for (name, group) in &groups {
             let rendered = bundle_of(group).and_then(|bundle| {
+                let agent = super::agent_binary::agent_install(
+                    self.public_url.as_deref(),
+                    self.agent_binary.is_some(),
+                    &served.grants,
+                    name,
+                )?;
                 let script = |token: &nodemgr_core::bashible::BootstrapToken| {
-                    renderer.bootstrap_script(
+                    renderer.bootstrap_script_with_agent(
                         &bundle,
                         &BootstrapOptions {
                             root: self.root.clone(),
                             bootstrap_token: token.clone(),
                         },
+                        agent.as_ref(),
                     )
                 };
                 let bootstrap = group_tokens.get(name).map(script).transpose()?;

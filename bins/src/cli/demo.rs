@@ -1,8 +1,10 @@
 //! `nodemgr demo`: the whole of nodemgr on one machine, no cluster needed. It starts the API
-//! emulator (nodemgr-testkit), installs the CRDs, creates three NodeGroups with simulated nodes
-//! (kubelets renewing Leases and reporting Ready, the Deckhouse node agent applying updates,
-//! workloads and a PodDisruptionBudget), runs the real `node-manager` controllers through kube
-//! against it, and walks a story with short timers, printing what happens:
+//! emulator (nodemgr-testkit), installs the CRDs, creates three NodeGroups with simulated
+//! machines (kubelets renewing Leases and reporting Ready, workloads and a
+//! PodDisruptionBudget), gives every node a real node agent — a `bashible` process in its own
+//! root applying the bundles `bashible-apiserver` renders ([`super::demo_agents`]) — runs the
+//! real `node-manager` controllers through kube against it, and walks a story with short
+//! timers, printing what happens:
 //!
 //! 1. a `nodeTemplate` label added to a group reaches every node, and leaves when removed;
 //! 2. a kubelet setting changes: the rollout restarts kubelets under `maxConcurrent: 2`;
@@ -21,16 +23,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use nodemgr_core::ImpactKind;
 use nodemgr_core::model::keys;
 use nodemgr_testkit::{
-    Emulator, EmulatorOptions, Fleet, FleetConfig, FleetEvent, FleetNode, Generation, Workload,
-    WorkloadKind,
+    Emulator, EmulatorOptions, Fleet, FleetConfig, FleetEvent, FleetNode, Workload, WorkloadKind,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::Outcome;
+use super::demo_agents::DemoAgents;
 use nodemgr_bins::node_manager;
 
 /// Arguments of `nodemgr demo`.
@@ -59,9 +60,22 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// `nodemgr agent`: the node agent (the `bashible` binary's code), for the demo's nodes.
+pub fn run_agent(config: &nodemgr_bins::bashible::Config) -> anyhow::Result<Outcome> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(nodemgr_bins::bashible::run(config.clone()))?;
+    Ok(Outcome::Ok)
+}
+
 struct Story {
     emulator: Arc<Emulator>,
     fleet: Fleet,
+    agents: DemoAgents,
+    /// Agent annotations last printed, per node.
+    agent_seen: BTreeMap<String, Vec<String>>,
     started: Instant,
     events: mpsc::UnboundedReceiver<FleetEvent>,
     timeout: Duration,
@@ -72,9 +86,9 @@ struct Story {
     evictions_refused: u64,
 }
 
-const WATCHED: [&str; 6] = [
+/// What node-manager writes on nodes (the agents' requests are printed by `report_agents`).
+const WATCHED: [&str; 5] = [
     keys::ANNOTATION_APPROVED,
-    keys::ANNOTATION_DISRUPTION_REQUIRED,
     keys::ANNOTATION_DISRUPTION_APPROVED,
     keys::ANNOTATION_DRAINING,
     keys::ANNOTATION_DRAINED,
@@ -95,8 +109,64 @@ impl Story {
         self.emulator.list("v1", "Node", None)
     }
 
+    /// Prints what the nodes' agents wrote on their Nodes since last time.
+    fn report_agents(&mut self) {
+        for node in self.nodes() {
+            let name = node["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let annotations = &node["metadata"]["annotations"];
+            let mut marks = Vec::new();
+            for (key, text) in [
+                (
+                    keys::ANNOTATION_WAITING_FOR_APPROVAL,
+                    "asks for approval (waiting-for-approval)",
+                ),
+                (
+                    keys::ANNOTATION_DISRUPTION_REQUIRED,
+                    "asks for a disruption (disruption-required)",
+                ),
+            ] {
+                if !annotations[key].is_null() {
+                    marks.push(text.to_owned());
+                }
+            }
+            if let Some(sum) = annotations[keys::ANNOTATION_CONFIGURATION_CHECKSUM].as_str()
+                && !sum.is_empty()
+            {
+                marks.push(format!(
+                    "applied its bundle, reports checksum {}…",
+                    sum.get(..12).unwrap_or(sum)
+                ));
+            }
+            let before = self
+                .agent_seen
+                .insert(name.clone(), marks.clone())
+                .unwrap_or_default();
+            for mark in marks.iter().filter(|m| !before.contains(m)) {
+                self.say(&format!("{name:<12} bashible: {mark}"));
+            }
+            for (key, text) in [
+                (keys::ANNOTATION_WAITING_FOR_APPROVAL, "asks for approval"),
+                (
+                    keys::ANNOTATION_DISRUPTION_REQUIRED,
+                    "asks for a disruption",
+                ),
+            ] {
+                let removed =
+                    before.iter().any(|m| m.starts_with(text)) && annotations[key].is_null();
+                if removed {
+                    let short = key.rsplit('/').next().unwrap_or(key);
+                    self.say(&format!("{name:<12} node-manager: {short} removed"));
+                }
+            }
+        }
+    }
+
     /// Prints what the fleet did and what the controllers changed on nodes since last time.
     fn report(&mut self) {
+        self.report_agents();
         while let Ok(event) = self.events.try_recv() {
             self.say(&format!("{:<12} {}", event.node, event.message));
         }
@@ -276,9 +346,14 @@ fn groups() -> Vec<DemoGroup> {
     ]
 }
 
-async fn setup(
-    args: &DemoArgs,
-) -> anyhow::Result<(Arc<Emulator>, Fleet, mpsc::UnboundedReceiver<FleetEvent>)> {
+type Setup = (
+    Arc<Emulator>,
+    Fleet,
+    DemoAgents,
+    mpsc::UnboundedReceiver<FleetEvent>,
+);
+
+async fn setup(args: &DemoArgs) -> anyhow::Result<Setup> {
     let emulator = Arc::new(
         Emulator::start_with(EmulatorOptions {
             kubeconfig_dir: args.kubeconfig_dir.clone(),
@@ -299,18 +374,16 @@ async fn setup(
     seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nodemgr-system"}}))?;
     let (tx, rx) = mpsc::unbounded_channel();
     let fleet = Fleet::start(emulator.clone(), fleet_config(), Some(tx))?;
-    for (group, spec, nodes) in groups() {
+    for (group, spec, _) in groups() {
         seed(
             json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup", "metadata": {"name": group}, "spec": spec}),
         )?;
-        fleet.publish(
-            group,
-            Generation {
-                name: format!("{group}-gen0"),
-                impact: ImpactKind::None,
-                rolling: false,
-            },
-        )?;
+    }
+    // Nothing is published to the Fleet (`Fleet::publish`), so its simulated agents stay idle:
+    // the real agents below are the only ones that act on the nodes.
+    let names: Vec<&str> = groups().iter().map(|(g, _, _)| *g).collect();
+    let mut agents = DemoAgents::start(&emulator, &names).await?;
+    for (group, _, nodes) in groups() {
         for (name, zone) in nodes {
             fleet.add_node(FleetNode {
                 name: name.into(),
@@ -319,6 +392,7 @@ async fn setup(
                 zone: zone.into(),
                 pods: 110,
             })?;
+            agents.add_node(name, group)?;
             // The fencing agent would label its node; the fleet has no watchdog to arm.
             if group == "edge" {
                 emulator
@@ -364,15 +438,19 @@ async fn setup(
         "metadata": {"name": "postgres", "namespace": "default"},
         "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "postgres"}}}}),
     )?;
-    Ok((emulator, fleet, rx))
+    Ok((emulator, fleet, agents, rx))
 }
 
 async fn demo(args: DemoArgs) -> anyhow::Result<()> {
-    let (emulator, fleet, events) = setup(&args).await?;
+    let (emulator, fleet, agents, events) = setup(&args).await?;
     let kubeconfig = emulator.kubeconfig_path().to_path_buf();
     println!(
-        "nodemgr demo: an API emulator with 3 NodeGroups and 10 simulated nodes, and the real node-manager controllers."
+        "nodemgr demo: an API emulator with 3 NodeGroups and 10 simulated machines, the real node-manager controllers,"
     );
+    println!(
+        "and on every node a real bashible agent process (in its own root) applying the bundles bashible-apiserver renders."
+    );
+    println!("bashible-apiserver: {}", agents.server());
     println!("API emulator: {}", emulator.url());
     println!(
         "Watch it:     KUBECONFIG={} kubectl get ng,nodes -w",
@@ -421,6 +499,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let mut story = Story {
         emulator: emulator.clone(),
         fleet,
+        agents,
+        agent_seen: BTreeMap::new(),
         started: Instant::now(),
         events,
         timeout: Duration::from_secs(args.step_timeout),
@@ -442,6 +522,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         }
     }
     let _ = stop_tx.send(());
+    story.agents.shutdown().await;
     match tokio::time::timeout(Duration::from_secs(10), manager).await {
         Ok(Ok(Err(e))) => return Err(e.context("node-manager failed")),
         Ok(Err(e)) => bail!("node-manager panicked: {e}"),
@@ -492,47 +573,43 @@ async fn walk(story: &mut Story) -> anyhow::Result<()> {
 
     story.heading("2. frontend's kubelet.maxPods changes: a kubelet restart, 2 nodes at a time");
     story.patch_spec("frontend", json!({"kubelet": {"maxPods": 150}}))?;
-    let frontend_gen1 = story.fleet.publish(
-        "frontend",
-        Generation {
-            name: "frontend-gen1".into(),
-            impact: ImpactKind::KubeletRestart,
-            rolling: false,
-        },
-    )?;
+    let frontend = story.agents.publish(&story.emulator, "frontend").await?;
+    story.say(&format!(
+        "bashible-apiserver serves frontend's new bundle {}…; the agents ask for approval",
+        frontend.get(..12).unwrap_or(&frontend)
+    ));
     let mut most = 0;
     story
-        .until("every frontend node runs frontend-gen1", |s| {
-            let approved = s
-                .group_nodes("frontend")
-                .iter()
-                .filter(|n| !n["metadata"]["annotations"][keys::ANNOTATION_APPROVED].is_null())
-                .count();
-            most = most.max(approved);
-            s.all_on("frontend", &frontend_gen1)
-        })
+        .until(
+            "every frontend node applied the new bundle (maxPods 150)",
+            |s| {
+                let approved = s
+                    .group_nodes("frontend")
+                    .iter()
+                    .filter(|n| !n["metadata"]["annotations"][keys::ANNOTATION_APPROVED].is_null())
+                    .count();
+                most = most.max(approved);
+                s.all_on("frontend", &frontend)
+            },
+        )
         .await?;
     story.say(&format!(
         "at most {most} frontend nodes were approved at once (maxConcurrent 2)"
     ));
 
-    story.heading("3. a disruptive change on db (Automatic): drain first; the PDB blocks, the timeout (10s) deletes");
-    let db_gen1 = story.fleet.publish(
-        "db",
-        Generation {
-            name: "db-gen1".into(),
-            impact: ImpactKind::Disruptive,
-            rolling: false,
-        },
-    )?;
+    story.heading("3. a disruptive change on db (Automatic): a new container runtime; drain first; the PDB blocks, the timeout (10s) deletes");
+    story.patch_spec("db", json!({"cri": {"type": "ContainerdV2"}}))?;
+    let db = story.agents.publish(&story.emulator, "db").await?;
     story
-        .until("both db nodes drained, rebooted and back on db-gen1", |s| {
-            s.all_on("db", &db_gen1)
-        })
+        .until(
+            "both db nodes drained and on their new container runtime",
+            |s| s.all_on("db", &db),
+        )
         .await?;
 
     story.heading("4. edge-1 (fenced, watchdog timeout 10s) goes dark");
     story.fleet.set_dark("edge-1", true)?;
+    story.agents.stop("edge-1");
     let dark_at = Instant::now();
     story
         .until(

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 pub mod crds;
 pub mod demo;
+pub mod demo_agents;
 pub mod explain;
 pub mod render;
 pub mod simulate;

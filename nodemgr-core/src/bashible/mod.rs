@@ -61,8 +61,11 @@
 //! Package installation (kubelet, kubectl and containerd must be installed; the scripts check
 //! and say so), a local API proxy in front of several masters (the kubelet uses the first
 //! endpoint that answers), GPU settings (`spec.gpu`), the memory manager of the topology
-//! manager, and the periodic bashible service that re-applies bundles on its own.
+//! manager. The node agent that keeps re-applying bundles is installed by
+//! [`Renderer::bootstrap_script_with_agent`] ([`agent_install`]), not by the plain bootstrap
+//! script.
 
+pub mod agent_install;
 pub mod config;
 pub mod customisations;
 pub mod escape;
@@ -77,6 +80,7 @@ use sha2::{Digest, Sha256};
 
 use crate::model::{NodeGroup, keys};
 
+pub use agent_install::AgentInstall;
 pub use config::{
     ClusterContext, FencingSettings, NodeConfig, Registration, node_config, registration,
 };
@@ -452,7 +456,18 @@ struct BootstrapFiles<'a> {
 }
 
 #[derive(Serialize)]
+struct AgentContext {
+    binary_url: String,
+    binary_path: &'static str,
+    token: String,
+    service_unit: String,
+    timer_unit: String,
+    progress: String,
+}
+
+#[derive(Serialize)]
 struct BootstrapContext<'a> {
+    agent: Option<AgentContext>,
     root: &'a str,
     group: &'a str,
     checksum: &'a str,
@@ -627,6 +642,39 @@ impl Renderer {
         bundle: &Bundle,
         options: &BootstrapOptions,
     ) -> Result<String, RenderError> {
+        self.bootstrap_script_with_agent(bundle, options, None)
+    }
+
+    /// The full bootstrap script of a bundle that also installs the node agent `agent`
+    /// (its binary from the bundle server, its token, its systemd service and timer, and the
+    /// agent's progress record of the steps the script ran), so the node keeps applying its
+    /// group's bundle after the bootstrap.
+    ///
+    /// # Errors
+    /// [`RenderError::Template`] only for a bug in the built-in templates.
+    pub fn bootstrap_script_with_agent(
+        &self,
+        bundle: &Bundle,
+        options: &BootstrapOptions,
+        agent: Option<&AgentInstall>,
+    ) -> Result<String, RenderError> {
+        let agent = agent.map(|agent| AgentContext {
+            binary_url: agent.binary_url(),
+            binary_path: agent_install::AGENT_BINARY_PATH,
+            token: agent.bundle_token().to_owned(),
+            service_unit: agent.service_unit(&bundle.group),
+            timer_unit: agent.timer_unit(),
+            progress: crate::agent::Progress {
+                bundle: Some(bundle.checksum.clone()),
+                done: bundle.steps.iter().map(|s| s.name.clone()).collect(),
+                applied_keys: bundle
+                    .steps
+                    .iter()
+                    .filter_map(|s| Some((s.name.clone(), s.disruption_key.clone()?)))
+                    .collect(),
+            }
+            .to_file(),
+        });
         let registration_env = self.render_template(
             "registration.env",
             RegistrationContext {
@@ -650,6 +698,7 @@ impl Renderer {
         self.render_template(
             "bootstrap.sh",
             BootstrapContext {
+                agent,
                 root: options.root.as_str(),
                 group: &bundle.group,
                 checksum: &bundle.checksum,

@@ -1,0 +1,125 @@
+//! The node agent on bootstrapped nodes. `GET /v1/agent/bashible` serves the agent's binary
+//! (the file given with `--agent-binary`) to bootstrap scripts: any known bearer token may read
+//! it (the binary is the same for every group); without one the answer is 401, and 404 when
+//! the server was started without `--agent-binary`.
+//!
+//! With `--public-url` as well, a group's bootstrap script installs the agent
+//! ([`agent_install`]): it downloads the binary from that URL and leaves the node the token of
+//! the grant that names exactly that group (never a `*` grant, which would let every node read
+//! every group); a group without such a grant gets a bootstrap script without the agent, and
+//! the reason in the log.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use nodemgr_core::bashible::{AgentInstall, RenderError};
+
+use super::auth::{self, Access, Grant, Scope};
+use super::{Shared, error};
+
+/// Serves the agent binary.
+pub async fn agent_binary(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let served = shared.current();
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match auth::access(&served.grants, authorization) {
+        Access::Missing => {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "missing bearer token: send `Authorization: Bearer TOKEN`",
+            )
+            .into_response();
+        }
+        Access::Unknown => {
+            return error(StatusCode::UNAUTHORIZED, "unknown bearer token").into_response();
+        }
+        Access::Granted(_) => {}
+    }
+    let Some(path) = served.agent_binary.clone() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "this server does not serve the agent: start it with --agent-binary PATH",
+        )
+        .into_response();
+    };
+    let read = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || std::fs::read(path)).await
+    };
+    let read = read.unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    match read {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "cannot read the agent binary");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the agent binary cannot be read: {e}"),
+            )
+            .into_response()
+        }
+    }
+}
+
+/// The agent a group's bootstrap script installs, if the server is configured for it and a
+/// grant names the group.
+///
+/// # Errors
+/// A `--public-url` that a systemd unit line cannot carry.
+pub fn agent_install(
+    public_url: Option<&str>,
+    serves_binary: bool,
+    grants: &[Grant],
+    group: &str,
+) -> Result<Option<AgentInstall>, RenderError> {
+    let Some(url) = public_url.filter(|_| serves_binary) else {
+        return Ok(None);
+    };
+    let grant = grants
+        .iter()
+        .find(|g| matches!(&g.scope, Scope::Groups(groups) if groups.contains(group)));
+    match grant {
+        Some(grant) => AgentInstall::new(url, grant.token()).map(Some),
+        None => {
+            tracing::warn!(
+                %group,
+                "no token grant names this group; its bootstrap script does not install the node agent (add `TOKEN {group}` to --tokens-file)"
+            );
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_grant_naming_the_group_is_handed_to_its_nodes() {
+        let grants = vec![
+            Grant::from_flag("admin-token-0123456789=*").expect("a grant"),
+            Grant::from_flag("worker-token-0123456789=worker,db").expect("a grant"),
+        ];
+        let url = Some("http://10.0.0.5:9600");
+        let worker = agent_install(url, true, &grants, "worker")
+            .expect("a valid URL")
+            .expect("a grant names worker");
+        assert_eq!(worker.bundle_token(), "worker-token-0123456789");
+        assert_eq!(
+            agent_install(url, true, &grants, "gpu").expect("valid"),
+            None
+        );
+        assert_eq!(
+            agent_install(url, false, &grants, "worker").expect("valid"),
+            None
+        );
+        assert_eq!(
+            agent_install(None, true, &grants, "worker").expect("valid"),
+            None
+        );
+        assert!(agent_install(Some("http://a b"), true, &grants, "worker").is_err());
+    }
+}
