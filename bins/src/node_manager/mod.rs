@@ -564,7 +564,11 @@ pub async fn run(
             if csr_enabled {
                 group.spawn(
                     "csr",
-                    nodemgr_k8s::controllers::csr::run(client.clone(), metrics.clone(), inner.clone()),
+                    nodemgr_k8s::controllers::csr::run(
+                        client.clone(),
+                        metrics.clone(),
+                        inner.clone(),
+                    ),
                 );
             }
             if let Some(s) = static_settings {
