@@ -12,3 +12,4 @@ pub mod crd;
 pub mod leader;
 pub mod metrics;
 pub mod serve;
+pub mod watch_health;

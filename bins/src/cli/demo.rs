@@ -395,6 +395,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         update_period: Some(Duration::from_secs(1)),
         fencing_period: Some(Duration::from_secs(1)),
         fencing_timeout: None,
+        fencing_kubelet_stale_after: None,
+        fencing_margin: None,
         storm_threshold: None,
         static_period: None,
         static_cluster_context: None,

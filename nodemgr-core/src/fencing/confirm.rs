@@ -24,9 +24,11 @@ pub struct CacheHealth {
     /// How long ago the Lease watch (`kube-node-lease`) last delivered an event (a renewal of
     /// any node's Lease, a list); `None` = never.
     pub lease_event_age: Option<Duration>,
-    /// The stores whose watch is failing now (its last list or watch attempt returned an
-    /// error and none succeeded since).
-    pub failing: Vec<String>,
+    /// The stores whose last list or watch attempt returned an error with nothing delivered
+    /// since, and how long ago that error was. A watch that keeps failing errs again at each
+    /// retry (kube-runtime backs off to at most 30 s); one that recovered on a quiet store
+    /// delivers nothing, so its error only ages.
+    pub failing: Vec<(String, Duration)>,
 }
 
 /// The verdict on the cached view.
@@ -66,12 +68,19 @@ impl fmt::Display for CacheVerdict {
     }
 }
 
-/// Judges the cached view: fresh iff no watch is failing and the Lease watch delivered an
-/// event within `cfg.max_cache_age`. In a cluster where no kubelet renews anything for that
-/// long every node is silent, which the cluster storm guard would hold back anyway.
+/// Judges the cached view: fresh iff no watch erred within `cfg.max_cache_age` without
+/// delivering since, and the Lease watch delivered an event within `cfg.max_cache_age`. In a
+/// cluster where no kubelet renews anything for that long every node is silent, which the
+/// cluster storm guard would hold back anyway.
 pub fn judge_cache(health: &CacheHealth, cfg: &FencingConfig) -> CacheVerdict {
-    if !health.failing.is_empty() {
-        return CacheVerdict::Failing(health.failing.clone());
+    let failing: Vec<String> = health
+        .failing
+        .iter()
+        .filter(|(_, age)| *age <= cfg.max_cache_age)
+        .map(|(store, _)| store.clone())
+        .collect();
+    if !failing.is_empty() {
+        return CacheVerdict::Failing(failing);
     }
     match health.lease_event_age {
         Some(age) if age <= cfg.max_cache_age => CacheVerdict::Fresh,
@@ -229,13 +238,19 @@ mod tests {
         };
         assert!(judge_cache(&fresh, &cfg).is_fresh());
         let failing = CacheHealth {
-            failing: vec!["Pod".into()],
+            failing: vec![("Pod".into(), Duration::from_secs(1))],
             ..fresh.clone()
         };
         assert_eq!(
             judge_cache(&failing, &cfg),
             CacheVerdict::Failing(vec!["Pod".into()])
         );
+        // A quiet store whose watch recovered: its last error ages out.
+        let recovered = CacheHealth {
+            failing: vec![("Pod".into(), Duration::from_secs(31))],
+            ..fresh.clone()
+        };
+        assert!(judge_cache(&recovered, &cfg).is_fresh());
         let quiet = CacheHealth {
             lease_event_age: Some(Duration::from_secs(31)),
             failing: vec![],
