@@ -127,13 +127,25 @@ impl FencingConfig {
         }
     }
 
-    /// Refuses settings that would fence before the watchdog fired.
+    /// Refuses settings that would fence before the watchdog fired (the agent's own timings
+    /// are checked by the agent, [`validate_agent`]).
     ///
     /// # Errors
     /// [`DeadlineError::TimeoutTooShort`] when `default_timeout` is below the derived minimum;
-    /// [`DeadlineError::InvalidTiming`] for invalid agent timings.
+    /// [`DeadlineError::InvalidTiming`] for a zero kubelet staleness or watchdog timeout.
     pub fn validate(&self) -> Result<(), DeadlineError> {
-        validate_agent(&self.agent)?;
+        for (field, value) in [
+            ("fencingKubeletStaleAfter", self.agent.kubelet_stale_after),
+            ("watchdogTimeout", self.agent.watchdog_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(DeadlineError::InvalidTiming {
+                    field,
+                    value,
+                    why: "must be more than zero",
+                });
+            }
+        }
         let minimum = min_deadline(&self.agent, self.agent.watchdog_timeout, self.margin);
         match self.default_timeout {
             Some(timeout) if timeout < minimum => Err(DeadlineError::TimeoutTooShort {
