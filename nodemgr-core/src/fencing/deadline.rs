@@ -205,7 +205,7 @@ mod tests {
     fn agent_timings_are_checked() {
         let mut cfg = FencingConfig::default();
         cfg.agent.kubelet_stale_after = Duration::from_secs(5);
-        let error = cfg.validate().map_err(|e| e.to_string());
+        let error = validate_agent(&cfg.agent).map_err(|e| e.to_string());
         assert!(
             error
                 .as_ref()
@@ -213,11 +213,18 @@ mod tests {
             "{error:?}"
         );
         cfg.agent.kubelet_stale_after = Duration::ZERO;
-        assert!(cfg.validate().is_err());
+        assert!(validate_agent(&cfg.agent).is_err());
+        let error = cfg.validate().map_err(|e| e.to_string());
+        assert!(
+            error
+                .as_ref()
+                .is_err_and(|e| e.starts_with("fencingKubeletStaleAfter 0ns")),
+            "{error:?}"
+        );
         let mut cfg = FencingConfig::default();
         cfg.agent.feed_interval = Duration::from_secs(60);
         assert!(
-            cfg.validate()
+            validate_agent(&cfg.agent)
                 .map_err(|e| e.to_string())
                 .is_err_and(|e| e.starts_with("feedInterval"))
         );
