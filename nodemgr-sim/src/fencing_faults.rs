@@ -93,7 +93,7 @@ impl NodeSchedule {
 
     /// The kubelet writes a renewal at `t` (real ms) when alive and connected.
     fn renews_at(&self, t: i64) -> bool {
-        !self.kubelet_dies.is_some_and(|d| t >= d) && !self.cut_off(t)
+        self.kubelet_dies.is_none_or(|d| t < d) && !self.cut_off(t)
     }
 
     /// The Lease's renewTime (on the node's clock) as stored in the API at real time `t`.
