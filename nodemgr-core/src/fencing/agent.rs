@@ -55,7 +55,7 @@ impl ApiCheck {
 
 /// Whether the node is in maintenance for the fencing agent: any of
 /// `update.node.deckhouse.io/disruption-approved`, `update.node.deckhouse.io/approved`,
-/// `node-manager.deckhouse.io/fencing-disable` (facts §5).
+/// `node-manager.deckhouse.io/fencing-disable` (see `docs/fencing.md`).
 pub fn is_maintenance(node: &Node) -> bool {
     node.has_annotation(keys::ANNOTATION_DISRUPTION_APPROVED)
         || node.has_annotation(keys::ANNOTATION_APPROVED)
@@ -275,7 +275,7 @@ impl FencingAgent {
     }
 
     /// `action` (polled earlier) failed. A failed [`AgentAction::SetLabel`] disarms and exits
-    /// (facts §5); a failed [`AgentAction::ArmWatchdog`] leaves the agent disarmed to retry after
+    /// (as Deckhouse does); a failed [`AgentAction::ArmWatchdog`] leaves the agent disarmed to retry after
     /// the next check; a failed [`AgentAction::RemoveLabel`] is retried on the next pass while
     /// the disarm goes ahead. Other failures change nothing (a failed feed is left to the
     /// watchdog).
