@@ -3,12 +3,20 @@
 //! survives a round trip through the Kubernetes API types (`k8s-openapi`) without losing a
 //! field, so a misspelled or misplaced field fails here rather than in a cluster. (The
 //! `kubectl apply --dry-run=client -f deploy/` acceptance is in nodemgr-testkit's tests.)
+//!
+//! The node agents can do little: fencing-agent and early-oom run as root with every
+//! capability dropped (early-oom adds only SYS_RESOURCE and is not privileged), seccomp
+//! RuntimeDefault and a read-only root; an admission policy bound to each narrows its writes to
+//! its own node; node-manager may read exactly the cloud Secret its code reads.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup step should panic
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -73,6 +81,10 @@ fn every_deploy_document_is_a_well_formed_kubernetes_object() {
             "DaemonSet" => round_trips::<DaemonSet>(&name, &doc),
             "Service" => round_trips::<Service>(&name, &doc),
             "CustomResourceDefinition" => round_trips::<CustomResourceDefinition>(&name, &doc),
+            "ValidatingAdmissionPolicy" => round_trips::<ValidatingAdmissionPolicy>(&name, &doc),
+            "ValidatingAdmissionPolicyBinding" => {
+                round_trips::<ValidatingAdmissionPolicyBinding>(&name, &doc);
+            }
             other => panic!("{name}: kind {other:?} has no round-trip check here; add one"),
         }
         kinds.push(kind);
@@ -177,5 +189,183 @@ fn the_early_oom_daemonset_passes_only_flags_the_binary_has() {
     assert_eq!(
         container["env"][0]["name"], "NODE_NAME",
         "the node name comes from the env"
+    );
+}
+
+fn find<'a>(docs: &'a [(String, Value)], kind: &str, name: &str) -> &'a Value {
+    &docs
+        .iter()
+        .find(|(_, d)| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in deploy/"))
+        .1
+}
+
+#[test]
+fn the_node_agents_run_as_root_with_the_least_they_need() {
+    let docs = manifests();
+    for (name, privileged, added) in [
+        ("fencing-agent", true, vec![]),
+        ("early-oom", false, vec!["SYS_RESOURCE"]),
+    ] {
+        let ds = find(&docs, "DaemonSet", name);
+        let sc = &ds["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+        assert_eq!(
+            sc["runAsUser"], 0,
+            "{name}: root (the image's user is 65532)"
+        );
+        assert_eq!(sc["runAsNonRoot"], false, "{name}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{name}");
+        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{name}");
+        assert_eq!(
+            sc["capabilities"]["drop"],
+            serde_json::json!(["ALL"]),
+            "{name}"
+        );
+        let add: Vec<&str> = sc["capabilities"]["add"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(add, added, "{name}: capabilities added");
+        assert_eq!(
+            sc["privileged"].as_bool().unwrap_or(false),
+            privileged,
+            "{name}"
+        );
+        if !privileged {
+            assert_eq!(sc["allowPrivilegeEscalation"], false, "{name}");
+        }
+    }
+    // early-oom mounts only the kubepods cgroup.
+    let ds = find(&docs, "DaemonSet", "early-oom");
+    let volumes = ds["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
+    for v in volumes {
+        if let Some(path) = v["hostPath"]["path"].as_str() {
+            assert_eq!(path, "/sys/fs/cgroup/kubepods.slice");
+        }
+    }
+}
+
+#[test]
+fn each_node_agent_is_held_to_its_own_node_by_an_admission_policy() {
+    let docs = manifests();
+    for (agent, policy, resource, operation) in [
+        (
+            "fencing-agent",
+            "nodemgr-fencing-agent-own-node",
+            "nodes",
+            "UPDATE",
+        ),
+        ("early-oom", "nodemgr-early-oom-own-node", "pods", "DELETE"),
+    ] {
+        let ds = find(&docs, "DaemonSet", agent);
+        let sa = ds["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap();
+        let ns = ds["metadata"]["namespace"].as_str().unwrap();
+        let vap = find(&docs, "ValidatingAdmissionPolicy", policy);
+        assert_eq!(vap["spec"]["failurePolicy"], "Fail", "{policy}");
+        let rule = &vap["spec"]["matchConstraints"]["resourceRules"][0];
+        assert_eq!(rule["resources"], serde_json::json!([resource]), "{policy}");
+        assert_eq!(
+            rule["operations"],
+            serde_json::json!([operation]),
+            "{policy}"
+        );
+        let condition = vap["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap();
+        assert!(
+            condition.contains(&format!("'system:serviceaccount:{ns}:{sa}'")),
+            "{policy} matches the agent's service account: {condition}"
+        );
+        let validations: String = vap["spec"]["validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["expression"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(
+            validations
+                .contains("request.userInfo.extra['authentication.kubernetes.io/node-name']"),
+            "{policy} checks the token's node claim"
+        );
+        let binding = find(&docs, "ValidatingAdmissionPolicyBinding", policy);
+        assert_eq!(binding["spec"]["policyName"], policy);
+        assert_eq!(
+            binding["spec"]["validationActions"],
+            serde_json::json!(["Deny"])
+        );
+    }
+    // What the policies cannot narrow is not granted at all.
+    let early_oom = find(&docs, "ClusterRole", "nodemgr:early-oom");
+    for rule in early_oom["rules"].as_array().unwrap() {
+        assert!(
+            !rule["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == "pods/eviction"),
+            "early-oom may not evict: an eviction cannot be tied to a node by admission"
+        );
+    }
+    let fencing = find(&docs, "ClusterRole", "nodemgr:fencing-agent");
+    assert_eq!(
+        fencing["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}])
+    );
+}
+
+#[test]
+fn node_manager_may_read_exactly_the_cloud_secret_its_code_reads() {
+    let docs = manifests();
+    let mut granted = Vec::new();
+    for (_, doc) in &docs {
+        if doc["kind"] != "Role" {
+            continue;
+        }
+        for rule in doc["rules"].as_array().unwrap() {
+            if rule["resources"] == serde_json::json!(["secrets"]) {
+                for name in rule["resourceNames"]
+                    .as_array()
+                    .expect("secrets only by name")
+                {
+                    granted.push(format!(
+                        "{}/{}",
+                        doc["metadata"]["namespace"].as_str().unwrap(),
+                        name.as_str().unwrap()
+                    ));
+                }
+            }
+        }
+    }
+    let cloud = format!(
+        "{}/{}",
+        nodemgr_cloud::config::CLOUD_PROVIDER_SECRET_NAMESPACE,
+        nodemgr_cloud::config::CLOUD_PROVIDER_SECRET
+    );
+    assert!(granted.contains(&cloud), "{cloud} not granted: {granted:?}");
+}
+
+#[test]
+fn the_fencing_agents_timings_match_what_node_manager_derives_its_deadline_from() {
+    let docs = manifests();
+    let ds = find(&docs, "DaemonSet", "fencing-agent");
+    let args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap();
+    let stale = args
+        .iter()
+        .filter_map(Value::as_str)
+        .find_map(|a| a.strip_prefix("--kubelet-stale-after="))
+        .expect("the DaemonSet states --kubelet-stale-after");
+    let default = nodemgr_core::fencing::FencingConfig::default()
+        .agent
+        .kubelet_stale_after;
+    assert_eq!(
+        nodemgr_core::model::parse_duration(stale),
+        Some(default),
+        "node-manager derives its deadline from a kubelet staleness of {default:?}"
     );
 }

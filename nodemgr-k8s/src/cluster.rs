@@ -31,7 +31,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
 use nodemgr_core::model::{self as core, Timestamp, keys};
 use nodemgr_core::ports::{
     ClusterError, ClusterRead, EventApi, EventKind, EvictionResult, NodeApi, NodePatch, PodApi,
@@ -43,6 +43,7 @@ use tokio::task::JoinHandle;
 use crate::convert::{self, lease_renew_time, node_to_core, pdb_to_core, pod_to_core};
 use crate::crd::NodeGroup;
 use crate::watch_backoff::WatchBackoff;
+use crate::watch_health::WatchHealth;
 
 /// Name of the Secret holding each group's desired configuration checksum (facts §4).
 pub const CHECKSUMS_SECRET: &str = "configuration-checksums";
@@ -64,6 +65,16 @@ pub fn map_error(what: &str, error: kube::Error) -> ClusterError {
     }
 }
 
+/// The node as the port shows it: its heartbeat is its Lease's `renewTime` when it has a
+/// Lease (the cached and the direct reads agree on this, so the fencing controller can
+/// compare them), else the Ready condition's.
+fn with_lease(mut node: core::Node, renew: Option<Timestamp>) -> core::Node {
+    if renew.is_some() {
+        node.last_heartbeat = renew;
+    }
+    node
+}
+
 /// The reflector stores the port reads from.
 #[derive(Clone)]
 struct Stores {
@@ -82,6 +93,7 @@ pub struct KubeCluster {
     reporter: String,
     checksums_namespace: String,
     writes: Arc<AtomicU64>,
+    health: WatchHealth,
 }
 
 /// The watch tasks feeding a [`KubeCluster`]'s stores; dropping it stops them.
@@ -97,21 +109,31 @@ impl Drop for Watches {
     }
 }
 
-fn spawn_reflector<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, JoinHandle<()>)
+fn spawn_reflector<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    health: &WatchHealth,
+) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let (reader, writer) = reflector::store();
     let kind = K::kind(&K::DynamicType::default()).to_string();
-    let stream = reflector::reflector(writer, watcher(api, config))
-        .backoff(WatchBackoff::new())
-        .touched_objects();
+    health.register(&kind);
+    let health = health.clone();
+    // Raw watcher events (not only touched objects): an empty list or a list's end counts as
+    // a delivery too. Retries follow `WatchBackoff` (back within seconds of a recovery).
+    let stream = reflector::reflector(writer, watcher(api, config)).backoff(WatchBackoff::new());
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(item) = stream.next().await {
-            if let Err(error) = item {
-                tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
+            match item {
+                Ok(_) => health.delivered(&kind),
+                Err(error) => {
+                    health.failed(&kind);
+                    tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
+                }
             }
         }
     });
@@ -122,21 +144,31 @@ impl KubeCluster {
     /// Starts the watches and returns the port with them. `reporter` names the component in
     /// events (`node-manager`). Reads see empty stores until [`KubeCluster::wait_ready`].
     pub fn start(client: Client, reporter: impl Into<String>) -> (KubeCluster, Watches) {
+        let health = WatchHealth::new();
         let (groups, t1) = spawn_reflector(
             Api::<NodeGroup>::all(client.clone()),
             watcher::Config::default(),
+            &health,
         );
-        let (nodes, t2) =
-            spawn_reflector(Api::<Node>::all(client.clone()), watcher::Config::default());
+        let (nodes, t2) = spawn_reflector(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+            &health,
+        );
         let (leases, t3) = spawn_reflector(
             Api::<Lease>::namespaced(client.clone(), keys::NODE_LEASE_NAMESPACE),
             watcher::Config::default(),
+            &health,
         );
-        let (pods, t4) =
-            spawn_reflector(Api::<Pod>::all(client.clone()), watcher::Config::default());
+        let (pods, t4) = spawn_reflector(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default(),
+            &health,
+        );
         let (pdbs, t5) = spawn_reflector(
             Api::<PodDisruptionBudget>::all(client.clone()),
             watcher::Config::default(),
+            &health,
         );
         (
             KubeCluster {
@@ -151,6 +183,7 @@ impl KubeCluster {
                 reporter: reporter.into(),
                 checksums_namespace: keys::NAMESPACE.to_owned(),
                 writes: Arc::new(AtomicU64::new(0)),
+                health,
             },
             Watches {
                 tasks: vec![t1, t2, t3, t4, t5],
@@ -174,6 +207,7 @@ impl KubeCluster {
             reporter: reporter.into(),
             checksums_namespace: keys::NAMESPACE.to_owned(),
             writes: Arc::new(AtomicU64::new(0)),
+            health: WatchHealth::new(),
         }
     }
 
@@ -205,6 +239,38 @@ impl KubeCluster {
     /// The NodeGroups as the API returns them (with status), from the store.
     pub fn node_group_objects(&self) -> Vec<Arc<NodeGroup>> {
         self.stores.groups.state()
+    }
+
+    /// How current the stores are (see [`WatchHealth`]).
+    pub fn watch_health(&self) -> &WatchHealth {
+        &self.health
+    }
+
+    /// Reads `node`'s Node and its kubelet Lease straight from the API (not the stores):
+    /// `Ok(None)` when the Node does not exist, else the Node and the Lease's `renewTime`
+    /// (`None` when it has no Lease).
+    ///
+    /// # Errors
+    /// The port's errors, for either read.
+    pub async fn read_node_direct(
+        &self,
+        node: &str,
+    ) -> Result<Option<(core::Node, Option<Timestamp>)>, ClusterError> {
+        let nodes = Api::<Node>::all(self.client.clone());
+        let Some(object) = nodes
+            .get_opt(node)
+            .await
+            .map_err(|e| map_error(&format!("get node {node}"), e))?
+        else {
+            return Ok(None);
+        };
+        let leases = Api::<Lease>::namespaced(self.client.clone(), keys::NODE_LEASE_NAMESPACE);
+        let lease = leases
+            .get_opt(node)
+            .await
+            .map_err(|e| map_error(&format!("get lease {node}"), e))?;
+        let renew = lease.as_ref().and_then(lease_renew_time);
+        Ok(Some((with_lease(node_to_core(&object), renew), renew)))
     }
 
     /// The Lease renew time of each node, from the store.
@@ -268,13 +334,7 @@ impl KubeCluster {
     fn nodes_with_leases<'a>(&self, nodes: impl Iterator<Item = &'a Node>) -> Vec<core::Node> {
         let leases = self.lease_renewals();
         let mut out: Vec<core::Node> = nodes
-            .map(|n| {
-                let mut node = node_to_core(n);
-                if let Some(renew) = leases.get(&node.name) {
-                    node.last_heartbeat = Some(*renew);
-                }
-                node
-            })
+            .map(|n| with_lease(node_to_core(n), leases.get(&n.name_any()).copied()))
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out

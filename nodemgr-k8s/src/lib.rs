@@ -17,3 +17,4 @@ pub mod pkcs10;
 pub mod serve;
 pub mod supervisor;
 pub mod watch_backoff;
+pub mod watch_health;

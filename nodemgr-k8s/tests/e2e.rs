@@ -52,7 +52,13 @@ fn fast_settings() -> Settings {
         fencing_period: Duration::from_millis(200),
         ..Settings::default()
     };
-    s.fencing_config.default_timeout = Duration::from_secs(2);
+    // Fast agents: the deadline of a group with a 2 s watchdog is 2 + 0.5 + 0.1 = 2.6 s.
+    s.fencing_config.agent.api_check_interval = Duration::from_millis(100);
+    s.fencing_config.agent.api_timeout = Duration::from_millis(200);
+    s.fencing_config.agent.feed_interval = Duration::from_millis(100);
+    s.fencing_config.agent.watchdog_timeout = Duration::from_secs(2);
+    s.fencing_config.agent.kubelet_stale_after = Duration::from_millis(500);
+    s.fencing_config.margin = Duration::from_millis(100);
     s
 }
 
@@ -467,13 +473,22 @@ async fn a_silent_fenced_node_loses_its_pods_then_its_node_but_a_silent_zone_is_
             ("z-0", "edge", "b"),
             ("z-1", "edge", "b"),
             ("z-2", "edge", "b"),
+            // Healthy nodes elsewhere: 4 of 5 silent would be a cluster-wide storm (4 of 10
+            // is not).
+            ("c-0", "edge", "c"),
+            ("c-1", "edge", "c"),
+            ("c-2", "edge", "c"),
+            ("c-3", "edge", "c"),
+            ("c-4", "edge", "c"),
         ],
         fast_settings(),
     )
     .await;
     let e = c.emulator.clone();
     // The agent labels its node; here the test plays the agent.
-    for n in ["e-0", "e-1", "z-0", "z-1", "z-2"] {
+    for n in [
+        "e-0", "e-1", "z-0", "z-1", "z-2", "c-0", "c-1", "c-2", "c-3", "c-4",
+    ] {
         e.merge_patch(
             "v1",
             "Node",
@@ -493,7 +508,7 @@ async fn a_silent_fenced_node_loses_its_pods_then_its_node_but_a_silent_zone_is_
         labels: BTreeMap::new(),
     });
     eventually("an exporter on each node", 20, || {
-        e.list("v1", "Pod", Some("default")).len() == 5
+        e.list("v1", "Pod", Some("default")).len() == 10
     })
     .await;
     eventually("the template controller's fencing-mode label", 20, || {

@@ -18,7 +18,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use nodemgr_core::fencing::{FencedNode, FencingCommand, FencingConfig, plan_fencing};
+use nodemgr_core::fencing::{
+    Confirmation, DirectRead, FencedNode, FencingCommand, FencingConfig, HeartbeatObserver,
+    heartbeat_token, is_maintenance, plan_fencing,
+};
 use nodemgr_core::lifecycle::{LifecycleAction, LifecycleConfig, NodeHealth, NodeLifecycle};
 use nodemgr_core::model::{NodeType, Timestamp, keys};
 
@@ -33,6 +36,7 @@ pub struct FencingController {
     period: Duration,
     next: Timestamp,
     suppressed: BTreeSet<String>,
+    observer: HeartbeatObserver,
 }
 
 impl FencingController {
@@ -47,10 +51,11 @@ impl FencingController {
             period: spec.period.0,
             next: start,
             suppressed: BTreeSet::new(),
+            observer: HeartbeatObserver::new(),
         }
     }
 
-    fn view(world: &World) -> Vec<FencedNode> {
+    fn view(&mut self, world: &World, now: Timestamp) -> Vec<FencedNode> {
         let mut out = Vec::new();
         for n in world.nodes.values() {
             if !n.node.labels.contains_key(keys::LABEL_FENCING_ENABLED) {
@@ -72,7 +77,11 @@ impl FencingController {
                 .node_type
                 .clone()
                 .unwrap_or(NodeType::CloudEphemeral);
-            if let Ok(view) = FencedNode::from_node(&n.node, fencing, node_type, None, has_pods) {
+            let observed = self
+                .observer
+                .observe(&n.node.name, heartbeat_token(&n.node, None), now);
+            if let Ok(view) = FencedNode::from_node(&n.node, fencing, node_type, observed, has_pods)
+            {
                 out.push(view);
             }
         }
@@ -90,15 +99,45 @@ impl Controller for FencingController {
     }
 
     fn step(&mut self, world: &mut World, now: Timestamp) {
-        let plan = plan_fencing(&Self::view(world), &self.config, now);
-        let suppressed: BTreeSet<String> = plan.suppressed.iter().map(|s| s.zone.clone()).collect();
+        self.observer.retain(|name| world.nodes.contains_key(name));
+        let view = self.view(world, now);
+        let plan = plan_fencing(&view, &self.config, now);
+        let mut suppressed: BTreeSet<String> =
+            plan.suppressed.iter().map(|s| s.zone.clone()).collect();
         for s in &plan.suppressed {
             if !self.suppressed.contains(&s.zone) {
                 world.record_in("fencing.suppressed", None, None, None, s.to_string());
             }
         }
+        if let Some(storm) = &plan.cluster_suppressed {
+            if !self.suppressed.contains("*") {
+                world.record_in("fencing.suppressed", None, None, None, storm.to_string());
+            }
+            suppressed.insert("*".to_owned());
+        }
         self.suppressed = suppressed;
         for command in &plan.commands {
+            // The world is the API: its state is what a direct read returns.
+            if let FencingCommand::DeletePods { node } | FencingCommand::DeleteNode { node } =
+                command
+            {
+                let read = match world.nodes.get(node) {
+                    None => DirectRead::NodeGone,
+                    Some(n) => DirectRead::Node {
+                        heartbeat: heartbeat_token(&n.node, None),
+                        maintenance: is_maintenance(&n.node),
+                        fencing_enabled: n.node.labels.contains_key(keys::LABEL_FENCING_ENABLED),
+                    },
+                };
+                let Some(fenced) = view.iter().find(|v| &v.name == node) else {
+                    continue;
+                };
+                if self.observer.confirm(fenced, &read, &self.config, now)
+                    != Confirmation::Confirmed
+                {
+                    continue;
+                }
+            }
             match command {
                 FencingCommand::DeletePods { node } => {
                     let pods: Vec<String> = world

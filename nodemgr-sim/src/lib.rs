@@ -27,6 +27,7 @@ pub mod api;
 pub mod cloud;
 pub mod cluster;
 pub mod controller;
+pub mod fencing_faults;
 pub mod health;
 pub mod rng;
 pub mod scaling;

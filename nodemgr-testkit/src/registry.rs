@@ -183,6 +183,8 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", plural: "roles", singular: "role", kind: "Role", namespaced: true, short_names: &[], subresources: &[], fields: &[] },
     Builtin { group: "certificates.k8s.io", version: "v1", plural: "certificatesigningrequests", singular: "certificatesigningrequest", kind: "CertificateSigningRequest", namespaced: false, short_names: &["csr"], subresources: &["status", "approval"], fields: &["spec.signerName"] },
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", plural: "rolebindings", singular: "rolebinding", kind: "RoleBinding", namespaced: true, short_names: &[], subresources: &[], fields: &[] },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", plural: "validatingadmissionpolicies", singular: "validatingadmissionpolicy", kind: "ValidatingAdmissionPolicy", namespaced: false, short_names: &[], subresources: &["status"], fields: &[] },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", plural: "validatingadmissionpolicybindings", singular: "validatingadmissionpolicybinding", kind: "ValidatingAdmissionPolicyBinding", namespaced: false, short_names: &[], subresources: &[], fields: &[] },
 ];
 
 /// The built-in resource types, in discovery order.

@@ -72,6 +72,8 @@ async fn kubectl_dry_run_accepts_the_deploy_directory() {
         "daemonset.apps/fencing-agent created (dry run)",
         "daemonset.apps/early-oom created (dry run)",
         "clusterrole.rbac.authorization.k8s.io/nodemgr:node-manager created (dry run)",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/nodemgr-fencing-agent-own-node created (dry run)",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/nodemgr-early-oom-own-node created (dry run)",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
     }

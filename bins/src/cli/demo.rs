@@ -10,7 +10,7 @@
 //! 2. a kubelet setting changes: the rollout restarts kubelets under `maxConcurrent: 2`;
 //! 3. a disruptive change in `Automatic` mode drains each node first; the PDB refuses the
 //!    evictions, the drain deletes the pod at the group's `nodeDrainTimeoutSecond`;
-//! 4. a fenced node goes dark: after its watchdog timeout its pods, then its Node, are deleted.
+//! 4. a fenced node goes dark: after its deadline (watchdog timeout + kubelet staleness + margin) its pods, then its Node, are deleted.
 //!
 //! It prints a kubeconfig path so a person can watch with `kubectl get ng,nodes -w`, and with
 //! `--hold` keeps everything running after the story until Ctrl-C.
@@ -475,6 +475,9 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         update_period: Some(Duration::from_secs(1)),
         fencing_period: Some(Duration::from_secs(1)),
         fencing_timeout: None,
+        // Demo agents: kubelet staleness 2 s, margin 1 s ⇒ edge's deadline 10 + 2 + 1 = 13 s.
+        fencing_kubelet_stale_after: Some(Duration::from_secs(2)),
+        fencing_margin: Some(Duration::from_secs(1)),
         storm_threshold: None,
         static_period: None,
         static_cluster_context: None,
@@ -618,7 +621,7 @@ async fn walk(story: &mut Story) -> anyhow::Result<()> {
         )
         .await?;
     story.say(&format!(
-        "edge-1 was fenced {:.1}s after it went dark (timeout 10s from its last heartbeat)",
+        "edge-1 was fenced {:.1}s after it went dark (deadline 13s = watchdog 10s + kubelet staleness 2s + margin 1s, from its last heartbeat)",
         dark_at.elapsed().as_secs_f64()
     ));
     story

@@ -8,6 +8,14 @@
 //! the magic `V`, closes), and re-arms when the marker goes; on SIGTERM or Ctrl-C it removes the
 //! label and disarms, even when the label cannot be removed.
 //!
+//! Each check also reads the node's own kubelet Lease (`kube-node-lease/<node>`): the agent
+//! arms only once it has seen the kubelet renew it and stops feeding when it has seen no
+//! renewal for `--kubelet-stale-after` (30 s), so a node whose kubelet died reboots even while
+//! the API answers — its containers cannot outlive the deletion of their pods. All timing is
+//! on the agent's monotonic clock; the controller derives its deadline from these timings
+//! (`docs/fencing.md`): keep `--kubelet-stale-after` equal to node-manager's
+//! `--fencing-kubelet-stale-after`.
+//!
 //! Which API errors stop the feeding is decided by [`ApiCheck::is_unreachable`]: a timeout or a
 //! connection failure (refused, reset, no route, DNS) does — from the node that is a partition,
 //! its kubelet cannot renew its Lease either and the controller will delete its pods; any HTTP
@@ -25,17 +33,31 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use nodemgr_core::fencing::{
-    AgentAction, AgentConfig, ApiCheck, ApiErrorKind, FencingAgent, is_maintenance,
+    AgentAction, AgentConfig, ApiCheck, ApiErrorKind, FencingAgent, is_maintenance, validate_agent,
 };
-use nodemgr_core::model::keys;
-use nodemgr_k8s::convert::node_to_core;
+use nodemgr_core::model::{Timestamp, keys};
+use nodemgr_k8s::convert::{lease_renew_time, node_to_core};
 use serde_json::json;
 
-use crate::{duration_flag as duration, wall_clock as now};
+use crate::duration_flag as duration;
+
+/// The agent's clock: monotonic (a wall-clock step cannot stretch or shorten its timings),
+/// counted from a fixed instant.
+#[derive(Debug, Clone, Copy)]
+struct MonotonicClock(std::time::Instant);
+
+impl MonotonicClock {
+    fn now(self) -> Timestamp {
+        let millis = i64::try_from(self.0.elapsed().as_millis()).unwrap_or(i64::MAX);
+        // Away from the epoch so that the core's "never" (EPOCH) is in the past.
+        Timestamp::from_millis(millis.saturating_add(1_000_000_000))
+    }
+}
 
 /// Flags of `fencing-agent`.
 #[derive(Debug, Clone, Parser)]
@@ -63,6 +85,10 @@ pub struct Config {
     /// The watchdog's timeout (softdog `soft_margin`); the feed interval must be well inside it.
     #[arg(long, default_value = "60s", value_parser = duration)]
     pub watchdog_timeout: Duration,
+    /// Stop feeding when the node's kubelet has not been seen renewing its Lease for this
+    /// long; must equal node-manager's `--fencing-kubelet-stale-after`.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub kubelet_stale_after: Duration,
     /// Kubeconfig to use; without it the in-cluster configuration.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
@@ -105,17 +131,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             config.watchdog_timeout
         );
     }
-    let client = nodemgr_k8s::cluster::client(config.kubeconfig.as_deref())
-        .await
-        .context("no Kubernetes configuration: pass --kubeconfig or run in a pod")?;
-    let nodes = Api::<Node>::all(client);
-    let name = config.node_name.clone();
-    let mut agent = FencingAgent::new(AgentConfig {
+    let agent_config = AgentConfig {
         feed_interval: config.feed_interval,
         api_check_interval: config.check_interval,
         api_timeout: config.api_timeout,
         watchdog_timeout: config.watchdog_timeout,
-    });
+        kubelet_stale_after: config.kubelet_stale_after,
+    };
+    validate_agent(&agent_config).context("invalid fencing-agent timings")?;
+    let client = nodemgr_k8s::cluster::client(config.kubeconfig.as_deref())
+        .await
+        .context("no Kubernetes configuration: pass --kubeconfig or run in a pod")?;
+    let nodes = Api::<Node>::all(client.clone());
+    let leases = Api::<Lease>::namespaced(client, keys::NODE_LEASE_NAMESPACE);
+    let name = config.node_name.clone();
+    let clock = MonotonicClock(std::time::Instant::now());
+    let now = || clock.now();
+    let mut agent = FencingAgent::new(agent_config);
     let mut watchdog: Option<File> = None;
     let mut label_failed = false;
     tokio::pin!(shutdown);
@@ -125,14 +157,41 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             tracing::debug!(%action, "fencing agent");
             let ok = match action {
                 AgentAction::CheckApi => {
-                    let result = tokio::time::timeout(config.api_timeout, nodes.get(&name)).await;
-                    let (check, node) = classify(result);
+                    // Both reads within one API timeout.
+                    let result = tokio::time::timeout(config.api_timeout, async {
+                        let node = nodes.get(&name).await;
+                        let lease = match &node {
+                            Ok(_) => Some(leases.get_opt(&name).await),
+                            Err(_) => None,
+                        };
+                        (node, lease)
+                    })
+                    .await;
+                    let (node_result, lease_result) = match result {
+                        Ok((node, lease)) => (Ok(node), lease),
+                        Err(elapsed) => (Err(elapsed), None),
+                    };
+                    let (check, node) = classify(node_result);
                     if check != ApiCheck::Ok {
                         tracing::warn!(?check, "API check failed");
                     }
                     agent.handle_api_check(check, now());
                     if let Some(node) = node {
                         agent.handle_node(is_maintenance(&node_to_core(&node)), now());
+                    }
+                    match lease_result {
+                        Some(Ok(lease)) => agent
+                            .handle_kubelet_lease(lease.as_ref().and_then(lease_renew_time), now()),
+                        Some(Err(error)) => {
+                            tracing::warn!(%error, "cannot read the kubelet's Lease; the kubelet counts as silent");
+                        }
+                        None => {}
+                    }
+                    if !agent.kubelet_alive(now()) && agent.is_armed() {
+                        tracing::warn!(
+                            "no kubelet Lease renewal seen for {:?}; not feeding the watchdog",
+                            config.kubelet_stale_after
+                        );
                     }
                     true
                 }

@@ -12,7 +12,9 @@
 //! resync: 30s          # status and template resync
 //! updatePeriod: 10s    # update controller period (it also runs at drain deadlines)
 //! fencingPeriod: 5s
-//! fencingTimeout: 60s  # heartbeat age that fences a node whose group sets no timeout
+//! fencingTimeout: 95s  # deadline of groups without fencing.watchdog.timeout; derived when unset
+//! fencingKubeletStaleAfter: 30s # the fencing agents' --kubelet-stale-after (must match)
+//! fencingMargin: 5s    # added to watchdog timeout + kubelet staleness (see docs/fencing.md)
 //! stormThreshold: 0.55 # share of a zone's fenced nodes silent together that fences nobody
 //! staticPeriod: 10s    # static instance controller period
 //! ```
@@ -128,10 +130,18 @@ pub struct Config {
     /// Period of the fencing controller [default: 5s].
     #[arg(long, value_parser = duration)]
     pub fencing_period: Option<Duration>,
-    /// Heartbeat age that fences a node of a group without its own watchdog timeout
-    /// [default: 60s].
+    /// Deadline (time without a heartbeat) that fences a node of a group without its own
+    /// watchdog timeout; refused below watchdog timeout + kubelet staleness + margin
+    /// [default: derived, 95s].
     #[arg(long, value_parser = duration)]
     pub fencing_timeout: Option<Duration>,
+    /// The fencing agents' `--kubelet-stale-after` (the deadline is derived from it)
+    /// [default: 30s].
+    #[arg(long, value_parser = duration)]
+    pub fencing_kubelet_stale_after: Option<Duration>,
+    /// Margin added to the derived fencing deadline [default: 5s].
+    #[arg(long, value_parser = duration)]
+    pub fencing_margin: Option<Duration>,
     /// Share of a zone's fenced nodes silent together that makes the storm guard fence
     /// nobody there [default: 0.55].
     #[arg(long)]
@@ -178,6 +188,8 @@ struct FileSettings {
     update_period: Option<String>,
     fencing_period: Option<String>,
     fencing_timeout: Option<String>,
+    fencing_kubelet_stale_after: Option<String>,
+    fencing_margin: Option<String>,
     storm_threshold: Option<f64>,
     static_period: Option<String>,
 }
@@ -408,7 +420,19 @@ impl Config {
             .fencing_timeout
             .or(from_file("fencingTimeout", &file.fencing_timeout)?)
         {
-            settings.fencing_config.default_timeout = d;
+            settings.fencing_config.default_timeout = Some(d);
+        }
+        if let Some(d) = self.fencing_kubelet_stale_after.or(from_file(
+            "fencingKubeletStaleAfter",
+            &file.fencing_kubelet_stale_after,
+        )?) {
+            settings.fencing_config.agent.kubelet_stale_after = d;
+        }
+        if let Some(d) = self
+            .fencing_margin
+            .or(from_file("fencingMargin", &file.fencing_margin)?)
+        {
+            settings.fencing_config.margin = d;
         }
         if let Some(t) = self.storm_threshold.or(file.storm_threshold) {
             if !(0.0..=1.0).contains(&t) {
@@ -416,6 +440,10 @@ impl Config {
             }
             settings.fencing_config.storm_threshold = t;
         }
+        settings
+            .fencing_config
+            .validate()
+            .context("the fencing deadline would let pods be deleted before the watchdog fired")?;
         Ok(settings)
     }
 
@@ -755,6 +783,18 @@ mod tests {
         );
         let e = parse(&["--storm-threshold", "1.5"]).settings().unwrap_err();
         assert!(e.to_string().contains("between 0 and 1"), "{e}");
+        let e = parse(&["--fencing-timeout", "60s"]).settings().unwrap_err();
+        assert!(
+            format!("{e:#}").contains("fencingTimeout 60s is shorter than 95s"),
+            "{e:#}"
+        );
+        let s = parse(&["--fencing-timeout", "2m", "--fencing-margin", "1s"])
+            .settings()
+            .unwrap();
+        assert_eq!(
+            s.fencing_config.deadline_for(None),
+            Duration::from_secs(120)
+        );
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("s.yaml");
         std::fs::write(&file, "updatPeriod: 2s\n").unwrap();

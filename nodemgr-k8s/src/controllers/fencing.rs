@@ -1,16 +1,29 @@
 //! The fencing controller: every node labelled `node-manager.deckhouse.io/fencing-enabled`
-//! whose heartbeat (its Lease's `renewTime`, or the Ready condition's, whichever is newer) is
-//! older than its group's `fencing.watchdog.timeout` (60 s) is fenced — its watchdog has
-//! rebooted it by then — with the core's plan ([`nodemgr_core::fencing::plan_fencing`]): all its
-//! pods deleted with grace period 0 (UID preconditions), then, in a later pass once none is
-//! left, the Node (kept for Static and CloudStatic nodes, only reported in `Notify` mode). A zone
+//! whose heartbeat (its Lease's `renewTime`, or the Ready condition's, whichever is newer) has
+//! not changed for its deadline — `fencing.watchdog.timeout + kubelet staleness + margin`
+//! (95 s by default), counted on this controller's clock from when it observed that heartbeat,
+//! so that the node's watchdog has fired by then (see `docs/fencing.md`) — is fenced with the
+//! core's plan ([`nodemgr_core::fencing::plan_fencing`]): all its pods deleted with grace
+//! period 0 (UID preconditions), then, in a later pass once none is left, the Node (kept for
+//! Static and CloudStatic nodes, only reported in `Notify` mode).
+//!
+//! It acts only on fresh, confirmed facts: while a watch is failing or the Lease watch has
+//! been quiet too long ([`nodemgr_core::fencing::judge_cache`]) a pass does nothing (an event
+//! and `nodemgr_fencing_actions_total{action="paused_stale_cache"}` say so once per episode),
+//! and every deletion is preceded by a direct GET of the node's Lease and Node, whose
+//! heartbeat must be the one observed more than a deadline ago
+//! ([`nodemgr_core::fencing::HeartbeatObserver::confirm`]). A zone, or the whole cluster,
 //! where too many fenced nodes went silent together is held back by the storm guard: an event
-//! and `nodemgr_fencing_storm_suppressed{zone}` say so, and nobody there is fenced.
+//! and `nodemgr_fencing_storm_suppressed{zone}` (`zone="*"` for the cluster) say so, and
+//! nobody there is fenced.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use nodemgr_core::fencing::{FencedNode, FencingCommand, FencingConfig, plan_fencing};
+use nodemgr_core::fencing::{
+    Confirmation, DirectRead, FencedNode, FencingCommand, FencingConfig, HeartbeatObserver,
+    StormSuppressed, heartbeat_token, is_maintenance, judge_cache, plan_fencing,
+};
 use nodemgr_core::model::{NodeType, keys};
 use nodemgr_core::ports::{
     ClusterRead, EventApi, EventKind, NodeApi, ObjectRef, PodApi, PodRef, Precondition,
@@ -22,6 +35,20 @@ use super::{Backoff, RETRY_FIRST, now, wait};
 use crate::cluster::KubeCluster;
 use crate::metrics::{Metrics, ZoneLabels};
 
+/// What the controller keeps between passes.
+#[derive(Debug, Default)]
+pub struct FencingState {
+    /// Zones (and `*` for the cluster) held back in the last pass.
+    suppressed: BTreeSet<String>,
+    /// When each node's current heartbeat was observed.
+    observer: HeartbeatObserver,
+    /// The last pass found the cache failing or stale.
+    paused: bool,
+}
+
+/// The zone name the cluster-wide storm guard is reported under.
+pub const CLUSTER_SCOPE: &str = "*";
+
 /// One pass: plans and carries out the fencing of silent nodes. Returns the next deadline.
 ///
 /// # Errors
@@ -30,9 +57,32 @@ pub async fn pass(
     cluster: &KubeCluster,
     config: &FencingConfig,
     metrics: &Metrics,
-    suppressed_before: &mut BTreeSet<String>,
+    state: &mut FencingState,
 ) -> Result<Option<nodemgr_core::model::Timestamp>, nodemgr_core::ports::ClusterError> {
     let now = now();
+    let verdict = judge_cache(&cluster.watch_health().cache_health(), config);
+    if !verdict.is_fresh() {
+        if !state.paused {
+            tracing::warn!("{verdict}");
+            Metrics::action(&metrics.fencing_actions, "paused_stale_cache");
+            let _ = cluster
+                .emit_event(&RecordedEvent {
+                    regarding: ObjectRef::node_group(String::new()),
+                    kind: EventKind::Warning,
+                    reason: "FencingPaused".into(),
+                    message: verdict.to_string(),
+                    time: now,
+                })
+                .await;
+        }
+        state.paused = true;
+        return Ok(None);
+    }
+    if state.paused {
+        tracing::info!("fencing resumed: the cached view is fresh again");
+    }
+    state.paused = false;
+    let suppressed_before = &mut state.suppressed;
     let groups = cluster.list_node_groups().await?;
     let nodes = cluster.list_nodes().await?;
     let pods = cluster.list_pods().await?;
@@ -46,6 +96,9 @@ pub async fn pass(
     }
     let mut fenced = Vec::new();
     let mut uids = BTreeMap::new();
+    state
+        .observer
+        .retain(|name| nodes.iter().any(|n| n.name == name));
     for node in &nodes {
         if !node.labels.contains_key(keys::LABEL_FENCING_ENABLED) {
             continue;
@@ -61,11 +114,16 @@ pub async fn pass(
             .node_type
             .clone()
             .unwrap_or(NodeType::CloudEphemeral);
+        let observed = state.observer.observe(
+            &node.name,
+            heartbeat_token(node, leases.get(&node.name).copied()),
+            now,
+        );
         match FencedNode::from_node(
             node,
             settings,
             node_type,
-            leases.get(&node.name).copied(),
+            observed,
             pods_on
                 .get(node.name.as_str())
                 .is_some_and(|p| !p.is_empty()),
@@ -80,8 +138,16 @@ pub async fn pass(
         }
     }
     let plan = plan_fencing(&fenced, config, now);
-    let suppressed_now: BTreeSet<String> = plan.suppressed.iter().map(|s| s.zone.clone()).collect();
-    for s in &plan.suppressed {
+    let mut storms = plan.suppressed.clone();
+    if let Some(cluster_storm) = &plan.cluster_suppressed {
+        storms.push(StormSuppressed {
+            zone: CLUSTER_SCOPE.to_owned(),
+            silent: cluster_storm.silent,
+            total: cluster_storm.total,
+        });
+    }
+    let suppressed_now: BTreeSet<String> = storms.iter().map(|s| s.zone.clone()).collect();
+    for s in &storms {
         metrics
             .fencing_suppressed
             .get_or_create(&ZoneLabels {
@@ -114,7 +180,30 @@ pub async fn pass(
             .set(0);
     }
     *suppressed_before = suppressed_now;
+    let views: BTreeMap<&str, &FencedNode> = fenced.iter().map(|n| (n.name.as_str(), n)).collect();
     for command in &plan.commands {
+        if let FencingCommand::DeletePods { node } | FencingCommand::DeleteNode { node } = command {
+            let Some(view) = views.get(node.as_str()) else {
+                continue;
+            };
+            let read = match cluster.read_node_direct(node).await {
+                Ok(None) => DirectRead::NodeGone,
+                Ok(Some((object, lease))) => DirectRead::Node {
+                    heartbeat: heartbeat_token(&object, lease),
+                    maintenance: is_maintenance(&object),
+                    fencing_enabled: object.labels.contains_key(keys::LABEL_FENCING_ENABLED),
+                },
+                Err(error) => DirectRead::Failed(error.to_string()),
+            };
+            match state.observer.confirm(view, &read, config, now) {
+                Confirmation::Confirmed => {}
+                Confirmation::Refuted(why) | Confirmation::Unconfirmed(why) => {
+                    tracing::warn!(%node, %why, "fencing not confirmed by a direct read; nothing done");
+                    Metrics::action(&metrics.fencing_actions, "not_confirmed");
+                    continue;
+                }
+            }
+        }
         tracing::info!("{command}");
         let (action, node) = match command {
             FencingCommand::DeletePods { node } => {
@@ -174,12 +263,12 @@ pub async fn run(
     metrics: Metrics,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut suppressed = BTreeSet::new();
+    let mut state = FencingState::default();
     // A pass that could not read the cluster is retried sooner than the period.
     let backoff = Backoff::new(RETRY_FIRST, period);
     loop {
         let started = Instant::now();
-        let result = pass(&cluster, &config, &metrics, &mut suppressed).await;
+        let result = pass(&cluster, &config, &metrics, &mut state).await;
         let deadline = match &result {
             Ok(deadline) => *deadline,
             Err(error) => {
