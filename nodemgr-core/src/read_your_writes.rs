@@ -2,12 +2,13 @@
 //! least as new as everything the decider itself wrote or read directly from the API
 //! (`docs/optimistic-concurrency.md`).
 //!
-//! A watch cache can lag behind the API. If the update planner ran on a cache that does not
-//! show its own last approval yet, it would see that node still waiting and its slot free, and
-//! hand the slot out a second time. [`KnownVersions`] remembers, per node, the newest
-//! `resourceVersion` the decider knows exists (returned by its own writes or seen in a direct
-//! read); a cached list that shows any of those nodes at an older version, or not at all, is
-//! *behind*, and the decider reads the API directly instead.
+//! A watch cache can lag behind the API, and a cache that relists from an API server whose own
+//! watch cache is behind can even go back in time. If the update planner ran on a cache that
+//! does not show its own last approval yet, it would see that node still waiting and its slot
+//! free, and hand the slot out a second time. [`KnownVersions`] remembers, per node, the newest
+//! `resourceVersion` the decider knows exists (returned by its own writes, seen in a direct
+//! read, or seen in a cache it trusted); a cached list that shows any of those nodes at an
+//! older version, or not at all, is *behind*, and the decider reads the API directly instead.
 //!
 //! # Comparing resourceVersions
 //! Kubernetes resourceVersions are decimal integers taken from one counter (etcd's revision),
@@ -22,7 +23,8 @@
 //!   API directly once, because a cache filled before its predecessor's last writes reached
 //!   it would look fine to a decider that remembers nothing.
 //! - After that it is `true` only for a list in which every remembered node appears at its
-//!   remembered version or a later one.
+//!   remembered version or a later one: never for a cache older than something the decider
+//!   wrote or saw, even one that went back in time.
 
 use std::collections::BTreeMap;
 
@@ -67,8 +69,8 @@ impl KnownVersions {
         self.synced = true;
     }
 
-    /// Whether `cached` is at least as new as everything remembered. Nodes it shows at their
-    /// remembered version or later are forgotten (a cache does not go back).
+    /// Whether `cached` is at least as new as everything remembered. When it is, its versions
+    /// are remembered too, so a later cache that goes back behind it is not trusted either.
     pub fn is_satisfied_by(&mut self, cached: &[Node]) -> bool {
         if !self.synced {
             return false;
@@ -77,17 +79,34 @@ impl KnownVersions {
             .iter()
             .map(|n| (n.name.as_str(), n.resource_version.as_str()))
             .collect();
-        self.nodes.retain(|name, known| {
-            !seen
-                .get(name.as_str())
+        let caught_up = self.nodes.iter().all(|(name, known)| {
+            seen.get(name.as_str())
                 .is_some_and(|seen| resource_version_at_least(seen, known))
         });
-        self.nodes.is_empty()
+        if caught_up {
+            for node in cached {
+                self.remember(node);
+            }
+        }
+        caught_up
     }
 
-    /// How many nodes a cache has yet to catch up with.
-    pub fn pending(&self) -> usize {
-        self.nodes.len()
+    /// The nodes whose versions a cache has yet to show: remembered ones that `cached` misses
+    /// or shows older.
+    pub fn behind_in<'a>(&'a self, cached: &[Node]) -> Vec<&'a str> {
+        let seen: BTreeMap<&str, &str> = cached
+            .iter()
+            .map(|n| (n.name.as_str(), n.resource_version.as_str()))
+            .collect();
+        self.nodes
+            .iter()
+            .filter(|(name, known)| {
+                !seen
+                    .get(name.as_str())
+                    .is_some_and(|seen| resource_version_at_least(seen, known))
+            })
+            .map(|(name, _)| name.as_str())
+            .collect()
     }
 
     fn remember(&mut self, node: &Node) {
@@ -142,11 +161,15 @@ mod tests {
         known.handle_fresh_read(&[node("a", "5"), node("b", "6")]);
         known.handle_write(&node("a", "9"));
         assert!(!known.is_satisfied_by(&[node("a", "5"), node("b", "6")]));
-        assert_eq!(known.pending(), 1);
+        assert_eq!(
+            known.behind_in(&[node("a", "5"), node("b", "6")]),
+            vec!["a"]
+        );
         // A node missing from the cache is not taken for deleted.
         assert!(!known.is_satisfied_by(&[node("b", "6")]));
         assert!(known.is_satisfied_by(&[node("a", "12"), node("b", "6")]));
-        assert_eq!(known.pending(), 0);
+        // A cache that goes back behind what was trusted is not trusted again.
+        assert!(!known.is_satisfied_by(&[node("a", "9"), node("b", "6")]));
     }
 
     #[test]
