@@ -11,11 +11,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use nodemgr_core::ImpactKind;
 use nodemgr_k8s::cluster::{KubeCluster, client};
 use nodemgr_k8s::controllers::{self, Settings};
 use nodemgr_k8s::metrics::Metrics;
 use nodemgr_testkit::{
-    Emulator, Fault, Fleet, FleetConfig, FleetNode, Generation, Impact, Workload, WorkloadKind,
+    Emulator, Fault, Fleet, FleetConfig, FleetNode, Generation, Workload, WorkloadKind,
 };
 use serde_json::json;
 use tokio::sync::watch;
@@ -77,8 +78,8 @@ async fn frozen_caches_fence_nobody_and_a_dark_node_is_fenced_after_recovery() {
         .publish(
             "edge",
             Generation {
-                checksum: "edge-gen0".into(),
-                impact: Impact::None,
+                name: "edge-gen0".into(),
+                impact: ImpactKind::None,
                 rolling: false,
             },
         )
