@@ -609,7 +609,9 @@ fn a_bootstrap_script_installs_the_node_agent_with_its_groups_token() {
     std::fs::create_dir(&manifests).unwrap();
     std::fs::write(manifests.join("worker.yaml"), WORKER).unwrap();
     std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
-    std::fs::write(dir.path().join("join-token"), JOIN_TOKEN).unwrap();
+    // The group's own join token: a node's group-scoped bearer token never gets a cluster-wide one.
+    std::fs::create_dir(dir.path().join("join-tokens")).unwrap();
+    std::fs::write(dir.path().join("join-tokens").join("worker"), JOIN_TOKEN).unwrap();
     std::fs::write(
         dir.path().join("tokens"),
         format!("{WORKER_TOKEN} worker\n{ADMIN_TOKEN} *\n"),
@@ -633,8 +635,8 @@ fn a_bootstrap_script_installs_the_node_agent_with_its_groups_token() {
         .args(["--api-endpoint", "10.0.0.1:6443"])
         .arg("--ca-file")
         .arg(dir.path().join("ca.crt"))
-        .arg("--bootstrap-token-file")
-        .arg(dir.path().join("join-token"))
+        .arg("--bootstrap-token-dir")
+        .arg(dir.path().join("join-tokens"))
         .arg("--root")
         .arg(&root)
         .arg(&manifests)
@@ -708,7 +710,8 @@ fn a_bootstrap_script_installs_the_node_agent_with_its_groups_token() {
     let checksum =
         std::fs::read_to_string(root.join("var/lib/bashible/configuration_checksum")).unwrap();
     assert_eq!(progress.bundle.as_deref(), Some(checksum.trim()));
-    assert_eq!(progress.done.len(), 5, "{progress:?}");
+    // The six built-in steps (users, CA, OS settings, containerd, kubelet, cleanup script).
+    assert_eq!(progress.done.len(), 6, "{progress:?}");
     assert_eq!(
         progress
             .applied_keys
