@@ -1,5 +1,5 @@
 //! `nodemgr explain` end to end: every row of the seed table «Влияние параметров NodeGroup на
-//! обновление и перезапуск узлов» (seed 003) reproduced through the built binary, the exact JSON
+//! обновление и перезапуск узлов» (docs/deckhouse.md §10) reproduced through the built binary, the exact JSON
 //! shape, and the exit codes for invalid and unreadable input.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup step should panic

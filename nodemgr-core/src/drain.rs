@@ -1,6 +1,6 @@
 //! The drain of one node as a sans-I/O state machine: cordon, evict every pod that a drain
 //! evicts, retry refused evictions every 20 s, and after the global timeout (5 min) delete what
-//! is left forcibly (seed 003 "disruption update", facts §3.3; issue 3 part 3).
+//! is left forcibly (docs/deckhouse.md §3.3).
 //!
 //! # Expected flow
 //! 1. The executor creates a [`Drain`] with the node, its pods and a [`DrainConfig`]
@@ -21,7 +21,7 @@
 //! - No `ForceDelete` before `start + timeout`.
 //! - A refused eviction is retried no sooner than `eviction_retry` after the refusal was
 //!   handled, and not after the timeout (the pod is force-deleted instead).
-//! - A timed-out drain still counts as drained (facts §3.3) and names the pods it force-deleted.
+//! - A timed-out drain still counts as drained (docs/deckhouse.md §3.3) and names the pods it force-deleted.
 //!
 //! Spurious inputs (a pod the drain does not track, a result for a pod already gone, a poll
 //! before any deadline) are no-ops.
@@ -35,9 +35,9 @@ use crate::model::{Node, NodeGroup, Pod, Timestamp};
 /// How a drain retries and when it gives up on evictions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DrainConfig {
-    /// Delay before a refused eviction (PDB, HTTP 429) is retried. Default 20 s (seed 003).
+    /// Delay before a refused eviction (PDB, HTTP 429) is retried. Default 20 s (docs/deckhouse.md §3.3).
     pub eviction_retry: Duration,
-    /// Global timeout after which remaining pods are deleted forcibly. Default 5 min (seed 003;
+    /// Global timeout after which remaining pods are deleted forcibly. Default 5 min (docs/deckhouse.md §3.3;
     /// Deckhouse's code uses 10 min, we follow the documented value).
     pub timeout: Duration,
 }

@@ -2,7 +2,7 @@
 //! over the cluster port ([`crate::ports::ClusterApi`]). It joins the planner
 //! ([`crate::update::plan_updates_detailed`]) and the drain state machine ([`crate::drain::Drain`])
 //! to the API: snapshot → plan → apply the plan's commands → start, advance and finish drains
-//! (issue 3; seed 003 "updates", facts §3.2–§3.3).
+//! (docs/deckhouse.md §3.2–§3.3).
 //!
 //! The executor is generic over the port, so the simulator (`nodemgr-sim`) and the Kubernetes
 //! adapter (`nodemgr-k8s`) run this same code. It never reads a clock: every step gets `now`.
@@ -36,8 +36,8 @@
 //!    is found schedulable), evictions of all the node's due pods **concurrently**, refused ones
 //!    retried every `eviction_retry` (20 s), and after the timeout (5 min, or the group's
 //!    `nodeDrainTimeoutSecond`) forced deletions with grace period 0 and a UID precondition. A
-//!    finished drain (completed or timed out, facts §3.3) replaces `draining=<source>` by
-//!    `drained=<source>`. A `drained=user` on a schedulable node is removed (facts §3.3).
+//!    finished drain (completed or timed out, docs/deckhouse.md §3.3) replaces `draining=<source>` by
+//!    `drained=<source>`. A `drained=user` on a schedulable node is removed (docs/deckhouse.md §3.3).
 //!
 //! # Guarantees
 //! - Only the planner decides approvals; the executor adds none, so the planner's limits

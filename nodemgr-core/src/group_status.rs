@@ -1,5 +1,5 @@
 //! `NodeGroup.status` from the group's nodes: counts, bounds, conditions and the one-line summary
-//! `kubectl get ng` shows (facts §1.3; issue 8 part 1 "NodeGroup status").
+//! `kubectl get ng` shows (docs/deckhouse.md §1.3).
 //!
 //! [`group_status`] is a pure function of a [`StatusInput`]; the status controller of
 //! `nodemgr-k8s` feeds it from its caches and writes the result to the status subresource.
@@ -15,7 +15,7 @@
 //! | `standby` | standby-holder pods, when reported |
 //! | `error` | the latest error (validation or machine), when any |
 //!
-//! # Conditions (facts §1.3)
+//! # Conditions (docs/deckhouse.md §1.3)
 //! - `Ready`: CloudEphemeral: Ready and schedulable nodes ≥ `min`; other types: every node
 //!   Ready and schedulable.
 //! - `Updating`: some node has an `update.node.deckhouse.io/*` annotation.

@@ -1,9 +1,9 @@
 //! The parameter-to-disruption matrix: what a change of a NodeGroup spec does to the group's
-//! nodes. A change may need a disruptive update (drain and approval, facts §3), a re-provision
+//! nodes. A change may need a disruptive update (drain and approval, docs/deckhouse.md §3), a re-provision
 //! (the machines are replaced by new ones), a kubelet restart, or nothing at all.
 //!
 //! Implements the table «Влияние параметров NodeGroup на обновление и перезапуск узлов» that
-//! ends seed 003 (facts §10), and extends it to every field of [`NodeGroupSpec`]: [`rules()`]
+//! ends docs/deckhouse.md §10, and extends it to every field of [`NodeGroupSpec`]: [`rules()`]
 //! holds one documented [`Rule`] per path, and a test walks a fully populated spec to check that
 //! every leaf of the spec is covered by exactly one rule.
 //!
@@ -421,7 +421,7 @@ const fn default(path: &'static str, value: Literal) -> FieldDefault {
     FieldDefault { path, value }
 }
 
-/// Defaults from the CRD (facts §1.1) and the model's accessors. Fields whose default is not a
+/// Defaults from the CRD (docs/deckhouse.md §1.1) and the model's accessors. Fields whose default is not a
 /// constant (`kubelet.maxPods`, derived from the pod subnet) or that have none are not listed.
 const DEFAULTS: &[FieldDefault] = &[
     default("chaos.mode", Literal::Str("Disabled")),
@@ -1137,7 +1137,7 @@ TOTAL            yes         no           yes
 
     #[test]
     fn seed_table_rows_are_kept() {
-        // (path, disruption, reprovision, kubelet restart) as in seed 003; cri.type separately.
+        // (path, disruption, reprovision, kubelet restart) as in docs/deckhouse.md §10; cri.type separately.
         let seed = [
             ("chaos", NO, NO, NO),
             ("cloudInstances.classReference", NO, YES, NO),

@@ -1,5 +1,5 @@
 //! Decides when the pods of an unhealthy node are evicted, as kube-controller-manager's node
-//! lifecycle controller does (seed 004 "Rate limits on eviction", anchors §3): per-zone states
+//! lifecycle controller does (docs/peers.md §3): per-zone states
 //! Normal / PartialDisruption / FullDisruption, a rate-limited eviction queue per zone, and the
 //! eviction timeout after a node became unhealthy.
 //!

@@ -1,6 +1,6 @@
-//! The machines of CloudEphemeral groups (issue 7): which cloud machines to create and delete,
+//! The machines of CloudEphemeral groups: which cloud machines to create and delete,
 //! what each machine's `Instance` resource says, which machines failed, and which Nodes lost
-//! their machine (the cloud node controller of `seeds/004`). Sans-I/O: [`Machines::plan`] takes
+//! their machine (the cloud node controller of kube-controller-manager). Sans-I/O: [`Machines::plan`] takes
 //! a [`MachineSnapshot`], the scaling layer's [`MachineRequests`] and `now`, and returns
 //! [`MachineCommand`]s; the executor reports cloud call results back
 //! ([`Machines::handle_create`], [`Machines::handle_delete`]).

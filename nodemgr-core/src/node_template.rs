@@ -1,6 +1,6 @@
 //! Keeping `spec.nodeTemplate` on a group's nodes: which labels, annotations and taints to set
-//! and which to remove from each node (facts §1.1 `nodeTemplate`, Deckhouse's node-template
-//! hook; issue 8 part 1 "node templates").
+//! and which to remove from each node (docs/deckhouse.md §1.1 `nodeTemplate`, Deckhouse's node-template
+//! hook).
 //!
 //! [`plan_node_template`] compares one node with its group and returns a [`NodeChange`] (or
 //! nothing when the node is as it should be); [`plan_node_templates`] does it for a cluster.

@@ -1,4 +1,4 @@
-//! Decides when memory pressure warrants killing a pod and which one (facts §6, anchors §5):
+//! Decides when memory pressure warrants killing a pod and which one (docs/deckhouse.md §6, docs/peers.md §5):
 //! PSI parsing (`/proc/pressure/memory`, cgroup v2 `memory.pressure`), thresholds, one kill per
 //! pressure episode, the victim rule, and the text of a kernel PSI trigger.
 //!

@@ -1,12 +1,12 @@
 //! The update-approval flow of a NodeGroup: which node may apply its new configuration, which is
 //! drained, which gets its disruption approved or its machine replaced, and which is finished
-//! and cleaned up (seed 003 "updates", facts §3.2 and §9; issue 3 part 2).
+//! and cleaned up (docs/deckhouse.md §3.2 and §9).
 //!
 //! [`plan_group_update`] takes a snapshot of one group (spec, desired configuration checksum and
 //! the group's *existing* nodes with their annotations) and returns an [`UpdatePlan`]: commands
 //! for the executor and human-readable reasons why nothing else moves. [`plan_updates`] does it
 //! for every group. The node agent (bashible) drives the other half of the protocol through the
-//! same annotations (facts §3.1): it sets `waiting-for-approval` when its checksum differs, waits
+//! same annotations (docs/deckhouse.md §3.1): it sets `waiting-for-approval` when its checksum differs, waits
 //! for `approved`, sets `disruption-required` (or `rolling-update`) at a disruptive step and waits
 //! for `disruption-approved`, then reports the new checksum.
 //!
@@ -22,7 +22,7 @@
 //!    disruption without holding a slot is first approved, which gives it one.
 //! 3. **Approvals**: waiting nodes are approved, in name order, into the free slots.
 //!
-//! # Guarantees (stricter than Deckhouse, facts §3.2 and §11)
+//! # Guarantees (stricter than Deckhouse, docs/deckhouse.md §3.2 and §11)
 //! - A node *occupies a slot* while it has `approved`, `disruption-approved`, `draining` (any
 //!   source) or `drained=bashible` ([`occupies_slot`]). Slots are counted over the snapshot's
 //!   nodes only, so a node that disappears mid-update frees its slot.
@@ -165,7 +165,7 @@ pub struct UpdatePlan {
     pub blocked: Vec<String>,
 }
 
-/// The source recorded in `draining`/`drained` (empty is read as `bashible`, facts §3).
+/// The source recorded in `draining`/`drained` (empty is read as `bashible`, docs/deckhouse.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DrainSource {
     /// nodemgr (Deckhouse: bashible) started the drain, and cordoned the node.
@@ -577,7 +577,7 @@ where
 }
 
 /// Where a node is in its update, as Deckhouse's `node_group_node_status` metric reports it
-/// (facts §9).
+/// (docs/deckhouse.md §9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NodeUpdateStatus {
     /// Waits for `approved`.
@@ -644,7 +644,7 @@ impl fmt::Display for NodeUpdateStatus {
     }
 }
 
-/// The update status of `node` in `group` (facts §9). Cases are evaluated in the metric's order
+/// The update status of `node` in `group` (docs/deckhouse.md §9). Cases are evaluated in the metric's order
 /// with one correction: the plain `Approved` case is checked after the more specific approved
 /// cases (draining for a disruption, waiting for a disruption approval, disruption approved),
 /// which it would otherwise hide; the checksum cases come last.
@@ -1233,7 +1233,7 @@ mod tests {
         }
     }
 
-    /// The cooperative node agent (bashible, facts §3.1), one step.
+    /// The cooperative node agent (bashible, docs/deckhouse.md §3.1), one step.
     fn agent_step(n: &mut Node, needs_disruption: bool, rolling: bool) {
         let m = UpdateMarks::of(n);
         if n.checksum() == Some(DESIRED) {

@@ -1,5 +1,5 @@
 //! Disruption windows: whether `disruptions.automatic.windows` / `disruptions.rollingUpdate.windows`
-//! allow a disruptive step at `now` (facts §1.1 `windows[]`, §3.2 phase 2; issue 3 part 2).
+//! allow a disruptive step at `now` (docs/deckhouse.md §1.1 `windows[]`, §3.2 phase 2).
 //!
 //! Semantics, all in UTC:
 //! - no windows at all: always open;

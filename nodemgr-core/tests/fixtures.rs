@@ -1,4 +1,4 @@
-//! Runs the validator over the manifests in `tests/fixtures/` (issue 2 part 6): every document
+//! Runs the validator over the manifests in `tests/fixtures/`: every document
 //! in `valid/` must pass, and every document in `invalid/` must fail with exactly the field
 //! paths its `# expect: PATH` comments declare. An `# expect:` line belongs to the document it
 //! is written in (the text between two `---` lines; comment-only sections carry over to the

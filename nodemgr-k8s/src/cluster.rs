@@ -45,7 +45,7 @@ use crate::crd::NodeGroup;
 use crate::watch_backoff::WatchBackoff;
 use crate::watch_health::WatchHealth;
 
-/// Name of the Secret holding each group's desired configuration checksum (facts §4).
+/// Name of the Secret holding each group's desired configuration checksum (docs/deckhouse.md §4).
 pub const CHECKSUMS_SECRET: &str = "configuration-checksums";
 
 /// Maps a kube error to the port's error (see the module docs).

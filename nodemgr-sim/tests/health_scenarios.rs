@@ -2,7 +2,7 @@
 //! fenced 95 s (watchdog 60 s + kubelet staleness 30 s + margin 5 s) after its last heartbeat
 //! (pods before the Node), a partition of most of a zone
 //! fencing nobody while a lone dark node elsewhere is fenced, and a zone outage driving the
-//! lifecycle zone states and eviction rates of seed 004.
+//! lifecycle zone states and eviction rates of kube-controller-manager (docs/peers.md §3).
 
 use nodemgr_sim::{Scenario, Timeline, run};
 

@@ -1,6 +1,6 @@
 //! `bashible-apiserver`: serves each NodeGroup's bashible bundle (the ordered step scripts),
 //! configuration checksum, bootstrap script and cleanup script, rendered by
-//! `nodemgr_core::bashible`, to nodes that authenticate with a bearer token (facts §4).
+//! `nodemgr_core::bashible`, to nodes that authenticate with a bearer token (docs/deckhouse.md §4).
 //!
 //! # Endpoints
 //! | path | answer |

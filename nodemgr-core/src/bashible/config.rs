@@ -1,5 +1,5 @@
 //! What a node of a group must run, derived from the NodeGroup and the cluster: every default
-//! filled in (facts §1.1), every value checked before it reaches a template. The result,
+//! filled in (docs/deckhouse.md §1.1), every value checked before it reaches a template. The result,
 //! [`NodeConfig`], is canonical: two specs that mean the same thing (a field left out or written
 //! with its default, map keys in any order) give equal configs, hence equal scripts and an
 //! equal checksum.
@@ -16,7 +16,7 @@ use crate::model::{
 use crate::validate::syntax;
 
 /// The cluster-wide settings the scripts need, which no NodeGroup holds (Deckhouse keeps them
-/// in the `bashible-apiserver-context` Secret, facts §4). Read from YAML with
+/// in the `bashible-apiserver-context` Secret, docs/deckhouse.md §4). Read from YAML with
 /// [`ClusterContext::from_yaml`]; field names are camelCase.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -67,7 +67,7 @@ impl ClusterContext {
     }
 }
 
-/// The default `maxPods` for a node pod subnet prefix (facts §1.1).
+/// The default `maxPods` for a node pod subnet prefix (docs/deckhouse.md §1.1).
 pub fn default_max_pods(pod_subnet_node_cidr_prefix: u8) -> i64 {
     match pod_subnet_node_cidr_prefix {
         24.. => 120,

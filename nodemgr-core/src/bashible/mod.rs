@@ -1,6 +1,6 @@
-//! Bashible: the scripts that turn a machine into a node of a NodeGroup and back (facts §4,
-//! §2 "Cleanup over SSH"; issue 6 part 2), and the group's configuration checksum that the
-//! update flow compares (facts §3.1, [`crate::update`]).
+//! Bashible: the scripts that turn a machine into a node of a NodeGroup and back (docs/deckhouse.md §4,
+//! §2 "Cleanup over SSH"), and the group's configuration checksum that the
+//! update flow compares (docs/deckhouse.md §3.1, [`crate::update`]).
 //!
 //! # What is rendered
 //! [`Renderer::bundle`] turns a NodeGroup and the [`ClusterContext`] into a [`Bundle`]: an

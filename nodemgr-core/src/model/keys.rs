@@ -1,5 +1,5 @@
 //! Every label, annotation, finalizer and well-known name nodemgr reads or writes, in one place,
-//! spelled exactly as Deckhouse spells them (facts §2, §3, §5, §7, §8).
+//! spelled exactly as Deckhouse spells them (docs/deckhouse.md §2, §3, §5, §7, §8).
 
 /// API group of NodeGroup, StaticInstance, SSHCredentials and Instance.
 pub const API_GROUP: &str = "deckhouse.io";
@@ -12,7 +12,7 @@ pub const LABEL_NODE_GROUP: &str = "node.deckhouse.io/group";
 pub const LABEL_NODE_TYPE: &str = "node.deckhouse.io/type";
 /// Label: a cloud node being terminated (spot logic).
 pub const LABEL_TERMINATION_IN_PROGRESS: &str = "node.deckhouse.io/termination-in-progress";
-/// Label Deckhouse's chaos monkey gate looks for on machines (see facts §7: the gate and the
+/// Label Deckhouse's chaos monkey gate looks for on machines (see docs/deckhouse.md §7: the gate and the
 /// marker it sets disagree; nodemgr tracks the victim itself).
 pub const LABEL_CHAOS_MONKEY_VICTIM: &str = "node.deckhouse.io/chaos-monkey-victim";
 /// Annotation the chaos monkey sets on its victim.
@@ -87,7 +87,7 @@ pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 /// its group's current class is replaced (`scaling::surge`). nodemgr's own key.
 pub const ANNOTATION_INSTANCE_CLASS_CHECKSUM: &str =
     "node-manager.deckhouse.io/instance-class-checksum";
-/// Label of standby-holder pods (`app=standby-holder`, facts §8).
+/// Label of standby-holder pods (`app=standby-holder`, docs/deckhouse.md §8).
 pub const STANDBY_HOLDER_APP: &str = "standby-holder";
 
 /// Annotation: the `nodeTemplate` last applied to the node, as JSON

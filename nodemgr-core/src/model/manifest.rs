@@ -4,7 +4,7 @@
 //! Unknown fields are ignored so that real manifests never fail on a field this version does
 //! not model; unknown enum values are kept (see [`crate::string_enum!`]) for `validate` to report.
 //!
-//! Conversion rules (Deckhouse's conversion, facts §1.1):
+//! Conversion rules (Deckhouse's conversion, docs/deckhouse.md §1.1):
 //! - `v1alpha1` `nodeType`: `Cloud` → `CloudEphemeral`, `Hybrid` → `CloudStatic`, `Static` stays;
 //! - `v1alpha1` `spec.docker` moves to `spec.cri.docker`;
 //! - `kubernetesVersion` and `static` are kept in every version (the impact matrix lists them).

@@ -1,6 +1,6 @@
 //! The domain model: NodeGroup, StaticInstance, SSHCredentials, Instance,
 //! NodeGroupConfiguration and NodeUser with Deckhouse's
-//! field names (facts §1–§2), the cluster views policies decide on, time and quantities, and the
+//! field names (docs/deckhouse.md §1–§2), the cluster views policies decide on, time and quantities, and the
 //! label/annotation keys in one place.
 
 pub mod cluster;

@@ -1,4 +1,4 @@
-//! `NodeGroup` (`deckhouse.io/v1`): the spec and status as Deckhouse defines them (facts §1),
+//! `NodeGroup` (`deckhouse.io/v1`): the spec and status as Deckhouse defines them (docs/deckhouse.md §1),
 //! with Deckhouse's camelCase field names and enum spellings. Every field is optional in the
 //! Rust type so that a broken manifest still parses and `validate` can report all its errors.
 
@@ -269,7 +269,7 @@ impl NodeGroup {
     }
 }
 
-/// `NodeGroup.spec` (facts §1.1).
+/// `NodeGroup.spec` (docs/deckhouse.md §1.1).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeGroupSpec {
@@ -802,7 +802,7 @@ pub struct StaticSettings {
     pub internal_network_cidrs: Option<Vec<String>>,
 }
 
-/// `NodeGroup.status` (facts §1.3).
+/// `NodeGroup.status` (docs/deckhouse.md §1.3).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeGroupStatus {

@@ -1,4 +1,4 @@
-//! `StaticInstance`, `SSHCredentials` and `Instance` (`deckhouse.io`, facts §2): the machines
+//! `StaticInstance`, `SSHCredentials` and `Instance` (`deckhouse.io`, docs/deckhouse.md §2): the machines
 //! nodemgr reaches over SSH, the credentials it uses, and the status-only record of a machine.
 
 use serde::{Deserialize, Serialize};

@@ -325,7 +325,7 @@ pub trait ClusterRead: Send + Sync {
     async fn list_pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError>;
 
     /// The desired configuration checksum of each NodeGroup, by group name (Deckhouse keeps them
-    /// in Secret `configuration-checksums` of `d8-cloud-instance-manager`, facts §4). A group
+    /// in Secret `configuration-checksums` of `d8-cloud-instance-manager`, docs/deckhouse.md §4). A group
     /// missing from the map has no known checksum yet.
     async fn configuration_checksums(&self) -> Result<BTreeMap<String, String>, ClusterError>;
 }

@@ -1,4 +1,4 @@
-//! Per-zone bounds of CloudEphemeral groups (issue 4 item 1, facts §1.1 `cloudInstances`, §8):
+//! Per-zone bounds of CloudEphemeral groups (docs/deckhouse.md §1.1 `cloudInstances`, §8):
 //! every zone of a group keeps between `minPerZone` and `maxPerZone` nodes; a fixed count
 //! (`minPerZone == maxPerZone`) is kept by replacing failed and missing nodes.
 //!

@@ -1,4 +1,4 @@
-//! The chaos monkey (issue 4 item 6; facts §7): a group with `chaos.mode: DrainAndDelete`
+//! The chaos monkey (docs/deckhouse.md §7): a group with `chaos.mode: DrainAndDelete`
 //! loses one random node per `chaos.period` (default `6h`), drained and deleted, so that its
 //! workloads prove they survive node loss.
 //!
@@ -6,7 +6,7 @@
 //! * **One victim in flight, cluster-wide.** The victim is marked with the annotation
 //!   `node.deckhouse.io/chaos-monkey-victim` before its drain ([`ChaosDecision::mark`]), and no
 //!   new victim is chosen while any node carries that annotation. Deckhouse's hook gates on a
-//!   Machine *label* of that key but marks its victim with an *annotation* (facts §7, §11), so
+//!   Machine *label* of that key but marks its victim with an *annotation* (docs/deckhouse.md §7, §11), so
 //!   its gate never trips and a second victim can be picked while the first one is still
 //!   draining; nodemgr checks the marker it sets.
 //! * **Only a whole, ready group**: every node of the group Ready and none leaving, no machine

@@ -1,5 +1,5 @@
 //! Instance classes and the shape of a node made from one: capacity from the class, allocatable
-//! after the kubelet's system reserve (`spec.kubelet.resourceReservation`, facts §1.1), pods from
+//! after the kubelet's system reserve (`spec.kubelet.resourceReservation`, docs/deckhouse.md §1.1), pods from
 //! `spec.kubelet.maxPods`. Also the template [`Node`] a new node of a group and zone starts as,
 //! which the scale-up simulation packs pods onto and executors create.
 //!
@@ -60,7 +60,7 @@ impl InstanceClass {
     /// A stable checksum of everything that shapes a machine of this class: any change of the
     /// class, or pointing `classReference` at another class, changes it, and nodes made from the
     /// old value are replaced (`surge`). Deckhouse puts the same kind of checksum in its machine
-    /// class names (facts §10).
+    /// class names (docs/deckhouse.md §10).
     pub fn checksum(&self) -> String {
         let mut h = Fnv::default();
         for part in [self.kind.as_str(), self.name.as_str()] {

@@ -1,4 +1,4 @@
-//! Tunables of the scaling policies, with cluster-autoscaler's and MCM's defaults (anchors §1).
+//! Tunables of the scaling policies, with cluster-autoscaler's and MCM's defaults (docs/peers.md §1).
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! Group sizing and autoscaling of CloudEphemeral groups (issue 4; facts §1.1 `cloudInstances`,
-//! §7 chaos monkey, §8 autoscaler, standby, priority; seed 002 "standby-holder").
+//! Group sizing and autoscaling of CloudEphemeral groups (docs/deckhouse.md §1.1 `cloudInstances`,
+//! §7 chaos monkey, §8 autoscaler, standby, priority).
 //!
 //! Every policy is a pure function of a [`ClusterSnapshot`] (plus `now`, and the policy's own
 //! small state where it needs memory) returning a decision with reasons:

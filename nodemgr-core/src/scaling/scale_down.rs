@@ -1,4 +1,4 @@
-//! Scale-down: which nodes of CloudEphemeral groups to drain and delete (issue 4 item 3; anchors
+//! Scale-down: which nodes of CloudEphemeral groups to drain and delete (anchors
 //! §1 cluster-autoscaler defaults).
 //!
 //! # Rules

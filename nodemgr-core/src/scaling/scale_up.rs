@@ -1,5 +1,4 @@
-//! Scale-up: which new nodes of which group in which zone the pending pods need (issue 4 item 2,
-//! facts §8 "priority").
+//! Scale-up: which new nodes of which group in which zone the pending pods need (//! docs/deckhouse.md §8 "priority").
 //!
 //! # The plan
 //! 1. **Existing room first.** Pending pods (unbound, not finished) are grouped into classes of

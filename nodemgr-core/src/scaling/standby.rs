@@ -1,5 +1,5 @@
 //! Standby: warm empty nodes kept in every zone of a group, held by standby-holder pods of the
-//! lowest priority class (issue 4 item 4; facts §8, seed 002 "Standby-holder").
+//! lowest priority class (docs/deckhouse.md §8).
 //!
 //! # Rules
 //! * **Count** ([`standby_count`]): `cloudInstances.standby` as an absolute number, or a

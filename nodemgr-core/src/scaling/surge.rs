@@ -1,4 +1,4 @@
-//! Re-provisioning after an instance class change (issue 4 item 5; facts §10: a
+//! Re-provisioning after an instance class change (docs/deckhouse.md §10: a
 //! `classReference` change, or a change of the class itself, replaces every node,
 //! `maxSurgePerZone` at a time, new before old).
 //!

@@ -1,5 +1,5 @@
-//! Static nodes: what Cluster API Provider Static does for Deckhouse (facts §2, the CAPS
-//! StaticMachine state diagram; issue 6 part 1), with Deckhouse's names. Decides which
+//! Static nodes: what Cluster API Provider Static does for Deckhouse (docs/deckhouse.md §2, the CAPS
+//! StaticMachine state diagram), with Deckhouse's names. Decides which
 //! StaticInstance a Static or CloudStatic group bootstraps, adopts or cleans up, and when.
 //!
 //! # Phases

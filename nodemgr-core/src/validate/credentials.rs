@@ -1,5 +1,5 @@
 //! StaticInstance and SSHCredentials rules: the CRD schemas of `staticinstances.deckhouse.io`
-//! and `sshcredentials.deckhouse.io` (facts §2): a required IPv4 address and credentials
+//! and `sshcredentials.deckhouse.io` (docs/deckhouse.md §2): a required IPv4 address and credentials
 //! reference; a user, a key or sudo password (anyOf), a port in 1..65535 and base64 secrets.
 
 use super::syntax;

@@ -1,6 +1,6 @@
 //! Decides whether a NodeGroup, StaticInstance, SSHCredentials, NodeGroupConfiguration or
 //! NodeUser is acceptable, as Deckhouse's
-//! CRD schemas and its `nodegroup-policy.deckhouse.io` webhook do (facts §1.1, §1.2, §2), and
+//! CRD schemas and its `nodegroup-policy.deckhouse.io` webhook do (docs/deckhouse.md §1.1, §1.2, §2), and
 //! says so in errors a person can act on: each [`FieldError`] names the field, what is wrong
 //! and what would be accepted.
 //!

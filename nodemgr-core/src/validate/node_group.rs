@@ -1,5 +1,5 @@
 //! NodeGroup rules: the CRD schema of `nodegroups.deckhouse.io` (patterns, ranges, enums and
-//! the oneOf bindings, facts §1.1) and the `nodegroup-policy.deckhouse.io` webhook (facts §1.2,
+//! the oneOf bindings, docs/deckhouse.md §1.1) and the `nodegroup-policy.deckhouse.io` webhook (docs/deckhouse.md §1.2,
 //! rules 1, 2, 4, 5, 7–14), for a create ([`validate_node_group`]) and an update
 //! ([`validate_node_group_update`]).
 
@@ -14,7 +14,7 @@ use crate::model::{
     TaintEffect, TopologyManagerPolicy, TopologyManagerScope, Weekday,
 };
 
-/// `kubernetesVersion` values `v1alpha1`/`v1alpha2` accept (facts §1.1; `v1` has no such field).
+/// `kubernetesVersion` values `v1alpha1`/`v1alpha2` accept (docs/deckhouse.md §1.1; `v1` has no such field).
 pub const ACCEPTED_KUBERNETES_VERSIONS: &[&str] = &["1.32", "1.33", "1.34", "1.35", "1.36"];
 
 /// Kinds `cloudInstances.classReference.kind` accepts: one instance class per provider.

@@ -1,4 +1,4 @@
-//! The string patterns of Deckhouse's CRD schemas (facts §1.1, §2) and of Kubernetes object
+//! The string patterns of Deckhouse's CRD schemas (docs/deckhouse.md §1.1, §2) and of Kubernetes object
 //! names, written out by hand so that `nodemgr-core` needs no regex engine. Each function says
 //! which pattern it implements; each returns `Ok(())` or a message that says what would be
 //! accepted.
@@ -53,7 +53,7 @@ pub fn check_dns_subdomain(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A NodeGroup name: `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`, at most 42 characters (facts §1).
+/// A NodeGroup name: `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`, at most 42 characters (docs/deckhouse.md §1).
 pub fn check_node_group_name(s: &str) -> Result<(), String> {
     if !is_dns_label(s) {
         return Err(format!(

@@ -1,5 +1,5 @@
 //! The `NodeGroup` custom resource (`nodegroups.deckhouse.io`, cluster-scoped, short name `ng`;
-//! facts §1): `v1` (storage) and the served `v1alpha2` and `v1alpha1`, each a thin kube type
+//! docs/deckhouse.md §1): `v1` (storage) and the served `v1alpha2` and `v1alpha1`, each a thin kube type
 //! around [`nodemgr_core::model::NodeGroupSpec`] and [`NodeGroupStatus`], with a hand-written
 //! schema carrying Deckhouse's enums, patterns and bounds.
 //!
@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use super::schema::*;
 use crate::convert::{meta_from_core, meta_to_core};
 
-/// Printer columns of every version (facts §1, Deckhouse's columns but `Synced`).
+/// Printer columns of every version (docs/deckhouse.md §1, Deckhouse's columns but `Synced`).
 macro_rules! node_group_version {
     ($module:ident, $version:literal, storage = $storage:literal, $schema_version:expr) => {
         #[doc = concat!("`deckhouse.io/", $version, "` NodeGroup.")]
@@ -418,7 +418,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
     required(object(props), &["nodeType"])
 }
 
-/// The status schema (facts §1.3), the same in every version.
+/// The status schema (docs/deckhouse.md §1.3), the same in every version.
 pub fn status_schema() -> Value {
     let last_operation = object(vec![
         ("description", string()),

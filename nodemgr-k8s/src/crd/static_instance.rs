@@ -1,4 +1,4 @@
-//! `StaticInstance`, `SSHCredentials` and `Instance` (`deckhouse.io`, cluster-scoped; facts §2)
+//! `StaticInstance`, `SSHCredentials` and `Instance` (`deckhouse.io`, cluster-scoped; docs/deckhouse.md §2)
 //! as kube types around nodemgr-core's specs and statuses.
 //!
 //! | kind | versions (storage last) | status |
