@@ -318,6 +318,47 @@ fn serves_bundles_checksums_and_scripts() {
     );
 }
 
+/// A manifest rewritten in place (truncated, then written a moment later, as `echo >` or a
+/// slow editor does) is never read half-written: the group is served throughout and the new
+/// content arrives.
+#[test]
+fn a_manifest_rewritten_in_place_never_drops_its_group() {
+    use std::io::Write as _;
+    let server = Server::start(&["--watch-interval", "50ms"]);
+    let mut text = WORKER.to_owned();
+    for round in 0..3 {
+        let before = server.checksum("worker");
+        text = text.replace(
+            &format!("maxPods: {}", 150 + round),
+            &format!("maxPods: {}", 151 + round),
+        );
+        let path = server.manifest("worker.yaml");
+        let content = text.clone();
+        let writer = std::thread::spawn(move || {
+            let mut file = std::fs::File::create(&path).unwrap(); // truncates
+            std::thread::sleep(Duration::from_millis(120));
+            file.write_all(content.as_bytes()).unwrap();
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let response = server.get("/v1/groups/worker/checksum", Some(ADMIN_TOKEN));
+            assert_eq!(
+                response.status(),
+                StatusCode::OK,
+                "round {round}: the group was dropped while its file was rewritten"
+            );
+            let body: serde_json::Value = serde_json::from_str(&response.text().unwrap()).unwrap();
+            if body["checksum"] != before.as_str() {
+                assert_eq!(body["checksum"], expected_checksum(&text).as_str());
+                break;
+            }
+            assert!(Instant::now() < deadline, "round {round}: not reloaded");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        writer.join().unwrap();
+    }
+}
+
 #[test]
 fn reloads_on_file_change_and_keeps_the_last_good_bundle() {
     let server = Server::start(&["--watch-interval", "200ms"]);

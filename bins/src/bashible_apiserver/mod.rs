@@ -27,7 +27,8 @@
 //! # Sources and reload
 //! NodeGroups are read from the manifest files and directories given on the command line
 //! (other kinds are skipped), the cluster context from `--cluster-context` and flags. Everything
-//! is re-read on `SIGHUP` and when a source file changes (checked every `--watch-interval`;
+//! is re-read on `SIGHUP` and when a source file changes and then stays unchanged for 250 ms
+//! (checked every `--watch-interval`;
 //! `0s` turns polling off). A reload that cannot read its sources keeps serving what it served;
 //! a group that stops rendering keeps its last good entry, and the failure is logged.
 //! Reading NodeGroups from the Kubernetes API (in-cluster, as Deckhouse's extension API server
@@ -469,7 +470,11 @@ async fn reload(shared: &Arc<Shared>, sources: &Arc<Sources>, renderer: &Arc<Ren
     }
 }
 
-/// Reloads on SIGHUP and when source files change, forever.
+/// How long source files must stay unchanged before a change is reloaded, so that a file being
+/// rewritten in place is not read half-written.
+const SETTLE: Duration = Duration::from_millis(250);
+
+/// Reloads on SIGHUP and when source files change (once they settle, see [`SETTLE`]), forever.
 async fn watch(
     shared: Arc<Shared>,
     sources: Arc<Sources>,
@@ -508,6 +513,13 @@ async fn watch(
             () = tick => {
                 let now = sources.fingerprint();
                 if now != fingerprint {
+                    // A writer may be half-way through a file (truncated, not yet rewritten):
+                    // reload only once the files stay unchanged for SETTLE; a change during
+                    // the load is seen by the next tick.
+                    tokio::time::sleep(SETTLE).await;
+                    if sources.fingerprint() != now {
+                        continue;
+                    }
                     fingerprint = now;
                     reload(&shared, &sources, &renderer, "file change").await;
                 }
