@@ -60,7 +60,9 @@ async fn hand_over_replacements(cluster: &KubeCluster, events: &[ExecutorEvent])
     if replaced.is_empty() {
         return;
     }
-    let Ok(nodes) = cluster.list_nodes().await else {
+    // Fresh from the API, and written at the version read: a hand-over never rests on a cache
+    // that lags the executor's own writes (a conflict is retried by the next pass).
+    let Ok(nodes) = cluster.list_nodes_fresh().await else {
         return;
     };
     for node in nodes.iter().filter(|n| replaced.contains(&n.name.as_str())) {
@@ -72,7 +74,8 @@ async fn hand_over_replacements(cluster: &KubeCluster, events: &[ExecutorEvent])
         }
         let patch = NodePatch::new()
             .set_label(keys::LABEL_TERMINATION_IN_PROGRESS, "")
-            .set_annotation(keys::ANNOTATION_DRAINING, DRAIN_SOURCE_SCALE_DOWN);
+            .set_annotation(keys::ANNOTATION_DRAINING, DRAIN_SOURCE_SCALE_DOWN)
+            .if_resource_version(&node.resource_version);
         if let Err(error) = cluster.patch_node(&node.name, &patch).await {
             tracing::warn!(node = %node.name, %error, "could not hand the node over for replacement; retried");
         }
