@@ -41,7 +41,8 @@ pub struct FencingConfig {
     /// renewals missed). Nodes that lose the API together stop renewing within one renewal
     /// period of each other, so each crosses its fencing deadline alone; counting the ones
     /// already silent this long when the first crosses it is what lets the guard see them as
-    /// one event. Capped at each node's own deadline.
+    /// one event. Capped at half of each node's own deadline, so that even with a short deadline
+    /// the companions are counted before the first crosses it.
     pub storm_suspect_after: Duration,
     /// The controller's cached view counts as fresh only if its Lease watch delivered an event
     /// within this long (30 s; every kubelet renews every 10 s) and no watch is failing
@@ -254,9 +255,10 @@ impl FencingPlan {
 ///   timeout: the watchdog has fired by then, see `deadline.rs`).
 /// * **Storm guard** (beyond Deckhouse), counting over the non-maintenance nodes that are not
 ///   already fenced (silent past their deadline with no pod left), a node as *going silent*
-///   once its heartbeat is older than `storm_suspect_after` (capped at its deadline: nodes
+///   once its heartbeat is older than `storm_suspect_after`, capped at half its deadline: nodes
 ///   cut off together cross their deadlines up to a Lease period apart, and the first must
-///   not be fenced alone):
+///   not be fenced alone, so companions are counted at least half a deadline before anyone
+///   is fenced (a cap at the deadline itself left no window when the deadline is short):
 ///   - **zone**: at least two going silent, and either at least `storm_min_silent` or the
 ///     whole zone (a zone of two both silent), and [`zone_state`] with `storm_threshold` not
 ///     Normal ⇒ nobody in the zone is fenced ([`StormSuppressed`]);
@@ -296,7 +298,7 @@ pub fn plan_fencing(nodes: &[FencedNode], cfg: &FencingConfig, now: Timestamp) -
         if !fenced_already {
             let slot = zones.entry(node.zone.as_str()).or_insert((0, 0));
             slot.0 += 1;
-            if age > cfg.storm_suspect_after.min(deadline) {
+            if age > cfg.storm_suspect_after.min(deadline / 2) {
                 slot.1 += 1;
             }
         }
