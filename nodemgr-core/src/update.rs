@@ -29,6 +29,9 @@
 //! - No step ([`UpdateCommand::Approve`], [`UpdateCommand::StartDrain`],
 //!   [`UpdateCommand::ApproveDisruption`], [`UpdateCommand::ReplaceMachine`]) is planned while any
 //!   node of the group is not Ready; Deckhouse approves not-Ready nodes, nodemgr does not.
+//! - No step is planned for a CloudEphemeral group whose `status.desired` differs from its number
+//!   of Ready nodes (Deckhouse's whole-group gate; nodemgr applies it to every step, Deckhouse to
+//!   approvals).
 //! - A plan never makes more nodes occupy slots than [`max_concurrent`] allows, and disruption
 //!   steps are inside that limit too (Deckhouse runs them uncapped). Slots freed by a
 //!   [`UpdateCommand::Finish`] are reused by the next plan, not by the same one, so a partially
@@ -57,7 +60,7 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::drain::{Drain, DrainConfig};
-use crate::model::{ApprovalMode, Node, NodeGroup, Pod, Timestamp, keys};
+use crate::model::{ApprovalMode, Node, NodeGroup, NodeType, Pod, Timestamp, keys};
 use crate::window::window_open;
 
 /// Everything the planner needs about one group.
@@ -283,6 +286,22 @@ fn needs_drain(group: &NodeGroup, group_size: usize) -> bool {
     group.spec.drain_before_approval() && !(group.name() == "master" && group_size <= 1)
 }
 
+/// Deckhouse's whole-group gate for CloudEphemeral groups: no update step while the group's
+/// `status.desired` differs from its Ready nodes (still scaling, or a machine never joined).
+/// Called once every node of the snapshot is Ready, so `ready` is the snapshot's node count.
+/// A group without `status.desired` (not yet counted by the status controller) is not gated:
+/// the all-Ready gate still applies to it. Returns the reason it blocks, if it does.
+fn scaling_gate(group: &NodeGroup, ready: usize) -> Option<String> {
+    if group.spec.node_type != Some(NodeType::CloudEphemeral) {
+        return None;
+    }
+    let desired = group.status.as_ref()?.desired?;
+    let ready_count = i64::try_from(ready).unwrap_or(i64::MAX);
+    (desired != ready_count).then(|| {
+        format!("group is scaling: status.desired is {desired}, {ready_count} nodes are Ready")
+    })
+}
+
 /// Plans the next update steps of one group at `now` (see the module docs for the phases and
 /// guarantees).
 pub fn plan_group_update(snapshot: &GroupSnapshot<'_>, now: Timestamp) -> UpdatePlan {
@@ -342,6 +361,10 @@ pub fn plan_group_update(snapshot: &GroupSnapshot<'_>, now: Timestamp) -> Update
         for name in not_ready {
             plan.blocked.push(format!("node {name} is not Ready"));
         }
+        return plan;
+    }
+    if let Some(reason) = scaling_gate(group, nodes.len()) {
+        plan.blocked.push(reason);
         return plan;
     }
 
@@ -689,8 +712,8 @@ pub fn node_update_status(
 mod tests {
     use super::*;
     use crate::model::{
-        AutomaticDisruptions, DisruptionWindow, Disruptions, IntOrString, ObjectMeta,
-        RollingUpdateDisruptions, Update,
+        AutomaticDisruptions, DisruptionWindow, Disruptions, IntOrString, NodeGroupStatus,
+        ObjectMeta, RollingUpdateDisruptions, Update,
     };
     use proptest::prelude::*;
 
@@ -752,6 +775,39 @@ mod tests {
 
     fn approve(n: &str) -> UpdateCommand {
         UpdateCommand::Approve { node: n.into() }
+    }
+
+    #[test]
+    fn cloud_ephemeral_groups_move_only_when_desired_equals_ready() {
+        let mut g = group("g", ApprovalMode::Automatic, None);
+        g.spec.node_type = Some(NodeType::CloudEphemeral);
+        let nodes = [
+            node("a", "g", Some("old"), &[W]),
+            node("b", "g", Some(DESIRED), &[]),
+        ];
+        let with_desired = |d: i64| {
+            let mut g = g.clone();
+            g.status = Some(NodeGroupStatus {
+                desired: Some(d),
+                ..NodeGroupStatus::default()
+            });
+            g
+        };
+        // Scaling up: a third machine is wanted but has not joined.
+        let p = plan(&with_desired(3), &nodes);
+        assert!(p.commands.is_empty(), "{:?}", p.commands);
+        assert_eq!(
+            p.blocked,
+            vec!["group is scaling: status.desired is 3, 2 nodes are Ready".to_owned()]
+        );
+        // Whole: the waiting node is approved.
+        assert_eq!(plan(&with_desired(2), &nodes).commands, vec![approve("a")]);
+        // No status yet: only the all-Ready gate applies.
+        assert_eq!(plan(&g, &nodes).commands, vec![approve("a")]);
+        // Other node types are not gated by the desired count.
+        let mut static_group = with_desired(3);
+        static_group.spec.node_type = Some(NodeType::Static);
+        assert_eq!(plan(&static_group, &nodes).commands, vec![approve("a")]);
     }
 
     #[test]
@@ -1308,20 +1364,32 @@ mod tests {
             proptest::option::of(any::<bool>()),
             windows_strategy(),
             windows_strategy(),
+            proptest::option::of(prop_oneof![
+                Just(NodeType::CloudEphemeral),
+                Just(NodeType::Static),
+            ]),
+            proptest::option::of(0i64..10),
         )
-            .prop_map(|(mode, mc, drain, auto_windows, rolling_windows)| {
-                let mut g = group("g", mode, mc);
-                if let Some(d) = g.spec.disruptions.as_mut() {
-                    d.automatic = Some(AutomaticDisruptions {
-                        drain_before_approval: drain,
-                        windows: auto_windows,
+            .prop_map(
+                |(mode, mc, drain, auto_windows, rolling_windows, node_type, desired)| {
+                    let mut g = group("g", mode, mc);
+                    g.spec.node_type = node_type;
+                    g.status = desired.map(|d| NodeGroupStatus {
+                        desired: Some(d),
+                        ..NodeGroupStatus::default()
                     });
-                    d.rolling_update = Some(RollingUpdateDisruptions {
-                        windows: rolling_windows,
-                    });
-                }
-                g
-            })
+                    if let Some(d) = g.spec.disruptions.as_mut() {
+                        d.automatic = Some(AutomaticDisruptions {
+                            drain_before_approval: drain,
+                            windows: auto_windows,
+                        });
+                        d.rolling_update = Some(RollingUpdateDisruptions {
+                            windows: rolling_windows,
+                        });
+                    }
+                    g
+                },
+            )
     }
 
     /// A node with random readiness, cordon, checksum and update annotations.
@@ -1400,6 +1468,16 @@ mod tests {
             prop_assert!(
                 p.commands.iter().all(|c| !c.is_step()),
                 "step while not Ready: {:?}",
+                p.commands
+            );
+        }
+        let desired = g.status.as_ref().and_then(|s| s.desired);
+        let ready = i64::try_from(nodes.iter().filter(|n| n.ready).count()).unwrap_or(i64::MAX);
+        if g.spec.node_type == Some(NodeType::CloudEphemeral) && desired.is_some_and(|d| d != ready)
+        {
+            prop_assert!(
+                p.commands.iter().all(|c| !c.is_step()),
+                "step while CloudEphemeral desired {desired:?} != ready {ready}: {:?}",
                 p.commands
             );
         }

@@ -396,6 +396,73 @@ async fn an_update_rolls_under_max_concurrent_despite_api_faults() {
     assert!(c.emulator.request_count("patch", "nodes", Some(429)) >= 1);
 }
 
+/// Deckhouse's whole-group gate: a CloudEphemeral group whose `status.desired` (3: its minimum)
+/// exceeds its Ready nodes (2: a machine never joined) approves nothing; once the third node
+/// joins, the update rolls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cloud_ephemeral_group_updates_only_when_desired_equals_ready() {
+    let c = cluster(
+        &[(
+            "eph",
+            json!({"nodeType": "CloudEphemeral", "update": {"maxConcurrent": 2},
+                   "cloudInstances": {"minPerZone": 3, "maxPerZone": 3, "zones": ["a"],
+                                      "classReference": {"kind": "AWSInstanceClass", "name": "c"}}}),
+        )],
+        &[("eph-0", "eph", "a"), ("eph-1", "eph", "a")],
+        fast_settings(),
+    )
+    .await;
+    let e = c.emulator.clone();
+    eventually("status desired=3 ready=2", 20, || {
+        let s = status(&e, "eph");
+        s["desired"] == 3 && s["ready"] == 2
+    })
+    .await;
+    let gen1 = c
+        .fleet
+        .publish(
+            "eph",
+            Generation {
+                name: "gen1".into(),
+                impact: ImpactKind::None,
+                rolling: false,
+            },
+        )
+        .unwrap();
+    let waiting =
+        |n: &str| annotation(&e, n, "update.node.deckhouse.io/waiting-for-approval").is_some();
+    eventually("both nodes ask for approval", 20, || {
+        waiting("eph-0") && waiting("eph-1")
+    })
+    .await;
+    // Fifteen update periods: still nobody approved while the group is short of a node.
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for n in ["eph-0", "eph-1"] {
+            assert!(
+                annotation(&e, n, "update.node.deckhouse.io/approved").is_none(),
+                "{n} approved while desired 3 != ready 2"
+            );
+        }
+    }
+    c.fleet
+        .add_node(FleetNode {
+            name: "eph-2".into(),
+            group: "eph".into(),
+            node_type: "CloudEphemeral".into(),
+            zone: "a".into(),
+            pods: 110,
+        })
+        .unwrap();
+    eventually("every node on gen1 once the group is whole", 60, || {
+        ["eph-0", "eph-1", "eph-2"].iter().all(|n| {
+            annotation(&e, n, "node.deckhouse.io/configuration-checksum").as_deref()
+                == Some(gen1.as_str())
+        })
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disruptive_update_drains_through_a_pdb_and_deletes_at_the_timeout() {
     let c = cluster(
