@@ -17,6 +17,7 @@ pub mod impact;
 pub mod lifecycle;
 pub mod machines;
 pub mod model;
+pub mod node_duties;
 pub mod node_template;
 pub mod oom;
 pub mod ports;

@@ -341,7 +341,7 @@ impl KubeCluster {
     }
 }
 
-/// The merge patch of the labels, annotations and unschedulable flag of a [`NodePatch`], with
+/// The merge patch of the labels, annotations, unschedulable flag and provider ID of a [`NodePatch`], with
 /// its resourceVersion precondition.
 fn node_merge_patch(patch: &NodePatch) -> Value {
     let mut metadata = serde_json::Map::new();
@@ -362,7 +362,10 @@ fn node_merge_patch(patch: &NodePatch) -> Value {
     }
     let mut out = json!({"metadata": metadata});
     if let Some(u) = patch.unschedulable {
-        out["spec"] = json!({"unschedulable": u});
+        out["spec"]["unschedulable"] = json!(u);
+    }
+    if let Some(id) = &patch.provider_id {
+        out["spec"]["providerID"] = json!(id);
     }
     out
 }

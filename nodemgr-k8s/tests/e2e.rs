@@ -463,6 +463,92 @@ async fn a_cloud_ephemeral_group_updates_only_when_desired_equals_ready() {
     .await;
 }
 
+/// The small duties: a Static node without a provider ID gets `static://` (a set one is kept),
+/// the CSI bootstrap taint stays until the node's CSINode exists, and a `master` group is created
+/// when absent — again after it is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_duties_and_the_master_group() {
+    let settings = Settings {
+        master_group: Some(nodemgr_core::model::NodeType::Static),
+        ..fast_settings()
+    };
+    let c = cluster(
+        &[
+            ("metal", json!({"nodeType": "Static"})),
+            ("cloud", json!({"nodeType": "CloudPermanent"})),
+        ],
+        &[("metal-0", "metal", "a"), ("cloud-0", "cloud", "a")],
+        settings,
+    )
+    .await;
+    let e = c.emulator.clone();
+    // A Static node registered without a provider ID (the fleet's nodes all have one).
+    e.seed(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "metal-1",
+        "labels": {"node.deckhouse.io/group": "metal", "node.deckhouse.io/type": "Static"}}}),
+    )
+    .unwrap();
+    eventually("metal-1 gets providerID static://", 20, || {
+        node(&e, "metal-1").is_some_and(|n| n["spec"]["providerID"] == "static://")
+    })
+    .await;
+    assert_eq!(
+        node(&e, "metal-0").unwrap()["spec"]["providerID"],
+        "fleet://metal-0",
+        "a provider ID that is set is kept"
+    );
+    // The CSI bootstrap taint on the cloud node.
+    let mut n = node(&e, "cloud-0").unwrap();
+    n["spec"]["taints"] = json!([{"key": "node.deckhouse.io/csi-not-bootstrapped", "effect": "NoSchedule"},
+                                 {"key": "dedicated", "value": "db", "effect": "NoSchedule"}]);
+    e.update(n).unwrap();
+    let taint_keys = |e: &Emulator| -> Vec<String> {
+        node(e, "cloud-0").unwrap()["spec"]["taints"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .filter_map(|t| t["key"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            taint_keys(&e).contains(&"node.deckhouse.io/csi-not-bootstrapped".to_owned()),
+            "the taint left before the CSINode exists"
+        );
+    }
+    e.seed(json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+        "metadata": {"name": "cloud-0"}, "spec": {"drivers": []}}))
+        .unwrap();
+    eventually(
+        "the CSI taint leaves cloud-0, the other taint stays",
+        20,
+        || taint_keys(&e) == ["dedicated"],
+    )
+    .await;
+    assert_eq!(
+        node(&e, "cloud-0").unwrap()["spec"]["providerID"],
+        "fleet://cloud-0",
+        "a cloud node keeps its provider ID"
+    );
+    let master = |e: &Emulator| e.get("deckhouse.io/v1", "NodeGroup", "", "master");
+    eventually("the master NodeGroup is created", 20, || {
+        master(&e).is_some()
+    })
+    .await;
+    let m = master(&e).unwrap();
+    assert_eq!(m["spec"]["nodeType"], "Static");
+    assert_eq!(m["spec"]["disruptions"]["approvalMode"], "Manual");
+    e.delete("deckhouse.io/v1", "NodeGroup", "", "master")
+        .unwrap();
+    eventually("master is created again after its deletion", 20, || {
+        master(&e).is_some()
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disruptive_update_drains_through_a_pdb_and_deletes_at_the_timeout() {
     let c = cluster(

@@ -463,6 +463,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         kubeconfig: Some(kubeconfig.clone()),
         config_file: None,
         controllers: None,
+        create_master_node_group: None,
         metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
         leader_election_namespace: "nodemgr-system".into(),
         leader_election_name: "node-manager".into(),

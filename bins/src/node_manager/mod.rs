@@ -64,11 +64,12 @@ use tokio::sync::watch;
 const API_PROBE_PERIOD: Duration = Duration::from_secs(10);
 
 /// The names `--controllers` accepts.
-pub const CONTROLLERS: [&str; 8] = [
+pub const CONTROLLERS: [&str; 9] = [
     "status",
     "template",
     "update",
     "fencing",
+    "node-duties",
     "static",
     "machines",
     "bootstrap-tokens",
@@ -90,11 +91,15 @@ pub struct Config {
     /// YAML settings file (controllers, periods, fencing); flags win over it.
     #[arg(long = "config", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
-    /// Controllers to run, comma-separated: status, template, update, fencing, static,
-    /// machines, bootstrap-tokens, csr [default: all; static and machines only when
+    /// Controllers to run, comma-separated: status, template, update, fencing, node-duties,
+    /// static, machines, bootstrap-tokens, csr [default: all; static and machines only when
     /// configured].
     #[arg(long, value_delimiter = ',')]
     pub controllers: Option<Vec<String>>,
+    /// Create the `master` NodeGroup with this node type when the cluster has none (checked
+    /// every resync): Static (bare metal) or CloudPermanent (a cloud) [default: create none].
+    #[arg(long, value_name = "TYPE", value_parser = ["Static", "CloudPermanent"])]
+    pub create_master_node_group: Option<String>,
     /// Address of /metrics, /healthz and /readyz (port 0 picks one; the address is logged).
     #[arg(long, default_value = "127.0.0.1:9650")]
     pub metrics_address: SocketAddr,
@@ -400,7 +405,16 @@ impl Config {
             settings.template = has("template");
             settings.update = has("update");
             settings.fencing = has("fencing");
+            settings.node_duties = has("node-duties");
         }
+        settings.master_group = match self.create_master_node_group.as_deref() {
+            Some("Static") => Some(nodemgr_core::model::NodeType::Static),
+            Some("CloudPermanent") => Some(nodemgr_core::model::NodeType::CloudPermanent),
+            Some(other) => {
+                bail!("--create-master-node-group {other:?}: choose Static or CloudPermanent")
+            }
+            None => None,
+        };
         if let Some(d) = self.resync.or(from_file("resync", &file.resync)?) {
             settings.resync = d;
         }

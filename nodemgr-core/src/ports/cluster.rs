@@ -126,6 +126,9 @@ pub struct NodePatch {
     pub remove_taints: Vec<String>,
     /// `spec.unschedulable` to set, when `Some`.
     pub unschedulable: Option<bool>,
+    /// `spec.providerID` to set, when `Some` (the API server accepts it only on a node that has
+    /// none: a provider ID never changes once set).
+    pub provider_id: Option<String>,
     /// Precondition: the node's `metadata.resourceVersion` must still be this one, otherwise
     /// nothing is changed and the port answers [`ClusterError::Conflict`]. `None` = no
     /// precondition (the patch applies to whatever version is current).
@@ -168,6 +171,18 @@ impl NodePatch {
         self
     }
 
+    /// Sets `spec.providerID`.
+    pub fn provider_id(mut self, value: impl Into<String>) -> Self {
+        self.provider_id = Some(value.into());
+        self
+    }
+
+    /// Removes the taints with key `key` (every effect).
+    pub fn remove_taint(mut self, key: impl Into<String>) -> Self {
+        self.remove_taints.push(key.into());
+        self
+    }
+
     /// Applies only if the node is still at `resource_version` (see
     /// [`NodePatch::resource_version`]); an empty version sets no precondition.
     pub fn if_resource_version(mut self, resource_version: &str) -> Self {
@@ -182,6 +197,7 @@ impl NodePatch {
             && self.add_taints.is_empty()
             && self.remove_taints.is_empty()
             && self.unschedulable.is_none()
+            && self.provider_id.is_none()
     }
 
     /// Applies the patch to a node view in place (what an implementation stores; the simulator
@@ -207,6 +223,9 @@ impl NodePatch {
         }
         if let Some(value) = self.unschedulable {
             node.unschedulable = value;
+        }
+        if let Some(id) = &self.provider_id {
+            node.provider_id = Some(id.clone());
         }
     }
 }

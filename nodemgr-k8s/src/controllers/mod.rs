@@ -9,6 +9,8 @@
 //! | [`fencing`] | `nodemgr_core::fencing` (with the storm guard) | pods and Nodes of silent fenced nodes |
 //! | [`bootstrap_tokens`] | `nodemgr_core::bootstrap_tokens` | bootstrap token Secrets in `kube-system` |
 //! | [`csr`] | `nodemgr_core::serving_certificates` | kubelet-serving CSR approvals |
+//! | [`node_duties`] | `nodemgr_core::node_duties` | Static nodes' provider ID, the CSI bootstrap taint |
+//! | [`master_group`] | `nodemgr_core::node_duties::master_group` | the `master` NodeGroup when absent |
 //!
 //! `status` and `template` are kube-runtime `Controller`s reconciling one NodeGroup at a time,
 //! woken by changes of the group or of its Nodes (and a periodic resync); `update` and
@@ -19,6 +21,8 @@ pub mod bootstrap_tokens;
 pub mod csr;
 pub mod fencing;
 pub mod machines;
+pub mod master_group;
+pub mod node_duties;
 pub mod static_instances;
 pub mod status;
 pub mod template;
@@ -29,7 +33,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use nodemgr_core::fencing::FencingConfig;
-use nodemgr_core::model::Timestamp;
+use nodemgr_core::model::{NodeType, Timestamp};
 use tokio::sync::watch;
 
 use crate::cluster::KubeCluster;
@@ -47,6 +51,11 @@ pub struct Settings {
     pub update: bool,
     /// Run the fencing controller.
     pub fencing: bool,
+    /// Run the node duties controller (Static provider IDs, the CSI bootstrap taint).
+    pub node_duties: bool,
+    /// Create the `master` NodeGroup with this node type when it is absent; `None` (default)
+    /// creates nothing.
+    pub master_group: Option<NodeType>,
     /// Resync period of the status and template controllers. Default 30 s.
     pub resync: Duration,
     /// Period of the update controller (it also runs at its drains' deadlines). Default 10 s.
@@ -65,6 +74,8 @@ impl Default for Settings {
             template: true,
             update: true,
             fencing: true,
+            node_duties: true,
+            master_group: None,
             resync: Duration::from_secs(30),
             update_period: Duration::from_secs(10),
             fencing_period: Duration::from_secs(5),
@@ -237,6 +248,29 @@ pub async fn run(
                 cluster.clone(),
                 settings.fencing_period,
                 settings.fencing_config.clone(),
+                metrics.clone(),
+                inner.clone(),
+            ),
+        );
+    }
+    if settings.node_duties {
+        group.spawn(
+            "node-duties",
+            node_duties::run(
+                cluster.clone(),
+                settings.resync,
+                metrics.clone(),
+                inner.clone(),
+            ),
+        );
+    }
+    if let Some(node_type) = settings.master_group.clone() {
+        group.spawn(
+            "master-group",
+            master_group::run(
+                cluster.client().clone(),
+                node_type,
+                settings.resync,
                 metrics.clone(),
                 inner.clone(),
             ),

@@ -18,6 +18,7 @@ pub fn update_only() -> Settings {
         status: false,
         template: false,
         fencing: false,
+        node_duties: false,
         update_period: Duration::from_millis(200),
         ..Settings::default()
     }
