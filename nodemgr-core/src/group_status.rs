@@ -13,6 +13,8 @@
 //! | `min`, `max` | CloudEphemeral: `minPerZone`/`maxPerZone` × zones; 0 for other types (as Deckhouse) |
 //! | `instances`, `desired` | CloudEphemeral: from the machine layer when it reports ([`MachineCounts`]); else `instances` = `nodes` and `desired` = `nodes` clamped to `[min, max]`; 0 for other types |
 //! | `standby` | standby-holder pods, when reported |
+//! | `engine` | `CAPI` for groups whose machines nodemgr orders, else `None` ([`engine`]) |
+//! | `kubernetesVersion` | `spec.kubernetesVersion`, else the API server's, never above the API server's ([`kubernetes_version`]) |
 //! | `error` | the latest error (validation or machine), when any |
 //!
 //! # Conditions (docs/deckhouse.md §1.3)
@@ -23,6 +25,8 @@
 //!   `disruption-approved`.
 //! - `Scaling` (CloudEphemeral only): `desired > nodes`, or `desired < instances`.
 //! - `Error`: an error is reported.
+//!
+//! [`condition_transitions`] lists what changed between two statuses, for one Event each.
 //!
 //! A condition keeps its `lastTransitionTime` from the previous status while its `status`
 //! does not change, so writing the status again with the same inputs changes nothing.
@@ -60,6 +64,8 @@ pub struct StatusInput<'a> {
     pub machines: Option<MachineCounts>,
     /// Standby-holder pods, when known.
     pub standby: Option<i64>,
+    /// The API server's `major.minor` version (`/version`), when known.
+    pub api_server_version: Option<&'a str>,
     /// The latest error to report (validation, machine failure).
     pub error: Option<&'a str>,
     /// The status written last time (for `lastTransitionTime`).
@@ -193,6 +199,8 @@ pub fn group_status(input: &StatusInput<'_>) -> NodeGroupStatus {
     };
 
     NodeGroupStatus {
+        engine: Some(engine(group).to_owned()),
+        kubernetes_version: kubernetes_version(group, input.api_server_version),
         nodes: Some(total),
         ready: Some(ready),
         up_to_date,
@@ -209,6 +217,100 @@ pub fn group_status(input: &StatusInput<'_>) -> NodeGroupStatus {
         conditions: Some(conditions),
         ..input.previous.cloned().unwrap_or_default()
     }
+}
+
+/// `status.engine`: what provisions the group's machines, in Deckhouse's vocabulary (`None`,
+/// `MCM`, `CAPI`). nodemgr's own machine layer keeps one Instance object per machine, as
+/// Deckhouse's Cluster API engine does, so groups whose machines nodemgr orders (CloudEphemeral
+/// groups and Static groups with `staticInstances`) report `CAPI`; the others `None`.
+pub fn engine(group: &NodeGroup) -> &'static str {
+    let ordered = group.spec.node_type == Some(NodeType::CloudEphemeral)
+        || (group.spec.node_type == Some(NodeType::Static)
+            && group.spec.static_instances.is_some());
+    if ordered { "CAPI" } else { "None" }
+}
+
+/// A `major.minor` Kubernetes version, read leniently (`1.33`, `v1.33.2`, minor `33+`).
+fn parse_minor_version(text: &str) -> Option<(u32, u32)> {
+    let text = text.trim().trim_start_matches('v');
+    let mut parts = text.split('.');
+    let major = parts.next()?.trim().parse().ok()?;
+    let minor: String = parts
+        .next()?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Some((major, minor.parse().ok()?))
+}
+
+/// `status.kubernetesVersion`: the group's `spec.kubernetesVersion`, else the API server's,
+/// never above the API server's (a node's kubelet may not be newer than its API server). `None`
+/// when neither is known or readable.
+pub fn kubernetes_version(group: &NodeGroup, api_server: Option<&str>) -> Option<String> {
+    let server = api_server.and_then(parse_minor_version);
+    let wanted = group
+        .spec
+        .kubernetes_version
+        .as_deref()
+        .and_then(parse_minor_version);
+    let version = match (wanted, server) {
+        (Some(w), Some(s)) => w.min(s),
+        (Some(v), None) | (None, Some(v)) => v,
+        (None, None) => return None,
+    };
+    Some(format!("{}.{}", version.0, version.1))
+}
+
+/// A condition that changed between two statuses: it is new, its status flipped, or its message
+/// changed. The status controller raises one Event per transition (Deckhouse raises condition
+/// messages as deduplicated Events), so an unchanged condition raises nothing however often the
+/// status is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionTransition {
+    /// The condition type (`Ready`, `Error`, …).
+    pub type_: String,
+    /// `True` or `False`.
+    pub status: String,
+    /// What the Event says.
+    pub message: String,
+    /// Whether it is bad news (a Warning Event): `Ready` turned `False`, or another condition
+    /// (`Error`, `WaitingForDisruptiveApproval`, …) turned or stayed `True` with a new message.
+    pub warning: bool,
+}
+
+/// The transitions from `previous` to `current` (see [`ConditionTransition`]), in the order of
+/// `current`'s conditions. A condition that did not exist before and is in its quiet state
+/// (`Ready=True`, others `False`) raises nothing.
+pub fn condition_transitions(
+    previous: Option<&NodeGroupStatus>,
+    current: &NodeGroupStatus,
+) -> Vec<ConditionTransition> {
+    let before = previous
+        .and_then(|p| p.conditions.as_deref())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for c in current.conditions.as_deref().unwrap_or_default() {
+        let quiet = (c.type_ == "Ready") == (c.status == "True");
+        let old = before.iter().find(|o| o.type_ == c.type_);
+        let changed = match old {
+            Some(o) => o.status != c.status || o.message != c.message,
+            None => !quiet,
+        };
+        if !changed {
+            continue;
+        }
+        let message = match &c.message {
+            Some(m) if !m.is_empty() => format!("{} is {}: {m}", c.type_, c.status),
+            _ => format!("{} is {}", c.type_, c.status),
+        };
+        out.push(ConditionTransition {
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            message,
+            warning: !quiet,
+        });
+    }
+    out
 }
 
 fn condition(type_: &str, status: bool, message: Option<String>) -> Condition {
@@ -265,10 +367,92 @@ mod tests {
             cloud_zones: &[],
             machines: None,
             standby: None,
+            api_server_version: Some("1.33"),
             error: None,
             previous: None,
             now: Timestamp::from_secs(1_700_000_000),
         }
+    }
+
+    #[test]
+    fn engine_and_kubernetes_version() {
+        let mut g = group(NodeType::CloudEphemeral, None);
+        assert_eq!(engine(&g), "CAPI");
+        g.spec.node_type = Some(NodeType::Static);
+        assert_eq!(engine(&g), "None");
+        g.spec.static_instances = Some(crate::model::StaticInstances::default());
+        assert_eq!(engine(&g), "CAPI");
+        g.spec.node_type = Some(NodeType::CloudPermanent);
+        assert_eq!(engine(&g), "None");
+
+        assert_eq!(
+            kubernetes_version(&g, Some("1.33")).as_deref(),
+            Some("1.33")
+        );
+        assert_eq!(
+            kubernetes_version(&g, Some("v1.31.4")).as_deref(),
+            Some("1.31")
+        );
+        assert_eq!(
+            kubernetes_version(&g, Some("1.30+")).as_deref(),
+            Some("1.30")
+        );
+        assert_eq!(kubernetes_version(&g, None), None);
+        g.spec.kubernetes_version = Some("1.32".into());
+        assert_eq!(
+            kubernetes_version(&g, Some("1.33")).as_deref(),
+            Some("1.32")
+        );
+        assert_eq!(
+            kubernetes_version(&g, Some("1.31")).as_deref(),
+            Some("1.31"),
+            "never above the API server"
+        );
+        assert_eq!(kubernetes_version(&g, None).as_deref(), Some("1.32"));
+        assert_eq!(
+            kubernetes_version(&g, Some("garbage")).as_deref(),
+            Some("1.32")
+        );
+    }
+
+    #[test]
+    fn condition_transitions_raise_once_per_change() {
+        let g = group(NodeType::Static, None);
+        let healthy = [node("a", true, "abc")];
+        let first = group_status(&input(&g, &healthy));
+        assert!(
+            condition_transitions(None, &first).is_empty(),
+            "a healthy first status raises nothing"
+        );
+        let sick = [node("a", false, "abc")];
+        let second = group_status(&StatusInput {
+            previous: Some(&first),
+            ..input(&g, &sick)
+        });
+        let t = condition_transitions(Some(&first), &second);
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!(
+            (t[0].type_.as_str(), t[0].status.as_str()),
+            ("Ready", "False")
+        );
+        assert!(t[0].warning);
+        assert!(
+            t[0].message.starts_with("Ready is False: 0 of 1"),
+            "{}",
+            t[0].message
+        );
+        let again = group_status(&StatusInput {
+            previous: Some(&second),
+            ..input(&g, &sick)
+        });
+        assert!(condition_transitions(Some(&second), &again).is_empty());
+        let healed = group_status(&StatusInput {
+            previous: Some(&again),
+            ..input(&g, &healthy)
+        });
+        let t = condition_transitions(Some(&again), &healed);
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!((t[0].status.as_str(), t[0].warning), ("True", false));
     }
 
     fn cond<'a>(s: &'a NodeGroupStatus, t: &str) -> &'a Condition {

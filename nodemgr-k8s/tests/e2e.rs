@@ -199,11 +199,41 @@ async fn status_counts_nodes_and_follows_readiness() {
         s["nodes"] == 3 && s["ready"] == 3 && s["upToDate"] == 3
     })
     .await;
+    let s = status(&e, "workers");
+    assert_eq!(s["engine"], "None", "{s}");
+    assert_eq!(
+        s["kubernetesVersion"], "1.33",
+        "the emulator's version: {s}"
+    );
+    let ready_events = |e: &Emulator| -> Vec<Value> {
+        e.list("events.k8s.io/v1", "Event", Some("default"))
+            .into_iter()
+            .filter(|ev| ev["regarding"]["kind"] == "NodeGroup" && ev["reason"] == "Ready")
+            .collect()
+    };
+    assert!(
+        ready_events(&e).is_empty(),
+        "a healthy group raised {:?}",
+        ready_events(&e)
+    );
     c.fleet.set_dark("w-2", true).unwrap();
     eventually("ready=2 once w-2 is Unknown", 20, || {
         status(&e, "workers")["ready"] == 2
     })
     .await;
+    eventually("a Warning Event says the group is not Ready", 10, || {
+        ready_events(&e).len() == 1
+    })
+    .await;
+    let ev = &ready_events(&e)[0];
+    assert_eq!(ev["type"], "Warning", "{ev}");
+    assert!(
+        ev["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("Ready is False: 2 of 3"),
+        "{ev}"
+    );
     let text = c.metrics.encode();
     assert!(
         text.contains("nodemgr_node_group_nodes{group=\"workers\"} 3"),
@@ -221,6 +251,9 @@ async fn status_counts_nodes_and_follows_readiness() {
         text.contains("nodemgr_reconcile_errors_total{controller=\"status\"}"),
         "{text}"
     );
+    // Later status writes (heartbeats, resyncs) raise no second Event for the same condition.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(ready_events(&e).len(), 1, "{:?}", ready_events(&e));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

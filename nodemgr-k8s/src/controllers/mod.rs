@@ -288,7 +288,12 @@ pub(crate) struct GroupContext {
     pub(crate) metrics: Metrics,
     pub(crate) resync: Duration,
     pub(crate) backoff: Backoff,
+    /// The API server's `major.minor` and when it was read ([`GroupContext::api_server_version`]).
+    api_version: tokio::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
+
+/// How long the API server's version is reused before it is read again.
+const API_VERSION_TTL: Duration = Duration::from_secs(300);
 
 impl GroupContext {
     pub(crate) fn new(
@@ -303,7 +308,30 @@ impl GroupContext {
             metrics,
             resync,
             backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
+            api_version: tokio::sync::Mutex::new(None),
         })
+    }
+
+    /// The API server's `major.minor` version (`/version`), read at most every five minutes;
+    /// `None` while it cannot be read (the status then leaves `kubernetesVersion` to the spec).
+    pub(crate) async fn api_server_version(&self) -> Option<String> {
+        let mut cached = self.api_version.lock().await;
+        if let Some((read, version)) = cached.as_ref()
+            && read.elapsed() < API_VERSION_TTL
+        {
+            return Some(version.clone());
+        }
+        match self.cluster.client().apiserver_version().await {
+            Ok(info) => {
+                let version = format!("{}.{}", info.major, info.minor);
+                *cached = Some((std::time::Instant::now(), version.clone()));
+                Some(version)
+            }
+            Err(error) => {
+                tracing::debug!(%error, "API server version not read");
+                cached.as_ref().map(|(_, v)| v.clone())
+            }
+        }
     }
 
     /// Records a reconcile of `group` that began at `started`: resets its backoff on success,

@@ -1,7 +1,9 @@
 //! The NodeGroup status controller: for each group, `status` (nodes, ready, upToDate,
 //! min/max/desired, conditions, `error` for a spec nodemgr would reject) computed by
 //! [`nodemgr_core::group_status::group_status`] from a fresh list of the group's Nodes and its
-//! desired configuration checksum, written to the status subresource when it changed. A
+//! desired configuration checksum, written to the status subresource when it changed, with an
+//! Event per condition that changed (`engine` and `kubernetesVersion` included; the API
+//! server's version is read at most every few minutes). A
 //! kube-runtime `Controller` over NodeGroups, woken by changes of the group and of Nodes
 //! labelled with it, and every resync period (the checksum Secret changes without a watch).
 
@@ -13,9 +15,11 @@ use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use nodemgr_core::group_status::{StatusInput, group_status};
+use nodemgr_core::group_status::{StatusInput, condition_transitions, group_status};
 use nodemgr_core::model::keys;
-use nodemgr_core::ports::{ClusterError, ClusterRead};
+use nodemgr_core::ports::{
+    ClusterError, ClusterRead, EventApi, EventKind, ObjectRef as EventObject, RecordedEvent,
+};
 use nodemgr_core::validate::{ValidationContext, validate_node_group};
 use tokio::sync::watch;
 
@@ -69,6 +73,7 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
             .collect::<Vec<_>>()
             .join("; ")
     });
+    let api_server_version = ctx.api_server_version().await;
     let status = group_status(&StatusInput {
         group: &core,
         nodes: nodes.iter().collect(),
@@ -76,6 +81,7 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
         cloud_zones: &[],
         machines: None,
         standby: None,
+        api_server_version: api_server_version.as_deref(),
         error: error.as_deref(),
         previous: core.status.as_ref(),
         now: now(),
@@ -111,6 +117,24 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
     if core.status.as_ref() != Some(&status) {
         ctx.cluster.patch_group_status(&name, &status).await?;
         tracing::debug!(group = %name, nodes = status.nodes, ready = status.ready, "status written");
+        // One Event per condition that changed, raised once the new status is stored (a
+        // failed write raises nothing, and its retry compares with the stored status again).
+        for transition in condition_transitions(core.status.as_ref(), &status) {
+            let event = RecordedEvent {
+                regarding: EventObject::node_group(name.clone()),
+                kind: if transition.warning {
+                    EventKind::Warning
+                } else {
+                    EventKind::Normal
+                },
+                reason: transition.type_.clone(),
+                message: transition.message.clone(),
+                time: now(),
+            };
+            if let Err(error) = ctx.cluster.emit_event(&event).await {
+                tracing::debug!(group = %name, %error, "condition event not recorded");
+            }
+        }
     }
     Ok(Action::requeue(ctx.resync))
 }
