@@ -20,10 +20,13 @@ use tokio::sync::{broadcast, mpsc, watch};
 use crate::discovery;
 use crate::eviction;
 use crate::faults::{Fault, take_fault};
+use crate::health;
 use crate::latency::Latency;
 use crate::managed::{self, ApplyRequest};
+use crate::media;
 use crate::openapi;
 use crate::patch::{json_patch, merge_patch, strategic_merge_patch};
+use crate::query::parse_query;
 use crate::registry::ResourceType;
 use crate::schema::list_kind;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -101,6 +104,7 @@ enum Route {
     Resource(Target),
     OpenApiRoot,
     OpenApi(String, String),
+    Health(health::Endpoint, Option<String>),
     NotFound,
 }
 
@@ -108,6 +112,14 @@ fn parse_route(path: &str) -> Route {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, version, rest) = match segments.as_slice() {
         ["version"] => return Route::Version,
+        [endpoint, check @ ..]
+            if health::Endpoint::parse(endpoint).is_some() && check.len() <= 1 =>
+        {
+            return match health::Endpoint::parse(endpoint) {
+                Some(e) => Route::Health(e, check.first().map(|c| (*c).to_owned())),
+                None => Route::NotFound,
+            };
+        }
         ["openapi", "v3"] => return Route::OpenApiRoot,
         ["openapi", "v3", "api", v] => return Route::OpenApi(String::new(), (*v).to_owned()),
         ["openapi", "v3", "apis", g, v] => return Route::OpenApi((*g).to_owned(), (*v).to_owned()),
@@ -153,44 +165,6 @@ fn parse_route(path: &str) -> Route {
         subresource,
         legacy_watch,
     })
-}
-
-/// Decodes `a=b&c=d` with percent-decoding (`+` is a space).
-fn parse_query(query: Option<&str>) -> BTreeMap<String, String> {
-    fn decode(s: &str) -> String {
-        let bytes = s.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < bytes.len() => {
-                    match u8::from_str_radix(
-                        std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
-                        16,
-                    ) {
-                        Ok(b) => {
-                            out.push(b);
-                            i += 2;
-                        }
-                        Err(_) => out.push(b'%'),
-                    }
-                }
-                b => out.push(b),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    query
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
-        .collect()
 }
 
 fn json_response(code: u16, body: &Value) -> Response {
@@ -245,7 +219,38 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
             None => error_response(&ApiError::no_route(&path)),
         },
         Route::NotFound => error_response(&ApiError::no_route(&path)),
+        Route::Health(endpoint, check) => {
+            let answer = health::answer(
+                endpoint,
+                check.as_deref(),
+                &query,
+                *shared.shutdown.borrow(),
+            );
+            let status =
+                StatusCode::from_u16(answer.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = (status, answer.body).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            response
+        }
         Route::Resource(target) => {
+            let header_text = |name: header::HeaderName| {
+                parts
+                    .headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            if let Err(error) = media::negotiate(
+                &header_text(header::CONTENT_TYPE),
+                &header_text(header::ACCEPT),
+                !body.is_empty(),
+            ) {
+                return error_response(&error);
+            }
             let request = ResourceRequest {
                 method: parts.method,
                 headers: parts.headers,
@@ -281,9 +286,7 @@ impl ResourceRequest {
     }
 
     fn flag(&self, name: &str) -> bool {
-        self.query
-            .get(name)
-            .is_some_and(|v| v == "true" || v == "1")
+        crate::query::bool_flag(self.query.get(name).map(String::as_str))
     }
 
     fn context(&self) -> WriteContext {
@@ -1343,15 +1346,5 @@ mod tests {
         assert!(t.legacy_watch && t.namespace.as_deref() == Some("kube-system"));
         assert!(matches!(parse_route("/apis/policy"), Route::Group(g) if g == "policy"));
         assert!(matches!(parse_route("/openapi/v2"), Route::NotFound));
-    }
-
-    #[test]
-    fn query_decoding() {
-        let q = parse_query(Some(
-            "labelSelector=app%20in%20(a%2Cb)&fieldSelector=spec.nodeName%3Dw1&watch=1&x",
-        ));
-        assert_eq!(q["labelSelector"], "app in (a,b)");
-        assert_eq!(q["fieldSelector"], "spec.nodeName=w1");
-        assert_eq!(q["x"], "");
     }
 }
