@@ -136,6 +136,8 @@ impl Emulator {
             shutdown,
             bookmark_interval: options.bookmark_interval,
             address: address.to_string(),
+            services: Mutex::new(Default::default()),
+            review_counter: std::sync::atomic::AtomicU64::new(1),
         });
         let router = Router::new().fallback(handle).with_state(shared.clone());
         let server = tokio::spawn(async move {
@@ -399,6 +401,20 @@ impl Emulator {
             &DeleteOptions::default(),
             &ctx,
         )
+    }
+
+    /// Routes webhook calls for the service `namespace/name:port` (a `clientConfig.service`
+    /// of an admission webhook or a CRD conversion webhook) to `base_url`
+    /// (`https://127.0.0.1:PORT`): the emulator has no cluster network.
+    pub fn route_service(&self, namespace: &str, name: &str, port: u16, base_url: &str) {
+        self.shared
+            .services
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                (namespace.to_owned(), name.to_owned(), port),
+                base_url.to_owned(),
+            );
     }
 
     /// Makes the next matching requests fail (see [`Fault`]).

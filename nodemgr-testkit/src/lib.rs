@@ -21,7 +21,9 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod approval;
+pub mod conversion;
 pub mod discovery;
 pub mod emulator;
 pub mod eviction;
@@ -44,6 +46,8 @@ pub mod store;
 pub mod structural;
 pub mod table;
 pub mod time;
+pub mod webhook_client;
+mod write;
 
 pub use emulator::{Emulator, EmulatorError, EmulatorOptions, kubeconfig_text};
 pub use faults::Fault;

@@ -85,7 +85,7 @@ mod tests {
         /// Every value but `0` and the spellings of `false` turns a flag on.
         #[test]
         fn only_zero_and_false_turn_a_present_flag_off(value in ".{0,8}") {
-            let off = value == "0" || value.to_ascii_lowercase() == "false";
+            let off = matches!(value.to_ascii_lowercase().as_str(), "0" | "false");
             prop_assert_eq!(bool_flag(Some(&value)), !off);
         }
 

@@ -500,10 +500,10 @@ fn validate_object(
     }
     if flag(schema, "x-kubernetes-embedded-resource") {
         for key in ["apiVersion", "kind"] {
-            if !map
+            if map
                 .get(key)
                 .and_then(Value::as_str)
-                .is_some_and(|s| !s.is_empty())
+                .is_none_or(str::is_empty)
             {
                 out.push(FieldError {
                     field: join(path, key),
