@@ -1,0 +1,185 @@
+//! Custom resources are pruned, defaulted and validated against their CRD's schema, checked
+//! with the real kubectl: `kubectl apply` (which sends `fieldValidation=Strict`) refuses an
+//! unknown field with kube-apiserver's strict-decoding message, `--validate=warn` turns it into
+//! a `Warning:`, `--validate=false` drops it silently; defaults show on `kubectl get -o yaml`;
+//! a value the schema forbids is a 422 naming the field.
+//!
+//! kubectl comes from `NODEMGR_KUBECTL` or `PATH` (`scripts/install.d/30-kubectl.sh`); these
+//! tests FAIL when it is missing, unless `NODEMGR_SKIP_KUBECTL=1`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup step should panic
+
+mod common;
+
+use common::Api;
+use common::real_clients::Kubectl;
+use nodemgr_testkit::Emulator;
+use serde_json::json;
+
+const CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.io
+spec:
+  group: example.io
+  scope: Cluster
+  names: {plural: gadgets, singular: gadget, kind: Gadget}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {status: {}}
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              required: [kind]
+              properties:
+                kind: {type: string, enum: [Small, Large]}
+                replicas: {type: integer, minimum: 0, maximum: 10, default: 1}
+                update:
+                  type: object
+                  default: {}
+                  properties:
+                    maxConcurrent: {x-kubernetes-int-or-string: true, default: 1}
+                    window: {type: string, pattern: '^[0-9]+m$'}
+                taints:
+                  type: array
+                  maxItems: 2
+                  items: {type: object, properties: {key: {type: string}}}
+            status:
+              type: object
+              x-kubernetes-preserve-unknown-fields: true
+"#;
+
+fn gadget(name: &str, spec: &str) -> String {
+    format!("apiVersion: example.io/v1\nkind: Gadget\nmetadata:\n  name: {name}\nspec:\n{spec}")
+}
+
+async fn setup() -> Option<(Emulator, Kubectl)> {
+    let emulator = Emulator::start().await.unwrap();
+    let kubectl = Kubectl::new(emulator.kubeconfig_path())?;
+    let crd = kubectl.manifest("crd.yaml", CRD);
+    kubectl.run(&["apply", "-f", &crd]).await;
+    Some((emulator, kubectl))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_refuses_unknown_fields_under_strict_and_warns_or_drops_otherwise() {
+    let Some((emulator, kubectl)) = setup().await else {
+        return;
+    };
+    let typo = kubectl.manifest(
+        "typo.yaml",
+        &gadget(
+            "g1",
+            "  kind: Small\n  update:\n    maxConcurent: 2\n  foo: bar\n",
+        ),
+    );
+    let out = kubectl.fail(&["apply", "-f", &typo]).await;
+    assert!(
+        out.stderr.contains(r#"Gadget in version "v1" cannot be handled as a Gadget: strict decoding error: unknown field "spec.foo", unknown field "spec.update.maxConcurent""#),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("(BadRequest)"), "{}", out.stderr);
+    assert!(emulator.get("example.io/v1", "Gadget", "", "g1").is_none());
+
+    let out = kubectl
+        .run(&["apply", "--validate=warn", "-f", &typo])
+        .await;
+    assert!(
+        out.stderr.contains(r#"Warning: unknown field "spec.foo""#),
+        "{}",
+        out.stderr
+    );
+    let stored = emulator.get("example.io/v1", "Gadget", "", "g1").unwrap();
+    assert!(
+        stored["spec"].get("foo").is_none(),
+        "unknown fields are pruned: {stored}"
+    );
+    assert!(stored["spec"]["update"].get("maxConcurent").is_none());
+
+    let out = kubectl
+        .run(&["apply", "--validate=false", "-f", &typo])
+        .await;
+    assert!(!out.stderr.contains("Warning"), "{}", out.stderr);
+
+    // Server-side apply under Strict words it as the field manager does.
+    let ssa = kubectl.manifest("ssa.yaml", &gadget("g2", "  kind: Small\n  bar: 1\n"));
+    let out = kubectl.fail(&["apply", "--server-side", "-f", &ssa]).await;
+    assert!(
+        out.stderr
+            .contains(".spec.bar: field not declared in schema"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defaults_show_on_kubectl_get_and_invalid_values_are_422_naming_the_field() {
+    let Some((emulator, kubectl)) = setup().await else {
+        return;
+    };
+    let plain = kubectl.manifest("plain.yaml", &gadget("g", "  kind: Large\n"));
+    kubectl.run(&["apply", "-f", &plain]).await;
+    let yaml = kubectl
+        .run(&["get", "gadget", "g", "-o", "yaml"])
+        .await
+        .stdout;
+    assert!(yaml.contains("replicas: 1"), "{yaml}");
+    assert!(yaml.contains("maxConcurrent: 1"), "{yaml}");
+
+    let invalid = kubectl.manifest(
+        "invalid.yaml",
+        &gadget("h", "  kind: Medium\n  replicas: 11\n  update:\n    maxConcurrent: true\n    window: 5h\n  taints: [{key: a}, {key: b}, {key: c}]\n"),
+    );
+    let out = kubectl.fail(&["apply", "-f", &invalid]).await;
+    for expected in [
+        r#"The Gadget "h" is invalid: "#,
+        r#"spec.kind: Unsupported value: "Medium": supported values: "Small", "Large""#,
+        "spec.replicas: Invalid value: 11: spec.replicas in body should be less than or equal to 10",
+        r#"spec.update.maxConcurrent: Invalid value: "boolean": spec.update.maxConcurrent in body must be of type integer,string: "boolean""#,
+        r#"spec.update.window: Invalid value: "5h": spec.update.window in body should match '^[0-9]+m$'"#,
+        "spec.taints: Too many: 3: must have at most 2 items",
+    ] {
+        assert!(
+            out.stderr.contains(expected),
+            "missing {expected:?} in\n{}",
+            out.stderr
+        );
+    }
+    let missing = kubectl.manifest("missing.yaml", &gadget("i", "  replicas: 2\n"));
+    let out = kubectl.fail(&["apply", "-f", &missing]).await;
+    assert!(
+        out.stderr.contains("spec.kind: Required value"),
+        "{}",
+        out.stderr
+    );
+
+    // The Status carries the causes with their field paths.
+    let api = Api::new(emulator.url());
+    let (code, status) = api
+        .post("/apis/example.io/v1/gadgets", &json!({"apiVersion": "example.io/v1", "kind": "Gadget", "metadata": {"name": "j"}, "spec": {"kind": "Small", "replicas": -1}}))
+        .await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(status["reason"], "Invalid");
+    assert_eq!(status["details"]["causes"][0]["field"], "spec.replicas");
+    assert_eq!(
+        status["details"]["causes"][0]["reason"],
+        "FieldValueInvalid"
+    );
+
+    // The status subresource is validated too, but a main-resource write keeps the live status.
+    let (code, _) = api
+        .patch(
+            "/apis/example.io/v1/gadgets/g/status",
+            "application/merge-patch+json",
+            &json!({"status": {"anything": 1}}),
+        )
+        .await;
+    assert_eq!(code, 200);
+}
