@@ -8,9 +8,13 @@
 //! the status subresource, `pods/eviction` honouring PodDisruptionBudgets, label and field
 //! selectors, and Table output for `kubectl get`.
 //!
-//! It is a **test double**: everything lives in memory, there is no authentication, admission,
-//! schema validation, defaulting, garbage collection or scheduling. See the crate README for
-//! what it does not do.
+//! It also calls admission webhooks and CRD conversion webhooks, prunes, defaults and validates
+//! custom resources against their schemas (`fieldValidation`), serves Events through both APIs,
+//! and answers `/healthz`, `/livez`, `/readyz`.
+//!
+//! It is a **test double**: everything lives in memory, there is no authentication, garbage
+//! collection or scheduling. `docs/api-emulator.md` describes the request path and where it
+//! differs from kube-apiserver.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -26,6 +30,7 @@ pub mod approval;
 pub mod conversion;
 pub mod discovery;
 pub mod emulator;
+pub mod events;
 pub mod eviction;
 pub mod faults;
 pub mod fleet;

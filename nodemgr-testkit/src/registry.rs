@@ -101,6 +101,13 @@ impl ResourceType {
     /// The storage key of this type: `(group, plural)`. All versions share storage, as with a
     /// CRD whose conversion strategy is `None`.
     pub fn key(&self) -> ResourceKey {
+        if crate::events::is_events_v1(&self.group, &self.plural) {
+            // One store behind both Event APIs (see [`crate::events`]).
+            return ResourceKey {
+                group: String::new(),
+                plural: self.plural.clone(),
+            };
+        }
         ResourceKey {
             group: self.group.clone(),
             plural: self.plural.clone(),

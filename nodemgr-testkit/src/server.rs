@@ -116,8 +116,44 @@ impl Shared {
                 )
                 .await
             }
+            _ if crate::events::is_events_v1(&rt.group, &rt.plural) => {
+                Ok(objects.iter().map(crate::events::to_events_v1).collect())
+            }
             _ => Ok(objects.iter().map(|o| present(rt, version, o)).collect()),
         }
+    }
+
+    /// The type objects of `rt` are stored as: the core Event type for `events.k8s.io`
+    /// Events, `rt` itself otherwise.
+    pub fn storage_type(&self, rt: &ResourceType) -> ResourceType {
+        if crate::events::is_events_v1(&rt.group, &rt.plural) {
+            let store = self.store();
+            if let Some(core) = store
+                .types()
+                .iter()
+                .find(|t| t.group.is_empty() && t.plural == "events")
+            {
+                return core.clone();
+            }
+        }
+        rt.clone()
+    }
+
+    /// `objects` of `rt` (at the request's version) in their stored form: converted to the
+    /// storage version (through the conversion webhook when the CRD has one), or to the core
+    /// shape for `events.k8s.io` Events.
+    ///
+    /// # Errors
+    /// 500 when the conversion webhook fails.
+    pub async fn to_storage(
+        &self,
+        rt: &ResourceType,
+        objects: Vec<Value>,
+    ) -> Result<Vec<Value>, ApiError> {
+        if crate::events::is_events_v1(&rt.group, &rt.plural) {
+            return Ok(objects.iter().map(crate::events::to_core).collect());
+        }
+        self.to_version(rt, &rt.storage_version, objects).await
     }
 
     fn count(&self, verb: &str, resource: &str, code: u16) {
@@ -544,13 +580,18 @@ fn selectors(
             .map_or("", String::as_str),
     )?;
     let version = &request.target.version;
-    let fields = FieldSelector::parse(
+    let mut fields = FieldSelector::parse(
         request
             .query
             .get("fieldSelector")
             .map_or("", String::as_str),
         |f| rt.supports_field(version, f),
     )?;
+    if crate::events::is_events_v1(&rt.group, &rt.plural) {
+        for requirement in &mut fields.0 {
+            requirement.field = crate::events::core_field(&requirement.field);
+        }
+    }
     Ok((labels, fields))
 }
 

@@ -594,10 +594,11 @@ pub(crate) async fn write(
             }
         }
         let storage_object = shared
-            .to_version(rt, &rt.storage_version, vec![object])
+            .to_storage(rt, vec![object])
             .await?
             .pop()
             .unwrap_or(Value::Null);
+        let storage_rt = shared.storage_type(rt);
         let dry_ctx = crate::store::WriteContext {
             dry_run: true,
             ..ctx.clone()
@@ -606,7 +607,7 @@ pub(crate) async fn write(
             let mut store = shared.store();
             store_write(
                 &mut store,
-                rt,
+                &storage_rt,
                 namespace,
                 &name,
                 storage_object.clone(),
@@ -632,7 +633,7 @@ pub(crate) async fn write(
             } else {
                 Some(store_write(
                     &mut store,
-                    rt,
+                    &storage_rt,
                     namespace,
                     &name,
                     storage_object,
