@@ -41,6 +41,7 @@ pub mod managed;
 pub mod media;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod query;
 pub mod registry;
 pub mod schema;

@@ -1,6 +1,6 @@
-//! Content negotiation: the emulator speaks JSON (and reads YAML bodies), not Kubernetes
-//! protobuf or CBOR. A request whose body is protobuf or CBOR gets 415 UnsupportedMediaType
-//! with a Status saying to send JSON (kube-apiserver's own wording for a media type it does not
+//! Content negotiation: the emulator speaks JSON (and reads YAML bodies); Kubernetes protobuf
+//! bodies are decoded for the few kinds `crate::protobuf` knows. Any other protobuf or CBOR
+//! body gets 415 UnsupportedMediaType with a Status saying to send JSON (kube-apiserver's own wording for a media type it does not
 //! decode, plus what to do); an `Accept` that allows only protobuf gets 406 NotAcceptable. An
 //! `Accept` listing JSON anywhere (`application/vnd.kubernetes.protobuf,application/json`, what
 //! client-go sends) is answered in JSON. See `docs/api-emulator.md`.
@@ -28,6 +28,27 @@ fn undecodable(content_type: &str) -> bool {
     matches!(
         essence(content_type).as_str(),
         "application/vnd.kubernetes.protobuf" | "application/cbor" | "application/cbor-seq"
+    )
+}
+
+/// Whether a `Content-Type` is Kubernetes protobuf.
+pub fn is_protobuf(content_type: &str) -> bool {
+    essence(content_type) == "application/vnd.kubernetes.protobuf"
+}
+
+/// The 415 for a protobuf body the emulator's subset could not decode.
+pub fn undecoded_protobuf(why: &str) -> ApiError {
+    ApiError::new(
+        415,
+        "UnsupportedMediaType",
+        format!(
+            "the body of the request was in an unknown format - accepted media types include: {} \
+             (got application/vnd.kubernetes.protobuf: {why}): this API emulator decodes protobuf \
+             only for Namespace, ConfigMap, Secret and ServiceAccount, send the object as JSON \
+             (`kubectl create -f`, `apply` and `replace` do; client-go: set \
+             rest.Config.ContentType to application/json)",
+            BODY_TYPES.join(", ")
+        ),
     )
 }
 

@@ -328,6 +328,31 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
                     .unwrap_or("")
                     .to_owned()
             };
+            let mut body = body;
+            let mut headers = parts.headers.clone();
+            if media::is_protobuf(&header_text(header::CONTENT_TYPE))
+                && !body.is_empty()
+                && (parts.method == Method::POST || parts.method == Method::PUT)
+            {
+                // kubectl's typed generators send protobuf: decode the kinds we know.
+                match crate::protobuf::decode(&body) {
+                    Ok(object) => {
+                        body = Bytes::from(object.to_string());
+                        headers.insert(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static("application/json"),
+                        );
+                    }
+                    Err(why) => return error_response(&media::undecoded_protobuf(&why)),
+                }
+            }
+            let header_text = |name: header::HeaderName| {
+                headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned()
+            };
             if let Err(error) = media::negotiate(
                 &header_text(header::CONTENT_TYPE),
                 &header_text(header::ACCEPT),
@@ -337,7 +362,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
             }
             let request = ResourceRequest {
                 method: parts.method,
-                headers: parts.headers,
+                headers,
                 query,
                 body,
                 target,

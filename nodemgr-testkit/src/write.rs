@@ -218,6 +218,17 @@ fn compute_apply(
     }
 }
 
+/// The few defaults of built-in kinds the emulator applies: a Secret's `type` is `Opaque`.
+fn builtin_defaults(rt: &ResourceType, object: &mut Value) {
+    if rt.group.is_empty()
+        && rt.plural == "secrets"
+        && object.get("type").is_none_or(|t| t.as_str() == Some(""))
+        && let Some(map) = object.as_object_mut()
+    {
+        map.insert("type".to_owned(), json!("Opaque"));
+    }
+}
+
 /// `fieldValidation` of the request: `Strict`, `Warn` (the default) or `Ignore`.
 fn field_validation(request: &ResourceRequest) -> Result<&'static str, ApiError> {
     match request.query.get("fieldValidation").map(String::as_str) {
@@ -567,6 +578,7 @@ pub(crate) async fn write(
             live.as_ref(),
         )?;
         let creating = matches!(write, StoreWrite::Create(_));
+        builtin_defaults(rt, &mut object);
         if let Some(schema) = &schema {
             let warnings =
                 prune_and_default(schema, rt, request, &mut object, live.as_ref(), is_apply)?;

@@ -1,7 +1,8 @@
 //! The parts of kube-apiserver's surface clients trip over: boolean query flags parsed as
 //! apimachinery parses them (`?watch=True` from the Python client), the health endpoints
-//! (checked with `kubectl get --raw`), protobuf refused with a 415 that says to send JSON (what
-//! `kubectl create namespace` sends) and a protobuf-only `Accept` with 406, and Events served
+//! (checked with `kubectl get --raw`), protobuf bodies of `kubectl create namespace|configmap|secret|
+//! serviceaccount` decoded, other protobuf refused with a 415 that says to send JSON, and a
+//! protobuf-only `Accept` answered with 406, and Events served
 //! through `events.k8s.io/v1` and core `v1` from one store.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup step should panic
@@ -72,25 +73,72 @@ async fn health_endpoints_answer_kubectl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn protobuf_is_refused_with_advice_and_json_works() {
+async fn kubectl_create_protobuf_is_decoded_for_common_kinds_and_refused_with_advice_otherwise() {
     let emulator = Emulator::start().await.unwrap();
     let Some(kubectl) = Kubectl::new(emulator.kubeconfig_path()) else {
         return;
     };
-    // kubectl's typed generators send protobuf.
-    let out = kubectl.fail(&["create", "namespace", "typed"]).await;
+    // kubectl's typed generators send protobuf: the common kinds are decoded…
+    kubectl.run(&["create", "namespace", "typed"]).await;
+    assert!(emulator.get("v1", "Namespace", "", "typed").is_some());
+    kubectl
+        .run(&[
+            "create",
+            "configmap",
+            "settings",
+            "--from-literal=mode=fast",
+            "--from-literal=size=2",
+        ])
+        .await;
+    let settings = emulator
+        .get("v1", "ConfigMap", "default", "settings")
+        .unwrap();
+    assert_eq!(settings["data"], json!({"mode": "fast", "size": "2"}));
+    kubectl
+        .run(&[
+            "create",
+            "secret",
+            "generic",
+            "token",
+            "--from-literal=key=s3cret",
+        ])
+        .await;
+    let secret = emulator.get("v1", "Secret", "default", "token").unwrap();
+    assert_eq!(
+        (secret["data"]["key"].as_str(), secret["type"].as_str()),
+        (Some("czNjcmV0"), Some("Opaque"))
+    );
+    kubectl.run(&["create", "serviceaccount", "robot"]).await;
+    assert!(
+        emulator
+            .get("v1", "ServiceAccount", "default", "robot")
+            .is_some()
+    );
+    // …the others are refused with a 415 that says to send JSON, and JSON works.
+    let out = kubectl
+        .fail(&["create", "deployment", "web", "--image=nginx"])
+        .await;
     assert!(
         out.stderr.contains("send the object as JSON"),
         "{}",
         out.stderr
     );
-    // The same object from a manifest is sent as JSON.
+    assert!(
+        out.stderr
+            .contains("Deployment (apps/v1) is not among the kinds decoded"),
+        "{}",
+        out.stderr
+    );
     let manifest = kubectl.manifest(
-        "ns.yaml",
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: typed\n",
+        "web.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx}]}\n",
     );
     kubectl.run(&["create", "-f", &manifest]).await;
-    assert!(emulator.get("v1", "Namespace", "", "typed").is_some());
+    assert!(
+        emulator
+            .get("apps/v1", "Deployment", "default", "web")
+            .is_some()
+    );
 
     let api = Api::new(emulator.url());
     let response = api
