@@ -9,8 +9,8 @@
 //! selectors, and Table output for `kubectl get`.
 //!
 //! It also calls admission webhooks and CRD conversion webhooks, prunes, defaults and validates
-//! custom resources against their schemas (`fieldValidation`), serves Events through both APIs,
-//! and answers `/healthz`, `/livez`, `/readyz`.
+//! custom resources against their schemas (`fieldValidation`, a subset of CEL rules), serves
+//! Events through both APIs, and answers `/healthz`, `/livez`, `/readyz`.
 //!
 //! It is a **test double**: everything lives in memory, there is no authentication, garbage
 //! collection or scheduling. `docs/api-emulator.md` describes the request path and where it
@@ -27,6 +27,7 @@
 
 pub mod admission;
 pub mod approval;
+pub mod cel;
 pub mod conversion;
 pub mod discovery;
 pub mod emulator;

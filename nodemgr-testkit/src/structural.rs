@@ -3,9 +3,10 @@
 //! applied, and the value is validated (types, `nullable`, `required`, `enum`, numeric bounds,
 //! string lengths and `pattern`, cheap `format`s, item and property counts, list-type
 //! uniqueness, `allOf`/`anyOf`/`oneOf`/`not`, `x-kubernetes-int-or-string`,
-//! `x-kubernetes-preserve-unknown-fields`, `x-kubernetes-embedded-resource`). Errors are worded
-//! as kube-apiserver words them (`spec.x: Required value`). CEL rules
-//! (`x-kubernetes-validations`) are not evaluated; see `docs/api-emulator.md`.
+//! `x-kubernetes-preserve-unknown-fields`, `x-kubernetes-embedded-resource`), and CEL rules
+//! (`x-kubernetes-validations`) in the subset `crate::cel` evaluates, transition rules against
+//! the old object. Errors are worded as kube-apiserver words them (`spec.x: Required value`);
+//! see `docs/api-emulator.md`.
 
 use serde_json::{Map, Value};
 
@@ -136,9 +137,154 @@ pub fn apply_defaults(schema: &Value, value: &mut Value) {
 /// Validates `object` (a whole custom resource) against the schema. `metadata` is checked only
 /// for what CRD schemas may say about it: `name` and `generateName`.
 pub fn validate(schema: &Value, object: &Value) -> Vec<FieldError> {
+    validate_update(schema, object, None)
+}
+
+/// [`validate`], plus the schema's CEL rules (`x-kubernetes-validations`) in the subset
+/// [`crate::cel`] evaluates, with `old` (the live object of an update) giving `oldSelf`:
+/// transition rules (those mentioning `oldSelf`) are checked only where an old value exists.
+/// A rule outside the subset is skipped (and logged).
+pub fn validate_update(schema: &Value, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errors = Vec::new();
     validate_at(schema, object, "", true, &mut errors);
+    rules_at(schema, object, old, "", true, &mut errors);
     errors
+}
+
+fn rule_error(schema: &Value, rule: &Value, path: &str, detail: String) -> FieldError {
+    let field = match rule.get("fieldPath").and_then(Value::as_str) {
+        Some(extra) if !extra.is_empty() => {
+            let extra = extra.trim_start_matches('.');
+            if path.is_empty() {
+                extra.to_owned()
+            } else {
+                format!("{path}.{extra}")
+            }
+        }
+        _ => path.to_owned(),
+    };
+    let shown_type = schema
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("object");
+    let (reason, detail) = match rule.get("reason").and_then(Value::as_str) {
+        Some("FieldValueForbidden") => ("FieldValueForbidden", format!("Forbidden: {detail}")),
+        Some("FieldValueRequired") => ("FieldValueRequired", format!("Required value: {detail}")),
+        Some("FieldValueDuplicate") => {
+            ("FieldValueDuplicate", format!("Duplicate value: {detail}"))
+        }
+        _ => (
+            "FieldValueInvalid",
+            format!("Invalid value: \"{shown_type}\": {detail}"),
+        ),
+    };
+    FieldError {
+        field,
+        reason,
+        detail,
+    }
+}
+
+/// Evaluates the CEL rules of `schema` at `value`, then those below it.
+fn rules_at(
+    schema: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    root: bool,
+    out: &mut Vec<FieldError>,
+) {
+    if value.is_null() {
+        return;
+    }
+    for rule in schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let text = rule.get("rule").and_then(Value::as_str).unwrap_or("");
+        let expr = match crate::cel::parse(text) {
+            Ok(expr) => expr,
+            Err(why) => {
+                tracing::warn!(rule = text, %why, "CEL rule outside the emulator's subset: not evaluated");
+                continue;
+            }
+        };
+        let transition = crate::cel::mentions_old_self(&expr);
+        if transition && old.is_none() {
+            continue;
+        }
+        match crate::cel::evaluate(&expr, value, old) {
+            Ok(true) => {}
+            Ok(false) => {
+                let message = rule
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .filter(|m| !m.is_empty())
+                    .map_or_else(|| format!("failed rule: {text}"), str::to_owned);
+                out.push(rule_error(schema, rule, path, message));
+            }
+            Err(why) => out.push(rule_error(
+                schema,
+                rule,
+                path,
+                format!("{why} evaluating rule: {text}"),
+            )),
+        }
+    }
+    match value {
+        Value::Object(map) => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            let embedded = root || flag(schema, "x-kubernetes-embedded-resource");
+            for (key, child) in map {
+                if embedded && RESOURCE_KEYS.contains(&key.as_str()) {
+                    continue;
+                }
+                if let Some(child_schema) = properties.and_then(|p| p.get(key)).or(additional) {
+                    let old_child = old.and_then(|o| o.get(key));
+                    rules_at(child_schema, child, old_child, &join(path, key), false, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            let Some(item_schema) = schema.get("items") else {
+                return;
+            };
+            // oldSelf is correlated for map lists only (by their keys), as upstream.
+            let keys: Vec<&str> =
+                if schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map") {
+                    schema
+                        .get("x-kubernetes-list-map-keys")
+                        .and_then(Value::as_array)
+                        .map(|k| k.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+            let old_items = old.and_then(Value::as_array);
+            for (i, item) in items.iter().enumerate() {
+                let old_item = if keys.is_empty() {
+                    None
+                } else {
+                    old_items.and_then(|o| {
+                        o.iter()
+                            .find(|candidate| keys.iter().all(|k| candidate.get(k) == item.get(k)))
+                    })
+                };
+                rules_at(
+                    item_schema,
+                    item,
+                    old_item,
+                    &format!("{path}[{i}]"),
+                    false,
+                    out,
+                );
+            }
+        }
+        _ => {}
+    }
 }
 
 fn type_name(value: &Value) -> &'static str {
@@ -681,6 +827,39 @@ mod tests {
             both[0].message(),
             r#"spec: Invalid value: "object": spec in body must validate one and only one schema (oneOf)"#
         );
+    }
+
+    #[test]
+    fn cel_rules_and_transition_rules() {
+        let s = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.min <= self.max", "message": "min must not exceed max"}],
+            "properties": {"min": {"type": "integer"}, "max": {"type": "integer"},
+                "selector": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                    "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "labelSelector is immutable"}]},
+                "unsupported": {"type": "string", "x-kubernetes-validations": [{"rule": "{'a': 1}.size() == 1"}]}}}}});
+        let object =
+            json!({"spec": {"min": 3, "max": 1, "selector": {"a": "b"}, "unsupported": "x"}});
+        let errors: Vec<String> = validate(&s, &object)
+            .iter()
+            .map(FieldError::message)
+            .collect();
+        assert_eq!(
+            errors,
+            [r#"spec: Invalid value: "object": min must not exceed max"#]
+        );
+        let old = json!({"spec": {"min": 1, "max": 1, "selector": {"a": "c"}}});
+        let fixed = json!({"spec": {"min": 1, "max": 2, "selector": {"a": "b"}}});
+        let errors: Vec<String> = validate_update(&s, &fixed, Some(&old))
+            .iter()
+            .map(FieldError::message)
+            .collect();
+        assert_eq!(
+            errors,
+            [r#"spec.selector: Invalid value: "object": labelSelector is immutable"#]
+        );
+        // Added where there was none: no old value, the transition rule does not apply.
+        let added = validate_update(&s, &fixed, Some(&json!({"spec": {"min": 1, "max": 1}})));
+        assert!(added.is_empty(), "{added:?}");
     }
 
     fn any_json() -> impl Strategy<Value = Value> {

@@ -600,7 +600,7 @@ pub(crate) async fn write(
             structural::apply_defaults(schema, &mut object);
             let mut checked = object.clone();
             prepare(rt, &write, &mut checked, live.as_ref());
-            let errors = structural::validate(schema, &checked);
+            let errors = structural::validate_update(schema, &checked, live.as_ref());
             if !errors.is_empty() {
                 return Err(invalid_fields(rt, &name, &errors));
             }
@@ -627,6 +627,14 @@ pub(crate) async fn write(
                 &dry_ctx,
             )?
         };
+        // A generated name is chosen once: admission sees the name that is stored.
+        let mut storage_object = storage_object;
+        let mut name = name;
+        if name.is_empty() {
+            name = name_of(&would_be);
+            storage_object["metadata"]["name"] = json!(name);
+            attrs.name.clone_from(&name);
+        }
         attrs.object = shared
             .to_version(rt, &request.target.version, vec![would_be])
             .await?

@@ -2,7 +2,8 @@
 //! with the real kubectl: `kubectl apply` (which sends `fieldValidation=Strict`) refuses an
 //! unknown field with kube-apiserver's strict-decoding message, `--validate=warn` turns it into
 //! a `Warning:`, `--validate=false` drops it silently; defaults show on `kubectl get -o yaml`;
-//! a value the schema forbids is a 422 naming the field.
+//! a value the schema forbids — or a CEL rule refuses, transition rules against the live object —
+//! is a 422 naming the field.
 //!
 //! kubectl comes from `NODEMGR_KUBECTL` or `PATH` (`scripts/install.d/30-kubectl.sh`); these
 //! tests FAIL when it is missing, unless `NODEMGR_SKIP_KUBECTL=1`.
@@ -37,7 +38,16 @@ spec:
             spec:
               type: object
               required: [kind]
+              x-kubernetes-validations:
+                - rule: "self.replicas <= 5 || self.kind == 'Large'"
+                  message: only Large gadgets may have more than 5 replicas
               properties:
+                selector:
+                  type: object
+                  x-kubernetes-preserve-unknown-fields: true
+                  x-kubernetes-validations:
+                    - rule: self == oldSelf
+                      message: selector may be added, never changed
                 kind: {type: string, enum: [Small, Large]}
                 replicas: {type: integer, minimum: 0, maximum: 10, default: 1}
                 update:
@@ -171,6 +181,34 @@ async fn defaults_show_on_kubectl_get_and_invalid_values_are_422_naming_the_fiel
     assert_eq!(
         status["details"]["causes"][0]["reason"],
         "FieldValueInvalid"
+    );
+
+    // CEL rules, a transition rule included: a selector may be added, never changed.
+    let many = kubectl.manifest("many.yaml", &gadget("k", "  kind: Small\n  replicas: 7\n"));
+    let out = kubectl.fail(&["apply", "-f", &many]).await;
+    assert!(
+        out.stderr.contains(
+            "spec: Invalid value: \"object\": only Large gadgets may have more than 5 replicas"
+        ),
+        "{}",
+        out.stderr
+    );
+    let added = kubectl.manifest(
+        "added.yaml",
+        &gadget("g", "  kind: Large\n  selector: {role: db}\n"),
+    );
+    kubectl.run(&["apply", "-f", &added]).await;
+    let changed = kubectl.manifest(
+        "changed.yaml",
+        &gadget("g", "  kind: Large\n  selector: {role: web}\n"),
+    );
+    let out = kubectl.fail(&["apply", "-f", &changed]).await;
+    assert!(
+        out.stderr.contains(
+            "spec.selector: Invalid value: \"object\": selector may be added, never changed"
+        ),
+        "{}",
+        out.stderr
     );
 
     // The status subresource is validated too, but a main-resource write keeps the live status.

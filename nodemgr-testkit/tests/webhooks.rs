@@ -241,6 +241,24 @@ async fn a_mutating_webhook_patches_the_object_before_it_is_stored() {
     assert_eq!(created["metadata"]["labels"]["mutated"], "true");
     assert_eq!(created["apiVersion"], "example.io/v2");
     assert_eq!(created["spec"]["color"], "green");
+
+    // A generated name is chosen once: the validating webhook sees the name that is stored.
+    emulator
+        .seed(validating(&server, "/validate", json!({})))
+        .unwrap();
+    let (code, generated) = api
+        .post("/apis/example.io/v1/namespaces/default/widgets", &json!({"apiVersion": "example.io/v1", "kind": "Widget", "metadata": {"generateName": "gen-"}}))
+        .await;
+    assert_eq!(code, 201, "{generated}");
+    let name = generated["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("gen-") && name.len() > 4, "{name}");
+    let reviews = server.reviews().await;
+    assert!(
+        reviews.iter().any(|r| r["operation"] == "CREATE"
+            && r["name"] == name
+            && r["object"]["metadata"]["name"] == name),
+        "no validating review named {name}: {reviews:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
