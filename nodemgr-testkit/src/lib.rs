@@ -30,6 +30,7 @@ pub mod approval;
 pub mod cel;
 pub mod conversion;
 pub mod discovery;
+pub mod duplicates;
 pub mod emulator;
 pub mod events;
 pub mod eviction;

@@ -476,7 +476,13 @@ async fn serve_resource(shared: &Arc<Shared>, request: ResourceRequest) -> Respo
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
     );
+    let mut sent: Vec<String> = Vec::new();
     for warning in warnings {
+        // Like kube-apiserver's warning recorder, one header per distinct text.
+        if sent.contains(&warning) {
+            continue;
+        }
+        sent.push(warning.clone());
         if let Ok(v) = HeaderValue::from_str(&crate::admission::warning_header(&warning)) {
             response.headers_mut().append(header::WARNING, v);
         }

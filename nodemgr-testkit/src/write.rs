@@ -282,18 +282,10 @@ fn prepare(rt: &ResourceType, write: &StoreWrite, candidate: &mut Value, live: O
     }
 }
 
-/// Prunes unknown fields (reported per `fieldValidation`) and applies defaults; returns the
-/// warnings. Fields already unknown in the live object (seeded without validation) are not the
-/// client's doing and are pruned silently.
-fn prune_and_default(
-    schema: &Value,
-    rt: &ResourceType,
-    request: &ResourceRequest,
-    candidate: &mut Value,
-    live: Option<&Value>,
-    apply: bool,
-) -> Result<Vec<String>, ApiError> {
-    let mode = field_validation(request)?;
+/// Prunes unknown fields and applies defaults; returns the unknown fields' paths. Fields
+/// already unknown in the live object (seeded without validation) are not the client's doing
+/// and are pruned without being returned.
+fn prune_and_default(schema: &Value, candidate: &mut Value, live: Option<&Value>) -> Vec<String> {
     let already: Vec<String> = live
         .map(|l| structural::prune(schema, &mut l.clone()))
         .unwrap_or_default();
@@ -303,40 +295,52 @@ fn prune_and_default(
         .collect();
     structural::apply_defaults(schema, candidate);
     structural::prune(schema, candidate);
-    if unknown.is_empty() || mode == "Ignore" {
+    unknown
+}
+
+/// What `fieldValidation` makes of unknown and duplicate fields: `Strict` refuses the write
+/// (400, worded as the strict decoder — or, for server-side apply, the field manager — words
+/// it), `Warn` returns warnings, `Ignore` nothing.
+fn field_problems(
+    request: &ResourceRequest,
+    rt: &ResourceType,
+    unknown: &[String],
+    duplicates: &[String],
+    apply: bool,
+) -> Result<Vec<String>, ApiError> {
+    let mode = field_validation(request)?;
+    let mut problems: Vec<String> = duplicates
+        .iter()
+        .map(|p| format!("duplicate field {p:?}"))
+        .collect();
+    problems.extend(unknown.iter().map(|p| format!("unknown field {p:?}")));
+    if problems.is_empty() || mode == "Ignore" {
         return Ok(Vec::new());
     }
-    if mode == "Strict" {
-        let version = &request.target.version;
-        let message = if apply {
-            let fields: Vec<String> = unknown
-                .iter()
-                .map(|p| format!(".{p}: field not declared in schema"))
-                .collect();
-            format!(
-                "failed to create typed patch object ({}; {}, Kind={}): {}",
-                request.target.name.as_deref().unwrap_or(""),
-                rt.api_version(version),
-                rt.kind,
-                fields.join(", ")
-            )
-        } else {
-            let fields: Vec<String> = unknown
-                .iter()
-                .map(|p| format!("unknown field {p:?}"))
-                .collect();
-            format!(
-                "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
-                fields.join(", "),
-                kind = rt.kind
-            )
-        };
-        return Err(ApiError::bad_request(message));
+    if mode != "Strict" {
+        return Ok(problems);
     }
-    Ok(unknown
-        .iter()
-        .map(|p| format!("unknown field {p:?}"))
-        .collect())
+    let version = &request.target.version;
+    let message = if apply && !unknown.is_empty() {
+        let fields: Vec<String> = unknown
+            .iter()
+            .map(|p| format!(".{p}: field not declared in schema"))
+            .collect();
+        format!(
+            "failed to create typed patch object ({}; {}, Kind={}): {}",
+            request.target.name.as_deref().unwrap_or(""),
+            rt.api_version(version),
+            rt.kind,
+            fields.join(", ")
+        )
+    } else {
+        format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+            problems.join(", "),
+            kind = rt.kind
+        )
+    };
+    Err(ApiError::bad_request(message))
 }
 
 /// 422 Invalid listing field errors as kube-apiserver does.
@@ -547,6 +551,11 @@ pub(crate) async fn write(
     verb: &str,
 ) -> Result<Response, ApiError> {
     let body = parse_body(&request.body)?;
+    let duplicates = if verb == "patch" && content_type(request) == "application/json-patch+json" {
+        Vec::new()
+    } else {
+        crate::duplicates::duplicate_fields(&request.body)
+    };
     let is_apply = verb == "patch" && content_type(request) == "application/apply-patch+yaml";
     let url_name = request.target.name.clone().unwrap_or_default();
     let ctx = request.context();
@@ -579,11 +588,17 @@ pub(crate) async fn write(
         )?;
         let creating = matches!(write, StoreWrite::Create(_));
         builtin_defaults(rt, &mut object);
-        if let Some(schema) = &schema {
-            let warnings =
-                prune_and_default(schema, rt, request, &mut object, live.as_ref(), is_apply)?;
-            request.warn(warnings);
-        }
+        let unknown = match &schema {
+            Some(schema) => prune_and_default(schema, &mut object, live.as_ref()),
+            None => Vec::new(),
+        };
+        request.warn(field_problems(
+            request,
+            rt,
+            &unknown,
+            &duplicates,
+            is_apply,
+        )?);
         let name = if url_name.is_empty() {
             name_of(&object)
         } else {

@@ -118,6 +118,51 @@ async fn kubectl_apply_refuses_unknown_fields_under_strict_and_warns_or_drops_ot
         .await;
     assert!(!out.stderr.contains("Warning"), "{}", out.stderr);
 
+    // Duplicate keys in a JSON body (kubectl's YAML parser refuses them itself; raw clients
+    // can send them): an error under Strict, a warning by default, for built-in kinds too.
+    let api = Api::new(emulator.url());
+    let raw = r#"{"apiVersion": "example.io/v1", "kind": "Gadget", "metadata": {"name": "dup"}, "spec": {"kind": "Small", "replicas": 1, "replicas": 2}}"#;
+    let send = |query: &'static str, path: &'static str, body: &'static str| {
+        api.http
+            .post(format!("{}{path}{query}", emulator.url()))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let strict = send(
+        "?fieldValidation=Strict",
+        "/apis/example.io/v1/gadgets",
+        raw,
+    )
+    .await
+    .unwrap();
+    assert_eq!(strict.status().as_u16(), 400);
+    let status: serde_json::Value = strict.json().await.unwrap();
+    assert_eq!(
+        status["message"],
+        r#"Gadget in version "v1" cannot be handled as a Gadget: strict decoding error: duplicate field "spec.replicas""#
+    );
+    let warned = send("", "/apis/example.io/v1/gadgets", raw).await.unwrap();
+    assert_eq!(warned.status().as_u16(), 201);
+    let warning = warned
+        .headers()
+        .get("warning")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(warning, r#"299 - "duplicate field \"spec.replicas\"""#);
+    let config_map =
+        r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "name": "d"}}"#;
+    let strict = send(
+        "?fieldValidation=Strict",
+        "/api/v1/namespaces/default/configmaps",
+        config_map,
+    )
+    .await
+    .unwrap();
+    assert_eq!(strict.status().as_u16(), 400);
+
     // Server-side apply under Strict words it as the field manager does.
     let ssa = kubectl.manifest("ssa.yaml", &gadget("g2", "  kind: Small\n  bar: 1\n"));
     let out = kubectl.fail(&["apply", "--server-side", "-f", &ssa]).await;
