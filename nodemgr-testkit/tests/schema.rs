@@ -266,3 +266,79 @@ async fn defaults_show_on_kubectl_get_and_invalid_values_are_422_naming_the_fiel
         .await;
     assert_eq!(code, 200);
 }
+
+mod property {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    fn crd() -> Value {
+        serde_saphyr::from_str(CRD).unwrap()
+    }
+
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-3i64..14).prop_map(|n| json!(n)),
+            prop_oneof![Just("Small"), Just("Large"), Just("5m"), Just("x")].prop_map(|s| json!(s)),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("kind"),
+                        Just("replicas"),
+                        Just("update"),
+                        Just("maxConcurrent"),
+                        Just("window"),
+                        Just("taints"),
+                        Just("key"),
+                        Just("foo")
+                    ],
+                    inner,
+                    0..5
+                )
+                .prop_map(|m| Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Whatever a client sends, the store holds only objects valid against the schema,
+        /// without undeclared fields; a refused write (4xx) changes nothing.
+        #[test]
+        fn only_valid_pruned_objects_are_stored(spec in any_json(), strict in any::<bool>()) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let emulator = Emulator::start().await.unwrap();
+                emulator.seed(crd()).unwrap();
+                let api = Api::new(emulator.url());
+                let before = emulator.resource_version();
+                let query = if strict { "?fieldValidation=Strict" } else { "" };
+                let (code, body) = api
+                    .post(&format!("/apis/example.io/v1/gadgets{query}"), &json!({"apiVersion": "example.io/v1", "kind": "Gadget", "metadata": {"name": "p"}, "spec": spec}))
+                    .await;
+                let schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
+                match emulator.get("example.io/v1", "Gadget", "", "p") {
+                    Some(stored) => {
+                        prop_assert_eq!(code, 201, "{}", body);
+                        let errors = nodemgr_testkit::structural::validate(&schema, &stored);
+                        prop_assert!(errors.is_empty(), "stored an invalid object {}: {:?}", stored, errors);
+                        prop_assert!(nodemgr_testkit::structural::prune(&schema, &mut stored.clone()).is_empty(), "undeclared fields stored: {}", stored);
+                    }
+                    None => {
+                        prop_assert!((400..500).contains(&code), "{} {}", code, body);
+                        prop_assert_eq!(emulator.resource_version(), before);
+                    }
+                }
+                Ok(())
+            })?;
+        }
+    }
+}
