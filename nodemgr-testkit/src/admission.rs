@@ -454,6 +454,42 @@ mod tests {
     }
 
     #[test]
+    fn namespace_selector_applies_to_namespaced_objects_only() {
+        let served = vec!["v1".to_owned()];
+        let rule = json!({"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]});
+        let prod_only = json!({"namespaceSelector": {"matchExpressions": [{"key": "env", "operator": "In", "values": ["prod"]}]}});
+        let mut pod = attrs();
+        pod.namespaced = true;
+        pod.namespace = "web".into();
+        pod.version = "v1".into();
+        pod.namespace_labels = BTreeMap::from([("env".to_owned(), "dev".to_owned())]);
+        assert!(
+            matching(
+                &[configuration(rule.clone(), prod_only.clone())],
+                &pod,
+                &served
+            )
+            .is_empty()
+        );
+        pod.namespace_labels.insert("env".into(), "prod".into());
+        assert_eq!(
+            matching(
+                &[configuration(rule.clone(), prod_only.clone())],
+                &pod,
+                &served
+            )
+            .len(),
+            1
+        );
+        let mut cluster_scoped = attrs();
+        cluster_scoped.version = "v1".into();
+        assert_eq!(
+            matching(&[configuration(rule, prod_only)], &cluster_scoped, &served).len(),
+            1
+        );
+    }
+
+    #[test]
     fn denials_are_worded_as_kube_apiserver_words_them() {
         let denied = json!({"response": {"uid": "u", "allowed": false, "status": {"message": "maxPerZone < minPerZone", "code": 403}}});
         let (_, e) = interpret("ng.deckhouse.io", "u", &denied, Phase::Validating).unwrap_err();

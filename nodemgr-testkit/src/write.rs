@@ -327,7 +327,8 @@ fn field_problems(
             .map(|p| format!(".{p}: field not declared in schema"))
             .collect();
         format!(
-            "failed to create typed patch object ({}; {}, Kind={}): {}",
+            "failed to create typed patch object ({}/{}; {}, Kind={}): {}",
+            request.target.namespace.as_deref().unwrap_or(""),
             request.target.name.as_deref().unwrap_or(""),
             rt.api_version(version),
             rt.kind,

@@ -168,7 +168,7 @@ async fn kubectl_apply_refuses_unknown_fields_under_strict_and_warns_or_drops_ot
     let out = kubectl.fail(&["apply", "--server-side", "-f", &ssa]).await;
     assert!(
         out.stderr
-            .contains(".spec.bar: field not declared in schema"),
+            .contains("failed to create typed patch object (/g2; example.io/v1, Kind=Gadget): .spec.bar: field not declared in schema"),
         "{}",
         out.stderr
     );
