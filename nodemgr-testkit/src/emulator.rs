@@ -136,6 +136,8 @@ impl Emulator {
             shutdown,
             bookmark_interval: options.bookmark_interval,
             address: address.to_string(),
+            services: Mutex::new(Default::default()),
+            review_counter: std::sync::atomic::AtomicU64::new(1),
         });
         let router = Router::new().fallback(handle).with_state(shared.clone());
         let server = tokio::spawn(async move {
@@ -197,6 +199,7 @@ impl Emulator {
     /// # Errors
     /// The same errors as a create over HTTP (unknown kind → 404, existing → 409).
     pub fn seed(&self, object: Value) -> Result<Value, ApiError> {
+        let object = stored_shape(object);
         let (rt, version, namespace) = self.resolve(&object)?;
         let status = object.get("status").cloned();
         let ctx = WriteContext {
@@ -235,6 +238,7 @@ impl Emulator {
     /// # Errors
     /// 404 when it does not exist; other update errors.
     pub fn update(&self, object: Value) -> Result<Value, ApiError> {
+        let object = stored_shape(object);
         let (rt, version, namespace) = self.resolve(&object)?;
         let name = object
             .pointer("/metadata/name")
@@ -359,7 +363,7 @@ impl Emulator {
         let rt = rt.clone();
         store
             .get(&rt, if rt.namespaced { namespace } else { "" }, name)
-            .cloned()
+            .map(|o| served_shape(&rt, o))
     }
 
     /// Lists objects of a kind (all namespaces when `namespace` is None) without HTTP.
@@ -369,7 +373,10 @@ impl Emulator {
             return Vec::new();
         };
         let rt = rt.clone();
-        store.list(&rt, namespace).cloned().collect()
+        store
+            .list(&rt, namespace)
+            .map(|o| served_shape(&rt, o))
+            .collect()
     }
 
     /// Deletes an object without HTTP (finalizers are honoured).
@@ -399,6 +406,20 @@ impl Emulator {
             &DeleteOptions::default(),
             &ctx,
         )
+    }
+
+    /// Routes webhook calls for the service `namespace/name:port` (a `clientConfig.service`
+    /// of an admission webhook or a CRD conversion webhook) to `base_url`
+    /// (`https://127.0.0.1:PORT`): the emulator has no cluster network.
+    pub fn route_service(&self, namespace: &str, name: &str, port: u16, base_url: &str) {
+        self.shared
+            .services
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                (namespace.to_owned(), name.to_owned(), port),
+                base_url.to_owned(),
+            );
     }
 
     /// Makes the next matching requests fail (see [`Fault`]).
@@ -498,6 +519,26 @@ impl Emulator {
 impl Drop for Emulator {
     fn drop(&mut self) {
         let _ = self.shared.shutdown.send(true);
+    }
+}
+
+/// An object as the store keeps it: `events.k8s.io/v1` Events in the core shape (see
+/// [`crate::events`]); everything else as given.
+fn stored_shape(object: Value) -> Value {
+    if object.get("apiVersion").and_then(Value::as_str) == Some("events.k8s.io/v1") {
+        crate::events::to_core(&object)
+    } else {
+        object
+    }
+}
+
+/// A stored object as the API of `rt` serves it: `events.k8s.io` Events converted from the core
+/// shape; everything else at the storage version.
+fn served_shape(rt: &crate::registry::ResourceType, object: &Value) -> Value {
+    if crate::events::is_events_v1(&rt.group, &rt.plural) {
+        crate::events::to_events_v1(object)
+    } else {
+        object.clone()
     }
 }
 

@@ -8,9 +8,13 @@
 //! the status subresource, `pods/eviction` honouring PodDisruptionBudgets, label and field
 //! selectors, and Table output for `kubectl get`.
 //!
-//! It is a **test double**: everything lives in memory, there is no authentication, admission,
-//! schema validation, defaulting, garbage collection or scheduling. See the crate README for
-//! what it does not do.
+//! It also calls admission webhooks and CRD conversion webhooks, prunes, defaults and validates
+//! custom resources against their schemas (`fieldValidation`, a subset of CEL rules), serves
+//! Events through both APIs, and answers `/healthz`, `/livez`, `/readyz`.
+//!
+//! It is a **test double**: everything lives in memory, there is no authentication, garbage
+//! collection or scheduling. `docs/api-emulator.md` describes the request path and where it
+//! differs from kube-apiserver.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,25 +25,37 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod approval;
+pub mod cel;
+pub mod conversion;
 pub mod discovery;
+pub mod duplicates;
 pub mod emulator;
+pub mod events;
 pub mod eviction;
 pub mod faults;
 pub mod fleet;
 mod fleet_agent;
+pub mod health;
 pub mod latency;
 pub mod managed;
+pub mod media;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
+pub mod query;
 pub mod registry;
 pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod status;
 pub mod store;
+pub mod structural;
 pub mod table;
 pub mod time;
+pub mod webhook_client;
+mod write;
 
 pub use emulator::{Emulator, EmulatorError, EmulatorOptions, kubeconfig_text};
 pub use faults::Fault;

@@ -65,6 +65,9 @@ pub struct ResourceType {
     pub custom: bool,
     /// Field-selector paths the built-in type supports (beyond `metadata.name`/`namespace`).
     pub builtin_fields: Vec<&'static str>,
+    /// `spec.conversion.webhook.clientConfig` of a CRD whose conversion strategy is `Webhook`
+    /// (`None`: versions differ only in `apiVersion`). See [`crate::conversion`].
+    pub conversion_webhook: Option<Value>,
 }
 
 impl ResourceType {
@@ -98,6 +101,13 @@ impl ResourceType {
     /// The storage key of this type: `(group, plural)`. All versions share storage, as with a
     /// CRD whose conversion strategy is `None`.
     pub fn key(&self) -> ResourceKey {
+        if crate::events::is_events_v1(&self.group, &self.plural) {
+            // One store behind both Event APIs (see [`crate::events`]).
+            return ResourceKey {
+                group: String::new(),
+                plural: self.plural.clone(),
+            };
+        }
         ResourceKey {
             group: self.group.clone(),
             plural: self.plural.clone(),
@@ -183,6 +193,8 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", plural: "roles", singular: "role", kind: "Role", namespaced: true, short_names: &[], subresources: &[], fields: &[] },
     Builtin { group: "certificates.k8s.io", version: "v1", plural: "certificatesigningrequests", singular: "certificatesigningrequest", kind: "CertificateSigningRequest", namespaced: false, short_names: &["csr"], subresources: &["status", "approval"], fields: &["spec.signerName"] },
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", plural: "rolebindings", singular: "rolebinding", kind: "RoleBinding", namespaced: true, short_names: &[], subresources: &[], fields: &[] },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", plural: "validatingwebhookconfigurations", singular: "validatingwebhookconfiguration", kind: "ValidatingWebhookConfiguration", namespaced: false, short_names: &[], subresources: &[], fields: &[] },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", plural: "mutatingwebhookconfigurations", singular: "mutatingwebhookconfiguration", kind: "MutatingWebhookConfiguration", namespaced: false, short_names: &[], subresources: &[], fields: &[] },
     Builtin { group: "admissionregistration.k8s.io", version: "v1", plural: "validatingadmissionpolicies", singular: "validatingadmissionpolicy", kind: "ValidatingAdmissionPolicy", namespaced: false, short_names: &[], subresources: &["status"], fields: &[] },
     Builtin { group: "admissionregistration.k8s.io", version: "v1", plural: "validatingadmissionpolicybindings", singular: "validatingadmissionpolicybinding", kind: "ValidatingAdmissionPolicyBinding", namespaced: false, short_names: &[], subresources: &[], fields: &[] },
     Builtin { group: "storage.k8s.io", version: "v1", plural: "csinodes", singular: "csinode", kind: "CSINode", namespaced: false, short_names: &[], subresources: &[], fields: &[] },
@@ -217,6 +229,7 @@ pub fn builtin_types() -> Vec<ResourceType> {
             },
             custom: false,
             builtin_fields: b.fields.to_vec(),
+            conversion_webhook: None,
         })
         .collect()
 }
@@ -346,6 +359,19 @@ pub fn type_from_crd(crd: &Value) -> Result<ResourceType, ApiError> {
         ));
     }
     versions.sort_by(|a, b| compare_versions(&a.name, &b.name));
+    let conversion_webhook = match text(spec, "/conversion/strategy").as_deref() {
+        None | Some("None") => None,
+        Some("Webhook") => Some(
+            spec.pointer("/conversion/webhook/clientConfig")
+                .cloned()
+                .ok_or_else(|| invalid("spec.conversion.webhook.clientConfig: Required value: required when strategy is set to Webhook"))?,
+        ),
+        Some(other) => {
+            return Err(invalid(&format!(
+                "spec.conversion.strategy: Unsupported value: {other:?}: supported values: \"None\", \"Webhook\""
+            )));
+        }
+    };
     Ok(ResourceType {
         group,
         versions,
@@ -358,6 +384,7 @@ pub fn type_from_crd(crd: &Value) -> Result<ResourceType, ApiError> {
         categories: strings(spec, "/names/categories"),
         custom: true,
         builtin_fields: Vec::new(),
+        conversion_webhook,
     })
 }
 

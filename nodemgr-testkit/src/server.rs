@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -17,19 +18,23 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
+use crate::conversion;
 use crate::discovery;
 use crate::eviction;
 use crate::faults::{Fault, take_fault};
+use crate::health;
 use crate::latency::Latency;
-use crate::managed::{self, ApplyRequest};
+use crate::media;
 use crate::openapi;
-use crate::patch::{json_patch, merge_patch, strategic_merge_patch};
+use crate::patch::{json_patch, merge_patch};
+use crate::query::parse_query;
 use crate::registry::ResourceType;
-use crate::schema::list_kind;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, success_status};
 use crate::store::{DeleteOptions, EventType, Part, Store, WatchEvent, WriteContext};
 use crate::table::{IncludeObject, to_table, wants_table};
+use crate::webhook_client::ServiceRoutes;
+use crate::write;
 
 /// Counts of answered requests by (verb, resource[/subresource], HTTP code).
 pub type RequestStats = BTreeMap<(String, String, u16), u64>;
@@ -52,6 +57,10 @@ pub struct Shared {
     pub bookmark_interval: Duration,
     /// `host:port` the server listens on.
     pub address: String,
+    /// Where webhook `clientConfig.service` references go (see [`crate::webhook_client`]).
+    pub services: Mutex<ServiceRoutes>,
+    /// Counter behind the uids of AdmissionReviews and ConversionReviews.
+    pub review_counter: AtomicU64,
 }
 
 impl Shared {
@@ -69,6 +78,84 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// A copy of the service routes.
+    pub fn routes(&self) -> ServiceRoutes {
+        self.services
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A fresh uid for a review.
+    pub fn next_uid(&self) -> String {
+        let n = self.review_counter.fetch_add(1, Ordering::Relaxed);
+        format!("00000000-0000-4000-8000-{:012x}", n & 0xffff_ffff_ffff)
+    }
+
+    /// `objects` of `rt` at `version`: through the CRD's conversion webhook when it has one
+    /// (objects already at `version` are not sent), else by changing `apiVersion` only.
+    ///
+    /// # Errors
+    /// 500 when the conversion webhook fails.
+    pub async fn to_version(
+        &self,
+        rt: &ResourceType,
+        version: &str,
+        objects: Vec<Value>,
+    ) -> Result<Vec<Value>, ApiError> {
+        match &rt.conversion_webhook {
+            Some(client_config) if rt.custom => {
+                let uid = self.next_uid();
+                conversion::convert_by_webhook(
+                    client_config,
+                    &self.routes(),
+                    &rt.kind,
+                    &rt.api_version(version),
+                    &uid,
+                    objects,
+                )
+                .await
+            }
+            _ if crate::events::is_events_v1(&rt.group, &rt.plural) => {
+                Ok(objects.iter().map(crate::events::to_events_v1).collect())
+            }
+            _ => Ok(objects.iter().map(|o| present(rt, version, o)).collect()),
+        }
+    }
+
+    /// The type objects of `rt` are stored as: the core Event type for `events.k8s.io`
+    /// Events, `rt` itself otherwise.
+    pub fn storage_type(&self, rt: &ResourceType) -> ResourceType {
+        if crate::events::is_events_v1(&rt.group, &rt.plural) {
+            let store = self.store();
+            if let Some(core) = store
+                .types()
+                .iter()
+                .find(|t| t.group.is_empty() && t.plural == "events")
+            {
+                return core.clone();
+            }
+        }
+        rt.clone()
+    }
+
+    /// `objects` of `rt` (at the request's version) in their stored form: converted to the
+    /// storage version (through the conversion webhook when the CRD has one), or to the core
+    /// shape for `events.k8s.io` Events.
+    ///
+    /// # Errors
+    /// 500 when the conversion webhook fails.
+    pub async fn to_storage(
+        &self,
+        rt: &ResourceType,
+        objects: Vec<Value>,
+    ) -> Result<Vec<Value>, ApiError> {
+        if crate::events::is_events_v1(&rt.group, &rt.plural) {
+            return Ok(objects.iter().map(crate::events::to_core).collect());
+        }
+        self.to_version(rt, &rt.storage_version, objects).await
+    }
+
     fn count(&self, verb: &str, resource: &str, code: u16) {
         let mut stats = self
             .stats
@@ -82,14 +169,14 @@ impl Shared {
 
 /// A parsed resource URL.
 #[derive(Debug, Clone)]
-struct Target {
-    group: String,
-    version: String,
-    namespace: Option<String>,
-    plural: String,
-    name: Option<String>,
-    subresource: Option<String>,
-    legacy_watch: bool,
+pub(crate) struct Target {
+    pub(crate) group: String,
+    pub(crate) version: String,
+    pub(crate) namespace: Option<String>,
+    pub(crate) plural: String,
+    pub(crate) name: Option<String>,
+    pub(crate) subresource: Option<String>,
+    pub(crate) legacy_watch: bool,
 }
 
 enum Route {
@@ -101,6 +188,7 @@ enum Route {
     Resource(Target),
     OpenApiRoot,
     OpenApi(String, String),
+    Health(health::Endpoint, Option<String>),
     NotFound,
 }
 
@@ -108,6 +196,14 @@ fn parse_route(path: &str) -> Route {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, version, rest) = match segments.as_slice() {
         ["version"] => return Route::Version,
+        [endpoint, check @ ..]
+            if health::Endpoint::parse(endpoint).is_some() && check.len() <= 1 =>
+        {
+            return match health::Endpoint::parse(endpoint) {
+                Some(e) => Route::Health(e, check.first().map(|c| (*c).to_owned())),
+                None => Route::NotFound,
+            };
+        }
         ["openapi", "v3"] => return Route::OpenApiRoot,
         ["openapi", "v3", "api", v] => return Route::OpenApi(String::new(), (*v).to_owned()),
         ["openapi", "v3", "apis", g, v] => return Route::OpenApi((*g).to_owned(), (*v).to_owned()),
@@ -155,45 +251,7 @@ fn parse_route(path: &str) -> Route {
     })
 }
 
-/// Decodes `a=b&c=d` with percent-decoding (`+` is a space).
-fn parse_query(query: Option<&str>) -> BTreeMap<String, String> {
-    fn decode(s: &str) -> String {
-        let bytes = s.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < bytes.len() => {
-                    match u8::from_str_radix(
-                        std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
-                        16,
-                    ) {
-                        Ok(b) => {
-                            out.push(b);
-                            i += 2;
-                        }
-                        Err(_) => out.push(b'%'),
-                    }
-                }
-                b => out.push(b),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    query
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
-        .collect()
-}
-
-fn json_response(code: u16, body: &Value) -> Response {
+pub(crate) fn json_response(code: u16, body: &Value) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, body.to_string()).into_response();
     response.headers_mut().insert(
@@ -245,13 +303,70 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
             None => error_response(&ApiError::no_route(&path)),
         },
         Route::NotFound => error_response(&ApiError::no_route(&path)),
+        Route::Health(endpoint, check) => {
+            let answer = health::answer(
+                endpoint,
+                check.as_deref(),
+                &query,
+                *shared.shutdown.borrow(),
+            );
+            let status =
+                StatusCode::from_u16(answer.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = (status, answer.body).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            response
+        }
         Route::Resource(target) => {
+            let header_text = |name: header::HeaderName| {
+                parts
+                    .headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            let mut body = body;
+            let mut headers = parts.headers.clone();
+            if media::is_protobuf(&header_text(header::CONTENT_TYPE))
+                && !body.is_empty()
+                && (parts.method == Method::POST || parts.method == Method::PUT)
+            {
+                // kubectl's typed generators send protobuf: decode the kinds we know.
+                match crate::protobuf::decode(&body) {
+                    Ok(object) => {
+                        body = Bytes::from(object.to_string());
+                        headers.insert(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static("application/json"),
+                        );
+                    }
+                    Err(why) => return error_response(&media::undecoded_protobuf(&why)),
+                }
+            }
+            let header_text = |name: header::HeaderName| {
+                headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            if let Err(error) = media::negotiate(
+                &header_text(header::CONTENT_TYPE),
+                &header_text(header::ACCEPT),
+                !body.is_empty(),
+            ) {
+                return error_response(&error);
+            }
             let request = ResourceRequest {
                 method: parts.method,
-                headers: parts.headers,
+                headers,
                 query,
                 body,
                 target,
+                warnings: Mutex::new(Vec::new()),
             };
             let delay = shared
                 .latency()
@@ -259,34 +374,46 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            serve_resource(&shared, request)
+            serve_resource(&shared, request).await
         }
     }
 }
 
-struct ResourceRequest {
-    method: Method,
-    headers: HeaderMap,
-    query: BTreeMap<String, String>,
-    body: Bytes,
-    target: Target,
+/// One request to a resource, as the handlers see it.
+pub(crate) struct ResourceRequest {
+    pub(crate) method: Method,
+    pub(crate) headers: HeaderMap,
+    pub(crate) query: BTreeMap<String, String>,
+    pub(crate) body: Bytes,
+    pub(crate) target: Target,
+    /// Warnings for the client (`Warning: 299 - "..."` headers).
+    pub(crate) warnings: Mutex<Vec<String>>,
 }
 
 impl ResourceRequest {
-    fn header(&self, name: header::HeaderName) -> &str {
+    /// Adds warnings for the client.
+    pub(crate) fn warn(&self, warnings: Vec<String>) {
+        if warnings.is_empty() {
+            return;
+        }
+        self.warnings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(warnings);
+    }
+
+    pub(crate) fn header(&self, name: header::HeaderName) -> &str {
         self.headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
     }
 
-    fn flag(&self, name: &str) -> bool {
-        self.query
-            .get(name)
-            .is_some_and(|v| v == "true" || v == "1")
+    pub(crate) fn flag(&self, name: &str) -> bool {
+        crate::query::bool_flag(self.query.get(name).map(String::as_str))
     }
 
-    fn context(&self) -> WriteContext {
+    pub(crate) fn context(&self) -> WriteContext {
         let field_manager = match self.query.get("fieldManager") {
             Some(m) if !m.is_empty() => m.clone(),
             _ => {
@@ -325,7 +452,7 @@ impl ResourceRequest {
     }
 }
 
-fn serve_resource(shared: &Arc<Shared>, request: ResourceRequest) -> Response {
+async fn serve_resource(shared: &Arc<Shared>, request: ResourceRequest) -> Response {
     let verb = request.verb();
     let resource = request.resource();
     let fault = {
@@ -337,17 +464,34 @@ fn serve_resource(shared: &Arc<Shared>, request: ResourceRequest) -> Response {
     };
     let result = match fault {
         Some(error) => Err(error),
-        None => dispatch(shared, &request, verb),
+        None => dispatch(shared, &request, verb).await,
     };
-    let response = match result {
+    let mut response = match result {
         Ok(response) => response,
         Err(error) => error_response(&error),
     };
+    let warnings = std::mem::take(
+        &mut *request
+            .warnings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let mut sent: Vec<String> = Vec::new();
+    for warning in warnings {
+        // Like kube-apiserver's warning recorder, one header per distinct text.
+        if sent.contains(&warning) {
+            continue;
+        }
+        sent.push(warning.clone());
+        if let Ok(v) = HeaderValue::from_str(&crate::admission::warning_header(&warning)) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
     shared.count(verb, &resource, response.status().as_u16());
     response
 }
 
-fn dispatch(
+async fn dispatch(
     shared: &Arc<Shared>,
     request: &ResourceRequest,
     verb: &str,
@@ -377,9 +521,9 @@ fn dispatch(
         )));
     }
     match verb {
-        "list" => list(shared, request, &rt),
-        "watch" => watch_response(shared, request, &rt),
-        "get" => get(shared, request, &rt, &namespace),
+        "list" => list(shared, request, &rt).await,
+        "watch" => watch_response(shared, request, &rt).await,
+        "get" => get(shared, request, &rt, &namespace).await,
         "create" if t.subresource.as_deref() == Some("eviction") => {
             evict(shared, request, &rt, &namespace)
         }
@@ -390,15 +534,24 @@ fn dispatch(
                     rt.plural
                 )));
             }
-            create(shared, request, &rt, &namespace)
+            write::write(shared, request, &rt, &namespace, verb).await
         }
         "update" | "patch" if t.subresource.as_deref() == Some("approval") => {
             approve(shared, request, &rt, verb)
         }
-        "update" => update(shared, request, &rt, &namespace),
-        "patch" => patch(shared, request, &rt, &namespace),
-        "delete" => delete(shared, request, &rt, &namespace),
-        "deletecollection" => delete_collection(shared, request, &rt),
+        "update" | "patch" => write::write(shared, request, &rt, &namespace, verb).await,
+        "delete" => {
+            if t.subresource.is_some() {
+                return Err(ApiError::method_not_allowed(
+                    "subresources cannot be deleted",
+                ));
+            }
+            let name = t.name.as_deref().unwrap_or("");
+            let options = delete_options(request)?;
+            let deleted = write::delete(shared, request, &rt, &namespace, name, &options).await?;
+            Ok(json_response(200, &deleted))
+        }
+        "deletecollection" => delete_collection(shared, request, &rt).await,
         _ => Err(ApiError::method_not_allowed(format!(
             "{} is not supported",
             request.method
@@ -414,7 +567,7 @@ fn present(rt: &ResourceType, version: &str, object: &Value) -> Value {
     out
 }
 
-fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
+pub(crate) fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Ok(Value::Null);
     }
@@ -432,7 +585,7 @@ fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
     }
 }
 
-fn check_kind(rt: &ResourceType, version: &str, body: &Value) -> Result<(), ApiError> {
+pub(crate) fn check_kind(rt: &ResourceType, version: &str, body: &Value) -> Result<(), ApiError> {
     let kind = body.get("kind").and_then(Value::as_str).unwrap_or("");
     let api_version = body.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     if (!kind.is_empty() && kind != rt.kind)
@@ -458,13 +611,18 @@ fn selectors(
             .map_or("", String::as_str),
     )?;
     let version = &request.target.version;
-    let fields = FieldSelector::parse(
+    let mut fields = FieldSelector::parse(
         request
             .query
             .get("fieldSelector")
             .map_or("", String::as_str),
         |f| rt.supports_field(version, f),
     )?;
+    if crate::events::is_events_v1(&rt.group, &rt.plural) {
+        for requirement in &mut fields.0 {
+            requirement.field = crate::events::core_field(&requirement.field);
+        }
+    }
     Ok((labels, fields))
 }
 
@@ -472,7 +630,7 @@ fn wants_table_response(request: &ResourceRequest) -> bool {
     wants_table(request.header(header::ACCEPT))
 }
 
-fn get(
+async fn get(
     shared: &Arc<Shared>,
     request: &ResourceRequest,
     rt: &ResourceType,
@@ -485,7 +643,11 @@ fn get(
         store.get(rt, namespace, name).cloned()
     }
     .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-    let object = present(rt, &t.version, &object);
+    let object = shared
+        .to_version(rt, &t.version, vec![object])
+        .await?
+        .pop()
+        .unwrap_or(Value::Null);
     if wants_table_response(request) && t.subresource.is_none() {
         let include = IncludeObject::parse(request.query.get("includeObject").map(String::as_str));
         let meta = json!({"resourceVersion": object.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))});
@@ -504,7 +666,7 @@ struct ContinueToken {
     name: String,
 }
 
-fn list(
+async fn list(
     shared: &Arc<Shared>,
     request: &ResourceRequest,
     rt: &ResourceType,
@@ -527,69 +689,72 @@ fn list(
         ),
         None => None,
     };
-    let store = shared.store();
-    let current = store.resource_version();
-    if let Some(rv) = request
-        .query
-        .get("resourceVersion")
-        .filter(|v| !v.is_empty() && *v != "0")
-    {
-        let rv: u64 = rv
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?;
-        match request
+    let (items, remaining, list_rv) = {
+        let store = shared.store();
+        let current = store.resource_version();
+        if let Some(rv) = request
             .query
-            .get("resourceVersionMatch")
-            .map(String::as_str)
+            .get("resourceVersion")
+            .filter(|v| !v.is_empty() && *v != "0")
         {
-            Some("Exact") if rv != current => {
-                return Err(ApiError::expired(format!(
-                    "too old resource version: {rv} ({current}): the emulator serves only the latest state"
-                )));
-            }
-            _ if rv > current => {
-                return Err(ApiError::new(504, "Timeout", format!("Too large resource version: {rv}, current: {current}"))
+            let rv: u64 = rv
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?;
+            match request
+                .query
+                .get("resourceVersionMatch")
+                .map(String::as_str)
+            {
+                Some("Exact") if rv != current => {
+                    return Err(ApiError::expired(format!(
+                        "too old resource version: {rv} ({current}): the emulator serves only the latest state"
+                    )));
+                }
+                _ if rv > current => {
+                    return Err(ApiError::new(504, "Timeout", format!("Too large resource version: {rv}, current: {current}"))
                     .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]})));
+                }
+                _ => {}
             }
-            _ => {}
         }
-    }
-    let list_rv = match &token {
-        Some(tok) if tok.rv < store.compacted() => {
-            return Err(ApiError::expired(
-                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-            ));
+        let list_rv = match &token {
+            Some(tok) if tok.rv < store.compacted() => {
+                return Err(ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                ));
+            }
+            Some(tok) => tok.rv,
+            None => current,
+        };
+        let mut matching = store
+            .list(rt, t.namespace.as_deref())
+            .filter(|o| {
+                let key = (
+                    o.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or(""),
+                    o.pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or(""),
+                );
+                token
+                    .as_ref()
+                    .is_none_or(|tok| key > (tok.ns.as_str(), tok.name.as_str()))
+            })
+            .filter(|o| labels.matches(o) && fields.matches(o));
+        let mut items = Vec::new();
+        let mut remaining = 0usize;
+        for object in matching.by_ref() {
+            if limit > 0 && items.len() == limit {
+                remaining = 1;
+                break;
+            }
+            items.push(object.clone());
         }
-        Some(tok) => tok.rv,
-        None => current,
+        remaining += matching.count();
+        (items, remaining, list_rv)
     };
-    let mut matching = store
-        .list(rt, t.namespace.as_deref())
-        .filter(|o| {
-            let key = (
-                o.pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-                    .unwrap_or(""),
-                o.pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or(""),
-            );
-            token
-                .as_ref()
-                .is_none_or(|tok| key > (tok.ns.as_str(), tok.name.as_str()))
-        })
-        .filter(|o| labels.matches(o) && fields.matches(o));
-    let mut items = Vec::new();
-    let mut remaining = 0usize;
-    for object in matching.by_ref() {
-        if limit > 0 && items.len() == limit {
-            remaining = 1;
-            break;
-        }
-        items.push(present(rt, &t.version, object));
-    }
-    remaining += matching.count();
-    drop(store);
+    let items = shared.to_version(rt, &t.version, items).await?;
     let mut meta = json!({"resourceVersion": list_rv.to_string()});
     if remaining > 0
         && let Some(last) = items.last()
@@ -628,187 +793,6 @@ fn list(
     Ok(json_response(200, &body))
 }
 
-fn create(
-    shared: &Arc<Shared>,
-    request: &ResourceRequest,
-    rt: &ResourceType,
-    namespace: &str,
-) -> Result<Response, ApiError> {
-    let t = &request.target;
-    let body = parse_body(&request.body)?;
-    check_kind(rt, &t.version, &body)?;
-    let created =
-        shared
-            .store()
-            .create(rt, &t.version, namespace, body, &request.context(), None)?;
-    Ok(json_response(201, &present(rt, &t.version, &created)))
-}
-
-fn part_of(rt: &ResourceType, target: &Target) -> Result<Part, ApiError> {
-    match target.subresource.as_deref() {
-        None => Ok(Part::Main),
-        Some("status") => Ok(Part::Status),
-        Some(other) => Err(ApiError::method_not_allowed(format!(
-            "{}/{other} does not support this verb",
-            rt.plural
-        ))),
-    }
-}
-
-fn update(
-    shared: &Arc<Shared>,
-    request: &ResourceRequest,
-    rt: &ResourceType,
-    namespace: &str,
-) -> Result<Response, ApiError> {
-    let t = &request.target;
-    let name = t
-        .name
-        .as_deref()
-        .ok_or_else(|| ApiError::method_not_allowed("update needs a name"))?;
-    let part = part_of(rt, t)?;
-    let body = parse_body(&request.body)?;
-    check_kind(rt, &t.version, &body)?;
-    let updated = shared.store().replace(
-        rt,
-        &t.version,
-        namespace,
-        name,
-        body,
-        part,
-        &request.context(),
-        None,
-    )?;
-    Ok(json_response(200, &present(rt, &t.version, &updated)))
-}
-
-fn patch(
-    shared: &Arc<Shared>,
-    request: &ResourceRequest,
-    rt: &ResourceType,
-    namespace: &str,
-) -> Result<Response, ApiError> {
-    let t = &request.target;
-    let name = t
-        .name
-        .as_deref()
-        .ok_or_else(|| ApiError::method_not_allowed("patch needs a name"))?;
-    let part = part_of(rt, t)?;
-    let content_type = request
-        .header(header::CONTENT_TYPE)
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_owned();
-    let body = parse_body(&request.body)?;
-    let ctx = request.context();
-    let version = t.version.as_str();
-    let kind_of = |path: &[&str]| list_kind(rt, version, path);
-    let mut store = shared.store();
-    if content_type == "application/apply-patch+yaml" {
-        let manager = request
-            .query
-            .get("fieldManager")
-            .filter(|m| !m.is_empty())
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    "meta.k8s.io",
-                    "PatchOptions",
-                    "",
-                    "fieldManager: Required value: is required for apply patch",
-                )
-            })?;
-        check_kind(rt, version, &body)?;
-        if body.get("apiVersion").is_none() || body.get("kind").is_none() {
-            return Err(ApiError::bad_request(
-                "apply patches must set apiVersion and kind",
-            ));
-        }
-        let body_name = body
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if body_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )));
-        }
-        let mut applied = body.clone();
-        match part {
-            Part::Main if rt.has_status() => {
-                if let Some(m) = applied.as_object_mut() {
-                    m.remove("status");
-                }
-            }
-            Part::Status => {
-                let status = applied.get("status").cloned();
-                applied = json!({"apiVersion": applied["apiVersion"], "kind": applied["kind"], "metadata": {"name": name}});
-                if let Some(s) = status {
-                    applied["status"] = s;
-                }
-            }
-            Part::Main => {}
-        }
-        let apply = ApplyRequest {
-            applied: &applied,
-            manager,
-            force: request.flag("force"),
-            api_version: rt.api_version(version),
-            subresource: (part == Part::Status).then_some("status"),
-        };
-        let existing = store.get(rt, namespace, name).cloned();
-        let result = match existing {
-            Some(live) => {
-                let live = present(rt, version, &live);
-                let mut merged = managed::apply(&live, &apply, &kind_of)?;
-                let fields = merged.pointer("/metadata/managedFields").cloned();
-                // The applied resourceVersion, if any, is a precondition; otherwise none.
-                merged["metadata"]["resourceVersion"] = body
-                    .pointer("/metadata/resourceVersion")
-                    .cloned()
-                    .unwrap_or(json!(""));
-                store.replace(rt, version, namespace, name, merged, part, &ctx, fields)?
-            }
-            None => {
-                if part == Part::Status {
-                    return Err(ApiError::not_found(&rt.group, &rt.plural, name));
-                }
-                let mut skeleton = json!({"apiVersion": rt.api_version(version), "kind": rt.kind, "metadata": {"name": name}});
-                if rt.namespaced {
-                    skeleton["metadata"]["namespace"] = json!(namespace);
-                }
-                let merged = managed::apply(&skeleton, &apply, &kind_of)?;
-                let fields = merged.pointer("/metadata/managedFields").cloned();
-                let created = store.create(rt, version, namespace, merged, &ctx, fields)?;
-                drop(store);
-                return Ok(json_response(201, &present(rt, version, &created)));
-            }
-        };
-        drop(store);
-        return Ok(json_response(200, &present(rt, version, &result)));
-    }
-    let live = store
-        .get(rt, namespace, name)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-    let mut candidate = present(rt, version, &live);
-    match content_type.as_str() {
-        "application/merge-patch+json" => merge_patch(&mut candidate, &body),
-        "application/json-patch+json" => json_patch(&mut candidate, &body)?,
-        "application/strategic-merge-patch+json" => {
-            if rt.custom {
-                return Err(ApiError::unsupported_media_type(&content_type));
-            }
-            strategic_merge_patch(&mut candidate, &body, &kind_of)?;
-        }
-        other => return Err(ApiError::unsupported_media_type(other)),
-    }
-    let updated = store.replace(rt, version, namespace, name, candidate, part, &ctx, None)?;
-    drop(store);
-    Ok(json_response(200, &present(rt, version, &updated)))
-}
-
 fn delete_options(request: &ResourceRequest) -> Result<DeleteOptions, ApiError> {
     let body = parse_body(&request.body)?;
     let text = |pointer: &str| {
@@ -822,27 +806,7 @@ fn delete_options(request: &ResourceRequest) -> Result<DeleteOptions, ApiError> 
     })
 }
 
-fn delete(
-    shared: &Arc<Shared>,
-    request: &ResourceRequest,
-    rt: &ResourceType,
-    namespace: &str,
-) -> Result<Response, ApiError> {
-    let t = &request.target;
-    if t.subresource.is_some() {
-        return Err(ApiError::method_not_allowed(
-            "subresources cannot be deleted",
-        ));
-    }
-    let name = t.name.as_deref().unwrap_or("");
-    let options = delete_options(request)?;
-    let deleted = shared
-        .store()
-        .delete(rt, namespace, name, &options, &request.context())?;
-    Ok(json_response(200, &present(rt, &t.version, &deleted)))
-}
-
-fn delete_collection(
+async fn delete_collection(
     shared: &Arc<Shared>,
     request: &ResourceRequest,
     rt: &ResourceType,
@@ -850,9 +814,8 @@ fn delete_collection(
     let t = &request.target;
     let (labels, fields) = selectors(request, rt)?;
     let options = delete_options(request)?;
-    let ctx = request.context();
-    let mut store = shared.store();
-    let victims: Vec<(String, String)> = store
+    let victims: Vec<(String, String)> = shared
+        .store()
         .list(rt, t.namespace.as_deref())
         .filter(|o| labels.matches(o) && fields.matches(o))
         .map(|o| {
@@ -870,12 +833,14 @@ fn delete_collection(
         .collect();
     let mut items = Vec::new();
     for (ns, name) in victims {
-        if let Ok(deleted) = store.delete(rt, &ns, &name, &options, &ctx) {
-            items.push(present(rt, &t.version, &deleted));
+        match write::delete(shared, request, rt, &ns, &name, &options).await {
+            Ok(deleted) => items.push(deleted),
+            // Gone meanwhile, or a failed precondition: skipped, as before.
+            Err(error) if error.code == 404 || error.code == 409 => {}
+            Err(error) => return Err(error),
         }
     }
-    let rv = store.resource_version();
-    drop(store);
+    let rv = shared.store().resource_version();
     Ok(json_response(
         200,
         &json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(&t.version),
@@ -1052,8 +1017,8 @@ impl WatchFilter {
         }
     }
 
-    fn encode(&self, event_type: &str, object: &Value, first: &mut bool) -> Bytes {
-        let presented = present(&self.rt, &self.version, object);
+    /// Encodes one event; `presented` is the object at the watched version.
+    fn encode(&self, event_type: &str, presented: Value, first: &mut bool) -> Bytes {
         let object = match self.table {
             Some(include) if event_type != "BOOKMARK" && event_type != "ERROR" => {
                 let meta = json!({"resourceVersion": presented.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))});
@@ -1080,7 +1045,7 @@ impl WatchFilter {
     }
 }
 
-fn watch_response(
+async fn watch_response(
     shared: &Arc<Shared>,
     request: &ResourceRequest,
     rt: &ResourceType,
@@ -1125,7 +1090,8 @@ fn watch_response(
 
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
     let mut first = true;
-    let mut opening: Vec<Bytes> = Vec::new();
+    let mut opening: Vec<(EventType, Value)> = Vec::new();
+    let mut opening_end: Option<Bytes> = None;
     let (receiver, start_rv) = {
         let store = shared.store();
         let current = store.resource_version();
@@ -1137,17 +1103,19 @@ fn watch_response(
                 match store.history_since(&rt.key(), rv) {
                     Ok(events) => {
                         for event in events {
-                            if let Some((kind, object)) = filter.translate(&event) {
-                                opening.push(filter.encode(kind.as_str(), &object, &mut first));
+                            if let Some(change) = filter.translate(&event) {
+                                opening.push(change);
                             }
                         }
                     }
                     Err(expired) => {
                         // kube-apiserver answers 200 and a single ERROR event carrying 410.
-                        opening.push(filter_error_line(&expired));
                         drop(store);
-                        let body =
-                            futures::stream::iter(opening.into_iter().map(Ok::<_, Infallible>));
+                        let body = futures::stream::iter(
+                            [filter_error_line(&expired)]
+                                .into_iter()
+                                .map(Ok::<_, Infallible>),
+                        );
                         return Ok(streaming(Body::from_stream(body)));
                     }
                 }
@@ -1155,16 +1123,24 @@ fn watch_response(
             _ => {
                 for object in store.list(rt, t.namespace.as_deref()) {
                     if filter.matches(object) {
-                        opening.push(filter.encode("ADDED", object, &mut first));
+                        opening.push((EventType::Added, object.clone()));
                     }
                 }
                 if send_initial {
-                    opening.push(filter.bookmark(current, true));
+                    opening_end = Some(filter.bookmark(current, true));
                 }
             }
         }
         (store.subscribe(), current)
     };
+    let (kinds, objects): (Vec<EventType>, Vec<Value>) = opening.into_iter().unzip();
+    let objects = shared.to_version(rt, &t.version, objects).await?;
+    let mut opening: Vec<Bytes> = kinds
+        .into_iter()
+        .zip(objects)
+        .map(|(kind, object)| filter.encode(kind.as_str(), object, &mut first))
+        .collect();
+    opening.extend(opening_end);
     let mut drop_signal = shared.drop_watches.subscribe();
     let mut shutdown = shared.shutdown.subscribe();
     let interval = shared.bookmark_interval;
@@ -1215,7 +1191,7 @@ fn watch_response(
                     Err(broadcast::error::RecvError::Lagged(_) | broadcast::error::RecvError::Closed) => return,
                 },
                 () = sleep_until_due => {
-                    if !send_due(&mut delayed, &filter, &tx, &mut first, &mut last_rv).await {
+                    if !send_due(&shared, &mut delayed, &filter, &tx, &mut first, &mut last_rv).await {
                         return;
                     }
                 }
@@ -1224,7 +1200,7 @@ fn watch_response(
                     while let Ok(event) = receiver.try_recv() {
                         enqueue(&mut delayed, event);
                     }
-                    if !send_due(&mut delayed, &filter, &tx, &mut first, &mut last_rv).await {
+                    if !send_due(&shared, &mut delayed, &filter, &tx, &mut first, &mut last_rv).await {
                         return;
                     }
                     if tx.send(Ok(filter.bookmark(last_rv, false))).await.is_err() {
@@ -1250,6 +1226,7 @@ type DelayedEvents = VecDeque<(tokio::time::Instant, Arc<WatchEvent>)>;
 /// Sends the watcher every delayed change that is due, in order; `false` when the client went
 /// away.
 async fn send_due(
+    shared: &Shared,
     delayed: &mut DelayedEvents,
     filter: &WatchFilter,
     tx: &mpsc::Sender<Result<Bytes, Infallible>>,
@@ -1262,12 +1239,23 @@ async fn send_due(
             break;
         };
         *last_rv = event.resource_version;
-        if let Some((kind, object)) = filter.translate(&event)
-            && tx
-                .send(Ok(filter.encode(kind.as_str(), &object, first)))
-                .await
-                .is_err()
+        let Some((kind, object)) = filter.translate(&event) else {
+            continue;
+        };
+        let line = match shared
+            .to_version(&filter.rt, &filter.version, vec![object])
+            .await
         {
+            Ok(mut converted) => {
+                filter.encode(kind.as_str(), converted.pop().unwrap_or(Value::Null), first)
+            }
+            Err(error) => {
+                // kube-apiserver ends a watch whose objects cannot be converted with an ERROR.
+                let _ = tx.send(Ok(filter_error_line(&error))).await;
+                return false;
+            }
+        };
+        if tx.send(Ok(line)).await.is_err() {
             return false;
         }
     }
@@ -1343,15 +1331,5 @@ mod tests {
         assert!(t.legacy_watch && t.namespace.as_deref() == Some("kube-system"));
         assert!(matches!(parse_route("/apis/policy"), Route::Group(g) if g == "policy"));
         assert!(matches!(parse_route("/openapi/v2"), Route::NotFound));
-    }
-
-    #[test]
-    fn query_decoding() {
-        let q = parse_query(Some(
-            "labelSelector=app%20in%20(a%2Cb)&fieldSelector=spec.nodeName%3Dw1&watch=1&x",
-        ));
-        assert_eq!(q["labelSelector"], "app in (a,b)");
-        assert_eq!(q["fieldSelector"], "spec.nodeName=w1");
-        assert_eq!(q["x"], "");
     }
 }

@@ -21,6 +21,36 @@ struct Args {
     /// Watch events kept for resumption; older resourceVersions get 410 Gone.
     #[arg(long, default_value_t = 10_000)]
     history: usize,
+    /// Where a webhook's `clientConfig.service` goes, as `NAMESPACE/NAME:PORT=https://HOST:PORT`
+    /// (repeatable): the emulator has no cluster network.
+    #[arg(long = "route-service", value_name = "NS/NAME:PORT=URL", value_parser = parse_route)]
+    routes: Vec<ServiceRoute>,
+}
+
+/// One `--route-service` value.
+#[derive(Clone, Debug)]
+struct ServiceRoute {
+    namespace: String,
+    name: String,
+    port: u16,
+    url: String,
+}
+
+fn parse_route(text: &str) -> Result<ServiceRoute, String> {
+    let usage = || format!("{text:?} is not NAMESPACE/NAME:PORT=https://HOST:PORT");
+    let (service, url) = text.split_once('=').ok_or_else(usage)?;
+    let (namespace, rest) = service.split_once('/').ok_or_else(usage)?;
+    let (name, port) = rest.split_once(':').ok_or_else(usage)?;
+    let port: u16 = port.parse().map_err(|_| usage())?;
+    if namespace.is_empty() || name.is_empty() || !url.starts_with("https://") {
+        return Err(usage());
+    }
+    Ok(ServiceRoute {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        port,
+        url: url.to_owned(),
+    })
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -41,6 +71,9 @@ async fn main() -> anyhow::Result<()> {
     let emulator = Emulator::start_with(options)
         .await
         .context("starting the API emulator")?;
+    for route in &args.routes {
+        emulator.route_service(&route.namespace, &route.name, route.port, &route.url);
+    }
     println!("API emulator at {}", emulator.url());
     println!("export KUBECONFIG={}", emulator.kubeconfig_path().display());
     tokio::signal::ctrl_c()
@@ -48,4 +81,40 @@ async fn main() -> anyhow::Result<()> {
         .context("waiting for Ctrl-C")?;
     emulator.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_parse_and_bad_ones_are_named() {
+        let route = parse_route(
+            "d8-cloud-instance-manager/node-manager-webhook:443=https://127.0.0.1:9443",
+        )
+        .expect("a valid route");
+        assert_eq!(
+            (
+                route.namespace.as_str(),
+                route.name.as_str(),
+                route.port,
+                route.url.as_str()
+            ),
+            (
+                "d8-cloud-instance-manager",
+                "node-manager-webhook",
+                443,
+                "https://127.0.0.1:9443"
+            )
+        );
+        for bad in [
+            "ns/name=https://x",
+            "ns/name:99999=https://x",
+            "ns/name:443=http://x",
+            "name:443=https://x",
+        ] {
+            let error = parse_route(bad).expect_err("invalid");
+            assert!(error.contains("NAMESPACE/NAME:PORT"), "{error}");
+        }
+    }
 }

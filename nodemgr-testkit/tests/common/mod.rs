@@ -155,3 +155,5 @@ pub fn kubectl_binary() -> Option<String> {
          NODEMGR_KUBECTL at a kubectl >= 1.27, or set NODEMGR_SKIP_KUBECTL=1 to skip these tests"
     );
 }
+
+pub mod real_clients;
