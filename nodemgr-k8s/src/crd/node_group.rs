@@ -20,6 +20,7 @@
 use std::borrow::Cow;
 
 use kube::CustomResource;
+use nodemgr_core::conversion::{ConversionContext, node_type_to_v1};
 use nodemgr_core::model::{self as core, NodeGroupStatus, NodeType};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -93,16 +94,19 @@ node_group_version!(
 pub use v1::{NodeGroup, NodeGroupSpec};
 
 impl NodeGroup {
-    /// The group as nodemgr-core sees it. Old node type names (`Cloud`, `Hybrid`) written
-    /// through `v1alpha1` are converted as Deckhouse's conversion does.
+    /// The group as nodemgr-core sees it. Old node type names (`Cloud`, `Hybrid`) that reach
+    /// nodemgr unconverted (a CRD installed without the conversion webhook) are converted by
+    /// [`nodemgr_core::conversion`], without the provider configuration.
     pub fn to_core(&self) -> core::NodeGroup {
         let mut spec = self.spec.0.clone();
-        if let Some(NodeType::Unknown(old)) = &spec.node_type {
-            spec.node_type = match old.as_str() {
-                "Cloud" => Some(NodeType::CloudEphemeral),
-                "Hybrid" => Some(NodeType::CloudStatic),
-                _ => spec.node_type.clone(),
-            };
+        if let Some(NodeType::Unknown(old)) = &spec.node_type
+            && let Some(new) = node_type_to_v1(
+                old,
+                self.metadata.name.as_deref().unwrap_or_default(),
+                &ConversionContext::default(),
+            )
+        {
+            spec.node_type = Some(new.parse().unwrap_or_else(|e| match e {}));
         }
         core::NodeGroup {
             api_version: "deckhouse.io/v1".into(),
