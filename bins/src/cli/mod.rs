@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+pub mod convert;
 pub mod crds;
 pub mod demo;
 pub mod demo_agents;
