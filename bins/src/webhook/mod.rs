@@ -36,13 +36,11 @@ use self::tls::ReloadingCertificate;
 /// Name of the ValidatingWebhookConfiguration `deploy/15-webhook.yaml` installs.
 pub const WEBHOOK_CONFIGURATION: &str = "nodemgr-webhook";
 
-/// The CRDs whose conversion the webhook serves.
+/// The CRDs whose conversion the webhook serves (`conversion.strategy: Webhook`).
 pub const CONVERTED_CRDS: &[&str] = &[
     "nodegroups.deckhouse.io",
     "sshcredentials.deckhouse.io",
     "nodeusers.deckhouse.io",
-    "staticinstances.deckhouse.io",
-    "instances.deckhouse.io",
 ];
 
 /// Flags of `nodemgr-webhook`.

@@ -4,13 +4,13 @@
 //! schema carrying Deckhouse's enums, patterns and bounds.
 //!
 //! # Versions
-//! The CRD has no conversion webhook (`conversion.strategy: None`): the API server serves every
-//! version with the same fields. The version schemas differ only where Deckhouse's do:
-//! `v1alpha1` accepts the old node types (`Cloud`, `Hybrid`, `Static`) and a top-level `docker`
-//! object. nodemgr reads every group as `v1` and converts old node type names itself
-//! ([`NodeGroup::to_core`]) as Deckhouse's conversion would. `kubernetesVersion` and `static`,
-//! which Deckhouse's `v1` dropped, stay in every version because nodemgr's bootstrap still reads
-//! `static.internalNetworkCIDRs` (pruning them would lose data on a version round trip).
+//! The CRD converts between versions with nodemgr's conversion webhook
+//! (`conversion.strategy: Webhook`, `nodemgr-webhook`'s `/convert`, which runs
+//! [`nodemgr_core::conversion`]): `v1alpha1` and `v1alpha2` carry the old node types (`Cloud`,
+//! `Static`, `Hybrid`), `v1alpha1` a top-level `docker`. `kubernetesVersion` and `static`,
+//! which Deckhouse's `v1` dropped, stay in the `v1` schema so a `v1` manifest that sets them is
+//! not pruned, but the conversion from an old version drops them as Deckhouse's does.
+//! A CEL transition rule keeps `staticInstances.labelSelector` as first set.
 //!
 //! Cross-field rules (CloudEphemeral needs `cloudInstances`, `RollingUpdate` only for
 //! CloudEphemeral, tolerable taint keys, …) are not in the schema: `nodemgr validate` checks
@@ -131,12 +131,15 @@ impl NodeGroup {
 pub enum SchemaVersion {
     /// `v1` (storage).
     V1,
-    /// `v1alpha2`: as `v1`.
+    /// `v1alpha2`: the old node types (`Cloud`, `Static`, `Hybrid`) and `cri.docker`.
     V1alpha2,
-    /// `v1alpha1`: old node types and a top-level `docker`.
+    /// `v1alpha1`: the old node types and a top-level `docker`.
     V1alpha1,
 }
 
+/// CEL transition rule: a selector once set stays as it is (StaticInstances already chosen by
+/// it would otherwise change groups under running nodes).
+pub const LABEL_SELECTOR_RULE: &str = "!has(oldSelf.labelSelector) || (has(self.labelSelector) && self.labelSelector == oldSelf.labelSelector)";
 const DURATION_HM: &str = "^([0-9]+h([0-9]+m)?|[0-9]+m)$";
 const WINDOW_TIME: &str = "^(?:\\d|[01]\\d|2[0-3]):[0-5]\\d$";
 const DAYS: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
@@ -200,10 +203,8 @@ fn docker() -> Value {
 /// The spec schema of `version`.
 pub fn spec_schema(version: SchemaVersion) -> Value {
     let node_types: &[&str] = match version {
-        SchemaVersion::V1alpha1 => &["Cloud", "Static", "Hybrid"],
-        SchemaVersion::V1 | SchemaVersion::V1alpha2 => {
-            &["CloudEphemeral", "CloudPermanent", "CloudStatic", "Static"]
-        }
+        SchemaVersion::V1alpha1 | SchemaVersion::V1alpha2 => &["Cloud", "Static", "Hybrid"],
+        SchemaVersion::V1 => &["CloudEphemeral", "CloudPermanent", "CloudStatic", "Static"],
     };
     let cri = object(vec![
         (
@@ -256,7 +257,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ]),
         &["key", "operator"],
     );
-    let static_instances = object(vec![
+    let mut static_instances = object(vec![
         (
             "labelSelector",
             json!({
@@ -270,6 +271,11 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ),
         ("count", integer_in(Some(0), None)),
     ]);
+    static_instances["x-kubernetes-validations"] = json!([{
+        "rule": LABEL_SELECTOR_RULE,
+        "message": "staticInstances.labelSelector may be added but never changed or removed; \
+                    create a new NodeGroup for another selection",
+    }]);
     let cloud_instances = required(
         object(vec![
             ("zones", array(string())),
