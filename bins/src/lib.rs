@@ -8,6 +8,7 @@ pub mod early_oom;
 pub mod fencing_agent;
 pub mod inputs;
 pub mod node_manager;
+pub mod settings_flags;
 pub mod webhook;
 
 /// Common plumbing of the long-running binaries (`node-manager`, `fencing-agent`,

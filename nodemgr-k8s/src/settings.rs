@@ -105,6 +105,19 @@ pub fn apply_config_map(
     Ok(out)
 }
 
+/// Reads `NAMESPACE/NAME` (the settings ConfigMap, the provider Secret).
+///
+/// # Errors
+/// A message naming `flag` when the value is not two non-empty parts around one `/`.
+pub fn parse_namespaced_name(flag: &str, value: &str) -> Result<(String, String), String> {
+    match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("--{flag} {value:?} is not NAMESPACE/NAME")),
+    }
+}
+
 impl SettingsSource {
     /// The settings now: the flags, overridden by the ConfigMap when one is configured and
     /// exists.
@@ -154,6 +167,12 @@ mod tests {
         assert_eq!(out.validation.cluster_prefix_len, Some(5));
         assert_eq!(out.pod_subnet_node_cidr_prefix, Some(24));
         assert_eq!(out.validation.known_zones.map(|z| z.len()), Some(2));
+        assert_eq!(
+            parse_namespaced_name("x", "a/b"),
+            Ok(("a".to_owned(), "b".to_owned()))
+        );
+        assert!(parse_namespaced_name("x", "a/b/c").is_err());
+        assert!(parse_namespaced_name("x", "/b").is_err());
         let bad = BTreeMap::from([("clusterPrefixLen".to_owned(), "70".to_owned())]);
         let err = apply_config_map(&base, "ns/s", &bad).unwrap_err();
         assert_eq!(

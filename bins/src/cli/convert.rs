@@ -75,13 +75,7 @@ pub struct Converted {
 impl Converted {
     /// The outcome these counts mean.
     pub fn outcome(&self) -> Outcome {
-        if self.unreadable > 0 {
-            Outcome::Unreadable
-        } else if self.failed > 0 {
-            Outcome::Invalid
-        } else {
-            Outcome::Ok
-        }
+        Outcome::of(self.unreadable, self.failed)
     }
 }
 

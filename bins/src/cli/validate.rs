@@ -8,12 +8,12 @@
 //! read (missing, not UTF-8, not YAML); unreadable files are reported on stderr and the other
 //! files are still checked. Empty documents are skipped; kinds nodemgr does not validate pass.
 
-use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use nodemgr_bins::settings_flags::SettingsFlags;
 use nodemgr_core::model::parse_documents;
 use nodemgr_core::validate::{ValidationContext, validate_document};
 
@@ -25,30 +25,15 @@ pub struct ValidateArgs {
     /// Manifest files (YAML or JSON, several documents per file allowed).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    /// A taint key Deckhouse components tolerate besides the built-in ones
-    /// (global.modules.placement.customTolerationKeys); repeat for several.
-    #[arg(long = "custom-toleration-key", value_name = "KEY")]
-    pub custom_toleration_keys: Vec<String>,
-    /// A zone of the cloud provider's configuration; when given, cloudInstances.zones must be
-    /// among them. Repeat for several.
-    #[arg(long = "zone", value_name = "ZONE")]
-    pub zones: Vec<String>,
-    /// Length of the cluster prefix of a Cloud cluster (0–63); when given, NodeGroup names are
-    /// checked against the 63-character machine name limit.
-    #[arg(long, value_name = "LEN", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=63))]
-    pub cluster_prefix_len: Option<usize>,
+    /// Cluster settings some rules depend on.
+    #[command(flatten)]
+    pub settings: SettingsFlags,
 }
 
 impl ValidateArgs {
     /// The validation context the flags describe.
     pub fn context(&self) -> ValidationContext {
-        ValidationContext {
-            cluster_prefix_len: self.cluster_prefix_len,
-            known_zones: (!self.zones.is_empty())
-                .then(|| self.zones.iter().cloned().collect::<BTreeSet<_>>()),
-            custom_toleration_keys: self.custom_toleration_keys.clone(),
-            ..ValidationContext::default()
-        }
+        self.settings.context()
     }
 }
 
@@ -68,13 +53,7 @@ pub struct Summary {
 impl Summary {
     /// The outcome these counts mean.
     pub fn outcome(&self) -> Outcome {
-        if self.unreadable > 0 {
-            Outcome::Unreadable
-        } else if self.invalid > 0 {
-            Outcome::Invalid
-        } else {
-            Outcome::Ok
-        }
+        Outcome::of(self.unreadable, self.invalid)
     }
 }
 
@@ -162,14 +141,14 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<Outcome> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     fn args(files: &[&Path]) -> ValidateArgs {
         ValidateArgs {
             files: files.iter().map(|p| p.to_path_buf()).collect(),
-            custom_toleration_keys: vec![],
-            zones: vec![],
-            cluster_prefix_len: None,
+            settings: SettingsFlags::default(),
         }
     }
 
@@ -193,8 +172,8 @@ mod tests {
     fn flags_build_the_context() {
         let mut a = args(&[]);
         assert_eq!(a.context(), ValidationContext::default());
-        a.zones = vec!["a".into()];
-        a.cluster_prefix_len = Some(10);
+        a.settings.zones = vec!["a".into()];
+        a.settings.cluster_prefix_len = Some(10);
         let ctx = a.context();
         assert_eq!(ctx.cluster_prefix_len, Some(10));
         assert_eq!(ctx.known_zones, Some(BTreeSet::from(["a".to_owned()])));

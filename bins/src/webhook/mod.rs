@@ -16,7 +16,6 @@ pub mod cluster;
 pub mod reviews;
 pub mod tls;
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,14 +23,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use nodemgr_core::validate::ValidationContext;
-use nodemgr_k8s::settings::{Settings, SettingsSource};
+use nodemgr_k8s::settings::{Settings, SettingsSource, parse_namespaced_name};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use self::ca_bundle::CaBundleTargets;
 use self::cluster::{ClusterSource, KubeSource};
 use self::tls::ReloadingCertificate;
+use crate::settings_flags::SettingsFlags;
 
 /// Name of the ValidatingWebhookConfiguration `deploy/15-webhook.yaml` installs.
 pub const WEBHOOK_CONFIGURATION: &str = "nodemgr-webhook";
@@ -70,16 +69,9 @@ pub struct Config {
     /// How often the caBundles are compared with the CA.
     #[arg(long, default_value = "60", value_name = "SECONDS")]
     pub ca_bundle_period_seconds: u64,
-    /// A taint key Deckhouse components tolerate besides the built-in ones
-    /// (global.modules.placement.customTolerationKeys); repeat for several.
-    #[arg(long = "custom-toleration-key", value_name = "KEY")]
-    pub custom_toleration_keys: Vec<String>,
-    /// A zone of the cloud provider's configuration; cloudInstances.zones must be among them.
-    #[arg(long = "zone", value_name = "ZONE")]
-    pub zones: Vec<String>,
-    /// Length of the cluster prefix of a Cloud cluster (NodeGroup name length rule on create).
-    #[arg(long, value_name = "LEN", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=63))]
-    pub cluster_prefix_len: Option<usize>,
+    /// Cluster settings the rules depend on.
+    #[command(flatten)]
+    pub cluster: SettingsFlags,
     /// podSubnetNodeCIDRPrefix of the cluster (warning when kubelet.maxPods exceeds it).
     #[arg(long, value_name = "PREFIX", value_parser = clap::value_parser!(u8).range(0..=32))]
     pub pod_subnet_node_cidr_prefix: Option<u8>,
@@ -98,12 +90,7 @@ pub struct Config {
 }
 
 fn namespaced(flag: &str, value: &str) -> anyhow::Result<(String, String)> {
-    match value.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok((ns.to_owned(), name.to_owned()))
-        }
-        _ => anyhow::bail!("--{flag} {value:?} is not NAMESPACE/NAME"),
-    }
+    parse_namespaced_name(flag, value).map_err(|e| anyhow::anyhow!(e))
 }
 
 impl Config {
@@ -114,13 +101,7 @@ impl Config {
     pub fn settings(&self) -> anyhow::Result<SettingsSource> {
         Ok(SettingsSource {
             flags: Settings {
-                validation: ValidationContext {
-                    cluster_prefix_len: self.cluster_prefix_len,
-                    known_zones: (!self.zones.is_empty())
-                        .then(|| self.zones.iter().cloned().collect::<BTreeSet<_>>()),
-                    custom_toleration_keys: self.custom_toleration_keys.clone(),
-                    ..ValidationContext::default()
-                },
+                validation: self.cluster.context(),
                 pod_subnet_node_cidr_prefix: self.pod_subnet_node_cidr_prefix,
             },
             config_map: self

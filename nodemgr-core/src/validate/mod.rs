@@ -144,6 +144,41 @@ fn parse_error(e: ManifestError) -> FieldError {
 /// wrong type, or `<document>` when it is not an object). Kinds nodemgr does not validate
 /// (Instance, ConfigMaps, …) give no errors.
 pub fn validate_document(value: Value, ctx: &ValidationContext) -> Vec<FieldError> {
+    let old_fields = old_node_group_fields(&value);
+    let mut errors = validate_typed(value, ctx);
+    errors.extend(old_fields);
+    errors
+}
+
+/// Errors of the old-version NodeGroup fields the conversion to `v1` drops.
+fn old_node_group_fields(value: &Value) -> Vec<FieldError> {
+    let old = matches!(
+        value.get("apiVersion").and_then(Value::as_str),
+        Some("deckhouse.io/v1alpha1" | "deckhouse.io/v1alpha2")
+    );
+    if !old || value.get("kind").and_then(Value::as_str) != Some("NodeGroup") {
+        return Vec::new();
+    }
+    let spec = value.get("spec");
+    let subset = serde_json::json!({
+        "kubernetesVersion": spec.and_then(|s| s.get("kubernetesVersion")),
+        "static": spec.and_then(|s| s.get("static")),
+    });
+    let spec: crate::model::NodeGroupSpec = match serde_path_to_error::deserialize(subset) {
+        Ok(spec) => spec,
+        Err(e) => {
+            return vec![FieldError::new(
+                format!("spec.{}", e.path()),
+                e.into_inner().to_string(),
+            )];
+        }
+    };
+    let mut e = Errors::default();
+    node_group::check_old_version_fields(&mut e, &spec);
+    e.0
+}
+
+fn validate_typed(value: Value, ctx: &ValidationContext) -> Vec<FieldError> {
     match parse_manifest(value) {
         Err(e) => vec![parse_error(e)],
         Ok(Manifest::NodeGroup(ng)) => validate_node_group(&ng, ctx),
@@ -188,6 +223,33 @@ mod tests {
             .map(|e| e.path)
             .collect();
         assert_eq!(paths, vec!["spec.credentialsRef"]);
+    }
+
+    #[test]
+    fn old_version_fields_are_checked_before_the_conversion_drops_them() {
+        let ctx = ValidationContext::default();
+        let old = json!({"apiVersion": "deckhouse.io/v1alpha2", "kind": "NodeGroup",
+            "metadata": {"name": "w"},
+            "spec": {"nodeType": "Static", "kubernetesVersion": "1.25",
+                "static": {"internalNetworkCIDRs": ["nope"]}}});
+        let paths: Vec<_> = validate_document(old, &ctx)
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.kubernetesVersion",
+                "spec.static.internalNetworkCIDRs[0]"
+            ]
+        );
+        let wrong = json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "NodeGroup",
+            "metadata": {"name": "w"}, "spec": {"nodeType": "Static", "kubernetesVersion": 1.3}});
+        let paths: Vec<_> = validate_document(wrong, &ctx)
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(paths, ["spec.kubernetesVersion"]);
     }
 
     #[test]

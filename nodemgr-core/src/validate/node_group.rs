@@ -268,6 +268,13 @@ fn check_spec(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext) {
             );
         }
     }
+    check_old_version_fields(e, spec);
+}
+
+/// `kubernetesVersion` and `static`: fields of the old versions that the conversion to `v1`
+/// drops (docs/admission-and-conversion.md §1.1), so a document is checked for them before it is
+/// converted, as the API server's schema of its version would.
+pub(crate) fn check_old_version_fields(e: &mut Errors, spec: &crate::model::NodeGroupSpec) {
     if let Some(v) = &spec.kubernetes_version
         && !ACCEPTED_KUBERNETES_VERSIONS.contains(&v.as_str())
     {

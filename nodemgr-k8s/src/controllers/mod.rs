@@ -56,6 +56,10 @@ pub struct Settings {
     pub fencing_period: Duration,
     /// The fencing policy's settings (deadline, storm guard).
     pub fencing_config: FencingConfig,
+    /// Where the cluster settings validation depends on come from (allowed taint keys,
+    /// zones, …): the status controller reports a group invalid by the same settings the
+    /// admission webhook refuses it by.
+    pub cluster_settings: crate::settings::SettingsSource,
 }
 
 impl Default for Settings {
@@ -69,6 +73,7 @@ impl Default for Settings {
             update_period: Duration::from_secs(10),
             fencing_period: Duration::from_secs(5),
             fencing_config: FencingConfig::default(),
+            cluster_settings: crate::settings::SettingsSource::default(),
         }
     }
 }
@@ -203,6 +208,7 @@ pub async fn run(
             status::run(
                 cluster.clone(),
                 settings.resync,
+                settings.cluster_settings.clone(),
                 metrics.clone(),
                 inner.clone(),
             ),
@@ -254,6 +260,7 @@ pub(crate) struct GroupContext {
     pub(crate) metrics: Metrics,
     pub(crate) resync: Duration,
     pub(crate) backoff: Backoff,
+    pub(crate) cluster_settings: crate::settings::SettingsSource,
 }
 
 impl GroupContext {
@@ -269,6 +276,25 @@ impl GroupContext {
             metrics,
             resync,
             backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
+            cluster_settings: crate::settings::SettingsSource::default(),
+        })
+    }
+
+    /// [`GroupContext::new`] with the cluster settings validation reads.
+    pub(crate) fn with_cluster_settings(
+        name: &'static str,
+        cluster: KubeCluster,
+        metrics: Metrics,
+        resync: Duration,
+        cluster_settings: crate::settings::SettingsSource,
+    ) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(GroupContext {
+            name,
+            cluster,
+            metrics,
+            resync,
+            backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
+            cluster_settings,
         })
     }
 
