@@ -178,8 +178,88 @@ fn old_node_group_fields(value: &Value) -> Vec<FieldError> {
     e.0
 }
 
+/// Removes the field at a dotted `path` (`spec.taints[1].effect`) from `value`; false when the
+/// path does not lead to a field.
+fn remove_at(value: &mut Value, path: &str) -> bool {
+    let mut segments: Vec<&str> = Vec::new();
+    for part in path.split('.') {
+        let (name, mut rest) = part.split_once('[').map_or((part, ""), |(n, r)| (n, r));
+        if !name.is_empty() {
+            segments.push(name);
+        }
+        while let Some((index, after)) = rest.split_once(']') {
+            segments.push(index);
+            rest = after.trim_start_matches('[');
+        }
+    }
+    let Some((last, parents)) = segments.split_last() else {
+        return false;
+    };
+    let mut at = value;
+    for segment in parents {
+        let next = match at {
+            Value::Object(map) => map.get_mut(*segment),
+            Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get_mut(i)),
+            _ => None,
+        };
+        let Some(next) = next else {
+            return false;
+        };
+        at = next;
+    }
+    match at {
+        Value::Object(map) => map.remove(*last).is_some(),
+        Value::Array(items) => match last.parse::<usize>() {
+            Ok(i) if i < items.len() => {
+                items[i] = Value::Null;
+                true
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// How many fields of the wrong type one document may report before the rest is skipped.
+const MAX_SHAPE_ERRORS: usize = 32;
+
 fn validate_typed(value: Value, ctx: &ValidationContext) -> Vec<FieldError> {
-    match parse_manifest(value) {
+    // A field of the wrong type is reported, taken out and the document read again, so that
+    // one type error does not hide the document's other errors.
+    let mut value = value;
+    let mut shape_errors: Vec<FieldError> = Vec::new();
+    loop {
+        match parse_manifest(value.clone()) {
+            Err(ManifestError::Shape { path, message })
+                if shape_errors.len() < MAX_SHAPE_ERRORS =>
+            {
+                let removed = remove_at(&mut value, &path);
+                shape_errors.push(parse_error(ManifestError::Shape {
+                    path: path.clone(),
+                    message,
+                }));
+                if !removed {
+                    return shape_errors;
+                }
+            }
+            Err(e) => {
+                shape_errors.push(parse_error(e));
+                return shape_errors;
+            }
+            Ok(typed) => {
+                let reported: Vec<String> = shape_errors.iter().map(|e| e.path.clone()).collect();
+                let rest = validate_kind(typed, ctx)
+                    .into_iter()
+                    .filter(|e| !reported.contains(&e.path));
+                shape_errors.extend(rest);
+                return shape_errors;
+            }
+        }
+    }
+}
+
+fn validate_kind(typed: Manifest, ctx: &ValidationContext) -> Vec<FieldError> {
+    match Ok::<Manifest, ManifestError>(typed) {
         Err(e) => vec![parse_error(e)],
         Ok(Manifest::NodeGroup(ng)) => validate_node_group(&ng, ctx),
         Ok(Manifest::StaticInstance(si)) => validate_static_instance(&si),
@@ -253,13 +333,47 @@ mod tests {
     }
 
     #[test]
-    fn parse_errors_become_one_field_error() {
+    fn a_type_error_does_not_hide_the_other_errors() {
+        let ctx = ValidationContext::default();
+        let doc = json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup",
+            "metadata": {"name": "w"},
+            "spec": {"nodeType": "Static", "kubelet": {"maxPods": "many"},
+                "nodeTemplate": {"taints": [{"key": "a", "effect": 3}]},
+                "disruptions": {"approvalMode": "RollingUpdate"}}});
+        let paths: Vec<_> = validate_document(doc, &ctx)
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.kubelet.maxPods",
+                "spec.nodeTemplate.taints[0].effect",
+                "spec.nodeTemplate.taints[0].key",
+                "spec.disruptions.approvalMode"
+            ],
+        );
+        let mut v = json!({"a": {"b": [1, {"c": 2}]}});
+        assert!(remove_at(&mut v, "a.b[1].c"));
+        assert_eq!(v, json!({"a": {"b": [1, {}]}}));
+        assert!(!remove_at(&mut v, "a.x.y"));
+    }
+
+    #[test]
+    fn parse_errors_become_field_errors() {
         let ctx = ValidationContext::default();
         let wrong_type = json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup",
             "spec": {"nodeType": "Static", "kubelet": {"maxPods": "many"}}});
         let errors = validate_document(wrong_type, &ctx);
-        assert_eq!(errors.len(), 1);
+        // The type error comes first; the document's other errors follow it.
         assert_eq!(errors[0].path, "spec.kubelet.maxPods");
+        assert_eq!(
+            errors
+                .iter()
+                .filter(|e| e.path == "spec.kubelet.maxPods")
+                .count(),
+            1
+        );
         let no_kind = json!({"apiVersion": "deckhouse.io/v1"});
         assert_eq!(validate_document(no_kind, &ctx)[0].path, "kind");
         let version = json!({"apiVersion": "deckhouse.io/v9", "kind": "NodeGroup"});
