@@ -20,6 +20,7 @@ mod node_group;
 mod node_group_configuration;
 mod node_user;
 pub mod syntax;
+mod unknown_fields;
 
 use std::collections::BTreeSet;
 
@@ -34,6 +35,7 @@ pub use node_group::{
 };
 pub use node_group_configuration::{MAX_CONFIGURATION_WEIGHT, validate_node_group_configuration};
 pub use node_user::{MAX_NODE_USER_UID, validate_node_user};
+pub use unknown_fields::{closest, unknown_fields};
 
 /// One problem with one field.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
