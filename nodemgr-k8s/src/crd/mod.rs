@@ -312,6 +312,32 @@ mod tests {
     }
 
     #[test]
+    fn every_node_group_field_is_described_for_kubectl_explain() {
+        let crd = serde_json::to_value(by_name("nodegroups.deckhouse.io")).unwrap();
+        let mut missing = Vec::new();
+        for v in crd["spec"]["versions"].as_array().unwrap() {
+            let root = &v["schema"]["openAPIV3Schema"];
+            for part in ["spec", "status"] {
+                schema::undescribed(
+                    &format!("{}.{part}", v["name"].as_str().unwrap()),
+                    &root["properties"][part],
+                    &mut missing,
+                );
+            }
+            let update = &root["properties"]["spec"]["properties"]["update"];
+            assert!(update["description"].is_string(), "spec.update");
+            assert!(
+                update["properties"]["maxConcurrent"]["description"].is_string(),
+                "spec.update.maxConcurrent"
+            );
+        }
+        assert!(
+            missing.is_empty(),
+            "fields without a description: {missing:#?}"
+        );
+    }
+
+    #[test]
     fn every_schema_is_structural() {
         let mut errors = Vec::new();
         for crd in definitions().unwrap() {

@@ -195,8 +195,17 @@ fn containerd() -> Value {
 
 fn docker() -> Value {
     object(vec![
-        ("maxConcurrentDownloads", integer()),
-        ("manage", boolean()),
+        (
+            "maxConcurrentDownloads",
+            describe(integer(), "Parallel image layer downloads (default 3)."),
+        ),
+        (
+            "manage",
+            describe(
+                boolean(),
+                "Whether Docker is installed and configured (default true).",
+            ),
+        ),
     ])
 }
 
@@ -423,9 +432,18 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ),
     ];
     if version == SchemaVersion::V1alpha1 {
-        props.push(("docker", docker()));
+        props.push((
+            "docker",
+            describe(
+                docker(),
+                "Docker settings (v1alpha1; v1alpha2 and v1 have them as cri.docker). Deprecated.",
+            ),
+        ));
     }
-    required(object(props), &["nodeType"])
+    describe_from_model(
+        required(object(props), &["nodeType"]),
+        &model_schema::<core::NodeGroupSpec>(),
+    )
 }
 
 /// The status schema (docs/deckhouse.md §1.3), the same in every version.
@@ -436,7 +454,7 @@ pub fn status_schema() -> Value {
         ("state", string()),
         ("type", string()),
     ]);
-    object(vec![
+    let status = object(vec![
         ("engine", one_of(&["None", "MCM", "CAPI"])),
         ("nodes", integer()),
         ("ready", integer()),
@@ -474,5 +492,6 @@ pub fn status_schema() -> Value {
             ])),
         ),
         ("deckhouse", free_object()),
-    ])
+    ]);
+    describe_from_model(status, &model_schema::<NodeGroupStatus>())
 }
