@@ -312,6 +312,28 @@ mod tests {
     }
 
     #[test]
+    fn every_field_of_the_other_kinds_is_described() {
+        let mut missing = Vec::new();
+        for crd in definitions().unwrap() {
+            let crd = serde_json::to_value(crd).unwrap();
+            for v in crd["spec"]["versions"].as_array().unwrap() {
+                let root = &v["schema"]["openAPIV3Schema"];
+                for part in ["spec", "status"] {
+                    schema::undescribed(
+                        &format!("{}/{}.{part}", crd["spec"]["names"]["kind"], v["name"]),
+                        &root["properties"][part],
+                        &mut missing,
+                    );
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "fields without a description: {missing:#?}"
+        );
+    }
+
+    #[test]
     fn every_node_group_field_is_described_for_kubectl_explain() {
         let crd = serde_json::to_value(by_name("nodegroups.deckhouse.io")).unwrap();
         let mut missing = Vec::new();

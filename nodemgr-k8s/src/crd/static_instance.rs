@@ -74,11 +74,14 @@ fn static_instance_schema() -> Value {
         ("machineRef", object_ref()),
         ("nodeRef", object_ref()),
     ]);
-    root(
-        "A machine nodemgr may bootstrap into a Static group over SSH.",
-        None,
-        Some(spec),
-        Some(status),
+    describe_from_model(
+        root(
+            "A machine nodemgr may bootstrap into a Static group over SSH.",
+            None,
+            Some(spec),
+            Some(status),
+        ),
+        &model_schema::<core::StaticInstance>(),
     )
 }
 
@@ -169,11 +172,14 @@ fn ssh_credentials_schema() -> Value {
             { "required": ["sudoPasswordEncoded"] },
         ],
     });
-    root(
-        "How nodemgr logs in to StaticInstances over SSH.",
-        None,
-        Some(spec),
-        None,
+    describe_from_model(
+        root(
+            "How nodemgr logs in to StaticInstances over SSH.",
+            None,
+            Some(spec),
+            None,
+        ),
+        &model_schema::<core::SshCredentials>(),
     )
 }
 
@@ -257,11 +263,14 @@ fn instance_schema() -> Value {
             object(vec![("logsEndpoint", string()), ("description", string())]),
         ),
     ]);
-    root(
-        "A machine of a NodeGroup (status only); deleting it deletes the machine.",
-        None,
-        None,
-        Some(status),
+    describe_from_model(
+        root(
+            "A machine of a NodeGroup (status only); deleting it deletes the machine.",
+            None,
+            None,
+            Some(status),
+        ),
+        &model_schema::<core::Instance>(),
     )
 }
 
