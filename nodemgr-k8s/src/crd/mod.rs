@@ -308,6 +308,14 @@ mod tests {
                 spec["staticInstances"]["x-kubernetes-validations"][0]["rule"],
                 node_group::LABEL_SELECTOR_RULE
             );
+            assert_eq!(
+                spec["disruptions"]["x-kubernetes-validations"][0]["rule"],
+                node_group::DISRUPTIONS_RULE
+            );
+            assert_eq!(
+                spec["cri"]["x-kubernetes-validations"][0]["rule"],
+                node_group::CRI_RULE
+            );
         }
     }
 

@@ -140,6 +140,10 @@ pub enum SchemaVersion {
 /// CEL transition rule: a selector once set stays as it is (StaticInstances already chosen by
 /// it would otherwise change groups under running nodes).
 pub const LABEL_SELECTOR_RULE: &str = "!has(oldSelf.labelSelector) || (has(self.labelSelector) && self.labelSelector == oldSelf.labelSelector)";
+/// CEL: the approval mode's own settings object only.
+pub const DISRUPTIONS_RULE: &str = "(!has(self.approvalMode) || self.approvalMode == 'Automatic') ? !has(self.rollingUpdate) : (self.approvalMode == 'RollingUpdate' ? !has(self.automatic) : (!has(self.automatic) && !has(self.rollingUpdate)))";
+/// CEL: the CRI type's own settings object only.
+pub const CRI_RULE: &str = "!has(self.type) || ((self.type == 'Containerd' || !has(self.containerd)) && (self.type == 'ContainerdV2' || !has(self.containerdV2)) && (self.type == 'Docker' || !has(self.docker)) && (self.type == 'NotManaged' || !has(self.notManaged)))";
 const DURATION_HM: &str = "^([0-9]+h([0-9]+m)?|[0-9]+m)$";
 const WINDOW_TIME: &str = "^(?:\\d|[01]\\d|2[0-3]):[0-5]\\d$";
 const DAYS: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
@@ -215,7 +219,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         SchemaVersion::V1alpha1 | SchemaVersion::V1alpha2 => &["Cloud", "Static", "Hybrid"],
         SchemaVersion::V1 => &["CloudEphemeral", "CloudPermanent", "CloudStatic", "Static"],
     };
-    let cri = object(vec![
+    let mut cri = object(vec![
         (
             "type",
             one_of(&["Docker", "Containerd", "ContainerdV2", "NotManaged"]),
@@ -225,6 +229,13 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ("docker", docker()),
         ("notManaged", object(vec![("criSocketPath", string())])),
     ]);
+    // Only the settings object of the chosen type (Deckhouse's oneOf, as CEL).
+    cri["x-kubernetes-validations"] = json!([{
+        "rule": CRI_RULE,
+        "message": "cri: only the settings object of cri.type may be set (containerd for \
+                    Containerd, containerdV2 for ContainerdV2, docker for Docker, notManaged \
+                    for NotManaged)",
+    }]);
     let gpu = object(vec![
         ("sharing", one_of(&["TimeSlicing", "MIG", "Exclusive"])),
         (
@@ -376,7 +387,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             ]),
         ),
     ]);
-    let disruptions = object(vec![
+    let mut disruptions = object(vec![
         (
             "approvalMode",
             one_of(&["Manual", "Automatic", "RollingUpdate"]),
@@ -390,6 +401,13 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ),
         ("rollingUpdate", object(vec![("windows", windows())])),
     ]);
+    // Each mode takes only its own settings object (Automatic is the default mode); Deckhouse
+    // binds them with oneOf, which kube-rs's structural rewriting cannot carry, so CEL does.
+    disruptions["x-kubernetes-validations"] = json!([{
+        "rule": DISRUPTIONS_RULE,
+        "message": "disruptions: Automatic takes only `automatic`, RollingUpdate only \
+                    `rollingUpdate`, Manual neither",
+    }]);
     let mut props = vec![
         (
             "nodeType",
