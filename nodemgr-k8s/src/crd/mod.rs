@@ -220,7 +220,8 @@ mod tests {
                     "Max",
                     "Standby",
                     "Status",
-                    "Age"
+                    "Age",
+                    "Synced"
                 ]
             );
         }

@@ -12,10 +12,12 @@
 //! not pruned, but the conversion from an old version drops them as Deckhouse's does.
 //! A CEL transition rule keeps `staticInstances.labelSelector` as first set.
 //!
-//! Cross-field rules (CloudEphemeral needs `cloudInstances`, `RollingUpdate` only for
-//! CloudEphemeral, tolerable taint keys, …) are not in the schema: `nodemgr validate` checks
-//! them before apply, and the status controller reports a violation in `status.error` and the
-//! `Error` condition.
+//! Every field carries the model's doc comment as its description (`kubectl explain`). Two of
+//! Deckhouse's oneOf bindings (an approval mode's and a CRI type's own settings object) are
+//! CEL rules here; the other cross-field rules (CloudEphemeral needs `cloudInstances`,
+//! `RollingUpdate` only for CloudEphemeral, tolerable taint keys, …) are the admission
+//! webhook's (docs/admission-and-conversion.md §2), which `nodemgr validate` and the status
+//! controller apply too.
 
 use std::borrow::Cow;
 
@@ -28,7 +30,7 @@ use serde_json::{Value, json};
 use super::schema::*;
 use crate::convert::{meta_from_core, meta_to_core};
 
-/// Printer columns of every version (docs/deckhouse.md §1, Deckhouse's columns but `Synced`).
+/// Printer columns of every version: Deckhouse's (docs/deckhouse.md §1).
 macro_rules! node_group_version {
     ($module:ident, $version:literal, storage = $storage:literal, $schema_version:expr) => {
         #[doc = concat!("`deckhouse.io/", $version, "` NodeGroup.")]
@@ -59,7 +61,8 @@ macro_rules! node_group_version {
                 printcolumn = r#"{"name":"Max","type":"integer","description":"Most machines.","jsonPath":".status.max"}"#,
                 printcolumn = r#"{"name":"Standby","type":"integer","description":"Standby (overprovisioned) nodes.","jsonPath":".status.standby"}"#,
                 printcolumn = r#"{"name":"Status","type":"string","description":"What needs attention.","jsonPath":".status.conditionSummary.statusMessage"}"#,
-                printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+                printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+                printcolumn = r#"{"name":"Synced","type":"string","description":"Whether the group's last spec was processed.","jsonPath":".status.deckhouse.synced"}"#
             )]
             #[serde(transparent)]
             pub struct NodeGroupSpec(pub core::NodeGroupSpec);
