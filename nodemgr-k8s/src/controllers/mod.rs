@@ -270,14 +270,13 @@ impl GroupContext {
         metrics: Metrics,
         resync: Duration,
     ) -> std::sync::Arc<Self> {
-        std::sync::Arc::new(GroupContext {
+        Self::with_cluster_settings(
             name,
             cluster,
             metrics,
             resync,
-            backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
-            cluster_settings: crate::settings::SettingsSource::default(),
-        })
+            crate::settings::SettingsSource::default(),
+        )
     }
 
     /// [`GroupContext::new`] with the cluster settings validation reads.
