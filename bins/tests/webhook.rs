@@ -548,3 +548,87 @@ async fn a_renewed_certificate_is_served_and_written_into_ca_bundles() {
     assert_eq!(sync_once(&kube, &targets, &new_ca).await.unwrap(), 0);
     w.shutdown().await;
 }
+
+/// Kills the webhook process when the test ends, however it ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_serves_reviews_and_writes_the_crds_ca_bundle() {
+    let emulator = Emulator::start().await.unwrap();
+    for crd in nodemgr_k8s::crd::definitions().unwrap() {
+        emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, ca) = certificates(dir.path(), "", "nodemgr-webhook");
+    let ca_file = dir.path().join("ca.pem");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _child = Child(
+        Command::new(env!("CARGO_BIN_EXE_nodemgr-webhook"))
+            .args([
+                format!("--listen=127.0.0.1:{port}"),
+                format!("--tls-cert-file={}", cert.display()),
+                format!("--tls-key-file={}", key.display()),
+                format!("--tls-ca-file={}", ca_file.display()),
+                "--ca-bundle-crd=nodegroups.deckhouse.io".into(),
+                "--ca-bundle-period-seconds=1".into(),
+            ])
+            .env("KUBECONFIG", emulator.kubeconfig_path())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let client = https_client(&ca);
+    let url = format!("https://127.0.0.1:{port}");
+    let mut up = false;
+    for _ in 0..300 {
+        if client.get(format!("{url}/healthz")).send().await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(up, "nodemgr-webhook did not serve within 30 s");
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "b-1", "kind": {"group": "deckhouse.io", "version": "v1", "kind": "NodeGroup"},
+            "operation": "CREATE", "object": ng("w", json!({"nodeType": "Docker"}))}});
+    let response = client
+        .post(format!("{url}/validate"))
+        .header("content-type", "application/json")
+        .body(review.to_string())
+        .send()
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    use base64::Engine as _;
+    let expected = base64::engine::general_purpose::STANDARD.encode(&ca);
+    let mut written = Value::Null;
+    for _ in 0..300 {
+        written = emulator
+            .get(
+                "apiextensions.k8s.io/v1",
+                "CustomResourceDefinition",
+                "",
+                "nodegroups.deckhouse.io",
+            )
+            .unwrap()["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"]
+            .clone();
+        if written == expected.as_str() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(written, expected.as_str(), "the CRD's caBundle is the CA");
+    emulator.shutdown().await;
+}
