@@ -13,7 +13,7 @@
 //! against the built-in keys plus [`ValidationContext::custom_toleration_keys`].
 //!
 //! Webhook rules 3 (maxPods vs subnet) and 6 (CRI change on a master with few API endpoints)
-//! are warnings in Deckhouse, not rejections, and are not reported here.
+//! are warnings in Deckhouse, not rejections: [`crate::admission`] returns them, not this module.
 
 mod credentials;
 mod node_group;

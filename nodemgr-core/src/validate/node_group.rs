@@ -164,8 +164,11 @@ fn check_spec(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext) {
         ),
         Some(t) if !t.is_known() => {
             let hint = match t.as_str() {
-                "Cloud" => " (\"Cloud\" is the v1alpha1 spelling of CloudEphemeral)",
-                "Hybrid" => " (\"Hybrid\" is the v1alpha1 spelling of CloudStatic)",
+                "Cloud" => " (\"Cloud\" is the old spelling of CloudEphemeral)",
+                "Hybrid" => {
+                    " (\"Hybrid\" is the old spelling of CloudPermanent for master and the \
+                     provider's groups, of CloudStatic for the others)"
+                }
                 _ => "",
             };
             e.push(

@@ -7,9 +7,10 @@
 //! | SSHCredentials | `v1alpha1`, `v1alpha2` | none |
 //! | Instance | `v1alpha1` (not served), `v1alpha2` | subresource, no spec |
 //!
-//! As for NodeGroup there is no conversion webhook: SSHCredentials accepts both
-//! `sudoPassword` (`v1alpha1`, clear) and `sudoPasswordEncoded` (`v1alpha2`, base64) in both
-//! versions, so nothing is pruned on a version round trip, and the SSH adapter reads either.
+//! SSHCredentials converts through nodemgr's conversion webhook (`sudoPassword`, clear, in
+//! `v1alpha1` ↔ `sudoPasswordEncoded`, base64, in `v1alpha2`; docs/admission-and-conversion.md
+//! §1.2); both fields stay in both schemas so a manifest written against either is not pruned,
+//! and the SSH adapter reads either. StaticInstance and Instance versions have one shape.
 
 use std::borrow::Cow;
 
