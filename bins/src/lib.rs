@@ -8,6 +8,8 @@ pub mod early_oom;
 pub mod fencing_agent;
 pub mod inputs;
 pub mod node_manager;
+pub mod settings_flags;
+pub mod webhook;
 
 /// Common plumbing of the long-running binaries (`node-manager`, `fencing-agent`,
 /// `early-oom`, `bashible-apiserver`): logging to stderr (`RUST_LOG`, default `info`), a tokio

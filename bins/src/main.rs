@@ -22,6 +22,9 @@ struct Cli {
 enum Command {
     /// Check NodeGroup, StaticInstance and SSHCredentials manifests as Deckhouse would.
     Validate(cli::validate::ValidateArgs),
+    /// Convert Deckhouse manifests to another served version, as the API server's conversion
+    /// webhook would (like `kubectl convert`).
+    Convert(cli::convert::ConvertArgs),
     /// Say what changing a NodeGroup from OLD into NEW does to its nodes.
     Explain(cli::explain::ExplainArgs),
     /// Print a group's bootstrap script, cleanup script or configuration checksum.
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
     init_logging();
     let result = match &cli.command {
         Command::Validate(args) => cli::validate::run(args),
+        Command::Convert(args) => cli::convert::run(args),
         Command::Explain(args) => cli::explain::run(args),
         Command::Render(args) => cli::render::run(args),
         Command::Simulate(args) => cli::simulate::run_cmd(args),

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
@@ -82,6 +82,9 @@ fn every_deploy_document_is_a_well_formed_kubernetes_object() {
             "Service" => round_trips::<Service>(&name, &doc),
             "CustomResourceDefinition" => round_trips::<CustomResourceDefinition>(&name, &doc),
             "ValidatingAdmissionPolicy" => round_trips::<ValidatingAdmissionPolicy>(&name, &doc),
+            "ValidatingWebhookConfiguration" => {
+                round_trips::<ValidatingWebhookConfiguration>(&name, &doc);
+            }
             "ValidatingAdmissionPolicyBinding" => {
                 round_trips::<ValidatingAdmissionPolicyBinding>(&name, &doc);
             }
@@ -167,6 +170,57 @@ fn the_node_manager_deployment_passes_only_flags_the_binary_has() {
             .iter()
             .any(|a| a.as_str().unwrap().ends_with(&format!(":{port}")))
     );
+}
+
+#[test]
+fn the_webhook_is_served_by_every_replica_and_named_by_the_crds() {
+    let container = container_flags_exist(
+        "Deployment",
+        "nodemgr-webhook",
+        env!("CARGO_BIN_EXE_nodemgr-webhook"),
+    );
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    // No leader election: every replica behind the Service answers.
+    assert!(!args.iter().any(|a| a.contains("leader")), "{args:?}");
+    let docs = manifests();
+    let deployment = find(&docs, "Deployment", "nodemgr-webhook");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let port = container["ports"][0]["containerPort"].as_i64().unwrap();
+    assert!(args.contains(&format!("--listen=0.0.0.0:{port}").as_str()));
+    // Every CRD converted by webhook points at the Service, whose caBundle the webhook keeps.
+    let service = find(&docs, "Service", "nodemgr-webhook");
+    let namespace = service["metadata"]["namespace"].as_str().unwrap();
+    for (_, crd) in docs
+        .iter()
+        .filter(|(_, d)| d["kind"] == "CustomResourceDefinition")
+    {
+        let conversion = &crd["spec"]["conversion"];
+        if conversion["strategy"] != "Webhook" {
+            continue;
+        }
+        let reference = &conversion["webhook"]["clientConfig"]["service"];
+        assert_eq!(reference["name"], "nodemgr-webhook");
+        assert_eq!(reference["namespace"], namespace);
+        let name = crd["metadata"]["name"].as_str().unwrap();
+        assert!(
+            args.contains(&format!("--ca-bundle-crd={name}").as_str()),
+            "{name}: caBundle not kept"
+        );
+    }
+    let vwc = find(&docs, "ValidatingWebhookConfiguration", "nodemgr-webhook");
+    for webhook in vwc["webhooks"].as_array().unwrap() {
+        assert_eq!(
+            webhook["clientConfig"]["service"]["name"],
+            "nodemgr-webhook"
+        );
+        assert_eq!(webhook["clientConfig"]["service"]["path"], "/validate");
+    }
+    assert!(args.contains(&"--ca-bundle-webhook-configuration=nodemgr-webhook"));
 }
 
 #[test]

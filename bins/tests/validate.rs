@@ -211,3 +211,72 @@ fn node_group_configurations_and_node_users_are_checked_with_field_paths() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn typos_are_unknown_fields_with_the_closest_known_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typos.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {name: w}\nspec:\n  nodeType: Static\n  update: {maxConcurent: 2}\n  nodeTemplate:\n    lables: {a: b}\n---\napiVersion: deckhouse.io/v1alpha2\nkind: SSHCredentials\nmetadata: {name: c}\nspec: {user: root, privateSSHKey: eA==, sshPrt: 22}\n",
+    )
+    .unwrap();
+    let out = validate(std::slice::from_ref(&file));
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        ":0: spec.update.maxConcurent: unknown field \"maxConcurent\"; did you mean maxConcurrent?",
+        ":0: spec.nodeTemplate.lables: unknown field \"lables\"; did you mean labels?",
+        ":1: spec.sshPrt: unknown field \"sshPrt\"; did you mean sshPort?",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
+    }
+}
+
+#[test]
+fn other_kinds_are_skipped_and_refused_with_strict() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mixed.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n---\napiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {name: w}\nspec: {nodeType: Static}\n",
+    )
+    .unwrap();
+    let out = validate(std::slice::from_ref(&file));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(":0: skipped: ConfigMap (v1) is not a kind nodemgr validates"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("2 documents in 1 files: 0 invalid, 1 skipped"),
+        "{stderr}"
+    );
+    let out = nodemgr(&["validate".as_ref(), "--strict".as_ref(), file.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(":0: kind: ConfigMap (v1) is not a kind"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn control_and_bidirectional_characters_in_messages_are_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bidi.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {name: w}\nspec:\n  nodeType: \"Stat\u{202E}ic\\e[2J\"\n",
+    )
+    .unwrap();
+    let out = validate(std::slice::from_ref(&file));
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !stdout.contains('\u{202E}') && !stdout.contains('\u{1b}'),
+        "{stdout:?}"
+    );
+    assert!(stdout.to_lowercase().contains("\\u{202e}"), "{stdout}");
+}

@@ -6,9 +6,11 @@
 //! snapshot and return decisions as data, which adapters (`nodemgr-k8s`, `nodemgr-ssh`,
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 
+pub mod admission;
 pub mod agent;
 pub mod bashible;
 pub mod bootstrap_tokens;
+pub mod conversion;
 pub mod drain;
 pub mod executor;
 pub mod fencing;

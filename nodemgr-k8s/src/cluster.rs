@@ -294,10 +294,18 @@ impl KubeCluster {
     ) -> Result<(), ClusterError> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         let api = Api::<NodeGroup>::all(self.client.clone());
+        // A merge patch leaves out what the status no longer has; an error once fixed must be
+        // removed explicitly.
+        let mut body = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
+        if status.error.is_none()
+            && let Some(fields) = body.as_object_mut()
+        {
+            fields.insert("error".into(), serde_json::Value::Null);
+        }
         api.patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": status})),
+            &Patch::Merge(json!({"status": body})),
         )
         .await
         .map(|_| ())

@@ -15,6 +15,7 @@ pub mod leader;
 pub mod metrics;
 pub mod pkcs10;
 pub mod serve;
+pub mod settings;
 pub mod supervisor;
 pub mod watch_backoff;
 pub mod watch_health;

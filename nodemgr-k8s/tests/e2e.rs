@@ -257,6 +257,44 @@ async fn status_counts_nodes_and_follows_readiness() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_errors_follow_the_cluster_settings_config_map() {
+    // A taint key Deckhouse components do not tolerate is an error, until the settings
+    // ConfigMap (the one the admission webhook reads) lists it as a custom toleration key.
+    let mut settings = fast_settings();
+    settings.cluster_settings = nodemgr_k8s::settings::SettingsSource {
+        config_map: Some(("nodemgr-system".into(), "nodemgr-settings".into())),
+        ..Default::default()
+    };
+    let c = cluster(
+        &[(
+            "gpu",
+            json!({"nodeType": "Static",
+                "nodeTemplate": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}}),
+        )],
+        &[],
+        settings,
+    )
+    .await;
+    let e = c.emulator.clone();
+    eventually("status.error names the taint key", 20, || {
+        status(&e, "gpu")["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("spec.nodeTemplate.taints[0].key"))
+    })
+    .await;
+    let _ = e.seed(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "nodemgr-system"}}));
+    e.seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"namespace": "nodemgr-system", "name": "nodemgr-settings"},
+        "data": {"customTolerationKeys": "gpu"}}))
+        .unwrap();
+    eventually("status.error cleared by the settings", 20, || {
+        status(&e, "gpu")["error"].is_null()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn template_labels_reach_every_node_and_leave_when_removed() {
     let c = cluster(
         &[(

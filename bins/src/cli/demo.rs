@@ -489,6 +489,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         machines_config: None,
         machines_period: None,
         cloud_credentials: "env".into(),
+        cluster: Default::default(),
+        settings_config_map: None,
     };
     let manager = tokio::spawn(node_manager::run(
         config,

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+pub mod convert;
 pub mod crds;
 pub mod demo;
 pub mod demo_agents;
@@ -24,6 +25,18 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome of a run that found `unreadable` inputs it could not read and `invalid`
+    /// ones it read but refused: unreadable wins over invalid.
+    pub fn of(unreadable: usize, invalid: usize) -> Self {
+        if unreadable > 0 {
+            Self::Unreadable
+        } else if invalid > 0 {
+            Self::Invalid
+        } else {
+            Self::Ok
+        }
+    }
+
     /// The process exit code of this outcome.
     pub fn exit_code(self) -> ExitCode {
         match self {

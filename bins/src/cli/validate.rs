@@ -4,18 +4,26 @@
 //! as `nodemgr_core::model::parse_documents` numbers them: the YAML reader drops empty
 //! documents, so `---` followed directly by `---` takes no number), to stdout, then a summary `N documents in M files: K invalid` to stderr.
 //!
+//! Strict like `kubectl apply`'s server-side field validation: a field the document's CRD
+//! version does not know is an error naming the closest known field (`did you mean
+//! maxConcurrent?`); a field of the wrong type does not hide the document's other errors.
+//! Control and bidirectional characters in the printed lines are escaped (`\u{202E}`).
+//!
 //! Exit code: 0 when every document is valid, 1 when any is invalid, 2 when a file cannot be
 //! read (missing, not UTF-8, not YAML); unreadable files are reported on stderr and the other
-//! files are still checked. Empty documents are skipped; kinds nodemgr does not validate pass.
+//! files are still checked. Empty documents are skipped; documents of kinds nodemgr does not
+//! validate are named on stderr as skipped, and with `--strict` are errors.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use nodemgr_bins::settings_flags::SettingsFlags;
 use nodemgr_core::model::parse_documents;
-use nodemgr_core::validate::{ValidationContext, validate_document};
+use nodemgr_core::validate::{FieldError, ValidationContext, unknown_fields, validate_document};
+use serde_json::Value;
 
 use super::{Outcome, read_text};
 
@@ -25,30 +33,19 @@ pub struct ValidateArgs {
     /// Manifest files (YAML or JSON, several documents per file allowed).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    /// A taint key Deckhouse components tolerate besides the built-in ones
-    /// (global.modules.placement.customTolerationKeys); repeat for several.
-    #[arg(long = "custom-toleration-key", value_name = "KEY")]
-    pub custom_toleration_keys: Vec<String>,
-    /// A zone of the cloud provider's configuration; when given, cloudInstances.zones must be
-    /// among them. Repeat for several.
-    #[arg(long = "zone", value_name = "ZONE")]
-    pub zones: Vec<String>,
-    /// Length of the cluster prefix of a Cloud cluster (0–63); when given, NodeGroup names are
-    /// checked against the 63-character machine name limit.
-    #[arg(long, value_name = "LEN", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=63))]
-    pub cluster_prefix_len: Option<usize>,
+    /// Cluster settings some rules depend on.
+    #[command(flatten)]
+    pub settings: SettingsFlags,
+    /// Documents of kinds nodemgr does not validate are errors (without it they are reported
+    /// on stderr as skipped).
+    #[arg(long)]
+    pub strict: bool,
 }
 
 impl ValidateArgs {
     /// The validation context the flags describe.
     pub fn context(&self) -> ValidationContext {
-        ValidationContext {
-            cluster_prefix_len: self.cluster_prefix_len,
-            known_zones: (!self.zones.is_empty())
-                .then(|| self.zones.iter().cloned().collect::<BTreeSet<_>>()),
-            custom_toleration_keys: self.custom_toleration_keys.clone(),
-            ..ValidationContext::default()
-        }
+        self.settings.context()
     }
 }
 
@@ -63,18 +60,14 @@ pub struct Summary {
     pub invalid: usize,
     /// Files that could not be read.
     pub unreadable: usize,
+    /// Documents of kinds nodemgr does not validate (errors with `--strict`).
+    pub skipped: usize,
 }
 
 impl Summary {
     /// The outcome these counts mean.
     pub fn outcome(&self) -> Outcome {
-        if self.unreadable > 0 {
-            Outcome::Unreadable
-        } else if self.invalid > 0 {
-            Outcome::Invalid
-        } else {
-            Outcome::Ok
-        }
+        Outcome::of(self.unreadable, self.invalid)
     }
 }
 
@@ -82,6 +75,8 @@ impl Summary {
 fn check_file(
     path: &Path,
     ctx: &ValidationContext,
+    schemas: &Schemas,
+    strict: bool,
     out: &mut impl Write,
     summary: &mut Summary,
 ) -> anyhow::Result<()> {
@@ -110,16 +105,115 @@ fn check_file(
             continue;
         }
         summary.documents += 1;
-        let errors = validate_document(doc.value, ctx);
+        let mut errors = Vec::new();
+        if let Some((api_version, kind)) = foreign_kind(&doc.value) {
+            let what = format!("{kind} ({api_version}) is not a kind nodemgr validates");
+            if strict {
+                errors.push(FieldError::new(
+                    "kind",
+                    format!("{what}; --strict refuses it"),
+                ));
+            } else {
+                summary.skipped += 1;
+                eprintln!(
+                    "{}",
+                    escape(&format!(
+                        "{}:{}: skipped: {what}",
+                        path.display(),
+                        doc.index
+                    ))
+                );
+                continue;
+            }
+        } else {
+            if let Some(schema) = schema_of(schemas, &doc.value) {
+                errors.extend(unknown_fields(&doc.value, schema));
+            }
+            errors.extend(validate_document(doc.value, ctx));
+        }
         if !errors.is_empty() {
             summary.invalid += 1;
         }
         for e in errors {
-            writeln!(out, "{}:{}: {e}", path.display(), doc.index)
-                .context("failed to write to stdout")?;
+            writeln!(
+                out,
+                "{}",
+                escape(&format!("{}:{}: {e}", path.display(), doc.index))
+            )
+            .context("failed to write to stdout")?;
         }
     }
     Ok(())
+}
+
+/// The CRD schemas by `(apiVersion, kind)`: what the API server checks fields against.
+pub type Schemas = BTreeMap<(String, String), Value>;
+
+/// The `openAPIV3Schema` of every served version of nodemgr's CRDs.
+///
+/// # Errors
+/// The CRDs cannot be built (a bug, caught by nodemgr-k8s's tests).
+pub fn schemas() -> anyhow::Result<Schemas> {
+    let mut out = Schemas::new();
+    for crd in nodemgr_k8s::crd::definitions()? {
+        let value = serde_json::to_value(&crd)?;
+        let group = value["spec"]["group"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let kind = value["spec"]["names"]["kind"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        for version in value["spec"]["versions"].as_array().into_iter().flatten() {
+            let name = version["name"].as_str().unwrap_or_default();
+            out.insert(
+                (format!("{group}/{name}"), kind.clone()),
+                version["schema"]["openAPIV3Schema"].clone(),
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn schema_of<'a>(schemas: &'a Schemas, doc: &Value) -> Option<&'a Value> {
+    let api_version = doc.get("apiVersion")?.as_str()?.to_owned();
+    let kind = doc.get("kind")?.as_str()?.to_owned();
+    schemas.get(&(api_version, kind))
+}
+
+const NODEMGR_KINDS: &[&str] = &[
+    "NodeGroup",
+    "StaticInstance",
+    "SSHCredentials",
+    "Instance",
+    "NodeGroupConfiguration",
+    "NodeUser",
+];
+
+/// `(apiVersion, kind)` of a document whose kind nodemgr does not validate (anything but its
+/// `deckhouse.io` kinds); `None` for its own kinds and for documents without both fields
+/// (validation reports those).
+fn foreign_kind(doc: &Value) -> Option<(String, String)> {
+    let api_version = doc.get("apiVersion")?.as_str()?;
+    let kind = doc.get("kind")?.as_str()?;
+    let ours = api_version.starts_with("deckhouse.io/") && NODEMGR_KINDS.contains(&kind);
+    (!ours).then(|| (api_version.to_owned(), kind.to_owned()))
+}
+
+/// `text` with control and bidirectional-override characters written as `\u{XXXX}`, so a
+/// message quoting a manifest cannot rewrite or reorder the terminal's line.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            out.push_str(&format!("\\u{{{:04X}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Runs `nodemgr validate`, writing error lines to `out` and the summary to stderr.
@@ -128,19 +222,25 @@ fn check_file(
 /// Only when `out` cannot be written; unreadable files are counted in the outcome instead.
 pub fn run_with(args: &ValidateArgs, out: &mut impl Write) -> anyhow::Result<Summary> {
     let ctx = args.context();
+    let schemas = schemas()?;
     let mut summary = Summary {
         files: args.files.len(),
         ..Summary::default()
     };
     for path in &args.files {
-        check_file(path, &ctx, out, &mut summary)?;
+        check_file(path, &ctx, &schemas, args.strict, out, &mut summary)?;
     }
     out.flush().context("failed to write to stdout")?;
     eprintln!(
-        "{} documents in {} files: {} invalid{}",
+        "{} documents in {} files: {} invalid{}{}",
         summary.documents,
         summary.files,
         summary.invalid,
+        if summary.skipped > 0 {
+            format!(", {} skipped", summary.skipped)
+        } else {
+            String::new()
+        },
         if summary.unreadable > 0 {
             format!(", {} unreadable", summary.unreadable)
         } else {
@@ -162,14 +262,15 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<Outcome> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     fn args(files: &[&Path]) -> ValidateArgs {
         ValidateArgs {
             files: files.iter().map(|p| p.to_path_buf()).collect(),
-            custom_toleration_keys: vec![],
-            zones: vec![],
-            cluster_prefix_len: None,
+            settings: SettingsFlags::default(),
+            strict: false,
         }
     }
 
@@ -193,11 +294,17 @@ mod tests {
     fn flags_build_the_context() {
         let mut a = args(&[]);
         assert_eq!(a.context(), ValidationContext::default());
-        a.zones = vec!["a".into()];
-        a.cluster_prefix_len = Some(10);
+        a.settings.zones = vec!["a".into()];
+        a.settings.cluster_prefix_len = Some(10);
         let ctx = a.context();
         assert_eq!(ctx.cluster_prefix_len, Some(10));
         assert_eq!(ctx.known_zones, Some(BTreeSet::from(["a".to_owned()])));
+    }
+
+    #[test]
+    fn control_and_bidi_characters_are_escaped() {
+        assert_eq!(escape("a\u{202E}b\n\tc"), "a\\u{202E}b\\u{000A}\\u{0009}c");
+        assert_eq!(escape("plain ünïcode"), "plain ünïcode");
     }
 
     #[test]
@@ -220,7 +327,8 @@ mod tests {
                 documents: 2,
                 files: 1,
                 invalid: 1,
-                unreadable: 0
+                unreadable: 0,
+                skipped: 0,
             }
         );
         assert!(

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::duration_flag as duration;
+use crate::settings_flags::SettingsFlags;
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use nodemgr_cloud::{Ec2Client, Ec2Config};
@@ -182,6 +183,13 @@ pub struct Config {
     /// provider Secret kube-system/d8-node-manager-cloud-provider).
     #[arg(long, default_value = "env", value_parser = ["env", "secret"])]
     pub cloud_credentials: String,
+    /// Cluster settings the status controller validates groups by (as nodemgr-webhook).
+    #[command(flatten)]
+    pub cluster: SettingsFlags,
+    /// ConfigMap `NAMESPACE/NAME` overriding the cluster settings flags key by key
+    /// (customTolerationKeys, zones, clusterPrefixLen), as nodemgr-webhook's.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub settings_config_map: Option<String>,
 }
 
 /// The settings file (see the module docs).
@@ -454,6 +462,18 @@ impl Config {
             }
             settings.fencing_config.storm_threshold = t;
         }
+        settings.cluster_settings = nodemgr_k8s::settings::SettingsSource {
+            flags: nodemgr_k8s::settings::Settings {
+                validation: self.cluster.context(),
+                pod_subnet_node_cidr_prefix: None,
+            },
+            config_map: self
+                .settings_config_map
+                .as_deref()
+                .map(|v| nodemgr_k8s::settings::parse_namespaced_name("settings-config-map", v))
+                .transpose()
+                .map_err(|e| anyhow::anyhow!(e))?,
+        };
         settings
             .fencing_config
             .validate()

@@ -34,6 +34,17 @@ macro_rules! string_enum {
             }
         }
 
+        #[cfg(feature = "schema")]
+        impl ::schemars::JsonSchema for $name {
+            fn schema_name() -> ::std::borrow::Cow<'static, str> {
+                ::std::borrow::Cow::Borrowed(stringify!($name))
+            }
+
+            fn json_schema(_: &mut ::schemars::SchemaGenerator) -> ::schemars::Schema {
+                ::schemars::json_schema!({"type": "string", "enum": [$($text),+]})
+            }
+        }
+
         impl ::std::str::FromStr for $name {
             type Err = ::std::convert::Infallible;
             fn from_str(s: &str) -> Result<Self, Self::Err> {

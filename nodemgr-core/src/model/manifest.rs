@@ -4,13 +4,14 @@
 //! Unknown fields are ignored so that real manifests never fail on a field this version does
 //! not model; unknown enum values are kept (see [`crate::string_enum!`]) for `validate` to report.
 //!
-//! Conversion rules (Deckhouse's conversion, docs/deckhouse.md §1.1):
-//! - `v1alpha1` `nodeType`: `Cloud` → `CloudEphemeral`, `Hybrid` → `CloudStatic`, `Static` stays;
-//! - `v1alpha1` `spec.docker` moves to `spec.cri.docker`;
-//! - `kubernetesVersion` and `static` are kept in every version (the impact matrix lists them).
+//! NodeGroups are converted to `v1` by [`crate::conversion`] (Deckhouse's conversion, without a
+//! provider cluster configuration: an old `Hybrid` group becomes `CloudPermanent` only when it
+//! is named `master`; [`parse_manifest_with`] takes the configuration's groups).
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+use crate::conversion::ConversionContext;
 
 use super::node_group::NodeGroup;
 use super::node_group_configuration::NodeGroupConfiguration;
@@ -144,36 +145,12 @@ fn check_version(kind: &str, api_version: &str, accepted: &[&str]) -> Result<(),
     }
 }
 
-/// Converts a `NodeGroup` document of any served version to `v1` in place.
-pub fn convert_node_group_to_v1(value: &mut Value) {
-    let Some(object) = value.as_object_mut() else {
-        return;
-    };
-    let old = object.get("apiVersion").and_then(Value::as_str) == Some("deckhouse.io/v1alpha1");
-    object.insert("apiVersion".into(), Value::String("deckhouse.io/v1".into()));
-    if !old {
-        return;
-    }
-    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
-    };
-    if let Some(Value::String(node_type)) = spec.get_mut("nodeType") {
-        let converted = match node_type.as_str() {
-            "Cloud" => Some("CloudEphemeral"),
-            "Hybrid" => Some("CloudStatic"),
-            _ => None,
-        };
-        if let Some(c) = converted {
-            *node_type = c.to_owned();
-        }
-    }
-    if let Some(docker) = spec.remove("docker") {
-        let cri = spec
-            .entry("cri")
-            .or_insert_with(|| Value::Object(serde_json::Map::new()));
-        if let Some(cri) = cri.as_object_mut() {
-            cri.entry("docker").or_insert(docker);
-        }
+/// Converts a `NodeGroup` document of any served version to `v1` in place, with
+/// [`crate::conversion::convert`]; a document the conversion refuses is left as it is.
+pub fn convert_node_group_to_v1(value: &mut Value, ctx: &ConversionContext) {
+    match crate::conversion::convert(value, "deckhouse.io/v1", ctx) {
+        Ok(converted) => *value = converted,
+        Err(e) => tracing::debug!(error = %e, "NodeGroup left unconverted"),
     }
 }
 
@@ -182,7 +159,19 @@ pub fn convert_node_group_to_v1(value: &mut Value) {
 /// # Errors
 /// See [`ManifestError`]: not an object, missing apiVersion/kind, an unsupported version of a
 /// nodemgr kind, or a field of the wrong type (with its path).
-pub fn parse_manifest(mut value: Value) -> Result<Manifest, ManifestError> {
+pub fn parse_manifest(value: Value) -> Result<Manifest, ManifestError> {
+    parse_manifest_with(value, &ConversionContext::default())
+}
+
+/// [`parse_manifest`], converting old NodeGroup versions with the provider cluster
+/// configuration's groups in `ctx`.
+///
+/// # Errors
+/// As [`parse_manifest`].
+pub fn parse_manifest_with(
+    mut value: Value,
+    ctx: &ConversionContext,
+) -> Result<Manifest, ManifestError> {
     let Some(object) = value.as_object() else {
         return Err(ManifestError::NotAnObject(kind_of(&value)));
     };
@@ -200,7 +189,7 @@ pub fn parse_manifest(mut value: Value) -> Result<Manifest, ManifestError> {
     match kind.as_str() {
         "NodeGroup" if ours => {
             check_version(&kind, &api_version, NODE_GROUP_VERSIONS)?;
-            convert_node_group_to_v1(&mut value);
+            convert_node_group_to_v1(&mut value, ctx);
             Ok(Manifest::NodeGroup(Box::new(typed(value)?)))
         }
         "StaticInstance" if ours => {
@@ -324,7 +313,8 @@ metadata: {name: x}
         };
         assert_eq!(old.api_version, "deckhouse.io/v1");
         assert_eq!(old.spec.node_type, Some(NodeType::CloudEphemeral));
-        assert_eq!(old.spec.kubernetes_version.as_deref(), Some("1.32"));
+        // Deckhouse's v1 has no kubernetesVersion: the conversion drops it.
+        assert_eq!(old.spec.kubernetes_version, None);
         let docker = old
             .spec
             .cri

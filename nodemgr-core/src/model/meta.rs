@@ -9,6 +9,7 @@ use crate::string_enum;
 
 /// The part of `metadata` nodemgr reads and writes.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectMeta {
     /// Object name.
@@ -59,6 +60,7 @@ string_enum! {
 
 /// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LabelSelectorRequirement {
     /// Label key.
@@ -74,6 +76,7 @@ pub struct LabelSelectorRequirement {
 
 /// A Kubernetes label selector; an empty one matches everything.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LabelSelector {
     /// Exact matches.
@@ -118,6 +121,7 @@ impl LabelSelector {
 
 /// A reference to another object (`credentialsRef`, `nodeRef`, `machineRef`, …).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectReference {
     /// API version of the referent.

@@ -17,7 +17,8 @@ pub mod time;
 
 pub use cluster::{Node, Owner, Pod, PodDisruptionBudget, PodPhase, Resources, Toleration};
 pub use manifest::{
-    Document, Manifest, ManifestError, parse_documents, parse_manifest, parse_node_group,
+    Document, Manifest, ManifestError, parse_documents, parse_manifest, parse_manifest_with,
+    parse_node_group,
 };
 pub use meta::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, ObjectReference, SelectorOperator,

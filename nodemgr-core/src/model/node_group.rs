@@ -163,6 +163,7 @@ string_enum! {
 /// `cloudInstances.standby`). Kept as written; `validate` checks the pattern and
 /// [`IntOrString::resolve`] turns it into a count.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum IntOrString {
     /// A plain integer.
@@ -243,6 +244,7 @@ impl std::fmt::Display for IntOrString {
 
 /// A `NodeGroup`: a group of nodes of one type configured from one spec.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeGroup {
     /// Always `deckhouse.io/v1` once parsed (older versions are converted).
@@ -271,6 +273,7 @@ impl NodeGroup {
 
 /// `NodeGroup.spec` (docs/deckhouse.md §1.1).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeGroupSpec {
     /// Type of the group's nodes. Required, immutable.
@@ -350,6 +353,7 @@ impl NodeGroupSpec {
 
 /// `spec.gpu`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Gpu {
     /// Sharing strategy.
@@ -368,6 +372,7 @@ pub struct Gpu {
 
 /// `spec.gpu.timeSlicing`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TimeSlicing {
     /// Pods per GPU, 1..100 (default 4).
@@ -377,6 +382,7 @@ pub struct TimeSlicing {
 
 /// `spec.gpu.mig`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Mig {
     /// `all-<profile>` or `custom` (default `all-1g.5gb`).
@@ -389,6 +395,7 @@ pub struct Mig {
 
 /// `spec.gpu.mig.customConfigs[]`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MigCustomConfig {
     /// GPU index.
@@ -401,6 +408,7 @@ pub struct MigCustomConfig {
 
 /// `spec.gpu.mig.customConfigs[].slices[]`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MigSlice {
     /// Profile such as `1g.5gb`.
@@ -413,6 +421,7 @@ pub struct MigSlice {
 
 /// `spec.cri`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Cri {
     /// Runtime type.
@@ -438,6 +447,7 @@ pub struct Cri {
 
 /// `spec.cri.containerd` and `spec.cri.containerdV2`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerdSettings {
     /// Parallel image layer downloads (default 3).
@@ -447,6 +457,7 @@ pub struct ContainerdSettings {
 
 /// `spec.cri.docker` (deprecated).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DockerSettings {
     /// Parallel downloads (default 3).
@@ -459,6 +470,7 @@ pub struct DockerSettings {
 
 /// `spec.cri.notManaged`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NotManagedCri {
     /// Path of the CRI socket.
@@ -468,6 +480,7 @@ pub struct NotManagedCri {
 
 /// `spec.staticInstances`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StaticInstances {
     /// Which StaticInstances the group may take (empty: any).
@@ -480,6 +493,7 @@ pub struct StaticInstances {
 
 /// `spec.cloudInstances`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CloudInstances {
     /// Zones to run in (default: every zone of the region).
@@ -527,6 +541,7 @@ impl CloudInstances {
 
 /// `spec.cloudInstances.standbyHolder`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StandbyHolder {
     /// Share of a node's capacity one holder pod reserves, 1..80 (default 50).
@@ -539,6 +554,7 @@ pub struct StandbyHolder {
 
 /// `spec.cloudInstances.standbyHolder.notHeldResources` (deprecated).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NotHeldResources {
     /// CPU quantity.
@@ -551,6 +567,7 @@ pub struct NotHeldResources {
 
 /// `spec.cloudInstances.classReference`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ClassReference {
     /// Kind of the instance class (`AWSInstanceClass`, `InstanceClass`, …).
@@ -563,6 +580,7 @@ pub struct ClassReference {
 
 /// `spec.nodeTemplate`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeTemplate {
     /// Labels kept on every node.
@@ -578,6 +596,7 @@ pub struct NodeTemplate {
 
 /// A node taint.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Taint {
     /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
@@ -593,6 +612,7 @@ pub struct Taint {
 
 /// `spec.chaos`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Chaos {
     /// `Disabled` (default) or `DrainAndDelete`.
@@ -605,6 +625,7 @@ pub struct Chaos {
 
 /// `spec.operatingSystem` (deprecated).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct OperatingSystem {
     /// No effect.
@@ -614,6 +635,7 @@ pub struct OperatingSystem {
 
 /// `spec.disruptions`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Disruptions {
     /// Approval mode (default `Automatic`).
@@ -629,6 +651,7 @@ pub struct Disruptions {
 
 /// `spec.disruptions.automatic`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AutomaticDisruptions {
     /// Drain before approving (default true).
@@ -641,6 +664,7 @@ pub struct AutomaticDisruptions {
 
 /// `spec.disruptions.rollingUpdate`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RollingUpdateDisruptions {
     /// When replacements may happen (UTC); none: always.
@@ -650,6 +674,7 @@ pub struct RollingUpdateDisruptions {
 
 /// A disruption window: `from`–`to` (UTC `HH:MM`) on `days` (none: every day).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DisruptionWindow {
     /// Start, `HH:MM` UTC.
@@ -665,6 +690,7 @@ pub struct DisruptionWindow {
 
 /// `spec.kubelet`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Kubelet {
     /// Maximum pods per node.
@@ -695,6 +721,7 @@ pub struct Kubelet {
 
 /// `spec.kubelet.resourceReservation`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceReservation {
     /// `Off`, `Auto` (default) or `Static`.
@@ -707,6 +734,7 @@ pub struct ResourceReservation {
 
 /// `spec.kubelet.resourceReservation.static`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StaticReservation {
     /// CPU quantity.
@@ -722,6 +750,7 @@ pub struct StaticReservation {
 
 /// `spec.kubelet.topologyManager`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TopologyManager {
     /// Enable the topology manager (default false).
@@ -737,6 +766,7 @@ pub struct TopologyManager {
 
 /// `spec.kubelet.memorySwap`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MemorySwap {
     /// `NoSwap` or `LimitedSwap`.
@@ -752,6 +782,7 @@ pub struct MemorySwap {
 
 /// `spec.kubelet.memorySwap.limitedSwap`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LimitedSwap {
     /// Size such as `4G`.
@@ -761,6 +792,7 @@ pub struct LimitedSwap {
 
 /// `spec.update`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Update {
     /// Nodes updated at once: an integer or a percentage (default 1).
@@ -770,6 +802,7 @@ pub struct Update {
 
 /// `spec.fencing`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Fencing {
     /// `Watchdog` (required by Deckhouse's schema) or `Notify`.
@@ -782,6 +815,7 @@ pub struct Fencing {
 
 /// `spec.fencing.watchdog`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WatchdogSettings {
     /// Timeout such as `60s`, `2m` (default `60s`).
@@ -791,6 +825,7 @@ pub struct WatchdogSettings {
 
 /// `spec.static` (`v1alpha1`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StaticSettings {
     /// Networks the static nodes' internal addresses come from.
@@ -804,6 +839,7 @@ pub struct StaticSettings {
 
 /// `NodeGroup.status` (docs/deckhouse.md §1.3).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeGroupStatus {
     /// `None`, `MCM` or `CAPI`.
@@ -855,6 +891,7 @@ pub struct NodeGroupStatus {
 
 /// `status.lastMachineFailures[]`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MachineFailure {
     /// Machine name.
@@ -877,6 +914,7 @@ pub struct MachineFailure {
 
 /// An operation on a machine and how it ended.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LastOperation {
     /// Description.
@@ -895,6 +933,7 @@ pub struct LastOperation {
 
 /// `status.conditionSummary`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConditionSummary {
     /// Human readable status.
@@ -907,6 +946,7 @@ pub struct ConditionSummary {
 
 /// A status condition.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     /// Condition type.

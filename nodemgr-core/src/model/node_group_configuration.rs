@@ -16,6 +16,7 @@ pub const ALL: &str = "*";
 
 /// An operator's step for the nodes of some groups.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeGroupConfiguration {
     /// `deckhouse.io/v1alpha1`.
@@ -34,6 +35,7 @@ pub struct NodeGroupConfiguration {
 
 /// `NodeGroupConfiguration.spec`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeGroupConfigurationSpec {
     /// The bash script. Required.

@@ -15,6 +15,7 @@ pub const MIN_NODE_USER_UID: i64 = 1001;
 
 /// A user nodemgr keeps on the nodes of some groups.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeUser {
     /// `deckhouse.io/v1` or `deckhouse.io/v1alpha1`.
@@ -36,6 +37,7 @@ pub struct NodeUser {
 
 /// `NodeUser.spec`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeUserSpec {
     /// Numeric user id, at least [`MIN_NODE_USER_UID`]. Required.
@@ -63,6 +65,7 @@ pub struct NodeUserSpec {
 
 /// `NodeUser.status`: what went wrong on which node.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeUserStatus {
     /// Node name to the last error there; a node that applied the user has no entry.

@@ -25,6 +25,7 @@ string_enum! {
 
 /// A machine nodemgr may bootstrap into a Static group over SSH.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StaticInstance {
     /// `deckhouse.io/v1alpha2` (or `v1alpha1`, same shape).
@@ -46,6 +47,7 @@ pub struct StaticInstance {
 
 /// `StaticInstance.spec`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StaticInstanceSpec {
     /// IPv4 address of the machine. Required.
@@ -58,6 +60,7 @@ pub struct StaticInstanceSpec {
 
 /// `StaticInstance.status`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StaticInstanceStatus {
     /// Phase and when it last changed.
@@ -76,6 +79,7 @@ pub struct StaticInstanceStatus {
 
 /// `status.currentStatus` of a StaticInstance.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StaticInstanceCurrentStatus {
     /// Phase.
@@ -88,6 +92,7 @@ pub struct StaticInstanceCurrentStatus {
 
 /// A Cluster-API style condition (with `severity` and `reason`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ApiCondition {
     /// Condition type.
@@ -113,6 +118,7 @@ pub struct ApiCondition {
 /// How nodemgr logs in to a StaticInstance. `v1alpha1` carries `sudoPassword` in clear,
 /// `v1alpha2` `sudoPasswordEncoded` (base64); both are kept as written.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SshCredentials {
     /// `deckhouse.io/v1alpha1` or `deckhouse.io/v1alpha2`.
@@ -131,6 +137,7 @@ pub struct SshCredentials {
 
 /// `SSHCredentials.spec`.
 #[derive(Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SshCredentialsSpec {
     /// User to log in as.
@@ -186,6 +193,7 @@ impl std::fmt::Debug for SshCredentialsSpec {
 
 /// A machine of a group, status only (`instances.deckhouse.io`). Deleting it deletes the machine.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Instance {
     /// `deckhouse.io/v1alpha2` (or `v1alpha1`).
@@ -204,6 +212,7 @@ pub struct Instance {
 
 /// `Instance.status`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceStatus {
     /// The Node the machine registered as.
@@ -228,6 +237,7 @@ pub struct InstanceStatus {
 
 /// `Instance.status.currentStatus`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceCurrentStatus {
     /// Phase (`Pending`, `Provisioning`, `Provisioned`, `Running`, `Terminating`, …).
@@ -240,6 +250,7 @@ pub struct InstanceCurrentStatus {
 
 /// `Instance.status.bootstrapStatus`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct BootstrapStatus {
     /// Endpoint serving the bootstrap logs.

@@ -13,13 +13,14 @@
 //! against the built-in keys plus [`ValidationContext::custom_toleration_keys`].
 //!
 //! Webhook rules 3 (maxPods vs subnet) and 6 (CRI change on a master with few API endpoints)
-//! are warnings in Deckhouse, not rejections, and are not reported here.
+//! are warnings in Deckhouse, not rejections: [`crate::admission`] returns them, not this module.
 
 mod credentials;
 mod node_group;
 mod node_group_configuration;
 mod node_user;
 pub mod syntax;
+mod unknown_fields;
 
 use std::collections::BTreeSet;
 
@@ -34,6 +35,7 @@ pub use node_group::{
 };
 pub use node_group_configuration::{MAX_CONFIGURATION_WEIGHT, validate_node_group_configuration};
 pub use node_user::{MAX_NODE_USER_UID, validate_node_user};
+pub use unknown_fields::{closest, unknown_fields};
 
 /// One problem with one field.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
@@ -144,7 +146,122 @@ fn parse_error(e: ManifestError) -> FieldError {
 /// wrong type, or `<document>` when it is not an object). Kinds nodemgr does not validate
 /// (Instance, ConfigMaps, …) give no errors.
 pub fn validate_document(value: Value, ctx: &ValidationContext) -> Vec<FieldError> {
-    match parse_manifest(value) {
+    let old_fields = old_node_group_fields(&value);
+    let mut errors = validate_typed(value, ctx);
+    errors.extend(old_fields);
+    errors
+}
+
+/// Errors of the old-version NodeGroup fields the conversion to `v1` drops.
+fn old_node_group_fields(value: &Value) -> Vec<FieldError> {
+    let old = matches!(
+        value.get("apiVersion").and_then(Value::as_str),
+        Some("deckhouse.io/v1alpha1" | "deckhouse.io/v1alpha2")
+    );
+    if !old || value.get("kind").and_then(Value::as_str) != Some("NodeGroup") {
+        return Vec::new();
+    }
+    let spec = value.get("spec");
+    let subset = serde_json::json!({
+        "kubernetesVersion": spec.and_then(|s| s.get("kubernetesVersion")),
+        "static": spec.and_then(|s| s.get("static")),
+    });
+    let spec: crate::model::NodeGroupSpec = match serde_path_to_error::deserialize(subset) {
+        Ok(spec) => spec,
+        Err(e) => {
+            return vec![FieldError::new(
+                format!("spec.{}", e.path()),
+                e.into_inner().to_string(),
+            )];
+        }
+    };
+    let mut e = Errors::default();
+    node_group::check_old_version_fields(&mut e, &spec);
+    e.0
+}
+
+/// Removes the field at a dotted `path` (`spec.taints[1].effect`) from `value`; false when the
+/// path does not lead to a field.
+fn remove_at(value: &mut Value, path: &str) -> bool {
+    let mut segments: Vec<&str> = Vec::new();
+    for part in path.split('.') {
+        let (name, mut rest) = part.split_once('[').map_or((part, ""), |(n, r)| (n, r));
+        if !name.is_empty() {
+            segments.push(name);
+        }
+        while let Some((index, after)) = rest.split_once(']') {
+            segments.push(index);
+            rest = after.trim_start_matches('[');
+        }
+    }
+    let Some((last, parents)) = segments.split_last() else {
+        return false;
+    };
+    let mut at = value;
+    for segment in parents {
+        let next = match at {
+            Value::Object(map) => map.get_mut(*segment),
+            Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get_mut(i)),
+            _ => None,
+        };
+        let Some(next) = next else {
+            return false;
+        };
+        at = next;
+    }
+    match at {
+        Value::Object(map) => map.remove(*last).is_some(),
+        Value::Array(items) => match last.parse::<usize>() {
+            Ok(i) if i < items.len() => {
+                items[i] = Value::Null;
+                true
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// How many fields of the wrong type one document may report before the rest is skipped.
+const MAX_SHAPE_ERRORS: usize = 32;
+
+fn validate_typed(value: Value, ctx: &ValidationContext) -> Vec<FieldError> {
+    // A field of the wrong type is reported, taken out and the document read again, so that
+    // one type error does not hide the document's other errors.
+    let mut value = value;
+    let mut shape_errors: Vec<FieldError> = Vec::new();
+    loop {
+        match parse_manifest(value.clone()) {
+            Err(ManifestError::Shape { path, message })
+                if shape_errors.len() < MAX_SHAPE_ERRORS =>
+            {
+                let removed = remove_at(&mut value, &path);
+                shape_errors.push(parse_error(ManifestError::Shape {
+                    path: path.clone(),
+                    message,
+                }));
+                if !removed {
+                    return shape_errors;
+                }
+            }
+            Err(e) => {
+                shape_errors.push(parse_error(e));
+                return shape_errors;
+            }
+            Ok(typed) => {
+                let reported: Vec<String> = shape_errors.iter().map(|e| e.path.clone()).collect();
+                let rest = validate_kind(typed, ctx)
+                    .into_iter()
+                    .filter(|e| !reported.contains(&e.path));
+                shape_errors.extend(rest);
+                return shape_errors;
+            }
+        }
+    }
+}
+
+fn validate_kind(typed: Manifest, ctx: &ValidationContext) -> Vec<FieldError> {
+    match Ok::<Manifest, ManifestError>(typed) {
         Err(e) => vec![parse_error(e)],
         Ok(Manifest::NodeGroup(ng)) => validate_node_group(&ng, ctx),
         Ok(Manifest::StaticInstance(si)) => validate_static_instance(&si),
@@ -191,13 +308,74 @@ mod tests {
     }
 
     #[test]
-    fn parse_errors_become_one_field_error() {
+    fn old_version_fields_are_checked_before_the_conversion_drops_them() {
+        let ctx = ValidationContext::default();
+        let old = json!({"apiVersion": "deckhouse.io/v1alpha2", "kind": "NodeGroup",
+            "metadata": {"name": "w"},
+            "spec": {"nodeType": "Static", "kubernetesVersion": "1.25",
+                "static": {"internalNetworkCIDRs": ["nope"]}}});
+        let paths: Vec<_> = validate_document(old, &ctx)
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.kubernetesVersion",
+                "spec.static.internalNetworkCIDRs[0]"
+            ]
+        );
+        let wrong = json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "NodeGroup",
+            "metadata": {"name": "w"}, "spec": {"nodeType": "Static", "kubernetesVersion": 1.3}});
+        let paths: Vec<_> = validate_document(wrong, &ctx)
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(paths, ["spec.kubernetesVersion"]);
+    }
+
+    #[test]
+    fn a_type_error_does_not_hide_the_other_errors() {
+        let ctx = ValidationContext::default();
+        let doc = json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup",
+            "metadata": {"name": "w"},
+            "spec": {"nodeType": "Static", "kubelet": {"maxPods": "many"},
+                "nodeTemplate": {"taints": [{"key": "a", "effect": 3}]},
+                "disruptions": {"approvalMode": "RollingUpdate"}}});
+        let paths: Vec<_> = validate_document(doc, &ctx)
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.kubelet.maxPods",
+                "spec.nodeTemplate.taints[0].effect",
+                "spec.nodeTemplate.taints[0].key",
+                "spec.disruptions.approvalMode"
+            ],
+        );
+        let mut v = json!({"a": {"b": [1, {"c": 2}]}});
+        assert!(remove_at(&mut v, "a.b[1].c"));
+        assert_eq!(v, json!({"a": {"b": [1, {}]}}));
+        assert!(!remove_at(&mut v, "a.x.y"));
+    }
+
+    #[test]
+    fn parse_errors_become_field_errors() {
         let ctx = ValidationContext::default();
         let wrong_type = json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup",
             "spec": {"nodeType": "Static", "kubelet": {"maxPods": "many"}}});
         let errors = validate_document(wrong_type, &ctx);
-        assert_eq!(errors.len(), 1);
+        // The type error comes first; the document's other errors follow it.
         assert_eq!(errors[0].path, "spec.kubelet.maxPods");
+        assert_eq!(
+            errors
+                .iter()
+                .filter(|e| e.path == "spec.kubelet.maxPods")
+                .count(),
+            1
+        );
         let no_kind = json!({"apiVersion": "deckhouse.io/v1"});
         assert_eq!(validate_document(no_kind, &ctx)[0].path, "kind");
         let version = json!({"apiVersion": "deckhouse.io/v9", "kind": "NodeGroup"});

@@ -164,8 +164,11 @@ fn check_spec(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext) {
         ),
         Some(t) if !t.is_known() => {
             let hint = match t.as_str() {
-                "Cloud" => " (\"Cloud\" is the v1alpha1 spelling of CloudEphemeral)",
-                "Hybrid" => " (\"Hybrid\" is the v1alpha1 spelling of CloudStatic)",
+                "Cloud" => " (\"Cloud\" is the old spelling of CloudEphemeral)",
+                "Hybrid" => {
+                    " (\"Hybrid\" is the old spelling of CloudPermanent for master and the \
+                     provider's groups, of CloudStatic for the others)"
+                }
                 _ => "",
             };
             e.push(
@@ -268,6 +271,13 @@ fn check_spec(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext) {
             );
         }
     }
+    check_old_version_fields(e, spec);
+}
+
+/// `kubernetesVersion` and `static`: fields of the old versions that the conversion to `v1`
+/// drops (docs/admission-and-conversion.md §1.1), so a document is checked for them before it is
+/// converted, as the API server's schema of its version would.
+pub(crate) fn check_old_version_fields(e: &mut Errors, spec: &crate::model::NodeGroupSpec) {
     if let Some(v) = &spec.kubernetes_version
         && !ACCEPTED_KUBERNETES_VERSIONS.contains(&v.as_str())
     {

@@ -65,6 +65,10 @@ pub struct Settings {
     pub fencing_period: Duration,
     /// The fencing policy's settings (deadline, storm guard).
     pub fencing_config: FencingConfig,
+    /// Where the cluster settings validation depends on come from (allowed taint keys,
+    /// zones, …): the status controller reports a group invalid by the same settings the
+    /// admission webhook refuses it by.
+    pub cluster_settings: crate::settings::SettingsSource,
 }
 
 impl Default for Settings {
@@ -80,6 +84,7 @@ impl Default for Settings {
             update_period: Duration::from_secs(10),
             fencing_period: Duration::from_secs(5),
             fencing_config: FencingConfig::default(),
+            cluster_settings: crate::settings::SettingsSource::default(),
         }
     }
 }
@@ -214,6 +219,7 @@ pub async fn run(
             status::run(
                 cluster.clone(),
                 settings.resync,
+                settings.cluster_settings.clone(),
                 metrics.clone(),
                 inner.clone(),
             ),
@@ -290,6 +296,7 @@ pub(crate) struct GroupContext {
     pub(crate) backoff: Backoff,
     /// The API server's `major.minor` and when it was read ([`GroupContext::api_server_version`]).
     api_version: tokio::sync::Mutex<Option<(std::time::Instant, String)>>,
+    pub(crate) cluster_settings: crate::settings::SettingsSource,
 }
 
 /// How long the API server's version is reused before it is read again.
@@ -302,6 +309,23 @@ impl GroupContext {
         metrics: Metrics,
         resync: Duration,
     ) -> std::sync::Arc<Self> {
+        Self::with_cluster_settings(
+            name,
+            cluster,
+            metrics,
+            resync,
+            crate::settings::SettingsSource::default(),
+        )
+    }
+
+    /// [`GroupContext::new`] with the cluster settings validation reads.
+    pub(crate) fn with_cluster_settings(
+        name: &'static str,
+        cluster: KubeCluster,
+        metrics: Metrics,
+        resync: Duration,
+        cluster_settings: crate::settings::SettingsSource,
+    ) -> std::sync::Arc<Self> {
         std::sync::Arc::new(GroupContext {
             name,
             cluster,
@@ -309,6 +333,7 @@ impl GroupContext {
             resync,
             backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
             api_version: tokio::sync::Mutex::new(None),
+            cluster_settings,
         })
     }
 

@@ -20,7 +20,7 @@ use nodemgr_core::model::keys;
 use nodemgr_core::ports::{
     ClusterError, ClusterRead, EventApi, EventKind, ObjectRef as EventObject, RecordedEvent,
 };
-use nodemgr_core::validate::{ValidationContext, validate_node_group};
+use nodemgr_core::validate::validate_node_group;
 use tokio::sync::watch;
 
 use super::{GroupContext, group_error_policy, now};
@@ -28,6 +28,7 @@ use crate::cluster::{KubeCluster, map_error};
 use crate::convert::node_to_core;
 use crate::crd::NodeGroup;
 use crate::metrics::{GroupLabels, Metrics, UpdateStateLabels};
+use crate::settings::SettingsSource;
 
 /// The update states `nodemgr_update_nodes` counts, by the node annotation that marks each.
 const UPDATE_STATES: [(&str, &str); 4] = [
@@ -65,7 +66,14 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
         .map(node_to_core)
         .collect();
     let checksums = ctx.cluster.configuration_checksums().await?;
-    let errors = validate_node_group(&core, &ValidationContext::default());
+    let settings = match ctx.cluster_settings.read(ctx.cluster.client()).await {
+        Ok(settings) => settings,
+        Err(error) => {
+            tracing::warn!(%error, "cluster settings unreadable; validating with the flags'");
+            ctx.cluster_settings.flags.clone()
+        }
+    };
+    let errors = validate_node_group(&core, &settings.validation);
     let error = (!errors.is_empty()).then(|| {
         errors
             .iter()
@@ -147,13 +155,16 @@ pub(crate) fn group_of(node: Node) -> Option<ObjectRef<NodeGroup>> {
 }
 
 /// Runs the status controller until `stop`.
+/// `cluster_settings` are the settings validation reads (the admission webhook's).
 pub async fn run(
     cluster: KubeCluster,
     resync: Duration,
+    cluster_settings: SettingsSource,
     metrics: Metrics,
     stop: watch::Receiver<bool>,
 ) {
     let client = cluster.client().clone();
-    let ctx = GroupContext::new("status", cluster, metrics, resync);
+    let ctx =
+        GroupContext::with_cluster_settings("status", cluster, metrics, resync, cluster_settings);
     super::run_for_groups(client, ctx, reconcile, group_error_policy, "status", stop).await;
 }

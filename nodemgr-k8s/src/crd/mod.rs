@@ -11,7 +11,10 @@ pub mod node_group;
 pub mod schema;
 pub mod static_instance;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceConversion, CustomResourceDefinition, ServiceReference, WebhookClientConfig,
+    WebhookConversion,
+};
 use kube::CustomResourceExt;
 use kube::core::crd::merge_crds;
 
@@ -20,6 +23,36 @@ pub use node_group::{NodeGroup, NodeGroupSpec};
 pub use static_instance::{
     Instance, SSHCredentials, SshCredentialsSpec, StaticInstance, StaticInstanceSpec,
 };
+
+/// Namespace of the conversion webhook's Service (`deploy/15-webhook.yaml`).
+pub const WEBHOOK_SERVICE_NAMESPACE: &str = "nodemgr-system";
+/// Name of the conversion webhook's Service.
+pub const WEBHOOK_SERVICE_NAME: &str = "nodemgr-webhook";
+/// Path of the conversion endpoint.
+pub const WEBHOOK_CONVERT_PATH: &str = "/convert";
+/// The kinds whose versions differ in shape and are converted by the webhook; the others
+/// (StaticInstance, Instance, one-version kinds) keep `conversion.strategy: None`.
+pub const WEBHOOK_CONVERTED_KINDS: &[&str] = &["NodeGroup", "SSHCredentials", "NodeUser"];
+
+/// `conversion.strategy: Webhook` through nodemgr-webhook's Service. The caBundle is filled
+/// in by the webhook itself (`--ca-bundle-crd`) or by cert-manager's CA injector.
+pub fn webhook_conversion() -> CustomResourceConversion {
+    CustomResourceConversion {
+        strategy: "Webhook".into(),
+        webhook: Some(WebhookConversion {
+            client_config: Some(WebhookClientConfig {
+                service: Some(ServiceReference {
+                    namespace: WEBHOOK_SERVICE_NAMESPACE.into(),
+                    name: WEBHOOK_SERVICE_NAME.into(),
+                    path: Some(WEBHOOK_CONVERT_PATH.into()),
+                    port: Some(443),
+                }),
+                ..WebhookClientConfig::default()
+            }),
+            conversion_review_versions: vec!["v1".into()],
+        }),
+    }
+}
 
 /// Why the CRDs could not be built or printed.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +83,14 @@ pub enum CrdError {
 /// (a programming error, caught by this module's tests).
 pub fn definitions() -> Result<Vec<CustomResourceDefinition>, CrdError> {
     let merge = |kind: &'static str, crds: Vec<CustomResourceDefinition>, storage: &str| {
-        merge_crds(crds, storage).map_err(|source| CrdError::Merge { kind, source })
+        merge_crds(crds, storage)
+            .map(|mut crd| {
+                if WEBHOOK_CONVERTED_KINDS.contains(&kind) {
+                    crd.spec.conversion = Some(webhook_conversion());
+                }
+                crd
+            })
+            .map_err(|source| CrdError::Merge { kind, source })
     };
     Ok(vec![
         merge(
@@ -180,7 +220,8 @@ mod tests {
                     "Max",
                     "Standby",
                     "Status",
-                    "Age"
+                    "Age",
+                    "Synced"
                 ]
             );
         }
@@ -234,6 +275,97 @@ mod tests {
         {
             errors.push(format!("{path}: empty pattern"));
         }
+    }
+
+    #[test]
+    fn kinds_of_differing_versions_convert_through_the_webhook() {
+        for crd in definitions().unwrap() {
+            let conversion = crd.spec.conversion.clone().unwrap_or_default();
+            let kind = crd.spec.names.kind.as_str();
+            if WEBHOOK_CONVERTED_KINDS.contains(&kind) {
+                assert_eq!(conversion.strategy, "Webhook", "{kind}");
+                let service = conversion
+                    .webhook
+                    .and_then(|w| w.client_config)
+                    .and_then(|c| c.service)
+                    .unwrap();
+                assert_eq!(service.path.as_deref(), Some("/convert"));
+                assert_eq!(service.name, "nodemgr-webhook");
+            } else {
+                assert_ne!(conversion.strategy, "Webhook", "{kind}");
+            }
+        }
+        let crd = serde_json::to_value(by_name("nodegroups.deckhouse.io")).unwrap();
+        for v in crd["spec"]["versions"].as_array().unwrap() {
+            let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+            let types = spec["nodeType"]["enum"].clone();
+            let expected = if v["name"] == "v1" {
+                serde_json::json!(["CloudEphemeral", "CloudPermanent", "CloudStatic", "Static"])
+            } else {
+                serde_json::json!(["Cloud", "Static", "Hybrid"])
+            };
+            assert_eq!(types, expected, "{}", v["name"]);
+            assert_eq!(
+                spec["staticInstances"]["x-kubernetes-validations"][0]["rule"],
+                node_group::LABEL_SELECTOR_RULE
+            );
+            assert_eq!(
+                spec["disruptions"]["x-kubernetes-validations"][0]["rule"],
+                node_group::DISRUPTIONS_RULE
+            );
+            assert_eq!(
+                spec["cri"]["x-kubernetes-validations"][0]["rule"],
+                node_group::CRI_RULE
+            );
+        }
+    }
+
+    #[test]
+    fn every_field_of_the_other_kinds_is_described() {
+        let mut missing = Vec::new();
+        for crd in definitions().unwrap() {
+            let crd = serde_json::to_value(crd).unwrap();
+            for v in crd["spec"]["versions"].as_array().unwrap() {
+                let root = &v["schema"]["openAPIV3Schema"];
+                for part in ["spec", "status"] {
+                    schema::undescribed(
+                        &format!("{}/{}.{part}", crd["spec"]["names"]["kind"], v["name"]),
+                        &root["properties"][part],
+                        &mut missing,
+                    );
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "fields without a description: {missing:#?}"
+        );
+    }
+
+    #[test]
+    fn every_node_group_field_is_described_for_kubectl_explain() {
+        let crd = serde_json::to_value(by_name("nodegroups.deckhouse.io")).unwrap();
+        let mut missing = Vec::new();
+        for v in crd["spec"]["versions"].as_array().unwrap() {
+            let root = &v["schema"]["openAPIV3Schema"];
+            for part in ["spec", "status"] {
+                schema::undescribed(
+                    &format!("{}.{part}", v["name"].as_str().unwrap()),
+                    &root["properties"][part],
+                    &mut missing,
+                );
+            }
+            let update = &root["properties"]["spec"]["properties"]["update"];
+            assert!(update["description"].is_string(), "spec.update");
+            assert!(
+                update["properties"]["maxConcurrent"]["description"].is_string(),
+                "spec.update.maxConcurrent"
+            );
+        }
+        assert!(
+            missing.is_empty(),
+            "fields without a description: {missing:#?}"
+        );
     }
 
     #[test]

@@ -59,11 +59,14 @@ fn configuration_schema() -> Value {
         ]),
         &["content"],
     );
-    root(
-        "An operator's bash step added to the bundles of some NodeGroups.",
-        Some(metadata),
-        Some(spec),
-        None,
+    describe_from_model(
+        root(
+            "An operator's bash step added to the bundles of some NodeGroups.",
+            Some(metadata),
+            Some(spec),
+            None,
+        ),
+        &model_schema::<core::NodeGroupConfiguration>(),
     )
 }
 
@@ -161,11 +164,14 @@ fn node_user_schema() -> Value {
             "Node name to the last error applying the user there.",
         ),
     )]);
-    root(
-        "A local user nodemgr keeps on the nodes of some NodeGroups.",
-        None,
-        Some(spec),
-        Some(status),
+    describe_from_model(
+        root(
+            "A local user nodemgr keeps on the nodes of some NodeGroups.",
+            None,
+            Some(spec),
+            Some(status),
+        ),
+        &model_schema::<core::NodeUser>(),
     )
 }
 

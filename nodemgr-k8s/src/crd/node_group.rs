@@ -4,22 +4,25 @@
 //! schema carrying Deckhouse's enums, patterns and bounds.
 //!
 //! # Versions
-//! The CRD has no conversion webhook (`conversion.strategy: None`): the API server serves every
-//! version with the same fields. The version schemas differ only where Deckhouse's do:
-//! `v1alpha1` accepts the old node types (`Cloud`, `Hybrid`, `Static`) and a top-level `docker`
-//! object. nodemgr reads every group as `v1` and converts old node type names itself
-//! ([`NodeGroup::to_core`]) as Deckhouse's conversion would. `kubernetesVersion` and `static`,
-//! which Deckhouse's `v1` dropped, stay in every version because nodemgr's bootstrap still reads
-//! `static.internalNetworkCIDRs` (pruning them would lose data on a version round trip).
+//! The CRD converts between versions with nodemgr's conversion webhook
+//! (`conversion.strategy: Webhook`, `nodemgr-webhook`'s `/convert`, which runs
+//! [`nodemgr_core::conversion`]): `v1alpha1` and `v1alpha2` carry the old node types (`Cloud`,
+//! `Static`, `Hybrid`), `v1alpha1` a top-level `docker`. `kubernetesVersion` and `static`,
+//! which Deckhouse's `v1` dropped, stay in the `v1` schema so a `v1` manifest that sets them is
+//! not pruned, but the conversion from an old version drops them as Deckhouse's does.
+//! A CEL transition rule keeps `staticInstances.labelSelector` as first set.
 //!
-//! Cross-field rules (CloudEphemeral needs `cloudInstances`, `RollingUpdate` only for
-//! CloudEphemeral, tolerable taint keys, …) are not in the schema: `nodemgr validate` checks
-//! them before apply, and the status controller reports a violation in `status.error` and the
-//! `Error` condition.
+//! Every field carries the model's doc comment as its description (`kubectl explain`). Two of
+//! Deckhouse's oneOf bindings (an approval mode's and a CRI type's own settings object) are
+//! CEL rules here; the other cross-field rules (CloudEphemeral needs `cloudInstances`,
+//! `RollingUpdate` only for CloudEphemeral, tolerable taint keys, …) are the admission
+//! webhook's (docs/admission-and-conversion.md §2), which `nodemgr validate` and the status
+//! controller apply too.
 
 use std::borrow::Cow;
 
 use kube::CustomResource;
+use nodemgr_core::conversion::{ConversionContext, node_type_to_v1};
 use nodemgr_core::model::{self as core, NodeGroupStatus, NodeType};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -27,7 +30,7 @@ use serde_json::{Value, json};
 use super::schema::*;
 use crate::convert::{meta_from_core, meta_to_core};
 
-/// Printer columns of every version (docs/deckhouse.md §1, Deckhouse's columns but `Synced`).
+/// Printer columns of every version: Deckhouse's (docs/deckhouse.md §1).
 macro_rules! node_group_version {
     ($module:ident, $version:literal, storage = $storage:literal, $schema_version:expr) => {
         #[doc = concat!("`deckhouse.io/", $version, "` NodeGroup.")]
@@ -58,7 +61,8 @@ macro_rules! node_group_version {
                 printcolumn = r#"{"name":"Max","type":"integer","description":"Most machines.","jsonPath":".status.max"}"#,
                 printcolumn = r#"{"name":"Standby","type":"integer","description":"Standby (overprovisioned) nodes.","jsonPath":".status.standby"}"#,
                 printcolumn = r#"{"name":"Status","type":"string","description":"What needs attention.","jsonPath":".status.conditionSummary.statusMessage"}"#,
-                printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+                printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+                printcolumn = r#"{"name":"Synced","type":"string","description":"Whether the group's last spec was processed.","jsonPath":".status.deckhouse.synced"}"#
             )]
             #[serde(transparent)]
             pub struct NodeGroupSpec(pub core::NodeGroupSpec);
@@ -93,16 +97,19 @@ node_group_version!(
 pub use v1::{NodeGroup, NodeGroupSpec};
 
 impl NodeGroup {
-    /// The group as nodemgr-core sees it. Old node type names (`Cloud`, `Hybrid`) written
-    /// through `v1alpha1` are converted as Deckhouse's conversion does.
+    /// The group as nodemgr-core sees it. Old node type names (`Cloud`, `Hybrid`) that reach
+    /// nodemgr unconverted (a CRD installed without the conversion webhook) are converted by
+    /// [`nodemgr_core::conversion`], without the provider configuration.
     pub fn to_core(&self) -> core::NodeGroup {
         let mut spec = self.spec.0.clone();
-        if let Some(NodeType::Unknown(old)) = &spec.node_type {
-            spec.node_type = match old.as_str() {
-                "Cloud" => Some(NodeType::CloudEphemeral),
-                "Hybrid" => Some(NodeType::CloudStatic),
-                _ => spec.node_type.clone(),
-            };
+        if let Some(NodeType::Unknown(old)) = &spec.node_type
+            && let Some(new) = node_type_to_v1(
+                old,
+                self.metadata.name.as_deref().unwrap_or_default(),
+                &ConversionContext::default(),
+            )
+        {
+            spec.node_type = Some(new.parse().unwrap_or_else(|e| match e {}));
         }
         core::NodeGroup {
             api_version: "deckhouse.io/v1".into(),
@@ -127,12 +134,19 @@ impl NodeGroup {
 pub enum SchemaVersion {
     /// `v1` (storage).
     V1,
-    /// `v1alpha2`: as `v1`.
+    /// `v1alpha2`: the old node types (`Cloud`, `Static`, `Hybrid`) and `cri.docker`.
     V1alpha2,
-    /// `v1alpha1`: old node types and a top-level `docker`.
+    /// `v1alpha1`: the old node types and a top-level `docker`.
     V1alpha1,
 }
 
+/// CEL transition rule: a selector once set stays as it is (StaticInstances already chosen by
+/// it would otherwise change groups under running nodes).
+pub const LABEL_SELECTOR_RULE: &str = "!has(oldSelf.labelSelector) || (has(self.labelSelector) && self.labelSelector == oldSelf.labelSelector)";
+/// CEL: the approval mode's own settings object only.
+pub const DISRUPTIONS_RULE: &str = "(!has(self.approvalMode) || self.approvalMode == 'Automatic') ? !has(self.rollingUpdate) : (self.approvalMode == 'RollingUpdate' ? !has(self.automatic) : (!has(self.automatic) && !has(self.rollingUpdate)))";
+/// CEL: the CRI type's own settings object only.
+pub const CRI_RULE: &str = "!has(self.type) || ((self.type == 'Containerd' || !has(self.containerd)) && (self.type == 'ContainerdV2' || !has(self.containerdV2)) && (self.type == 'Docker' || !has(self.docker)) && (self.type == 'NotManaged' || !has(self.notManaged)))";
 const DURATION_HM: &str = "^([0-9]+h([0-9]+m)?|[0-9]+m)$";
 const WINDOW_TIME: &str = "^(?:\\d|[01]\\d|2[0-3]):[0-5]\\d$";
 const DAYS: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
@@ -188,20 +202,27 @@ fn containerd() -> Value {
 
 fn docker() -> Value {
     object(vec![
-        ("maxConcurrentDownloads", integer()),
-        ("manage", boolean()),
+        (
+            "maxConcurrentDownloads",
+            describe(integer(), "Parallel image layer downloads (default 3)."),
+        ),
+        (
+            "manage",
+            describe(
+                boolean(),
+                "Whether Docker is installed and configured (default true).",
+            ),
+        ),
     ])
 }
 
 /// The spec schema of `version`.
 pub fn spec_schema(version: SchemaVersion) -> Value {
     let node_types: &[&str] = match version {
-        SchemaVersion::V1alpha1 => &["Cloud", "Static", "Hybrid"],
-        SchemaVersion::V1 | SchemaVersion::V1alpha2 => {
-            &["CloudEphemeral", "CloudPermanent", "CloudStatic", "Static"]
-        }
+        SchemaVersion::V1alpha1 | SchemaVersion::V1alpha2 => &["Cloud", "Static", "Hybrid"],
+        SchemaVersion::V1 => &["CloudEphemeral", "CloudPermanent", "CloudStatic", "Static"],
     };
-    let cri = object(vec![
+    let mut cri = object(vec![
         (
             "type",
             one_of(&["Docker", "Containerd", "ContainerdV2", "NotManaged"]),
@@ -211,6 +232,13 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ("docker", docker()),
         ("notManaged", object(vec![("criSocketPath", string())])),
     ]);
+    // Only the settings object of the chosen type (Deckhouse's oneOf, as CEL).
+    cri["x-kubernetes-validations"] = json!([{
+        "rule": CRI_RULE,
+        "message": "cri: only the settings object of cri.type may be set (containerd for \
+                    Containerd, containerdV2 for ContainerdV2, docker for Docker, notManaged \
+                    for NotManaged)",
+    }]);
     let gpu = object(vec![
         ("sharing", one_of(&["TimeSlicing", "MIG", "Exclusive"])),
         (
@@ -252,7 +280,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ]),
         &["key", "operator"],
     );
-    let static_instances = object(vec![
+    let mut static_instances = object(vec![
         (
             "labelSelector",
             json!({
@@ -266,6 +294,11 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ),
         ("count", integer_in(Some(0), None)),
     ]);
+    static_instances["x-kubernetes-validations"] = json!([{
+        "rule": LABEL_SELECTOR_RULE,
+        "message": "staticInstances.labelSelector may be added but never changed or removed; \
+                    create a new NodeGroup for another selection",
+    }]);
     let cloud_instances = required(
         object(vec![
             ("zones", array(string())),
@@ -357,7 +390,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             ]),
         ),
     ]);
-    let disruptions = object(vec![
+    let mut disruptions = object(vec![
         (
             "approvalMode",
             one_of(&["Manual", "Automatic", "RollingUpdate"]),
@@ -371,6 +404,13 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ),
         ("rollingUpdate", object(vec![("windows", windows())])),
     ]);
+    // Each mode takes only its own settings object (Automatic is the default mode); Deckhouse
+    // binds them with oneOf, which kube-rs's structural rewriting cannot carry, so CEL does.
+    disruptions["x-kubernetes-validations"] = json!([{
+        "rule": DISRUPTIONS_RULE,
+        "message": "disruptions: Automatic takes only `automatic`, RollingUpdate only \
+                    `rollingUpdate`, Manual neither",
+    }]);
     let mut props = vec![
         (
             "nodeType",
@@ -413,9 +453,18 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ),
     ];
     if version == SchemaVersion::V1alpha1 {
-        props.push(("docker", docker()));
+        props.push((
+            "docker",
+            describe(
+                docker(),
+                "Docker settings (v1alpha1; v1alpha2 and v1 have them as cri.docker). Deprecated.",
+            ),
+        ));
     }
-    required(object(props), &["nodeType"])
+    describe_from_model(
+        required(object(props), &["nodeType"]),
+        &model_schema::<core::NodeGroupSpec>(),
+    )
 }
 
 /// The status schema (docs/deckhouse.md §1.3), the same in every version.
@@ -426,7 +475,7 @@ pub fn status_schema() -> Value {
         ("state", string()),
         ("type", string()),
     ]);
-    object(vec![
+    let status = object(vec![
         ("engine", one_of(&["None", "MCM", "CAPI"])),
         ("nodes", integer()),
         ("ready", integer()),
@@ -464,5 +513,6 @@ pub fn status_schema() -> Value {
             ])),
         ),
         ("deckhouse", free_object()),
-    ])
+    ]);
+    describe_from_model(status, &model_schema::<NodeGroupStatus>())
 }

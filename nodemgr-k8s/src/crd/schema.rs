@@ -137,3 +137,90 @@ pub fn into_schema(value: Value) -> schemars::Schema {
         _ => schemars::Schema::default(),
     }
 }
+
+/// The JSON schema schemars generates for the model type `T` (its descriptions are the doc
+/// comments of the model's fields).
+pub fn model_schema<T: schemars::JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
+}
+
+/// `schema` with `$ref`s into `defs` and `Option`'s `anyOf [T, null]` resolved to `T`.
+fn resolve<'a>(schema: &'a Value, defs: &'a Value) -> &'a Value {
+    if let Some(name) = schema
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.rsplit('/').next())
+        && let Some(target) = defs.get(name)
+    {
+        return resolve(target, defs);
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(branches) = schema.get(key).and_then(Value::as_array)
+            && let Some(branch) = branches
+                .iter()
+                .find(|b| b.get("type").and_then(Value::as_str) != Some("null"))
+        {
+            return resolve(branch, defs);
+        }
+    }
+    schema
+}
+
+fn fill(hand: &mut Value, model: &Value, defs: &Value) {
+    let model = resolve(model, defs);
+    if let Some(properties) = hand.get_mut("properties").and_then(Value::as_object_mut) {
+        for (name, property) in properties.iter_mut() {
+            let Some(from) = model.get("properties").and_then(|p| p.get(name)) else {
+                continue;
+            };
+            if property.get("description").is_none() {
+                let text = from
+                    .get("description")
+                    .or_else(|| resolve(from, defs).get("description"))
+                    .and_then(Value::as_str);
+                if let (Some(text), Some(map)) = (text, property.as_object_mut()) {
+                    map.insert("description".into(), Value::String(text.to_owned()));
+                }
+            }
+            fill(property, from, defs);
+        }
+    }
+    if let (Some(items), Some(from)) = (hand.get_mut("items"), model.get("items")) {
+        fill(items, from, defs);
+    }
+    if let (Some(extra), Some(from)) = (
+        hand.get_mut("additionalProperties")
+            .filter(|a| a.is_object()),
+        model.get("additionalProperties"),
+    ) {
+        fill(extra, from, defs);
+    }
+}
+
+/// Gives every property of the hand-written `schema` that has no description the doc comment
+/// of the same field in `model` (a [`model_schema`]), so `kubectl explain` describes what the
+/// model documents.
+pub fn describe_from_model(mut schema: Value, model: &Value) -> Value {
+    let defs = model.get("$defs").cloned().unwrap_or(Value::Null);
+    fill(&mut schema, model, &defs);
+    schema
+}
+
+/// Dotted paths of the properties of `schema` that have no description.
+pub fn undescribed(path: &str, schema: &Value, out: &mut Vec<String>) {
+    if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+        for (name, property) in properties {
+            let at = format!("{path}.{name}");
+            if property.get("description").is_none() {
+                out.push(at.clone());
+            }
+            undescribed(&at, property, out);
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        undescribed(&format!("{path}[]"), items, out);
+    }
+    if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+        undescribed(&format!("{path}.*"), extra, out);
+    }
+}

@@ -7,9 +7,10 @@
 //! | SSHCredentials | `v1alpha1`, `v1alpha2` | none |
 //! | Instance | `v1alpha1` (not served), `v1alpha2` | subresource, no spec |
 //!
-//! As for NodeGroup there is no conversion webhook: SSHCredentials accepts both
-//! `sudoPassword` (`v1alpha1`, clear) and `sudoPasswordEncoded` (`v1alpha2`, base64) in both
-//! versions, so nothing is pruned on a version round trip, and the SSH adapter reads either.
+//! SSHCredentials converts through nodemgr's conversion webhook (`sudoPassword`, clear, in
+//! `v1alpha1` ↔ `sudoPasswordEncoded`, base64, in `v1alpha2`; docs/admission-and-conversion.md
+//! §1.2); both fields stay in both schemas so a manifest written against either is not pruned,
+//! and the SSH adapter reads either. StaticInstance and Instance versions have one shape.
 
 use std::borrow::Cow;
 
@@ -74,11 +75,14 @@ fn static_instance_schema() -> Value {
         ("machineRef", object_ref()),
         ("nodeRef", object_ref()),
     ]);
-    root(
-        "A machine nodemgr may bootstrap into a Static group over SSH.",
-        None,
-        Some(spec),
-        Some(status),
+    describe_from_model(
+        root(
+            "A machine nodemgr may bootstrap into a Static group over SSH.",
+            None,
+            Some(spec),
+            Some(status),
+        ),
+        &model_schema::<core::StaticInstance>(),
     )
 }
 
@@ -169,11 +173,14 @@ fn ssh_credentials_schema() -> Value {
             { "required": ["sudoPasswordEncoded"] },
         ],
     });
-    root(
-        "How nodemgr logs in to StaticInstances over SSH.",
-        None,
-        Some(spec),
-        None,
+    describe_from_model(
+        root(
+            "How nodemgr logs in to StaticInstances over SSH.",
+            None,
+            Some(spec),
+            None,
+        ),
+        &model_schema::<core::SshCredentials>(),
     )
 }
 
@@ -257,11 +264,14 @@ fn instance_schema() -> Value {
             object(vec![("logsEndpoint", string()), ("description", string())]),
         ),
     ]);
-    root(
-        "A machine of a NodeGroup (status only); deleting it deletes the machine.",
-        None,
-        None,
-        Some(status),
+    describe_from_model(
+        root(
+            "A machine of a NodeGroup (status only); deleting it deletes the machine.",
+            None,
+            None,
+            Some(status),
+        ),
+        &model_schema::<core::Instance>(),
     )
 }
 
