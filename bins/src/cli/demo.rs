@@ -464,6 +464,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         config_file: None,
         controllers: None,
         metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
+        metrics_serve: Default::default(),
         leader_election_namespace: "nodemgr-system".into(),
         leader_election_name: "node-manager".into(),
         identity: Some("demo".into()),
