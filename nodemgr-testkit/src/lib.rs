@@ -22,6 +22,7 @@
 //! ```
 
 pub mod approval;
+pub mod auth_reviews;
 pub mod discovery;
 pub mod emulator;
 pub mod eviction;

@@ -15,14 +15,14 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::auth::{KubernetesAuthorizer, MetricsAuth, require};
-use super::tls::{TlsError, acceptor};
+use super::tls::{TlsError, acceptor, self_signed};
 
 /// Who may scrape `/metrics`, and over what.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct MetricsServeArgs {
-    /// Who may scrape /metrics: `none` (anyone reaching the address) or `kubernetes` (HTTPS;
-    /// the caller's bearer token must be allowed `get` on the non-resource URL /metrics, checked
-    /// with a TokenReview and a SubjectAccessReview; needs --metrics-tls-cert and -key).
+    /// Who may scrape /metrics: `none` (anyone reaching the address) or `kubernetes` (HTTPS,
+    /// self-signed without --metrics-tls-cert; the caller's bearer token must be allowed `get`
+    /// on the non-resource URL /metrics, checked with a TokenReview and a SubjectAccessReview).
     #[arg(long, value_enum, default_value_t = MetricsAuth::None)]
     pub metrics_auth: MetricsAuth,
     /// PEM certificate chain: serve HTTPS (with --metrics-tls-key).
@@ -33,29 +33,25 @@ pub struct MetricsServeArgs {
     pub metrics_tls_key: Option<PathBuf>,
 }
 
-/// Flags that do not fit together.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// Kubernetes authorization without TLS would send bearer tokens in clear text.
-    #[error(
-        "--metrics-auth kubernetes needs HTTPS: pass --metrics-tls-cert and --metrics-tls-key \
-         (tokens must not travel in clear text)"
-    )]
-    AuthWithoutTls,
-    /// The certificate or key is unusable.
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-}
-
 impl MetricsServeArgs {
-    /// The TLS acceptor to serve with, if a certificate is given.
+    /// The TLS acceptor to serve with: the given certificate; else, with Kubernetes
+    /// authorization (bearer tokens must not travel in clear text), a self-signed one; else none.
     ///
     /// # Errors
-    /// Kubernetes authorization without a certificate; an unusable certificate or key.
-    pub fn tls(&self) -> Result<Option<tokio_rustls::TlsAcceptor>, ServeError> {
+    /// An unusable certificate or key.
+    pub fn tls(&self) -> Result<Option<tokio_rustls::TlsAcceptor>, TlsError> {
         match (&self.metrics_tls_cert, &self.metrics_tls_key) {
             (Some(cert), Some(key)) => Ok(Some(acceptor(cert, key)?)),
-            _ if self.metrics_auth == MetricsAuth::Kubernetes => Err(ServeError::AuthWithoutTls),
+            _ if self.metrics_auth == MetricsAuth::Kubernetes => {
+                let mut names = vec!["localhost".to_owned()];
+                if let Ok(host) = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")) {
+                    names.push(host);
+                }
+                tracing::info!(
+                    "/metrics serves HTTPS with a self-signed certificate (no --metrics-tls-cert)"
+                );
+                Ok(Some(self_signed(names)?))
+            }
             _ => Ok(None),
         }
     }

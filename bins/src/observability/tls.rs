@@ -1,6 +1,7 @@
 //! TLS of the `/metrics` servers: a certificate and key in PEM files (`--metrics-tls-cert`,
-//! `--metrics-tls-key`; in the chart a Secret made by cert-manager or by Helm). The files are
-//! read once at start.
+//! `--metrics-tls-key`; in the chart a Secret made by cert-manager), read once at start, or,
+//! without them, a self-signed certificate made at start (as kube-rbac-proxy does; scrapers
+//! then skip verification, the bearer token is what is checked).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,6 +30,9 @@ pub enum TlsError {
         #[source]
         source: rustls::pki_types::pem::Error,
     },
+    /// No self-signed certificate could be made.
+    #[error("cannot make a self-signed certificate for /metrics: {0}")]
+    SelfSigned(#[source] rcgen::Error),
     /// rustls refused the pair (a key that does not match the certificate, …).
     #[error("the certificate {cert} and key {key} cannot serve TLS: {source}")]
     Config {
@@ -63,6 +67,31 @@ pub fn acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, Tl
         path: key.to_owned(),
         source,
     })?;
+    server_config(chain, private_key, cert, key)
+}
+
+/// A TLS acceptor with a fresh self-signed certificate for `names` (host names or addresses).
+///
+/// # Errors
+/// When the certificate cannot be made.
+pub fn self_signed(names: Vec<String>) -> Result<tokio_rustls::TlsAcceptor, TlsError> {
+    let made = rcgen::generate_simple_self_signed(names).map_err(TlsError::SelfSigned)?;
+    let chain = vec![made.cert.der().clone()];
+    let key = PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
+    server_config(
+        chain,
+        key,
+        Path::new("(self-signed)"),
+        Path::new("(self-signed)"),
+    )
+}
+
+fn server_config(
+    chain: Vec<CertificateDer<'static>>,
+    private_key: PrivateKeyDer<'static>,
+    cert: &Path,
+    key: &Path,
+) -> Result<tokio_rustls::TlsAcceptor, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
