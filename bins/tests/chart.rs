@@ -333,6 +333,7 @@ async fn applies_to_an_empty_emulator(sets: &[&str], expected: &[&str]) {
     )
     .unwrap();
     let rendered = render(sets);
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let serves_webhook_configurations = reqwest::get(format!(
         "{}/apis/admissionregistration.k8s.io/v1",
         emulator.url()

@@ -55,6 +55,7 @@ tests = [
     {'eval_time': '4m', 'alertname': 'D8NodeUpdateStuckWaitingForDisruptionApproval', 'exp_alerts': []},
     {'eval_time': '6m', 'alertname': 'D8NodeUpdateStuckWaitingForDisruptionApproval', 'exp_alerts': [alert(F,'D8NodeUpdateStuckWaitingForDisruptionApproval',0,{'node':'w-1','node_group':'worker'})]},
     {'eval_time': '15m', 'alertname': 'D8NodeUpdateStuckWaitingForDisruptionApproval', 'exp_alerts': []},
+    {'eval_time': '17m', 'alertname': 'NodeRequiresDisruptionApprovalForUpdate', 'exp_alerts': []},
     {'eval_time': '0m', 'alertname': 'NodeRequiresDisruptionApprovalForUpdate', 'exp_alerts': [alert(F,'NodeRequiresDisruptionApprovalForUpdate',0,{'node':'w-2','node_group':'worker'})]},
   ]},
  {'interval': '1m', 'input_series': [
