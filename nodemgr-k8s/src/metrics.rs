@@ -601,4 +601,91 @@ mod tests {
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
+
+    fn status_lines(text: &str, node: &str) -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("node_group_node_status{{node=\"{node}\",")))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn group_series_start_at_zero() {
+        let m = Metrics::new();
+        m.group_seen("worker");
+        let text = m.encode();
+        for expected in [
+            "nodemgr_update_actions_total{node_group=\"worker\",action=\"approve\"} 0",
+            "nodemgr_fencing_actions_total{node_group=\"worker\",action=\"delete_node\"} 0",
+            "nodemgr_machine_actions_total{node_group=\"worker\",action=\"create\"} 0",
+            "nodemgr_static_operations_total{node_group=\"worker\",action=\"bootstrap_failed\"} 0",
+            "d8_node_group_ready{node_group_name=\"worker\"} 0",
+            "d8_node_group_has_errors{node_group_name=\"worker\"} 0",
+            "nodemgr_reconcile_errors_total{controller=\"update\"} 0",
+            "nodemgr_build_info{version=\"",
+        ] {
+            assert!(text.contains(expected), "{expected} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_refused_drain_is_reported_until_it_ends() {
+        let m = Metrics::new();
+        m.drain_refused("n1", "budget");
+        m.drain_refused("n1", "other budget");
+        let text = m.encode();
+        assert!(text.contains("d8_node_draining{node=\"n1\",message=\"other budget\"} 1"));
+        assert!(!text.contains("message=\"budget\""), "{text}");
+        m.drain_ended("n1");
+        assert!(!m.encode().contains("d8_node_draining{"));
+    }
+
+    proptest::proptest! {
+        /// Whatever the sequence of observations, each node present has exactly one
+        /// `node_group_node_status` series at 1, all of them in its latest group, one series per
+        /// status; a node gone from its group has none.
+        #[test]
+        fn node_status_is_one_hot_in_the_latest_group(
+            steps in proptest::collection::vec((0usize..4, 0usize..3, 0usize..11, proptest::bool::ANY), 1..30)
+        ) {
+            let m = Metrics::new();
+            let mut latest: std::collections::BTreeMap<String, Option<(String, NodeUpdateStatus)>> =
+                std::collections::BTreeMap::new();
+            for (node, group, status, gone) in steps {
+                let node = format!("n{node}");
+                let group = format!("g{group}");
+                if gone {
+                    let present: Vec<&str> = latest
+                        .iter()
+                        .filter(|(n, v)| **n != node && v.as_ref().is_some_and(|(g, _)| *g == group))
+                        .map(|(n, _)| n.as_str())
+                        .collect();
+                    m.nodes_gone(&group, &present);
+                    if latest.get(&node).is_some_and(|v| v.as_ref().is_some_and(|(g, _)| *g == group)) {
+                        latest.insert(node, None);
+                    }
+                } else {
+                    let status = NodeUpdateStatus::ALL[status];
+                    m.node_seen(&node, &group, status);
+                    latest.insert(node, Some((group, status)));
+                }
+            }
+            let text = m.encode();
+            for (node, state) in &latest {
+                let lines = status_lines(&text, node);
+                match state {
+                    None => proptest::prop_assert!(lines.is_empty(), "{node}: {lines:?}"),
+                    Some((group, status)) => {
+                        proptest::prop_assert_eq!(lines.len(), NodeUpdateStatus::ALL.len());
+                        let group_label = format!("node_group=\"{group}\"");
+                        proptest::prop_assert!(lines.iter().all(|l| l.contains(&group_label)), "{lines:?}");
+                        let ones: Vec<_> = lines.iter().filter(|l| l.ends_with(" 1")).collect();
+                        proptest::prop_assert_eq!(ones.len(), 1);
+                        let status_label = format!("status=\"{status}\"");
+                        proptest::prop_assert!(ones[0].contains(&status_label));
+                    }
+                }
+            }
+        }
+    }
 }
