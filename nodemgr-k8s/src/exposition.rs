@@ -98,9 +98,8 @@ pub fn to_classic_text(open_metrics: &str) -> String {
                 out.push_str(&format!("# HELP {classic_name} {text}\n"));
             }
             out.push_str(&format!("# TYPE {classic_name} {classic_kind}\n"));
-        } else if line.starts_with("# UNIT ") || line == "# EOF" || line.is_empty() {
-            continue;
-        } else if line.starts_with('#') {
+        } else if line.starts_with('#') || line.is_empty() {
+            // `# UNIT`, `# EOF` and any other comment have no classic counterpart.
             continue;
         } else {
             // An exemplar follows the value after " # ".
