@@ -529,6 +529,18 @@ impl Metrics {
         }
     }
 
+    /// The sum over every group of the `action` series of the counter `name` (like
+    /// `nodemgr_fencing_actions_total`), as encoded: how often `action` happened in this process.
+    pub fn action_total(&self, name: &str, action: &str) -> f64 {
+        let prefix = format!("{name}{{");
+        let label = format!("action=\"{action}\"");
+        self.encode()
+            .lines()
+            .filter(|l| l.starts_with(&prefix) && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// The registry (for encoding in a negotiated format, see [`crate::exposition`]).
     pub fn registry(&self) -> &Registry {
         &self.registry

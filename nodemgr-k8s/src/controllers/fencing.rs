@@ -9,7 +9,7 @@
 //!
 //! It acts only on fresh, confirmed facts: while a watch is failing or the Lease watch has
 //! been quiet too long ([`nodemgr_core::fencing::judge_cache`]) a pass does nothing (an event
-//! and `nodemgr_fencing_actions_total{action="paused_stale_cache"}` say so once per episode),
+//! and `nodemgr_fencing_actions_total{node_group="",action="paused_stale_cache"}` say so once per episode),
 //! and every deletion is preceded by a direct GET of the node's Lease and Node, whose
 //! heartbeat must be the one observed more than a deadline ago
 //! ([`nodemgr_core::fencing::HeartbeatObserver::confirm`]). A zone, or the whole cluster,
