@@ -13,7 +13,15 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 log "installing the prometheus package (for promtool) with apt-get"
 apt-get update -qq
-# policy-rc.d keeps the package's service from starting where invoke-rc.d honours it.
+# The package would start a Prometheus server; a temporary policy-rc.d (exit 101: "action
+# forbidden") keeps invoke-rc.d from starting it. An existing policy-rc.d is left alone.
+made_policy=""
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
+  made_policy=1
+fi
+trap 'if [ -n "$made_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
 apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 command -v promtool >/dev/null
 log "installed $(promtool --version 2>&1 | head -n1)"
