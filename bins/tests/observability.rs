@@ -657,3 +657,43 @@ async fn json_logs_are_one_object_per_line() {
         "{stderr}"
     );
 }
+
+#[test]
+fn log_facade_events_reach_the_json_output() {
+    // bashible builds an HTTPS-capable client at start; rustls announces its root certificates
+    // through the `log` facade, which the bridge forwards as tracing events (`log.target`).
+    let root = tempfile::tempdir().unwrap();
+    let token = root.path().join("token");
+    std::fs::write(&token, "t\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bashible"))
+        .args([
+            "--log-format",
+            "json",
+            "--bundle-server",
+            "http://127.0.0.1:9",
+        ])
+        .arg("--bundle-token-file")
+        .arg(&token)
+        .args(["--node-name", "n1", "--group", "g"])
+        .arg("--root")
+        .arg(root.path())
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let bridged: Vec<Value> = stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|o| o["log.target"].is_string())
+        .collect();
+    assert!(
+        !bridged.is_empty(),
+        "no event of a `log` user in the JSON output:\n{stderr}"
+    );
+    assert!(
+        bridged
+            .iter()
+            .all(|o| o["level"].is_string() && o["message"].is_string())
+    );
+}
