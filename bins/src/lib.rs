@@ -8,23 +8,24 @@ pub mod early_oom;
 pub mod fencing_agent;
 pub mod inputs;
 pub mod node_manager;
+pub mod observability;
 pub mod settings_flags;
 pub mod webhook;
 
 /// Common plumbing of the long-running binaries (`node-manager`, `fencing-agent`,
-/// `early-oom`, `bashible-apiserver`): logging to stderr (`RUST_LOG`, default `info`), a tokio
-/// runtime, and the exit code (0 when `main` ends well, 1 with the error printed, 2 when no
-/// runtime could start).
-pub fn daemon_main<F>(name: &str, multi_thread: bool, main: F) -> std::process::ExitCode
+/// `early-oom`, `bashible-apiserver`, `bashible`): logging to stderr in `log_format`
+/// (`RUST_LOG`, default `info`, see [`observability::logging`]), a tokio runtime, and the exit
+/// code (0 when `main` ends well, 1 with the error printed, 2 when no runtime could start).
+pub fn daemon_main<F>(
+    name: &str,
+    multi_thread: bool,
+    log_format: observability::logging::LogFormat,
+    main: F,
+) -> std::process::ExitCode
 where
     F: std::future::Future<Output = anyhow::Result<()>>,
 {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    observability::logging::init(log_format, "info");
     let runtime = if multi_thread {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -12,6 +12,8 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "nodemgr", version, about, long_about = None)]
 struct Cli {
+    #[command(flatten)]
+    log: nodemgr_bins::observability::logging::LogArgs,
     /// What to do.
     #[command(subcommand)]
     command: Command,
@@ -41,18 +43,9 @@ enum Command {
     Agent(nodemgr_bins::bashible::Config),
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    nodemgr_bins::observability::logging::init(cli.log.log_format, "warn");
     let result = match &cli.command {
         Command::Validate(args) => cli::validate::run(args),
         Command::Convert(args) => cli::convert::run(args),

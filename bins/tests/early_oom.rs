@@ -167,21 +167,29 @@ async fn dry_run_and_no_pressure_kill_nothing() {
     assert_eq!(names(&emulator), before);
 }
 
-#[test]
-fn a_missing_psi_file_says_what_to_do() {
-    let out = Command::new(env!("CARGO_BIN_EXE_early-oom"))
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_psi_file_says_what_to_do_and_idles() {
+    let emulator = Emulator::start().await.unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_early-oom"))
         .args([
             "--node-name",
             "n1",
             "--psi-file",
             "/nonexistent/memory.pressure",
         ])
-        .output()
+        .arg("--kubeconfig")
+        .arg(emulator.kubeconfig_path())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    // It stays up (idles) instead of failing.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(child.try_wait().unwrap().is_none(), "early-oom exited");
+    let stderr = stop(child);
     assert!(
-        stderr.contains("CONFIG_PSI") && stderr.contains("--psi-file"),
+        stderr.contains("CONFIG_PSI") && stderr.contains("--psi-file") && stderr.contains("idles"),
         "{stderr}"
     );
 }

@@ -103,7 +103,12 @@ async fn node_manager_leads_writes_status_serves_metrics_and_stops_on_sigterm() 
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
-    let metrics = http.get(format!("{base}/metrics")).send().await.unwrap();
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .header("accept", "application/openmetrics-text")
+        .send()
+        .await
+        .unwrap();
     assert!(
         metrics.headers()["content-type"]
             .to_str()

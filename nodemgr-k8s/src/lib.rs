@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod convert;
 pub mod crd;
+pub mod exposition;
 pub mod leader;
 pub mod metrics;
 pub mod pkcs10;

@@ -1,15 +1,82 @@
-//! The metrics node-manager exports (OpenMetrics text on `/metrics`): group sizes, update
-//! progress, drains, fencing actions and storm suppressions, leadership, reconcile errors and
-//! durations. One [`Metrics`] is shared by every controller of a process.
+//! The metrics node-manager exports on `/metrics` (OpenMetrics or classic text, see
+//! [`crate::exposition`]). Two sets, both always present:
+//!
+//! - **Deckhouse's families under Deckhouse's names and labels**, so that its alert rules and
+//!   dashboards carry over: `node_group_node_status{node,node_group,status}` (one-hot over the
+//!   update statuses of [`NodeUpdateStatus`]), `d8_node_group_{ready,nodes,instances,desired,
+//!   min,max,up_to_date,standby,has_errors}{node_group_name}` and `d8_node_draining{node,message}`
+//!   (1 while a drain of the node is refused).
+//! - **nodemgr's own** under the `nodemgr_` prefix: group sizes, update progress, drains, fencing
+//!   actions and storm suppressions, machines, static instances, leadership, reconcile errors
+//!   and durations, and `nodemgr_build_info{version}`.
+//!
+//! Action counters carry a `node_group` label (empty for actions not tied to one group, like a
+//! fencing pause for a stale cache). Every counter of a group starts at zero the first time the
+//! group is seen ([`Metrics::group_seen`]), and per-controller series start at zero at creation,
+//! so `rate()` and `increase()` see the first event. See `docs/observability.md`.
+//! One [`Metrics`] is shared by every controller of a process.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
+
+pub use nodemgr_core::update::NodeUpdateStatus;
+
+/// The controllers whose reconciles are counted (series start at zero).
+pub const CONTROLLERS: [&str; 8] = [
+    "status",
+    "template",
+    "update",
+    "fencing",
+    "static",
+    "machines",
+    "bootstrap-tokens",
+    "csr",
+];
+
+/// The `action` values of `nodemgr_update_actions_total`.
+pub const UPDATE_ACTIONS: [&str; 13] = [
+    "approve",
+    "start_drain",
+    "approve_disruption",
+    "replace_machine",
+    "finish",
+    "drain_started",
+    "cordoned",
+    "evicted",
+    "eviction_refused",
+    "force_deleted",
+    "drain_finished",
+    "drain_abandoned",
+    "drained_mark_removed",
+];
+
+/// The `action` values of `nodemgr_fencing_actions_total` tied to a group.
+pub const FENCING_ACTIONS: [&str; 5] = [
+    "delete_pods",
+    "delete_node",
+    "notify",
+    "not_confirmed",
+    "storm_suppressed",
+];
+
+/// The `action` values of `nodemgr_machine_actions_total`.
+pub const MACHINE_ACTIONS: [&str; 5] = ["create", "delete", "failure", "delete_node", "drain"];
+
+/// The `action` values of `nodemgr_static_operations_total`.
+pub const STATIC_OPERATIONS: [&str; 4] = [
+    "bootstrap_succeeded",
+    "bootstrap_failed",
+    "cleanup_succeeded",
+    "cleanup_failed",
+];
 
 /// Label set of per-group metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -28,6 +95,8 @@ pub struct ControllerLabels {
 /// Label set of per-action counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
+    /// The NodeGroup acted on (empty when the action concerns no one group).
+    pub node_group: String,
     /// What was done (`approve`, `evicted`, `eviction_refused`, `force_deleted`, …).
     pub action: String,
 }
@@ -48,10 +117,76 @@ pub struct ZoneLabels {
     pub zone: String,
 }
 
+/// Label set of Deckhouse's per-group gauges (`d8_node_group_*`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeckhouseGroupLabels {
+    /// NodeGroup name.
+    pub node_group_name: String,
+}
+
+/// Label set of Deckhouse's `node_group_node_status`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeStatusLabels {
+    /// Node name.
+    pub node: String,
+    /// The node's NodeGroup.
+    pub node_group: String,
+    /// One of [`NodeUpdateStatus::ALL`].
+    pub status: String,
+}
+
+/// Label set of Deckhouse's `d8_node_draining`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DrainingLabels {
+    /// Node name.
+    pub node: String,
+    /// Why the drain does not progress.
+    pub message: String,
+}
+
+/// Deckhouse's `d8_node_group_*` gauges, one family per status field.
+#[derive(Clone, Default)]
+pub struct DeckhouseGroupGauges {
+    /// `d8_node_group_ready`.
+    pub ready: Family<DeckhouseGroupLabels, Gauge>,
+    /// `d8_node_group_nodes`.
+    pub nodes: Family<DeckhouseGroupLabels, Gauge>,
+    /// `d8_node_group_instances`.
+    pub instances: Family<DeckhouseGroupLabels, Gauge>,
+    /// `d8_node_group_desired`.
+    pub desired: Family<DeckhouseGroupLabels, Gauge>,
+    /// `d8_node_group_min`.
+    pub min: Family<DeckhouseGroupLabels, Gauge>,
+    /// `d8_node_group_max`.
+    pub max: Family<DeckhouseGroupLabels, Gauge>,
+    /// `d8_node_group_up_to_date`.
+    pub up_to_date: Family<DeckhouseGroupLabels, Gauge>,
+    /// `d8_node_group_standby`.
+    pub standby: Family<DeckhouseGroupLabels, Gauge>,
+    /// `d8_node_group_has_errors` (1 when `status.error` is set).
+    pub has_errors: Family<DeckhouseGroupLabels, Gauge>,
+}
+
+/// What the metrics remember between updates: the group of each node (for the `node_group`
+/// label of node actions), each node's reported status, and the message of each refused drain.
+#[derive(Default)]
+struct Memory {
+    group_of_node: HashMap<String, String>,
+    node_status: HashMap<String, NodeStatusLabels>,
+    draining: HashMap<String, String>,
+}
+
 /// Every metric of node-manager.
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
+    memory: Arc<Mutex<Memory>>,
+    /// Deckhouse's `d8_node_group_*` gauges.
+    pub d8_group: DeckhouseGroupGauges,
+    /// Deckhouse's `node_group_node_status`.
+    pub node_status: Family<NodeStatusLabels, Gauge>,
+    /// Deckhouse's `d8_node_draining`.
+    pub node_draining: Family<DrainingLabels, Gauge>,
     /// Nodes per group (`status.nodes`).
     pub group_nodes: Family<GroupLabels, Gauge>,
     /// Ready nodes per group.
@@ -91,9 +226,56 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A fresh registry with every metric registered under the `nodemgr` prefix.
+    /// A fresh registry: Deckhouse's families without a prefix, nodemgr's own under `nodemgr`.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("nodemgr");
+        let mut root = Registry::default();
+        let d8_group = DeckhouseGroupGauges::default();
+        let node_status = Family::<NodeStatusLabels, Gauge>::default();
+        let node_draining = Family::<DrainingLabels, Gauge>::default();
+        root.register(
+            "node_group_node_status",
+            "1 for the update status each node of a group is in (Deckhouse-compatible)",
+            node_status.clone(),
+        );
+        root.register(
+            "d8_node_draining",
+            "1 while a drain of the node is refused, with the reason (Deckhouse-compatible)",
+            node_draining.clone(),
+        );
+        for (name, help, family) in [
+            ("ready", "Ready nodes of the group", &d8_group.ready),
+            ("nodes", "Nodes of the group", &d8_group.nodes),
+            ("instances", "Machines of the group", &d8_group.instances),
+            ("desired", "Machines the group wants", &d8_group.desired),
+            ("min", "Fewest machines of the group", &d8_group.min),
+            ("max", "Most machines of the group", &d8_group.max),
+            (
+                "up_to_date",
+                "Nodes of the group running its configuration",
+                &d8_group.up_to_date,
+            ),
+            ("standby", "Standby nodes of the group", &d8_group.standby),
+            (
+                "has_errors",
+                "1 when the group's status reports an error",
+                &d8_group.has_errors,
+            ),
+        ] {
+            root.register(
+                format!("d8_node_group_{name}"),
+                format!("{help} (Deckhouse-compatible)"),
+                family.clone(),
+            );
+        }
+        let registry = root.sub_registry_with_prefix("nodemgr");
+        registry.register(
+            "build",
+            "The version of node-manager",
+            Info::new(vec![(
+                "version".to_owned(),
+                env!("CARGO_PKG_VERSION").to_owned(),
+            )]),
+        );
         let group_nodes = Family::<GroupLabels, Gauge>::default();
         let group_ready = Family::<GroupLabels, Gauge>::default();
         let group_up_to_date = Family::<GroupLabels, Gauge>::default();
@@ -177,8 +359,19 @@ impl Metrics {
             "Times the controllers ended by themselves while this replica led",
             controller_failures.clone(),
         );
+        for controller in CONTROLLERS {
+            let labels = ControllerLabels {
+                controller: controller.to_owned(),
+            };
+            let _ = reconcile_errors.get_or_create(&labels);
+            let _ = reconcile_duration.get_or_create(&labels);
+        }
         Metrics {
-            registry: Arc::new(registry),
+            registry: Arc::new(root),
+            memory: Arc::default(),
+            d8_group,
+            node_status,
+            node_draining,
             group_nodes,
             group_ready,
             group_up_to_date,
@@ -196,13 +389,161 @@ impl Metrics {
         }
     }
 
-    /// Counts an action.
-    pub fn action(family: &Family<ActionLabels, Counter>, action: &str) {
+    /// Counts an action on `group` (empty when it concerns no one group).
+    pub fn action(family: &Family<ActionLabels, Counter>, group: &str, action: &str) {
         family
             .get_or_create(&ActionLabels {
+                node_group: group.to_owned(),
                 action: action.to_owned(),
             })
             .inc();
+    }
+
+    /// The group of `node` as last seen by [`Metrics::node_seen`] (empty when unknown).
+    pub fn group_of_node(&self, node: &str) -> String {
+        self.memory()
+            .group_of_node
+            .get(node)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Creates every series of `group` at zero (its action counters and Deckhouse gauges) if
+    /// they do not exist yet.
+    pub fn group_seen(&self, group: &str) {
+        let counters: [(&Family<ActionLabels, Counter>, &[&str]); 4] = [
+            (&self.update_actions, &UPDATE_ACTIONS),
+            (&self.fencing_actions, &FENCING_ACTIONS),
+            (&self.machine_actions, &MACHINE_ACTIONS),
+            (&self.static_operations, &STATIC_OPERATIONS),
+        ];
+        for (family, actions) in counters {
+            for action in actions {
+                let _ = family.get_or_create(&ActionLabels {
+                    node_group: group.to_owned(),
+                    action: (*action).to_owned(),
+                });
+            }
+        }
+        let labels = DeckhouseGroupLabels {
+            node_group_name: group.to_owned(),
+        };
+        for family in self.d8_group.all() {
+            let _ = family.get_or_create(&labels);
+        }
+    }
+
+    /// Records `node` of `group` in update status `status`: sets its one-hot
+    /// `node_group_node_status` series (1 for `status`, 0 for the others).
+    pub fn node_seen(&self, node: &str, group: &str, status: NodeUpdateStatus) {
+        let mut memory = self.memory();
+        memory
+            .group_of_node
+            .insert(node.to_owned(), group.to_owned());
+        if let Some(old) = memory.node_status.get(node)
+            && old.node_group != group
+        {
+            for s in NodeUpdateStatus::ALL {
+                self.node_status.remove(&NodeStatusLabels {
+                    status: s.as_str().to_owned(),
+                    ..old.clone()
+                });
+            }
+        }
+        for s in NodeUpdateStatus::ALL {
+            self.node_status
+                .get_or_create(&NodeStatusLabels {
+                    node: node.to_owned(),
+                    node_group: group.to_owned(),
+                    status: s.as_str().to_owned(),
+                })
+                .set(i64::from(s == status));
+        }
+        memory.node_status.insert(
+            node.to_owned(),
+            NodeStatusLabels {
+                node: node.to_owned(),
+                node_group: group.to_owned(),
+                status: status.as_str().to_owned(),
+            },
+        );
+    }
+
+    /// Drops the `node_group_node_status` series of nodes of `group` not in `present`.
+    pub fn nodes_gone(&self, group: &str, present: &[&str]) {
+        let mut memory = self.memory();
+        let gone: Vec<String> = memory
+            .node_status
+            .iter()
+            .filter(|(node, labels)| {
+                labels.node_group == group && !present.contains(&node.as_str())
+            })
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in gone {
+            if let Some(labels) = memory.node_status.remove(&node) {
+                for s in NodeUpdateStatus::ALL {
+                    self.node_status.remove(&NodeStatusLabels {
+                        status: s.as_str().to_owned(),
+                        ..labels.clone()
+                    });
+                }
+            }
+            memory.group_of_node.remove(&node);
+        }
+    }
+
+    /// Sets `d8_node_draining{node,message}` to 1 (a drain of `node` is refused for `message`),
+    /// replacing the node's previous message.
+    pub fn drain_refused(&self, node: &str, message: &str) {
+        let mut memory = self.memory();
+        if let Some(old) = memory.draining.insert(node.to_owned(), message.to_owned())
+            && old != message
+        {
+            self.node_draining.remove(&DrainingLabels {
+                node: node.to_owned(),
+                message: old,
+            });
+        }
+        self.node_draining
+            .get_or_create(&DrainingLabels {
+                node: node.to_owned(),
+                message: message.to_owned(),
+            })
+            .set(1);
+    }
+
+    /// Removes `node`'s `d8_node_draining` series (its drain ended).
+    pub fn drain_ended(&self, node: &str) {
+        if let Some(message) = self.memory().draining.remove(node) {
+            self.node_draining.remove(&DrainingLabels {
+                node: node.to_owned(),
+                message,
+            });
+        }
+    }
+
+    /// The sum over every group of the `action` series of the counter `name` (like
+    /// `nodemgr_fencing_actions_total`), as encoded: how often `action` happened in this process.
+    pub fn action_total(&self, name: &str, action: &str) -> f64 {
+        let prefix = format!("{name}{{");
+        let label = format!("action=\"{action}\"");
+        self.encode()
+            .lines()
+            .filter(|l| l.starts_with(&prefix) && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// The registry (for encoding in a negotiated format, see [`crate::exposition`]).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// Records one reconcile of `controller`: its duration and whether it failed.
@@ -220,11 +561,24 @@ impl Metrics {
 
     /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if let Err(error) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::error!(%error, "encoding metrics failed");
-        }
-        out
+        crate::exposition::encode_open_metrics(&self.registry)
+    }
+}
+
+impl DeckhouseGroupGauges {
+    /// Every family, in the order of Deckhouse's names.
+    pub fn all(&self) -> [&Family<DeckhouseGroupLabels, Gauge>; 9] {
+        [
+            &self.ready,
+            &self.nodes,
+            &self.instances,
+            &self.desired,
+            &self.min,
+            &self.max,
+            &self.up_to_date,
+            &self.standby,
+            &self.has_errors,
+        ]
     }
 }
 
@@ -240,7 +594,7 @@ mod tests {
                 group: "worker".into(),
             })
             .set(3);
-        Metrics::action(&m.fencing_actions, "delete_node");
+        Metrics::action(&m.fencing_actions, "worker", "delete_node");
         m.reconciled("status", 0.002, true);
         let text = m.encode();
         assert!(
@@ -248,7 +602,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("nodemgr_fencing_actions_total{action=\"delete_node\"} 1"),
+            text.contains(
+                "nodemgr_fencing_actions_total{node_group=\"worker\",action=\"delete_node\"} 1"
+            ),
             "{text}"
         );
         assert!(
@@ -256,5 +612,92 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    fn status_lines(text: &str, node: &str) -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("node_group_node_status{{node=\"{node}\",")))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn group_series_start_at_zero() {
+        let m = Metrics::new();
+        m.group_seen("worker");
+        let text = m.encode();
+        for expected in [
+            "nodemgr_update_actions_total{node_group=\"worker\",action=\"approve\"} 0",
+            "nodemgr_fencing_actions_total{node_group=\"worker\",action=\"delete_node\"} 0",
+            "nodemgr_machine_actions_total{node_group=\"worker\",action=\"create\"} 0",
+            "nodemgr_static_operations_total{node_group=\"worker\",action=\"bootstrap_failed\"} 0",
+            "d8_node_group_ready{node_group_name=\"worker\"} 0",
+            "d8_node_group_has_errors{node_group_name=\"worker\"} 0",
+            "nodemgr_reconcile_errors_total{controller=\"update\"} 0",
+            "nodemgr_build_info{version=\"",
+        ] {
+            assert!(text.contains(expected), "{expected} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_refused_drain_is_reported_until_it_ends() {
+        let m = Metrics::new();
+        m.drain_refused("n1", "budget");
+        m.drain_refused("n1", "other budget");
+        let text = m.encode();
+        assert!(text.contains("d8_node_draining{node=\"n1\",message=\"other budget\"} 1"));
+        assert!(!text.contains("message=\"budget\""), "{text}");
+        m.drain_ended("n1");
+        assert!(!m.encode().contains("d8_node_draining{"));
+    }
+
+    proptest::proptest! {
+        /// Whatever the sequence of observations, each node present has exactly one
+        /// `node_group_node_status` series at 1, all of them in its latest group, one series per
+        /// status; a node gone from its group has none.
+        #[test]
+        fn node_status_is_one_hot_in_the_latest_group(
+            steps in proptest::collection::vec((0usize..4, 0usize..3, 0usize..11, proptest::bool::ANY), 1..30)
+        ) {
+            let m = Metrics::new();
+            let mut latest: std::collections::BTreeMap<String, Option<(String, NodeUpdateStatus)>> =
+                std::collections::BTreeMap::new();
+            for (node, group, status, gone) in steps {
+                let node = format!("n{node}");
+                let group = format!("g{group}");
+                if gone {
+                    let present: Vec<&str> = latest
+                        .iter()
+                        .filter(|(n, v)| **n != node && v.as_ref().is_some_and(|(g, _)| *g == group))
+                        .map(|(n, _)| n.as_str())
+                        .collect();
+                    m.nodes_gone(&group, &present);
+                    if latest.get(&node).is_some_and(|v| v.as_ref().is_some_and(|(g, _)| *g == group)) {
+                        latest.insert(node, None);
+                    }
+                } else {
+                    let status = NodeUpdateStatus::ALL[status];
+                    m.node_seen(&node, &group, status);
+                    latest.insert(node, Some((group, status)));
+                }
+            }
+            let text = m.encode();
+            for (node, state) in &latest {
+                let lines = status_lines(&text, node);
+                match state {
+                    None => proptest::prop_assert!(lines.is_empty(), "{node}: {lines:?}"),
+                    Some((group, status)) => {
+                        proptest::prop_assert_eq!(lines.len(), NodeUpdateStatus::ALL.len());
+                        let group_label = format!("node_group=\"{group}\"");
+                        proptest::prop_assert!(lines.iter().all(|l| l.contains(&group_label)), "{lines:?}");
+                        let ones: Vec<_> = lines.iter().filter(|l| l.ends_with(" 1")).collect();
+                        proptest::prop_assert_eq!(ones.len(), 1);
+                        let status_label = format!("status=\"{status}\"");
+                        proptest::prop_assert!(ones[0].contains(&status_label));
+                    }
+                }
+            }
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! The HTTP side of node-manager and its process lifecycle: `/metrics` (OpenMetrics text of
-//! [`Metrics`]), `/healthz` (liveness: the process serves requests), `/readyz` (readiness: the
+//! The HTTP side of node-manager and its process lifecycle: `/metrics` ([`Metrics`] in the
+//! text format the scraper asks for, see [`crate::exposition`]), `/healthz` (liveness: the process serves requests), `/readyz` (readiness: the
 //! API server answered the last probe — a standby replica is ready too, it only does not lead;
 //! the body says `leader` or `standby`; not ready while this replica's controllers are
 //! restarting after they failed, or after it gave the Lease up because they kept failing, see
@@ -11,17 +11,15 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::routing::get;
 use tokio::sync::watch;
 
 use crate::leader::Role;
 use crate::metrics::Metrics;
 
-/// The content type of the OpenMetrics text format.
-pub const OPENMETRICS_CONTENT_TYPE: &str =
-    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub use crate::exposition::OPENMETRICS_CONTENT_TYPE;
 
 /// What `/readyz` reports: whether the API server answered the last probe and whether this
 /// replica leads.
@@ -39,11 +37,8 @@ struct AppState {
     health: Health,
 }
 
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
-        state.metrics.encode(),
-    )
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    crate::exposition::respond(state.metrics.registry(), &headers)
 }
 
 async fn healthz() -> &'static str {
@@ -160,11 +155,15 @@ mod tests {
     use super::*;
 
     async fn get(address: SocketAddr, path: &str) -> (u16, String, String) {
+        get_accepting(address, path, "application/openmetrics-text").await
+    }
+
+    async fn get_accepting(address: SocketAddr, path: &str, accept: &str) -> (u16, String, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
         stream
             .write_all(
-                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\nConnection: close\r\n\r\n").as_bytes(),
             )
             .await
             .unwrap();
@@ -199,6 +198,14 @@ mod tests {
         assert_eq!(code, 200);
         assert!(head.contains("application/openmetrics-text"), "{head}");
         assert!(body.contains("nodemgr_leader 1"), "{body}");
+        let (code, head, body) = get_accepting(address, "/metrics", "text/plain").await;
+        assert_eq!(code, 200);
+        assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+        assert!(
+            body.contains("# TYPE nodemgr_controller_failures_total counter"),
+            "{body}"
+        );
+        assert!(!body.contains("# EOF"), "{body}");
         assert_eq!(get(address, "/healthz").await.0, 200);
         assert_eq!(get(address, "/readyz").await.0, 503);
         reachable_tx.send(true).unwrap();

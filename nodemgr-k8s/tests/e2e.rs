@@ -247,8 +247,13 @@ async fn status_counts_nodes_and_follows_readiness() {
             "the injected {code} was met"
         );
     }
+    // The series starts at zero; the injected failures counted.
     assert!(
-        text.contains("nodemgr_reconcile_errors_total{controller=\"status\"}"),
+        !text.contains("nodemgr_reconcile_errors_total{controller=\"status\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nodemgr_reconcile_errors_total{controller=\"status\"} "),
         "{text}"
     );
     // Later status writes (heartbeats, resyncs) raise no second Event for the same condition.
@@ -681,8 +686,8 @@ async fn a_disruptive_update_drains_through_a_pdb_and_deletes_at_the_timeout() {
     );
     assert!(
         c.metrics
-            .encode()
-            .contains("nodemgr_update_actions_total{action=\"force_deleted\"}")
+            .action_total("nodemgr_update_actions_total", "force_deleted")
+            > 0.0
     );
 }
 
@@ -761,7 +766,9 @@ async fn a_silent_fenced_node_loses_its_pods_then_its_node_but_a_silent_zone_is_
         "{text}"
     );
     assert!(
-        text.contains("nodemgr_fencing_actions_total{action=\"storm_suppressed\"} 1"),
+        c.metrics
+            .action_total("nodemgr_fencing_actions_total", "storm_suppressed")
+            == 1.0,
         "one suppression episode, counted once: {text}"
     );
     let events = e.list("events.k8s.io/v1", "Event", Some("default"));

@@ -207,11 +207,15 @@ async fn scale_up_down_and_fixed_counts_keep_instances_in_step() {
     eventually("down to 1", 30, || in_step(&w, 1)).await;
     let text = w.metrics.encode();
     assert!(
-        text.contains("nodemgr_machine_actions_total{action=\"drain\"} 1"),
+        w.metrics
+            .action_total("nodemgr_machine_actions_total", "drain")
+            == 1.0,
         "{text}"
     );
     assert!(
-        text.contains("nodemgr_machine_actions_total{action=\"delete\"} 1"),
+        w.metrics
+            .action_total("nodemgr_machine_actions_total", "delete")
+            == 1.0,
         "{text}"
     );
 
@@ -377,11 +381,15 @@ async fn a_rolling_update_replaces_the_machine_through_a_drain() {
     .await;
     let text = w.metrics.encode();
     assert!(
-        text.contains("nodemgr_update_actions_total{action=\"replace_machine\"}"),
+        w.metrics
+            .action_total("nodemgr_update_actions_total", "replace_machine")
+            > 0.0,
         "{text}"
     );
     assert!(
-        text.contains("nodemgr_update_actions_total{action=\"drain_finished\"}"),
+        w.metrics
+            .action_total("nodemgr_update_actions_total", "drain_finished")
+            > 0.0,
         "{text}"
     );
 }
@@ -395,7 +403,9 @@ async fn underutilized_nodes_are_drained_and_their_machines_deleted() {
     eventually("scaled down to 0", 60, || in_step(&w, 0)).await;
     let text = w.metrics.encode();
     assert!(
-        text.contains("nodemgr_machine_actions_total{action=\"drain\"} 2"),
+        w.metrics
+            .action_total("nodemgr_machine_actions_total", "drain")
+            == 2.0,
         "{text}"
     );
 }

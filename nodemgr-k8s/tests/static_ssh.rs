@@ -335,11 +335,15 @@ async fn a_pending_instance_bootstraps_over_ssh_and_runs_then_lowering_count_cle
     );
     let text = w.metrics.encode();
     assert!(
-        text.contains("nodemgr_static_operations_total{action=\"bootstrap_succeeded\"} 2"),
+        w.metrics
+            .action_total("nodemgr_static_operations_total", "bootstrap_succeeded")
+            == 2.0,
         "{text}"
     );
     assert!(
-        text.contains("nodemgr_static_operations_total{action=\"cleanup_succeeded\"} 1"),
+        w.metrics
+            .action_total("nodemgr_static_operations_total", "cleanup_succeeded")
+            == 1.0,
         "{text}"
     );
 }

@@ -27,6 +27,7 @@
 
 pub mod admission;
 pub mod approval;
+pub mod auth_reviews;
 pub mod cel;
 pub mod conversion;
 pub mod discovery;

@@ -284,6 +284,9 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     };
     let query = parse_query(parts.uri.query());
     let path = parts.uri.path().to_owned();
+    if let Some(answer) = crate::auth_reviews::route(&shared.address, &parts.method, &path, &body) {
+        return answer;
+    }
     tracing::debug!(method = %parts.method, %path, "request");
     match parse_route(&path) {
         Route::Version => json_response(200, &discovery::version()),

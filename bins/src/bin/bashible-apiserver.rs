@@ -6,30 +6,29 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use nodemgr_bins::bashible_apiserver::{Config, run};
+use nodemgr_bins::daemon_main;
+use nodemgr_bins::observability::logging::LogArgs;
+
+/// The flags of bashible-apiserver and the logging flags.
+#[derive(Parser)]
+#[command(
+    name = "bashible-apiserver",
+    version,
+    about = "Serves NodeGroups' bashible bundles and bootstrap scripts to nodes"
+)]
+struct Cli {
+    #[command(flatten)]
+    log: LogArgs,
+    #[command(flatten)]
+    config: Config,
+}
 
 fn main() -> ExitCode {
-    let config = Config::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("bashible-apiserver: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(run(config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bashible-apiserver: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    let cli = Cli::parse();
+    daemon_main(
+        "bashible-apiserver",
+        false,
+        cli.log.log_format,
+        run(cli.config),
+    )
 }

@@ -465,6 +465,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         controllers: None,
         create_master_node_group: None,
         metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
+        metrics_serve: Default::default(),
         leader_election_namespace: "nodemgr-system".into(),
         leader_election_name: "node-manager".into(),
         identity: Some("demo".into()),

@@ -17,7 +17,12 @@
 //!   a PodDisruptionBudget while the node runs out of memory), or evicts it with `--evict`; a
 //!   Kubernetes Event per kill; `--dry-run` only logs the decision. One kill per episode and none
 //!   within the cooldown (15 s) of the last.
-//! - **Metrics** on `--metrics-address`: PSI values, the mode, kills.
+//! - **No PSI** (kernel before 4.20, no `CONFIG_PSI`, booted with `psi=0`, or no such file):
+//!   early-oom stays up, says so in the log and in `early_oom_psi_unavailable 1`, and idles (as
+//!   Deckhouse's does) instead of failing in a crash loop; its alert `EarlyOOMPodIsNotReady` fires.
+//! - **Metrics** on `--metrics-address` (`/metrics` in the format the scraper asks for,
+//!   `/healthz`; behind Kubernetes authorization with `--metrics-auth kubernetes`): PSI values,
+//!   `early_oom_psi_unavailable`, the mode, kills, `early_oom_build_info`.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -84,9 +89,12 @@ pub struct Config {
     /// Don't try a PSI trigger; sample only.
     #[arg(long)]
     pub no_trigger: bool,
-    /// Address for /metrics (off when unset).
+    /// Address for /metrics and /healthz (off when unset; the chart uses 0.0.0.0:9651).
     #[arg(long)]
     pub metrics_address: Option<SocketAddr>,
+    /// Who may scrape /metrics, over HTTP or HTTPS.
+    #[command(flatten)]
+    pub metrics_serve: crate::observability::server::MetricsServeArgs,
     /// Kubeconfig to use; without it the in-cluster configuration.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
@@ -193,7 +201,8 @@ fn start_trigger(
 }
 
 struct Metrics {
-    registry: Registry,
+    registry: Arc<Registry>,
+    psi_unavailable: Gauge,
     some_avg10: Gauge<f64, AtomicU64>,
     full_avg10: Gauge<f64, AtomicU64>,
     trigger_mode: Gauge,
@@ -206,6 +215,20 @@ fn metrics() -> Metrics {
     let full_avg10 = Gauge::<f64, AtomicU64>::default();
     let trigger_mode = Gauge::default();
     let kills = Counter::default();
+    let psi_unavailable = Gauge::default();
+    registry.register(
+        "psi_unavailable",
+        "1 when the kernel offers no memory PSI and early-oom idles (Deckhouse-compatible)",
+        psi_unavailable.clone(),
+    );
+    registry.register(
+        "build",
+        "The version of early-oom",
+        prometheus_client::metrics::info::Info::new(vec![(
+            "version".to_owned(),
+            env!("CARGO_PKG_VERSION").to_owned(),
+        )]),
+    );
     registry.register(
         "psi_some_avg10",
         "Memory PSI some avg10, percent",
@@ -223,7 +246,8 @@ fn metrics() -> Metrics {
     );
     registry.register("kills", "Pods killed under memory pressure", kills.clone());
     Metrics {
-        registry,
+        registry: Arc::new(registry),
+        psi_unavailable,
         some_avg10,
         full_avg10,
         trigger_mode,
@@ -231,24 +255,30 @@ fn metrics() -> Metrics {
     }
 }
 
+/// Whether `path` holds memory PSI; the reason when it does not.
+fn psi_available(path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        format!(
+            "cannot read {}: {e}. PSI needs Linux 4.20+ with CONFIG_PSI and psi=1; or pass --psi-file",
+            path.display()
+        )
+    })?;
+    parse_psi(&text)
+        .map(|_| ())
+        .map_err(|e| format!("{} is not a PSI file: {e}", path.display()))
+}
+
 /// Runs until `shutdown`.
 ///
 /// # Errors
-/// No cluster configuration, the metrics address taken, an unreadable PSI file at start.
+/// No cluster configuration, the metrics address taken, unusable TLS files.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let first = std::fs::read_to_string(&config.psi_file).with_context(|| {
-        format!(
-            "cannot read {}: PSI needs Linux 4.20+ with CONFIG_PSI and psi=1; or pass --psi-file",
-            config.psi_file.display()
-        )
-    })?;
-    parse_psi(&first)
-        .with_context(|| format!("{} is not a PSI file", config.psi_file.display()))?;
+    let tls = config.metrics_serve.tls()?;
     let client = nodemgr_k8s::cluster::client(config.kubeconfig.as_deref())
         .await
         .context("no Kubernetes configuration: pass --kubeconfig or run in a pod")?;
     let cluster = nodemgr_k8s::cluster::KubeCluster::writer_only(client.clone(), "early-oom");
-    let pods = Api::<Pod>::all(client);
+    let pods = Api::<Pod>::all(client.clone());
     let mut monitor = PressureMonitor::new(OomConfig {
         full_avg10: Some(config.full_avg10),
         some_avg10: config.some_avg10,
@@ -257,22 +287,34 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         ..OomConfig::default()
     });
     let m = Arc::new(metrics());
+    let (_healthy, health) = tokio::sync::watch::channel(Ok(()));
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     if let Some(address) = config.metrics_address {
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .with_context(|| format!("cannot listen on {address} (--metrics-address)"))?;
-        let m = m.clone();
-        let router = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let mut text = String::new();
-                let _ = prometheus_client::encoding::text::encode(&mut text, &m.registry);
-                async move { text }
-            }),
+        let listener = crate::observability::server::bind(address).await?;
+        tracing::info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
+        let router = config.metrics_serve.protect(
+            crate::observability::server::agent_router(m.registry.clone(), health),
+            &client,
         );
         tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
+            let stopped = async move {
+                let _ = server_stopped.await;
+            };
+            if let Err(error) =
+                crate::observability::server::serve(listener, router, tls, stopped).await
+            {
+                tracing::error!(%error, "the metrics server stopped");
+            }
         });
+    }
+    let _stop_server = stop_server;
+    if let Err(why) = psi_available(&config.psi_file) {
+        m.psi_unavailable.set(1);
+        tracing::warn!(
+            "{why}; early-oom idles (early_oom_psi_unavailable 1) and kills nothing on this node"
+        );
+        shutdown.await;
+        return Ok(());
     }
     let (tx, mut woken) = mpsc::unbounded_channel();
     let trigger = !config.no_trigger

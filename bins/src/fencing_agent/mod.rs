@@ -22,6 +22,11 @@
 //! answer (401/403/404/429/5xx) or TLS error from a peer that answered does not — a
 //! configuration mistake or an overloaded control plane must not reboot every fenced node.
 //!
+//! Metrics on `--metrics-address` (`/metrics`, `/healthz`; behind Kubernetes authorization with
+//! `--metrics-auth kubernetes`): `fencing_agent_watchdog_armed`, `fencing_agent_kubelet_alive`,
+//! `fencing_agent_feeds_total`, `fencing_agent_api_check_failures_total`,
+//! `fencing_agent_build_info`.
+//!
 //! The watchdog is opened for appending (a no-op for the device, and what lets tests use a plain
 //! file); with softdog, `soft_margin` is the group's `fencing.watchdog.timeout` (60 s).
 
@@ -42,6 +47,10 @@ use nodemgr_core::fencing::{
 };
 use nodemgr_core::model::{Timestamp, keys};
 use nodemgr_k8s::convert::{lease_renew_time, node_to_core};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
 use serde_json::json;
 
 use crate::duration_flag as duration;
@@ -92,6 +101,62 @@ pub struct Config {
     /// Kubeconfig to use; without it the in-cluster configuration.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
+    /// Address for /metrics and /healthz (off when unset; the chart uses 0.0.0.0:9652).
+    #[arg(long)]
+    pub metrics_address: Option<std::net::SocketAddr>,
+    /// Who may scrape /metrics, over HTTP or HTTPS.
+    #[command(flatten)]
+    pub metrics_serve: crate::observability::server::MetricsServeArgs,
+}
+
+/// The agent's metrics.
+struct AgentMetrics {
+    registry: std::sync::Arc<Registry>,
+    armed: Gauge,
+    kubelet_alive: Gauge,
+    feeds: Counter,
+    api_check_failures: Counter,
+}
+
+impl AgentMetrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("fencing_agent");
+        let armed = Gauge::default();
+        let kubelet_alive = Gauge::default();
+        let feeds = Counter::default();
+        let api_check_failures = Counter::default();
+        registry.register(
+            "watchdog_armed",
+            "1 while the watchdog device is open (the node reboots when feeding stops)",
+            armed.clone(),
+        );
+        registry.register(
+            "kubelet_alive",
+            "1 while the node's kubelet was seen renewing its Lease recently",
+            kubelet_alive.clone(),
+        );
+        registry.register("feeds", "Writes to the watchdog", feeds.clone());
+        registry.register(
+            "api_check_failures",
+            "API checks that failed (timeouts, connection errors, HTTP errors)",
+            api_check_failures.clone(),
+        );
+        registry.register(
+            "build",
+            "The version of fencing-agent",
+            Info::new(vec![(
+                "version".to_owned(),
+                env!("CARGO_PKG_VERSION").to_owned(),
+            )]),
+        );
+        AgentMetrics {
+            registry: std::sync::Arc::new(registry),
+            armed,
+            kubelet_alive,
+            feeds,
+            api_check_failures,
+        }
+    }
 }
 
 /// Maps the outcome of a GET of the own Node to the core's [`ApiCheck`].
@@ -139,9 +204,31 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         kubelet_stale_after: config.kubelet_stale_after,
     };
     validate_agent(&agent_config).context("invalid fencing-agent timings")?;
+    let tls = config.metrics_serve.tls()?;
     let client = nodemgr_k8s::cluster::client(config.kubeconfig.as_deref())
         .await
         .context("no Kubernetes configuration: pass --kubeconfig or run in a pod")?;
+    let metrics = AgentMetrics::new();
+    let (_healthy, health) = tokio::sync::watch::channel(Ok(()));
+    let (_stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(address) = config.metrics_address {
+        let listener = crate::observability::server::bind(address).await?;
+        tracing::info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
+        let router = config.metrics_serve.protect(
+            crate::observability::server::agent_router(metrics.registry.clone(), health),
+            &client,
+        );
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = server_stopped.await;
+            };
+            if let Err(error) =
+                crate::observability::server::serve(listener, router, tls, stopped).await
+            {
+                tracing::error!(%error, "the metrics server stopped");
+            }
+        });
+    }
     let nodes = Api::<Node>::all(client.clone());
     let leases = Api::<Lease>::namespaced(client, keys::NODE_LEASE_NAMESPACE);
     let name = config.node_name.clone();
@@ -174,6 +261,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                     let (check, node) = classify(node_result);
                     if check != ApiCheck::Ok {
                         tracing::warn!(?check, "API check failed");
+                        metrics.api_check_failures.inc();
                     }
                     agent.handle_api_check(check, now());
                     if let Some(node) = node {
@@ -187,6 +275,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                         }
                         None => {}
                     }
+                    metrics
+                        .kubelet_alive
+                        .set(i64::from(agent.kubelet_alive(now())));
                     if !agent.kubelet_alive(now()) && agent.is_armed() {
                         tracing::warn!(
                             "no kubelet Lease renewal seen for {:?}; not feeding the watchdog",
@@ -202,6 +293,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                     Ok(file) => {
                         tracing::info!(watchdog = %config.watchdog.display(), "watchdog armed");
                         watchdog = Some(file);
+                        metrics.armed.set(1);
                         true
                     }
                     Err(error) => {
@@ -213,7 +305,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                     .as_mut()
                     .map(|w| w.write_all(b"1").and_then(|()| w.flush()))
                 {
-                    Some(Ok(())) => true,
+                    Some(Ok(())) => {
+                        metrics.feeds.inc();
+                        true
+                    }
                     Some(Err(error)) => {
                         tracing::error!(%error, "feeding the watchdog failed");
                         false
@@ -221,6 +316,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                     None => false,
                 },
                 AgentAction::Disarm => {
+                    metrics.armed.set(0);
                     if let Some(mut w) = watchdog.take() {
                         if let Err(error) = w.write_all(b"V").and_then(|()| w.flush()) {
                             tracing::error!(%error, "magic close failed; the watchdog may still fire");

@@ -1,6 +1,7 @@
 //! `node-manager`, the controller manager: the NodeGroup status, node template, update,
 //! fencing and static instance controllers of `nodemgr-k8s` against a cluster (kubeconfig or in-cluster config),
-//! one replica active at a time under a Lease, with `/metrics` (OpenMetrics), `/healthz` and
+//! one replica active at a time under a Lease, with `/metrics` (classic text or OpenMetrics, as
+//! the scraper asks; HTTPS and Kubernetes authorization with `--metrics-auth kubernetes`), `/healthz` and
 //! `/readyz` on one address, and a graceful shutdown on SIGTERM or Ctrl-C (controllers stop,
 //! the Lease is released).
 //!
@@ -104,6 +105,9 @@ pub struct Config {
     /// Address of /metrics, /healthz and /readyz (port 0 picks one; the address is logged).
     #[arg(long, default_value = "127.0.0.1:9650")]
     pub metrics_address: SocketAddr,
+    /// Who may scrape /metrics, over HTTP or HTTPS.
+    #[command(flatten)]
+    pub metrics_serve: crate::observability::server::MetricsServeArgs,
     /// Namespace of the leader-election Lease.
     #[arg(long, default_value = "nodemgr-system")]
     pub leader_election_namespace: String,
@@ -538,6 +542,7 @@ pub async fn run(
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
 ) -> anyhow::Result<()> {
     let settings = config.settings()?;
+    let tls = config.metrics_serve.tls()?;
     let token_settings = config.token_settings()?;
     let csr_enabled = config.csr_enabled()?;
     let current_tokens = config.current_tokens.clone();
@@ -571,16 +576,24 @@ pub async fn run(
         .await
         .context("--metrics-address")?;
     let address = listener.local_addr().context("no local address")?;
-    let router = serve::router(
-        metrics.clone(),
-        Health {
-            api_reachable: reachable_rx,
-            role: role_rx,
-        },
+    let router = config.metrics_serve.protect(
+        serve::router(
+            metrics.clone(),
+            Health {
+                api_reachable: reachable_rx,
+                role: role_rx,
+            },
+        ),
+        &client,
     );
-    let server_stop = stop_rx.clone();
+    let mut server_stop = stop_rx.clone();
     tokio::spawn(async move {
-        if let Err(error) = serve::serve(listener, router, server_stop).await {
+        let stopped = async move {
+            let _ = server_stop.wait_for(|s| *s).await;
+        };
+        if let Err(error) =
+            crate::observability::server::serve(listener, router, tls, stopped).await
+        {
             tracing::error!(%error, "the metrics server stopped");
         }
     });

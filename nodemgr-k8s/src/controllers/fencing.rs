@@ -9,7 +9,7 @@
 //!
 //! It acts only on fresh, confirmed facts: while a watch is failing or the Lease watch has
 //! been quiet too long ([`nodemgr_core::fencing::judge_cache`]) a pass does nothing (an event
-//! and `nodemgr_fencing_actions_total{action="paused_stale_cache"}` say so once per episode),
+//! and `nodemgr_fencing_actions_total{node_group="",action="paused_stale_cache"}` say so once per episode),
 //! and every deletion is preceded by a direct GET of the node's Lease and Node, whose
 //! heartbeat must be the one observed more than a deadline ago
 //! ([`nodemgr_core::fencing::HeartbeatObserver::confirm`]). A zone, or the whole cluster,
@@ -64,7 +64,7 @@ pub async fn pass(
     if !verdict.is_fresh() {
         if !state.paused {
             tracing::warn!("{verdict}");
-            Metrics::action(&metrics.fencing_actions, "paused_stale_cache");
+            Metrics::action(&metrics.fencing_actions, "", "paused_stale_cache");
             let _ = cluster
                 .emit_event(&RecordedEvent {
                     regarding: ObjectRef::node_group(String::new()),
@@ -156,12 +156,12 @@ pub async fn pass(
             .set(1);
         if !suppressed_before.contains(&s.zone) {
             tracing::warn!("{s}");
-            Metrics::action(&metrics.fencing_actions, "storm_suppressed");
             let group = fenced
                 .iter()
                 .find(|n| n.zone == s.zone)
                 .map(|n| n.group.clone())
                 .unwrap_or_default();
+            Metrics::action(&metrics.fencing_actions, &group, "storm_suppressed");
             let _ = cluster
                 .emit_event(&RecordedEvent {
                     regarding: ObjectRef::node_group(group),
@@ -199,7 +199,11 @@ pub async fn pass(
                 Confirmation::Confirmed => {}
                 Confirmation::Refuted(why) | Confirmation::Unconfirmed(why) => {
                     tracing::warn!(%node, %why, "fencing not confirmed by a direct read; nothing done");
-                    Metrics::action(&metrics.fencing_actions, "not_confirmed");
+                    Metrics::action(
+                        &metrics.fencing_actions,
+                        &metrics.group_of_node(node),
+                        "not_confirmed",
+                    );
                     continue;
                 }
             }
@@ -236,7 +240,11 @@ pub async fn pass(
             }
             FencingCommand::Notify { node, .. } => ("notify", node),
         };
-        Metrics::action(&metrics.fencing_actions, action);
+        Metrics::action(
+            &metrics.fencing_actions,
+            &metrics.group_of_node(node),
+            action,
+        );
         let _ = cluster
             .emit_event(&RecordedEvent {
                 regarding: ObjectRef::node(node.clone()),

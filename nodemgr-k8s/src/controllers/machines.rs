@@ -256,7 +256,7 @@ impl MachineController {
                         tracing::warn!(%machine, %error, "could not create the Instance; the machine is not created");
                         continue;
                     }
-                    Metrics::action(&self.metrics.machine_actions, "create");
+                    Metrics::action(&self.metrics.machine_actions, &group, "create");
                     creates.push((group, zone, machine, client_token));
                 }
                 MachineCommand::EnsureMachine {
@@ -294,7 +294,7 @@ impl MachineController {
                     if let Err(error) = &result {
                         tracing::warn!(%machine, %error, "could not delete the machine; retried");
                     } else {
-                        Metrics::action(&self.metrics.machine_actions, "delete");
+                        Metrics::action(&self.metrics.machine_actions, &group, "delete");
                         self.event(
                             &group,
                             EventKind::Normal,
@@ -317,7 +317,7 @@ impl MachineController {
                     provider_id,
                     message,
                 } => {
-                    Metrics::action(&self.metrics.machine_actions, "failure");
+                    Metrics::action(&self.metrics.machine_actions, &group, "failure");
                     if let Err(error) = self
                         .record_failure(
                             by_name.get(group.as_str()).copied(),
@@ -342,7 +342,11 @@ impl MachineController {
                 MachineCommand::DeleteNode { node, reason } => {
                     match self.cluster.delete_node(&node, &Precondition::None).await {
                         Ok(()) => {
-                            Metrics::action(&self.metrics.machine_actions, "delete_node");
+                            Metrics::action(
+                                &self.metrics.machine_actions,
+                                &self.metrics.group_of_node(&node),
+                                "delete_node",
+                            );
                             tracing::info!(%node, %reason, "node deleted");
                         }
                         Err(error) if error.is_not_found() => {}
@@ -491,7 +495,11 @@ impl MachineController {
                             .set_label(keys::LABEL_TERMINATION_IN_PROGRESS, "")
                             .set_annotation(keys::ANNOTATION_DRAINING, DRAIN_SOURCE_SCALE_DOWN);
                         match self.cluster.patch_node(node, &patch).await {
-                            Ok(_) => Metrics::action(&self.metrics.machine_actions, "drain"),
+                            Ok(_) => Metrics::action(
+                                &self.metrics.machine_actions,
+                                &self.metrics.group_of_node(node),
+                                "drain",
+                            ),
                             Err(error) => {
                                 tracing::warn!(%node, %error, "could not start the scale-down drain")
                             }

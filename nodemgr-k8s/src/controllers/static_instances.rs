@@ -175,6 +175,8 @@ pub struct StaticController {
     core: StaticNodes,
     renderer: Renderer,
     running: BTreeMap<String, Running>,
+    /// The group of each instance an operation was started for (the metrics' `node_group`).
+    instance_groups: BTreeMap<String, String>,
     finished_tx: mpsc::UnboundedSender<Finished>,
     finished_rx: mpsc::UnboundedReceiver<Finished>,
     seen_tx: mpsc::UnboundedSender<HostKeySeen>,
@@ -209,6 +211,7 @@ impl StaticController {
             metrics,
             renderer: Renderer::new(),
             running: BTreeMap::new(),
+            instance_groups: BTreeMap::new(),
             finished_tx,
             finished_rx,
             seen_tx,
@@ -290,8 +293,13 @@ impl StaticController {
             } else {
                 "failed"
             };
+            let group = self
+                .instance_groups
+                .remove(&done.instance)
+                .unwrap_or_default();
             Metrics::action(
                 &self.metrics.static_operations,
+                &group,
                 &format!("{}_{result}", done.operation.to_string().to_lowercase()),
             );
             match &done.outcome {
@@ -649,6 +657,7 @@ impl StaticController {
                 credentials: creds,
                 attempt,
             } => {
+                self.instance_groups.insert(name.clone(), group.clone());
                 let machine_ref = serde_json::to_value(machine_ref_for(group)).unwrap_or_default();
                 self.record(
                     name,
@@ -674,6 +683,7 @@ impl StaticController {
                 credentials: creds,
                 ..
             } => {
+                self.instance_groups.insert(name.clone(), group.clone());
                 self.record(
                     name,
                     "Cleaning",

@@ -27,8 +27,9 @@ use super::{GroupContext, group_error_policy, now};
 use crate::cluster::{KubeCluster, map_error};
 use crate::convert::node_to_core;
 use crate::crd::NodeGroup;
-use crate::metrics::{GroupLabels, Metrics, UpdateStateLabels};
+use crate::metrics::{DeckhouseGroupLabels, GroupLabels, Metrics, UpdateStateLabels};
 use crate::settings::SettingsSource;
+use nodemgr_core::update::node_update_status;
 
 /// The update states `nodemgr_update_nodes` counts, by the node annotation that marks each.
 const UPDATE_STATES: [(&str, &str); 4] = [
@@ -94,6 +95,14 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
         previous: core.status.as_ref(),
         now: now(),
     });
+    ctx.metrics.group_seen(&name);
+    publish_deckhouse_metrics(
+        &ctx.metrics,
+        &core,
+        &nodes,
+        &status,
+        checksums.get(&name).map_or("", String::as_str),
+    );
     let labels = GroupLabels {
         group: name.clone(),
     };
@@ -145,6 +154,44 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
         }
     }
     Ok(Action::requeue(ctx.resync))
+}
+
+/// Sets Deckhouse's per-group gauges and each node's `node_group_node_status` from the
+/// group's fresh `status` and nodes.
+fn publish_deckhouse_metrics(
+    metrics: &Metrics,
+    group: &nodemgr_core::NodeGroup,
+    nodes: &[nodemgr_core::model::Node],
+    status: &nodemgr_core::model::NodeGroupStatus,
+    desired_checksum: &str,
+) {
+    let name = group.name();
+    let labels = DeckhouseGroupLabels {
+        node_group_name: name.to_owned(),
+    };
+    let gauges = &metrics.d8_group;
+    for (family, value) in [
+        (&gauges.ready, status.ready),
+        (&gauges.nodes, status.nodes),
+        (&gauges.instances, status.instances),
+        (&gauges.desired, status.desired),
+        (&gauges.min, status.min),
+        (&gauges.max, status.max),
+        (&gauges.up_to_date, status.up_to_date),
+        (&gauges.standby, status.standby),
+        (&gauges.has_errors, Some(i64::from(status.error.is_some()))),
+    ] {
+        family.get_or_create(&labels).set(value.unwrap_or(0));
+    }
+    for node in nodes {
+        metrics.node_seen(
+            &node.name,
+            name,
+            node_update_status(group, node, desired_checksum),
+        );
+    }
+    let present: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    metrics.nodes_gone(name, &present);
 }
 
 /// Maps a Node to the NodeGroup it belongs to.

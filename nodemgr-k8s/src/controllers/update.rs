@@ -99,7 +99,19 @@ pub async fn run(
             Ok(report) => {
                 for event in &report.events {
                     tracing::info!(node = event.node(), "{event}");
-                    Metrics::action(&metrics.update_actions, action_name(event));
+                    Metrics::action(
+                        &metrics.update_actions,
+                        &metrics.group_of_node(event.node()),
+                        action_name(event),
+                    );
+                    match event {
+                        ExecutorEvent::EvictionRefused { node, reason, .. } => {
+                            metrics.drain_refused(node, reason);
+                        }
+                        ExecutorEvent::DrainFinished { node, .. }
+                        | ExecutorEvent::DrainAbandoned { node, .. } => metrics.drain_ended(node),
+                        _ => {}
+                    }
                 }
                 hand_over_replacements(&cluster, &report.events).await;
                 for error in &report.errors {

@@ -1,0 +1,404 @@
+//! The Helm chart `charts/nodemgr` with the real `helm` and `kubectl`: it lints with default and
+//! non-default values, its CRDs are what `nodemgr crds` prints, `deploy/` is its rendered
+//! default, the values do what README's "Install" says, every flag it passes exists in the
+//! binary it runs, and the rendered chart applies for real (`kubectl apply -f -`) to an empty
+//! API emulator, with every optional part on as well as with the defaults.
+//!
+//! helm and kubectl come from `NODEMGR_HELM` / `NODEMGR_KUBECTL` or `PATH`
+//! (`scripts/install.d/35-helm.sh`, `30-kubectl.sh`); the tests fail when they are missing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup step should panic
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use nodemgr_testkit::Emulator;
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn chart() -> PathBuf {
+    repo().join("charts/nodemgr")
+}
+
+fn tool(env: &str, name: &str) -> String {
+    let binary = std::env::var(env).unwrap_or_else(|_| name.to_owned());
+    let found = Command::new(&binary)
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    assert!(
+        found,
+        "{name} is missing: run scripts/install.d/ (./scripts/test.sh does) or set {env}"
+    );
+    binary
+}
+
+fn helm(args: &[&str]) -> std::process::Output {
+    Command::new(tool("NODEMGR_HELM", "helm"))
+        .args(args)
+        .output()
+        .expect("helm runs")
+}
+
+/// `helm template nodemgr charts/nodemgr` with `--set` pairs; panics with helm's error.
+fn render(sets: &[&str]) -> String {
+    let chart = chart();
+    let mut args = vec!["template", "nodemgr", chart.to_str().unwrap()];
+    for set in sets {
+        args.push("--set");
+        args.push(set);
+    }
+    let out = helm(&args);
+    assert!(
+        out.status.success(),
+        "helm template {sets:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap()
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn args_of(object: &Value) -> Vec<String> {
+    object["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Every optional part on, and other non-default values.
+const ALL_ON: &[&str] = &[
+    "image.repository=registry.example.com/nm",
+    "image.tag=1.2.3",
+    "image.pullPolicy=Always",
+    "logFormat=json",
+    "nodeManager.replicas=3",
+    "nodeManager.controllers={status,update,fencing}",
+    "webhook.enabled=true",
+    "certManager.enabled=true",
+    "metrics.serviceMonitor.enabled=true",
+    "metrics.podMonitor.enabled=true",
+    "metrics.prometheusRule.enabled=true",
+    "metrics.dashboard.enabled=true",
+    "bashibleApiserver.tls.enabled=true",
+];
+
+#[test]
+fn helm_lint_passes_with_default_and_non_default_values() {
+    let chart = chart();
+    let out = helm(&["lint", "--strict", chart.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut args = vec!["lint", "--strict", chart.to_str().unwrap()];
+    for set in ALL_ON {
+        args.extend(["--set", set]);
+    }
+    let out = helm(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = helm(&[
+        "lint",
+        chart.to_str().unwrap(),
+        "--set",
+        "metrics.auth=none",
+        "--set",
+        "webhook.enabled=true",
+        "--set",
+        "fencingAgent.enabled=false",
+        "--set",
+        "earlyOom.enabled=false",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn the_charts_crds_are_what_nodemgr_crds_prints() {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodemgr"))
+        .args(["crds"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let in_chart = std::fs::read_to_string(chart().join("crds/crds.yaml")).unwrap();
+    assert!(
+        in_chart == printed,
+        "charts/nodemgr/crds/crds.yaml is stale: run `cargo run -p nodemgr-bins --bin nodemgr -- crds > charts/nodemgr/crds/crds.yaml` (and copy it to deploy/01-crds.yaml)"
+    );
+}
+
+#[test]
+fn deploy_is_the_charts_rendered_default() {
+    let rendered = render(&[]);
+    let committed = std::fs::read_to_string(repo().join("deploy/nodemgr.yaml")).unwrap();
+    assert!(
+        committed == rendered,
+        "deploy/nodemgr.yaml is stale: run `helm template nodemgr charts/nodemgr > deploy/nodemgr.yaml`"
+    );
+}
+
+#[test]
+fn values_change_what_the_readme_says_they_change() {
+    let defaults = documents(&render(&[]));
+    let node_manager = find(&defaults, "Deployment", "node-manager");
+    assert_eq!(node_manager["spec"]["replicas"], 2);
+    let container = &node_manager["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "ghcr.io/nodemgr/nodemgr:0.1.0");
+    assert_eq!(container["imagePullPolicy"], "IfNotPresent");
+    assert!(args_of(node_manager).contains(&"--metrics-auth=kubernetes".to_owned()));
+    assert_eq!(container["livenessProbe"]["httpGet"]["scheme"], "HTTPS");
+    let pdb = find(&defaults, "PodDisruptionBudget", "node-manager");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    let anti = &node_manager["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
+    assert!(anti["requiredDuringSchedulingIgnoredDuringExecution"].is_array());
+    for kind in [
+        "ValidatingWebhookConfiguration",
+        "ServiceMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+        "Certificate",
+    ] {
+        assert!(
+            !defaults.iter().any(|d| d["kind"] == kind),
+            "{kind} is off by default"
+        );
+    }
+    let fencing = find(&defaults, "DaemonSet", "fencing-agent");
+    assert_eq!(
+        fencing["spec"]["template"]["spec"]["nodeSelector"]["node-manager.deckhouse.io/fencing-mode"],
+        "Watchdog",
+        "the fencing agent runs only on fenced groups' nodes"
+    );
+
+    let all = documents(&render(ALL_ON));
+    let node_manager = find(&all, "Deployment", "node-manager");
+    assert_eq!(node_manager["spec"]["replicas"], 3);
+    let container = &node_manager["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "registry.example.com/nm:1.2.3");
+    assert_eq!(container["imagePullPolicy"], "Always");
+    let args = args_of(node_manager);
+    for expected in [
+        "--log-format=json",
+        "--controllers=status,update,fencing",
+        "--metrics-tls-cert=/etc/nodemgr/metrics-tls/tls.crt",
+    ] {
+        assert!(
+            args.contains(&expected.to_owned()),
+            "{expected} in {args:?}"
+        );
+    }
+    for (kind, name) in [
+        ("ValidatingWebhookConfiguration", "nodemgr"),
+        ("ServiceMonitor", "node-manager"),
+        ("PodMonitor", "fencing-agent"),
+        ("PodMonitor", "early-oom"),
+        ("PrometheusRule", "nodemgr"),
+        ("Certificate", "nodemgr-webhook"),
+        ("Certificate", "nodemgr-metrics"),
+        ("Issuer", "nodemgr-selfsigned"),
+        ("ConfigMap", "nodemgr-dashboard"),
+    ] {
+        find(&all, kind, name);
+    }
+    let rules = find(&all, "PrometheusRule", "nodemgr");
+    assert!(
+        rules["spec"]["groups"].as_array().unwrap().len() >= 5,
+        "every rule file is in the PrometheusRule"
+    );
+
+    // Without cert-manager the webhook gets a Helm-generated CA and certificate.
+    let generated = documents(&render(&["webhook.enabled=true"]));
+    let secret = find(&generated, "Secret", "nodemgr-webhook-tls");
+    assert!(secret["data"]["tls.crt"].as_str().unwrap().len() > 100);
+    let webhook = find(&generated, "ValidatingWebhookConfiguration", "nodemgr");
+    assert_eq!(
+        webhook["webhooks"][0]["clientConfig"]["caBundle"],
+        secret["data"]["ca.crt"]
+    );
+}
+
+#[test]
+fn a_malformed_value_is_refused_with_what_is_wrong() {
+    let chart = chart();
+    let out = helm(&[
+        "template",
+        "nodemgr",
+        chart.to_str().unwrap(),
+        "--set",
+        "metrics.readerServiceAccounts={prometheus}",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is not namespace/name"), "{stderr}");
+}
+
+#[test]
+fn every_flag_the_chart_passes_exists_in_its_binary() {
+    let docs = documents(&render(ALL_ON));
+    for (kind, name, binary) in [
+        (
+            "Deployment",
+            "node-manager",
+            env!("CARGO_BIN_EXE_node-manager"),
+        ),
+        (
+            "Deployment",
+            "bashible-apiserver",
+            env!("CARGO_BIN_EXE_bashible-apiserver"),
+        ),
+        (
+            "DaemonSet",
+            "fencing-agent",
+            env!("CARGO_BIN_EXE_fencing-agent"),
+        ),
+        ("DaemonSet", "early-oom", env!("CARGO_BIN_EXE_early-oom")),
+    ] {
+        let help = Command::new(binary).arg("--help").output().unwrap();
+        let help = String::from_utf8(help.stdout).unwrap();
+        for arg in args_of(find(&docs, kind, name)) {
+            if !arg.starts_with("--") {
+                continue;
+            }
+            let flag = arg.split('=').next().unwrap();
+            assert!(help.contains(flag), "{name} has no flag {flag}:\n{help}");
+        }
+    }
+}
+
+/// `kubectl apply -f -` of `manifest`, with a fresh cache (a cached OpenAPI index would not
+/// list the groups of CRDs applied by the previous call).
+fn kubectl_apply(emulator: &Emulator, manifest: &str) -> String {
+    let cache = tempfile::tempdir().unwrap();
+    let cache = cache.path();
+    let mut child = Command::new(tool("NODEMGR_KUBECTL", "kubectl"))
+        .env("KUBECONFIG", emulator.kubeconfig_path())
+        .arg(format!("--cache-dir={}", cache.display()))
+        .args(["--request-timeout=60s", "apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl starts");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(manifest.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl apply failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+async fn applies_to_an_empty_emulator(sets: &[&str], expected: &[&str]) {
+    let emulator = Emulator::start().await.unwrap();
+    let crds = std::fs::read_to_string(chart().join("crds/crds.yaml")).unwrap();
+    let third_party = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chart/third-party-crds.yaml"),
+    )
+    .unwrap();
+    let rendered = render(sets);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let serves_webhook_configurations = reqwest::get(format!(
+        "{}/apis/admissionregistration.k8s.io/v1",
+        emulator.url()
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap()
+    .contains("\"validatingwebhookconfigurations\"");
+    let standin = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/chart/webhook-configuration-standin.yaml"),
+    )
+    .unwrap();
+    let emulator = std::sync::Arc::new(emulator);
+    let e = emulator.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        kubectl_apply(&e, &crds);
+        kubectl_apply(&e, &third_party);
+        if !serves_webhook_configurations {
+            kubectl_apply(&e, &standin);
+        }
+        kubectl_apply(&e, &rendered)
+    })
+    .await
+    .unwrap();
+    for line in expected {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    assert!(!out.contains("unchanged"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_chart_applies_to_an_empty_cluster() {
+    applies_to_an_empty_emulator(
+        &[],
+        &[
+            "namespace/nodemgr-system created",
+            "namespace/d8-cloud-instance-manager created",
+            "deployment.apps/node-manager created",
+            "poddisruptionbudget.policy/node-manager created",
+            "deployment.apps/bashible-apiserver created",
+            "daemonset.apps/fencing-agent created",
+            "daemonset.apps/early-oom created",
+            "clusterrole.rbac.authorization.k8s.io/nodemgr:metrics-reader created",
+            "rolebinding.rbac.authorization.k8s.io/nodemgr:node-manager-checksums created",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_with_every_option_applies_to_an_empty_cluster() {
+    applies_to_an_empty_emulator(
+        ALL_ON,
+        &[
+            "deployment.apps/nodemgr-webhook created",
+            "validatingwebhookconfiguration.admissionregistration.k8s.io/nodemgr created",
+            "servicemonitor.monitoring.coreos.com/node-manager created",
+            "podmonitor.monitoring.coreos.com/early-oom created",
+            "prometheusrule.monitoring.coreos.com/nodemgr created",
+            "certificate.cert-manager.io/nodemgr-metrics created",
+            "configmap/nodemgr-dashboard created",
+        ],
+    )
+    .await;
+}

@@ -1,0 +1,699 @@
+//! What an operator scrapes and reads, from the real binaries: node-manager's, early-oom's and
+//! fencing-agent's `/metrics` pass `promtool check metrics` in the classic text format and
+//! answer OpenMetrics when asked; Deckhouse's families are there under Deckhouse's names and
+//! labels, counters start at zero; `/healthz` answers; early-oom without PSI stays up and says
+//! `early_oom_psi_unavailable 1`; every metric the Grafana dashboard queries exists; with
+//! `--metrics-auth kubernetes` a scrape is allowed or refused by the API server's TokenReview and
+//! SubjectAccessReview; `--log-format json` writes one JSON object per line.
+//!
+//! promtool comes from `scripts/install.d/36-promtool.sh` (Debian's `prometheus` package); the
+//! tests fail when it is missing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup step should panic
+
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodemgr_core::ImpactKind;
+use nodemgr_testkit::auth_reviews::{self, AuthReviews, Permission, User};
+use nodemgr_testkit::{Emulator, Fleet, FleetConfig, FleetNode, Generation};
+use serde_json::{Value, json};
+
+const PSI_FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../nodemgr-core/tests/fixtures/psi"
+);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Kills the child when dropped (a failed assertion leaves no process behind).
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// GET `url` with optional `Accept` and bearer token: (status, content type, body).
+async fn get(url: &str, accept: Option<&str>, token: Option<&str>) -> (u16, String, String) {
+    let mut request = client().get(url);
+    if let Some(accept) = accept {
+        request = request.header("accept", accept);
+    }
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    match request.send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let content_type = response
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            (
+                status,
+                content_type,
+                response.text().await.unwrap_or_default(),
+            )
+        }
+        Err(_) => (0, String::new(), String::new()),
+    }
+}
+
+/// Waits (generously: the machine is loaded) until `url` answers 200 with `needle` in the body.
+async fn scrape_until(url: &str, needle: &str, token: Option<&str>) -> String {
+    let mut last = String::new();
+    for _ in 0..600 {
+        let (status, _, body) = get(url, None, token).await;
+        if status == 200 && body.contains(needle) {
+            return body;
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{url} never showed {needle:?}; last body:\n{last}");
+}
+
+fn promtool() -> String {
+    let binary = std::env::var("NODEMGR_PROMTOOL").unwrap_or_else(|_| "promtool".to_owned());
+    assert!(
+        Command::new(&binary)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok(),
+        "promtool is missing: run scripts/install.d/36-promtool.sh (./scripts/test.sh does)"
+    );
+    binary
+}
+
+/// `promtool check metrics` of `text` (classic format on stdin): passes, with no lint finding.
+fn promtool_check_metrics(what: &str, text: &str) {
+    let mut child = Command::new(promtool())
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed on {what}:\n{}{}\n--- metrics ---\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The metric names of classic text: of its samples, and of its families declared by `# TYPE`
+/// (a labelled family without series yet, like `d8_node_draining` while no drain is refused).
+fn metric_names(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| match l.strip_prefix("# TYPE ") {
+            Some(rest) => rest.split(' ').next(),
+            None if !l.starts_with('#') && !l.is_empty() => l.split(['{', ' ']).next(),
+            None => None,
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn emulator_with_a_group() -> (Arc<Emulator>, Fleet) {
+    let emulator = Arc::new(Emulator::start().await.unwrap());
+    for crd in nodemgr_k8s::crd::definitions().unwrap() {
+        emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
+    }
+    emulator
+        .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nodemgr-system"}}))
+        .unwrap();
+    emulator
+        .seed(json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup", "metadata": {"name": "workers"},
+            "spec": {"nodeType": "CloudPermanent"}}))
+        .unwrap();
+    let fleet = Fleet::start(emulator.clone(), FleetConfig::default(), None).unwrap();
+    fleet
+        .publish(
+            "workers",
+            Generation {
+                name: "g0".into(),
+                impact: ImpactKind::None,
+                rolling: false,
+            },
+        )
+        .unwrap();
+    for i in 0..2 {
+        fleet
+            .add_node(FleetNode {
+                name: format!("w-{i}"),
+                group: "workers".into(),
+                node_type: "CloudPermanent".into(),
+                zone: "a".into(),
+                pods: 10,
+            })
+            .unwrap();
+    }
+    (emulator, fleet)
+}
+
+fn node_manager(emulator: &Emulator, port: u16, extra: &[&str]) -> Running {
+    Running(
+        Command::new(env!("CARGO_BIN_EXE_node-manager"))
+            .arg("--kubeconfig")
+            .arg(emulator.kubeconfig_path())
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .args([
+                "--no-leader-election",
+                "--resync",
+                "1s",
+                "--update-period",
+                "1s",
+            ])
+            .args(["--controllers", "status,template,update,fencing"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn early_oom(emulator: &Emulator, psi: &Path, port: u16, extra: &[&str]) -> Running {
+    let cgroups = tempfile::tempdir().unwrap();
+    Running(
+        Command::new(env!("CARGO_BIN_EXE_early-oom"))
+            .args([
+                "--node-name",
+                "n1",
+                "--sample-interval",
+                "100ms",
+                "--no-trigger",
+                "--dry-run",
+            ])
+            .arg("--psi-file")
+            .arg(psi)
+            .arg("--cgroup-root")
+            .arg(cgroups.path())
+            .arg("--kubeconfig")
+            .arg(emulator.kubeconfig_path())
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn fencing_agent(emulator: &Emulator, watchdog: &Path, port: u16) -> Running {
+    Running(
+        Command::new(env!("CARGO_BIN_EXE_fencing-agent"))
+            .args([
+                "--node-name",
+                "n1",
+                "--feed-interval",
+                "100ms",
+                "--check-interval",
+                "100ms",
+            ])
+            .arg("--watchdog")
+            .arg(watchdog)
+            .arg("--kubeconfig")
+            .arg(emulator.kubeconfig_path())
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The three binaries' classic `/metrics` text, after node-manager has seen the group's nodes.
+async fn scrape_all(emulator: &Emulator) -> [String; 3] {
+    let nm_port = free_port();
+    let _nm = node_manager(emulator, nm_port, &[]);
+    let nm = scrape_until(
+        &format!("http://127.0.0.1:{nm_port}/metrics"),
+        "d8_node_group_nodes{node_group_name=\"workers\"} 2",
+        None,
+    )
+    .await;
+    let oom_port = free_port();
+    let _oom = early_oom(
+        emulator,
+        &Path::new(PSI_FIXTURES).join("idle.txt"),
+        oom_port,
+        &[],
+    );
+    let oom = scrape_until(
+        &format!("http://127.0.0.1:{oom_port}/metrics"),
+        "early_oom_psi_unavailable 0",
+        None,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let watchdog = dir.path().join("watchdog");
+    std::fs::write(&watchdog, "").unwrap();
+    let fa_port = free_port();
+    let _fa = fencing_agent(emulator, &watchdog, fa_port);
+    let fa = scrape_until(
+        &format!("http://127.0.0.1:{fa_port}/metrics"),
+        "fencing_agent_watchdog_armed 0",
+        None,
+    )
+    .await;
+    [nm, oom, fa]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_binarys_metrics_pass_promtool_and_carry_deckhouses_families() {
+    let (emulator, _fleet) = emulator_with_a_group().await;
+    let [nm, oom, fa] = scrape_all(&emulator).await;
+    promtool_check_metrics("node-manager", &nm);
+    promtool_check_metrics("early-oom", &oom);
+    promtool_check_metrics("fencing-agent", &fa);
+    for expected in [
+        // Deckhouse's families, Deckhouse's labels
+        "node_group_node_status{node=\"w-0\",node_group=\"workers\",status=\"UpToDate\"} 1",
+        "node_group_node_status{node=\"w-0\",node_group=\"workers\",status=\"WaitingForApproval\"} 0",
+        "d8_node_group_ready{node_group_name=\"workers\"} 2",
+        "d8_node_group_up_to_date{node_group_name=\"workers\"} 2",
+        "d8_node_group_has_errors{node_group_name=\"workers\"} 0",
+        "d8_node_group_standby{node_group_name=\"workers\"} 0",
+        // counters of a group from the start, at zero, with the group's label
+        "nodemgr_update_actions_total{node_group=\"workers\",action=\"approve\"} 0",
+        "nodemgr_fencing_actions_total{node_group=\"workers\",action=\"delete_node\"} 0",
+        "nodemgr_reconcile_errors_total{controller=\"csr\"} 0",
+        "# TYPE nodemgr_build_info gauge",
+        "nodemgr_build_info{version=\"",
+    ] {
+        assert!(
+            nm.contains(expected),
+            "node-manager lacks {expected:?}:\n{nm}"
+        );
+    }
+    // One status per node.
+    let ones = nm
+        .lines()
+        .filter(|l| l.starts_with("node_group_node_status{node=\"w-1\"") && l.ends_with(" 1"))
+        .count();
+    assert_eq!(ones, 1, "{nm}");
+    for expected in ["early_oom_kills_total 0", "early_oom_build_info{version=\""] {
+        assert!(
+            oom.contains(expected),
+            "early-oom lacks {expected:?}:\n{oom}"
+        );
+    }
+    for expected in [
+        "fencing_agent_feeds_total 0",
+        "fencing_agent_build_info{version=\"",
+    ] {
+        assert!(
+            fa.contains(expected),
+            "fencing-agent lacks {expected:?}:\n{fa}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_open_metrics_when_asked_and_classic_text_otherwise() {
+    let emulator = Emulator::start().await.unwrap();
+    let port = free_port();
+    let _oom = early_oom(
+        &emulator,
+        &Path::new(PSI_FIXTURES).join("idle.txt"),
+        port,
+        &[],
+    );
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    scrape_until(&url, "early_oom_kills_total", None).await;
+    let (status, content_type, body) = get(&url, None, None).await;
+    assert_eq!(status, 200);
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    assert!(
+        body.contains("# TYPE early_oom_kills_total counter"),
+        "{body}"
+    );
+    let (_, content_type, body) = get(&url, Some("text/plain"), None).await;
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    assert!(!body.contains("# EOF"), "{body}");
+    let (_, content_type, body) = get(
+        &url,
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+        None,
+    )
+    .await;
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    assert!(body.contains("# TYPE early_oom_kills counter"), "{body}");
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    let (status, _, body) = get(&format!("http://127.0.0.1:{port}/healthz"), None, None).await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_oom_without_psi_stays_up_reports_it_and_stops_cleanly() {
+    let emulator = Emulator::start().await.unwrap();
+    let port = free_port();
+    let mut oom = early_oom(
+        &emulator,
+        Path::new("/nonexistent/memory.pressure"),
+        port,
+        &[],
+    );
+    let body = scrape_until(
+        &format!("http://127.0.0.1:{port}/metrics"),
+        "early_oom_psi_unavailable 1",
+        None,
+    )
+    .await;
+    promtool_check_metrics("early-oom without PSI", &body);
+    let (status, _, _) = get(&format!("http://127.0.0.1:{port}/healthz"), None, None).await;
+    assert_eq!(status, 200);
+    assert!(oom.0.try_wait().unwrap().is_none(), "early-oom exited");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(i32::try_from(oom.0.id()).unwrap()).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let mut code = None;
+    for _ in 0..300 {
+        if let Some(status) = oom.0.try_wait().unwrap() {
+            code = status.code();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(code, Some(0), "early-oom stops with 0 on SIGTERM");
+}
+
+/// Every metric name in a PromQL expression: identifiers followed by `{`, `[`, `)` or space
+/// that are not functions, keywords or label names.
+fn metrics_in(expr: &str) -> BTreeSet<String> {
+    const WORDS: &[&str] = &[
+        "sum",
+        "max",
+        "min",
+        "avg",
+        "count",
+        "rate",
+        "increase",
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "and",
+        "or",
+        "unless",
+        "label_values",
+        "bool",
+    ];
+    let mut out = BTreeSet::new();
+    let mut in_braces = 0;
+    let mut in_quotes = false;
+    let mut word = String::new();
+    let mut after_by = false;
+    for c in expr.chars().chain(std::iter::once(' ')) {
+        if in_quotes {
+            if c == '"' {
+                in_quotes = false;
+            }
+            continue;
+        }
+        if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+            word.push(c);
+            continue;
+        }
+        if !word.is_empty() {
+            let is_number = word.chars().next().is_some_and(|f| f.is_ascii_digit());
+            if in_braces == 0
+                && !after_by
+                && !is_number
+                && !WORDS.contains(&word.as_str())
+                && c != '('
+            {
+                out.insert(word.clone());
+            }
+            after_by = matches!(word.as_str(), "by" | "without" | "on" | "ignoring")
+                || (after_by && c == ',');
+            word.clear();
+        }
+        match c {
+            '"' => in_quotes = true,
+            '{' => in_braces += 1,
+            '}' => in_braces -= 1,
+            '[' => in_braces += 1,
+            ']' => in_braces -= 1,
+            ')' => after_by = false,
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn promql_metric_names_are_found() {
+    assert_eq!(
+        metrics_in(
+            "sum by (node_group, action) (rate(nodemgr_update_actions_total{node_group=~\"$g\"}[5m])) * 60"
+        ),
+        BTreeSet::from(["nodemgr_update_actions_total".to_owned()])
+    );
+    assert_eq!(
+        metrics_in("max by (node_group_name) (d8_node_group_desired - d8_node_group_ready) > 0"),
+        BTreeSet::from([
+            "d8_node_group_desired".to_owned(),
+            "d8_node_group_ready".to_owned()
+        ])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_dashboard_queries_is_exported() {
+    let (emulator, _fleet) = emulator_with_a_group().await;
+    let [nm, oom, fa] = scrape_all(&emulator).await;
+    // Families with a series per event (a refused drain, a zone held back) have no line in a
+    // calm cluster's /metrics: node-manager's own registry, with one such event each, adds them.
+    let events = nodemgr_k8s::metrics::Metrics::new();
+    events.drain_refused("w-0", "refused by a PodDisruptionBudget");
+    events
+        .fencing_suppressed
+        .get_or_create(&nodemgr_k8s::metrics::ZoneLabels { zone: "a".into() })
+        .set(1);
+    let with_events = nodemgr_k8s::exposition::encode(
+        events.registry(),
+        nodemgr_k8s::exposition::Format::Classic,
+    );
+    let exported: BTreeSet<String> = [nm, oom, fa, with_events]
+        .iter()
+        .flat_map(|t| metric_names(t))
+        .collect();
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../charts/nodemgr/files/dashboards/nodemgr.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut queried = BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            queried.extend(metrics_in(target["expr"].as_str().unwrap()));
+        }
+    }
+    for variable in dashboard["templating"]["list"].as_array().unwrap() {
+        if let Some(query) = variable["query"].as_str()
+            && let Some(inner) = query.strip_prefix("label_values(")
+        {
+            queried.insert(inner.split(',').next().unwrap().trim().to_owned());
+        }
+    }
+    assert!(queried.len() >= 15, "{queried:?}");
+    let missing: Vec<_> = queried.difference(&exported).collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics no binary exports: {missing:?}\nexported: {exported:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_is_allowed_or_refused_by_the_api_servers_reviews() {
+    let (emulator, _fleet) = emulator_with_a_group().await;
+    let reviews = auth_reviews::install(
+        &emulator.address().to_string(),
+        AuthReviews::new()
+            .token(
+                "prometheus-token",
+                User {
+                    name: "system:serviceaccount:monitoring:prometheus".into(),
+                    groups: vec!["system:serviceaccounts".into()],
+                },
+            )
+            .token(
+                "intruder-token",
+                User {
+                    name: "system:serviceaccount:default:intruder".into(),
+                    groups: vec!["system:serviceaccounts".into()],
+                },
+            )
+            .grant(
+                "system:serviceaccount:monitoring:prometheus",
+                Permission::non_resource("get", "/metrics"),
+            ),
+    );
+    let port = free_port();
+    let _nm = node_manager(&emulator, port, &["--metrics-auth=kubernetes"]);
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let body = scrape_until(&url, "d8_node_group_nodes", Some("prometheus-token")).await;
+    promtool_check_metrics("node-manager over HTTPS", &body);
+    let (status, _, body) = get(&url, None, Some("intruder-token")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("intruder"), "{body}");
+    let (status, _, _) = get(&url, None, Some("forged-token")).await;
+    assert_eq!(status, 401);
+    let (status, _, _) = get(&url, None, None).await;
+    assert_eq!(status, 401);
+    // The probes need no token; plain HTTP gets nothing.
+    let (status, _, _) = get(&format!("https://127.0.0.1:{port}/healthz"), None, None).await;
+    assert_eq!(status, 200);
+    let (status, _, _) = get(&format!("http://127.0.0.1:{port}/metrics"), None, None).await;
+    assert_ne!(status, 200);
+    let reviews = reviews.lock().unwrap();
+    assert!(reviews.token_reviews() >= 3 && reviews.access_reviews() >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_per_line() {
+    let emulator = Emulator::start().await.unwrap();
+    let port = free_port();
+    let cgroups = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_early-oom"))
+        .args(["--node-name", "n1", "--log-format", "json"])
+        .args(["--psi-file", "/nonexistent/memory.pressure"])
+        .arg("--cgroup-root")
+        .arg(cgroups.path())
+        .arg("--kubeconfig")
+        .arg(emulator.kubeconfig_path())
+        .arg(format!("--metrics-address=127.0.0.1:{port}"))
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    scrape_until(
+        &format!("http://127.0.0.1:{port}/metrics"),
+        "early_oom_psi_unavailable 1",
+        None,
+    )
+    .await;
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let objects: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    assert!(
+        objects.iter().any(|o| o["level"] == "WARN"
+            && o["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("early_oom_psi_unavailable 1"))),
+        "{stderr}"
+    );
+    assert!(
+        objects.iter().all(|o| o["level"].is_string()
+            && o["timestamp"].is_string()
+            && o["target"].is_string()),
+        "{stderr}"
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_node-manager"))
+        .args(["--log-format", "xml"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("text") && stderr.contains("json"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn log_facade_events_reach_the_json_output() {
+    // bashible builds an HTTPS-capable client at start; rustls announces its root certificates
+    // through the `log` facade, which the bridge forwards as tracing events (`log.target`).
+    let root = tempfile::tempdir().unwrap();
+    let token = root.path().join("token");
+    std::fs::write(&token, "t\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bashible"))
+        .args([
+            "--log-format",
+            "json",
+            "--bundle-server",
+            "http://127.0.0.1:9",
+        ])
+        .arg("--bundle-token-file")
+        .arg(&token)
+        .args(["--node-name", "n1", "--group", "g"])
+        .arg("--root")
+        .arg(root.path())
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let bridged: Vec<Value> = stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|o| o["log.target"].is_string())
+        .collect();
+    assert!(
+        !bridged.is_empty(),
+        "no event of a `log` user in the JSON output:\n{stderr}"
+    );
+    assert!(
+        bridged
+            .iter()
+            .all(|o| o["level"].is_string() && o["message"].is_string())
+    );
+}
