@@ -1,0 +1,233 @@
+//! Cluster mode of bashible-apiserver (`--from-cluster`): renders from what
+//! `nodemgr_k8s::bashible_sources` watches, re-rendering [`Config::debounce`] after the last
+//! change (and every [`RESYNC`], for bootstrap tokens, which are read, not watched); keeps the
+//! checksum and manual-bootstrap Secrets (`nodemgr_k8s::bashible_secrets`); serves over TLS
+//! only, with the certificate of `--tls-secret` (`nodemgr_k8s::tls`).
+//!
+//! A render that cannot happen (settings that do not parse, the API unreachable) keeps
+//! serving what was served; a group that stops rendering keeps its last good bundle
+//! (see [`super::state`]). Secrets are written by every replica: they render the same values
+//! from the same cluster, and the writes are guarded (see `nodemgr_k8s::bashible_secrets`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube::Client;
+use nodemgr_core::bashible::Renderer;
+use nodemgr_k8s::bashible_secrets;
+use nodemgr_k8s::bashible_sources::{BashibleSources, Snapshot};
+use nodemgr_k8s::controllers::bootstrap_tokens::read_tokens;
+use nodemgr_k8s::tls;
+
+use super::state::{Inputs, Served, Sources};
+use super::{Config, Shared, router, serve, shutdown_signal};
+
+/// How often everything is re-rendered without a change (bootstrap tokens rotate unwatched).
+pub const RESYNC: Duration = Duration::from_secs(30);
+
+fn tls_names(config: &Config) -> Vec<String> {
+    if !config.tls_names.is_empty() {
+        return config.tls_names.clone();
+    }
+    let ns = &config.namespace;
+    vec![
+        format!("bashible-apiserver.{ns}.svc"),
+        format!("bashible-apiserver.{ns}.svc.cluster.local"),
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+    ]
+}
+
+/// Each group's current bootstrap token in the cluster (none when they cannot be read:
+/// logged, and the scripts then need `--bootstrap-token-file`).
+async fn group_tokens(
+    client: &Client,
+    groups: &BTreeMap<String, nodemgr_core::model::NodeGroup>,
+) -> BTreeMap<String, nodemgr_core::bashible::BootstrapToken> {
+    let tokens = match read_tokens(client).await {
+        Ok(tokens) => tokens,
+        Err(error) => {
+            tracing::warn!(error = %format!("{error:#}"), "cannot read bootstrap tokens; bootstrap scripts wait for them");
+            return BTreeMap::new();
+        }
+    };
+    let now = nodemgr_k8s::controllers::now();
+    groups
+        .keys()
+        .filter_map(|group| {
+            nodemgr_core::bootstrap_tokens::current_token(&tokens, group, now)
+                .and_then(|t| t.token.clone())
+                .map(|t| (group.clone(), t))
+        })
+        .collect()
+}
+
+/// Renders the snapshot (off the async threads).
+async fn render(
+    sources: &Arc<Sources>,
+    renderer: &Arc<Renderer>,
+    snapshot: Snapshot,
+    tokens: BTreeMap<String, nodemgr_core::bashible::BootstrapToken>,
+    previous: Option<Arc<Served>>,
+) -> anyhow::Result<Served> {
+    for problem in &snapshot.problems {
+        tracing::error!(%problem, "left out");
+    }
+    for (group, why) in &snapshot.unreadable_groups {
+        tracing::error!(%group, %why, "NodeGroup does not parse; not rendered");
+    }
+    let inputs = Inputs {
+        groups: snapshot.groups,
+        customisations: snapshot.customisations,
+        cluster: snapshot.cluster,
+        group_tokens: tokens,
+    };
+    let (sources, renderer) = (Arc::clone(sources), Arc::clone(renderer));
+    tokio::task::spawn_blocking(move || sources.render(&inputs, &renderer, previous.as_deref()))
+        .await
+        .context("the render task failed")?
+}
+
+/// Writes the checksum and manual-bootstrap Secrets of `served`.
+async fn publish(client: &Client, served: &Served) {
+    let checksums: BTreeMap<String, String> = served
+        .groups
+        .iter()
+        .map(|(group, entry)| (group.clone(), entry.bundle.checksum.clone()))
+        .collect();
+    match bashible_secrets::publish_checksums(client, &checksums).await {
+        Ok(true) => tracing::info!(groups = checksums.len(), "configuration checksums written"),
+        Ok(false) => {}
+        Err(error) => {
+            tracing::error!(error = %format!("{error:#}"), "cannot write the configuration checksums")
+        }
+    }
+    let scripts: BTreeMap<String, String> = served
+        .groups
+        .iter()
+        .filter(|(_, entry)| entry.manual_bootstrap)
+        .filter_map(|(group, entry)| {
+            entry
+                .bootstrap_cluster_wide
+                .clone()
+                .or_else(|| entry.bootstrap.clone())
+                .map(|script| (group.clone(), script))
+        })
+        .collect();
+    match bashible_secrets::sync_manual_bootstrap(client, &scripts).await {
+        Ok(0) => {}
+        Ok(changed) => tracing::info!(changed, "manual bootstrap Secrets written"),
+        Err(error) => {
+            tracing::error!(error = %format!("{error:#}"), "cannot write the manual bootstrap Secrets")
+        }
+    }
+}
+
+/// One render and publish; the served state is replaced only when the render works.
+async fn refresh(
+    client: &Client,
+    sources: &Arc<Sources>,
+    renderer: &Arc<Renderer>,
+    watched: &BashibleSources,
+    shared: &Arc<Shared>,
+) {
+    let snapshot = match watched.snapshot() {
+        Ok(snapshot) => snapshot,
+        Err(error) => {
+            tracing::error!(%error, "cannot render; still serving the previous bundles");
+            return;
+        }
+    };
+    let tokens = group_tokens(client, &snapshot.groups).await;
+    match render(sources, renderer, snapshot, tokens, Some(shared.current())).await {
+        Ok(served) => {
+            tracing::info!(
+                groups = served.groups.len(),
+                failed = served.failed.len(),
+                "rendered"
+            );
+            shared.replace(served);
+            publish(client, &shared.current()).await;
+        }
+        Err(error) => {
+            tracing::error!(error = %format!("{error:#}"), "render failed; still serving the previous bundles");
+        }
+    }
+}
+
+/// Serves in cluster mode until SIGINT or SIGTERM.
+///
+/// # Errors
+/// No kube configuration, the TLS Secret unusable, the first render failing, or the address
+/// not bindable.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = nodemgr_k8s::cluster::client(config.kubeconfig.as_deref())
+        .await
+        .context("cannot configure the Kubernetes client")?;
+    let pair = tls::secret::load_or_create(
+        &client,
+        &config.namespace,
+        &config.tls_secret,
+        &tls_names(&config),
+    )
+    .await?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&pair)?);
+    let sources = Arc::new(config.sources()?);
+    let renderer = Arc::new(Renderer::new());
+    let watched = BashibleSources::start(&client, &config.namespace);
+    watched.wait_ready().await?;
+    let snapshot = watched.snapshot()?;
+    let tokens = group_tokens(&client, &snapshot.groups).await;
+    let served = render(&sources, &renderer, snapshot, tokens, None).await?;
+    tracing::info!(
+        groups = served.groups.len(),
+        failed = served.failed.len(),
+        "rendered from the cluster"
+    );
+    let shared = Arc::new(Shared::new(served));
+    publish(&client, &shared.current()).await;
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let address = listener.local_addr().context("no local address")?;
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening on {address}")
+            .and_then(|()| out.flush())
+            .context("cannot write to stdout")?;
+    }
+    tracing::info!(%address, "serving bashible bundles over TLS");
+
+    let loop_shared = Arc::clone(&shared);
+    let debounce = config.debounce;
+    let refresher = tokio::spawn(async move {
+        let mut changes = watched.changes();
+        changes.borrow_and_update();
+        loop {
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { break },
+                () = tokio::time::sleep(RESYNC) => {}
+            }
+            tokio::time::sleep(debounce).await;
+            changes.borrow_and_update();
+            refresh(&client, &sources, &renderer, &watched, &loop_shared).await;
+        }
+    });
+    let served = serve::serve(
+        listener,
+        router(shared),
+        Some(acceptor),
+        config.connections.limits(),
+        serve::ConnectionStats::default(),
+        shutdown_signal(),
+    )
+    .await
+    .context("the HTTPS server failed");
+    refresher.abort();
+    served
+}
