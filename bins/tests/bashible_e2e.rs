@@ -867,3 +867,58 @@ async fn an_unreachable_bundle_server_and_a_deleted_node_are_logged_and_retried(
             .exists()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_configuration_and_a_node_user_roll_onto_every_root() {
+    let cluster = Cluster::start().await;
+    let first = cluster.converged().await;
+    cluster
+        .emulator
+        .seed(json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "NodeGroupConfiguration",
+            "metadata": {"name": "motd.sh"},
+            "spec": {"weight": 50, "nodeGroups": ["worker"],
+                "content": "mkdir -p \"$BB_ROOT/etc\"\necho 'configured by nodemgr' >\"$BB_ROOT/etc/motd\"\n"}}))
+        .unwrap();
+    cluster
+        .emulator
+        .seed(json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeUser",
+            "metadata": {"name": "alice"},
+            "spec": {"uid": 1501, "isSudoer": false, "nodeGroups": ["worker"],
+                "sshPublicKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJx alice@example"]}}))
+        .unwrap();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(20);
+    let second = loop {
+        match published_checksum(&cluster.emulator) {
+            Some(now) if now != first => break now,
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "no new checksum published");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!(
+        "NodeGroupConfiguration + NodeUser created -> checksum Secret changed in {} ms",
+        started.elapsed().as_millis()
+    );
+    eventually(&cluster, "every node reports the new checksum", 120, || {
+        cluster.all_report(&second)
+    })
+    .await;
+    for node in NODES {
+        // In a test root the operator's script is written, not run (docs/bundles.md).
+        let script = std::fs::read_to_string(
+            root(cluster.dir.path(), node).join("var/lib/bashible/configurations/050_motd.sh"),
+        )
+        .unwrap_or_default();
+        assert!(
+            script.contains("configured by nodemgr"),
+            "{node}: {script:?}"
+        );
+        let passwd = std::fs::read_to_string(root(cluster.dir.path(), node).join("etc/passwd"))
+            .unwrap_or_default();
+        assert!(
+            passwd.lines().any(|l| l.starts_with("alice:x:1501:")),
+            "{node}: {passwd}"
+        );
+    }
+}
