@@ -89,15 +89,17 @@ pub async fn ensure_secret(
         }
     };
     let desired = data_of(values);
-    let mut last = None;
-    for _ in 0..ATTEMPTS {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let last_try = attempt >= ATTEMPTS;
         match api.get_opt(name).await.map_err(failed("read"))? {
             None => {
                 let mut new = secret(namespace, name, desired.clone());
                 new.metadata.labels = (!labels.is_empty()).then(|| labels.clone());
                 match api.create(&PostParams::default(), &new).await {
                     Ok(_) => return Ok(true),
-                    Err(e) if is_conflict(&e) => last = Some(e),
+                    Err(e) if is_conflict(&e) && !last_try => {}
                     Err(e) => return Err(failed("create")(e)),
                 }
             }
@@ -115,17 +117,13 @@ pub async fn ensure_secret(
                 // `replace` sends the resourceVersion read above: a concurrent write is a 409.
                 match api.replace(name, &PostParams::default(), &current).await {
                     Ok(_) => return Ok(true),
-                    Err(e) if is_conflict(&e) => last = Some(e),
+                    Err(e) if is_conflict(&e) && !last_try => {}
                     Err(e) => return Err(failed("update")(e)),
                 }
             }
         }
         tracing::debug!(%namespace, %name, "Secret changed under the write; re-reading");
     }
-    Err(match last {
-        Some(source) => failed("update")(source),
-        None => failed("update")(kube::Error::LinesCodecMaxLineLengthExceeded),
-    })
 }
 
 /// Publishes each group's checksum in [`CHECKSUMS_SECRET`] (exactly these groups).

@@ -84,7 +84,7 @@ pub enum TlsError {
         name: String,
         /// The API error.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// The Secret exists but lacks `tls.crt` or `tls.key`.
     #[error(

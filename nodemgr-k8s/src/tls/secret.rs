@@ -81,7 +81,7 @@ pub async fn load_or_create(
             action,
             namespace: namespace.to_owned(),
             name: name.to_owned(),
-            source,
+            source: Box::new(source),
         }
     };
     let what = format!("TLS Secret {namespace}/{name}");
