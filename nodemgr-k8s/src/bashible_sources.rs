@@ -62,7 +62,7 @@ pub enum SourcesError {
 /// One moment of the cluster, as rendering needs it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
-    /// NodeGroups that parse, by name.
+    /// NodeGroups that parse, by name (without status and resourceVersion).
     pub groups: BTreeMap<String, NodeGroup>,
     /// NodeGroups that do not parse, by name, with why.
     pub unreadable_groups: BTreeMap<String, String>,
@@ -259,7 +259,11 @@ impl BashibleSources {
         let mut snapshot = Snapshot::default();
         for (name, parsed) in parsed_objects(&self.groups) {
             match parsed {
-                Ok(Manifest::NodeGroup(group)) => {
+                Ok(Manifest::NodeGroup(mut group)) => {
+                    // Rendering reads neither; dropping them lets an unchanged spec compare
+                    // equal while node-manager rewrites the status.
+                    group.status = None;
+                    group.metadata.resource_version = None;
                     snapshot.groups.insert(name, *group);
                 }
                 Ok(_) => {}

@@ -125,13 +125,20 @@ async fn publish(client: &Client, served: &Served) {
     }
 }
 
-/// One render and publish; the served state is replaced only when the render works.
+/// What the last render was made from.
+type LastInputs = Option<(Snapshot, BTreeMap<String, nodemgr_core::bashible::BootstrapToken>)>;
+
+/// One render and publish; the served state is replaced only when the render works. Inputs
+/// equal to `last`'s are not rendered again unless `force` (the periodic resync, which also
+/// re-checks the Secrets).
 async fn refresh(
     client: &Client,
     sources: &Arc<Sources>,
     renderer: &Arc<Renderer>,
     watched: &BashibleSources,
     shared: &Arc<Shared>,
+    last: &mut LastInputs,
+    force: bool,
 ) {
     let snapshot = match watched.snapshot() {
         Ok(snapshot) => snapshot,
@@ -141,6 +148,11 @@ async fn refresh(
         }
     };
     let tokens = group_tokens(client, &snapshot.groups).await;
+    let inputs = Some((snapshot.clone(), tokens.clone()));
+    if !force && *last == inputs {
+        return;
+    }
+    *last = inputs;
     match render(sources, renderer, snapshot, tokens, Some(shared.current())).await {
         Ok(served) => {
             tracing::info!(
@@ -181,6 +193,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     watched.wait_ready().await?;
     let snapshot = watched.snapshot()?;
     let tokens = group_tokens(&client, &snapshot.groups).await;
+    let mut last: LastInputs = Some((snapshot.clone(), tokens.clone()));
     let served = render(&sources, &renderer, snapshot, tokens, None).await?;
     tracing::info!(
         groups = served.groups.len(),
@@ -209,13 +222,22 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let mut changes = watched.changes();
         changes.borrow_and_update();
         loop {
-            tokio::select! {
-                changed = changes.changed() => if changed.is_err() { break },
-                () = tokio::time::sleep(RESYNC) => {}
-            }
+            let force = tokio::select! {
+                changed = changes.changed() => if changed.is_err() { break } else { false },
+                () = tokio::time::sleep(RESYNC) => true,
+            };
             tokio::time::sleep(debounce).await;
             changes.borrow_and_update();
-            refresh(&client, &sources, &renderer, &watched, &loop_shared).await;
+            refresh(
+                &client,
+                &sources,
+                &renderer,
+                &watched,
+                &loop_shared,
+                &mut last,
+                force,
+            )
+            .await;
         }
     });
     let served = serve::serve(
