@@ -126,7 +126,10 @@ async fn publish(client: &Client, served: &Served) {
 }
 
 /// What the last render was made from.
-type LastInputs = Option<(Snapshot, BTreeMap<String, nodemgr_core::bashible::BootstrapToken>)>;
+type LastInputs = Option<(
+    Snapshot,
+    BTreeMap<String, nodemgr_core::bashible::BootstrapToken>,
+)>;
 
 /// One render and publish; the served state is replaced only when the render works. Inputs
 /// equal to `last`'s are not rendered again unless `force` (the periodic resync, which also

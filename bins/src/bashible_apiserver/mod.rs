@@ -12,13 +12,14 @@
 //! | `GET /v1/groups/{group}/bootstrap.sh` | the bootstrap script (needs the group's token in `--bootstrap-token-dir`, or `--bootstrap-token-file` and a `*` bearer token: see [`state`]) |
 //! | `GET /v1/groups/{group}/cleanup.sh` | the cleanup script |
 //! | `GET /v1/agent/bashible` | the node agent's binary (`--agent-binary`), any known token |
-//! | `GET /apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/{bundle}.{group}` | the bundle as Deckhouse's `NodeGroupBundle` object (`data`: step name → script) |
-//! | `GET /apis/bashible.deckhouse.io/v1alpha1/bootstrap/{bundle}.{group}` | the bootstrap script as a `Bootstrap` object (`data["bootstrap.sh"]`) |
+//! | `GET /metrics` | OpenMetrics ([`metrics`]), no token needed |
+//! | `GET /apis/bashible.deckhouse.io/v1alpha1/...` | the aggregated API ([`aggregated`]) |
 //!
 //! Connections are bounded by a header-read timeout, an idle timeout and a connection limit
 //! ([`serve`]).
 //!
-//! Every path but `/healthz` needs `Authorization: Bearer TOKEN`: **401** without one or with
+//! Every path but `/healthz` and `/metrics` needs `Authorization: Bearer TOKEN`: **401**
+//! (`{"error":"Unauthorized"}`, the same for a missing and a wrong token) without one or with
 //! an unknown token, **403** with a token not granted for the group, **404** for a group that
 //! is not served, **503** for a group that has never rendered (the body says why) or a
 //! bootstrap script without a configured bootstrap token. Tokens come from `--tokens-file`
@@ -31,12 +32,10 @@
 //! (checked every `--watch-interval`;
 //! `0s` turns polling off). A reload that cannot read its sources keeps serving what it served;
 //! a group that stops rendering keeps its last good entry, and the failure is logged.
-//! Reading NodeGroups from the Kubernetes API (in-cluster, as Deckhouse's extension API server
-//! does) is not implemented yet: feed it manifests.
 //!
-//! # Not done here
-//! TLS: the server speaks plain HTTP. Bearer tokens and the bootstrap token travel in clear, so
-//! listen on loopback or put a TLS-terminating proxy in front.
+//! That is file mode (plain HTTP, for offline use). With `--from-cluster` everything comes from
+//! the Kubernetes API, the checksum and manual-bootstrap Secrets are kept, and the server
+//! speaks TLS only: see [`cluster_mode`] and `docs/bashible-apiserver.md`.
 
 pub mod agent_binary;
 pub mod aggregated;
