@@ -443,3 +443,60 @@ async fn a_wrong_token_gets_401_without_detail_and_the_last_bundles_outlive_the_
         }
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_stops_rendering_keeps_its_bundle_and_gets_the_error_in_its_status() {
+    let emulator = emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = tokio::task::block_in_place(|| start(&emulator, dir.path()));
+    let http = tokio::task::block_in_place(|| client(&emulator));
+    let url = format!("{}/v1/groups/worker/bundle", server.url);
+    let condition = || {
+        emulator
+            .get("deckhouse.io/v1", "NodeGroup", "", "worker")
+            .unwrap()["status"]["conditions"]
+            .as_array()
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c["type"] == "BundleRenderFailed")
+                    .cloned()
+            })
+    };
+    tokio::task::block_in_place(|| {
+        let (_, good) = get(&http, &url, Some(TOKEN));
+        let checksum = published(&emulator, "worker").unwrap();
+        assert!(condition().is_none());
+        let patch = |root_dir: Value| {
+            emulator
+                .merge_patch(
+                    "deckhouse.io/v1",
+                    "NodeGroup",
+                    "",
+                    "worker",
+                    &json!({"spec": {"kubelet": {"rootDir": root_dir}}}),
+                    false,
+                )
+                .unwrap();
+        };
+        patch(json!("relative"));
+        wait_for("the render condition", 10, || condition().is_some());
+        let written = condition().unwrap();
+        assert_eq!(written["status"], "True");
+        assert!(
+            written["message"].as_str().unwrap().contains("rootDir"),
+            "{written}"
+        );
+        let response = http.get(&url).bearer_auth(TOKEN).send().unwrap();
+        assert!(response.headers().get("x-nodemgr-stale").is_some());
+        assert_eq!(
+            response.text().unwrap(),
+            good,
+            "the last good bundle is served"
+        );
+        assert_eq!(published(&emulator, "worker").unwrap(), checksum);
+
+        patch(Value::Null);
+        wait_for("the render condition removed", 10, || condition().is_none());
+        assert_eq!(get(&http, &url, Some(TOKEN)).1, good);
+    });
+}

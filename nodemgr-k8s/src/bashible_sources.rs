@@ -251,6 +251,29 @@ impl BashibleSources {
         &self.health
     }
 
+    /// Each NodeGroup's resourceVersion and `status.conditions`, as watched.
+    pub fn group_conditions(&self) -> BTreeMap<String, crate::bashible_status::GroupConditions> {
+        self.groups
+            .1
+            .state()
+            .iter()
+            .filter_map(|g| {
+                let name = g.metadata.name.clone()?;
+                let conditions = g.data["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                Some((
+                    name,
+                    crate::bashible_status::GroupConditions {
+                        resource_version: g.metadata.resource_version.clone(),
+                        conditions,
+                    },
+                ))
+            })
+            .collect()
+    }
+
     /// The cluster as it is in the stores now.
     ///
     /// # Errors

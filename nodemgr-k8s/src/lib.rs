@@ -9,6 +9,7 @@
 
 pub mod bashible_secrets;
 pub mod bashible_sources;
+pub mod bashible_status;
 pub mod cluster;
 pub mod controllers;
 pub mod convert;

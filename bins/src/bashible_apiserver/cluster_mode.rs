@@ -125,6 +125,25 @@ async fn publish(client: &Client, served: &Served) {
     }
 }
 
+/// Puts each group's render error (stale or never rendered) into its NodeGroup's status, and
+/// takes it out once it renders (`nodemgr_k8s::bashible_status`).
+async fn report_failures(client: &Client, watched: &BashibleSources, served: &Served) {
+    let mut failures: BTreeMap<String, String> = served.failed.clone();
+    for (group, entry) in &served.groups {
+        if let Some(why) = &entry.stale_because {
+            failures.insert(group.clone(), why.clone());
+        }
+    }
+    let now = nodemgr_k8s::controllers::now().to_rfc3339();
+    nodemgr_k8s::bashible_status::sync_render_conditions(
+        client,
+        &watched.group_conditions(),
+        &failures,
+        &now,
+    )
+    .await;
+}
+
 /// What the last render was made from.
 type LastInputs = Option<(
     Snapshot,
@@ -153,6 +172,9 @@ async fn refresh(
     let tokens = group_tokens(client, &snapshot.groups).await;
     let inputs = Some((snapshot.clone(), tokens.clone()));
     if !force && *last == inputs {
+        // Nothing to render; a status rewritten by another writer may still need the
+        // render condition back.
+        report_failures(client, watched, &shared.current()).await;
         return;
     }
     *last = inputs;
@@ -165,6 +187,7 @@ async fn refresh(
             );
             shared.replace(served);
             publish(client, &shared.current()).await;
+            report_failures(client, watched, &shared.current()).await;
         }
         Err(error) => {
             tracing::error!(error = %format!("{error:#}"), "render failed; still serving the previous bundles");
@@ -205,6 +228,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     );
     let shared = Arc::new(Shared::new(served));
     publish(&client, &shared.current()).await;
+    report_failures(&client, &watched, &shared.current()).await;
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
