@@ -921,4 +921,67 @@ async fn a_new_configuration_and_a_node_user_roll_onto_every_root() {
             "{node}: {passwd}"
         );
     }
+
+    // A user of the same name that nodemgr did not create blocks the NodeUser carol: the
+    // agent of the node being updated (one at a time: maxConcurrent 1) reports the error in
+    // carol's status under its node name, and clears it once the step applies.
+    let foreign = "carol:x:2000:2000::/home/carol:/bin/bash\n";
+    for node in NODES {
+        let passwd = root(cluster.dir.path(), node).join("etc/passwd");
+        let mut text = std::fs::read_to_string(&passwd).unwrap();
+        text.push_str(foreign);
+        std::fs::write(&passwd, text).unwrap();
+    }
+    cluster
+        .emulator
+        .seed(json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeUser",
+            "metadata": {"name": "carol"},
+            "spec": {"uid": 1502, "isSudoer": false, "nodeGroups": ["worker"],
+                "sshPublicKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJx carol@example"]}}))
+        .unwrap();
+    let carol_errors = || {
+        cluster
+            .emulator
+            .get("deckhouse.io/v1", "NodeUser", "", "carol")
+            .unwrap()["status"]["errors"]
+            .clone()
+    };
+    eventually(
+        &cluster,
+        "carol's error from the node being updated",
+        60,
+        || {
+            NODES.iter().any(|n| {
+                carol_errors()[n]
+                    .as_str()
+                    .is_some_and(|m| m.contains("was not created by nodemgr"))
+            })
+        },
+    )
+    .await;
+    let third = published_checksum(&cluster.emulator).unwrap();
+    for node in NODES {
+        let passwd = root(cluster.dir.path(), node).join("etc/passwd");
+        let text = std::fs::read_to_string(&passwd)
+            .unwrap()
+            .replace(foreign, "");
+        std::fs::write(&passwd, text).unwrap();
+    }
+    eventually(&cluster, "every node applies carol", 120, || {
+        cluster.all_report(&third)
+    })
+    .await;
+    assert!(
+        NODES.iter().all(|n| carol_errors()[n].is_null()),
+        "errors cleared: {}",
+        carol_errors()
+    );
+    for node in NODES {
+        let passwd = std::fs::read_to_string(root(cluster.dir.path(), node).join("etc/passwd"))
+            .unwrap_or_default();
+        assert!(
+            passwd.lines().any(|l| l.starts_with("carol:x:1502:")),
+            "{node}"
+        );
+    }
 }

@@ -33,6 +33,7 @@ pub mod driver;
 pub mod layout;
 pub mod lock;
 pub mod node_api;
+pub mod node_user_status;
 pub mod secret;
 pub mod state_files;
 pub mod step_runner;
