@@ -406,6 +406,27 @@ async fn two_replicas_serve_the_same_bytes_and_share_one_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_gets_401_without_detail_and_the_last_bundles_outlive_the_api() {
     let emulator = emulator().await;
+    let now = i64::try_from(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap();
+    for (token, group, expires) in [
+        ("valid1.0123456789abcdef", "metal", now + 3600),
+        ("stale1.0123456789abcdef", "worker", now - 3600),
+    ] {
+        let token = nodemgr_core::bashible::BootstrapToken::new(token).unwrap();
+        let secret = nodemgr_k8s::controllers::bootstrap_tokens::token_secret(
+            &token,
+            group,
+            Timestamp::from_secs(expires),
+        );
+        emulator
+            .seed(serde_json::to_value(secret).unwrap())
+            .unwrap();
+    }
     let dir = tempfile::tempdir().unwrap();
     let server = tokio::task::block_in_place(|| start(&emulator, dir.path()));
     let http = tokio::task::block_in_place(|| client(&emulator));
@@ -428,6 +449,11 @@ async fn a_wrong_token_gets_401_without_detail_and_the_last_bundles_outlive_the_
             Some("wrong-token-0123456789abcdef"),
         );
         assert_eq!(discovery, wrong);
+        // A group's unexpired bootstrap token reads its group only; an expired one is unknown.
+        let metal = format!("{}/v1/groups/metal/bundle", server.url);
+        assert_eq!(get(&http, &metal, Some("valid1.0123456789abcdef")).0, 200);
+        assert_eq!(get(&http, &url, Some("valid1.0123456789abcdef")).0, 403);
+        assert_eq!(get(&http, &url, Some("stale1.0123456789abcdef")), wrong);
         let (status, body) = get(&http, &url, Some(TOKEN));
         assert_eq!(status, 200);
         body

@@ -21,6 +21,7 @@ use nodemgr_k8s::bashible_sources::{BashibleSources, Snapshot};
 use nodemgr_k8s::controllers::bootstrap_tokens::read_tokens;
 use nodemgr_k8s::tls;
 
+use super::auth::Grant;
 use super::state::{Inputs, Served, Sources};
 use super::{Config, Shared, router, serve, shutdown_signal};
 
@@ -40,28 +41,49 @@ fn tls_names(config: &Config) -> Vec<String> {
     ]
 }
 
-/// Each group's current bootstrap token in the cluster (none when they cannot be read:
-/// logged, and the scripts then need `--bootstrap-token-file`).
+/// What the cluster's bootstrap tokens give a render.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ClusterTokens {
+    /// Each group's current token (baked into its bootstrap scripts).
+    current: BTreeMap<String, nodemgr_core::bashible::BootstrapToken>,
+    /// A grant of its group to every unexpired token with an expiration, until it expires.
+    grants: Vec<Grant>,
+}
+
+/// Reads the groups' bootstrap tokens (none when they cannot be read: logged, and the
+/// scripts then need `--bootstrap-token-file`).
 async fn group_tokens(
     client: &Client,
     groups: &BTreeMap<String, nodemgr_core::model::NodeGroup>,
-) -> BTreeMap<String, nodemgr_core::bashible::BootstrapToken> {
+) -> ClusterTokens {
     let tokens = match read_tokens(client).await {
         Ok(tokens) => tokens,
         Err(error) => {
             tracing::warn!(error = %format!("{error:#}"), "cannot read bootstrap tokens; bootstrap scripts wait for them");
-            return BTreeMap::new();
+            return ClusterTokens::default();
         }
     };
     let now = nodemgr_k8s::controllers::now();
-    groups
+    let current = groups
         .keys()
         .filter_map(|group| {
             nodemgr_core::bootstrap_tokens::current_token(&tokens, group, now)
                 .and_then(|t| t.token.clone())
                 .map(|t| (group.clone(), t))
         })
-        .collect()
+        .collect();
+    let mut grants: Vec<Grant> = tokens
+        .iter()
+        .filter(|t| groups.contains_key(&t.group))
+        .filter_map(|t| {
+            let token = t.token.as_ref()?;
+            let millis = u64::try_from(t.expiration?.as_millis()).ok()?;
+            let expires = std::time::UNIX_EPOCH + Duration::from_millis(millis);
+            Some(Grant::bootstrap_token(token.as_str(), &t.group, expires))
+        })
+        .collect();
+    grants.sort_by_key(|g| g.expires);
+    ClusterTokens { current, grants }
 }
 
 /// Renders the snapshot (off the async threads).
@@ -69,7 +91,7 @@ async fn render(
     sources: &Arc<Sources>,
     renderer: &Arc<Renderer>,
     snapshot: Snapshot,
-    tokens: BTreeMap<String, nodemgr_core::bashible::BootstrapToken>,
+    tokens: ClusterTokens,
     previous: Option<Arc<Served>>,
 ) -> anyhow::Result<Served> {
     for problem in &snapshot.problems {
@@ -82,7 +104,8 @@ async fn render(
         groups: snapshot.groups,
         customisations: snapshot.customisations,
         cluster: snapshot.cluster,
-        group_tokens: tokens,
+        group_tokens: tokens.current,
+        extra_grants: tokens.grants,
     };
     let (sources, renderer) = (Arc::clone(sources), Arc::clone(renderer));
     tokio::task::spawn_blocking(move || sources.render(&inputs, &renderer, previous.as_deref()))
@@ -145,10 +168,7 @@ async fn report_failures(client: &Client, watched: &BashibleSources, served: &Se
 }
 
 /// What the last render was made from.
-type LastInputs = Option<(
-    Snapshot,
-    BTreeMap<String, nodemgr_core::bashible::BootstrapToken>,
-)>;
+type LastInputs = Option<(Snapshot, ClusterTokens)>;
 
 /// One render and publish; the served state is replaced only when the render works. Inputs
 /// equal to `last`'s are not rendered again unless `force` (the periodic resync, which also

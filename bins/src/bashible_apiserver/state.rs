@@ -83,6 +83,8 @@ pub struct Inputs {
     pub cluster: nodemgr_core::bashible::ClusterContext,
     /// Each group's own bootstrap token.
     pub group_tokens: BTreeMap<String, nodemgr_core::bashible::BootstrapToken>,
+    /// Grants beyond the flags' (cluster mode: the groups' unexpired bootstrap tokens).
+    pub extra_grants: Vec<Grant>,
 }
 
 /// Everything served at one moment.
@@ -213,6 +215,7 @@ impl Sources {
                 customisations,
                 cluster,
                 group_tokens,
+                extra_grants: Vec::new(),
             },
             renderer,
             previous,
@@ -235,8 +238,10 @@ impl Sources {
             customisations,
             cluster,
             group_tokens,
+            extra_grants,
         } = inputs;
         let mut grants = self.token_flags.clone();
+        grants.extend(extra_grants.iter().cloned());
         if let Some(path) = &self.tokens_file {
             grants.extend(auth::read_token_file(path)?);
         }
