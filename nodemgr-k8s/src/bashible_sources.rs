@@ -443,6 +443,39 @@ mod tests {
         })
     }
 
+    proptest::proptest! {
+        /// Two replicas that list the same EndpointSlices in any order render the same
+        /// endpoints (the order of a list is not part of the cluster's state).
+        #[test]
+        fn endpoints_do_not_depend_on_list_order(
+            addresses in proptest::collection::vec((0_u8..=255, proptest::bool::ANY), 0..12),
+            rotate in 0_usize..12,
+        ) {
+            let slices: Vec<Arc<EndpointSlice>> = addresses
+                .chunks(3)
+                .map(|chunk| {
+                    let owned: Vec<(String, bool)> =
+                        chunk.iter().map(|(a, r)| (format!("10.0.0.{a}"), *r)).collect();
+                    let borrowed: Vec<(&str, bool)> =
+                        owned.iter().map(|(a, r)| (a.as_str(), *r)).collect();
+                    slice(&borrowed, 6443)
+                })
+                .collect();
+            let mut shuffled = slices.clone();
+            if !shuffled.is_empty() {
+                let by = rotate % shuffled.len();
+                shuffled.rotate_left(by);
+                shuffled.reverse();
+            }
+            let a = api_endpoints(&slices);
+            proptest::prop_assert_eq!(&a, &api_endpoints(&shuffled));
+            let mut sorted = a.clone();
+            sorted.sort();
+            sorted.dedup();
+            proptest::prop_assert_eq!(a, sorted);
+        }
+    }
+
     #[test]
     fn endpoints_are_the_ready_addresses_sorted_with_the_https_port() {
         let slices = [

@@ -107,6 +107,42 @@ pub async fn sync_render_conditions(
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Whatever the conditions and the render outcome, writing what is asked once leaves
+        /// nothing more to write (the writer never flaps on its own), other writers'
+        /// conditions are kept in order, and the condition is there exactly while failing.
+        #[test]
+        fn the_condition_converges_in_one_write(
+            others in proptest::collection::vec("[A-Z][a-z]{1,8}", 0..4),
+            ours in proptest::option::of("[a-z ]{1,20}"),
+            failure in proptest::option::of("[a-z ]{1,20}"),
+        ) {
+            let mut current: Vec<Value> = others
+                .iter()
+                .filter(|t| t.as_str() != CONDITION_TYPE)
+                .map(|t| json!({"type": t, "status": "True"}))
+                .collect();
+            let foreign = current.clone();
+            if let Some(message) = &ours {
+                current.push(json!({"type": CONDITION_TYPE, "status": "True",
+                    "lastTransitionTime": "T0", "message": message}));
+            }
+            let after = desired_conditions(&current, failure.as_deref(), "T1")
+                .unwrap_or_else(|| current.clone());
+            proptest::prop_assert_eq!(desired_conditions(&after, failure.as_deref(), "T2"), None);
+            let kept: Vec<Value> = after
+                .iter()
+                .filter(|c| c["type"] != CONDITION_TYPE)
+                .cloned()
+                .collect();
+            proptest::prop_assert_eq!(kept, foreign);
+            proptest::prop_assert_eq!(
+                after.iter().any(|c| c["type"] == CONDITION_TYPE),
+                failure.is_some()
+            );
+        }
+    }
+
     #[test]
     fn a_failure_adds_the_condition_once_and_success_removes_it() {
         let ready = json!({"type": "Ready", "status": "True"});
