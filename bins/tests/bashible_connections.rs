@@ -203,7 +203,7 @@ async fn serve_in_process(
     let address = listener.local_addr().unwrap().to_string();
     let stats = ConnectionStats::default();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(listener, app, limits, stats.clone(), async {
+    tokio::spawn(serve(listener, app, None, limits, stats.clone(), async {
         let _ = stopped.await;
     }));
     (address, stats, stop)

@@ -1,15 +1,11 @@
 //! The node side end to end, with real processes: the API emulator (in process), the
-//! `node-manager` binary (status and update controllers), the `bashible-apiserver` binary
-//! serving the group's bundle from a manifest file, and three `bashible` agent processes, each
-//! in its own `--root`, each with a stand-in kubelet (a task here) that renews the node's Lease,
-//! reports it Ready and copies the `maxPods` of the kubelet configuration the agent rendered
-//! into its root onto the Node's status.
-//!
-//! Two things stand in for what is not built yet: bashible-apiserver reads its NodeGroup from a
-//! manifest file, so the test writes each change both to the emulator (for node-manager) and to
-//! that file; and nothing in nodemgr writes the Secret
-//! `d8-cloud-instance-manager/configuration-checksums` yet, so the test writes it from the
-//! checksum bashible-apiserver serves (the same value the agents apply).
+//! `node-manager` binary (status and update controllers), the `bashible-apiserver` binary in
+//! cluster mode (watching the emulator, serving over TLS with the self-signed certificate it
+//! stores in its Secret, writing `d8-cloud-instance-manager/configuration-checksums`), and
+//! three `bashible` agent processes, each in its own `--root` and trusting that certificate,
+//! each with a stand-in kubelet (a task here) that renews the node's Lease, reports it Ready
+//! and copies the `maxPods` of the kubelet configuration the agent rendered into its root onto
+//! the Node's status. A change is made once, in the emulator; everything else follows.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup step should panic
 
@@ -19,7 +15,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use base64::Engine as _;
 use nodemgr_core::model::keys;
 use nodemgr_testkit::Emulator;
 use serde_json::{Value, json};
@@ -136,15 +131,47 @@ fn kubelet(emulator: Arc<Emulator>, node: String, root: PathBuf) -> tokio::task:
     })
 }
 
-fn start_apiserver(dir: &Path) -> (Process, String) {
+/// Seeds what bashible-apiserver reads besides NodeGroups: the API server's EndpointSlice
+/// and the cluster CA ConfigMap.
+fn seed_cluster_context(emulator: &Emulator) {
+    if emulator.get("v1", "Namespace", "", "default").is_none() {
+        emulator
+            .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}))
+            .unwrap();
+    }
+    emulator
+        .seed(
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": true}}],
+            "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}),
+        )
+        .unwrap();
+    emulator
+        .seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kube-root-ca.crt", "namespace": keys::NAMESPACE},
+            "data": {"ca.crt": CA}}))
+        .unwrap();
+}
+
+/// Starts bashible-apiserver in cluster mode against `emulator`; returns it, its `https://`
+/// URL, and writes the serving certificate it stored to `dir/server-ca.crt`.
+fn start_apiserver(emulator: &Emulator, dir: &Path) -> (Process, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"))
-        .args(["--listen", "127.0.0.1:0", "--watch-interval", "200ms"])
+        .args([
+            "--from-cluster",
+            "--listen",
+            "127.0.0.1:0",
+            "--debounce",
+            "200ms",
+        ])
+        .arg("--kubeconfig")
+        .arg(emulator.kubeconfig_path())
+        .args(["--tls-name", "127.0.0.1"])
         .arg("--tokens-file")
         .arg(dir.join("tokens"))
-        .args(["--api-endpoint", "10.0.0.1:6443"])
-        .arg("--ca-file")
-        .arg(dir.join("ca.crt"))
-        .arg(dir.join("groups"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -158,12 +185,27 @@ fn start_apiserver(dir: &Path) -> (Process, String) {
         .strip_prefix("listening on ")
         .unwrap()
         .to_owned();
-    (Process(child), format!("http://{address}"))
+    let secret = emulator
+        .get("v1", "Secret", keys::NAMESPACE, "bashible-apiserver-tls")
+        .expect("bashible-apiserver stored its certificate");
+    let cert =
+        nodemgr_k8s::cluster::decode_checksum(secret["data"]["tls.crt"].as_str().unwrap()).unwrap();
+    std::fs::write(dir.join("server-ca.crt"), cert).unwrap();
+    (Process(child), format!("https://{address}"))
 }
 
-fn served_checksum(server: &str) -> String {
+/// An HTTPS client trusting the server's certificate in `dir`.
+fn https_client(dir: &Path) -> reqwest::blocking::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let text = reqwest::blocking::Client::new()
+    let pem = std::fs::read(dir.join("server-ca.crt")).unwrap();
+    reqwest::blocking::Client::builder()
+        .tls_certs_only(reqwest::Certificate::from_pem_bundle(&pem).unwrap())
+        .build()
+        .unwrap()
+}
+
+fn served_checksum(dir: &Path, server: &str) -> String {
+    let text = https_client(dir)
         .get(format!("{server}/v1/groups/worker/checksum"))
         .bearer_auth(TOKEN)
         .send()
@@ -172,6 +214,14 @@ fn served_checksum(server: &str) -> String {
         .unwrap();
     let body: Value = serde_json::from_str(&text).unwrap();
     body["checksum"].as_str().unwrap().to_owned()
+}
+
+/// The checksum of `worker` in the checksums Secret bashible-apiserver keeps.
+fn published_checksum(emulator: &Emulator) -> Option<String> {
+    emulator
+        .get("v1", "Secret", keys::NAMESPACE, "configuration-checksums")
+        .and_then(|s| s["data"]["worker"].as_str().map(str::to_owned))
+        .and_then(|v| nodemgr_k8s::cluster::decode_checksum(&v))
 }
 
 impl Cluster {
@@ -197,19 +247,17 @@ impl Cluster {
                 .unwrap();
         }
         emulator.seed(group_object(&spec)).unwrap();
+        seed_cluster_context(&emulator);
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("groups")).unwrap();
-        // JSON is YAML: bashible-apiserver reads the same object the emulator holds.
-        std::fs::write(
-            dir.path().join("groups/worker.yaml"),
-            group_object(&spec).to_string(),
-        )
-        .unwrap();
-        std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
         std::fs::write(dir.path().join("tokens"), format!("{TOKEN} worker\n")).unwrap();
-        let (apiserver, server) = tokio::task::block_in_place(|| start_apiserver(dir.path()));
-        let checksum = tokio::task::block_in_place(|| served_checksum(&server));
-        write_checksum_secret(&emulator, &checksum);
+        let (apiserver, server) =
+            tokio::task::block_in_place(|| start_apiserver(&emulator, dir.path()));
+        let checksum = tokio::task::block_in_place(|| served_checksum(dir.path(), &server));
+        assert_eq!(
+            published_checksum(&emulator).as_deref(),
+            Some(checksum.as_str()),
+            "bashible-apiserver publishes the checksum it serves before it listens"
+        );
         let mut kubelets = Vec::new();
         for node in NODES {
             let root = root(dir.path(), node);
@@ -274,6 +322,8 @@ impl Cluster {
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_bashible"))
             .args(["--bundle-server", &self.server, "--node-name", node])
+            .arg("--bundle-server-ca")
+            .arg(self.dir.path().join("server-ca.crt"))
             .arg("--root")
             .arg(root(self.dir.path(), node))
             .args(["--loop", "1s", "--poll-interval", "300ms"])
@@ -290,12 +340,10 @@ impl Cluster {
         std::fs::read_to_string(self.dir.path().join(format!("{node}.log"))).unwrap_or_default()
     }
 
-    /// Changes the group's spec (a merge patch) in the emulator and in bashible-apiserver's
-    /// manifest, waits for the new checksum to be served and publishes it in the checksums
-    /// Secret.
+    /// Changes the group's spec (a merge patch) in the emulator, and waits for
+    /// bashible-apiserver to serve the new checksum and publish it in the checksums Secret.
     fn change_spec(&self, patch: Value, old: &str) -> String {
-        let changed = self
-            .emulator
+        self.emulator
             .merge_patch(
                 "deckhouse.io/v1",
                 "NodeGroup",
@@ -305,24 +353,29 @@ impl Cluster {
                 false,
             )
             .unwrap();
-        std::fs::write(
-            self.dir.path().join("groups/worker.yaml"),
-            group_object(&changed["spec"]).to_string(),
-        )
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(20);
         loop {
-            let now = tokio::task::block_in_place(|| served_checksum(&self.server));
-            if now != old {
-                write_checksum_secret(&self.emulator, &now);
+            if let Some(now) = published_checksum(&self.emulator)
+                && now != old
+            {
+                println!(
+                    "NodeGroup edit -> checksum Secret changed in {} ms",
+                    started.elapsed().as_millis()
+                );
+                assert_eq!(self.served(), now, "the Secret holds the served checksum");
                 return now;
             }
             assert!(
                 Instant::now() < deadline,
-                "bashible-apiserver did not reload"
+                "bashible-apiserver did not publish a new checksum"
             );
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    fn served(&self) -> String {
+        tokio::task::block_in_place(|| served_checksum(self.dir.path(), &self.server))
     }
 
     fn change_max_pods(&self, max_pods: u32, old: &str) -> String {
@@ -330,7 +383,7 @@ impl Cluster {
     }
 
     async fn converged(&self) -> String {
-        let first = tokio::task::block_in_place(|| served_checksum(&self.server));
+        let first = self.served();
         eventually(self, "every node applies its first bundle", 60, || {
             self.all_report(&first)
         })
@@ -375,30 +428,6 @@ impl Cluster {
     }
 }
 
-fn write_checksum_secret(emulator: &Emulator, checksum: &str) {
-    let encoded = base64::engine::general_purpose::STANDARD.encode(checksum);
-    let secret = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "configuration-checksums", "namespace": keys::NAMESPACE},
-        "type": "Opaque", "data": {"worker": encoded}});
-    if emulator
-        .get("v1", "Secret", keys::NAMESPACE, "configuration-checksums")
-        .is_some()
-    {
-        emulator
-            .merge_patch(
-                "v1",
-                "Secret",
-                keys::NAMESPACE,
-                "configuration-checksums",
-                &json!({"data": {"worker": encoded}}),
-                false,
-            )
-            .unwrap();
-    } else {
-        emulator.seed(secret).unwrap();
-    }
-}
-
 async fn eventually(cluster: &Cluster, what: &str, secs: u64, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < deadline {
@@ -423,7 +452,7 @@ fn kubelet_max_pods(dir: &Path, node: &str) -> Option<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_max_pods_change_rolls_onto_every_root_under_max_concurrent() {
     let cluster = Cluster::start().await;
-    let first = tokio::task::block_in_place(|| served_checksum(&cluster.server));
+    let first = cluster.served();
     eventually(&cluster, "every node applies its first bundle", 60, || {
         cluster.all_report(&first)
     })
@@ -510,6 +539,8 @@ async fn a_max_pods_change_rolls_onto_every_root_under_max_concurrent() {
     for _ in 0..runs {
         let status = Command::new(env!("CARGO_BIN_EXE_bashible"))
             .args(["--bundle-server", &cluster.server, "--node-name", "node-0"])
+            .arg("--bundle-server-ca")
+            .arg(cluster.dir.path().join("server-ca.crt"))
             .arg("--root")
             .arg(root(cluster.dir.path(), "node-0"))
             .env("RUST_LOG", "warn")
@@ -534,7 +565,7 @@ async fn a_max_pods_change_rolls_onto_every_root_under_max_concurrent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_step_emits_an_event_and_is_retried_until_it_succeeds() {
     let cluster = Cluster::start().await;
-    let first = tokio::task::block_in_place(|| served_checksum(&cluster.server));
+    let first = cluster.served();
     eventually(&cluster, "every node applies its first bundle", 60, || {
         cluster.all_report(&first)
     })
@@ -835,4 +866,122 @@ async fn an_unreachable_bundle_server_and_a_deleted_node_are_logged_and_retried(
             .join("var/lib/bashible/configuration_checksum")
             .exists()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_configuration_and_a_node_user_roll_onto_every_root() {
+    let cluster = Cluster::start().await;
+    let first = cluster.converged().await;
+    cluster
+        .emulator
+        .seed(json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "NodeGroupConfiguration",
+            "metadata": {"name": "motd.sh"},
+            "spec": {"weight": 50, "nodeGroups": ["worker"],
+                "content": "mkdir -p \"$BB_ROOT/etc\"\necho 'configured by nodemgr' >\"$BB_ROOT/etc/motd\"\n"}}))
+        .unwrap();
+    cluster
+        .emulator
+        .seed(json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeUser",
+            "metadata": {"name": "alice"},
+            "spec": {"uid": 1501, "isSudoer": false, "nodeGroups": ["worker"],
+                "sshPublicKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJx alice@example"]}}))
+        .unwrap();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(20);
+    let second = loop {
+        match published_checksum(&cluster.emulator) {
+            Some(now) if now != first => break now,
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "no new checksum published");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!(
+        "NodeGroupConfiguration + NodeUser created -> checksum Secret changed in {} ms",
+        started.elapsed().as_millis()
+    );
+    eventually(&cluster, "every node reports the new checksum", 120, || {
+        cluster.all_report(&second)
+    })
+    .await;
+    for node in NODES {
+        // In a test root the operator's script is written, not run (docs/bundles.md).
+        let script = std::fs::read_to_string(
+            root(cluster.dir.path(), node).join("var/lib/bashible/configurations/050_motd.sh"),
+        )
+        .unwrap_or_default();
+        assert!(
+            script.contains("configured by nodemgr"),
+            "{node}: {script:?}"
+        );
+        let passwd = std::fs::read_to_string(root(cluster.dir.path(), node).join("etc/passwd"))
+            .unwrap_or_default();
+        assert!(
+            passwd.lines().any(|l| l.starts_with("alice:x:1501:")),
+            "{node}: {passwd}"
+        );
+    }
+
+    // A user of the same name that nodemgr did not create blocks the NodeUser carol: the
+    // agent of the node being updated (one at a time: maxConcurrent 1) reports the error in
+    // carol's status under its node name, and clears it once the step applies.
+    let foreign = "carol:x:2000:2000::/home/carol:/bin/bash\n";
+    for node in NODES {
+        let passwd = root(cluster.dir.path(), node).join("etc/passwd");
+        let mut text = std::fs::read_to_string(&passwd).unwrap();
+        text.push_str(foreign);
+        std::fs::write(&passwd, text).unwrap();
+    }
+    cluster
+        .emulator
+        .seed(json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeUser",
+            "metadata": {"name": "carol"},
+            "spec": {"uid": 1502, "isSudoer": false, "nodeGroups": ["worker"],
+                "sshPublicKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJx carol@example"]}}))
+        .unwrap();
+    let carol_errors = || {
+        cluster
+            .emulator
+            .get("deckhouse.io/v1", "NodeUser", "", "carol")
+            .unwrap()["status"]["errors"]
+            .clone()
+    };
+    eventually(
+        &cluster,
+        "carol's error from the node being updated",
+        60,
+        || {
+            NODES.iter().any(|n| {
+                carol_errors()[n]
+                    .as_str()
+                    .is_some_and(|m| m.contains("was not created by nodemgr"))
+            })
+        },
+    )
+    .await;
+    let third = published_checksum(&cluster.emulator).unwrap();
+    for node in NODES {
+        let passwd = root(cluster.dir.path(), node).join("etc/passwd");
+        let text = std::fs::read_to_string(&passwd)
+            .unwrap()
+            .replace(foreign, "");
+        std::fs::write(&passwd, text).unwrap();
+    }
+    eventually(&cluster, "every node applies carol", 120, || {
+        cluster.all_report(&third)
+    })
+    .await;
+    assert!(
+        NODES.iter().all(|n| carol_errors()[n].is_null()),
+        "errors cleared: {}",
+        carol_errors()
+    );
+    for node in NODES {
+        let passwd = std::fs::read_to_string(root(cluster.dir.path(), node).join("etc/passwd"))
+            .unwrap_or_default();
+        assert!(
+            passwd.lines().any(|l| l.starts_with("carol:x:1502:")),
+            "{node}"
+        );
+    }
 }

@@ -170,6 +170,14 @@ pub fn group_status(input: &StatusInput<'_>) -> NodeGroupStatus {
         input.error.map(str::to_owned),
     ));
     let previous = input.previous.and_then(|p| p.conditions.as_deref());
+    // Conditions of types computed elsewhere (bashible-apiserver's `BundleRenderFailed`) are
+    // kept as they are, so that the two writers do not undo each other.
+    let foreign: Vec<Condition> = previous
+        .unwrap_or_default()
+        .iter()
+        .filter(|o| !conditions.iter().any(|c| c.type_ == o.type_))
+        .cloned()
+        .collect();
     let now = input.now.to_rfc3339();
     for c in &mut conditions {
         let kept = previous
@@ -180,6 +188,7 @@ pub fn group_status(input: &StatusInput<'_>) -> NodeGroupStatus {
             .and_then(|o| o.last_transition_time.clone());
         c.last_transition_time = Some(kept.unwrap_or_else(|| now.clone()));
     }
+    conditions.extend(foreign);
 
     let status_message = if let Some(e) = input.error {
         e.to_owned()
@@ -460,6 +469,26 @@ mod tests {
             .as_ref()
             .and_then(|c| c.iter().find(|c| c.type_ == t))
             .unwrap()
+    }
+
+    #[test]
+    fn conditions_of_other_writers_are_kept_and_equal_status_is_stable() {
+        let g = group(NodeType::Static, None);
+        let nodes = vec![node("a", true, "abc")];
+        let first = group_status(&input(&g, &nodes));
+        let mut previous = first.clone();
+        let foreign = Condition {
+            type_: "BundleRenderFailed".into(),
+            status: "True".into(),
+            last_transition_time: Some("2026-01-01T00:00:00Z".into()),
+            message: Some("spec.kubelet.rootDir: not accepted".into()),
+        };
+        previous.conditions.as_mut().unwrap().push(foreign.clone());
+        let mut with_previous = input(&g, &nodes);
+        with_previous.previous = Some(&previous);
+        let again = group_status(&with_previous);
+        assert_eq!(cond(&again, "BundleRenderFailed"), &foreign);
+        assert_eq!(again, previous, "nothing changed: no write");
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //! PKCS#10 reader of kubelet serving CSRs ([`pkcs10`]) and the
 //! HTTP endpoints and shutdown signal of the controller binary ([`serve`]).
 
+pub mod bashible_secrets;
+pub mod bashible_sources;
+pub mod bashible_status;
 pub mod cluster;
 pub mod controllers;
 pub mod convert;
@@ -18,5 +21,6 @@ pub mod pkcs10;
 pub mod serve;
 pub mod settings;
 pub mod supervisor;
+pub mod tls;
 pub mod watch_backoff;
 pub mod watch_health;

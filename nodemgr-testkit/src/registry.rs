@@ -181,6 +181,7 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "", version: "v1", plural: "services", singular: "service", kind: "Service", namespaced: true, short_names: &["svc"], subresources: &["status"], fields: &[] },
     Builtin { group: "", version: "v1", plural: "serviceaccounts", singular: "serviceaccount", kind: "ServiceAccount", namespaced: true, short_names: &["sa"], subresources: &[], fields: &[] },
     Builtin { group: "events.k8s.io", version: "v1", plural: "events", singular: "event", kind: "Event", namespaced: true, short_names: &["ev"], subresources: &[], fields: &["reason", "type", "reportingController", "regarding.kind", "regarding.name", "regarding.namespace", "regarding.uid"] },
+    Builtin { group: "discovery.k8s.io", version: "v1", plural: "endpointslices", singular: "endpointslice", kind: "EndpointSlice", namespaced: true, short_names: &[], subresources: &[], fields: &[] },
     Builtin { group: "coordination.k8s.io", version: "v1", plural: "leases", singular: "lease", kind: "Lease", namespaced: true, short_names: &[], subresources: &[], fields: &[] },
     Builtin { group: "policy", version: "v1", plural: "poddisruptionbudgets", singular: "poddisruptionbudget", kind: "PodDisruptionBudget", namespaced: true, short_names: &["pdb"], subresources: &["status"], fields: &[] },
     Builtin { group: "apiextensions.k8s.io", version: "v1", plural: "customresourcedefinitions", singular: "customresourcedefinition", kind: "CustomResourceDefinition", namespaced: false, short_names: &["crd", "crds"], subresources: &["status"], fields: &[] },

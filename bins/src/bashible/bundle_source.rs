@@ -126,17 +126,27 @@ pub struct BundleServer {
 }
 
 impl BundleServer {
-    /// A client of the server at `base` (`http://host:port`) with `token`.
+    /// A client of the server at `base` (`http://host:port` or `https://host:port`) with
+    /// `token`; `ca_pem`, when given, holds the only certificates an `https` server is
+    /// trusted by (bashible-apiserver's self-signed certificate, say).
     ///
     /// # Errors
-    /// When the HTTP client cannot be built.
-    pub fn new(base: &str, token: Secret, timeout: Duration) -> Result<Self, reqwest::Error> {
+    /// When `ca_pem` holds no certificate, or the HTTP client cannot be built.
+    pub fn new(
+        base: &str,
+        token: Secret,
+        timeout: Duration,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Self, reqwest::Error> {
         // reqwest has no built-in crypto provider in this workspace: ring, as everywhere.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(timeout)
-            .timeout(timeout)
-            .build()?;
+            .timeout(timeout);
+        if let Some(pem) = ca_pem {
+            builder = builder.tls_certs_only(reqwest::Certificate::from_pem_bundle(pem)?);
+        }
+        let http = builder.build()?;
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             token,

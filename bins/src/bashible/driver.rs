@@ -356,6 +356,20 @@ impl Driver {
                 outcome.describe()
             );
         }
+        if super::node_user_status::is_node_users_step(name) {
+            match super::node_user_status::report(
+                self.api.client(),
+                &self.node,
+                &outcome.stderr_tail,
+            )
+            .await
+            {
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "cannot report the NodeUsers' status; reported after the step's next run");
+                }
+            }
+        }
         Ok(StepOutcome {
             step: name.to_owned(),
             exit_code: if outcome.timed_out {

@@ -33,6 +33,7 @@ pub mod driver;
 pub mod layout;
 pub mod lock;
 pub mod node_api;
+pub mod node_user_status;
 pub mod secret;
 pub mod state_files;
 pub mod step_runner;
@@ -50,9 +51,13 @@ use crate::duration_flag as duration;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "bashible", version, about = "the nodemgr node agent: applies the NodeGroup's bundle to this machine", long_about = None)]
 pub struct Config {
-    /// URL of bashible-apiserver (`http://HOST:PORT`).
+    /// URL of bashible-apiserver (`https://HOST:PORT`, or `http://` for file mode).
     #[arg(long, value_name = "URL")]
     pub bundle_server: String,
+    /// PEM file of the certificates the bundle server is trusted by (its self-signed
+    /// certificate from the `bashible-apiserver-tls` Secret); default: the system's roots.
+    #[arg(long, value_name = "FILE")]
+    pub bundle_server_ca: Option<PathBuf>,
     /// File holding the bundle server's bearer token (default `/var/lib/bashible/bundle-token`
     /// under the root).
     #[arg(long, value_name = "FILE")]
@@ -122,9 +127,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .unwrap_or_else(|| layout.bundle_token());
     let token = secret::Secret::read_from(&token_file)
         .context("the bundle server's token (--bundle-token-file)")?;
-    let server =
-        bundle_source::BundleServer::new(&config.bundle_server, token, config.http_timeout)
-            .context("cannot build the HTTP client")?;
+    let ca = match &config.bundle_server_ca {
+        Some(path) => Some(std::fs::read(path).with_context(|| {
+            format!("cannot read the bundle server's CA file {}", path.display())
+        })?),
+        None => None,
+    };
+    let server = bundle_source::BundleServer::new(
+        &config.bundle_server,
+        token,
+        config.http_timeout,
+        ca.as_deref(),
+    )
+    .context("cannot build the HTTP client (is --bundle-server-ca a PEM certificate?)")?;
     let api = node_api::NodeApi::connect(&layout, config.kubeconfig.as_deref(), &node).await?;
     tracing::info!(
         %node,

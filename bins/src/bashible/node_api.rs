@@ -71,6 +71,13 @@ pub struct NodeApi {
     pub credentials: &'static str,
 }
 
+impl NodeApi {
+    /// The kube client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
 async fn client_from_kubeconfig(path: &Path) -> Result<Client, ApiError> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let bad = |e: kube::config::KubeconfigError| {

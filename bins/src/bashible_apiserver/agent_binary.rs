@@ -78,9 +78,10 @@ pub fn agent_install(
     let Some(url) = public_url.filter(|_| serves_binary) else {
         return Ok(None);
     };
-    let grant = grants
-        .iter()
-        .find(|g| matches!(&g.scope, Scope::Groups(groups) if groups.contains(group)));
+    // Never an expiring grant (a bootstrap token): the installed agent keeps its token.
+    let grant = grants.iter().find(|g| {
+        g.expires.is_none() && matches!(&g.scope, Scope::Groups(groups) if groups.contains(group))
+    });
     match grant {
         Some(grant) => AgentInstall::new(url, grant.token()).map(Some),
         None => {

@@ -35,6 +35,8 @@ pub struct Grant {
     token: String,
     /// What the token may read.
     pub scope: Scope,
+    /// When the grant ends (a bootstrap token's expiration); `None`: never.
+    pub expires: Option<std::time::SystemTime>,
 }
 
 impl std::fmt::Debug for Grant {
@@ -91,7 +93,18 @@ impl Grant {
         Ok(Self {
             token: token.to_owned(),
             scope: parse_scope(scope)?,
+            expires: None,
         })
+    }
+
+    /// A grant of `group` to a NodeGroup's bootstrap token (`id.secret`), until `expires`
+    /// (cluster mode: a node still bootstrapping reads its group's bundle with it).
+    pub fn bootstrap_token(token: &str, group: &str, expires: std::time::SystemTime) -> Self {
+        Self {
+            token: token.to_owned(),
+            scope: Scope::Groups(std::iter::once(group.to_owned()).collect()),
+            expires: Some(expires),
+        }
     }
 }
 
@@ -117,6 +130,7 @@ pub fn read_token_file(path: &Path) -> anyhow::Result<Vec<Grant>> {
         grants.push(Grant {
             token: token.to_owned(),
             scope: parse_scope(scope).with_context(|| place.clone())?,
+            expires: None,
         });
     }
     Ok(grants)
@@ -153,8 +167,18 @@ impl Access {
     }
 }
 
-/// Decides what the `Authorization` header value allows.
+/// Decides what the `Authorization` header value allows now.
 pub fn access(grants: &[Grant], authorization: Option<&str>) -> Access {
+    access_at(grants, authorization, std::time::SystemTime::now())
+}
+
+/// Decides what the `Authorization` header value allows at `now`: an expired grant is as
+/// unknown as a wrong token.
+pub fn access_at(
+    grants: &[Grant],
+    authorization: Option<&str>,
+    now: std::time::SystemTime,
+) -> Access {
     let Some(token) = authorization
         .and_then(|h| h.strip_prefix("Bearer "))
         .map(str::trim)
@@ -165,6 +189,7 @@ pub fn access(grants: &[Grant], authorization: Option<&str>) -> Access {
     let scopes: Vec<Scope> = grants
         .iter()
         .filter(|g| constant_time_eq(g.token.as_bytes(), token.as_bytes()))
+        .filter(|g| g.expires.is_none_or(|end| now < end))
         .map(|g| g.scope.clone())
         .collect();
     if scopes.is_empty() {
@@ -218,6 +243,26 @@ mod tests {
         assert!(!worker.allows("gpu"));
         assert!(access(&grants, Some(&format!("Bearer {T2}"))).allows("gpu"));
         assert!(Grant::from_flag("no-equals-sign-here").is_err());
+        let start = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000);
+        let bootstrap = vec![Grant::bootstrap_token(
+            "abcdef.0123456789abcdef",
+            "metal",
+            start,
+        )];
+        let header = Some("Bearer abcdef.0123456789abcdef");
+        assert!(
+            access_at(
+                &bootstrap,
+                header,
+                start - std::time::Duration::from_secs(1)
+            )
+            .allows("metal")
+        );
+        assert_eq!(
+            access_at(&bootstrap, header, start),
+            Access::Unknown,
+            "expired"
+        );
         assert!(Grant::from_flag(&format!("{T1}=")).is_err());
     }
 }

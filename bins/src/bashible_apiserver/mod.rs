@@ -12,13 +12,14 @@
 //! | `GET /v1/groups/{group}/bootstrap.sh` | the bootstrap script (needs the group's token in `--bootstrap-token-dir`, or `--bootstrap-token-file` and a `*` bearer token: see [`state`]) |
 //! | `GET /v1/groups/{group}/cleanup.sh` | the cleanup script |
 //! | `GET /v1/agent/bashible` | the node agent's binary (`--agent-binary`), any known token |
-//! | `GET /apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/{bundle}.{group}` | the bundle as Deckhouse's `NodeGroupBundle` object (`data`: step name → script) |
-//! | `GET /apis/bashible.deckhouse.io/v1alpha1/bootstrap/{bundle}.{group}` | the bootstrap script as a `Bootstrap` object (`data["bootstrap.sh"]`) |
+//! | `GET /metrics` | OpenMetrics ([`metrics`]), no token needed |
+//! | `GET /apis/bashible.deckhouse.io/v1alpha1/...` | the aggregated API ([`aggregated`]) |
 //!
 //! Connections are bounded by a header-read timeout, an idle timeout and a connection limit
 //! ([`serve`]).
 //!
-//! Every path but `/healthz` needs `Authorization: Bearer TOKEN`: **401** without one or with
+//! Every path but `/healthz` and `/metrics` needs `Authorization: Bearer TOKEN`: **401**
+//! (`{"error":"Unauthorized"}`, the same for a missing and a wrong token) without one or with
 //! an unknown token, **403** with a token not granted for the group, **404** for a group that
 //! is not served, **503** for a group that has never rendered (the body says why) or a
 //! bootstrap script without a configured bootstrap token. Tokens come from `--tokens-file`
@@ -31,15 +32,16 @@
 //! (checked every `--watch-interval`;
 //! `0s` turns polling off). A reload that cannot read its sources keeps serving what it served;
 //! a group that stops rendering keeps its last good entry, and the failure is logged.
-//! Reading NodeGroups from the Kubernetes API (in-cluster, as Deckhouse's extension API server
-//! does) is not implemented yet: feed it manifests.
 //!
-//! # Not done here
-//! TLS: the server speaks plain HTTP. Bearer tokens and the bootstrap token travel in clear, so
-//! listen on loopback or put a TLS-terminating proxy in front.
+//! That is file mode (plain HTTP, for offline use). With `--from-cluster` everything comes from
+//! the Kubernetes API, the checksum and manual-bootstrap Secrets are kept, and the server
+//! speaks TLS only: see [`cluster_mode`] and `docs/bashible-apiserver.md`.
 
 pub mod agent_binary;
+pub mod aggregated;
 pub mod auth;
+pub mod cluster_mode;
+pub mod metrics;
 pub mod serve;
 pub mod state;
 
@@ -68,9 +70,36 @@ pub struct Config {
     /// Address to listen on (port 0 picks a free port; the address is printed on stdout).
     #[arg(long, default_value = "127.0.0.1:9600")]
     pub listen: SocketAddr,
-    /// NodeGroup manifest files or directories (*.yaml, *.yml, *.json).
-    #[arg(required = true, value_name = "MANIFESTS")]
+    /// NodeGroup, NodeGroupConfiguration and NodeUser manifest files or directories (*.yaml,
+    /// *.yml, *.json): file mode, plain HTTP. Without them, --from-cluster.
+    #[arg(
+        value_name = "MANIFESTS",
+        required_unless_present = "from_cluster",
+        conflicts_with = "from_cluster"
+    )]
     pub manifests: Vec<PathBuf>,
+    /// Cluster mode: read NodeGroups, NodeGroupConfigurations, NodeUsers and the cluster
+    /// context from the Kubernetes API (watches), keep the checksum and manual-bootstrap
+    /// Secrets, and serve over TLS only.
+    #[arg(long)]
+    pub from_cluster: bool,
+    /// Kubeconfig of cluster mode (default: in-cluster, then KUBECONFIG, ~/.kube/config).
+    #[arg(long, value_name = "FILE", requires = "from_cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the settings, CA and TLS objects and of the Secrets kept (cluster mode).
+    #[arg(long, default_value = nodemgr_core::model::keys::NAMESPACE)]
+    pub namespace: String,
+    /// Secret with the serving certificate (`tls.crt`, `tls.key`) in --namespace; generated
+    /// self-signed and stored when absent (cluster mode).
+    #[arg(long, default_value = "bashible-apiserver-tls")]
+    pub tls_secret: String,
+    /// DNS name or IP address of a generated certificate (repeatable; default: the Service
+    /// names `bashible-apiserver.<namespace>.svc[.cluster.local]`, `localhost`, `127.0.0.1`).
+    #[arg(long = "tls-name", value_name = "NAME")]
+    pub tls_names: Vec<String>,
+    /// How long cluster changes settle before a re-render (cluster mode).
+    #[arg(long, default_value = "200ms", value_parser = parse_interval)]
+    pub debounce: Duration,
     /// Bearer-token grants file: lines `TOKEN GROUP[,GROUP...]` or `TOKEN *`.
     #[arg(long, value_name = "FILE")]
     pub tokens_file: Option<PathBuf>,
@@ -171,14 +200,14 @@ impl Shared {
         }
     }
 
-    fn current(&self) -> Arc<Served> {
+    pub(crate) fn current(&self) -> Arc<Served> {
         match self.served.read() {
             Ok(guard) => Arc::clone(&guard),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
         }
     }
 
-    fn replace(&self, served: Served) {
+    pub(crate) fn replace(&self, served: Served) {
         let served = Arc::new(served);
         match self.served.write() {
             Ok(mut guard) => *guard = served,
@@ -189,12 +218,12 @@ impl Shared {
 
 /// Why a request is refused: a status and a message, sent as `{"error": message}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Refusal {
+pub(crate) struct Refusal {
     status: StatusCode,
     message: String,
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Refusal {
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Refusal {
     Refusal {
         status,
         message: message.into(),
@@ -215,8 +244,14 @@ impl IntoResponse for Refusal {
     }
 }
 
+/// The answer to a missing, wrong or expired bearer token: 401 `Unauthorized`, the same
+/// whatever was wrong, so that nothing about the known tokens leaks.
+pub(crate) fn unauthorized() -> Refusal {
+    error(StatusCode::UNAUTHORIZED, "Unauthorized")
+}
+
 /// Checks the token and finds the group's entry, or says why not.
-fn authorize(
+pub(crate) fn authorize(
     served: &Served,
     headers: &HeaderMap,
     group: &str,
@@ -225,11 +260,7 @@ fn authorize(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     match auth::access(&served.grants, authorization) {
-        Access::Missing => Err(error(
-            StatusCode::UNAUTHORIZED,
-            "missing bearer token: send `Authorization: Bearer TOKEN`",
-        )),
-        Access::Unknown => Err(error(StatusCode::UNAUTHORIZED, "unknown bearer token")),
+        Access::Missing | Access::Unknown => Err(unauthorized()),
         access if !access.allows(group) => Err(error(
             StatusCode::FORBIDDEN,
             format!("this token may not read NodeGroup {group}"),
@@ -266,7 +297,7 @@ fn stale_header(mut response: Response, entry: &GroupEntry) -> Response {
     response
 }
 
-type AppState = State<Arc<Shared>>;
+pub(crate) type AppState = State<Arc<Shared>>;
 
 async fn healthz() -> &'static str {
     "ok"
@@ -279,8 +310,7 @@ async fn list_groups(State(shared): AppState, headers: HeaderMap) -> Response {
         .and_then(|v| v.to_str().ok());
     let access = auth::access(&served.grants, authorization);
     match access {
-        Access::Missing => error(StatusCode::UNAUTHORIZED, "missing bearer token").into_response(),
-        Access::Unknown => error(StatusCode::UNAUTHORIZED, "unknown bearer token").into_response(),
+        Access::Missing | Access::Unknown => unauthorized().into_response(),
         access => {
             let groups: Vec<_> = served
                 .groups
@@ -320,7 +350,7 @@ async fn checksum(
 }
 
 /// The bootstrap script the request's bearer token may read (see [`state`]).
-fn bootstrap_of(
+pub(crate) fn bootstrap_of(
     served: &Served,
     entry: &GroupEntry,
     headers: &HeaderMap,
@@ -375,60 +405,9 @@ async fn cleanup(
     }
 }
 
-/// `<bundle>.<group>` (Deckhouse's object names) or a bare `<group>`: the group is the part
-/// after the last dot (group names hold no dots).
-fn group_of(name: &str) -> &str {
-    name.rsplit('.').next().unwrap_or(name)
-}
-
-async fn deckhouse_bundle(
-    State(shared): AppState,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    match authorize(&shared.current(), &headers, group_of(&name)) {
-        Ok(entry) => {
-            let data: serde_json::Map<String, serde_json::Value> = entry
-                .bundle
-                .steps
-                .iter()
-                .map(|s| (s.name.clone(), json!(s.script)))
-                .collect();
-            axum::Json(json!({
-                "apiVersion": "bashible.deckhouse.io/v1alpha1",
-                "kind": "NodeGroupBundle",
-                "metadata": { "name": name },
-                "data": data,
-            }))
-            .into_response()
-        }
-        Err(refusal) => refusal.into_response(),
-    }
-}
-
-async fn deckhouse_bootstrap(
-    State(shared): AppState,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let served = shared.current();
-    match authorize(&served, &headers, group_of(&name))
-        .and_then(|entry| bootstrap_of(&served, &entry, &headers, group_of(&name)))
-    {
-        Ok(text) => axum::Json(json!({
-            "apiVersion": "bashible.deckhouse.io/v1alpha1",
-            "kind": "Bootstrap",
-            "metadata": { "name": name },
-            "data": { "bootstrap.sh": text },
-        }))
-        .into_response(),
-        Err(refusal) => refusal.into_response(),
-    }
-}
-
 /// The HTTP routes over `shared`.
 pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/groups", get(list_groups))
         .route("/v1/groups/{group}/bundle", get(bundle))
@@ -436,15 +415,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/groups/{group}/bootstrap.sh", get(bootstrap))
         .route("/v1/groups/{group}/cleanup.sh", get(cleanup))
         .route("/v1/agent/bashible", get(agent_binary::agent_binary))
-        .route(
-            "/apis/bashible.deckhouse.io/v1alpha1/nodegroupbundles/{name}",
-            get(deckhouse_bundle),
-        )
-        .route(
-            "/apis/bashible.deckhouse.io/v1alpha1/bootstrap/{name}",
-            get(deckhouse_bootstrap),
-        )
-        .with_state(shared)
+        .route("/metrics", get(metrics::metrics));
+    aggregated::routes(router).with_state(shared)
 }
 
 /// Re-reads the sources off the async threads and swaps the served state if that works.
@@ -528,7 +500,7 @@ async fn watch(
     }
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {
@@ -550,6 +522,9 @@ async fn shutdown_signal() {
 /// # Errors
 /// Sources that cannot be loaded at start, or an address that cannot be bound.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    if config.from_cluster {
+        return cluster_mode::run(config).await;
+    }
     let sources = Arc::new(config.sources()?);
     let renderer = Arc::new(Renderer::new());
     let served = sources.load(&renderer, None)?;
@@ -580,6 +555,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let served = serve::serve(
         listener,
         router(shared),
+        None,
         config.connections.limits(),
         serve::ConnectionStats::default(),
         shutdown_signal(),
@@ -593,12 +569,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn group_of_takes_the_part_after_the_last_dot() {
-        assert_eq!(group_of("ubuntu-lts.worker"), "worker");
-        assert_eq!(group_of("worker"), "worker");
-    }
 
     #[test]
     fn intervals_parse() {

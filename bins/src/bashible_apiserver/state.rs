@@ -17,6 +17,7 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 use nodemgr_core::bashible::{BootstrapOptions, Bundle, RenderError, RenderRoot, Renderer};
+use nodemgr_core::model::NodeType;
 
 use super::auth::{self, Grant};
 use crate::inputs;
@@ -63,14 +64,34 @@ pub struct GroupEntry {
     pub bootstrap_cluster_wide: Option<String>,
     /// The cleanup script.
     pub cleanup: String,
+    /// Whether the group joins machines by hand (Static, CloudStatic): its bootstrap script
+    /// is kept in a `manual-bootstrap-for-<group>` Secret in cluster mode.
+    pub manual_bootstrap: bool,
     /// The latest render error, when this entry is the last good one of a group that no longer
     /// renders.
     pub stale_because: Option<String>,
 }
 
+/// What one render is made from.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// NodeGroups by name.
+    pub groups: BTreeMap<String, nodemgr_core::model::NodeGroup>,
+    /// NodeGroupConfigurations and NodeUsers.
+    pub customisations: nodemgr_core::bashible::Customisations,
+    /// The cluster context.
+    pub cluster: nodemgr_core::bashible::ClusterContext,
+    /// Each group's own bootstrap token.
+    pub group_tokens: BTreeMap<String, nodemgr_core::bashible::BootstrapToken>,
+    /// Grants beyond the flags' (cluster mode: the groups' unexpired bootstrap tokens).
+    pub extra_grants: Vec<Grant>,
+}
+
 /// Everything served at one moment.
 #[derive(Debug, Clone, Default)]
 pub struct Served {
+    /// NodeGroupConfigurations per targeted group (`*` for all), for the metric.
+    pub configuration_counts: BTreeMap<String, u64>,
     /// Entries by group name.
     pub groups: BTreeMap<String, Arc<GroupEntry>>,
     /// Groups that never rendered, with the reason.
@@ -176,7 +197,51 @@ impl Sources {
             self.ca_file.as_deref(),
             self.kubernetes_version.as_deref(),
         )?;
+        let mut group_tokens = BTreeMap::new();
+        if let Some(dir) = &self.bootstrap_token_dir {
+            for (group, path) in group_token_files(dir)? {
+                if !groups.contains_key(&group) {
+                    tracing::warn!(file = %path.display(), "bootstrap token for a NodeGroup that is not served; ignored");
+                    continue;
+                }
+                let token = inputs::load_bootstrap_token(Some(&path))
+                    .with_context(|| format!("bootstrap token file {}", path.display()))?;
+                group_tokens.insert(group, token);
+            }
+        }
+        self.render(
+            &Inputs {
+                groups,
+                customisations,
+                cluster,
+                group_tokens,
+                extra_grants: Vec::new(),
+            },
+            renderer,
+            previous,
+        )
+    }
+
+    /// Renders `inputs` (read from files or from the cluster) with the token files and
+    /// grants of these sources; `previous` supplies last good entries.
+    ///
+    /// # Errors
+    /// A token file that cannot be read, or no bearer token at all.
+    pub fn render(
+        &self,
+        inputs: &Inputs,
+        renderer: &Renderer,
+        previous: Option<&Served>,
+    ) -> anyhow::Result<Served> {
+        let Inputs {
+            groups,
+            customisations,
+            cluster,
+            group_tokens,
+            extra_grants,
+        } = inputs;
         let mut grants = self.token_flags.clone();
+        grants.extend(extra_grants.iter().cloned());
         if let Some(path) = &self.tokens_file {
             grants.extend(auth::read_token_file(path)?);
         }
@@ -206,31 +271,22 @@ impl Sources {
             ),
         };
         let bundle_of = |group| -> Result<Bundle, RenderError> {
-            let bundle = renderer.bundle_with(group, &cluster, &customisations)?;
+            let bundle = renderer.bundle_with(group, cluster, customisations)?;
             for skipped in &bundle.skipped {
                 tracing::error!(group = %bundle.group, %skipped, "left out of the group's bundle");
             }
             Ok(bundle)
         };
-        let mut group_tokens = BTreeMap::new();
-        if let Some(dir) = &self.bootstrap_token_dir {
-            for (group, path) in group_token_files(dir)? {
-                if !groups.contains_key(&group) {
-                    tracing::warn!(file = %path.display(), "bootstrap token for a NodeGroup that is not served; ignored");
-                    continue;
-                }
-                let token = inputs::load_bootstrap_token(Some(&path))
-                    .with_context(|| format!("bootstrap token file {}", path.display()))?;
-                group_tokens.insert(group, token);
-            }
-        }
+        let configuration_counts =
+            nodemgr_core::bashible::configuration_counts(&customisations.configurations);
         let mut served = Served {
+            configuration_counts,
             grants,
             no_bootstrap,
             agent_binary: self.agent_binary.clone(),
             ..Served::default()
         };
-        for (name, group) in &groups {
+        for (name, group) in groups {
             let rendered = bundle_of(group).and_then(|bundle| {
                 let agent = super::agent_binary::agent_install(
                     self.public_url.as_deref(),
@@ -254,7 +310,12 @@ impl Sources {
                     _ => None,
                 };
                 let cleanup = renderer.cleanup_script(&bundle, &self.root);
+                let manual_bootstrap = matches!(
+                    group.spec.node_type,
+                    Some(NodeType::Static | NodeType::CloudStatic)
+                );
                 Ok(GroupEntry {
+                    manual_bootstrap,
                     bundle,
                     bootstrap,
                     bootstrap_cluster_wide,

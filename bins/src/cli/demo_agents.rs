@@ -1,18 +1,18 @@
-//! The demo's node agents: a `bashible-apiserver` serving the demo groups' bundles (in this
-//! process, from manifest files the demo keeps in step with the emulator) and one real agent
-//! process per node (this executable's hidden `agent` subcommand, the `bashible` binary's
-//! code), each in its own root under a temporary directory, with the emulator's kubeconfig
-//! standing in for its kubelet's.
-//!
-//! Nothing in nodemgr writes the `configuration-checksums` Secret from the cluster yet, so the
-//! demo writes it from the checksum bashible-apiserver serves (the value the agents apply).
+//! The demo's node agents: a `bashible-apiserver` in cluster mode (in this process, watching
+//! the emulator, serving over TLS with the certificate it stores, and writing the
+//! `configuration-checksums` Secret the update controller compares nodes against) and one real
+//! agent process per node (this executable's hidden `agent` subcommand, the `bashible`
+//! binary's code), each in its own root under a temporary directory, trusting that
+//! certificate, with the emulator's kubeconfig standing in for its kubelet's.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
 use anyhow::{Context as _, bail};
-use base64::Engine as _;
 use clap::Parser as _;
 use nodemgr_bins::bashible_apiserver;
 use nodemgr_core::model::keys;
@@ -26,6 +26,7 @@ pub struct DemoAgents {
     dir: PathBuf,
     server: String,
     http: reqwest::Client,
+    published: Mutex<BTreeMap<String, String>>,
     children: Vec<(String, Child)>,
     kubeconfig: PathBuf,
     server_task: tokio::task::JoinHandle<anyhow::Result<()>>,
@@ -46,59 +47,110 @@ fn token(group: &str) -> String {
     format!("demo-{group}-node-token-0123456789")
 }
 
-fn group_file(dir: &Path, group: &str) -> PathBuf {
-    dir.join("groups").join(format!("{group}.yaml"))
+/// Seeds what bashible-apiserver reads besides NodeGroups: the API server's EndpointSlice and
+/// the cluster CA ConfigMap.
+fn seed_cluster_context(emulator: &Emulator) -> anyhow::Result<()> {
+    let seed = |object: Value| {
+        emulator
+            .seed(object)
+            .map(|_| ())
+            .map_err(|e| anyhow::anyhow!("the emulator refused a demo object: {e}"))
+    };
+    for ns in ["default", keys::NAMESPACE] {
+        if emulator.get("v1", "Namespace", "", ns).is_none() {
+            seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))?;
+        }
+    }
+    seed(
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+            "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.1"]}],
+        "ports": [{"name": "https", "port": 6443}]}),
+    )?;
+    seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "kube-root-ca.crt", "namespace": keys::NAMESPACE},
+        "data": {"ca.crt": CA}}))
+}
+
+/// The checksum of `group` in the `configuration-checksums` Secret.
+fn published_checksum(emulator: &Emulator, group: &str) -> Option<String> {
+    emulator
+        .get("v1", "Secret", keys::NAMESPACE, "configuration-checksums")
+        .and_then(|s| s["data"][group].as_str().map(str::to_owned))
+        .and_then(|v| nodemgr_k8s::cluster::decode_checksum(&v))
+}
+
+/// The certificate bashible-apiserver stored in its TLS Secret.
+fn server_certificate(emulator: &Emulator) -> Option<String> {
+    emulator
+        .get("v1", "Secret", keys::NAMESPACE, "bashible-apiserver-tls")
+        .and_then(|s| s["data"]["tls.crt"].as_str().map(str::to_owned))
+        .and_then(|v| nodemgr_k8s::cluster::decode_checksum(&v))
 }
 
 impl DemoAgents {
-    /// Writes the groups' manifests and tokens, and starts bashible-apiserver.
+    /// Writes the tokens, seeds the cluster context and starts bashible-apiserver in cluster
+    /// mode; returns once it serves and has published every group's checksum.
     ///
     /// # Errors
     /// A file that cannot be written or a server that does not start.
     pub async fn start(emulator: &Emulator, groups: &[&str]) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!("nodemgr-demo-agents-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("groups"))
+        std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        std::fs::write(dir.join("ca.crt"), CA)?;
         let grants: String = groups
             .iter()
             .map(|g| format!("{} {g}\n", token(g)))
             .collect();
         std::fs::write(dir.join("tokens"), grants)?;
-        for group in groups {
-            write_group(emulator, &dir, group)?;
-        }
+        seed_cluster_context(emulator)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
         let listen = format!("127.0.0.1:{port}");
         let config = bashible_apiserver::Config::try_parse_from([
             "bashible-apiserver".as_ref(),
+            "--from-cluster".as_ref(),
+            "--kubeconfig".as_ref(),
+            emulator.kubeconfig_path().as_os_str(),
             "--listen".as_ref(),
             listen.as_ref(),
-            "--watch-interval".as_ref(),
-            "200ms".as_ref(),
-            "--api-endpoint".as_ref(),
-            "10.0.0.1:6443".as_ref(),
-            "--ca-file".as_ref(),
-            dir.join("ca.crt").as_os_str(),
+            "--tls-name".as_ref(),
+            "127.0.0.1".as_ref(),
             "--tokens-file".as_ref(),
             dir.join("tokens").as_os_str(),
-            dir.join("groups").as_os_str(),
         ])
         .context("bashible-apiserver's flags")?;
         let server_task = tokio::spawn(bashible_apiserver::run(config));
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let started = Instant::now();
+        let certificate = loop {
+            if let Some(pem) = server_certificate(emulator) {
+                break pem;
+            }
+            if started.elapsed() > Duration::from_secs(20) {
+                bail!("bashible-apiserver stored no TLS certificate");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        std::fs::write(dir.join("server-ca.crt"), &certificate)?;
+        let http = reqwest::Client::builder()
+            .tls_certs_only(reqwest::Certificate::from_pem_bundle(
+                certificate.as_bytes(),
+            )?)
+            .build()?;
         let agents = Self {
             dir,
-            server: format!("http://{listen}"),
-            http: reqwest::Client::new(),
+            server: format!("https://{listen}"),
+            http,
+            published: Mutex::new(BTreeMap::new()),
             children: Vec::new(),
             kubeconfig: emulator.kubeconfig_path().to_path_buf(),
             server_task,
         };
-        let started = Instant::now();
         while agents.served_checksum(groups[0]).await.is_err() {
             if started.elapsed() > Duration::from_secs(20) {
                 bail!("bashible-apiserver did not answer on {}", agents.server);
@@ -107,9 +159,30 @@ impl DemoAgents {
         }
         for group in groups {
             let sum = agents.served_checksum(group).await?;
-            write_checksum(emulator, group, &sum)?;
+            while published_checksum(emulator, group).as_deref() != Some(sum.as_str()) {
+                if started.elapsed() > Duration::from_secs(20) {
+                    bail!("bashible-apiserver did not publish the checksum of {group}");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            agents.remember(group, sum);
         }
         Ok(agents)
+    }
+
+    fn remember(&self, group: &str, checksum: String) {
+        self.published
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(group.to_owned(), checksum);
+    }
+
+    fn last_published(&self, group: &str) -> Option<String> {
+        self.published
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(group)
+            .cloned()
     }
 
     /// Stops the agents and bashible-apiserver (before their files go).
@@ -164,6 +237,8 @@ impl DemoAgents {
         let child = Command::new(std::env::current_exe().context("cannot find my executable")?)
             .arg("agent")
             .args(["--bundle-server", &self.server, "--node-name", node])
+            .arg("--bundle-server-ca")
+            .arg(self.dir.join("server-ca.crt"))
             .arg("--root")
             .arg(&root)
             .args(["--loop", "1s", "--poll-interval", "300ms"])
@@ -188,61 +263,26 @@ impl DemoAgents {
         }
     }
 
-    /// After a change of `group` in the emulator: writes its manifest for bashible-apiserver,
-    /// waits until the new checksum is served and publishes it in the checksums Secret.
+    /// After a change of `group` in the emulator: waits until bashible-apiserver publishes
+    /// a new checksum of it in the checksums Secret (the one it serves), and returns it.
     ///
     /// # Errors
-    /// When the server does not serve a new checksum within 20 s.
+    /// When no new checksum is published within 20 s.
     pub async fn publish(&self, emulator: &Emulator, group: &str) -> anyhow::Result<String> {
-        let old = self.served_checksum(group).await?;
-        write_group(emulator, &self.dir, group)?;
+        let old = self.last_published(group);
         let started = Instant::now();
         loop {
-            let now = self.served_checksum(group).await?;
-            if now != old {
-                write_checksum(emulator, group, &now)?;
+            if let Some(now) = published_checksum(emulator, group)
+                && Some(&now) != old.as_ref()
+                && self.served_checksum(group).await? == now
+            {
+                self.remember(group, now.clone());
                 return Ok(now);
             }
             if started.elapsed() > Duration::from_secs(20) {
-                bail!("bashible-apiserver did not serve a new bundle of {group}");
+                bail!("bashible-apiserver did not publish a new checksum of {group}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-}
-
-/// The emulator's NodeGroup as a manifest (JSON is YAML) for bashible-apiserver.
-fn write_group(emulator: &Emulator, dir: &Path, group: &str) -> anyhow::Result<()> {
-    let object = emulator
-        .get("deckhouse.io/v1", "NodeGroup", "", group)
-        .with_context(|| format!("no NodeGroup {group}"))?;
-    let manifest = json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup",
-        "metadata": {"name": group}, "spec": object["spec"]});
-    std::fs::write(group_file(dir, group), manifest.to_string())?;
-    Ok(())
-}
-
-fn write_checksum(emulator: &Emulator, group: &str, checksum: &str) -> anyhow::Result<()> {
-    let encoded = base64::engine::general_purpose::STANDARD.encode(checksum);
-    let name = "configuration-checksums";
-    let result = if emulator
-        .get("v1", "Secret", keys::NAMESPACE, name)
-        .is_some()
-    {
-        emulator.merge_patch(
-            "v1",
-            "Secret",
-            keys::NAMESPACE,
-            name,
-            &json!({"data": {group: encoded}}),
-            false,
-        )
-    } else {
-        emulator.seed(
-            json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "namespace": keys::NAMESPACE}, "data": {group: encoded}}),
-        )
-    };
-    result.map_err(|e| anyhow::anyhow!("cannot write Secret {name}: {e}"))?;
-    Ok(())
 }
