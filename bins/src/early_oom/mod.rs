@@ -273,7 +273,6 @@ fn psi_available(path: &Path) -> Result<(), String> {
 /// # Errors
 /// No cluster configuration, the metrics address taken, unusable TLS files.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let tls = config.metrics_serve.tls()?;
     let client = nodemgr_k8s::cluster::client(config.kubeconfig.as_deref())
         .await
         .context("no Kubernetes configuration: pass --kubeconfig or run in a pod")?;
@@ -288,26 +287,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     });
     let m = Arc::new(metrics());
     let (_healthy, health) = tokio::sync::watch::channel(Ok(()));
-    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    if let Some(address) = config.metrics_address {
-        let listener = crate::observability::server::bind(address).await?;
-        tracing::info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
-        let router = config.metrics_serve.protect(
-            crate::observability::server::agent_router(m.registry.clone(), health),
-            &client,
-        );
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = server_stopped.await;
-            };
-            if let Err(error) =
-                crate::observability::server::serve(listener, router, tls, stopped).await
-            {
-                tracing::error!(%error, "the metrics server stopped");
-            }
-        });
-    }
-    let _stop_server = stop_server;
+    let _stop_server = match config.metrics_address {
+        Some(address) => Some(
+            crate::observability::server::spawn_agent_server(
+                address,
+                &config.metrics_serve,
+                m.registry.clone(),
+                health,
+                &client,
+            )
+            .await?,
+        ),
+        None => None,
+    };
     if let Err(why) = psi_available(&config.psi_file) {
         m.psi_unavailable.set(1);
         tracing::warn!(

@@ -204,31 +204,24 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         kubelet_stale_after: config.kubelet_stale_after,
     };
     validate_agent(&agent_config).context("invalid fencing-agent timings")?;
-    let tls = config.metrics_serve.tls()?;
     let client = nodemgr_k8s::cluster::client(config.kubeconfig.as_deref())
         .await
         .context("no Kubernetes configuration: pass --kubeconfig or run in a pod")?;
     let metrics = AgentMetrics::new();
     let (_healthy, health) = tokio::sync::watch::channel(Ok(()));
-    let (_stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    if let Some(address) = config.metrics_address {
-        let listener = crate::observability::server::bind(address).await?;
-        tracing::info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
-        let router = config.metrics_serve.protect(
-            crate::observability::server::agent_router(metrics.registry.clone(), health),
-            &client,
-        );
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = server_stopped.await;
-            };
-            if let Err(error) =
-                crate::observability::server::serve(listener, router, tls, stopped).await
-            {
-                tracing::error!(%error, "the metrics server stopped");
-            }
-        });
-    }
+    let _stop_server = match config.metrics_address {
+        Some(address) => Some(
+            crate::observability::server::spawn_agent_server(
+                address,
+                &config.metrics_serve,
+                metrics.registry.clone(),
+                health,
+                &client,
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let nodes = Api::<Node>::all(client.clone());
     let leases = Api::<Lease>::namespaced(client, keys::NODE_LEASE_NAMESPACE);
     let name = config.node_name.clone();

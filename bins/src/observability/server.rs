@@ -96,46 +96,57 @@ pub fn agent_router(
         )
 }
 
-/// Serves `router` on `listener` (HTTPS when `tls` is given) until `shutdown` completes.
+/// Serves `router` on `listener` (HTTPS when `tls` is given) until `shutdown` completes, with
+/// the connection limits of `nodemgr_k8s::tls::serve` (header-read and idle timeouts, at most
+/// 1024 connections), so a slow or idle scraper cannot hold the agent's sockets.
 ///
 /// # Errors
-/// When the listener fails.
+/// When the server cannot run.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let Some(tls) = tls else {
-        return axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await;
-    };
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => accepted?,
-            () = &mut shutdown => return Ok(()),
+    nodemgr_k8s::tls::serve::serve(
+        listener,
+        router,
+        tls,
+        nodemgr_k8s::tls::serve::ConnectionLimits::default(),
+        nodemgr_k8s::tls::serve::ConnectionStats::default(),
+        shutdown,
+    )
+    .await
+    .map_err(std::io::Error::other)
+}
+
+/// Starts serving the node agents' `/metrics` and `/healthz` ([`agent_router`], behind
+/// `serve_args`' authorization) on `address` in the background. The server stops when the
+/// returned sender is dropped or used.
+///
+/// # Errors
+/// An unusable certificate or an address that cannot be bound.
+pub async fn spawn_agent_server(
+    address: std::net::SocketAddr,
+    serve_args: &MetricsServeArgs,
+    registry: Arc<Registry>,
+    healthy: watch::Receiver<Result<(), String>>,
+    client: &kube::Client,
+) -> anyhow::Result<tokio::sync::oneshot::Sender<()>> {
+    let tls = serve_args.tls()?;
+    let listener = bind(address).await?;
+    tracing::info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
+    let router = serve_args.protect(agent_router(registry, healthy), client);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stopped.await;
         };
-        let tls = tls.clone();
-        let router = router.clone();
-        tokio::spawn(async move {
-            let stream = match tls.accept(stream).await {
-                Ok(stream) => stream,
-                Err(error) => {
-                    tracing::debug!(%peer, %error, "TLS handshake failed");
-                    return;
-                }
-            };
-            let service = hyper_util::service::TowerToHyperService::new(router);
-            if let Err(error) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%peer, %error, "metrics connection ended with an error");
-            }
-        });
-    }
+        if let Err(error) = serve(listener, router, tls, stopped).await {
+            tracing::error!(%error, "the metrics server stopped");
+        }
+    });
+    Ok(stop)
 }
 
 /// Binds `address` for [`serve`], naming the flag in the error.
