@@ -184,7 +184,11 @@ fn values_change_what_the_readme_says_they_change() {
     assert!(anti["requiredDuringSchedulingIgnoredDuringExecution"].is_array());
     // The CRDs convert old versions through the webhook: it is on by default, with a
     // Helm-generated CA, behind the Service the CRDs name.
-    let webhook = find(&defaults, "ValidatingWebhookConfiguration", "nodemgr-webhook");
+    let webhook = find(
+        &defaults,
+        "ValidatingWebhookConfiguration",
+        "nodemgr-webhook",
+    );
     let crds = documents(&std::fs::read_to_string(chart().join("crds/crds.yaml")).unwrap());
     for crd in crds
         .iter()
@@ -299,7 +303,10 @@ fn values_change_what_the_readme_says_they_change() {
         "nodemgr-system/nodemgr-webhook"
     );
     assert!(webhook["webhooks"][0]["clientConfig"]["caBundle"].is_null());
-    assert!(!all.iter().any(|d| d["kind"] == "Secret" && d["metadata"]["name"] == "nodemgr-webhook-tls"));
+    assert!(
+        !all.iter()
+            .any(|d| d["kind"] == "Secret" && d["metadata"]["name"] == "nodemgr-webhook-tls")
+    );
     let bashible = find(&all, "Deployment", "bashible-apiserver");
     assert!(
         args_of(bashible)
@@ -307,8 +314,15 @@ fn values_change_what_the_readme_says_they_change() {
     );
     let rbac = find(&all, "ClusterRole", "nodemgr:node-manager");
     assert!(
-        rbac["rules"].as_array().unwrap().iter().any(|r| r["resources"][0] == "nodegroups"
-            && r["verbs"].as_array().unwrap().contains(&Value::from("create"))),
+        rbac["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"][0] == "nodegroups"
+                && r["verbs"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&Value::from("create"))),
         "--create-master-node-group needs nodegroups create"
     );
 }

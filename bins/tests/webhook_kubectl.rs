@@ -124,7 +124,10 @@ async fn world() -> World {
             let service = &conversion["webhook"]["clientConfig"]["service"];
             assert_eq!(
                 (&service["namespace"], &service["name"]),
-                (&Value::from("nodemgr-system"), &Value::from("nodemgr-webhook")),
+                (
+                    &Value::from("nodemgr-system"),
+                    &Value::from("nodemgr-webhook")
+                ),
                 "the Service the chart creates"
             );
             conversion["webhook"]["clientConfig"]["caBundle"] = Value::from(bundle.clone());
@@ -222,7 +225,9 @@ impl World {
 
     /// `kubectl get RESOURCE NAME -o json`.
     async fn get(&self, resource: &str, name: &str) -> Value {
-        let out = self.kubectl(&["get", resource, name, "-o", "json"], "").await;
+        let out = self
+            .kubectl(&["get", resource, name, "-o", "json"], "")
+            .await;
         assert!(
             out.status.success(),
             "kubectl get {resource} {name}: {}",
@@ -272,16 +277,28 @@ spec:
 async fn old_nodegroup_manifests_apply_and_read_back_as_v1() {
     let w = world().await;
     let out = w.apply(CLOUD_V1ALPHA1).await;
-    assert!(out.contains("nodegroup.deckhouse.io/workers created"), "{out}");
+    assert!(
+        out.contains("nodegroup.deckhouse.io/workers created"),
+        "{out}"
+    );
     let out = w.apply(HYBRID_V1ALPHA2).await;
-    assert!(out.contains("nodegroup.deckhouse.io/hybrid created"), "{out}");
+    assert!(
+        out.contains("nodegroup.deckhouse.io/hybrid created"),
+        "{out}"
+    );
     let out = w.apply(STATIC_V1ALPHA1).await;
-    assert!(out.contains("nodegroup.deckhouse.io/metal created"), "{out}");
+    assert!(
+        out.contains("nodegroup.deckhouse.io/metal created"),
+        "{out}"
+    );
 
     let workers = w.get("nodegroups.v1.deckhouse.io", "workers").await;
     assert_eq!(workers["apiVersion"], "deckhouse.io/v1");
     assert_eq!(workers["spec"]["nodeType"], "CloudEphemeral");
-    assert_eq!(workers["spec"]["cri"]["docker"]["maxConcurrentDownloads"], 4);
+    assert_eq!(
+        workers["spec"]["cri"]["docker"]["maxConcurrentDownloads"],
+        4
+    );
     assert!(workers["spec"].get("docker").is_none(), "{workers}");
     assert_eq!(workers["spec"]["cloudInstances"]["maxPerZone"], 3);
 
@@ -391,7 +408,10 @@ spec:
         )
     };
     let out = w.apply(&instance("first")).await;
-    assert!(out.contains("staticinstance.deckhouse.io/first created"), "{out}");
+    assert!(
+        out.contains("staticinstance.deckhouse.io/first created"),
+        "{out}"
+    );
     let stderr = w.refused(&instance("second")).await;
     assert!(
         stderr.contains(
@@ -411,7 +431,11 @@ async fn kubectl_explain_describes_the_nodegroup_schema() {
     let w = world().await;
     let out = w
         .kubectl(
-            &["explain", "nodegroups.spec.update", "--api-version=deckhouse.io/v1"],
+            &[
+                "explain",
+                "nodegroups.spec.update",
+                "--api-version=deckhouse.io/v1",
+            ],
             "",
         )
         .await;
@@ -421,8 +445,16 @@ async fn kubectl_explain_describes_the_nodegroup_schema() {
         "kubectl explain: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for expected in ["KIND:", "NodeGroup", "How many nodes update at once", "maxConcurrent"] {
-        assert!(stdout.contains(expected), "missing {expected:?} in:\n{stdout}");
+    for expected in [
+        "KIND:",
+        "NodeGroup",
+        "How many nodes update at once",
+        "maxConcurrent",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
     }
     w.shutdown().await;
 }
