@@ -503,15 +503,27 @@ fn node_manager_may_read_exactly_the_cloud_secret_its_code_reads() {
         for rule in doc["rules"].as_array().unwrap() {
             if rule["resources"] == serde_json::json!(["secrets"]) {
                 let Some(names) = rule["resourceNames"].as_array() else {
-                    // The one grant that cannot be narrowed by name: bootstrap-token Secrets in
-                    // kube-system are created under generated names and listed.
-                    assert_eq!(
-                        (&doc["metadata"]["name"], &doc["metadata"]["namespace"]),
-                        (
-                            &serde_json::json!("nodemgr:node-manager-bootstrap-tokens"),
-                            &serde_json::json!("kube-system")
-                        ),
-                        "secrets only by name, but for bootstrap tokens"
+                    // The grants that cannot be narrowed by name (create and list never can):
+                    // node-manager's bootstrap-token Secrets in kube-system (generated names);
+                    // bashible-apiserver's TLS Secret (created when absent), the
+                    // manual-bootstrap-for-<group> Secrets it keeps, and the bootstrap tokens it
+                    // lists.
+                    let role = (
+                        doc["metadata"]["name"].as_str().unwrap(),
+                        doc["metadata"]["namespace"].as_str().unwrap(),
+                    );
+                    assert!(
+                        [
+                            ("nodemgr:node-manager-bootstrap-tokens", "kube-system"),
+                            ("nodemgr:bashible-apiserver", "nodemgr-system"),
+                            (
+                                "nodemgr:bashible-apiserver-secrets",
+                                "d8-cloud-instance-manager"
+                            ),
+                            ("nodemgr:bashible-apiserver-bootstrap-tokens", "kube-system"),
+                        ]
+                        .contains(&role),
+                        "secrets only by name, but for generated names: {role:?}"
                     );
                     continue;
                 };
