@@ -100,7 +100,8 @@ const ALL_ON: &[&str] = &[
     "metrics.podMonitor.enabled=true",
     "metrics.prometheusRule.enabled=true",
     "metrics.dashboard.enabled=true",
-    "bashibleApiserver.tls.enabled=true",
+    "bashibleApiserver.tokensSecret=nodemgr-bashible-tokens",
+    "nodeManager.createMasterNodeGroup=Static",
 ];
 
 #[test]
@@ -159,12 +160,14 @@ fn the_charts_crds_are_what_nodemgr_crds_prints() {
 
 #[test]
 fn deploy_is_the_charts_rendered_default() {
-    let rendered = render(&[]);
+    // Without the generated certificate: it is random and must not be committed.
+    let rendered = render(&["webhook.generateCertificate=false"]);
     let committed = std::fs::read_to_string(repo().join("deploy/nodemgr.yaml")).unwrap();
     assert!(
         committed == rendered,
-        "deploy/nodemgr.yaml is stale: run `helm template nodemgr charts/nodemgr > deploy/nodemgr.yaml`"
+        "deploy/nodemgr.yaml is stale: run `helm template nodemgr charts/nodemgr --set webhook.generateCertificate=false > deploy/nodemgr.yaml`"
     );
+    assert!(!committed.contains("tls.key:"), "a private key in deploy/");
 }
 
 #[test]
@@ -181,8 +184,67 @@ fn values_change_what_the_readme_says_they_change() {
     assert_eq!(pdb["spec"]["maxUnavailable"], 1);
     let anti = &node_manager["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
     assert!(anti["requiredDuringSchedulingIgnoredDuringExecution"].is_array());
-    for kind in [
+    // The CRDs convert old versions through the webhook: it is on by default, with a
+    // Helm-generated CA, behind the Service the CRDs name.
+    let webhook = find(
+        &defaults,
         "ValidatingWebhookConfiguration",
+        "nodemgr-webhook",
+    );
+    let crds = documents(&std::fs::read_to_string(chart().join("crds/crds.yaml")).unwrap());
+    for crd in crds
+        .iter()
+        .filter(|c| c["spec"]["conversion"]["strategy"] == "Webhook")
+    {
+        let service = &crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"];
+        assert_eq!(
+            (&service["namespace"], &service["name"]),
+            (
+                &webhook["webhooks"][0]["clientConfig"]["service"]["namespace"],
+                &webhook["webhooks"][0]["clientConfig"]["service"]["name"]
+            ),
+            "{}",
+            crd["metadata"]["name"]
+        );
+        find(&defaults, "Service", service["name"].as_str().unwrap());
+    }
+    let secret = find(&defaults, "Secret", "nodemgr-webhook-tls");
+    assert!(secret["data"]["tls.crt"].as_str().unwrap().len() > 100);
+    for hook in webhook["webhooks"].as_array().unwrap() {
+        assert_eq!(hook["clientConfig"]["caBundle"], secret["data"]["ca.crt"]);
+        assert_eq!(hook["matchPolicy"], "Equivalent");
+        assert_eq!(hook["failurePolicy"], "Fail");
+    }
+    let deployment = find(&defaults, "Deployment", "nodemgr-webhook");
+    assert_eq!(
+        deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
+        0
+    );
+    let probe = &deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"];
+    assert_eq!(probe["httpGet"]["scheme"], "HTTPS");
+    assert_eq!(probe["httpGet"]["path"], "/healthz");
+    assert!(
+        !documents(&render(&["webhook.enabled=false"]))
+            .iter()
+            .any(|d| d["kind"] == "ValidatingWebhookConfiguration")
+    );
+    // node-manager and the webhook read the same settings ConfigMap.
+    assert!(
+        args_of(find(&defaults, "Deployment", "node-manager"))
+            .contains(&"--settings-config-map=nodemgr-system/nodemgr-settings".to_owned())
+    );
+    assert!(
+        args_of(deployment)
+            .contains(&"--settings-config-map=nodemgr-system/nodemgr-settings".to_owned())
+    );
+    // bashible-apiserver runs in cluster mode with its ServiceAccount token.
+    let bashible = find(&defaults, "Deployment", "bashible-apiserver");
+    assert!(args_of(bashible).contains(&"--from-cluster".to_owned()));
+    assert_ne!(
+        bashible["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        false
+    );
+    for kind in [
         "ServiceMonitor",
         "PodMonitor",
         "PrometheusRule",
@@ -211,6 +273,7 @@ fn values_change_what_the_readme_says_they_change() {
         "--log-format=json",
         "--controllers=status,update,fencing",
         "--metrics-tls-cert=/etc/nodemgr/metrics-tls/tls.crt",
+        "--create-master-node-group=Static",
     ] {
         assert!(
             args.contains(&expected.to_owned()),
@@ -218,7 +281,7 @@ fn values_change_what_the_readme_says_they_change() {
         );
     }
     for (kind, name) in [
-        ("ValidatingWebhookConfiguration", "nodemgr"),
+        ("ValidatingWebhookConfiguration", "nodemgr-webhook"),
         ("ServiceMonitor", "node-manager"),
         ("PodMonitor", "fencing-agent"),
         ("PodMonitor", "early-oom"),
@@ -235,15 +298,34 @@ fn values_change_what_the_readme_says_they_change() {
         rules["spec"]["groups"].as_array().unwrap().len() >= 5,
         "every rule file is in the PrometheusRule"
     );
-
-    // Without cert-manager the webhook gets a Helm-generated CA and certificate.
-    let generated = documents(&render(&["webhook.enabled=true"]));
-    let secret = find(&generated, "Secret", "nodemgr-webhook-tls");
-    assert!(secret["data"]["tls.crt"].as_str().unwrap().len() > 100);
-    let webhook = find(&generated, "ValidatingWebhookConfiguration", "nodemgr");
+    // With cert-manager the CA is injected, not generated.
+    let webhook = find(&all, "ValidatingWebhookConfiguration", "nodemgr-webhook");
     assert_eq!(
-        webhook["webhooks"][0]["clientConfig"]["caBundle"],
-        secret["data"]["ca.crt"]
+        webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "nodemgr-system/nodemgr-webhook"
+    );
+    assert!(webhook["webhooks"][0]["clientConfig"]["caBundle"].is_null());
+    assert!(
+        !all.iter()
+            .any(|d| d["kind"] == "Secret" && d["metadata"]["name"] == "nodemgr-webhook-tls")
+    );
+    let bashible = find(&all, "Deployment", "bashible-apiserver");
+    assert!(
+        args_of(bashible)
+            .contains(&"--tokens-file=/etc/nodemgr/bashible-apiserver-tokens/tokens".to_owned())
+    );
+    let rbac = find(&all, "ClusterRole", "nodemgr:node-manager");
+    assert!(
+        rbac["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"][0] == "nodegroups"
+                && r["verbs"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&Value::from("create"))),
+        "--create-master-node-group needs nodegroups create"
     );
 }
 
@@ -282,6 +364,11 @@ fn every_flag_the_chart_passes_exists_in_its_binary() {
             env!("CARGO_BIN_EXE_fencing-agent"),
         ),
         ("DaemonSet", "early-oom", env!("CARGO_BIN_EXE_early-oom")),
+        (
+            "Deployment",
+            "nodemgr-webhook",
+            env!("CARGO_BIN_EXE_nodemgr-webhook"),
+        ),
     ] {
         let help = Command::new(binary).arg("--help").output().unwrap();
         let help = String::from_utf8(help.stdout).unwrap();
@@ -333,30 +420,11 @@ async fn applies_to_an_empty_emulator(sets: &[&str], expected: &[&str]) {
     )
     .unwrap();
     let rendered = render(sets);
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let serves_webhook_configurations = reqwest::get(format!(
-        "{}/apis/admissionregistration.k8s.io/v1",
-        emulator.url()
-    ))
-    .await
-    .unwrap()
-    .text()
-    .await
-    .unwrap()
-    .contains("\"validatingwebhookconfigurations\"");
-    let standin = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/chart/webhook-configuration-standin.yaml"),
-    )
-    .unwrap();
     let emulator = std::sync::Arc::new(emulator);
     let e = emulator.clone();
     let out = tokio::task::spawn_blocking(move || {
         kubectl_apply(&e, &crds);
         kubectl_apply(&e, &third_party);
-        if !serves_webhook_configurations {
-            kubectl_apply(&e, &standin);
-        }
         kubectl_apply(&e, &rendered)
     })
     .await
@@ -377,6 +445,9 @@ async fn the_default_chart_applies_to_an_empty_cluster() {
             "deployment.apps/node-manager created",
             "poddisruptionbudget.policy/node-manager created",
             "deployment.apps/bashible-apiserver created",
+            "deployment.apps/nodemgr-webhook created",
+            "validatingwebhookconfiguration.admissionregistration.k8s.io/nodemgr-webhook created",
+            "rolebinding.rbac.authorization.k8s.io/nodemgr:bashible-apiserver-secrets created",
             "daemonset.apps/fencing-agent created",
             "daemonset.apps/early-oom created",
             "clusterrole.rbac.authorization.k8s.io/nodemgr:metrics-reader created",
@@ -392,7 +463,7 @@ async fn the_chart_with_every_option_applies_to_an_empty_cluster() {
         ALL_ON,
         &[
             "deployment.apps/nodemgr-webhook created",
-            "validatingwebhookconfiguration.admissionregistration.k8s.io/nodemgr created",
+            "validatingwebhookconfiguration.admissionregistration.k8s.io/nodemgr-webhook created",
             "servicemonitor.monitoring.coreos.com/node-manager created",
             "podmonitor.monitoring.coreos.com/early-oom created",
             "prometheusrule.monitoring.coreos.com/nodemgr created",

@@ -227,6 +227,124 @@ fn the_webhook_is_served_by_every_replica_and_named_by_the_crds() {
 }
 
 #[test]
+fn bashible_apiserver_runs_in_cluster_mode_with_the_rbac_its_watches_need() {
+    let container = container_flags_exist(
+        "Deployment",
+        "bashible-apiserver",
+        env!("CARGO_BIN_EXE_bashible-apiserver"),
+    );
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--from-cluster"), "{args:?}");
+    assert!(
+        args.contains(&"--tls-name=bashible-apiserver.nodemgr-system.svc"),
+        "{args:?}"
+    );
+    let docs = manifests();
+    let deployment = find(&docs, "Deployment", "bashible-apiserver");
+    assert_ne!(
+        deployment["spec"]["template"]["spec"]["automountServiceAccountToken"], false,
+        "cluster mode needs its token"
+    );
+    let grants = |kind: &str, name: &str, group: &str, resource: &str, verb: &str| {
+        find(&docs, kind, name)["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| {
+                r["apiGroups"][0] == group
+                    && r["resources"]
+                        .as_array()
+                        .unwrap()
+                        .contains(&Value::from(resource))
+                    && r["verbs"].as_array().unwrap().contains(&Value::from(verb))
+            })
+    };
+    for (kind, name, group, resource, verb) in [
+        (
+            "ClusterRole",
+            "nodemgr:bashible-apiserver",
+            "deckhouse.io",
+            "nodegroups",
+            "watch",
+        ),
+        (
+            "ClusterRole",
+            "nodemgr:bashible-apiserver",
+            "deckhouse.io",
+            "nodeusers",
+            "list",
+        ),
+        (
+            "ClusterRole",
+            "nodemgr:bashible-apiserver",
+            "deckhouse.io",
+            "nodegroupconfigurations",
+            "watch",
+        ),
+        (
+            "ClusterRole",
+            "nodemgr:bashible-apiserver",
+            "deckhouse.io",
+            "nodegroups/status",
+            "patch",
+        ),
+        (
+            "Role",
+            "nodemgr:bashible-apiserver-endpoints",
+            "discovery.k8s.io",
+            "endpointslices",
+            "watch",
+        ),
+        (
+            "Role",
+            "nodemgr:bashible-apiserver",
+            "",
+            "configmaps",
+            "watch",
+        ),
+        (
+            "Role",
+            "nodemgr:bashible-apiserver-secrets",
+            "",
+            "secrets",
+            "update",
+        ),
+        (
+            "Role",
+            "nodemgr:bashible-apiserver-bootstrap-tokens",
+            "",
+            "secrets",
+            "list",
+        ),
+        (
+            "ClusterRole",
+            "nodemgr:node-manager",
+            "storage.k8s.io",
+            "csinodes",
+            "watch",
+        ),
+    ] {
+        assert!(
+            grants(kind, name, group, resource, verb),
+            "{kind} {name}: {verb} {group}/{resource}"
+        );
+    }
+    assert_eq!(
+        find(&docs, "Role", "nodemgr:bashible-apiserver-endpoints")["metadata"]["namespace"],
+        "default"
+    );
+    assert_eq!(
+        find(&docs, "Role", "nodemgr:bashible-apiserver-secrets")["metadata"]["namespace"],
+        "d8-cloud-instance-manager"
+    );
+}
+
+#[test]
 fn the_fencing_agent_daemonset_passes_only_flags_the_binary_has() {
     let container = container_flags_exist(
         "DaemonSet",
@@ -385,15 +503,27 @@ fn node_manager_may_read_exactly_the_cloud_secret_its_code_reads() {
         for rule in doc["rules"].as_array().unwrap() {
             if rule["resources"] == serde_json::json!(["secrets"]) {
                 let Some(names) = rule["resourceNames"].as_array() else {
-                    // The one grant that cannot be narrowed by name: bootstrap-token Secrets in
-                    // kube-system are created under generated names and listed.
-                    assert_eq!(
-                        (&doc["metadata"]["name"], &doc["metadata"]["namespace"]),
-                        (
-                            &serde_json::json!("nodemgr:node-manager-bootstrap-tokens"),
-                            &serde_json::json!("kube-system")
-                        ),
-                        "secrets only by name, but for bootstrap tokens"
+                    // The grants that cannot be narrowed by name (create and list never can):
+                    // node-manager's bootstrap-token Secrets in kube-system (generated names);
+                    // bashible-apiserver's TLS Secret (created when absent), the
+                    // manual-bootstrap-for-<group> Secrets it keeps, and the bootstrap tokens it
+                    // lists.
+                    let role = (
+                        doc["metadata"]["name"].as_str().unwrap(),
+                        doc["metadata"]["namespace"].as_str().unwrap(),
+                    );
+                    assert!(
+                        [
+                            ("nodemgr:node-manager-bootstrap-tokens", "kube-system"),
+                            ("nodemgr:bashible-apiserver", "nodemgr-system"),
+                            (
+                                "nodemgr:bashible-apiserver-secrets",
+                                "d8-cloud-instance-manager"
+                            ),
+                            ("nodemgr:bashible-apiserver-bootstrap-tokens", "kube-system"),
+                        ]
+                        .contains(&role),
+                        "secrets only by name, but for generated names: {role:?}"
                     );
                     continue;
                 };

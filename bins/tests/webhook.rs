@@ -488,21 +488,7 @@ async fn a_renewed_certificate_is_served_and_written_into_ca_bundles() {
             "sideEffects": "None",
             "clientConfig": {"service": {"namespace": "d8-cloud-instance-manager",
                 "name": "nodemgr-webhook", "path": "/validate"}}}]});
-    if w.emulator.seed(vwc.clone()).is_err() {
-        // An emulator without admissionregistration.k8s.io serves it as a custom resource.
-        w.emulator
-            .seed(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                "metadata": {"name": "validatingwebhookconfigurations.admissionregistration.k8s.io"},
-                "spec": {"group": "admissionregistration.k8s.io", "scope": "Cluster",
-                    "names": {"plural": "validatingwebhookconfigurations",
-                        "singular": "validatingwebhookconfiguration",
-                        "kind": "ValidatingWebhookConfiguration"},
-                    "versions": [{"name": "v1", "served": true, "storage": true,
-                        "schema": {"openAPIV3Schema": {"type": "object",
-                            "x-kubernetes-preserve-unknown-fields": true}}}]}}))
-            .unwrap();
-        w.emulator.seed(vwc).unwrap();
-    }
+    w.emulator.seed(vwc).unwrap();
     let kube =
         kube::Client::try_from(kube::Config::new(w.emulator.url().parse().unwrap())).unwrap();
     let targets = CaBundleTargets {
@@ -535,15 +521,12 @@ async fn a_renewed_certificate_is_served_and_written_into_ca_bundles() {
         )
         .unwrap();
     let conversion = &crd["spec"]["conversion"];
-    if conversion["strategy"] == "Webhook" {
-        assert_eq!(
-            conversion["webhook"]["clientConfig"]["caBundle"],
-            expected.as_str()
-        );
-        assert_eq!(written, 2);
-    } else {
-        assert_eq!(written, 1);
-    }
+    assert_eq!(conversion["strategy"], "Webhook");
+    assert_eq!(
+        conversion["webhook"]["clientConfig"]["caBundle"],
+        expected.as_str()
+    );
+    assert_eq!(written, 2);
     // A second pass has nothing to write.
     assert_eq!(sync_once(&kube, &targets, &new_ca).await.unwrap(), 0);
     w.shutdown().await;

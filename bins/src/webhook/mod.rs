@@ -32,7 +32,7 @@ use self::cluster::{ClusterSource, KubeSource};
 use self::tls::ReloadingCertificate;
 use crate::settings_flags::SettingsFlags;
 
-/// Name of the ValidatingWebhookConfiguration `deploy/15-webhook.yaml` installs.
+/// Name of the ValidatingWebhookConfiguration the Helm chart installs.
 pub const WEBHOOK_CONFIGURATION: &str = "nodemgr-webhook";
 
 /// The CRDs whose conversion the webhook serves (`conversion.strategy: Webhook`).
