@@ -24,7 +24,7 @@ pub use static_instance::{
     Instance, SSHCredentials, SshCredentialsSpec, StaticInstance, StaticInstanceSpec,
 };
 
-/// Namespace of the conversion webhook's Service (`deploy/15-webhook.yaml`).
+/// Namespace of the conversion webhook's Service (the chart's `templates/webhook/webhook.yaml`).
 pub const WEBHOOK_SERVICE_NAMESPACE: &str = "nodemgr-system";
 /// Name of the conversion webhook's Service.
 pub const WEBHOOK_SERVICE_NAME: &str = "nodemgr-webhook";
