@@ -458,3 +458,43 @@ async fn kubectl_explain_describes_the_nodegroup_schema() {
     }
     w.shutdown().await;
 }
+
+const DEFAULTED_V1: &str = r#"apiVersion: deckhouse.io/v1
+kind: NodeGroup
+metadata:
+  name: defaulted
+spec:
+  nodeType: Static
+  disruptions:
+    automatic: {}
+  kubelet: {}
+  update: {}
+"#;
+
+/// The CRD's API-server defaults (written from `nodemgr_core::impact::defaults`) are filled in
+/// where the parent object is given, and only there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_fills_in_the_crds_defaults() {
+    let w = world().await;
+    let out = w.apply(DEFAULTED_V1).await;
+    assert!(
+        out.contains("nodegroup.deckhouse.io/defaulted created"),
+        "{out}"
+    );
+    let g = w.get("nodegroups.v1.deckhouse.io", "defaulted").await;
+    let spec = &g["spec"];
+    assert_eq!(spec["disruptions"]["approvalMode"], "Automatic", "{g}");
+    assert_eq!(
+        spec["disruptions"]["automatic"]["drainBeforeApproval"], true,
+        "{g}"
+    );
+    assert_eq!(spec["kubelet"]["containerLogMaxSize"], "50Mi", "{g}");
+    assert_eq!(spec["kubelet"]["containerLogMaxFiles"], 4, "{g}");
+    assert_eq!(spec["kubelet"]["rootDir"], "/var/lib/kubelet", "{g}");
+    assert_eq!(spec["update"]["maxConcurrent"], 1, "{g}");
+    assert!(
+        spec.get("fencing").is_none() && spec.get("gpu").is_none(),
+        "no default creates an object that was not given: {g}"
+    );
+    w.shutdown().await;
+}

@@ -461,10 +461,30 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             ),
         ));
     }
-    describe_from_model(
+    let mut spec = describe_from_model(
         required(object(props), &["nodeType"]),
         &model_schema::<core::NodeGroupSpec>(),
-    )
+    );
+    apply_defaults(&mut spec);
+    spec
+}
+
+/// Writes the documented defaults of `nodemgr_core::impact::defaults` (the one list of them)
+/// into the spec schema as API-server defaults, on every field the schema has: the API server
+/// then fills them in where the field's parent object is given, as Deckhouse's CRD does, and
+/// nodemgr's own reading of an absent field gives the same value.
+fn apply_defaults(spec: &mut Value) {
+    for field in nodemgr_core::impact::defaults() {
+        let mut node = Some(&mut *spec);
+        for key in field.path.split('.') {
+            node = node
+                .and_then(|n| n.get_mut("properties"))
+                .and_then(|p| p.get_mut(key));
+        }
+        if let Some(Value::Object(schema)) = node {
+            schema.insert("default".into(), field.value.to_value());
+        }
+    }
 }
 
 /// The status schema (docs/deckhouse.md §1.3), the same in every version.
@@ -515,4 +535,39 @@ pub fn status_schema() -> Value {
         ("deckhouse", free_object()),
     ]);
     describe_from_model(status, &model_schema::<NodeGroupStatus>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_default_is_an_api_server_default_of_every_version() {
+        // The kubelet's own seccomp default is documented but not a CRD field.
+        let not_in_crd = ["kubelet.seccompDefault"];
+        for version in [
+            SchemaVersion::V1alpha1,
+            SchemaVersion::V1alpha2,
+            SchemaVersion::V1,
+        ] {
+            let spec = spec_schema(version);
+            for field in nodemgr_core::impact::defaults() {
+                if not_in_crd.contains(&field.path) {
+                    continue;
+                }
+                let mut node = Some(&spec);
+                for key in field.path.split('.') {
+                    node = node
+                        .and_then(|n| n.get("properties"))
+                        .and_then(|p| p.get(key));
+                }
+                assert_eq!(
+                    node.and_then(|n| n.get("default")),
+                    Some(&field.value.to_value()),
+                    "{version:?} spec.{}",
+                    field.path
+                );
+            }
+        }
+    }
 }
