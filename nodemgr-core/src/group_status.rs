@@ -11,11 +11,13 @@
 //! | `ready` | of those, with condition `Ready=True` |
 //! | `upToDate` | of those, whose `node.deckhouse.io/configuration-checksum` equals the group's; left out when the group's checksum is unknown |
 //! | `min`, `max` | CloudEphemeral: `minPerZone`/`maxPerZone` × zones; 0 for other types (as Deckhouse) |
-//! | `instances`, `desired` | CloudEphemeral: from the machine layer when it reports ([`MachineCounts`]); else `instances` = `nodes` and `desired` = `nodes` clamped to `[min, max]`; 0 for other types |
-//! | `standby` | standby-holder pods, when reported |
+//! | `instances`, `desired` | CloudEphemeral: from the machine layer when it reports ([`MachineCounts`], read from the group's `Instance` objects by [`MachineCounts::of_instances`]); else `instances` = `nodes` and `desired` = `nodes` clamped to `[min, max]`; 0 for other types |
+//! | `standby` | standby-holder pods of the group, when reported ([`standby_holders`]) |
 //! | `engine` | `CAPI` for groups whose machines nodemgr orders, else `None` ([`engine`]) |
 //! | `kubernetesVersion` | `spec.kubernetesVersion`, else the API server's, never above the API server's ([`kubernetes_version`]) |
 //! | `error` | the latest error (validation or machine), when any |
+//! | `deckhouse.observed` | the spec's checksum ([`NodeGroup::spec_checksum`]) and when it was first seen; `deckhouse.processed` is bashible-apiserver's and kept as it is |
+//! | `deckhouse.synced` | `True` when `processed` names the `observed` spec, else `False` ([`spec_sync`]) |
 //!
 //! # Conditions (docs/deckhouse.md §1.3)
 //! - `Ready`: CloudEphemeral: Ready and schedulable nodes ≥ `min`; other types: every node
@@ -35,8 +37,10 @@
 
 use std::collections::BTreeSet;
 
+use crate::machines::MachinePhase;
 use crate::model::{
-    Condition, ConditionSummary, Node, NodeGroup, NodeGroupStatus, NodeType, Timestamp, keys,
+    Condition, ConditionSummary, Instance, Node, NodeGroup, NodeGroupStatus, NodeType, Pod,
+    PodPhase, SpecStamp, SpecSync, Timestamp, keys,
 };
 use crate::scaling::group_zones;
 
@@ -47,6 +51,76 @@ pub struct MachineCounts {
     pub instances: i64,
     /// Machines wanted.
     pub desired: i64,
+}
+
+impl MachineCounts {
+    /// The counts the machine controller's `Instance` objects of one group say (the machine
+    /// controller creates an Instance before its machine and marks it `Terminating` when it
+    /// deletes the machine, docs/deckhouse.md §8): `instances` = every Instance, `desired` =
+    /// those not being deleted (phase `Terminating` or a deletion timestamp).
+    ///
+    /// `None` when the group has no Instance at all: then no machine layer has reported (it is
+    /// not running, or it has not created the group's first machine yet), and the status falls
+    /// back to its estimate from the nodes, whose `desired` is at least `min`.
+    pub fn of_instances<'a>(instances: impl IntoIterator<Item = &'a Instance>) -> Option<Self> {
+        let mut counts = MachineCounts {
+            instances: 0,
+            desired: 0,
+        };
+        for instance in instances {
+            counts.instances = counts.instances.saturating_add(1);
+            let phase = MachinePhase::parse(
+                instance
+                    .status
+                    .current_status
+                    .as_ref()
+                    .and_then(|c| c.phase.as_deref()),
+            );
+            if phase != MachinePhase::Terminating && instance.metadata.deletion_timestamp.is_none()
+            {
+                counts.desired = counts.desired.saturating_add(1);
+            }
+        }
+        (counts.instances > 0).then_some(counts)
+    }
+}
+
+/// `status.deckhouse` for `group` at `now`: `observed` names the current spec (its stamp kept
+/// while the spec does not change), `processed` is carried over from the previous status (its
+/// writer is bashible-apiserver), `synced` compares the two.
+pub fn spec_sync(group: &NodeGroup, previous: Option<&NodeGroupStatus>, now: Timestamp) -> SpecSync {
+    let check_sum = group.spec_checksum();
+    let before = previous.and_then(|p| p.deckhouse.as_ref());
+    let observed = before
+        .and_then(|d| d.observed.clone())
+        .filter(|o| o.check_sum.as_deref() == Some(check_sum.as_str()))
+        .unwrap_or_else(|| SpecStamp {
+            last_timestamp: Some(now.to_rfc3339()),
+            check_sum: Some(check_sum.clone()),
+        });
+    let processed = before.and_then(|d| d.processed.clone());
+    let synced = processed
+        .as_ref()
+        .is_some_and(|p| p.check_sum.as_deref() == Some(check_sum.as_str()));
+    SpecSync {
+        observed: Some(observed),
+        processed,
+        synced: Some(if synced { "True" } else { "False" }.to_owned()),
+    }
+}
+
+/// `status.standby`: the group's standby-holder pods (labels `app=standby-holder` and
+/// `ng=<group>`, docs/deckhouse.md §8) that have not finished.
+pub fn standby_holders<'a>(pods: impl IntoIterator<Item = &'a Pod>, group: &str) -> i64 {
+    let holders = pods
+        .into_iter()
+        .filter(|p| {
+            p.labels.get("app").map(String::as_str) == Some(keys::STANDBY_HOLDER_APP)
+                && p.labels.get("ng").map(String::as_str) == Some(group)
+                && !matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed)
+        })
+        .count();
+    count(holders)
 }
 
 /// Everything [`group_status`] needs about one group.
@@ -224,6 +298,7 @@ pub fn group_status(input: &StatusInput<'_>) -> NodeGroupStatus {
             ready: Some(if is_ready { "True" } else { "False" }.to_owned()),
         }),
         conditions: Some(conditions),
+        deckhouse: Some(spec_sync(group, input.previous, input.now)),
         ..input.previous.cloned().unwrap_or_default()
     }
 }
@@ -561,6 +636,91 @@ mod tests {
         });
         let s = group_status(&i);
         assert_eq!(cond(&s, "Scaling").status, "False");
+    }
+
+    #[test]
+    fn machine_counts_come_from_instances_and_standby_from_holder_pods() {
+        use crate::model::{InstanceCurrentStatus, Pod};
+        let instance = |phase: &str, deleting: bool| {
+            let mut i = Instance::default();
+            i.status.current_status = Some(InstanceCurrentStatus {
+                phase: Some(phase.into()),
+                last_update_time: None,
+            });
+            if deleting {
+                i.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+            }
+            i
+        };
+        assert_eq!(MachineCounts::of_instances(&[]), None);
+        let instances = [
+            instance("Running", false),
+            instance("Pending", false),
+            instance("Terminating", false),
+            instance("Running", true),
+        ];
+        assert_eq!(
+            MachineCounts::of_instances(&instances),
+            Some(MachineCounts {
+                instances: 4,
+                desired: 2
+            })
+        );
+        let holder = |group: &str, phase: PodPhase| Pod {
+            labels: [("app", "standby-holder"), ("ng", group)]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            phase,
+            ..Pod::default()
+        };
+        let pods = [
+            holder("w", PodPhase::Running),
+            holder("w", PodPhase::Pending),
+            holder("w", PodPhase::Failed),
+            holder("other", PodPhase::Running),
+            Pod::default(),
+        ];
+        assert_eq!(standby_holders(&pods, "w"), 2);
+        assert_eq!(standby_holders(&pods, "none"), 0);
+    }
+
+    #[test]
+    fn spec_sync_observes_the_spec_and_compares_it_with_the_processed_one() {
+        let g = group(NodeType::Static, None);
+        let nodes = vec![node("a", true, "abc")];
+        let first = group_status(&input(&g, &nodes));
+        let sync = first.deckhouse.clone().unwrap();
+        let observed = sync.observed.clone().unwrap();
+        assert_eq!(observed.check_sum.as_deref(), Some(g.spec_checksum().as_str()));
+        assert_eq!(sync.processed, None);
+        assert_eq!(sync.synced.as_deref(), Some("False"));
+        // bashible-apiserver processes the spec: synced, and the observed stamp stays.
+        let mut processed = first.clone();
+        processed.deckhouse = Some(SpecSync {
+            processed: Some(SpecStamp {
+                last_timestamp: Some("2026-01-01T00:00:00Z".into()),
+                check_sum: Some(g.spec_checksum()),
+            }),
+            ..sync.clone()
+        });
+        let mut later = input(&g, &nodes);
+        later.previous = Some(&processed);
+        later.now = Timestamp::from_millis(later.now.as_millis() + 60_000);
+        let second = group_status(&later);
+        let sync2 = second.deckhouse.clone().unwrap();
+        assert_eq!(sync2.synced.as_deref(), Some("True"));
+        assert_eq!(sync2.observed, Some(observed.clone()));
+        assert_eq!(group_status(&later), second, "same inputs, same status");
+        // The spec changes: a new observed stamp, not synced until processed again.
+        let mut changed = g.clone();
+        changed.spec.node_drain_timeout_second = Some(60);
+        let mut after = input(&changed, &nodes);
+        after.previous = Some(&second);
+        let sync3 = group_status(&after).deckhouse.unwrap();
+        assert_ne!(sync3.observed, Some(observed));
+        assert_eq!(sync3.synced.as_deref(), Some("False"));
+        assert_eq!(sync3.processed, sync2.processed);
     }
 
     #[test]

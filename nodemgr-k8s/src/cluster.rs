@@ -302,6 +302,11 @@ impl KubeCluster {
         {
             fields.insert("error".into(), serde_json::Value::Null);
         }
+        // `deckhouse.processed` is bashible-apiserver's: left out, so the merge patch keeps
+        // whatever it wrote last (docs/deckhouse.md §1.3).
+        if let Some(sync) = body.get_mut("deckhouse").and_then(|d| d.as_object_mut()) {
+            sync.remove("processed");
+        }
         api.patch_status(
             name,
             &PatchParams::default(),

@@ -778,3 +778,60 @@ async fn a_silent_fenced_node_loses_its_pods_then_its_node_but_a_silent_zone_is_
     );
     assert!(node(&e, "e-0").is_some());
 }
+
+/// A CloudEphemeral group's `instances` and `desired` follow its `Instance` objects (the
+/// machine controller's record) once it has any, and `standby` counts its standby-holder pods;
+/// without Instances the status estimates from the nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_instances_desired_and_standby_from_the_machine_layer() {
+    let c = cluster(
+        &[(
+            "eph",
+            json!({"nodeType": "CloudEphemeral",
+                   "cloudInstances": {"minPerZone": 1, "maxPerZone": 5, "zones": ["a"], "standby": 2,
+                                      "classReference": {"kind": "AWSInstanceClass", "name": "c"}}}),
+        )],
+        &[("eph-0", "eph", "a"), ("eph-1", "eph", "a")],
+        fast_settings(),
+    )
+    .await;
+    let e = c.emulator.clone();
+    eventually("estimated status without Instances", 20, || {
+        let s = status(&e, "eph");
+        s["instances"] == 2 && s["desired"] == 2 && s["standby"] == 0
+    })
+    .await;
+    for (name, phase) in [
+        ("eph-m0", "Running"),
+        ("eph-m1", "Running"),
+        ("eph-m2", "Provisioning"),
+        ("eph-m3", "Pending"),
+        ("eph-m4", "Terminating"),
+    ] {
+        e.seed(json!({"apiVersion": "deckhouse.io/v1alpha2", "kind": "Instance",
+                      "metadata": {"name": name, "labels": {"node.deckhouse.io/group": "eph",
+                                                            "topology.kubernetes.io/zone": "a"}},
+                      "status": {"currentStatus": {"phase": phase}}}))
+            .unwrap();
+    }
+    for (name, group) in [("h0", "eph"), ("h1", "eph"), ("h2", "other")] {
+        e.seed(json!({"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": format!("standby-holder-{name}"), "namespace": "d8-cloud-instance-manager",
+                                   "labels": {"app": "standby-holder", "ng": group}},
+                      "spec": {"containers": [{"name": "reserve-resources", "image": "pause"}]},
+                      "status": {"phase": "Running"}}))
+            .unwrap();
+    }
+    eventually("instances 5, desired 4, standby 2", 20, || {
+        let s = status(&e, "eph");
+        s["instances"] == 5 && s["desired"] == 4 && s["standby"] == 2
+    })
+    .await;
+    eventually("Deckhouse's gauges follow the status", 10, || {
+        let text = c.metrics.encode();
+        text.contains("d8_node_group_instances{node_group_name=\"eph\"} 5")
+            && text.contains("d8_node_group_desired{node_group_name=\"eph\"} 4")
+            && text.contains("d8_node_group_standby{node_group_name=\"eph\"} 2")
+    })
+    .await;
+}

@@ -269,6 +269,18 @@ impl NodeGroup {
     pub fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
     }
+
+    /// SHA-256 (hex) of the spec's JSON as nodemgr reads it: equal for equal specs whatever
+    /// version they were written in (maps are ordered), so the status controller and
+    /// bashible-apiserver name the same spec the same way in `status.deckhouse`.
+    pub fn spec_checksum(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let json = serde_json::to_vec(&self.spec).unwrap_or_default();
+        Sha256::digest(&json)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
 }
 
 /// `NodeGroup.spec` (docs/deckhouse.md §1.1).
@@ -884,9 +896,40 @@ pub struct NodeGroupStatus {
     /// Conditions (`Ready`, `Updating`, `WaitingForDisruptiveApproval`, `Scaling`, `Error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<Condition>>,
-    /// Deckhouse's sync bookkeeping.
+    /// Which spec the controllers have seen and which one the node bundles were rendered from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deckhouse: Option<serde_json::Value>,
+    pub deckhouse: Option<SpecSync>,
+}
+
+/// `status.deckhouse`: whether the group's current spec has been processed
+/// (docs/deckhouse.md §1.3). node-manager's status controller writes `observed` and `synced`,
+/// bashible-apiserver writes `processed` once the group's bundles are rendered from that spec.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SpecSync {
+    /// The spec node-manager last saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<SpecStamp>,
+    /// The spec the group's bundles were last rendered from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processed: Option<SpecStamp>,
+    /// `True` when `processed` is the `observed` spec, else `False`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synced: Option<String>,
+}
+
+/// One spec, by checksum, and when it was first seen or processed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SpecStamp {
+    /// RFC 3339 time the checksum was first seen (or processed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_timestamp: Option<String>,
+    /// SHA-256 of the spec's canonical JSON, in hex ([`NodeGroup::spec_checksum`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_sum: Option<String>,
 }
 
 /// `status.lastMachineFailures[]`.

@@ -1,7 +1,9 @@
 //! The NodeGroup status controller: for each group, `status` (nodes, ready, upToDate,
 //! min/max/desired, conditions, `error` for a spec nodemgr would reject) computed by
 //! [`nodemgr_core::group_status::group_status`] from a fresh list of the group's Nodes and its
-//! desired configuration checksum, written to the status subresource when it changed, with an
+//! desired configuration checksum — for CloudEphemeral groups also `instances`/`desired` from
+//! the machine controller's `Instance` objects and `standby` from the group's standby-holder
+//! pods (both listed fresh by label) — written to the status subresource when it changed, with an
 //! Event per condition that changed (`engine` and `kubernetesVersion` included; the API
 //! server's version is read at most every few minutes). A
 //! kube-runtime `Controller` over NodeGroups, woken by changes of the group and of Nodes
@@ -10,13 +12,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use nodemgr_core::group_status::{StatusInput, condition_transitions, group_status};
-use nodemgr_core::model::keys;
+use nodemgr_core::group_status::{
+    MachineCounts, StatusInput, condition_transitions, group_status, standby_holders,
+};
+use nodemgr_core::model::{NodeType, keys};
 use nodemgr_core::ports::{
     ClusterError, ClusterRead, EventApi, EventKind, ObjectRef as EventObject, RecordedEvent,
 };
@@ -25,8 +29,8 @@ use tokio::sync::watch;
 
 use super::{GroupContext, group_error_policy, now};
 use crate::cluster::{KubeCluster, map_error};
-use crate::convert::node_to_core;
-use crate::crd::NodeGroup;
+use crate::convert::{node_to_core, pod_to_core};
+use crate::crd::{Instance, NodeGroup};
 use crate::metrics::{DeckhouseGroupLabels, GroupLabels, Metrics, UpdateStateLabels};
 use crate::settings::SettingsSource;
 use nodemgr_core::update::node_update_status;
@@ -51,6 +55,44 @@ pub(crate) async fn group_nodes(
         .map_err(|e| map_error(&format!("list nodes of group {group}"), e))
 }
 
+/// What the machine layer says of a CloudEphemeral group: the counts of its `Instance`
+/// objects (`None` when it has none, [`MachineCounts::of_instances`]) and its standby-holder
+/// pods. Both listed fresh by label; other node types have neither.
+async fn machine_view(
+    cluster: &KubeCluster,
+    group: &nodemgr_core::NodeGroup,
+) -> Result<(Option<MachineCounts>, Option<i64>), ClusterError> {
+    if group.spec.node_type != Some(NodeType::CloudEphemeral) {
+        return Ok((None, None));
+    }
+    let name = group.name();
+    let by_group = ListParams::default().labels(&format!("{}={name}", keys::LABEL_NODE_GROUP));
+    let instances: Vec<_> = Api::<Instance>::all(cluster.client().clone())
+        .list(&by_group)
+        .await
+        .map_err(|e| map_error(&format!("list the Instances of group {name}"), e))?
+        .items
+        .iter()
+        .map(Instance::to_core)
+        .collect();
+    let holders = ListParams::default().labels(&format!(
+        "app={},ng={name}",
+        keys::STANDBY_HOLDER_APP
+    ));
+    let pods: Vec<_> = Api::<Pod>::all(cluster.client().clone())
+        .list(&holders)
+        .await
+        .map_err(|e| map_error(&format!("list the standby-holder pods of group {name}"), e))?
+        .items
+        .iter()
+        .map(pod_to_core)
+        .collect();
+    Ok((
+        MachineCounts::of_instances(&instances),
+        Some(standby_holders(&pods, name)),
+    ))
+}
+
 async fn reconcile(group: Arc<NodeGroup>, ctx: Arc<GroupContext>) -> Result<Action, ClusterError> {
     let started = Instant::now();
     let result = reconcile_inner(&group, &ctx).await;
@@ -67,6 +109,7 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
         .map(node_to_core)
         .collect();
     let checksums = ctx.cluster.configuration_checksums().await?;
+    let (machines, standby) = machine_view(&ctx.cluster, &core).await?;
     let settings = match ctx.cluster_settings.read(ctx.cluster.client()).await {
         Ok(settings) => settings,
         Err(error) => {
@@ -88,8 +131,8 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
         nodes: nodes.iter().collect(),
         desired_checksum: checksums.get(&name).map(String::as_str),
         cloud_zones: &[],
-        machines: None,
-        standby: None,
+        machines,
+        standby,
         api_server_version: api_server_version.as_deref(),
         error: error.as_deref(),
         previous: core.status.as_ref(),

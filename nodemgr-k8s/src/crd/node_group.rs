@@ -487,6 +487,11 @@ fn apply_defaults(spec: &mut Value) {
     }
 }
 
+/// `status.deckhouse.observed` / `.processed`: a spec checksum and its time.
+fn spec_stamp() -> Value {
+    object(vec![("lastTimestamp", string()), ("checkSum", string())])
+}
+
 /// The status schema (docs/deckhouse.md §1.3), the same in every version.
 pub fn status_schema() -> Value {
     let last_operation = object(vec![
@@ -532,7 +537,14 @@ pub fn status_schema() -> Value {
                 ("message", string()),
             ])),
         ),
-        ("deckhouse", free_object()),
+        (
+            "deckhouse",
+            object(vec![
+                ("observed", spec_stamp()),
+                ("processed", spec_stamp()),
+                ("synced", one_of(&["True", "False"])),
+            ]),
+        ),
     ]);
     describe_from_model(status, &model_schema::<NodeGroupStatus>())
 }
