@@ -927,7 +927,7 @@ pub struct SpecStamp {
     /// RFC 3339 time the checksum was first seen (or processed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_timestamp: Option<String>,
-    /// SHA-256 of the spec's canonical JSON, in hex ([`NodeGroup::spec_checksum`]).
+    /// SHA-256 of the spec as nodemgr reads it, in hex (the same for every API version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_sum: Option<String>,
 }
