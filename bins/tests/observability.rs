@@ -2,9 +2,11 @@
 //! fencing-agent's `/metrics` pass `promtool check metrics` in the classic text format and
 //! answer OpenMetrics when asked; Deckhouse's families are there under Deckhouse's names and
 //! labels, counters start at zero; `/healthz` answers; early-oom without PSI stays up and says
-//! `early_oom_psi_unavailable 1`; every metric the Grafana dashboard queries exists; with
-//! `--metrics-auth kubernetes` a scrape is allowed or refused by the API server's TokenReview and
-//! SubjectAccessReview; `--log-format json` writes one JSON object per line.
+//! `early_oom_psi_unavailable 1`; every metric the Grafana dashboard queries exists, and every
+//! series an alert rule reads, with the labels its annotations name once the chart's monitors
+//! scrape it; with `--metrics-auth kubernetes` a scrape is allowed or refused by the API
+//! server's TokenReview and SubjectAccessReview; `--log-format json` writes one JSON object per
+//! line, in the agents and in the `nodemgr` CLI.
 //!
 //! promtool comes from `scripts/install.d/36-promtool.sh` (Debian's `prometheus` package); the
 //! tests fail when it is missing.
@@ -307,6 +309,9 @@ async fn every_binarys_metrics_pass_promtool_and_carry_deckhouses_families() {
         // counters of a group from the start, at zero, with the group's label
         "nodemgr_update_actions_total{node_group=\"workers\",action=\"approve\"} 0",
         "nodemgr_fencing_actions_total{node_group=\"workers\",action=\"delete_node\"} 0",
+        // group-less counters too, before their first event
+        "nodemgr_fencing_actions_total{node_group=\"\",action=\"paused_stale_cache\"} 0",
+        "d8_node_group_standby_desired{node_group_name=\"workers\"} 0",
         "nodemgr_reconcile_errors_total{controller=\"csr\"} 0",
         "# TYPE nodemgr_build_info gauge",
         "nodemgr_build_info{version=\"",
@@ -759,6 +764,88 @@ async fn json_logs_are_one_object_per_line() {
         .unwrap();
     assert!(!bad.status.success());
     let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("text") && stderr.contains("json"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_agents_healthz_answers_without_a_token() {
+    let emulator = Emulator::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let watchdog = dir.path().join("watchdog");
+    std::fs::write(&watchdog, "").unwrap();
+    let port = free_port();
+    let _fa = fencing_agent(&emulator, &watchdog, port);
+    scrape_until(
+        &format!("http://127.0.0.1:{port}/metrics"),
+        "fencing_agent_watchdog_armed",
+        None,
+    )
+    .await;
+    let (status, _, body) = get(&format!("http://127.0.0.1:{port}/healthz"), None, None).await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    let (status, _, _) = get(&format!("http://127.0.0.1:{port}/nothing"), None, None).await;
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn the_nodemgr_cli_logs_in_the_format_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ng.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {name: w}\nspec: {nodeType: Static}\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_nodemgr"))
+            .args(args)
+            .arg(&file)
+            .env("RUST_LOG", "debug")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The flag is global: before or after the subcommand.
+    for args in [
+        &["--log-format", "json", "validate"][..],
+        &["validate", "--log-format", "json"][..],
+    ] {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(0), "{stderr}");
+        // Log events are JSON lines; the command's own summary line is not a log event.
+        let events: Vec<Value> = stderr
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+            .collect();
+        assert!(
+            events.iter().any(|e| e["level"] == "DEBUG"
+                && e["message"] == "validating"
+                && e["documents"] == 1
+                && e["timestamp"].is_string()),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("1 documents in 1 files: 0 invalid"),
+            "{stderr}"
+        );
+    }
+    let (code, stderr) = run(&["validate", "--log-format", "text"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("DEBUG") && l.contains("validating") && !l.starts_with('{')),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&["validate", "--log-format", "xml"]);
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("text") && stderr.contains("json"),
         "{stderr}"

@@ -495,15 +495,19 @@ fn an_old_hybrid_group_renders_as_the_provider_cluster_configuration_types_it() 
     )
     .unwrap();
     let cluster = s.path("cluster.yaml");
-    let checksum = |file: &str, provider: Option<&str>| {
+    let token = s.path("token");
+    // The bootstrap script registers the node with its type label.
+    let script = |file: &str, provider: Option<&str>| {
         let path = s.path(file);
         let mut args = vec![
             "render",
-            "checksum",
+            "bootstrap",
             "--group",
             "front",
             "--cluster-context",
             cluster.to_str().unwrap(),
+            "--bootstrap-token-file",
+            token.to_str().unwrap(),
             path.to_str().unwrap(),
         ];
         let provider = provider.map(|p| s.path(p));
@@ -512,16 +516,14 @@ fn an_old_hybrid_group_renders_as_the_provider_cluster_configuration_types_it() 
         }
         let out = nodemgr(&args, &[]);
         assert!(out.status.success(), "{}", text(&out.stderr));
-        text(&out.stdout).trim().to_owned()
+        text(&out.stdout)
     };
-    let as_static = checksum("static.yaml", None);
-    let as_permanent = checksum("permanent.yaml", None);
-    assert_ne!(
-        as_static, as_permanent,
-        "the node type is part of the bundle"
-    );
-    assert_eq!(checksum("hybrid.yaml", None), as_static);
-    assert_eq!(checksum("hybrid.yaml", Some("provider.yaml")), as_permanent);
+    let as_static = script("static.yaml", None);
+    let as_permanent = script("permanent.yaml", None);
+    assert!(as_permanent.contains("node.deckhouse.io/type=CloudPermanent"));
+    assert_ne!(as_static, as_permanent);
+    assert_eq!(script("hybrid.yaml", None), as_static);
+    assert_eq!(script("hybrid.yaml", Some("provider.yaml")), as_permanent);
     let out = nodemgr(
         &[
             "render",
