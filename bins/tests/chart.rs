@@ -597,3 +597,81 @@ fn the_image_copies_every_binary_exactly_once() {
         "a binary is copied outside the loop:\n{dockerfile}"
     );
 }
+
+/// The dotted paths of every leaf of `values` (a map with content is walked into; scalars,
+/// lists and empty maps are leaves).
+fn value_paths(prefix: &str, values: &Value, out: &mut Vec<String>) {
+    match values.as_object() {
+        Some(map) if !map.is_empty() => {
+            for (key, value) in map {
+                let path = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                value_paths(&path, value, out);
+            }
+        }
+        _ => out.push(prefix.to_owned()),
+    }
+}
+
+/// The values the README's "Install" table names: each row's first cell, `a.b`, `.c` (a
+/// sibling of the cell's first value: `a.c`) and `a.*` (everything under `a`).
+fn readme_values() -> Vec<String> {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let table = readme
+        .split("| value | default | what it does |")
+        .nth(1)
+        .expect("README has the values table");
+    let mut named = Vec::new();
+    for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cell = row.split('|').nth(1).unwrap();
+        let mut parent = String::new();
+        for entry in cell.split(',').map(|e| e.trim().trim_matches('`')) {
+            let path = match entry.strip_prefix('.') {
+                Some(sibling) => format!("{parent}.{sibling}"),
+                None => {
+                    parent = entry.rsplit_once('.').map_or("", |(p, _)| p).to_owned();
+                    entry.to_owned()
+                }
+            };
+            named.push(path.trim_end_matches(".*").to_owned());
+        }
+    }
+    named
+}
+
+#[test]
+fn the_readme_describes_every_value() {
+    let values: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(chart().join("values.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut paths = Vec::new();
+    value_paths("", &values, &mut paths);
+    assert!(paths.len() > 40, "{paths:?}");
+    let named = readme_values();
+    let undocumented: Vec<&String> = paths
+        .iter()
+        .filter(|p| {
+            !named
+                .iter()
+                .any(|n| *p == n || p.starts_with(&format!("{n}.")))
+        })
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "values the README's Install table does not describe: {undocumented:?}"
+    );
+    // And the table names no value the chart does not have.
+    let unknown: Vec<&String> = named
+        .iter()
+        .filter(|n| {
+            !paths
+                .iter()
+                .any(|p| p == *n || p.starts_with(&format!("{n}.")))
+        })
+        .collect();
+    assert!(unknown.is_empty(), "the README names values the chart lacks: {unknown:?}");
+}
