@@ -644,10 +644,9 @@ fn readme_values() -> Vec<String> {
 
 #[test]
 fn the_readme_describes_every_value() {
-    let values: Value = serde_saphyr::from_str(
-        &std::fs::read_to_string(chart().join("values.yaml")).unwrap(),
-    )
-    .unwrap();
+    let values: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart().join("values.yaml")).unwrap())
+            .unwrap();
     let mut paths = Vec::new();
     value_paths("", &values, &mut paths);
     assert!(paths.len() > 40, "{paths:?}");
@@ -673,5 +672,8 @@ fn the_readme_describes_every_value() {
                 .any(|p| p == *n || p.starts_with(&format!("{n}.")))
         })
         .collect();
-    assert!(unknown.is_empty(), "the README names values the chart lacks: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "the README names values the chart lacks: {unknown:?}"
+    );
 }
