@@ -456,6 +456,52 @@ async fn kubectl_explain_describes_the_nodegroup_schema() {
             "missing {expected:?} in:\n{stdout}"
         );
     }
+    // The top level and `.spec` itself are described too, in every served version.
+    for version in ["v1", "v1alpha2", "v1alpha1"] {
+        let api_version = format!("--api-version=deckhouse.io/{version}");
+        for (path, expected) in [
+            (
+                "nodegroups",
+                &[
+                    "What the group should be",
+                    "as node-manager last observed it",
+                    "converts between them",
+                ][..],
+            ),
+            (
+                "nodegroups.spec",
+                &[
+                    "What the group should be",
+                    "nodeType",
+                    "Type of the group's nodes",
+                ][..],
+            ),
+            (
+                "nodegroups.status",
+                &["as node-manager last observed it", "conditions"][..],
+            ),
+        ] {
+            let out = w.kubectl(&["explain", path, &api_version], "").await;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "kubectl explain {path} {api_version}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                !stdout.contains("<no description>") && !stdout.contains("<empty>"),
+                "{path} {version}: an undescribed field:\n{stdout}"
+            );
+            // kubectl wraps descriptions at 80 columns.
+            let flat = stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+            for text in expected {
+                assert!(
+                    flat.contains(text),
+                    "{path} {version}: missing {text:?} in:\n{stdout}"
+                );
+            }
+        }
+    }
     w.shutdown().await;
 }
 
