@@ -702,15 +702,39 @@ mod tests {
                 format!("nodemgr_fencing_actions_total{{node_group=\"\",action=\"{action}\"}} 0");
             assert!(text.contains(&line), "{line} missing:\n{text}");
         }
-        // Per-group counters appear with the group; then every counter family has samples.
-        let found = counters(&text);
-        assert!(found.len() >= 6, "{found:?}");
+        // A family without a series is not encoded at all: before any group, the counters not
+        // tied to one are there; with the first group, every counter family is.
+        let names = |text: &str| -> Vec<String> {
+            counters(text)
+                .into_iter()
+                .filter(|(_, sample)| *sample)
+                .map(|(name, _)| name)
+                .collect()
+        };
+        let mut fresh = names(&text);
+        fresh.sort();
+        assert_eq!(
+            fresh,
+            [
+                "nodemgr_controller_failures",
+                "nodemgr_fencing_actions",
+                "nodemgr_reconcile_errors"
+            ]
+        );
         m.group_seen("worker");
-        let without: Vec<_> = counters(&m.encode())
-            .into_iter()
-            .filter(|(_, sample)| !sample)
-            .collect();
-        assert!(without.is_empty(), "counters without a series: {without:?}");
+        let mut all = names(&m.encode());
+        all.sort();
+        assert_eq!(
+            all,
+            [
+                "nodemgr_controller_failures",
+                "nodemgr_fencing_actions",
+                "nodemgr_machine_actions",
+                "nodemgr_reconcile_errors",
+                "nodemgr_static_operations",
+                "nodemgr_update_actions"
+            ]
+        );
         // A pause counts on the series that was there from the start.
         Metrics::action(&m.fencing_actions, "", "paused_stale_cache");
         assert_eq!(
