@@ -13,10 +13,7 @@ RUN cargo build --release --locked --target x86_64-unknown-linux-musl -p nodemgr
     && mkdir /out \
     && for b in nodemgr node-manager nodemgr-webhook fencing-agent early-oom bashible-apiserver bashible; do \
          cp "target/x86_64-unknown-linux-musl/release/$b" /out/; \
-       done \
-    && if [ -x target/x86_64-unknown-linux-musl/release/nodemgr-webhook ]; then \
-         cp target/x86_64-unknown-linux-musl/release/nodemgr-webhook /out/; \
-       fi
+       done
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/

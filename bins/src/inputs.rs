@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use nodemgr_core::bashible::{BootstrapToken, ClusterContext, Customisations};
-use nodemgr_core::model::{Manifest, NodeGroup, parse_documents, parse_manifest};
+use nodemgr_core::conversion::ConversionContext;
+use nodemgr_core::model::{
+    Manifest, NodeGroup, parse_documents, parse_manifest, parse_manifest_with,
+};
 
 /// Environment variable holding the bootstrap token when no token file is given.
 pub const BOOTSTRAP_TOKEN_ENV: &str = "NODEMGR_BOOTSTRAP_TOKEN";
@@ -63,6 +66,18 @@ fn read_text(path: &Path) -> anyhow::Result<String> {
 /// A file that cannot be read or is not YAML, a NodeGroup document that does not parse, a
 /// NodeGroup without a name, or two NodeGroups of the same name.
 pub fn load_node_groups(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<String, NodeGroup>> {
+    load_node_groups_with(paths, &ConversionContext::default())
+}
+
+/// [`load_node_groups`], converting old NodeGroup versions with `conversion` (the provider
+/// cluster configuration: a `Hybrid` group it names becomes CloudPermanent).
+///
+/// # Errors
+/// As [`load_node_groups`].
+pub fn load_node_groups_with(
+    paths: &[PathBuf],
+    conversion: &ConversionContext,
+) -> anyhow::Result<BTreeMap<String, NodeGroup>> {
     let mut groups: BTreeMap<String, (NodeGroup, String)> = BTreeMap::new();
     for file in manifest_files(paths)? {
         let text = read_text(&file)?;
@@ -77,8 +92,8 @@ pub fn load_node_groups(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<String, No
             if kind != Some("NodeGroup") {
                 continue;
             }
-            let manifest =
-                parse_manifest(document.value).map_err(|e| anyhow::anyhow!("{place}: {e}"))?;
+            let manifest = parse_manifest_with(document.value, conversion)
+                .map_err(|e| anyhow::anyhow!("{place}: {e}"))?;
             let Manifest::NodeGroup(group) = manifest else {
                 continue;
             };

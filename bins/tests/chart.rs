@@ -329,6 +329,84 @@ fn values_change_what_the_readme_says_they_change() {
     );
 }
 
+/// The scrape endpoints of a ServiceMonitor or PodMonitor.
+fn scrape_endpoints(monitor: &Value) -> &Vec<Value> {
+    monitor["spec"]["endpoints"]
+        .as_array()
+        .or_else(|| monitor["spec"]["podMetricsEndpoints"].as_array())
+        .unwrap()
+}
+
+#[test]
+fn monitors_label_the_agents_series_with_their_node_and_verify_certificates_they_can() {
+    let monitors = [
+        ("ServiceMonitor", "node-manager"),
+        ("PodMonitor", "early-oom"),
+        ("PodMonitor", "fencing-agent"),
+    ];
+    let all = documents(&render(ALL_ON));
+    let certificate = find(&all, "Certificate", "nodemgr-metrics");
+    let names = certificate["spec"]["dnsNames"].as_array().unwrap();
+    for (kind, name) in monitors {
+        let monitor = find(&all, kind, name);
+        for endpoint in scrape_endpoints(monitor) {
+            let relabels: Vec<&Value> = endpoint["relabelings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .collect();
+            let node = relabels.iter().find(|r| r["targetLabel"] == "node");
+            if kind == "PodMonitor" {
+                // The agents' series have no labels of their own: the alerts' `$labels.node`
+                // is the scraped pod's node.
+                let node = node.unwrap_or_else(|| panic!("{name}: no `node` relabeling"));
+                assert_eq!(
+                    node["sourceLabels"],
+                    serde_json::json!(["__meta_kubernetes_pod_node_name"]),
+                    "{name}"
+                );
+            } else {
+                // node-manager's series carry `node` themselves; a target label would rename it.
+                assert!(node.is_none(), "{name}: a `node` target label");
+            }
+            // cert-manager on: verified with its CA, under a name the certificate carries.
+            let tls = &endpoint["tlsConfig"];
+            assert_eq!(tls["insecureSkipVerify"], Value::Null, "{name}");
+            assert_eq!(tls["ca"]["secret"]["name"], "nodemgr-metrics-tls", "{name}");
+            assert_eq!(tls["ca"]["secret"]["key"], "ca.crt", "{name}");
+            assert!(names.contains(&tls["serverName"]), "{name}: {tls}");
+            assert_eq!(
+                endpoint["authorization"]["credentials"]["name"],
+                "nodemgr-metrics-scraper-token"
+            );
+        }
+    }
+    // Without cert-manager (self-signed at start), or when told not to: no verification.
+    for sets in [
+        &[
+            "metrics.serviceMonitor.enabled=true",
+            "metrics.podMonitor.enabled=true",
+        ][..],
+        &[
+            "metrics.serviceMonitor.enabled=true",
+            "metrics.podMonitor.enabled=true",
+            "certManager.enabled=true",
+            "metrics.verifyCertificate=false",
+        ][..],
+    ] {
+        let docs = documents(&render(sets));
+        for (kind, name) in monitors {
+            for endpoint in scrape_endpoints(find(&docs, kind, name)) {
+                assert_eq!(
+                    endpoint["tlsConfig"]["insecureSkipVerify"], true,
+                    "{sets:?}"
+                );
+                assert_eq!(endpoint["tlsConfig"]["ca"], Value::Null, "{sets:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_malformed_value_is_refused_with_what_is_wrong() {
     let chart = chart();
@@ -472,4 +550,130 @@ async fn the_chart_with_every_option_applies_to_an_empty_cluster() {
         ],
     )
     .await;
+}
+
+/// The `[[bin]]` names of `bins/Cargo.toml`.
+fn binaries() -> Vec<String> {
+    let manifest = std::fs::read_to_string(repo().join("bins/Cargo.toml")).unwrap();
+    let mut names = Vec::new();
+    let mut in_bin = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_bin = line == "[[bin]]";
+        } else if in_bin && let Some(value) = line.strip_prefix("name = ") {
+            names.push(value.trim_matches('"').to_owned());
+        }
+    }
+    names
+}
+
+#[test]
+fn the_image_copies_every_binary_exactly_once() {
+    let dockerfile = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
+    let bins = binaries();
+    assert!(bins.len() >= 7, "{bins:?}");
+    // The one copy loop: `for b in NAME...; do cp ".../$b" /out/; done`.
+    let list = dockerfile
+        .split("for b in ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .expect("the Dockerfile copies the binaries in a `for b in ...;` loop");
+    let copied: Vec<&str> = list.split_whitespace().collect();
+    let mut sorted = copied.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        copied.len(),
+        "a binary copied twice: {copied:?}"
+    );
+    let mut expected: Vec<&str> = bins.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(sorted, expected, "the image lacks or adds binaries");
+    // No other `cp` of a release binary besides the loop's.
+    assert_eq!(
+        dockerfile.matches("/release/").count(),
+        1,
+        "a binary is copied outside the loop:\n{dockerfile}"
+    );
+}
+
+/// The dotted paths of every leaf of `values` (a map with content is walked into; scalars,
+/// lists and empty maps are leaves).
+fn value_paths(prefix: &str, values: &Value, out: &mut Vec<String>) {
+    match values.as_object() {
+        Some(map) if !map.is_empty() => {
+            for (key, value) in map {
+                let path = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                value_paths(&path, value, out);
+            }
+        }
+        _ => out.push(prefix.to_owned()),
+    }
+}
+
+/// The values the README's "Install" table names: each row's first cell, `a.b`, `.c` (a
+/// sibling of the cell's first value: `a.c`) and `a.*` (everything under `a`).
+fn readme_values() -> Vec<String> {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let table = readme
+        .split("| value | default | what it does |")
+        .nth(1)
+        .expect("README has the values table");
+    let mut named = Vec::new();
+    for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cell = row.split('|').nth(1).unwrap();
+        let mut parent = String::new();
+        for entry in cell.split(',').map(|e| e.trim().trim_matches('`')) {
+            let path = match entry.strip_prefix('.') {
+                Some(sibling) => format!("{parent}.{sibling}"),
+                None => {
+                    parent = entry.rsplit_once('.').map_or("", |(p, _)| p).to_owned();
+                    entry.to_owned()
+                }
+            };
+            named.push(path.trim_end_matches(".*").to_owned());
+        }
+    }
+    named
+}
+
+#[test]
+fn the_readme_describes_every_value() {
+    let values: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart().join("values.yaml")).unwrap())
+            .unwrap();
+    let mut paths = Vec::new();
+    value_paths("", &values, &mut paths);
+    assert!(paths.len() > 40, "{paths:?}");
+    let named = readme_values();
+    let undocumented: Vec<&String> = paths
+        .iter()
+        .filter(|p| {
+            !named
+                .iter()
+                .any(|n| *p == n || p.starts_with(&format!("{n}.")))
+        })
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "values the README's Install table does not describe: {undocumented:?}"
+    );
+    // And the table names no value the chart does not have.
+    let unknown: Vec<&String> = named
+        .iter()
+        .filter(|n| {
+            !paths
+                .iter()
+                .any(|p| p == *n || p.starts_with(&format!("{n}.")))
+        })
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "the README names values the chart lacks: {unknown:?}"
+    );
 }

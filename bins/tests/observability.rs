@@ -2,9 +2,11 @@
 //! fencing-agent's `/metrics` pass `promtool check metrics` in the classic text format and
 //! answer OpenMetrics when asked; Deckhouse's families are there under Deckhouse's names and
 //! labels, counters start at zero; `/healthz` answers; early-oom without PSI stays up and says
-//! `early_oom_psi_unavailable 1`; every metric the Grafana dashboard queries exists; with
-//! `--metrics-auth kubernetes` a scrape is allowed or refused by the API server's TokenReview and
-//! SubjectAccessReview; `--log-format json` writes one JSON object per line.
+//! `early_oom_psi_unavailable 1`; every metric the Grafana dashboard queries exists, and every
+//! series an alert rule reads, with the labels its annotations name once the chart's monitors
+//! scrape it; with `--metrics-auth kubernetes` a scrape is allowed or refused by the API
+//! server's TokenReview and SubjectAccessReview; `--log-format json` writes one JSON object per
+//! line, in the agents and in the `nodemgr` CLI.
 //!
 //! promtool comes from `scripts/install.d/36-promtool.sh` (Debian's `prometheus` package); the
 //! tests fail when it is missing.
@@ -22,6 +24,11 @@ use nodemgr_core::ImpactKind;
 use nodemgr_testkit::auth_reviews::{self, AuthReviews, Permission, User};
 use nodemgr_testkit::{Emulator, Fleet, FleetConfig, FleetNode, Generation};
 use serde_json::{Value, json};
+
+#[path = "support/promql.rs"]
+mod promql;
+
+use promql::{labels_by_metric, metric_names, metrics_in, template_labels};
 
 const PSI_FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -133,19 +140,6 @@ fn promtool_check_metrics(what: &str, text: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// The metric names of classic text: of its samples, and of its families declared by `# TYPE`
-/// (a labelled family without series yet, like `d8_node_draining` while no drain is refused).
-fn metric_names(text: &str) -> BTreeSet<String> {
-    text.lines()
-        .filter_map(|l| match l.strip_prefix("# TYPE ") {
-            Some(rest) => rest.split(' ').next(),
-            None if !l.starts_with('#') && !l.is_empty() => l.split(['{', ' ']).next(),
-            None => None,
-        })
-        .map(str::to_owned)
-        .collect()
 }
 
 async fn emulator_with_a_group() -> (Arc<Emulator>, Fleet) {
@@ -315,6 +309,9 @@ async fn every_binarys_metrics_pass_promtool_and_carry_deckhouses_families() {
         // counters of a group from the start, at zero, with the group's label
         "nodemgr_update_actions_total{node_group=\"workers\",action=\"approve\"} 0",
         "nodemgr_fencing_actions_total{node_group=\"workers\",action=\"delete_node\"} 0",
+        // group-less counters too, before their first event
+        "nodemgr_fencing_actions_total{node_group=\"\",action=\"paused_stale_cache\"} 0",
+        "d8_node_group_standby_desired{node_group_name=\"workers\"} 0",
         "nodemgr_reconcile_errors_total{controller=\"csr\"} 0",
         "# TYPE nodemgr_build_info gauge",
         "nodemgr_build_info{version=\"",
@@ -424,95 +421,12 @@ async fn early_oom_without_psi_stays_up_reports_it_and_stops_cleanly() {
     assert_eq!(code, Some(0), "early-oom stops with 0 on SIGTERM");
 }
 
-/// Every metric name in a PromQL expression: identifiers followed by `{`, `[`, `)` or space
-/// that are not functions, keywords or label names.
-fn metrics_in(expr: &str) -> BTreeSet<String> {
-    const WORDS: &[&str] = &[
-        "sum",
-        "max",
-        "min",
-        "avg",
-        "count",
-        "rate",
-        "increase",
-        "by",
-        "without",
-        "on",
-        "ignoring",
-        "group_left",
-        "group_right",
-        "and",
-        "or",
-        "unless",
-        "label_values",
-        "bool",
-    ];
-    let mut out = BTreeSet::new();
-    let mut in_braces = 0;
-    let mut in_quotes = false;
-    let mut word = String::new();
-    let mut after_by = false;
-    for c in expr.chars().chain(std::iter::once(' ')) {
-        if in_quotes {
-            if c == '"' {
-                in_quotes = false;
-            }
-            continue;
-        }
-        if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
-            word.push(c);
-            continue;
-        }
-        if !word.is_empty() {
-            let is_number = word.chars().next().is_some_and(|f| f.is_ascii_digit());
-            if in_braces == 0
-                && !after_by
-                && !is_number
-                && !WORDS.contains(&word.as_str())
-                && c != '('
-            {
-                out.insert(word.clone());
-            }
-            after_by = matches!(word.as_str(), "by" | "without" | "on" | "ignoring")
-                || (after_by && c == ',');
-            word.clear();
-        }
-        match c {
-            '"' => in_quotes = true,
-            '{' => in_braces += 1,
-            '}' => in_braces -= 1,
-            '[' => in_braces += 1,
-            ']' => in_braces -= 1,
-            ')' => after_by = false,
-            _ => {}
-        }
-    }
-    out
-}
-
-#[test]
-fn promql_metric_names_are_found() {
-    assert_eq!(
-        metrics_in(
-            "sum by (node_group, action) (rate(nodemgr_update_actions_total{node_group=~\"$g\"}[5m])) * 60"
-        ),
-        BTreeSet::from(["nodemgr_update_actions_total".to_owned()])
-    );
-    assert_eq!(
-        metrics_in("max by (node_group_name) (d8_node_group_desired - d8_node_group_ready) > 0"),
-        BTreeSet::from([
-            "d8_node_group_desired".to_owned(),
-            "d8_node_group_ready".to_owned()
-        ])
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_metric_the_dashboard_queries_is_exported() {
-    let (emulator, _fleet) = emulator_with_a_group().await;
-    let [nm, oom, fa] = scrape_all(&emulator).await;
-    // Families with a series per event (a refused drain, a zone held back) have no line in a
-    // calm cluster's /metrics: node-manager's own registry, with one such event each, adds them.
+/// What each scraped component exports, as `(monitor kind, monitor name, classic text)`: the
+/// three binaries' `/metrics` after node-manager has seen the group's nodes. Families with a
+/// series per event (a refused drain, a zone held back) have no line in a calm cluster's
+/// `/metrics`: node-manager's own registry, with one such event each, adds them to its text.
+async fn exported_by_component(emulator: &Emulator) -> Vec<(&'static str, &'static str, String)> {
+    let [nm, oom, fa] = scrape_all(emulator).await;
     let events = nodemgr_k8s::metrics::Metrics::new();
     events.drain_refused("w-0", "refused by a PodDisruptionBudget");
     events
@@ -523,9 +437,24 @@ async fn every_metric_the_dashboard_queries_is_exported() {
         events.registry(),
         nodemgr_k8s::exposition::Format::Classic,
     );
-    let exported: BTreeSet<String> = [nm, oom, fa, with_events]
+    vec![
+        (
+            "ServiceMonitor",
+            "node-manager",
+            format!("{nm}{with_events}"),
+        ),
+        ("PodMonitor", "early-oom", oom),
+        ("PodMonitor", "fencing-agent", fa),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_dashboard_queries_is_exported() {
+    let (emulator, _fleet) = emulator_with_a_group().await;
+    let exported: BTreeSet<String> = exported_by_component(&emulator)
+        .await
         .iter()
-        .flat_map(|t| metric_names(t))
+        .flat_map(|(_, _, text)| metric_names(text))
         .collect();
     let dashboard: Value = serde_json::from_str(
         &std::fs::read_to_string(
@@ -553,6 +482,189 @@ async fn every_metric_the_dashboard_queries_is_exported() {
     assert!(
         missing.is_empty(),
         "the dashboard queries metrics no binary exports: {missing:?}\nexported: {exported:?}"
+    );
+}
+
+/// Series the alert rules read that nodemgr does not export, each with its source and the
+/// labels it has there.
+const EXTERNAL_SERIES: &[(&str, &str, &[&str])] = &[(
+    "kube_node_status_condition",
+    "kube-state-metrics: a Node's conditions (the update alerts fire only for Ready nodes)",
+    &["node", "condition", "status"],
+)];
+
+/// The target labels the Prometheus Operator gives every series a monitor scrapes (its
+/// defaults), besides the monitor's own relabelings.
+const OPERATOR_TARGET_LABELS: &[&str] = &[
+    "job",
+    "instance",
+    "namespace",
+    "pod",
+    "container",
+    "endpoint",
+    "service",
+];
+
+/// Every alert rule of the chart: `(alert, expr, annotations)`.
+fn alert_rules() -> Vec<(String, String, Vec<String>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/nodemgr/files/alerts");
+    let mut rules = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let file: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for group in file["groups"].as_array().unwrap() {
+            for rule in group["rules"].as_array().unwrap() {
+                let Some(alert) = rule["alert"].as_str() else {
+                    continue;
+                };
+                let annotations = rule["annotations"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(_, v)| v.as_str().map(str::to_owned))
+                    .collect();
+                rules.push((
+                    alert.to_owned(),
+                    rule["expr"].as_str().unwrap().to_owned(),
+                    annotations,
+                ));
+            }
+        }
+    }
+    assert!(rules.len() >= 15, "{rules:?}");
+    rules
+}
+
+/// The target labels each monitor of the chart (every option on) adds by its relabelings, by
+/// `(kind, name)`.
+fn monitor_target_labels() -> std::collections::BTreeMap<(String, String), BTreeSet<String>> {
+    let helm = std::env::var("NODEMGR_HELM").unwrap_or_else(|_| "helm".to_owned());
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/nodemgr");
+    let out = Command::new(&helm)
+        .args(["template", "nodemgr", chart.to_str().unwrap()])
+        .args(["--set", "metrics.serviceMonitor.enabled=true"])
+        .args(["--set", "metrics.podMonitor.enabled=true"])
+        .output()
+        .unwrap_or_else(|e| panic!("helm is missing ({e}): run scripts/install.d/35-helm.sh"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    let mut monitors = std::collections::BTreeMap::new();
+    for doc in documents {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        let endpoints = match kind.as_str() {
+            "ServiceMonitor" => &doc["spec"]["endpoints"],
+            "PodMonitor" => &doc["spec"]["podMetricsEndpoints"],
+            _ => continue,
+        };
+        let labels: BTreeSet<String> = endpoints
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|e| e["relabelings"].as_array().cloned().unwrap_or_default())
+            .filter_map(|r| r["targetLabel"].as_str().map(str::to_owned))
+            .collect();
+        monitors.insert(
+            (kind, doc["metadata"]["name"].as_str().unwrap().to_owned()),
+            labels,
+        );
+    }
+    monitors
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_series_and_label_an_alert_rule_reads_is_there_in_a_real_scrape() {
+    let (emulator, _fleet) = emulator_with_a_group().await;
+    let components = exported_by_component(&emulator).await;
+    let monitors = monitor_target_labels();
+    // The labels a series has once scraped: its own, the operator's, the monitor's relabelings.
+    let mut labels_of: std::collections::BTreeMap<String, BTreeSet<String>> =
+        std::collections::BTreeMap::new();
+    let mut clashes = Vec::new();
+    for (kind, name, text) in &components {
+        let relabeled = monitors
+            .get(&((*kind).to_owned(), (*name).to_owned()))
+            .unwrap_or_else(|| panic!("the chart has no {kind} {name}"));
+        let target: BTreeSet<String> = OPERATOR_TARGET_LABELS
+            .iter()
+            .map(|l| (*l).to_owned())
+            .chain(relabeled.iter().cloned())
+            .collect();
+        for (metric, own) in labels_by_metric(text) {
+            // A target label named like a label of the series renames the series' own to
+            // `exported_<name>` (honorLabels off), and the rules would group by the wrong one.
+            for clash in own.intersection(&target) {
+                clashes.push(format!("{kind} {name}: {metric}'s label {clash}"));
+            }
+            labels_of
+                .entry(metric)
+                .or_default()
+                .extend(own.into_iter().chain(target.iter().cloned()));
+        }
+        for family in metric_names(text) {
+            labels_of
+                .entry(family)
+                .or_default()
+                .extend(target.iter().cloned());
+        }
+    }
+    assert!(
+        clashes.is_empty(),
+        "target labels hide series labels: {clashes:?}"
+    );
+    for (metric, _, labels) in EXTERNAL_SERIES {
+        labels_of
+            .entry((*metric).to_owned())
+            .or_default()
+            .extend(labels.iter().map(|l| (*l).to_owned()));
+    }
+    let mut unknown = Vec::new();
+    let mut unlabeled = Vec::new();
+    let mut used_external = BTreeSet::new();
+    for (alert, expr, annotations) in alert_rules() {
+        let metrics = metrics_in(&expr);
+        assert!(!metrics.is_empty(), "{alert}: no metric found in {expr}");
+        for metric in &metrics {
+            if EXTERNAL_SERIES.iter().any(|(m, _, _)| m == metric) {
+                used_external.insert(metric.clone());
+            } else if !components
+                .iter()
+                .any(|(_, _, t)| metric_names(t).contains(metric))
+            {
+                unknown.push(format!("{alert}: {metric}"));
+            }
+        }
+        for label in annotations.iter().flat_map(|a| template_labels(a)) {
+            let carried = metrics
+                .iter()
+                .any(|m| labels_of.get(m).is_some_and(|l| l.contains(&label)));
+            if !carried {
+                unlabeled.push(format!("{alert}: $labels.{label} (series: {metrics:?})"));
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "alert rules read series no binary exports (add them, or to EXTERNAL_SERIES with their source): {unknown:?}"
+    );
+    assert!(
+        unlabeled.is_empty(),
+        "alert annotations read labels no scraped series has: {unlabeled:?}"
+    );
+    let listed: BTreeSet<String> = EXTERNAL_SERIES
+        .iter()
+        .map(|(m, _, _)| (*m).to_owned())
+        .collect();
+    assert_eq!(
+        used_external, listed,
+        "an external series no rule reads is listed"
     );
 }
 
@@ -652,6 +764,88 @@ async fn json_logs_are_one_object_per_line() {
         .unwrap();
     assert!(!bad.status.success());
     let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("text") && stderr.contains("json"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_agents_healthz_answers_without_a_token() {
+    let emulator = Emulator::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let watchdog = dir.path().join("watchdog");
+    std::fs::write(&watchdog, "").unwrap();
+    let port = free_port();
+    let _fa = fencing_agent(&emulator, &watchdog, port);
+    scrape_until(
+        &format!("http://127.0.0.1:{port}/metrics"),
+        "fencing_agent_watchdog_armed",
+        None,
+    )
+    .await;
+    let (status, _, body) = get(&format!("http://127.0.0.1:{port}/healthz"), None, None).await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    let (status, _, _) = get(&format!("http://127.0.0.1:{port}/nothing"), None, None).await;
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn the_nodemgr_cli_logs_in_the_format_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ng.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {name: w}\nspec: {nodeType: Static}\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_nodemgr"))
+            .args(args)
+            .arg(&file)
+            .env("RUST_LOG", "debug")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The flag is global: before or after the subcommand.
+    for args in [
+        &["--log-format", "json", "validate"][..],
+        &["validate", "--log-format", "json"][..],
+    ] {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(0), "{stderr}");
+        // Log events are JSON lines; the command's own summary line is not a log event.
+        let events: Vec<Value> = stderr
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+            .collect();
+        assert!(
+            events.iter().any(|e| e["level"] == "DEBUG"
+                && e["message"] == "validating"
+                && e["documents"] == 1
+                && e["timestamp"].is_string()),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("1 documents in 1 files: 0 invalid"),
+            "{stderr}"
+        );
+    }
+    let (code, stderr) = run(&["validate", "--log-format", "text"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("DEBUG") && l.contains("validating") && !l.starts_with('{')),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&["validate", "--log-format", "xml"]);
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("text") && stderr.contains("json"),
         "{stderr}"

@@ -477,3 +477,71 @@ spec: {uid: 1001, nodeGroups: [worker], sshPublicKeys: ["ssh-ed25519 AAAA ops@la
         worker_after.trim()
     );
 }
+
+#[test]
+fn an_old_hybrid_group_renders_as_the_provider_cluster_configuration_types_it() {
+    let s = Setup::new();
+    let group = |api_version: &str, node_type: &str| {
+        format!(
+            "apiVersion: deckhouse.io/{api_version}\nkind: NodeGroup\nmetadata: {{name: front}}\nspec: {{nodeType: {node_type}}}\n"
+        )
+    };
+    std::fs::write(s.path("hybrid.yaml"), group("v1alpha2", "Hybrid")).unwrap();
+    std::fs::write(s.path("permanent.yaml"), group("v1", "CloudPermanent")).unwrap();
+    std::fs::write(s.path("static.yaml"), group("v1", "CloudStatic")).unwrap();
+    std::fs::write(
+        s.path("provider.yaml"),
+        "apiVersion: deckhouse.io/v1\nkind: OpenStackClusterConfiguration\nnodeGroups:\n- name: front\n",
+    )
+    .unwrap();
+    let cluster = s.path("cluster.yaml");
+    let token = s.path("token");
+    // The bootstrap script registers the node with its type label.
+    let script = |file: &str, provider: Option<&str>| {
+        let path = s.path(file);
+        let mut args = vec![
+            "render",
+            "bootstrap",
+            "--group",
+            "front",
+            "--cluster-context",
+            cluster.to_str().unwrap(),
+            "--bootstrap-token-file",
+            token.to_str().unwrap(),
+            path.to_str().unwrap(),
+        ];
+        let provider = provider.map(|p| s.path(p));
+        if let Some(p) = &provider {
+            args.extend(["--provider-cluster-configuration", p.to_str().unwrap()]);
+        }
+        let out = nodemgr(&args, &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let as_static = script("static.yaml", None);
+    let as_permanent = script("permanent.yaml", None);
+    assert!(as_permanent.contains("node.deckhouse.io/type=CloudPermanent"));
+    assert_ne!(as_static, as_permanent);
+    assert_eq!(script("hybrid.yaml", None), as_static);
+    assert_eq!(script("hybrid.yaml", Some("provider.yaml")), as_permanent);
+    let out = nodemgr(
+        &[
+            "render",
+            "checksum",
+            "--group",
+            "front",
+            "--cluster-context",
+            cluster.to_str().unwrap(),
+            "--provider-cluster-configuration",
+            s.path("missing.yaml").to_str().unwrap(),
+            s.path("hybrid.yaml").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--provider-cluster-configuration"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -280,3 +280,63 @@ fn control_and_bidirectional_characters_in_messages_are_escaped() {
     );
     assert!(stdout.to_lowercase().contains("\\u{202e}"), "{stdout}");
 }
+
+#[test]
+fn an_old_hybrid_group_is_validated_with_the_provider_cluster_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hybrid.yaml");
+    // Valid as CloudStatic (what `Hybrid` becomes without the provider configuration), not as
+    // CloudPermanent (what it becomes for a group the provider configuration names).
+    std::fs::write(
+        &file,
+        "apiVersion: deckhouse.io/v1alpha2\nkind: NodeGroup\nmetadata: {name: front}\nspec:\n  nodeType: Hybrid\n  staticInstances: {count: 1}\n",
+    )
+    .unwrap();
+    let out = validate(std::slice::from_ref(&file));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let provider = dir.path().join("provider.yaml");
+    std::fs::write(
+        &provider,
+        "apiVersion: deckhouse.io/v1\nkind: OpenStackClusterConfiguration\nnodeGroups:\n- name: front\n",
+    )
+    .unwrap();
+    let with = |provider: &Path| {
+        nodemgr(&[
+            "validate".as_ref(),
+            "--provider-cluster-configuration".as_ref(),
+            provider.as_os_str(),
+            file.as_os_str(),
+        ])
+    };
+    let out = with(&provider);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "{}:0: spec.staticInstances: not allowed for nodeType CloudPermanent",
+            file.display()
+        )),
+        "{stdout}"
+    );
+    // A provider configuration naming other groups changes nothing.
+    let others = dir.path().join("others.yaml");
+    std::fs::write(
+        &others,
+        "apiVersion: deckhouse.io/v1\nkind: OpenStackClusterConfiguration\nnodeGroups:\n- name: back\n",
+    )
+    .unwrap();
+    assert_eq!(with(&others).status.code(), Some(0));
+    // One that cannot be read: exit 2, naming the flag; nothing validated.
+    let out = with(&dir.path().join("missing.yaml"));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--provider-cluster-configuration") && stderr.contains("missing.yaml"),
+        "{stderr}"
+    );
+}

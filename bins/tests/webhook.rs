@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodemgr_bins::webhook::ca_bundle::{CaBundleTargets, sync_once};
+use nodemgr_bins::webhook::ca_bundle::{CaBundleTargets, Settled, sync_once};
 use nodemgr_bins::webhook::cluster::KubeSource;
 use nodemgr_bins::webhook::tls::ReloadingCertificate;
 use nodemgr_bins::webhook::{Running, start};
@@ -495,7 +495,11 @@ async fn a_renewed_certificate_is_served_and_written_into_ca_bundles() {
         webhook_configurations: vec!["nodemgr-webhook".into()],
         crds: vec!["nodegroups.deckhouse.io".into()],
     };
-    let written = sync_once(&kube, &targets, &new_ca).await.unwrap();
+    let mut settled = Settled::default();
+    let grace = Duration::from_secs(600);
+    let written = sync_once(&kube, &targets, &new_ca, &mut settled, grace)
+        .await
+        .unwrap();
     let vwc = w
         .emulator
         .get(
@@ -528,7 +532,12 @@ async fn a_renewed_certificate_is_served_and_written_into_ca_bundles() {
     );
     assert_eq!(written, 2);
     // A second pass has nothing to write.
-    assert_eq!(sync_once(&kube, &targets, &new_ca).await.unwrap(), 0);
+    assert_eq!(
+        sync_once(&kube, &targets, &new_ca, &mut settled, grace)
+            .await
+            .unwrap(),
+        0
+    );
     w.shutdown().await;
 }
 
@@ -613,5 +622,299 @@ async fn the_binary_serves_reviews_and_writes_the_crds_ca_bundle() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(written, expected.as_str(), "the CRD's caBundle is the CA");
+    emulator.shutdown().await;
+}
+
+/// `nodemgr-webhook` on a free port with the certificate files of `dir` (its mount of the one
+/// Secret every replica mounts), keeping the caBundles every second with a grace period of
+/// `grace` seconds; stderr (its log) into `log`.
+fn replica(emulator: &Emulator, dir: &Path, log: &Path, grace: u64) -> (Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Child(
+        Command::new(env!("CARGO_BIN_EXE_nodemgr-webhook"))
+            .args([
+                format!("--listen=127.0.0.1:{port}"),
+                format!("--tls-cert-file={}", dir.join("tls.crt").display()),
+                format!("--tls-key-file={}", dir.join("tls.key").display()),
+                format!("--tls-ca-file={}", dir.join("ca.pem").display()),
+                "--ca-bundle-webhook-configuration=nodemgr-webhook".into(),
+                "--ca-bundle-crd=nodegroups.deckhouse.io".into(),
+                "--ca-bundle-period-seconds=1".into(),
+                format!("--ca-bundle-grace-seconds={grace}"),
+            ])
+            .env("KUBECONFIG", emulator.kubeconfig_path())
+            .env("RUST_LOG", "info")
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    (child, format!("https://127.0.0.1:{port}"))
+}
+
+/// `(caBundle, resourceVersion)` of the webhook configuration and of the NodeGroup CRD.
+fn bundles(emulator: &Emulator) -> [(Value, Value); 2] {
+    let vwc = emulator
+        .get(
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+            "",
+            "nodemgr-webhook",
+        )
+        .unwrap();
+    let crd = emulator
+        .get(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            "",
+            "nodegroups.deckhouse.io",
+        )
+        .unwrap();
+    [
+        (
+            vwc["webhooks"][0]["clientConfig"]["caBundle"].clone(),
+            vwc["metadata"]["resourceVersion"].clone(),
+        ),
+        (
+            crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"].clone(),
+            crd["metadata"]["resourceVersion"].clone(),
+        ),
+    ]
+}
+
+/// The chart's ValidatingWebhookConfiguration for NodeGroups, without a caBundle yet.
+fn seed_webhook_configuration(emulator: &Emulator) {
+    emulator
+        .seed(json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "nodemgr-webhook"},
+            "webhooks": [{"name": "nodegroup-policy.deckhouse.io",
+                "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                "failurePolicy": "Fail", "matchPolicy": "Equivalent",
+                "rules": [{"apiGroups": ["deckhouse.io"], "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["nodegroups"]}],
+                "clientConfig": {"service": {"namespace": "nodemgr-system",
+                    "name": "nodemgr-webhook", "path": "/validate"}}}]}))
+        .unwrap();
+}
+
+/// Two replicas behind one Service, as the chart runs them (both mounting the Secret
+/// `nodemgr-webhook-tls`): the API server's calls reach both and both answer, and their two
+/// caBundle keepers write the one CA once and then leave it alone: no flapping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_answer_and_their_ca_bundle_keepers_agree() {
+    let emulator = Emulator::start().await.unwrap();
+    for crd in nodemgr_k8s::crd::definitions().unwrap() {
+        emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
+    }
+    seed_webhook_configuration(&emulator);
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _, ca) = certificates(dir.path(), "", "nodemgr-webhook");
+    let (_a, url_a) = replica(&emulator, dir.path(), &dir.path().join("a.log"), 600);
+    let (_b, url_b) = replica(&emulator, dir.path(), &dir.path().join("b.log"), 600);
+    emulator.route_service_endpoints("nodemgr-system", "nodemgr-webhook", 443, &[&url_a, &url_b]);
+
+    // Both keepers write the CA; then nothing changes any more.
+    use base64::Engine as _;
+    let expected = Value::from(base64::engine::general_purpose::STANDARD.encode(&ca));
+    let mut settled = None;
+    for _ in 0..300 {
+        let now = bundles(&emulator);
+        if now.iter().all(|(bundle, _)| *bundle == expected) {
+            settled = Some(now);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let settled = settled.expect("the keepers did not write the CA within 30 s");
+    // Four keeper periods of each replica: not one more write.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(bundles(&emulator), settled, "the caBundles flapped");
+
+    // Through the API server: every write is reviewed by one replica or the other
+    // (failurePolicy Fail: a replica that did not answer would fail the write).
+    let client =
+        kube::Client::try_from(kube::Config::new(emulator.url().parse().unwrap())).unwrap();
+    let resource = |version: &str| {
+        kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "deckhouse.io",
+            version,
+            "NodeGroup",
+        ))
+    };
+    let groups: kube::Api<kube::api::DynamicObject> =
+        kube::Api::all_with(client.clone(), &resource("v1"));
+    let post = kube::api::PostParams::default();
+    for i in 0..6 {
+        let group: kube::api::DynamicObject =
+            serde_json::from_value(ng(&format!("static-{i}"), json!({"nodeType": "Static"})))
+                .unwrap();
+        groups.create(&post, &group).await.unwrap();
+    }
+    for i in 0..2 {
+        let group: kube::api::DynamicObject = serde_json::from_value(ng(
+            &format!("inverted-{i}"),
+            json!({"nodeType": "CloudEphemeral", "cloudInstances": {
+                "classReference": {"kind": "AWSInstanceClass", "name": "w"},
+                "minPerZone": 3, "maxPerZone": 1}}),
+        ))
+        .unwrap();
+        let error = groups.create(&post, &group).await.unwrap_err().to_string();
+        assert!(
+            error.contains("denied the request") && error.contains("minPerZone"),
+            "{error}"
+        );
+    }
+    // Reads of an old version go through the replicas' conversion endpoint.
+    let old: kube::Api<kube::api::DynamicObject> =
+        kube::Api::all_with(client, &resource("v1alpha2"));
+    for _ in 0..2 {
+        let list = old.list(&Default::default()).await.unwrap();
+        assert_eq!(list.items.len(), 6);
+        assert!(
+            list.items
+                .iter()
+                .all(|g| g.data["spec"]["nodeType"] == "Static")
+        );
+    }
+    for log in ["a.log", "b.log"] {
+        let text = std::fs::read_to_string(dir.path().join(log)).unwrap();
+        let reviews = text.matches("admission review").count();
+        assert!(
+            reviews >= 3,
+            "replica {log} answered {reviews} reviews:\n{text}"
+        );
+    }
+    // Still one value, written once.
+    assert_eq!(bundles(&emulator), settled, "the caBundles flapped");
+    emulator.shutdown().await;
+}
+
+/// The base64 bodies of the certificates of a caBundle (base64 of PEM) value.
+fn cas_in(bundle: &Value) -> Vec<String> {
+    use base64::Engine as _;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(bundle.as_str().unwrap_or_default())
+        .unwrap_or_default();
+    ca_bodies(&String::from_utf8(pem).unwrap_or_default())
+}
+
+/// The base64 bodies of the certificates of PEM text.
+fn ca_bodies(pem: &str) -> Vec<String> {
+    pem.split("-----BEGIN CERTIFICATE-----")
+        .skip(1)
+        .filter_map(|b| b.split("-----END CERTIFICATE-----").next())
+        .map(|b| b.split_whitespace().collect())
+        .collect()
+}
+
+/// Polls (up to 30 s) until both caBundles hold exactly `expected` (as sets); their state then.
+async fn bundles_become(emulator: &Emulator, expected: &[&str]) -> [(Value, Value); 2] {
+    let mut expected: Vec<String> = expected.iter().flat_map(|pem| ca_bodies(pem)).collect();
+    expected.sort();
+    let mut last = None;
+    for _ in 0..300 {
+        let now = bundles(emulator);
+        if now.iter().all(|(bundle, _)| {
+            let mut have = cas_in(bundle);
+            have.sort();
+            have == expected
+        }) {
+            return now;
+        }
+        last = Some(now);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the caBundles never held exactly the expected CAs: {last:?}");
+}
+
+/// Creates `count` valid NodeGroups named `{prefix}-N` through the API server (each reviewed
+/// by a replica: failurePolicy Fail).
+async fn create_groups(emulator: &Emulator, prefix: &str, count: usize) {
+    let client =
+        kube::Client::try_from(kube::Config::new(emulator.url().parse().unwrap())).unwrap();
+    let resource = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        "deckhouse.io",
+        "v1",
+        "NodeGroup",
+    ));
+    let groups: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client, &resource);
+    for i in 0..count {
+        let group: kube::api::DynamicObject =
+            serde_json::from_value(ng(&format!("{prefix}-{i}"), json!({"nodeType": "Static"})))
+                .unwrap();
+        groups
+            .create(&kube::api::PostParams::default(), &group)
+            .await
+            .unwrap_or_else(|e| panic!("{prefix}-{i}: {e}"));
+    }
+}
+
+/// A certificate rotation as the kubelet delivers it, to one replica's files before the
+/// other's: the caBundles trust the old and the new CA together (every write keeps being
+/// reviewed, by either replica), nobody flaps back, and once the grace period is over they hold
+/// the new CA alone and stay so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_rotation_keeps_both_replicas_trusted_and_settles_on_the_new_ca() {
+    let emulator = Emulator::start().await.unwrap();
+    for crd in nodemgr_k8s::crd::definitions().unwrap() {
+        emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
+    }
+    seed_webhook_configuration(&emulator);
+    let secret = tempfile::tempdir().unwrap();
+    let (_, _, old_ca) = certificates(secret.path(), "", "nodemgr-webhook");
+    let (renewed_crt, renewed_key, new_ca) =
+        certificates(secret.path(), "renewed-", "nodemgr-webhook");
+    // Each pod's mount of the Secret.
+    let mounts: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    for mount in &mounts {
+        for file in ["tls.crt", "tls.key", "ca.pem"] {
+            std::fs::copy(secret.path().join(file), mount.path().join(file)).unwrap();
+        }
+    }
+    // Long enough for the writes below on a loaded machine; the kubelet takes up to minutes.
+    let grace = 8;
+    let (_a, url_a) = replica(
+        &emulator,
+        mounts[0].path(),
+        &secret.path().join("a.log"),
+        grace,
+    );
+    let (_b, url_b) = replica(
+        &emulator,
+        mounts[1].path(),
+        &secret.path().join("b.log"),
+        grace,
+    );
+    emulator.route_service_endpoints("nodemgr-system", "nodemgr-webhook", 443, &[&url_a, &url_b]);
+    bundles_become(&emulator, &[&old_ca]).await;
+    create_groups(&emulator, "before", 4).await;
+
+    // The kubelet refreshes replica a's files first.
+    let renew = |mount: &Path| {
+        std::fs::copy(&renewed_key, mount.join("tls.key")).unwrap();
+        std::fs::copy(&renewed_crt, mount.join("tls.crt")).unwrap();
+        std::fs::write(mount.join("ca.pem"), &new_ca).unwrap();
+    };
+    renew(mounts[0].path());
+    let both = bundles_become(&emulator, &[&old_ca, &new_ca]).await;
+    // b (still the old certificate) does not take the new CA out, and both answer.
+    create_groups(&emulator, "during", 4).await;
+    assert_eq!(bundles(&emulator), both, "a replica rewrote the caBundles");
+    renew(mounts[1].path());
+    // The grace period over, the old CA goes; then nothing is written any more.
+    let settled = bundles_become(&emulator, &[&new_ca]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(bundles(&emulator), settled, "the caBundles flapped");
+    create_groups(&emulator, "after", 4).await;
+    for log in ["a.log", "b.log"] {
+        let text = std::fs::read_to_string(secret.path().join(log)).unwrap();
+        assert!(
+            text.matches("admission review").count() >= 4,
+            "replica {log} answered too few reviews:\n{text}"
+        );
+    }
     emulator.shutdown().await;
 }

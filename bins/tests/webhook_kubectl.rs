@@ -456,6 +456,52 @@ async fn kubectl_explain_describes_the_nodegroup_schema() {
             "missing {expected:?} in:\n{stdout}"
         );
     }
+    // The top level and `.spec` itself are described too, in every served version.
+    for version in ["v1", "v1alpha2", "v1alpha1"] {
+        let api_version = format!("--api-version=deckhouse.io/{version}");
+        for (path, expected) in [
+            (
+                "nodegroups",
+                &[
+                    "What the group should be",
+                    "as node-manager last observed it",
+                    "converts between them",
+                ][..],
+            ),
+            (
+                "nodegroups.spec",
+                &[
+                    "What the group should be",
+                    "nodeType",
+                    "Type of the group's nodes",
+                ][..],
+            ),
+            (
+                "nodegroups.status",
+                &["as node-manager last observed it", "conditions"][..],
+            ),
+        ] {
+            let out = w.kubectl(&["explain", path, &api_version], "").await;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "kubectl explain {path} {api_version}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                !stdout.contains("<no description>") && !stdout.contains("<empty>"),
+                "{path} {version}: an undescribed field:\n{stdout}"
+            );
+            // kubectl wraps descriptions at 80 columns.
+            let flat = stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+            for text in expected {
+                assert!(
+                    flat.contains(text),
+                    "{path} {version}: missing {text:?} in:\n{stdout}"
+                );
+            }
+        }
+    }
     w.shutdown().await;
 }
 
@@ -495,6 +541,212 @@ async fn the_api_server_fills_in_the_crds_defaults() {
     assert!(
         spec.get("fencing").is_none() && spec.get("gpu").is_none(),
         "no default creates an object that was not given: {g}"
+    );
+    w.shutdown().await;
+}
+
+/// Every `x-kubernetes-validations` rule under `schema`, with its dotted path.
+fn cel_rules(path: &str, schema: &Value, out: &mut Vec<(String, String, String)>) {
+    for rule in schema["x-kubernetes-validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        out.push((
+            path.to_owned(),
+            rule["rule"].as_str().unwrap().to_owned(),
+            rule["message"].as_str().unwrap_or_default().to_owned(),
+        ));
+    }
+    for (name, child) in schema["properties"].as_object().into_iter().flatten() {
+        cel_rules(&format!("{path}.{name}"), child, out);
+    }
+    if let Some(items) = schema.get("items") {
+        cel_rules(&format!("{path}[]"), items, out);
+    }
+    if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+        cel_rules(&format!("{path}.*"), extra, out);
+    }
+}
+
+/// The emulator evaluates every CEL rule of nodemgr's CRDs: none is outside the subset it
+/// parses (such a rule would be skipped, with a warning, and nothing would be enforced), and the
+/// NodeGroup rules give the answers kube-apiserver gives on accepted and refused values.
+#[test]
+fn the_emulators_cel_evaluates_every_rule_of_the_crds() {
+    use nodemgr_k8s::crd::node_group::{CRI_RULE, DISRUPTIONS_RULE, LABEL_SELECTOR_RULE};
+    use nodemgr_testkit::cel;
+    let mut rules = Vec::new();
+    for crd in nodemgr_k8s::crd::definitions().unwrap() {
+        let crd = serde_json::to_value(crd).unwrap();
+        for version in crd["spec"]["versions"].as_array().unwrap() {
+            cel_rules(
+                &format!("{}/{}", crd["metadata"]["name"], version["name"]),
+                &version["schema"]["openAPIV3Schema"],
+                &mut rules,
+            );
+        }
+    }
+    // Three NodeGroup rules in each of its three versions.
+    let node_group_rules = rules
+        .iter()
+        .filter(|(path, _, _)| path.contains("nodegroups.deckhouse.io"))
+        .count();
+    assert_eq!(node_group_rules, 9, "{rules:#?}");
+    for (path, rule, message) in &rules {
+        assert!(!message.is_empty(), "{path}: a rule without a message");
+        if let Err(why) = cel::parse(rule) {
+            panic!("{path}: the emulator's CEL cannot parse {rule:?} ({why}): it would skip it");
+        }
+    }
+    let eval = |rule: &str, value: Value, old: Option<Value>| {
+        cel::evaluate(&cel::parse(rule).unwrap(), &value, old.as_ref())
+            .unwrap_or_else(|e| panic!("{rule} on {value}: {e}"))
+    };
+    let selector =
+        |role: &str| serde_json::json!({"labelSelector": {"matchLabels": {"role": role}}});
+    assert!(eval(
+        LABEL_SELECTOR_RULE,
+        selector("a"),
+        Some(selector("a"))
+    ));
+    assert!(!eval(
+        LABEL_SELECTOR_RULE,
+        selector("b"),
+        Some(selector("a"))
+    ));
+    assert!(!eval(
+        LABEL_SELECTOR_RULE,
+        serde_json::json!({"count": 1}),
+        Some(selector("a"))
+    ));
+    assert!(eval(
+        LABEL_SELECTOR_RULE,
+        selector("a"),
+        Some(serde_json::json!({"count": 1}))
+    ));
+    let disruptions = |v: Value| eval(DISRUPTIONS_RULE, v, None);
+    assert!(disruptions(serde_json::json!({"approvalMode": "Manual"})));
+    assert!(disruptions(
+        serde_json::json!({"automatic": {"drainBeforeApproval": false}})
+    ));
+    assert!(disruptions(
+        serde_json::json!({"approvalMode": "RollingUpdate", "rollingUpdate": {}})
+    ));
+    assert!(!disruptions(
+        serde_json::json!({"approvalMode": "Manual", "automatic": {}})
+    ));
+    assert!(!disruptions(
+        serde_json::json!({"approvalMode": "Automatic", "rollingUpdate": {}})
+    ));
+    assert!(!disruptions(
+        serde_json::json!({"approvalMode": "RollingUpdate", "automatic": {}})
+    ));
+    let cri = |v: Value| eval(CRI_RULE, v, None);
+    assert!(cri(
+        serde_json::json!({"type": "Containerd", "containerd": {}})
+    ));
+    assert!(cri(serde_json::json!({"docker": {}})));
+    assert!(!cri(
+        serde_json::json!({"type": "Containerd", "docker": {"manage": false}})
+    ));
+    assert!(!cri(
+        serde_json::json!({"type": "Docker", "containerdV2": {}})
+    ));
+    assert!(!cri(
+        serde_json::json!({"type": "NotManaged", "containerd": {}})
+    ));
+}
+
+/// The rule's `message` in the NodeGroup CRD (v1).
+fn rule_message(property: &str) -> String {
+    let crd = nodemgr_k8s::crd::definitions()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some("nodegroups.deckhouse.io"))
+        .unwrap();
+    let crd = serde_json::to_value(crd).unwrap();
+    let v1 = crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "v1")
+        .unwrap();
+    v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][property]
+        ["x-kubernetes-validations"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The NodeGroup CRD's three CEL rules through kubectl: kube-apiserver (here the emulator)
+/// refuses what they forbid with the rule's message before any webhook is asked, and accepts
+/// what they allow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodegroup_cel_rules_refuse_through_kubectl_with_their_message() {
+    let w = world().await;
+    let static_group = |selector: &str| {
+        format!(
+            "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata:\n  name: metal\nspec:\n  nodeType: Static\n  staticInstances:\n    count: 1\n{selector}"
+        )
+    };
+    let role = |r: &str| format!("    labelSelector:\n      matchLabels: {{role: {r}}}\n");
+    // A selector may be added to a group that had none…
+    w.apply(&static_group("")).await;
+    let out = w.apply(&static_group(&role("db"))).await;
+    assert!(
+        out.contains("nodegroup.deckhouse.io/metal configured"),
+        "{out}"
+    );
+    // …but not changed or removed once set.
+    let selector_message = rule_message("staticInstances");
+    for changed in [static_group(&role("web")), static_group("")] {
+        let stderr = w.refused(&changed).await;
+        assert!(stderr.contains(&selector_message), "{stderr}");
+        assert!(stderr.contains("spec.staticInstances"), "{stderr}");
+        assert!(!stderr.contains("admission webhook"), "{stderr}");
+    }
+    let metal = w.get("nodegroups.v1.deckhouse.io", "metal").await;
+    assert_eq!(
+        metal["spec"]["staticInstances"]["labelSelector"]["matchLabels"]["role"],
+        "db"
+    );
+
+    // An approval mode with another mode's settings.
+    let stderr = w
+        .refused(
+            "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata:\n  name: manual\nspec:\n  nodeType: Static\n  disruptions:\n    approvalMode: Manual\n    automatic:\n      drainBeforeApproval: false\n",
+        )
+        .await;
+    assert!(stderr.contains(&rule_message("disruptions")), "{stderr}");
+    assert!(stderr.contains("spec.disruptions"), "{stderr}");
+
+    // A CRI type with another type's settings.
+    let stderr = w
+        .refused(
+            "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata:\n  name: runtime\nspec:\n  nodeType: Static\n  cri:\n    type: Containerd\n    docker:\n      manage: false\n",
+        )
+        .await;
+    assert!(stderr.contains(&rule_message("cri")), "{stderr}");
+    assert!(stderr.contains("spec.cri"), "{stderr}");
+
+    for name in ["manual", "runtime"] {
+        assert!(
+            w.emulator
+                .get("deckhouse.io/v1", "NodeGroup", "", name)
+                .is_none(),
+            "{name} was stored"
+        );
+    }
+    // What the rules allow is stored.
+    let out = w
+        .apply(
+            "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata:\n  name: runtime\nspec:\n  nodeType: Static\n  disruptions:\n    approvalMode: Manual\n  cri:\n    type: Containerd\n    containerd:\n      maxConcurrentDownloads: 2\n",
+        )
+        .await;
+    assert!(
+        out.contains("nodegroup.deckhouse.io/runtime created"),
+        "{out}"
     );
     w.shutdown().await;
 }

@@ -5,15 +5,19 @@
 //!   dashboards carry over: `node_group_node_status{node,node_group,status}` (one-hot over the
 //!   update statuses of [`NodeUpdateStatus`]), `d8_node_group_{ready,nodes,instances,desired,
 //!   min,max,up_to_date,standby,has_errors}{node_group_name}` and `d8_node_draining{node,message}`
-//!   (1 while a drain of the node is refused).
+//!   (1 while a drain of the node is refused); beside them, under the same label, nodemgr's
+//!   `d8_node_group_standby_desired{node_group_name}`: the standby nodes the group's
+//!   `cloudInstances.standby` asks for (0 without one), which `d8_node_group_standby` (the
+//!   standby nodes held) is compared with ([`Metrics::standby_desired`]).
 //! - **nodemgr's own** under the `nodemgr_` prefix: group sizes, update progress, drains, fencing
 //!   actions and storm suppressions, machines, static instances, leadership, reconcile errors
 //!   and durations, and `nodemgr_build_info{version}`.
 //!
 //! Action counters carry a `node_group` label (empty for actions not tied to one group, like a
 //! fencing pause for a stale cache). Every counter of a group starts at zero the first time the
-//! group is seen ([`Metrics::group_seen`]), and per-controller series start at zero at creation,
-//! so `rate()` and `increase()` see the first event. See `docs/observability.md`.
+//! group is seen ([`Metrics::group_seen`]); the per-controller series and the group-less
+//! actions ([`GROUPLESS_FENCING_ACTIONS`]) start at zero at creation, so `rate()` and
+//! `increase()` see the first event. See `docs/observability.md`.
 //! One [`Metrics`] is shared by every controller of a process.
 
 use std::collections::HashMap;
@@ -66,6 +70,10 @@ pub const FENCING_ACTIONS: [&str; 5] = [
     "not_confirmed",
     "storm_suppressed",
 ];
+
+/// The `action` values of `nodemgr_fencing_actions_total` not tied to a group (their
+/// `node_group` label is empty): present at zero from the start.
+pub const GROUPLESS_FENCING_ACTIONS: [&str; 1] = ["paused_stale_cache"];
 
 /// The `action` values of `nodemgr_machine_actions_total`.
 pub const MACHINE_ACTIONS: [&str; 5] = ["create", "delete", "failure", "delete_node", "drain"];
@@ -187,6 +195,9 @@ pub struct Metrics {
     pub node_status: Family<NodeStatusLabels, Gauge>,
     /// Deckhouse's `d8_node_draining`.
     pub node_draining: Family<DrainingLabels, Gauge>,
+    /// `d8_node_group_standby_desired`: standby nodes `cloudInstances.standby` asks for
+    /// (nodemgr's, beside Deckhouse's `d8_node_group_*`; set with [`Metrics::standby_desired`]).
+    pub standby_desired: Family<DeckhouseGroupLabels, Gauge>,
     /// Nodes per group (`status.nodes`).
     pub group_nodes: Family<GroupLabels, Gauge>,
     /// Ready nodes per group.
@@ -267,6 +278,13 @@ impl Metrics {
                 family.clone(),
             );
         }
+        let standby_desired = Family::<DeckhouseGroupLabels, Gauge>::default();
+        root.register(
+            "d8_node_group_standby_desired",
+            "Standby nodes the group's cloudInstances.standby asks for, 0 without one (nodemgr's, \
+             beside the Deckhouse-compatible d8_node_group_standby: the standby nodes held)",
+            standby_desired.clone(),
+        );
         let registry = root.sub_registry_with_prefix("nodemgr");
         registry.register(
             "build",
@@ -366,12 +384,19 @@ impl Metrics {
             let _ = reconcile_errors.get_or_create(&labels);
             let _ = reconcile_duration.get_or_create(&labels);
         }
+        for action in GROUPLESS_FENCING_ACTIONS {
+            let _ = fencing_actions.get_or_create(&ActionLabels {
+                node_group: String::new(),
+                action: action.to_owned(),
+            });
+        }
         Metrics {
             registry: Arc::new(root),
             memory: Arc::default(),
             d8_group,
             node_status,
             node_draining,
+            standby_desired,
             group_nodes,
             group_ready,
             group_up_to_date,
@@ -437,6 +462,19 @@ impl Metrics {
         for family in self.d8_group.all() {
             let _ = family.get_or_create(&labels);
         }
+        let _ = self.standby_desired.get_or_create(&labels);
+    }
+
+    /// Sets `d8_node_group_standby_desired{node_group_name=group}`: the standby nodes the
+    /// group's `cloudInstances.standby` resolves to
+    /// (`nodemgr_core::scaling::standby::standby_count`), 0 when it has none. The standby alert
+    /// fires only for groups where this is above 0.
+    pub fn standby_desired(&self, group: &str, count: u32) {
+        self.standby_desired
+            .get_or_create(&DeckhouseGroupLabels {
+                node_group_name: group.to_owned(),
+            })
+            .set(i64::from(count));
     }
 
     /// Records `node` of `group` in update status `status`: sets its one-hot
@@ -633,11 +671,91 @@ mod tests {
             "nodemgr_static_operations_total{node_group=\"worker\",action=\"bootstrap_failed\"} 0",
             "d8_node_group_ready{node_group_name=\"worker\"} 0",
             "d8_node_group_has_errors{node_group_name=\"worker\"} 0",
+            "d8_node_group_standby_desired{node_group_name=\"worker\"} 0",
             "nodemgr_reconcile_errors_total{controller=\"update\"} 0",
             "nodemgr_build_info{version=\"",
         ] {
             assert!(text.contains(expected), "{expected} missing:\n{text}");
         }
+    }
+
+    /// The counter families (`# TYPE NAME counter`) of `text` and whether each has a sample.
+    fn counters(text: &str) -> Vec<(String, bool)> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+            .map(|name| {
+                let sample = text.lines().any(|l| {
+                    l.starts_with(&format!("{name}_total{{"))
+                        || l.starts_with(&format!("{name}_total "))
+                });
+                (name.to_owned(), sample)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_counter_is_present_at_zero_from_the_start() {
+        let m = Metrics::new();
+        let text = m.encode();
+        for action in GROUPLESS_FENCING_ACTIONS {
+            let line =
+                format!("nodemgr_fencing_actions_total{{node_group=\"\",action=\"{action}\"}} 0");
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+        // A family without a series is not encoded at all: before any group, the counters not
+        // tied to one are there; with the first group, every counter family is.
+        let names = |text: &str| -> Vec<String> {
+            counters(text)
+                .into_iter()
+                .filter(|(_, sample)| *sample)
+                .map(|(name, _)| name)
+                .collect()
+        };
+        let mut fresh = names(&text);
+        fresh.sort();
+        assert_eq!(
+            fresh,
+            [
+                "nodemgr_controller_failures",
+                "nodemgr_fencing_actions",
+                "nodemgr_reconcile_errors"
+            ]
+        );
+        m.group_seen("worker");
+        let mut all = names(&m.encode());
+        all.sort();
+        assert_eq!(
+            all,
+            [
+                "nodemgr_controller_failures",
+                "nodemgr_fencing_actions",
+                "nodemgr_machine_actions",
+                "nodemgr_reconcile_errors",
+                "nodemgr_static_operations",
+                "nodemgr_update_actions"
+            ]
+        );
+        // A pause counts on the series that was there from the start.
+        Metrics::action(&m.fencing_actions, "", "paused_stale_cache");
+        assert_eq!(
+            m.action_total("nodemgr_fencing_actions_total", "paused_stale_cache"),
+            1.0
+        );
+    }
+
+    #[test]
+    fn standby_desired_is_set_per_group() {
+        let m = Metrics::new();
+        m.group_seen("fixed");
+        m.standby_desired("spare", 3);
+        let text = m.encode();
+        assert!(text.contains("d8_node_group_standby_desired{node_group_name=\"spare\"} 3"));
+        assert!(text.contains("d8_node_group_standby_desired{node_group_name=\"fixed\"} 0"));
+        m.standby_desired("spare", 0);
+        assert!(
+            m.encode()
+                .contains("d8_node_group_standby_desired{node_group_name=\"spare\"} 0")
+        );
     }
 
     #[test]

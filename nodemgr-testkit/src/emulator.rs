@@ -412,14 +412,29 @@ impl Emulator {
     /// of an admission webhook or a CRD conversion webhook) to `base_url`
     /// (`https://127.0.0.1:PORT`): the emulator has no cluster network.
     pub fn route_service(&self, namespace: &str, name: &str, port: u16, base_url: &str) {
-        self.shared
+        self.route_service_endpoints(namespace, name, port, &[base_url]);
+    }
+
+    /// Routes webhook calls for the service `namespace/name:port` to several endpoints (the
+    /// replicas behind a Service): each call goes to the next one in turn, as kube-proxy
+    /// spreads connections over ready endpoints. Replaces the service's earlier route; no
+    /// endpoint leaves it unrouted.
+    pub fn route_service_endpoints(
+        &self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+        base_urls: &[&str],
+    ) {
+        let mut services = self
+            .shared
             .services
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                (namespace.to_owned(), name.to_owned(), port),
-                base_url.to_owned(),
-            );
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        services.set_endpoints(
+            (namespace.to_owned(), name.to_owned(), port),
+            base_urls.iter().map(|u| (*u).to_owned()).collect(),
+        );
     }
 
     /// Makes the next matching requests fail (see [`Fault`]).

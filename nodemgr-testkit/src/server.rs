@@ -78,7 +78,7 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A copy of the service routes.
+    /// A copy of the service routes (sharing the turn of each service's endpoints).
     pub fn routes(&self) -> ServiceRoutes {
         self.services
             .lock()

@@ -1,20 +1,57 @@
 //! Calls one webhook as kube-apiserver does: `clientConfig.url`, or `clientConfig.service`
 //! (namespace, name, port — 443 by default — and path) resolved through the emulator's
 //! service routes (there is no cluster network: a test maps a service to a base URL with
-//! `Emulator::route_service`); HTTPS only, trusting exactly the PEM certificates of
+//! `Emulator::route_service`, or to several, one call after the other, with
+//! `Emulator::route_service_endpoints`); HTTPS only, trusting exactly the PEM certificates of
 //! `clientConfig.caBundle`; `?timeout=Ns` appended and the call bounded by that timeout; a JSON
 //! POST whose answer must be 200 with a JSON body. See `docs/api-emulator.md`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::Value;
 
-/// Where `clientConfig.service` entries go: `(namespace, name, port)` → base URL
-/// (`https://127.0.0.1:PORT`).
-pub type ServiceRoutes = BTreeMap<(String, String, u16), String>;
+/// Where `clientConfig.service` entries go: `(namespace, name, port)` → the base URLs of its
+/// endpoints (`https://127.0.0.1:PORT`). A call goes to one endpoint ([`ServiceRoutes::pick`]),
+/// the next one in turn for each call, as kube-proxy spreads connections over a Service's ready
+/// endpoints. Clones share the turn.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceRoutes {
+    endpoints: BTreeMap<(String, String, u16), Vec<String>>,
+    turn: Arc<AtomicU64>,
+}
+
+impl ServiceRoutes {
+    /// No routes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Routes `service` to one endpoint (replacing its earlier route).
+    pub fn insert(&mut self, service: (String, String, u16), base_url: String) {
+        self.endpoints.insert(service, vec![base_url]);
+    }
+
+    /// Routes `service` to several endpoints, taken in turn; none removes its route.
+    pub fn set_endpoints(&mut self, service: (String, String, u16), base_urls: Vec<String>) {
+        if base_urls.is_empty() {
+            self.endpoints.remove(&service);
+        } else {
+            self.endpoints.insert(service, base_urls);
+        }
+    }
+
+    /// The endpoint the next call to `service` goes to.
+    pub fn pick(&self, service: &(String, String, u16)) -> Option<String> {
+        let endpoints = self.endpoints.get(service)?;
+        let count = u64::try_from(endpoints.len()).ok().filter(|n| *n > 0)?;
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        endpoints.get(usize::try_from(turn % count).ok()?).cloned()
+    }
+}
 
 /// Why a webhook could not be called (kube-apiserver: "failed to call webhook: ...").
 #[derive(Debug, thiserror::Error)]
@@ -110,14 +147,13 @@ pub fn target_url(
             })?,
     };
     let (namespace, name) = (text("namespace"), text("name"));
-    let base =
-        routes
-            .get(&(namespace.clone(), name.clone(), port))
-            .ok_or(WebhookCallError::Unrouted {
-                namespace,
-                name,
-                port,
-            })?;
+    let base = routes
+        .pick(&(namespace.clone(), name.clone(), port))
+        .ok_or(WebhookCallError::Unrouted {
+            namespace,
+            name,
+            port,
+        })?;
     let path = text("path");
     let path = if path.is_empty() || path.starts_with('/') {
         path
@@ -229,6 +265,31 @@ mod tests {
                 .to_string()
                 .contains("https")
         );
+    }
+
+    #[test]
+    fn each_call_goes_to_the_next_endpoint_of_a_service() {
+        let mut routes = ServiceRoutes::new();
+        let hook = ("d8".to_owned(), "hook".to_owned(), 443);
+        routes.set_endpoints(hook.clone(), vec!["https://a".into(), "https://b".into()]);
+        routes.insert(("d8".into(), "single".into(), 443), "https://c".into());
+        let config = json!({"service": {"namespace": "d8", "name": "hook", "path": "/v"}});
+        // A clone (another request's copy) shares the turn.
+        let copy = routes.clone();
+        let picks: Vec<String> = [&routes, &copy, &routes, &copy]
+            .iter()
+            .map(|r| target_url(&config, r).unwrap())
+            .collect();
+        assert_eq!(
+            picks,
+            ["https://a/v", "https://b/v", "https://a/v", "https://b/v"]
+        );
+        let single = json!({"service": {"namespace": "d8", "name": "single"}});
+        for _ in 0..3 {
+            assert_eq!(target_url(&single, &routes).unwrap(), "https://c");
+        }
+        routes.set_endpoints(hook, Vec::new());
+        assert!(target_url(&config, &routes).is_err());
     }
 
     #[test]

@@ -123,19 +123,28 @@ fn convert_file(path: &Path, target: &str, ctx: &ConversionContext, done: &mut C
     }
 }
 
+/// The conversion context of `--provider-cluster-configuration FILE` (the default without
+/// one), shared by `convert` and `validate`.
+///
+/// # Errors
+/// When the file cannot be read or holds no provider cluster configuration.
+pub fn conversion_context(path: Option<&Path>) -> Result<ConversionContext, String> {
+    match path {
+        None => Ok(ConversionContext::default()),
+        Some(path) => {
+            let text = read_text(path)?;
+            ConversionContext::from_provider_cluster_configuration(&text)
+                .map_err(|e| format!("{}: {e}", path.display()))
+        }
+    }
+}
+
 /// Converts every document of `args.files`, reporting problems on stderr.
 ///
 /// # Errors
 /// When the provider cluster configuration cannot be read or is malformed.
 pub fn convert_files(args: &ConvertArgs) -> Result<Converted, String> {
-    let ctx = match &args.provider_cluster_configuration {
-        None => ConversionContext::default(),
-        Some(path) => {
-            let text = read_text(path)?;
-            ConversionContext::from_provider_cluster_configuration(&text)
-                .map_err(|e| format!("{}: {e}", path.display()))?
-        }
-    };
+    let ctx = conversion_context(args.provider_cluster_configuration.as_deref())?;
     let target = args.target();
     let mut done = Converted::default();
     for path in &args.files {

@@ -55,6 +55,10 @@ pub struct CommonArgs {
     /// Render for a directory standing in for / (tests); default: the host.
     #[arg(long, value_name = "DIR")]
     pub root: Option<String>,
+    /// The provider cluster configuration, as for `nodemgr convert`: an old (`v1alpha1`,
+    /// `v1alpha2`) `Hybrid` group it names is CloudPermanent, any other CloudStatic.
+    #[arg(long, value_name = "FILE")]
+    pub provider_cluster_configuration: Option<PathBuf>,
 }
 
 /// Where the cluster context comes from.
@@ -169,7 +173,13 @@ fn render(args: &RenderArgs) -> Result<String, Failure> {
         RenderCommand::Cleanup(c) => c,
         RenderCommand::Checksum(c) => &c.common,
     };
-    let groups = inputs::load_node_groups(&common.files).map_err(Failure::Unreadable)?;
+    let conversion =
+        super::convert::conversion_context(common.provider_cluster_configuration.as_deref())
+            .map_err(|e| {
+                Failure::Unreadable(anyhow::anyhow!("--provider-cluster-configuration: {e}"))
+            })?;
+    let groups =
+        inputs::load_node_groups_with(&common.files, &conversion).map_err(Failure::Unreadable)?;
     let group =
         inputs::find_group(&groups, &common.group, &common.files).map_err(Failure::Invalid)?;
     let root = root(common).map_err(Failure::Unreadable)?;

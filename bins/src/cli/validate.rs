@@ -11,7 +11,8 @@
 //!
 //! Exit code: 0 when every document is valid, 1 when any is invalid, 2 when a file cannot be
 //! read (missing, not UTF-8, not YAML); unreadable files are reported on stderr and the other
-//! files are still checked. Empty documents are skipped; documents of kinds nodemgr does not
+//! files are still checked; a `--provider-cluster-configuration` that cannot be read exits 2
+//! before any file is checked. Empty documents are skipped; documents of kinds nodemgr does not
 //! validate are named on stderr as skipped, and with `--strict` are errors.
 
 use std::collections::BTreeMap;
@@ -21,10 +22,14 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use nodemgr_bins::settings_flags::SettingsFlags;
+use nodemgr_core::conversion::ConversionContext;
 use nodemgr_core::model::parse_documents;
-use nodemgr_core::validate::{FieldError, ValidationContext, unknown_fields, validate_document};
+use nodemgr_core::validate::{
+    FieldError, ValidationContext, unknown_fields, validate_document_with,
+};
 use serde_json::Value;
 
+use super::convert::conversion_context;
 use super::{Outcome, read_text};
 
 /// Arguments of `nodemgr validate`.
@@ -40,6 +45,12 @@ pub struct ValidateArgs {
     /// on stderr as skipped).
     #[arg(long)]
     pub strict: bool,
+    /// The provider cluster configuration (the `…ClusterConfiguration` document or the Secret
+    /// kube-system/d8-provider-cluster-configuration), as for `nodemgr convert`: an old
+    /// (`v1alpha1`/`v1alpha2`) `Hybrid` group it names is validated as CloudPermanent, any
+    /// other as CloudStatic, as the conversion webhook reads them.
+    #[arg(long, value_name = "FILE")]
+    pub provider_cluster_configuration: Option<PathBuf>,
 }
 
 impl ValidateArgs {
@@ -75,6 +86,7 @@ impl Summary {
 fn check_file(
     path: &Path,
     ctx: &ValidationContext,
+    conversion: &ConversionContext,
     schemas: &Schemas,
     strict: bool,
     out: &mut impl Write,
@@ -129,7 +141,7 @@ fn check_file(
             if let Some(schema) = schema_of(schemas, &doc.value) {
                 errors.extend(unknown_fields(&doc.value, schema));
             }
-            errors.extend(validate_document(doc.value, ctx));
+            errors.extend(validate_document_with(doc.value, ctx, conversion));
         }
         if !errors.is_empty() {
             summary.invalid += 1;
@@ -227,8 +239,26 @@ pub fn run_with(args: &ValidateArgs, out: &mut impl Write) -> anyhow::Result<Sum
         files: args.files.len(),
         ..Summary::default()
     };
+    let conversion = match conversion_context(args.provider_cluster_configuration.as_deref()) {
+        Ok(conversion) => conversion,
+        Err(message) => {
+            // Validating old groups without it would type some of them wrongly: nothing is
+            // checked, as for an unreadable manifest.
+            eprintln!("nodemgr: --provider-cluster-configuration: {message}");
+            summary.unreadable += 1;
+            return Ok(summary);
+        }
+    };
     for path in &args.files {
-        check_file(path, &ctx, &schemas, args.strict, out, &mut summary)?;
+        check_file(
+            path,
+            &ctx,
+            &conversion,
+            &schemas,
+            args.strict,
+            out,
+            &mut summary,
+        )?;
     }
     out.flush().context("failed to write to stdout")?;
     eprintln!(
@@ -271,6 +301,7 @@ mod tests {
             files: files.iter().map(|p| p.to_path_buf()).collect(),
             settings: SettingsFlags::default(),
             strict: false,
+            provider_cluster_configuration: None,
         }
     }
 

@@ -32,27 +32,6 @@ pub trait ClusterSource: Send + Sync {
     async fn conversion_context(&self) -> Result<ConversionContext, String>;
 }
 
-/// Fixed answers: for a webhook run without a cluster (`nodemgr-webhook --no-cluster`) and for
-/// embedding the reviews in tests of other components.
-#[derive(Debug, Clone, Default)]
-pub struct FixedSource {
-    /// Returned for every admission review.
-    pub inputs: ClusterInputs,
-    /// Returned for every conversion.
-    pub conversion: ConversionContext,
-}
-
-#[async_trait]
-impl ClusterSource for FixedSource {
-    async fn admission_inputs(&self, _needs: &Needs) -> Result<ClusterInputs, String> {
-        Ok(self.inputs.clone())
-    }
-
-    async fn conversion_context(&self) -> Result<ConversionContext, String> {
-        Ok(self.conversion.clone())
-    }
-}
-
 /// Reads the cluster through the API.
 #[derive(Clone)]
 pub struct KubeSource {

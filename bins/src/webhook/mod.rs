@@ -69,6 +69,11 @@ pub struct Config {
     /// How often the caBundles are compared with the CA.
     #[arg(long, default_value = "60", value_name = "SECONDS")]
     pub ca_bundle_period_seconds: u64,
+    /// How long other CAs stay in a caBundle beside this replica's once it is there: during a
+    /// certificate rotation, replicas whose Secret files the kubelet has not refreshed yet still
+    /// serve the old certificate (keep it above the kubelet's sync period).
+    #[arg(long, default_value = "600", value_name = "SECONDS")]
+    pub ca_bundle_grace_seconds: u64,
     /// Cluster settings the rules depend on.
     #[command(flatten)]
     pub cluster: SettingsFlags,
@@ -225,6 +230,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 targets,
                 read_ca,
                 Duration::from_secs(config.ca_bundle_period_seconds.max(1)),
+                Duration::from_secs(config.ca_bundle_grace_seconds),
                 keeper_stopped,
             ))
         });

@@ -133,14 +133,21 @@ tests = [{'interval': '1m', 'input_series': [
 write(F, tests, '# promtool test rules: charts/nodemgr/files/alerts/static-node.yaml (run by bins/tests/alerts.rs).\n')
 
 F = 'standby.yaml'
+# full: standby configured, all taken, at max -> fires. spare: one standby node left. room:
+# below max. fixed: a fixed-size group (desired = max) without standby configured (its
+# standby_desired series at 0) and bare: the same without the series at all -> quiet.
+# refilled: exhausted for 20 minutes, then a standby node is held again -> quiet.
 tests = [{'interval': '5m', 'input_series': [
-    g('standby','full','0x20'), g('desired','full','6x20'), g('max','full','6x20'),
-    g('standby','spare','1x20'), g('desired','spare','6x20'), g('max','spare','6x20'),
-    g('standby','room','0x20'), g('desired','room','2x20'), g('max','room','6x20'),
-    g('standby','static','0x20'), g('desired','static','0x20'), g('max','static','0x20'),
+    g('standby_desired','full','2x20'), g('standby','full','0x20'), g('desired','full','6x20'), g('max','full','6x20'),
+    g('standby_desired','spare','2x20'), g('standby','spare','1x20'), g('desired','spare','6x20'), g('max','spare','6x20'),
+    g('standby_desired','room','2x20'), g('standby','room','0x20'), g('desired','room','2x20'), g('max','room','6x20'),
+    g('standby_desired','fixed','0x20'), g('standby','fixed','0x20'), g('desired','fixed','3x20'), g('max','fixed','3x20'),
+    g('standby','bare','0x20'), g('desired','bare','3x20'), g('max','bare','3x20'),
+    g('standby_desired','refilled','1x20'), g('standby','refilled','0 0 0 0 1x16'), g('desired','refilled','4x20'), g('max','refilled','4x20'),
   ], 'alert_rule_test': [
     {'eval_time': '25m', 'alertname': 'NodeGroupStandbyExhausted', 'exp_alerts': []},
     {'eval_time': '35m', 'alertname': 'NodeGroupStandbyExhausted', 'exp_alerts': [alert(F,'NodeGroupStandbyExhausted',0,{'node_group_name':'full'})]},
+    {'eval_time': '95m', 'alertname': 'NodeGroupStandbyExhausted', 'exp_alerts': [alert(F,'NodeGroupStandbyExhausted',0,{'node_group_name':'full'})]},
   ]}]
 write(F, tests, '# promtool test rules: charts/nodemgr/files/alerts/standby.yaml (run by bins/tests/alerts.rs).\n')
 

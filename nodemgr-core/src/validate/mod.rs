@@ -26,7 +26,8 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::model::{Manifest, ManifestError, parse_manifest};
+use crate::conversion::ConversionContext;
+use crate::model::{Manifest, ManifestError, parse_manifest_with};
 
 pub use credentials::{validate_ssh_credentials, validate_static_instance};
 pub use node_group::{
@@ -141,13 +142,25 @@ fn parse_error(e: ManifestError) -> FieldError {
     }
 }
 
-/// Types one document ([`parse_manifest`]) and runs the validator of its kind. A document that
+/// Types one document ([`crate::model::parse_manifest`]) and runs the validator of its kind. A document that
 /// cannot be typed gives one error at the offending path (`apiVersion`, `kind`, a field of the
 /// wrong type, or `<document>` when it is not an object). Kinds nodemgr does not validate
 /// (Instance, ConfigMaps, …) give no errors.
 pub fn validate_document(value: Value, ctx: &ValidationContext) -> Vec<FieldError> {
+    validate_document_with(value, ctx, &ConversionContext::default())
+}
+
+/// [`validate_document`], reading an old-version NodeGroup (`v1alpha1`, `v1alpha2`) as the
+/// conversion webhook would with `conversion`: a `Hybrid` group named in the provider cluster
+/// configuration is validated as CloudPermanent, any other as CloudStatic
+/// (docs/admission-and-conversion.md §1).
+pub fn validate_document_with(
+    value: Value,
+    ctx: &ValidationContext,
+    conversion: &ConversionContext,
+) -> Vec<FieldError> {
     let old_fields = old_node_group_fields(&value);
-    let mut errors = validate_typed(value, ctx);
+    let mut errors = validate_typed(value, ctx, conversion);
     errors.extend(old_fields);
     errors
 }
@@ -225,13 +238,17 @@ fn remove_at(value: &mut Value, path: &str) -> bool {
 /// How many fields of the wrong type one document may report before the rest is skipped.
 const MAX_SHAPE_ERRORS: usize = 32;
 
-fn validate_typed(value: Value, ctx: &ValidationContext) -> Vec<FieldError> {
+fn validate_typed(
+    value: Value,
+    ctx: &ValidationContext,
+    conversion: &ConversionContext,
+) -> Vec<FieldError> {
     // A field of the wrong type is reported, taken out and the document read again, so that
     // one type error does not hide the document's other errors.
     let mut value = value;
     let mut shape_errors: Vec<FieldError> = Vec::new();
     loop {
-        match parse_manifest(value.clone()) {
+        match parse_manifest_with(value.clone(), conversion) {
             Err(ManifestError::Shape { path, message })
                 if shape_errors.len() < MAX_SHAPE_ERRORS =>
             {
@@ -305,6 +322,29 @@ mod tests {
             .map(|e| e.path)
             .collect();
         assert_eq!(paths, vec!["spec.credentialsRef"]);
+    }
+
+    #[test]
+    fn an_old_hybrid_group_is_validated_as_the_conversion_types_it() {
+        let ctx = ValidationContext::default();
+        let hybrid = json!({"apiVersion": "deckhouse.io/v1alpha2", "kind": "NodeGroup",
+            "metadata": {"name": "frontend"},
+            "spec": {"nodeType": "Hybrid", "staticInstances": {"count": 1}}});
+        // Without the provider configuration: CloudStatic, which takes staticInstances.
+        assert_eq!(validate_document(hybrid.clone(), &ctx), vec![]);
+        // Named in it: CloudPermanent, which does not.
+        let provider = ConversionContext {
+            provider_node_groups: ["frontend".to_owned()].into(),
+        };
+        let errors = validate_document_with(hybrid.clone(), &ctx, &provider);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].path, "spec.staticInstances");
+        assert!(errors[0].message.contains("CloudPermanent"), "{errors:?}");
+        // Another group's name changes nothing.
+        let other = ConversionContext {
+            provider_node_groups: ["backend".to_owned()].into(),
+        };
+        assert_eq!(validate_document_with(hybrid, &ctx, &other), vec![]);
     }
 
     #[test]

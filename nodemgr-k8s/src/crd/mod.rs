@@ -327,13 +327,17 @@ mod tests {
             let crd = serde_json::to_value(crd).unwrap();
             for v in crd["spec"]["versions"].as_array().unwrap() {
                 let root = &v["schema"]["openAPIV3Schema"];
-                for part in ["spec", "status"] {
-                    schema::undescribed(
-                        &format!("{}/{}.{part}", crd["spec"]["names"]["kind"], v["name"]),
-                        &root["properties"][part],
-                        &mut missing,
-                    );
-                }
+                // From the root: apiVersion, kind, metadata, spec and status themselves too.
+                schema::undescribed(
+                    &format!("{}/{}", crd["spec"]["names"]["kind"], v["name"]),
+                    root,
+                    &mut missing,
+                );
+                assert!(
+                    root["description"].is_string(),
+                    "{}",
+                    crd["metadata"]["name"]
+                );
             }
         }
         assert!(
@@ -348,11 +352,15 @@ mod tests {
         let mut missing = Vec::new();
         for v in crd["spec"]["versions"].as_array().unwrap() {
             let root = &v["schema"]["openAPIV3Schema"];
+            // From the root: `kubectl explain nodegroup.spec` prints spec's own description.
+            schema::undescribed(v["name"].as_str().unwrap(), root, &mut missing);
             for part in ["spec", "status"] {
-                schema::undescribed(
-                    &format!("{}.{part}", v["name"].as_str().unwrap()),
-                    &root["properties"][part],
-                    &mut missing,
+                assert!(
+                    root["properties"][part]["description"]
+                        .as_str()
+                        .is_some_and(|d| d.len() > 20),
+                    "{}.{part}",
+                    v["name"]
                 );
             }
             let update = &root["properties"]["spec"]["properties"]["update"];

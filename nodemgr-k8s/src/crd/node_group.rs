@@ -165,21 +165,59 @@ const INSTANCE_CLASS_KINDS: &[&str] = &[
     "InstanceClass",
 ];
 
+/// Description of `.spec` (`kubectl explain nodegroup.spec`).
+const SPEC_DESCRIPTION: &str = "What the group should be: the type of its nodes (nodeType), how \
+     many and where (cloudInstances, staticInstances), what runs on them (cri, kubelet, \
+     nodeTemplate, operatingSystem, gpu, fencing) and how they are updated (disruptions, update).";
+/// Description of `.status`.
+const STATUS_DESCRIPTION: &str = "What the group is, as node-manager last observed it: node and \
+     machine counts, conditions, errors and recent machine failures. Written by node-manager; do \
+     not edit.";
+
+/// Descriptions of the object's other top-level fields (`kubectl explain nodegroup`), which
+/// the model's doc comments describe as nodemgr reads them, not as a user writes them.
+const TOP_LEVEL: [(&str, &str); 3] = [
+    (
+        "apiVersion",
+        "deckhouse.io/v1 (stored), v1alpha2 or v1alpha1; the API server converts between them \
+         through nodemgr's conversion webhook.",
+    ),
+    ("kind", "NodeGroup."),
+    (
+        "metadata",
+        "Standard object metadata; the name is the group's name, which its nodes carry in the \
+         node.deckhouse.io/group label.",
+    ),
+];
+
 fn root_schema(version: SchemaVersion) -> Value {
     let metadata = object(vec![(
         "name",
-        json!({
-            "type": "string",
-            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-            "maxLength": 42,
-        }),
+        describe(
+            json!({
+                "type": "string",
+                "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                "maxLength": 42,
+            }),
+            "The group's name: lowercase letters, digits and '-', at most 42 characters.",
+        ),
     )]);
-    root(
+    let mut schema = root(
         "A group of nodes of one type configured from one spec (nodemgr, Deckhouse-compatible).",
         Some(metadata),
         Some(spec_schema(version)),
         Some(status_schema()),
-    )
+    );
+    for (field, text) in TOP_LEVEL {
+        if let Some(property) = schema
+            .get_mut("properties")
+            .and_then(|p| p.get_mut(field))
+            .and_then(Value::as_object_mut)
+        {
+            property.insert("description".into(), Value::String(text.to_owned()));
+        }
+    }
+    schema
 }
 
 fn windows() -> Value {
@@ -462,7 +500,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ));
     }
     let mut spec = describe_from_model(
-        required(object(props), &["nodeType"]),
+        describe(required(object(props), &["nodeType"]), SPEC_DESCRIPTION),
         &model_schema::<core::NodeGroupSpec>(),
     );
     apply_defaults(&mut spec);
@@ -546,7 +584,10 @@ pub fn status_schema() -> Value {
             ]),
         ),
     ]);
-    describe_from_model(status, &model_schema::<NodeGroupStatus>())
+    describe_from_model(
+        describe(status, STATUS_DESCRIPTION),
+        &model_schema::<NodeGroupStatus>(),
+    )
 }
 
 #[cfg(test)]

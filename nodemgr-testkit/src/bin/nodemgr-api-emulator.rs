@@ -22,7 +22,8 @@ struct Args {
     #[arg(long, default_value_t = 10_000)]
     history: usize,
     /// Where a webhook's `clientConfig.service` goes, as `NAMESPACE/NAME:PORT=https://HOST:PORT`
-    /// (repeatable): the emulator has no cluster network.
+    /// (repeatable; the same service repeated gets several endpoints, taken in turn): the
+    /// emulator has no cluster network.
     #[arg(long = "route-service", value_name = "NS/NAME:PORT=URL", value_parser = parse_route)]
     routes: Vec<ServiceRoute>,
 }
@@ -71,8 +72,16 @@ async fn main() -> anyhow::Result<()> {
     let emulator = Emulator::start_with(options)
         .await
         .context("starting the API emulator")?;
+    let mut services: std::collections::BTreeMap<(&str, &str, u16), Vec<&str>> =
+        std::collections::BTreeMap::new();
     for route in &args.routes {
-        emulator.route_service(&route.namespace, &route.name, route.port, &route.url);
+        services
+            .entry((&route.namespace, &route.name, route.port))
+            .or_default()
+            .push(&route.url);
+    }
+    for ((namespace, name, port), urls) in services {
+        emulator.route_service_endpoints(namespace, name, port, &urls);
     }
     println!("API emulator at {}", emulator.url());
     println!("export KUBECONFIG={}", emulator.kubeconfig_path().display());
