@@ -832,6 +832,7 @@ async fn status_reports_instances_desired_and_standby_from_the_machine_layer() {
         text.contains("d8_node_group_instances{node_group_name=\"eph\"} 5")
             && text.contains("d8_node_group_desired{node_group_name=\"eph\"} 4")
             && text.contains("d8_node_group_standby{node_group_name=\"eph\"} 2")
+            && text.contains("d8_node_group_standby_desired{node_group_name=\"eph\"} 2")
     })
     .await;
 }

@@ -21,6 +21,7 @@ use nodemgr_core::group_status::{
     MachineCounts, StatusInput, condition_transitions, group_status, standby_holders,
 };
 use nodemgr_core::model::{NodeType, keys};
+use nodemgr_core::scaling::{ScalingGroup, standby_count};
 use nodemgr_core::ports::{
     ClusterError, ClusterRead, EventApi, EventKind, ObjectRef as EventObject, RecordedEvent,
 };
@@ -139,6 +140,13 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
         now: now(),
     });
     ctx.metrics.group_seen(&name);
+    if core.spec.node_type == Some(NodeType::CloudEphemeral) {
+        let scaling = ScalingGroup::new(&core, &[], &[]);
+        match standby_count(&scaling) {
+            Ok(count) => ctx.metrics.standby_desired(&name, count),
+            Err(error) => tracing::debug!(group = %name, %error, "standby count unreadable"),
+        }
+    }
     publish_deckhouse_metrics(
         &ctx.metrics,
         &core,
