@@ -1,8 +1,9 @@
 //! bashible-apiserver in cluster mode against the API emulator: what it renders from the
 //! cluster (NodeGroupConfigurations in weight order, for their groups only), the Secrets it
 //! keeps (checksums, manual bootstrap), its TLS certificate and the APIService shape, two
-//! replicas serving the same bytes, 401 without detail, and the last good bundles served
-//! while the API is gone.
+//! replicas serving the same bytes, 401 without detail, the last good bundles served
+//! while the API is gone, and a start with no NodeGroup and no bearer token at all, the
+//! groups' bootstrap tokens becoming grants as node-manager mints them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup step should panic
 
@@ -39,6 +40,15 @@ fn configuration(name: &str, weight: u32, groups: &[&str]) -> Value {
 }
 
 async fn emulator() -> Emulator {
+    let emulator = bare_emulator().await;
+    emulator.seed(group("worker", "CloudEphemeral")).unwrap();
+    emulator.seed(group("frontend", "CloudEphemeral")).unwrap();
+    emulator.seed(group("metal", "Static")).unwrap();
+    emulator
+}
+
+/// An emulator with the cluster context and no NodeGroup.
+async fn bare_emulator() -> Emulator {
     let emulator = Emulator::start().await.unwrap();
     for crd in nodemgr_k8s::crd::definitions().unwrap() {
         emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
@@ -70,9 +80,6 @@ async fn emulator() -> Emulator {
             "metadata": {"name": "bashible-apiserver-settings", "namespace": keys::NAMESPACE},
             "data": {"settings.yaml": "clusterDomain: corp.local\nkubernetesVersion: \"1.33\"\n"}}))
         .unwrap();
-    emulator.seed(group("worker", "CloudEphemeral")).unwrap();
-    emulator.seed(group("frontend", "CloudEphemeral")).unwrap();
-    emulator.seed(group("metal", "Static")).unwrap();
     emulator
 }
 
@@ -83,6 +90,12 @@ struct Server {
 
 fn start(emulator: &Emulator, dir: &Path) -> Server {
     std::fs::write(dir.join("tokens"), format!("{TOKEN} *\n")).unwrap();
+    let tokens = dir.join("tokens");
+    start_with(emulator, &["--tokens-file".as_ref(), tokens.as_os_str()])
+}
+
+/// Starts a server with `extra` flags; waits until it listens.
+fn start_with(emulator: &Emulator, extra: &[&std::ffi::OsStr]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"))
         .args([
             "--from-cluster",
@@ -94,8 +107,7 @@ fn start(emulator: &Emulator, dir: &Path) -> Server {
         .arg("--kubeconfig")
         .arg(emulator.kubeconfig_path())
         .args(["--tls-name", "127.0.0.1"])
-        .arg("--tokens-file")
-        .arg(dir.join("tokens"))
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -525,4 +537,85 @@ async fn a_group_that_stops_rendering_keeps_its_bundle_and_gets_the_error_in_its
         wait_for("the render condition removed", 10, || condition().is_none());
         assert_eq!(get(&http, &url, Some(TOKEN)).1, good);
     });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_starts_with_no_group_and_no_token_and_minted_tokens_become_grants_as_they_appear() {
+    let emulator = bare_emulator().await;
+    // The chart's default: no --tokens-file, and node-manager has minted nothing yet.
+    let server = tokio::task::block_in_place(|| start_with(&emulator, &[]));
+    let http = tokio::task::block_in_place(|| client(&emulator));
+    let now = i64::try_from(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap();
+    let minted = nodemgr_k8s::controllers::bootstrap_tokens::generate_token();
+    tokio::task::block_in_place(|| {
+        assert_eq!(get(&http, &format!("{}/healthz", server.url), None).0, 200);
+        let groups = format!("{}/v1/groups", server.url);
+        let unauthorized = (401, r#"{"error":"Unauthorized"}"#.to_owned());
+        assert_eq!(get(&http, &groups, None), unauthorized);
+        assert_eq!(get(&http, &groups, Some(TOKEN)), unauthorized);
+
+        // A group appears: rendered and published, still no grant.
+        emulator.seed(group("metal", "Static")).unwrap();
+        wait_for("metal's checksum published", 10, || {
+            published(&emulator, "metal").is_some()
+        });
+        let bundle = format!("{}/v1/groups/metal/bundle", server.url);
+        assert_eq!(get(&http, &bundle, Some(minted.as_str())), unauthorized);
+
+        // node-manager mints the group's token: it becomes metal's grant at once (well before
+        // the 30 s resync), and the group's manual bootstrap Secret carries it.
+        let secret = nodemgr_k8s::controllers::bootstrap_tokens::token_secret(
+            &minted,
+            "metal",
+            Timestamp::from_secs(now + 4 * 3600),
+        );
+        emulator
+            .seed(serde_json::to_value(secret).unwrap())
+            .unwrap();
+        let delay = wait_for("the minted token granted metal", 10, || {
+            get(&http, &bundle, Some(minted.as_str())).0 == 200
+        });
+        println!("bootstrap token Secret -> grant: {} ms", delay.as_millis());
+        let listed = json_of_with(&http, &groups, minted.as_str());
+        assert_eq!(listed["groups"][0]["name"], "metal", "{listed}");
+        assert_eq!(listed["groups"].as_array().unwrap().len(), 1);
+        emulator.seed(group("worker", "CloudEphemeral")).unwrap();
+        wait_for("worker published", 10, || {
+            published(&emulator, "worker").is_some()
+        });
+        assert_eq!(
+            get(
+                &http,
+                &format!("{}/v1/groups/worker/bundle", server.url),
+                Some(minted.as_str())
+            )
+            .0,
+            403,
+            "a group's token reads its group only"
+        );
+        wait_for("manual-bootstrap-for-metal", 10, || {
+            emulator
+                .get(
+                    "v1",
+                    "Secret",
+                    keys::NAMESPACE,
+                    "manual-bootstrap-for-metal",
+                )
+                .and_then(|s| s["data"]["bootstrap.sh"].as_str().map(str::to_owned))
+                .and_then(|v| nodemgr_k8s::cluster::decode_checksum(&v))
+                .is_some_and(|script| script.contains(minted.as_str()))
+        });
+    });
+}
+
+fn json_of_with(client: &reqwest::blocking::Client, url: &str, token: &str) -> Value {
+    let (status, body) = get(client, url, Some(token));
+    assert_eq!(status, 200, "{url}: {body}");
+    serde_json::from_str(&body).unwrap()
 }

@@ -322,6 +322,13 @@ fn bashible_apiserver_runs_in_cluster_mode_with_the_rbac_its_watches_need() {
             "list",
         ),
         (
+            "Role",
+            "nodemgr:bashible-apiserver-bootstrap-tokens",
+            "",
+            "secrets",
+            "watch",
+        ),
+        (
             "ClusterRole",
             "nodemgr:node-manager",
             "storage.k8s.io",

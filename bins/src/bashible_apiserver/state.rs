@@ -209,7 +209,7 @@ impl Sources {
                 group_tokens.insert(group, token);
             }
         }
-        self.render(
+        let served = self.render(
             &Inputs {
                 groups,
                 customisations,
@@ -219,14 +219,24 @@ impl Sources {
             },
             renderer,
             previous,
-        )
+        )?;
+        // File mode has no other source of grants: serving nobody is a mistake. (Cluster
+        // mode starts without any and gains the groups' bootstrap tokens as they appear.)
+        if served.grants.is_empty() {
+            anyhow::bail!(
+                "no bearer token is configured, so no node could read anything: pass \
+                 --tokens-file FILE (lines `TOKEN GROUP[,GROUP...]` or `TOKEN *`) or --token"
+            );
+        }
+        Ok(served)
     }
 
     /// Renders `inputs` (read from files or from the cluster) with the token files and
     /// grants of these sources; `previous` supplies last good entries.
     ///
     /// # Errors
-    /// A token file that cannot be read, or no bearer token at all.
+    /// A token file that cannot be read. No grant at all is not an error here (cluster mode
+    /// serves 401 until tokens exist); [`Sources::load`] refuses it in file mode.
     pub fn render(
         &self,
         inputs: &Inputs,
@@ -244,12 +254,6 @@ impl Sources {
         grants.extend(extra_grants.iter().cloned());
         if let Some(path) = &self.tokens_file {
             grants.extend(auth::read_token_file(path)?);
-        }
-        if grants.is_empty() {
-            anyhow::bail!(
-                "no bearer token is configured, so no node could read anything: pass \
-                 --tokens-file FILE (lines `TOKEN GROUP[,GROUP...]` or `TOKEN *`) or --token"
-            );
         }
         let (token, no_bootstrap) = match &self.bootstrap_token_file {
             Some(path) => (
