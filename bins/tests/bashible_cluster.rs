@@ -2,8 +2,10 @@
 //! cluster (NodeGroupConfigurations in weight order, for their groups only), the Secrets it
 //! keeps (checksums, manual bootstrap), its TLS certificate and the APIService shape, two
 //! replicas serving the same bytes, 401 without detail, the last good bundles served
-//! while the API is gone, and a start with no NodeGroup and no bearer token at all, the
-//! groups' bootstrap tokens becoming grants as node-manager mints them.
+//! while the API is gone, a start with no NodeGroup and no bearer token at all, the
+//! groups' bootstrap tokens becoming grants as node-manager mints them, and a bootstrap script
+//! that installs the node agent over HTTPS, trusting the server's certificate by the CA it
+//! carries (run into a test root).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup step should panic
 
@@ -96,14 +98,12 @@ fn start(emulator: &Emulator, dir: &Path) -> Server {
 
 /// Starts a server with `extra` flags; waits until it listens.
 fn start_with(emulator: &Emulator, extra: &[&std::ffi::OsStr]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"))
-        .args([
-            "--from-cluster",
-            "--listen",
-            "127.0.0.1:0",
-            "--debounce",
-            "200ms",
-        ])
+    let mut command = Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"));
+    command.args(["--from-cluster", "--debounce", "200ms"]);
+    if !extra.iter().any(|a| *a == "--listen") {
+        command.args(["--listen", "127.0.0.1:0"]);
+    }
+    let mut child = command
         .arg("--kubeconfig")
         .arg(emulator.kubeconfig_path())
         .args(["--tls-name", "127.0.0.1"])
@@ -618,4 +618,123 @@ fn json_of_with(client: &reqwest::blocking::Client, url: &str, token: &str) -> V
     let (status, body) = get(client, url, Some(token));
     assert_eq!(status, 200, "{url}: {body}");
     serde_json::from_str(&body).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_script_installs_the_agent_over_https_pinning_the_servers_ca() {
+    use std::os::unix::fs::PermissionsExt as _;
+    const NODE_TOKEN: &str = "worker-node-token-0123456789";
+    let emulator = emulator().await;
+    let join = nodemgr_k8s::controllers::bootstrap_tokens::generate_token();
+    let now = i64::try_from(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap();
+    let secret = nodemgr_k8s::controllers::bootstrap_tokens::token_secret(
+        &join,
+        "worker",
+        Timestamp::from_secs(now + 3600),
+    );
+    emulator
+        .seed(serde_json::to_value(secret).unwrap())
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tokens"), format!("{NODE_TOKEN} worker\n")).unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("https://127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{port}");
+    let agent = env!("CARGO_BIN_EXE_bashible");
+    let tokens = dir.path().join("tokens");
+    let server = tokio::task::block_in_place(|| {
+        start_with(
+            &emulator,
+            &[
+                "--listen".as_ref(),
+                listen.as_ref(),
+                "--public-url".as_ref(),
+                url.as_ref(),
+                "--agent-binary".as_ref(),
+                agent.as_ref(),
+                "--tokens-file".as_ref(),
+                tokens.as_os_str(),
+                "--root".as_ref(),
+                root.as_os_str(),
+            ],
+        )
+    });
+    assert_eq!(server.url, url);
+    let http = tokio::task::block_in_place(|| client(&emulator));
+    let served_ca = certificate(&emulator);
+    tokio::task::block_in_place(|| {
+        let (status, script) = get(
+            &http,
+            &format!("{url}/v1/groups/worker/bootstrap.sh"),
+            Some(NODE_TOKEN),
+        );
+        assert_eq!(status, 200, "{script}");
+        assert!(script.contains(join.as_str()), "the group's own join token");
+        assert!(script.contains("--cacert"), "curl pins the CA");
+        let path = dir.path().join("bootstrap.sh");
+        std::fs::write(&path, &script).unwrap();
+        // The certificate is self-signed: without the CA the script carries, curl refuses it.
+        let unpinned = Command::new("curl")
+            .args(["-fsS", "--max-time", "10", &format!("{url}/healthz")])
+            .output()
+            .unwrap();
+        assert!(
+            !unpinned.status.success(),
+            "a self-signed server is not trusted by default"
+        );
+        let out = Command::new("bash").arg(&path).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+
+    // The CA written on the node is the server's, and both the download and the agent use it.
+    let ca_file = root.join("etc/nodemgr/bundle-server-ca.crt");
+    assert_eq!(std::fs::read_to_string(&ca_file).unwrap(), served_ca);
+    let installed = root.join("opt/nodemgr/bin/bashible");
+    assert_eq!(
+        std::fs::read(&installed).unwrap(),
+        std::fs::read(agent).unwrap()
+    );
+    assert_eq!(
+        std::fs::metadata(&installed).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("var/lib/bashible/bundle-token")).unwrap(),
+        NODE_TOKEN
+    );
+    let service =
+        std::fs::read_to_string(root.join("etc/systemd/system/bashible.service")).unwrap();
+    assert!(
+        service.contains(&format!(
+            "ExecStart=/opt/nodemgr/bin/bashible --bundle-server {url} --group worker --bundle-server-ca /etc/nodemgr/bundle-server-ca.crt\n"
+        )),
+        "{service}"
+    );
+    let pinned = Command::new("curl")
+        .args(["-fsS", "--max-time", "10", "--cacert"])
+        .arg(&ca_file)
+        .arg(format!("{url}/healthz"))
+        .output()
+        .unwrap();
+    assert!(
+        pinned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pinned.stderr)
+    );
 }

@@ -7,7 +7,8 @@
 //! ([`agent_install`]): it downloads the binary from that URL and leaves the node the token of
 //! the grant that names exactly that group (never a `*` grant, which would let every node read
 //! every group); a group without such a grant gets a bootstrap script without the agent, and
-//! the reason in the log.
+//! the reason in the log. In cluster mode the script also carries the server's CA (from its
+//! TLS Secret), which the download and the installed agent trust.
 
 use std::sync::Arc;
 
@@ -72,6 +73,7 @@ pub async fn agent_binary(State(shared): State<Arc<Shared>>, headers: HeaderMap)
 pub fn agent_install(
     public_url: Option<&str>,
     serves_binary: bool,
+    ca: Option<&str>,
     grants: &[Grant],
     group: &str,
 ) -> Result<Option<AgentInstall>, RenderError> {
@@ -83,7 +85,13 @@ pub fn agent_install(
         g.expires.is_none() && matches!(&g.scope, Scope::Groups(groups) if groups.contains(group))
     });
     match grant {
-        Some(grant) => AgentInstall::new(url, grant.token()).map(Some),
+        Some(grant) => {
+            let agent = AgentInstall::new(url, grant.token())?;
+            match ca {
+                Some(ca) => agent.with_ca(ca).map(Some),
+                None => Ok(Some(agent)),
+            }
+        }
         None => {
             tracing::warn!(
                 %group,
@@ -105,22 +113,28 @@ mod tests {
             Grant::from_flag("worker-token-0123456789=worker,db").expect("a grant"),
         ];
         let url = Some("http://10.0.0.5:9600");
-        let worker = agent_install(url, true, &grants, "worker")
+        let worker = agent_install(url, true, None, &grants, "worker")
             .expect("a valid URL")
             .expect("a grant names worker");
         assert_eq!(worker.bundle_token(), "worker-token-0123456789");
         assert_eq!(
-            agent_install(url, true, &grants, "gpu").expect("valid"),
+            agent_install(url, true, None, &grants, "gpu").expect("valid"),
             None
         );
         assert_eq!(
-            agent_install(url, false, &grants, "worker").expect("valid"),
+            agent_install(url, false, None, &grants, "worker").expect("valid"),
             None
         );
         assert_eq!(
-            agent_install(None, true, &grants, "worker").expect("valid"),
+            agent_install(None, true, None, &grants, "worker").expect("valid"),
             None
         );
-        assert!(agent_install(Some("http://a b"), true, &grants, "worker").is_err());
+        assert!(agent_install(Some("http://a b"), true, None, &grants, "worker").is_err());
+        let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let pinned = agent_install(url, true, Some(ca), &grants, "worker")
+            .expect("valid")
+            .expect("a grant names worker");
+        assert_eq!(pinned.ca(), Some(ca));
+        assert!(agent_install(url, true, Some("junk"), &grants, "worker").is_err());
     }
 }

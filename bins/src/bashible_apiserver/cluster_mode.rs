@@ -230,7 +230,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     )
     .await?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&pair)?);
-    let sources = Arc::new(config.sources()?);
+    let mut sources = config.sources()?;
+    // Nodes that install the agent trust this server by the Secret's CA (written into their
+    // bootstrap scripts): the system CAs do not know a self-signed certificate.
+    if sources.public_url.is_some() {
+        sources.agent_ca = Some(
+            tls::secret::trust_anchor(&client, &config.namespace, &config.tls_secret, &pair)
+                .await?,
+        );
+    }
+    let sources = Arc::new(sources);
     let renderer = Arc::new(Renderer::new());
     let watched = BashibleSources::start(&client, &config.namespace);
     watched.wait_ready().await?;

@@ -133,8 +133,9 @@ pub struct Config {
     /// `--public-url`, bootstrap scripts install it (see `agent_binary`).
     #[arg(long, value_name = "PATH")]
     pub agent_binary: Option<PathBuf>,
-    /// The URL nodes reach this server at (`http://HOST:PORT`), for the agent that bootstrap
-    /// scripts install.
+    /// The URL nodes reach this server at (`http://HOST:PORT`, or `https://…` in cluster
+    /// mode, where bootstrap scripts also carry the TLS Secret's CA), for the agent that
+    /// bootstrap scripts install.
     #[arg(long, value_name = "URL", requires = "agent_binary")]
     pub public_url: Option<String>,
     /// Render scripts for a directory standing in for / (tests).
@@ -178,6 +179,7 @@ impl Config {
             token_flags,
             agent_binary: self.agent_binary.clone(),
             public_url: self.public_url.clone(),
+            agent_ca: None,
             root: match &self.root {
                 Some(dir) => RenderRoot::new(dir)?,
                 None => RenderRoot::host(),

@@ -50,6 +50,9 @@ pub struct Sources {
     /// The URL nodes reach the server at; with `agent_binary`, bootstrap scripts install the
     /// agent.
     pub public_url: Option<String>,
+    /// The PEM certificates nodes trust the server by (cluster mode: from its TLS Secret),
+    /// carried by bootstrap scripts that install the agent.
+    pub agent_ca: Option<String>,
 }
 
 /// One group's rendered files.
@@ -295,6 +298,7 @@ impl Sources {
                 let agent = super::agent_binary::agent_install(
                     self.public_url.as_deref(),
                     self.agent_binary.is_some(),
+                    self.agent_ca.as_deref(),
                     &served.grants,
                     name,
                 )?;
