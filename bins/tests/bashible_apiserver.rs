@@ -622,16 +622,29 @@ fn the_agent_binary_is_served_to_known_tokens_only() {
         "--agent-binary",
         binary.to_str().unwrap(),
     ]);
+    // Missing and wrong tokens get the one 401 of every path: same status, headers that
+    // matter and body, so nothing tells them apart.
+    let answer = |token: Option<&str>, path: &str| {
+        let response = server.get(path, token);
+        let status = response.status();
+        let challenge = response
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (status, challenge, content_type, response.text().unwrap())
+    };
+    let missing = answer(None, "/v1/agent/bashible");
+    assert_eq!(missing.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(missing.3, r#"{"error":"Unauthorized"}"#);
     assert_eq!(
-        server.get("/v1/agent/bashible", None).status(),
-        StatusCode::UNAUTHORIZED
+        answer(Some("wrong-token-0123456789"), "/v1/agent/bashible"),
+        missing
     );
-    assert_eq!(
-        server
-            .get("/v1/agent/bashible", Some("wrong-token-0123456789"))
-            .status(),
-        StatusCode::UNAUTHORIZED
-    );
+    assert_eq!(answer(None, "/v1/groups/worker/bundle"), missing);
     let served = server.get("/v1/agent/bashible", Some(WORKER_TOKEN));
     assert_eq!(served.status(), StatusCode::OK);
     assert_eq!(served.bytes().unwrap().as_ref(), content.as_slice());

@@ -1,7 +1,8 @@
 //! The node agent on bootstrapped nodes. `GET /v1/agent/bashible` serves the agent's binary
 //! (the file given with `--agent-binary`) to bootstrap scripts: any known bearer token may read
-//! it (the binary is the same for every group); without one the answer is 401, and 404 when
-//! the server was started without `--agent-binary`.
+//! it (the binary is the same for every group); without one, or with a wrong or expired one,
+//! the answer is the server's one 401 (`{"error":"Unauthorized"}`), and 404 when the server was
+//! started without `--agent-binary`.
 //!
 //! With `--public-url` as well, a group's bootstrap script installs the agent
 //! ([`agent_install`]): it downloads the binary from that URL and leaves the node the token of
@@ -19,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use nodemgr_core::bashible::{AgentInstall, RenderError};
 
 use super::auth::{self, Access, Grant, Scope};
-use super::{Shared, error};
+use super::{Shared, error, unauthorized};
 
 /// Serves the agent binary.
 pub async fn agent_binary(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
@@ -28,16 +29,8 @@ pub async fn agent_binary(State(shared): State<Arc<Shared>>, headers: HeaderMap)
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     match auth::access(&served.grants, authorization) {
-        Access::Missing => {
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "missing bearer token: send `Authorization: Bearer TOKEN`",
-            )
-            .into_response();
-        }
-        Access::Unknown => {
-            return error(StatusCode::UNAUTHORIZED, "unknown bearer token").into_response();
-        }
+        // The same answer whatever was wrong, as every other path (see `super::unauthorized`).
+        Access::Missing | Access::Unknown => return unauthorized().into_response(),
         Access::Granted(_) => {}
     }
     let Some(path) = served.agent_binary.clone() else {
