@@ -29,6 +29,7 @@ use nodemgr_k8s::tls;
 use super::auth::Grant;
 use super::state::{Inputs, Served, Sources};
 use super::{Config, Shared, router, serve, shutdown_signal};
+use crate::observability::auth::{KubernetesAuthorizer, MetricsAuth, require};
 
 /// How often everything is re-rendered without a change (expired bootstrap tokens go, the
 /// Secrets are re-checked).
@@ -269,6 +270,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!(%address, "serving bashible bundles over TLS");
 
+    let metrics_client = client.clone();
     let loop_shared = Arc::clone(&shared);
     let debounce = config.debounce;
     let refresher = tokio::spawn(async move {
@@ -293,9 +295,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .await;
         }
     });
+    let app = match config.metrics_auth {
+        MetricsAuth::None => router(shared),
+        MetricsAuth::Kubernetes => {
+            tracing::info!("/metrics needs a Kubernetes token allowed to get it");
+            router(shared).layer(axum::middleware::from_fn_with_state(
+                KubernetesAuthorizer::new(metrics_client),
+                require,
+            ))
+        }
+    };
     let served = serve::serve(
         listener,
-        router(shared),
+        app,
         Some(acceptor),
         config.connections.limits(),
         serve::ConnectionStats::default(),

@@ -12,7 +12,7 @@
 //! | `GET /v1/groups/{group}/bootstrap.sh` | the bootstrap script (needs the group's token in `--bootstrap-token-dir`, or `--bootstrap-token-file` and a `*` bearer token: see [`state`]) |
 //! | `GET /v1/groups/{group}/cleanup.sh` | the cleanup script |
 //! | `GET /v1/agent/bashible` | the node agent's binary (`--agent-binary`), any known token |
-//! | `GET /metrics` | OpenMetrics ([`metrics`]), no token needed |
+//! | `GET /metrics` | classic text or OpenMetrics as asked ([`metrics`]), no bundle token needed (`--metrics-auth kubernetes`: a Kubernetes token allowed `get` on `/metrics`) |
 //! | `GET /apis/bashible.deckhouse.io/v1alpha1/...` | the aggregated API ([`aggregated`]) |
 //!
 //! Connections are bounded by a header-read timeout, an idle timeout and a connection limit
@@ -62,6 +62,8 @@ use serde_json::json;
 
 use auth::{Access, Grant};
 use state::{GroupEntry, NoBootstrap, Served, Sources};
+
+use crate::observability::auth::MetricsAuth;
 
 /// Command line of `bashible-apiserver`.
 #[derive(Debug, Clone, Parser)]
@@ -144,6 +146,11 @@ pub struct Config {
     /// How often source files are checked for changes (`0s`: only on SIGHUP).
     #[arg(long, default_value = "2s", value_parser = parse_interval)]
     pub watch_interval: Duration,
+    /// Who may scrape /metrics: `none` (anyone reaching the address) or `kubernetes` (cluster
+    /// mode only, over its TLS: the caller's bearer token must be allowed `get` on the
+    /// non-resource URL /metrics, checked with a TokenReview and a SubjectAccessReview).
+    #[arg(long, value_enum, default_value_t = MetricsAuth::None)]
+    pub metrics_auth: MetricsAuth,
     /// Timeouts and limit of HTTP connections.
     #[command(flatten)]
     pub connections: serve::ConnectionFlags,
@@ -526,6 +533,12 @@ pub(crate) async fn shutdown_signal() {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     if config.from_cluster {
         return cluster_mode::run(config).await;
+    }
+    if config.metrics_auth == MetricsAuth::Kubernetes {
+        anyhow::bail!(
+            "--metrics-auth kubernetes needs --from-cluster (file mode speaks plain HTTP, and \
+             bearer tokens must not travel in clear text)"
+        );
     }
     let sources = Arc::new(config.sources()?);
     let renderer = Arc::new(Renderer::new());
