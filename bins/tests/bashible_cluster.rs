@@ -738,3 +738,66 @@ async fn a_bootstrap_script_installs_the_agent_over_https_pinning_the_servers_ca
         String::from_utf8_lossy(&pinned.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bootstrap_token_file_overrides_the_groups_token_in_manual_bootstrap_secrets() {
+    let emulator = emulator().await;
+    let minted = nodemgr_k8s::controllers::bootstrap_tokens::generate_token();
+    let now = i64::try_from(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap();
+    let secret = nodemgr_k8s::controllers::bootstrap_tokens::token_secret(
+        &minted,
+        "metal",
+        Timestamp::from_secs(now + 3600),
+    );
+    emulator
+        .seed(serde_json::to_value(secret).unwrap())
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN} *\n")).unwrap();
+    let file = dir.path().join("join-token");
+    std::fs::write(&file, "ovrrde.0123456789abcdef\n").unwrap();
+    let server = tokio::task::block_in_place(|| {
+        start_with(
+            &emulator,
+            &[
+                "--tokens-file".as_ref(),
+                tokens.as_os_str(),
+                "--bootstrap-token-file".as_ref(),
+                file.as_os_str(),
+            ],
+        )
+    });
+    let http = tokio::task::block_in_place(|| client(&emulator));
+    tokio::task::block_in_place(|| {
+        let script = || {
+            emulator
+                .get(
+                    "v1",
+                    "Secret",
+                    keys::NAMESPACE,
+                    "manual-bootstrap-for-metal",
+                )
+                .and_then(|s| s["data"]["bootstrap.sh"].as_str().map(str::to_owned))
+                .and_then(|v| nodemgr_k8s::cluster::decode_checksum(&v))
+        };
+        wait_for("manual-bootstrap-for-metal", 10, || script().is_some());
+        let kept = script().unwrap();
+        assert!(kept.contains("ovrrde.0123456789abcdef"), "the override");
+        assert!(!kept.contains(minted.as_str()));
+        // The operator's `*` token reads the same script; the group's own token, scoped to
+        // metal, reads the one with its own join token, never the cluster-wide one.
+        let url = format!("{}/v1/groups/metal/bootstrap.sh", server.url);
+        assert_eq!(get(&http, &url, Some(TOKEN)), (200, kept));
+        let (status, own) = get(&http, &url, Some(minted.as_str()));
+        assert_eq!(status, 200);
+        assert!(own.contains(minted.as_str()));
+        assert!(!own.contains("ovrrde.0123456789abcdef"));
+    });
+}

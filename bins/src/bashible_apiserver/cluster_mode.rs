@@ -131,10 +131,8 @@ async fn publish(client: &Client, served: &Served) {
         .filter(|(_, entry)| entry.manual_bootstrap)
         .filter_map(|(group, entry)| {
             entry
-                .bootstrap_cluster_wide
-                .clone()
-                .or_else(|| entry.bootstrap.clone())
-                .map(|script| (group.clone(), script))
+                .manual_bootstrap_script()
+                .map(|script| (group.clone(), script.to_owned()))
         })
         .collect();
     match bashible_secrets::sync_manual_bootstrap(client, &scripts).await {

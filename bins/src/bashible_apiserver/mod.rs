@@ -122,8 +122,9 @@ pub struct Config {
     /// Kubernetes version (replaces the context's).
     #[arg(long, value_name = "VERSION")]
     pub kubernetes_version: Option<String>,
-    /// File holding a cluster-wide bootstrap token, baked only into bootstrap scripts served
-    /// to `*` bearer tokens (for groups without a token in --bootstrap-token-dir).
+    /// File holding a cluster-wide bootstrap token: overrides every group's own token in the
+    /// bootstrap scripts served to `*` bearer tokens and in the manual-bootstrap Secrets;
+    /// never served to group-scoped bearer tokens.
     #[arg(long, value_name = "FILE")]
     pub bootstrap_token_file: Option<PathBuf>,
     /// Directory of per-group bootstrap tokens: the file named after a NodeGroup holds the
@@ -374,9 +375,10 @@ pub(crate) fn bootstrap_of(
         Err(NoBootstrap::ClusterWideOnly) => Err(error(
             StatusCode::FORBIDDEN,
             format!(
-                "NodeGroup {group} has no bootstrap token of its own, and the cluster-wide one \
-                 is served to `*` bearer tokens only: put the group's token in a file named \
-                 {group} in --bootstrap-token-dir"
+                "NodeGroup {group} has no bootstrap token of its own (yet), and the \
+                 cluster-wide one is served to `*` bearer tokens only: in cluster mode \
+                 node-manager's bootstrap-tokens controller mints the group's; in file mode put \
+                 it in a file named {group} in --bootstrap-token-dir"
             ),
         )),
         Err(NoBootstrap::NoToken) => Err(error(
