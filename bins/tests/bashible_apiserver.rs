@@ -558,7 +558,8 @@ fn configurations_and_users_in_the_manifests_join_their_groups_bundles() {
 }
 
 /// A bearer token scoped to a group never reads the cluster-wide join token: it gets the
-/// group's own token from --bootstrap-token-dir, or a 403 saying what to configure.
+/// group's own token from --bootstrap-token-dir, or a 403 saying what to configure; the `*`
+/// token gets the cluster-wide one (the override).
 #[test]
 fn group_scoped_tokens_get_only_their_groups_own_join_token() {
     const WORKER_JOIN: &str = "wrkr01.0123456789worker";
@@ -572,18 +573,24 @@ fn group_scoped_tokens_get_only_their_groups_own_join_token() {
         "--token",
         "gpu-token-0123456789ab=gpu",
     ]);
-    // worker has its own token: every bearer token granted worker gets that one.
-    for bearer in [WORKER_TOKEN, ADMIN_TOKEN] {
-        let script = server
-            .get("/v1/groups/worker/bootstrap.sh", Some(bearer))
-            .text()
-            .unwrap();
-        assert!(script.contains(WORKER_JOIN), "{bearer}");
-        assert!(
-            !script.contains(JOIN_TOKEN),
-            "{bearer}: the cluster-wide token leaked"
-        );
-    }
+    // worker has its own token: the node's bearer token granted worker gets that one, never
+    // the cluster-wide one; the operator's `*` token gets the cluster-wide one, which
+    // --bootstrap-token-file makes an override for every group (docs/bashible-apiserver.md).
+    let script = server
+        .get("/v1/groups/worker/bootstrap.sh", Some(WORKER_TOKEN))
+        .text()
+        .unwrap();
+    assert!(script.contains(WORKER_JOIN));
+    assert!(
+        !script.contains(JOIN_TOKEN),
+        "the cluster-wide token leaked to a group-scoped token"
+    );
+    let script = server
+        .get("/v1/groups/worker/bootstrap.sh", Some(ADMIN_TOKEN))
+        .text()
+        .unwrap();
+    assert!(script.contains(JOIN_TOKEN), "the override");
+    assert!(!script.contains(WORKER_JOIN));
     // gpu has none: the cluster-wide token goes to the `*` token only.
     let gpu = server.get("/v1/groups/gpu/bootstrap.sh", Some(ADMIN_TOKEN));
     assert_eq!(gpu.status(), StatusCode::OK);
@@ -622,16 +629,29 @@ fn the_agent_binary_is_served_to_known_tokens_only() {
         "--agent-binary",
         binary.to_str().unwrap(),
     ]);
+    // Missing and wrong tokens get the one 401 of every path: same status, headers that
+    // matter and body, so nothing tells them apart.
+    let answer = |token: Option<&str>, path: &str| {
+        let response = server.get(path, token);
+        let status = response.status();
+        let challenge = response
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (status, challenge, content_type, response.text().unwrap())
+    };
+    let missing = answer(None, "/v1/agent/bashible");
+    assert_eq!(missing.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(missing.3, r#"{"error":"Unauthorized"}"#);
     assert_eq!(
-        server.get("/v1/agent/bashible", None).status(),
-        StatusCode::UNAUTHORIZED
+        answer(Some("wrong-token-0123456789"), "/v1/agent/bashible"),
+        missing
     );
-    assert_eq!(
-        server
-            .get("/v1/agent/bashible", Some("wrong-token-0123456789"))
-            .status(),
-        StatusCode::UNAUTHORIZED
-    );
+    assert_eq!(answer(None, "/v1/groups/worker/bundle"), missing);
     let served = server.get("/v1/agent/bashible", Some(WORKER_TOKEN));
     assert_eq!(served.status(), StatusCode::OK);
     assert_eq!(served.bytes().unwrap().as_ref(), content.as_slice());

@@ -1,8 +1,11 @@
 //! bashible-apiserver in cluster mode against the API emulator: what it renders from the
 //! cluster (NodeGroupConfigurations in weight order, for their groups only), the Secrets it
 //! keeps (checksums, manual bootstrap), its TLS certificate and the APIService shape, two
-//! replicas serving the same bytes, 401 without detail, and the last good bundles served
-//! while the API is gone.
+//! replicas serving the same bytes, 401 without detail, the last good bundles served
+//! while the API is gone, a start with no NodeGroup and no bearer token at all, the
+//! groups' bootstrap tokens becoming grants as node-manager mints them, and a bootstrap script
+//! that installs the node agent over HTTPS, trusting the server's certificate by the CA it
+//! carries (run into a test root).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup step should panic
 
@@ -39,6 +42,15 @@ fn configuration(name: &str, weight: u32, groups: &[&str]) -> Value {
 }
 
 async fn emulator() -> Emulator {
+    let emulator = bare_emulator().await;
+    emulator.seed(group("worker", "CloudEphemeral")).unwrap();
+    emulator.seed(group("frontend", "CloudEphemeral")).unwrap();
+    emulator.seed(group("metal", "Static")).unwrap();
+    emulator
+}
+
+/// An emulator with the cluster context and no NodeGroup.
+async fn bare_emulator() -> Emulator {
     let emulator = Emulator::start().await.unwrap();
     for crd in nodemgr_k8s::crd::definitions().unwrap() {
         emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
@@ -70,9 +82,6 @@ async fn emulator() -> Emulator {
             "metadata": {"name": "bashible-apiserver-settings", "namespace": keys::NAMESPACE},
             "data": {"settings.yaml": "clusterDomain: corp.local\nkubernetesVersion: \"1.33\"\n"}}))
         .unwrap();
-    emulator.seed(group("worker", "CloudEphemeral")).unwrap();
-    emulator.seed(group("frontend", "CloudEphemeral")).unwrap();
-    emulator.seed(group("metal", "Static")).unwrap();
     emulator
 }
 
@@ -83,19 +92,22 @@ struct Server {
 
 fn start(emulator: &Emulator, dir: &Path) -> Server {
     std::fs::write(dir.join("tokens"), format!("{TOKEN} *\n")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"))
-        .args([
-            "--from-cluster",
-            "--listen",
-            "127.0.0.1:0",
-            "--debounce",
-            "200ms",
-        ])
+    let tokens = dir.join("tokens");
+    start_with(emulator, &["--tokens-file".as_ref(), tokens.as_os_str()])
+}
+
+/// Starts a server with `extra` flags; waits until it listens.
+fn start_with(emulator: &Emulator, extra: &[&std::ffi::OsStr]) -> Server {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"));
+    command.args(["--from-cluster", "--debounce", "200ms"]);
+    if !extra.iter().any(|a| *a == "--listen") {
+        command.args(["--listen", "127.0.0.1:0"]);
+    }
+    let mut child = command
         .arg("--kubeconfig")
         .arg(emulator.kubeconfig_path())
         .args(["--tls-name", "127.0.0.1"])
-        .arg("--tokens-file")
-        .arg(dir.join("tokens"))
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -524,5 +536,268 @@ async fn a_group_that_stops_rendering_keeps_its_bundle_and_gets_the_error_in_its
         patch(Value::Null);
         wait_for("the render condition removed", 10, || condition().is_none());
         assert_eq!(get(&http, &url, Some(TOKEN)).1, good);
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_starts_with_no_group_and_no_token_and_minted_tokens_become_grants_as_they_appear() {
+    let emulator = bare_emulator().await;
+    // The chart's default: no --tokens-file, and node-manager has minted nothing yet.
+    let server = tokio::task::block_in_place(|| start_with(&emulator, &[]));
+    let http = tokio::task::block_in_place(|| client(&emulator));
+    let now = i64::try_from(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap();
+    let minted = nodemgr_k8s::controllers::bootstrap_tokens::generate_token();
+    tokio::task::block_in_place(|| {
+        assert_eq!(get(&http, &format!("{}/healthz", server.url), None).0, 200);
+        let groups = format!("{}/v1/groups", server.url);
+        let unauthorized = (401, r#"{"error":"Unauthorized"}"#.to_owned());
+        assert_eq!(get(&http, &groups, None), unauthorized);
+        assert_eq!(get(&http, &groups, Some(TOKEN)), unauthorized);
+
+        // A group appears: rendered and published, still no grant.
+        emulator.seed(group("metal", "Static")).unwrap();
+        wait_for("metal's checksum published", 10, || {
+            published(&emulator, "metal").is_some()
+        });
+        let bundle = format!("{}/v1/groups/metal/bundle", server.url);
+        assert_eq!(get(&http, &bundle, Some(minted.as_str())), unauthorized);
+
+        // node-manager mints the group's token: it becomes metal's grant at once (well before
+        // the 30 s resync), and the group's manual bootstrap Secret carries it.
+        let secret = nodemgr_k8s::controllers::bootstrap_tokens::token_secret(
+            &minted,
+            "metal",
+            Timestamp::from_secs(now + 4 * 3600),
+        );
+        emulator
+            .seed(serde_json::to_value(secret).unwrap())
+            .unwrap();
+        let delay = wait_for("the minted token granted metal", 10, || {
+            get(&http, &bundle, Some(minted.as_str())).0 == 200
+        });
+        println!("bootstrap token Secret -> grant: {} ms", delay.as_millis());
+        let listed = json_of_with(&http, &groups, minted.as_str());
+        assert_eq!(listed["groups"][0]["name"], "metal", "{listed}");
+        assert_eq!(listed["groups"].as_array().unwrap().len(), 1);
+        emulator.seed(group("worker", "CloudEphemeral")).unwrap();
+        wait_for("worker published", 10, || {
+            published(&emulator, "worker").is_some()
+        });
+        assert_eq!(
+            get(
+                &http,
+                &format!("{}/v1/groups/worker/bundle", server.url),
+                Some(minted.as_str())
+            )
+            .0,
+            403,
+            "a group's token reads its group only"
+        );
+        wait_for("manual-bootstrap-for-metal", 10, || {
+            emulator
+                .get(
+                    "v1",
+                    "Secret",
+                    keys::NAMESPACE,
+                    "manual-bootstrap-for-metal",
+                )
+                .and_then(|s| s["data"]["bootstrap.sh"].as_str().map(str::to_owned))
+                .and_then(|v| nodemgr_k8s::cluster::decode_checksum(&v))
+                .is_some_and(|script| script.contains(minted.as_str()))
+        });
+    });
+}
+
+fn json_of_with(client: &reqwest::blocking::Client, url: &str, token: &str) -> Value {
+    let (status, body) = get(client, url, Some(token));
+    assert_eq!(status, 200, "{url}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_script_installs_the_agent_over_https_pinning_the_servers_ca() {
+    use std::os::unix::fs::PermissionsExt as _;
+    const NODE_TOKEN: &str = "worker-node-token-0123456789";
+    let emulator = emulator().await;
+    let join = nodemgr_k8s::controllers::bootstrap_tokens::generate_token();
+    let now = i64::try_from(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap();
+    let secret = nodemgr_k8s::controllers::bootstrap_tokens::token_secret(
+        &join,
+        "worker",
+        Timestamp::from_secs(now + 3600),
+    );
+    emulator
+        .seed(serde_json::to_value(secret).unwrap())
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tokens"), format!("{NODE_TOKEN} worker\n")).unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("https://127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{port}");
+    let agent = env!("CARGO_BIN_EXE_bashible");
+    let tokens = dir.path().join("tokens");
+    let server = tokio::task::block_in_place(|| {
+        start_with(
+            &emulator,
+            &[
+                "--listen".as_ref(),
+                listen.as_ref(),
+                "--public-url".as_ref(),
+                url.as_ref(),
+                "--agent-binary".as_ref(),
+                agent.as_ref(),
+                "--tokens-file".as_ref(),
+                tokens.as_os_str(),
+                "--root".as_ref(),
+                root.as_os_str(),
+            ],
+        )
+    });
+    assert_eq!(server.url, url);
+    let http = tokio::task::block_in_place(|| client(&emulator));
+    let served_ca = certificate(&emulator);
+    tokio::task::block_in_place(|| {
+        let (status, script) = get(
+            &http,
+            &format!("{url}/v1/groups/worker/bootstrap.sh"),
+            Some(NODE_TOKEN),
+        );
+        assert_eq!(status, 200, "{script}");
+        assert!(script.contains(join.as_str()), "the group's own join token");
+        assert!(script.contains("--cacert"), "curl pins the CA");
+        let path = dir.path().join("bootstrap.sh");
+        std::fs::write(&path, &script).unwrap();
+        // The certificate is self-signed: without the CA the script carries, curl refuses it.
+        let unpinned = Command::new("curl")
+            .args(["-fsS", "--max-time", "10", &format!("{url}/healthz")])
+            .output()
+            .unwrap();
+        assert!(
+            !unpinned.status.success(),
+            "a self-signed server is not trusted by default"
+        );
+        let out = Command::new("bash").arg(&path).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+
+    // The CA written on the node is the server's, and both the download and the agent use it.
+    let ca_file = root.join("etc/nodemgr/bundle-server-ca.crt");
+    assert_eq!(std::fs::read_to_string(&ca_file).unwrap(), served_ca);
+    let installed = root.join("opt/nodemgr/bin/bashible");
+    assert_eq!(
+        std::fs::read(&installed).unwrap(),
+        std::fs::read(agent).unwrap()
+    );
+    assert_eq!(
+        std::fs::metadata(&installed).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("var/lib/bashible/bundle-token")).unwrap(),
+        NODE_TOKEN
+    );
+    let service =
+        std::fs::read_to_string(root.join("etc/systemd/system/bashible.service")).unwrap();
+    assert!(
+        service.contains(&format!(
+            "ExecStart=/opt/nodemgr/bin/bashible --bundle-server {url} --group worker --bundle-server-ca /etc/nodemgr/bundle-server-ca.crt\n"
+        )),
+        "{service}"
+    );
+    let pinned = Command::new("curl")
+        .args(["-fsS", "--max-time", "10", "--cacert"])
+        .arg(&ca_file)
+        .arg(format!("{url}/healthz"))
+        .output()
+        .unwrap();
+    assert!(
+        pinned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pinned.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bootstrap_token_file_overrides_the_groups_token_in_manual_bootstrap_secrets() {
+    let emulator = emulator().await;
+    let minted = nodemgr_k8s::controllers::bootstrap_tokens::generate_token();
+    let now = i64::try_from(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap();
+    let secret = nodemgr_k8s::controllers::bootstrap_tokens::token_secret(
+        &minted,
+        "metal",
+        Timestamp::from_secs(now + 3600),
+    );
+    emulator
+        .seed(serde_json::to_value(secret).unwrap())
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN} *\n")).unwrap();
+    let file = dir.path().join("join-token");
+    std::fs::write(&file, "ovrrde.0123456789abcdef\n").unwrap();
+    let server = tokio::task::block_in_place(|| {
+        start_with(
+            &emulator,
+            &[
+                "--tokens-file".as_ref(),
+                tokens.as_os_str(),
+                "--bootstrap-token-file".as_ref(),
+                file.as_os_str(),
+            ],
+        )
+    });
+    let http = tokio::task::block_in_place(|| client(&emulator));
+    tokio::task::block_in_place(|| {
+        let script = || {
+            emulator
+                .get(
+                    "v1",
+                    "Secret",
+                    keys::NAMESPACE,
+                    "manual-bootstrap-for-metal",
+                )
+                .and_then(|s| s["data"]["bootstrap.sh"].as_str().map(str::to_owned))
+                .and_then(|v| nodemgr_k8s::cluster::decode_checksum(&v))
+        };
+        wait_for("manual-bootstrap-for-metal", 10, || script().is_some());
+        let kept = script().unwrap();
+        assert!(kept.contains("ovrrde.0123456789abcdef"), "the override");
+        assert!(!kept.contains(minted.as_str()));
+        // The operator's `*` token reads the same script; the group's own token, scoped to
+        // metal, reads the one with its own join token, never the cluster-wide one.
+        let url = format!("{}/v1/groups/metal/bootstrap.sh", server.url);
+        assert_eq!(get(&http, &url, Some(TOKEN)), (200, kept));
+        let (status, own) = get(&http, &url, Some(minted.as_str()));
+        assert_eq!(status, 200);
+        assert!(own.contains(minted.as_str()));
+        assert!(!own.contains("ovrrde.0123456789abcdef"));
     });
 }

@@ -237,9 +237,32 @@ fn values_change_what_the_readme_says_they_change() {
         args_of(deployment)
             .contains(&"--settings-config-map=nodemgr-system/nodemgr-settings".to_owned())
     );
-    // bashible-apiserver runs in cluster mode with its ServiceAccount token.
+    // bashible-apiserver runs in cluster mode with its ServiceAccount token, and bootstrap
+    // scripts install the agent from its Service (whose name its certificate carries).
     let bashible = find(&defaults, "Deployment", "bashible-apiserver");
     assert!(args_of(bashible).contains(&"--from-cluster".to_owned()));
+    for expected in [
+        "--public-url=https://bashible-apiserver.nodemgr-system.svc:9600",
+        "--tls-name=bashible-apiserver.nodemgr-system.svc",
+        "--agent-binary=/usr/local/bin/bashible",
+    ] {
+        assert!(
+            args_of(bashible).contains(&expected.to_owned()),
+            "{expected}"
+        );
+    }
+    let moved = documents(&render(&[
+        "bashibleApiserver.publicUrl=https://10.0.0.5:30600",
+    ]));
+    assert!(
+        args_of(find(&moved, "Deployment", "bashible-apiserver"))
+            .contains(&"--public-url=https://10.0.0.5:30600".to_owned())
+    );
+    // node-manager reads the cluster context where bashible-apiserver's settings are.
+    assert!(
+        args_of(find(&defaults, "Deployment", "node-manager"))
+            .contains(&"--cluster-context-namespace=nodemgr-system".to_owned())
+    );
     assert_ne!(
         bashible["spec"]["template"]["spec"]["automountServiceAccountToken"],
         false

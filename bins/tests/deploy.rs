@@ -322,10 +322,32 @@ fn bashible_apiserver_runs_in_cluster_mode_with_the_rbac_its_watches_need() {
             "list",
         ),
         (
+            "Role",
+            "nodemgr:bashible-apiserver-bootstrap-tokens",
+            "",
+            "secrets",
+            "watch",
+        ),
+        (
             "ClusterRole",
             "nodemgr:node-manager",
             "storage.k8s.io",
             "csinodes",
+            "watch",
+        ),
+        // node-manager reads the cluster context new nodes join with as bashible-apiserver does.
+        (
+            "Role",
+            "nodemgr:node-manager-endpoints",
+            "discovery.k8s.io",
+            "endpointslices",
+            "watch",
+        ),
+        (
+            "Role",
+            "nodemgr:node-manager-cluster-context",
+            "",
+            "configmaps",
             "watch",
         ),
     ] {
@@ -337,6 +359,18 @@ fn bashible_apiserver_runs_in_cluster_mode_with_the_rbac_its_watches_need() {
     assert_eq!(
         find(&docs, "Role", "nodemgr:bashible-apiserver-endpoints")["metadata"]["namespace"],
         "default"
+    );
+    assert_eq!(
+        find(&docs, "Role", "nodemgr:node-manager-endpoints")["metadata"]["namespace"],
+        "default"
+    );
+    let node_manager = find(&docs, "Deployment", "node-manager");
+    assert!(
+        node_manager["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("--cluster-context-namespace=nodemgr-system")),
+        "node-manager reads the context where bashible-apiserver's settings are"
     );
     assert_eq!(
         find(&docs, "Role", "nodemgr:bashible-apiserver-secrets")["metadata"]["namespace"],

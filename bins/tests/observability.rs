@@ -1,12 +1,13 @@
-//! What an operator scrapes and reads, from the real binaries: node-manager's, early-oom's and
-//! fencing-agent's `/metrics` pass `promtool check metrics` in the classic text format and
-//! answer OpenMetrics when asked; Deckhouse's families are there under Deckhouse's names and
+//! What an operator scrapes and reads, from the real binaries: node-manager's, early-oom's,
+//! fencing-agent's and bashible-apiserver's `/metrics` pass `promtool check metrics` in the
+//! classic text format and answer OpenMetrics when asked; Deckhouse's families are there under Deckhouse's names and
 //! labels, counters start at zero; `/healthz` answers; early-oom without PSI stays up and says
 //! `early_oom_psi_unavailable 1`; every metric the Grafana dashboard queries exists, and every
 //! series an alert rule reads, with the labels its annotations name once the chart's monitors
-//! scrape it; with `--metrics-auth kubernetes` a scrape is allowed or refused by the API
-//! server's TokenReview and SubjectAccessReview; `--log-format json` writes one JSON object per
-//! line, in the agents and in the `nodemgr` CLI.
+//! scrape it; with `--metrics-auth kubernetes` a scrape (of node-manager, and of
+//! bashible-apiserver) is allowed or refused by the API server's TokenReview and
+//! SubjectAccessReview; `--log-format json` writes one JSON object per line, in the agents and in
+//! the `nodemgr` CLI.
 //!
 //! promtool comes from `scripts/install.d/36-promtool.sh` (Debian's `prometheus` package); the
 //! tests fail when it is missing.
@@ -890,4 +891,168 @@ fn log_facade_events_reach_the_json_output() {
             .iter()
             .all(|o| o["level"].is_string() && o["message"].is_string())
     );
+}
+
+/// bashible-apiserver in cluster mode against `emulator` (a NodeGroup and a
+/// NodeGroupConfiguration for it), HTTPS on `port`.
+fn bashible_apiserver(emulator: &Emulator, port: u16, extra: &[&str]) -> Running {
+    for ns in ["default", "d8-cloud-instance-manager", "kube-system"] {
+        if emulator.get("v1", "Namespace", "", ns).is_none() {
+            emulator
+                .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+                .unwrap();
+        }
+    }
+    if emulator
+        .get(
+            "deckhouse.io/v1alpha1",
+            "NodeGroupConfiguration",
+            "",
+            "hello.sh",
+        )
+        .is_none()
+    {
+        // What nodes join with: the API endpoints and the CA.
+        emulator
+            .seed(
+                json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "kubernetes", "namespace": "default",
+                    "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}],
+                "ports": [{"name": "https", "port": 6443}]}),
+            )
+            .unwrap();
+        emulator
+            .seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "kube-root-ca.crt", "namespace": "d8-cloud-instance-manager"},
+                "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}}))
+            .unwrap();
+        emulator
+            .seed(
+                json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "NodeGroupConfiguration",
+                "metadata": {"name": "hello.sh"},
+                "spec": {"nodeGroups": ["workers"], "content": "echo hello\n"}}),
+            )
+            .unwrap();
+    }
+    Running(
+        Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"))
+            .args(["--from-cluster", "--tls-name", "127.0.0.1"])
+            .arg("--kubeconfig")
+            .arg(emulator.kubeconfig_path())
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bashible_apiservers_metrics_pass_promtool_negotiate_and_can_require_kubernetes_authorization()
+ {
+    let (emulator, _fleet) = emulator_with_a_group().await;
+    let port = free_port();
+    let server = bashible_apiserver(&emulator, port, &[]);
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let classic = scrape_until(
+        &url,
+        "d8_node_group_configurations_total{node_group=\"workers\"} 1",
+        None,
+    )
+    .await;
+    promtool_check_metrics("bashible-apiserver", &classic);
+    for expected in [
+        "# TYPE d8_node_group_configurations_total untyped",
+        "bashible_apiserver_groups{state=\"fresh\"} 1",
+        "# TYPE bashible_apiserver_build_info gauge",
+        "bashible_apiserver_build_info{version=\"",
+    ] {
+        assert!(
+            classic.contains(expected),
+            "bashible-apiserver lacks {expected:?}:\n{classic}"
+        );
+    }
+    let (status, content_type, _) = get(&url, None, None).await;
+    assert_eq!(status, 200);
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    let (_, content_type, body) = get(&url, Some("text/plain"), None).await;
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    assert!(!body.contains("# EOF"), "{body}");
+    let (_, content_type, body) = get(
+        &url,
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+        None,
+    )
+    .await;
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    assert!(
+        body.contains("# TYPE bashible_apiserver_build info"),
+        "{body}"
+    );
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    drop(server);
+
+    // With --metrics-auth kubernetes, the API server's reviews decide; the probes stay open.
+    let reviews = auth_reviews::install(
+        &emulator.address().to_string(),
+        AuthReviews::new()
+            .token(
+                "prometheus-token",
+                User {
+                    name: "system:serviceaccount:monitoring:prometheus".into(),
+                    groups: vec!["system:serviceaccounts".into()],
+                },
+            )
+            .token(
+                "intruder-token",
+                User {
+                    name: "system:serviceaccount:default:intruder".into(),
+                    groups: vec!["system:serviceaccounts".into()],
+                },
+            )
+            .grant(
+                "system:serviceaccount:monitoring:prometheus",
+                Permission::non_resource("get", "/metrics"),
+            ),
+    );
+    let port = free_port();
+    let _server = bashible_apiserver(&emulator, port, &["--metrics-auth=kubernetes"]);
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let body = scrape_until(&url, "bashible_apiserver_groups", Some("prometheus-token")).await;
+    promtool_check_metrics("bashible-apiserver behind Kubernetes authorization", &body);
+    let (status, _, body) = get(&url, None, Some("intruder-token")).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(get(&url, None, Some("forged-token")).await.0, 401);
+    assert_eq!(get(&url, None, None).await.0, 401);
+    let (status, _, _) = get(&format!("https://127.0.0.1:{port}/healthz"), None, None).await;
+    assert_eq!(status, 200);
+    let reviews = reviews.lock().unwrap();
+    assert!(reviews.token_reviews() >= 3 && reviews.access_reviews() >= 2);
+}
+
+#[test]
+fn bashible_apiserver_refuses_kubernetes_metrics_auth_over_plain_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bashible-apiserver"))
+        .args([
+            "--metrics-auth",
+            "kubernetes",
+            "--token",
+            "node-token-0123456789=*",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--from-cluster"), "{stderr}");
 }

@@ -1,27 +1,35 @@
 //! What bashible-apiserver renders from, read from the cluster through kube-runtime watches:
-//! NodeGroups, NodeGroupConfigurations, NodeUsers, and the cluster context — API endpoints
-//! from the `default/kubernetes` EndpointSlice, the cluster CA from the `kube-root-ca.crt`
-//! ConfigMap and everything else from the settings ConfigMap
-//! ([`SETTINGS_CONFIGMAP`]/[`SETTINGS_KEY`]), both in the server's namespace
-//! (`docs/bashible-apiserver.md`, "Cluster mode").
+//! NodeGroups, NodeGroupConfigurations, NodeUsers, the groups' bootstrap token Secrets in
+//! `kube-system`, and the cluster context — API endpoints from the `default/kubernetes`
+//! EndpointSlice, the cluster CA from the `kube-root-ca.crt` ConfigMap and everything else
+//! from the settings ConfigMap ([`SETTINGS_CONFIGMAP`]/[`SETTINGS_KEY`]), both in the
+//! server's namespace (`docs/bashible-apiserver.md`, "Cluster mode").
 //!
 //! Each watch feeds a reflector store and bumps a change counter; the server waits on
 //! [`BashibleSources::changes`], debounces, and renders a [`Snapshot`]. A snapshot is a pure
 //! function of the stores' contents (objects sorted by name), so two replicas watching the
 //! same cluster render the same bytes. While the API is unreachable the stores keep their
 //! last contents and no change is signalled, so the last bundles stay served.
+//!
+//! node-manager joins static and cloud machines with the same cluster context: it watches
+//! only the context's objects ([`ClusterContextWatch`]) and reads the context from the
+//! stores at each use ([`ContextSource`]), so a moved API endpoint or a rotated CA reaches
+//! the next bootstrap script without a restart (`docs/bootstrap.md`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use nodemgr_core::bashible::{ClusterContext, Customisations};
+use nodemgr_core::bootstrap_tokens::{
+    LABEL_NODE_GROUP, NAMESPACE as TOKEN_NAMESPACE, ObservedToken, SECRET_TYPE as TOKEN_SECRET_TYPE,
+};
 use nodemgr_core::model::{Manifest, NodeGroup, parse_manifest};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -57,6 +65,17 @@ pub enum SourcesError {
     /// A watch ended before its first list (the runtime is shutting down).
     #[error("a watch stopped before its first list")]
     Stopped,
+    /// The context's watches have not listed yet (just started, or the API or the RBAC
+    /// refuses them: the log names the failing watch).
+    #[error(
+        "the cluster context is not read yet: the EndpointSlices of default/kubernetes and the \
+         ConfigMaps {ROOT_CA_CONFIGMAP} and {SETTINGS_CONFIGMAP} in {namespace} have not been \
+         listed (see the log for a failing watch)"
+    )]
+    NotListed {
+        /// The namespace of the ConfigMaps.
+        namespace: String,
+    },
 }
 
 /// One moment of the cluster, as rendering needs it.
@@ -72,6 +91,103 @@ pub struct Snapshot {
     pub problems: Vec<String>,
     /// The cluster context.
     pub cluster: ClusterContext,
+    /// The groups' bootstrap tokens (labelled `bootstrap.kubernetes.io/token` Secrets in
+    /// `kube-system`), sorted by Secret name.
+    pub tokens: Vec<ObservedToken>,
+}
+
+/// The stores the cluster context is made of: the API server's EndpointSlices and the
+/// ConfigMaps of one namespace.
+struct ContextStores {
+    endpoints: Store<EndpointSlice>,
+    config_maps: Store<ConfigMap>,
+    namespace: String,
+}
+
+impl ContextStores {
+    /// Starts the two watches (their tasks go to `tasks`).
+    fn start(
+        client: &Client,
+        namespace: &str,
+        health: &WatchHealth,
+        changed: &watch::Sender<u64>,
+        tasks: &mut Vec<JoinHandle<()>>,
+    ) -> Self {
+        let (endpoints, writer) = reflector::store::<EndpointSlice>();
+        let stream = reflector::reflector(
+            writer,
+            watcher(
+                Api::<EndpointSlice>::namespaced(client.clone(), "default"),
+                watcher::Config::default().labels(KUBERNETES_SERVICE_SELECTOR),
+            ),
+        );
+        tasks.push(spawn_watch(
+            EndpointSlice::kind(&()).to_string(),
+            stream,
+            health,
+            changed.clone(),
+        ));
+
+        let (config_maps, writer) = reflector::store::<ConfigMap>();
+        // One watch for both ConfigMaps read (the namespace holds few ConfigMaps).
+        let stream = reflector::reflector(
+            writer,
+            watcher(
+                Api::<ConfigMap>::namespaced(client.clone(), namespace),
+                watcher::Config::default(),
+            ),
+        );
+        tasks.push(spawn_watch(
+            ConfigMap::kind(&()).to_string(),
+            stream,
+            health,
+            changed.clone(),
+        ));
+        Self {
+            endpoints,
+            config_maps,
+            namespace: namespace.to_owned(),
+        }
+    }
+
+    async fn wait_ready(&self) -> Result<(), SourcesError> {
+        let gone = |_| SourcesError::Stopped;
+        self.endpoints.wait_until_ready().await.map_err(gone)?;
+        self.config_maps.wait_until_ready().await.map_err(gone)?;
+        Ok(())
+    }
+
+    /// Whether both watches have listed once.
+    fn listed(&self) -> bool {
+        let ready = |wait: Option<Result<(), reflector::store::WriterDropped>>| {
+            wait.is_some_and(|r| r.is_ok())
+        };
+        ready(self.endpoints.wait_until_ready().now_or_never())
+            && ready(self.config_maps.wait_until_ready().now_or_never())
+    }
+
+    /// The cluster context in the stores now.
+    fn context(&self) -> Result<ClusterContext, SourcesError> {
+        let config_map = |name: &str| {
+            self.config_maps
+                .state()
+                .into_iter()
+                .find(|c| c.metadata.name.as_deref() == Some(name))
+        };
+        let settings = config_map(SETTINGS_CONFIGMAP)
+            .and_then(|c| c.data.as_ref().and_then(|d| d.get(SETTINGS_KEY).cloned()));
+        let root_ca = config_map(ROOT_CA_CONFIGMAP)
+            .and_then(|c| c.data.as_ref().and_then(|d| d.get("ca.crt").cloned()));
+        cluster_context(
+            settings.as_deref(),
+            &api_endpoints(&self.endpoints.state()),
+            root_ca.as_deref(),
+        )
+        .map_err(|message| SourcesError::Settings {
+            namespace: self.namespace.clone(),
+            message,
+        })
+    }
 }
 
 /// The watches; dropping it stops them.
@@ -79,9 +195,8 @@ pub struct BashibleSources {
     groups: (ApiResource, Store<DynamicObject>),
     configurations: (ApiResource, Store<DynamicObject>),
     users: (ApiResource, Store<DynamicObject>),
-    endpoints: Store<EndpointSlice>,
-    config_maps: Store<ConfigMap>,
-    namespace: String,
+    tokens: Store<Secret>,
+    context: ContextStores,
     changes: watch::Receiver<u64>,
     health: WatchHealth,
     tasks: Vec<JoinHandle<()>>,
@@ -180,43 +295,30 @@ impl BashibleSources {
         let (users, t) = dynamic_store(client, node_user_resource(), &health, &changed);
         tasks.push(t);
 
-        let (endpoints, writer) = reflector::store::<EndpointSlice>();
+        // The groups' bootstrap tokens: a token minted for a group becomes its grant (and its
+        // bootstrap scripts' join token) at the next render, not at the next resync.
+        let (tokens, writer) = reflector::store::<Secret>();
         let stream = reflector::reflector(
             writer,
             watcher(
-                Api::<EndpointSlice>::namespaced(client.clone(), "default"),
-                watcher::Config::default().labels(KUBERNETES_SERVICE_SELECTOR),
+                Api::<Secret>::namespaced(client.clone(), TOKEN_NAMESPACE),
+                watcher::Config::default().labels(LABEL_NODE_GROUP),
             ),
         );
         tasks.push(spawn_watch(
-            EndpointSlice::kind(&()).to_string(),
+            "bootstrap token Secret".to_owned(),
             stream,
             &health,
             changed.clone(),
         ));
 
-        let (config_maps, writer) = reflector::store::<ConfigMap>();
-        // One watch for both ConfigMaps read (the namespace holds few ConfigMaps).
-        let stream = reflector::reflector(
-            writer,
-            watcher(
-                Api::<ConfigMap>::namespaced(client.clone(), namespace),
-                watcher::Config::default(),
-            ),
-        );
-        tasks.push(spawn_watch(
-            ConfigMap::kind(&()).to_string(),
-            stream,
-            &health,
-            changed,
-        ));
+        let context = ContextStores::start(client, namespace, &health, &changed, &mut tasks);
         Self {
             groups,
             configurations,
             users,
-            endpoints,
-            config_maps,
-            namespace: namespace.to_owned(),
+            tokens,
+            context,
             changes,
             health,
             tasks,
@@ -236,9 +338,8 @@ impl BashibleSources {
             .await
             .map_err(gone)?;
         self.users.1.wait_until_ready().await.map_err(gone)?;
-        self.endpoints.wait_until_ready().await.map_err(gone)?;
-        self.config_maps.wait_until_ready().await.map_err(gone)?;
-        Ok(())
+        self.tokens.wait_until_ready().await.map_err(gone)?;
+        self.context.wait_ready().await
     }
 
     /// A receiver whose value changes whenever a watched object does.
@@ -309,26 +410,123 @@ impl BashibleSources {
                 }
             }
         }
-        let config_map = |name: &str| {
-            self.config_maps
-                .state()
-                .into_iter()
-                .find(|c| c.metadata.name.as_deref() == Some(name))
-        };
-        let settings = config_map(SETTINGS_CONFIGMAP)
-            .and_then(|c| c.data.as_ref().and_then(|d| d.get(SETTINGS_KEY).cloned()));
-        let root_ca = config_map(ROOT_CA_CONFIGMAP)
-            .and_then(|c| c.data.as_ref().and_then(|d| d.get("ca.crt").cloned()));
-        snapshot.cluster = cluster_context(
-            settings.as_deref(),
-            &api_endpoints(&self.endpoints.state()),
-            root_ca.as_deref(),
-        )
-        .map_err(|message| SourcesError::Settings {
-            namespace: self.namespace.clone(),
-            message,
-        })?;
+        snapshot.tokens = observed_tokens(&self.tokens.state());
+        snapshot.cluster = self.context.context()?;
         Ok(snapshot)
+    }
+}
+
+/// The bootstrap tokens of labelled `bootstrap.kubernetes.io/token` Secrets, sorted by Secret
+/// name (Secrets of another type are not tokens, whatever their label).
+fn observed_tokens(secrets: &[Arc<Secret>]) -> Vec<ObservedToken> {
+    let mut tokens: Vec<ObservedToken> = secrets
+        .iter()
+        .filter(|s| s.type_.as_deref() == Some(TOKEN_SECRET_TYPE))
+        .filter_map(|s| crate::controllers::bootstrap_tokens::observe(s))
+        .collect();
+    tokens.sort_by(|a, b| a.secret.cmp(&b.secret));
+    tokens
+}
+
+/// node-manager's watch of the cluster context alone (the `default/kubernetes` EndpointSlices
+/// and the ConfigMaps of one namespace); dropping it stops the watches.
+pub struct ClusterContextWatch {
+    stores: ContextStores,
+    health: WatchHealth,
+    changes: watch::Receiver<u64>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ClusterContextWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterContextWatch")
+            .field("namespace", &self.stores.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ClusterContextWatch {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl ClusterContextWatch {
+    /// Starts the watches; `namespace` holds the settings and CA ConfigMaps (bashible-apiserver's
+    /// `--namespace`).
+    pub fn start(client: &Client, namespace: &str) -> Self {
+        let (changed, changes) = watch::channel(0_u64);
+        let health = WatchHealth::new();
+        let mut tasks = Vec::new();
+        let stores = ContextStores::start(client, namespace, &health, &changed, &mut tasks);
+        Self {
+            stores,
+            health,
+            changes,
+            tasks,
+        }
+    }
+
+    /// Waits until both watches have listed once.
+    ///
+    /// # Errors
+    /// [`SourcesError::Stopped`].
+    pub async fn wait_ready(&self) -> Result<(), SourcesError> {
+        self.stores.wait_ready().await
+    }
+
+    /// The cluster context as the stores hold it now.
+    ///
+    /// # Errors
+    /// [`SourcesError::NotListed`] before both watches have listed, [`SourcesError::Settings`]
+    /// when the settings ConfigMap does not parse.
+    pub fn current(&self) -> Result<ClusterContext, SourcesError> {
+        if !self.stores.listed() {
+            return Err(SourcesError::NotListed {
+                namespace: self.stores.namespace.clone(),
+            });
+        }
+        self.stores.context()
+    }
+
+    /// A receiver whose value changes whenever a watched object does.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
+    /// The health of the two watches.
+    pub fn health(&self) -> &WatchHealth {
+        &self.health
+    }
+}
+
+/// Where a controller that renders bootstrap scripts gets the cluster context nodes join with.
+#[derive(Debug, Clone)]
+pub enum ContextSource {
+    /// A context given once (node-manager's `--static-cluster-context FILE`, tests).
+    Fixed(ClusterContext),
+    /// The cluster's, read from the watches' stores at each use.
+    Cluster(Arc<ClusterContextWatch>),
+}
+
+impl From<ClusterContext> for ContextSource {
+    fn from(context: ClusterContext) -> Self {
+        ContextSource::Fixed(context)
+    }
+}
+
+impl ContextSource {
+    /// The context to render with now.
+    ///
+    /// # Errors
+    /// See [`ClusterContextWatch::current`]; never for [`ContextSource::Fixed`].
+    pub fn current(&self) -> Result<ClusterContext, SourcesError> {
+        match self {
+            ContextSource::Fixed(context) => Ok(context.clone()),
+            ContextSource::Cluster(watch) => watch.current(),
+        }
     }
 }
 

@@ -60,7 +60,8 @@ fn settings(roots: &Path) -> StaticSettings {
             api_endpoints: vec!["127.0.0.1:6443".into()],
             ca_cert: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
             ..ClusterContext::default()
-        },
+        }
+        .into(),
         bootstrap_tokens: BootstrapToken::new("abcdef.0123456789abcdef")
             .unwrap()
             .into(),

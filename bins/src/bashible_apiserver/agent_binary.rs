@@ -1,13 +1,15 @@
 //! The node agent on bootstrapped nodes. `GET /v1/agent/bashible` serves the agent's binary
 //! (the file given with `--agent-binary`) to bootstrap scripts: any known bearer token may read
-//! it (the binary is the same for every group); without one the answer is 401, and 404 when
-//! the server was started without `--agent-binary`.
+//! it (the binary is the same for every group); without one, or with a wrong or expired one,
+//! the answer is the server's one 401 (`{"error":"Unauthorized"}`), and 404 when the server was
+//! started without `--agent-binary`.
 //!
 //! With `--public-url` as well, a group's bootstrap script installs the agent
 //! ([`agent_install`]): it downloads the binary from that URL and leaves the node the token of
 //! the grant that names exactly that group (never a `*` grant, which would let every node read
 //! every group); a group without such a grant gets a bootstrap script without the agent, and
-//! the reason in the log.
+//! the reason in the log. In cluster mode the script also carries the server's CA (from its
+//! TLS Secret), which the download and the installed agent trust.
 
 use std::sync::Arc;
 
@@ -18,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use nodemgr_core::bashible::{AgentInstall, RenderError};
 
 use super::auth::{self, Access, Grant, Scope};
-use super::{Shared, error};
+use super::{Shared, error, unauthorized};
 
 /// Serves the agent binary.
 pub async fn agent_binary(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
@@ -27,16 +29,8 @@ pub async fn agent_binary(State(shared): State<Arc<Shared>>, headers: HeaderMap)
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     match auth::access(&served.grants, authorization) {
-        Access::Missing => {
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "missing bearer token: send `Authorization: Bearer TOKEN`",
-            )
-            .into_response();
-        }
-        Access::Unknown => {
-            return error(StatusCode::UNAUTHORIZED, "unknown bearer token").into_response();
-        }
+        // The same answer whatever was wrong, as every other path (see `super::unauthorized`).
+        Access::Missing | Access::Unknown => return unauthorized().into_response(),
         Access::Granted(_) => {}
     }
     let Some(path) = served.agent_binary.clone() else {
@@ -72,6 +66,7 @@ pub async fn agent_binary(State(shared): State<Arc<Shared>>, headers: HeaderMap)
 pub fn agent_install(
     public_url: Option<&str>,
     serves_binary: bool,
+    ca: Option<&str>,
     grants: &[Grant],
     group: &str,
 ) -> Result<Option<AgentInstall>, RenderError> {
@@ -83,7 +78,13 @@ pub fn agent_install(
         g.expires.is_none() && matches!(&g.scope, Scope::Groups(groups) if groups.contains(group))
     });
     match grant {
-        Some(grant) => AgentInstall::new(url, grant.token()).map(Some),
+        Some(grant) => {
+            let agent = AgentInstall::new(url, grant.token())?;
+            match ca {
+                Some(ca) => agent.with_ca(ca).map(Some),
+                None => Ok(Some(agent)),
+            }
+        }
         None => {
             tracing::warn!(
                 %group,
@@ -105,22 +106,28 @@ mod tests {
             Grant::from_flag("worker-token-0123456789=worker,db").expect("a grant"),
         ];
         let url = Some("http://10.0.0.5:9600");
-        let worker = agent_install(url, true, &grants, "worker")
+        let worker = agent_install(url, true, None, &grants, "worker")
             .expect("a valid URL")
             .expect("a grant names worker");
         assert_eq!(worker.bundle_token(), "worker-token-0123456789");
         assert_eq!(
-            agent_install(url, true, &grants, "gpu").expect("valid"),
+            agent_install(url, true, None, &grants, "gpu").expect("valid"),
             None
         );
         assert_eq!(
-            agent_install(url, false, &grants, "worker").expect("valid"),
+            agent_install(url, false, None, &grants, "worker").expect("valid"),
             None
         );
         assert_eq!(
-            agent_install(None, true, &grants, "worker").expect("valid"),
+            agent_install(None, true, None, &grants, "worker").expect("valid"),
             None
         );
-        assert!(agent_install(Some("http://a b"), true, &grants, "worker").is_err());
+        assert!(agent_install(Some("http://a b"), true, None, &grants, "worker").is_err());
+        let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let pinned = agent_install(url, true, Some(ca), &grants, "worker")
+            .expect("valid")
+            .expect("a grant names worker");
+        assert_eq!(pinned.ca(), Some(ca));
+        assert!(agent_install(url, true, Some("junk"), &grants, "worker").is_err());
     }
 }

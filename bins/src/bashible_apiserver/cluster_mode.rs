@@ -1,8 +1,14 @@
 //! Cluster mode of bashible-apiserver (`--from-cluster`): renders from what
-//! `nodemgr_k8s::bashible_sources` watches, re-rendering [`Config::debounce`] after the last
-//! change (and every [`RESYNC`], for bootstrap tokens, which are read, not watched); keeps the
-//! checksum and manual-bootstrap Secrets (`nodemgr_k8s::bashible_secrets`); serves over TLS
-//! only, with the certificate of `--tls-secret` (`nodemgr_k8s::tls`).
+//! `nodemgr_k8s::bashible_sources` watches (the groups' bootstrap tokens among it),
+//! re-rendering [`Config::debounce`] after the last change (and every [`RESYNC`], which also
+//! drops expired tokens and re-checks the Secrets); keeps the checksum and manual-bootstrap
+//! Secrets (`nodemgr_k8s::bashible_secrets`); serves over TLS only, with the certificate of
+//! `--tls-secret` (`nodemgr_k8s::tls`).
+//!
+//! It needs no bearer token to start: with no `--tokens-file` and no bootstrap token minted
+//! yet it serves with no grant at all (every token gets 401) and with no group when there is
+//! no NodeGroup, and each group's bootstrap token becomes a grant of that group as soon as
+//! its Secret appears (`docs/bashible-apiserver.md`, "Bearer tokens").
 //!
 //! A render that cannot happen (settings that do not parse, the API unreachable) keeps
 //! serving what was served; a group that stops rendering keeps its last good bundle
@@ -18,14 +24,15 @@ use kube::Client;
 use nodemgr_core::bashible::Renderer;
 use nodemgr_k8s::bashible_secrets;
 use nodemgr_k8s::bashible_sources::{BashibleSources, Snapshot};
-use nodemgr_k8s::controllers::bootstrap_tokens::read_tokens;
 use nodemgr_k8s::tls;
 
 use super::auth::Grant;
 use super::state::{Inputs, Served, Sources};
 use super::{Config, Shared, router, serve, shutdown_signal};
+use crate::observability::auth::{KubernetesAuthorizer, MetricsAuth, require};
 
-/// How often everything is re-rendered without a change (bootstrap tokens rotate unwatched).
+/// How often everything is re-rendered without a change (expired bootstrap tokens go, the
+/// Secrets are re-checked).
 pub const RESYNC: Duration = Duration::from_secs(30);
 
 fn tls_names(config: &Config) -> Vec<String> {
@@ -50,24 +57,14 @@ struct ClusterTokens {
     grants: Vec<Grant>,
 }
 
-/// Reads the groups' bootstrap tokens (none when they cannot be read: logged, and the
-/// scripts then need `--bootstrap-token-file`).
-async fn group_tokens(
-    client: &Client,
-    groups: &BTreeMap<String, nodemgr_core::model::NodeGroup>,
-) -> ClusterTokens {
-    let tokens = match read_tokens(client).await {
-        Ok(tokens) => tokens,
-        Err(error) => {
-            tracing::warn!(error = %format!("{error:#}"), "cannot read bootstrap tokens; bootstrap scripts wait for them");
-            return ClusterTokens::default();
-        }
-    };
-    let now = nodemgr_k8s::controllers::now();
+/// What the groups' bootstrap tokens (watched with the rest) give a render at `now`.
+fn group_tokens(snapshot: &Snapshot, now: nodemgr_core::model::Timestamp) -> ClusterTokens {
+    let groups = &snapshot.groups;
+    let tokens = &snapshot.tokens;
     let current = groups
         .keys()
         .filter_map(|group| {
-            nodemgr_core::bootstrap_tokens::current_token(&tokens, group, now)
+            nodemgr_core::bootstrap_tokens::current_token(tokens, group, now)
                 .and_then(|t| t.token.clone())
                 .map(|t| (group.clone(), t))
         })
@@ -75,6 +72,7 @@ async fn group_tokens(
     let mut grants: Vec<Grant> = tokens
         .iter()
         .filter(|t| groups.contains_key(&t.group))
+        .filter(|t| t.usable_at(now))
         .filter_map(|t| {
             let token = t.token.as_ref()?;
             let millis = u64::try_from(t.expiration?.as_millis()).ok()?;
@@ -133,10 +131,8 @@ async fn publish(client: &Client, served: &Served) {
         .filter(|(_, entry)| entry.manual_bootstrap)
         .filter_map(|(group, entry)| {
             entry
-                .bootstrap_cluster_wide
-                .clone()
-                .or_else(|| entry.bootstrap.clone())
-                .map(|script| (group.clone(), script))
+                .manual_bootstrap_script()
+                .map(|script| (group.clone(), script.to_owned()))
         })
         .collect();
     match bashible_secrets::sync_manual_bootstrap(client, &scripts).await {
@@ -189,7 +185,7 @@ async fn refresh(
             return;
         }
     };
-    let tokens = group_tokens(client, &snapshot.groups).await;
+    let tokens = group_tokens(&snapshot, nodemgr_k8s::controllers::now());
     let inputs = Some((snapshot.clone(), tokens.clone()));
     if !force && *last == inputs {
         // Nothing to render; a status rewritten by another writer may still need the
@@ -233,12 +229,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     )
     .await?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(&pair)?);
-    let sources = Arc::new(config.sources()?);
+    let mut sources = config.sources()?;
+    // Nodes that install the agent trust this server by the Secret's CA (written into their
+    // bootstrap scripts): the system CAs do not know a self-signed certificate.
+    if sources.public_url.is_some() {
+        sources.agent_ca = Some(
+            tls::secret::trust_anchor(&client, &config.namespace, &config.tls_secret, &pair)
+                .await?,
+        );
+    }
+    let sources = Arc::new(sources);
     let renderer = Arc::new(Renderer::new());
     let watched = BashibleSources::start(&client, &config.namespace);
     watched.wait_ready().await?;
     let snapshot = watched.snapshot()?;
-    let tokens = group_tokens(&client, &snapshot.groups).await;
+    let tokens = group_tokens(&snapshot, nodemgr_k8s::controllers::now());
     let mut last: LastInputs = Some((snapshot.clone(), tokens.clone()));
     let served = render(&sources, &renderer, snapshot, tokens, None).await?;
     tracing::info!(
@@ -263,6 +268,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!(%address, "serving bashible bundles over TLS");
 
+    let metrics_client = client.clone();
     let loop_shared = Arc::clone(&shared);
     let debounce = config.debounce;
     let refresher = tokio::spawn(async move {
@@ -287,9 +293,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .await;
         }
     });
+    let app = match config.metrics_auth {
+        MetricsAuth::None => router(shared),
+        MetricsAuth::Kubernetes => {
+            tracing::info!("/metrics needs a Kubernetes token allowed to get it");
+            router(shared).layer(axum::middleware::from_fn_with_state(
+                KubernetesAuthorizer::new(metrics_client),
+                require,
+            ))
+        }
+    };
     let served = serve::serve(
         listener,
-        router(shared),
+        app,
         Some(acceptor),
         config.connections.limits(),
         serve::ConnectionStats::default(),

@@ -12,7 +12,7 @@
 //! | `GET /v1/groups/{group}/bootstrap.sh` | the bootstrap script (needs the group's token in `--bootstrap-token-dir`, or `--bootstrap-token-file` and a `*` bearer token: see [`state`]) |
 //! | `GET /v1/groups/{group}/cleanup.sh` | the cleanup script |
 //! | `GET /v1/agent/bashible` | the node agent's binary (`--agent-binary`), any known token |
-//! | `GET /metrics` | OpenMetrics ([`metrics`]), no token needed |
+//! | `GET /metrics` | classic text or OpenMetrics as asked ([`metrics`]), no bundle token needed (`--metrics-auth kubernetes`: a Kubernetes token allowed `get` on `/metrics`) |
 //! | `GET /apis/bashible.deckhouse.io/v1alpha1/...` | the aggregated API ([`aggregated`]) |
 //!
 //! Connections are bounded by a header-read timeout, an idle timeout and a connection limit
@@ -62,6 +62,8 @@ use serde_json::json;
 
 use auth::{Access, Grant};
 use state::{GroupEntry, NoBootstrap, Served, Sources};
+
+use crate::observability::auth::MetricsAuth;
 
 /// Command line of `bashible-apiserver`.
 #[derive(Debug, Clone, Parser)]
@@ -120,8 +122,9 @@ pub struct Config {
     /// Kubernetes version (replaces the context's).
     #[arg(long, value_name = "VERSION")]
     pub kubernetes_version: Option<String>,
-    /// File holding a cluster-wide bootstrap token, baked only into bootstrap scripts served
-    /// to `*` bearer tokens (for groups without a token in --bootstrap-token-dir).
+    /// File holding a cluster-wide bootstrap token: overrides every group's own token in the
+    /// bootstrap scripts served to `*` bearer tokens and in the manual-bootstrap Secrets;
+    /// never served to group-scoped bearer tokens.
     #[arg(long, value_name = "FILE")]
     pub bootstrap_token_file: Option<PathBuf>,
     /// Directory of per-group bootstrap tokens: the file named after a NodeGroup holds the
@@ -133,8 +136,9 @@ pub struct Config {
     /// `--public-url`, bootstrap scripts install it (see `agent_binary`).
     #[arg(long, value_name = "PATH")]
     pub agent_binary: Option<PathBuf>,
-    /// The URL nodes reach this server at (`http://HOST:PORT`), for the agent that bootstrap
-    /// scripts install.
+    /// The URL nodes reach this server at (`http://HOST:PORT`, or `https://…` in cluster
+    /// mode, where bootstrap scripts also carry the TLS Secret's CA), for the agent that
+    /// bootstrap scripts install.
     #[arg(long, value_name = "URL", requires = "agent_binary")]
     pub public_url: Option<String>,
     /// Render scripts for a directory standing in for / (tests).
@@ -143,6 +147,11 @@ pub struct Config {
     /// How often source files are checked for changes (`0s`: only on SIGHUP).
     #[arg(long, default_value = "2s", value_parser = parse_interval)]
     pub watch_interval: Duration,
+    /// Who may scrape /metrics: `none` (anyone reaching the address) or `kubernetes` (cluster
+    /// mode only, over its TLS: the caller's bearer token must be allowed `get` on the
+    /// non-resource URL /metrics, checked with a TokenReview and a SubjectAccessReview).
+    #[arg(long, value_enum, default_value_t = MetricsAuth::None)]
+    pub metrics_auth: MetricsAuth,
     /// Timeouts and limit of HTTP connections.
     #[command(flatten)]
     pub connections: serve::ConnectionFlags,
@@ -178,6 +187,7 @@ impl Config {
             token_flags,
             agent_binary: self.agent_binary.clone(),
             public_url: self.public_url.clone(),
+            agent_ca: None,
             root: match &self.root {
                 Some(dir) => RenderRoot::new(dir)?,
                 None => RenderRoot::host(),
@@ -365,9 +375,10 @@ pub(crate) fn bootstrap_of(
         Err(NoBootstrap::ClusterWideOnly) => Err(error(
             StatusCode::FORBIDDEN,
             format!(
-                "NodeGroup {group} has no bootstrap token of its own, and the cluster-wide one \
-                 is served to `*` bearer tokens only: put the group's token in a file named \
-                 {group} in --bootstrap-token-dir"
+                "NodeGroup {group} has no bootstrap token of its own (yet), and the \
+                 cluster-wide one is served to `*` bearer tokens only: in cluster mode \
+                 node-manager's bootstrap-tokens controller mints the group's; in file mode put \
+                 it in a file named {group} in --bootstrap-token-dir"
             ),
         )),
         Err(NoBootstrap::NoToken) => Err(error(
@@ -524,6 +535,12 @@ pub(crate) async fn shutdown_signal() {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     if config.from_cluster {
         return cluster_mode::run(config).await;
+    }
+    if config.metrics_auth == MetricsAuth::Kubernetes {
+        anyhow::bail!(
+            "--metrics-auth kubernetes needs --from-cluster (file mode speaks plain HTTP, and \
+             bearer tokens must not travel in clear text)"
+        );
     }
     let sources = Arc::new(config.sources()?);
     let renderer = Arc::new(Renderer::new());

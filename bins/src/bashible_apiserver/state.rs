@@ -5,10 +5,13 @@
 //! # Which bootstrap token a bootstrap script carries
 //! A bootstrap script holds a join token, and whoever reads it can join machines to the
 //! cluster. So a bearer token scoped to some groups gets a group's bootstrap script only with
-//! that group's own join token: the file named after the group in `--bootstrap-token-dir`.
-//! The cluster-wide token of `--bootstrap-token-file` is baked only into scripts served to
-//! `*` bearer tokens (the operator's), for groups without a token of their own; a
-//! group-scoped bearer token asking for such a group is refused (403) with what to configure.
+//! that group's own join token: the file named after the group in `--bootstrap-token-dir`, or
+//! (cluster mode) the group's current bootstrap token. The cluster-wide token of
+//! `--bootstrap-token-file` is an override: when given, it is the token of every script
+//! served to `*` bearer tokens (the operator's) and of the `manual-bootstrap-for-<group>`
+//! Secrets, whether or not the group has a token of its own; it is never baked into a script
+//! served to a group-scoped bearer token, which gets its group's own token or, for a group
+//! without one, a 403 with what to configure.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -50,6 +53,9 @@ pub struct Sources {
     /// The URL nodes reach the server at; with `agent_binary`, bootstrap scripts install the
     /// agent.
     pub public_url: Option<String>,
+    /// The PEM certificates nodes trust the server by (cluster mode: from its TLS Secret),
+    /// carried by bootstrap scripts that install the agent.
+    pub agent_ca: Option<String>,
 }
 
 /// One group's rendered files.
@@ -59,8 +65,8 @@ pub struct GroupEntry {
     pub bundle: Bundle,
     /// The bootstrap script with the group's own bootstrap token, when it has one.
     pub bootstrap: Option<String>,
-    /// The bootstrap script with the cluster-wide bootstrap token, for `*` bearer tokens, when
-    /// the group has no token of its own.
+    /// The bootstrap script with the cluster-wide bootstrap token (`--bootstrap-token-file`,
+    /// the override), for `*` bearer tokens and the manual-bootstrap Secret, when configured.
     pub bootstrap_cluster_wide: Option<String>,
     /// The cleanup script.
     pub cleanup: String,
@@ -114,18 +120,39 @@ pub enum NoBootstrap {
 }
 
 impl GroupEntry {
-    /// The bootstrap script a bearer token gets: the group's own when there is one, the
-    /// cluster-wide one only for a `*` token (`all_groups`).
+    /// The bootstrap script a bearer token gets: for a `*` token (`all_groups`) the
+    /// cluster-wide one when configured (the override), else the group's own; for a
+    /// group-scoped token only the group's own.
     ///
     /// # Errors
     /// [`NoBootstrap`] saying why none.
     pub fn bootstrap_for(&self, all_groups: bool) -> Result<&str, NoBootstrap> {
-        match (&self.bootstrap, &self.bootstrap_cluster_wide) {
-            (Some(own), _) => Ok(own),
-            (None, Some(cluster_wide)) if all_groups => Ok(cluster_wide),
-            (None, Some(_)) => Err(NoBootstrap::ClusterWideOnly),
-            (None, None) => Err(NoBootstrap::NoToken),
-        }
+        choose(
+            self.bootstrap.as_deref(),
+            self.bootstrap_cluster_wide.as_deref(),
+            all_groups,
+        )
+    }
+
+    /// The script of the group's `manual-bootstrap-for-<group>` Secret: what a `*` bearer
+    /// token gets (the cluster-wide token's when configured, the override), else none.
+    pub fn manual_bootstrap_script(&self) -> Option<&str> {
+        self.bootstrap_for(true).ok()
+    }
+}
+
+/// The script of [`GroupEntry::bootstrap_for`], from the group's own (`own`) and the
+/// cluster-wide (`cluster_wide`) one.
+fn choose<'a>(
+    own: Option<&'a str>,
+    cluster_wide: Option<&'a str>,
+    all_groups: bool,
+) -> Result<&'a str, NoBootstrap> {
+    match (own, cluster_wide) {
+        (_, Some(cluster_wide)) if all_groups => Ok(cluster_wide),
+        (Some(own), _) => Ok(own),
+        (None, Some(_)) => Err(NoBootstrap::ClusterWideOnly),
+        (None, None) => Err(NoBootstrap::NoToken),
     }
 }
 
@@ -209,7 +236,7 @@ impl Sources {
                 group_tokens.insert(group, token);
             }
         }
-        self.render(
+        let served = self.render(
             &Inputs {
                 groups,
                 customisations,
@@ -219,14 +246,24 @@ impl Sources {
             },
             renderer,
             previous,
-        )
+        )?;
+        // File mode has no other source of grants: serving nobody is a mistake. (Cluster
+        // mode starts without any and gains the groups' bootstrap tokens as they appear.)
+        if served.grants.is_empty() {
+            anyhow::bail!(
+                "no bearer token is configured, so no node could read anything: pass \
+                 --tokens-file FILE (lines `TOKEN GROUP[,GROUP...]` or `TOKEN *`) or --token"
+            );
+        }
+        Ok(served)
     }
 
     /// Renders `inputs` (read from files or from the cluster) with the token files and
     /// grants of these sources; `previous` supplies last good entries.
     ///
     /// # Errors
-    /// A token file that cannot be read, or no bearer token at all.
+    /// A token file that cannot be read. No grant at all is not an error here (cluster mode
+    /// serves 401 until tokens exist); [`Sources::load`] refuses it in file mode.
     pub fn render(
         &self,
         inputs: &Inputs,
@@ -244,12 +281,6 @@ impl Sources {
         grants.extend(extra_grants.iter().cloned());
         if let Some(path) = &self.tokens_file {
             grants.extend(auth::read_token_file(path)?);
-        }
-        if grants.is_empty() {
-            anyhow::bail!(
-                "no bearer token is configured, so no node could read anything: pass \
-                 --tokens-file FILE (lines `TOKEN GROUP[,GROUP...]` or `TOKEN *`) or --token"
-            );
         }
         let (token, no_bootstrap) = match &self.bootstrap_token_file {
             Some(path) => (
@@ -291,6 +322,7 @@ impl Sources {
                 let agent = super::agent_binary::agent_install(
                     self.public_url.as_deref(),
                     self.agent_binary.is_some(),
+                    self.agent_ca.as_deref(),
                     &served.grants,
                     name,
                 )?;
@@ -305,10 +337,7 @@ impl Sources {
                     )
                 };
                 let bootstrap = group_tokens.get(name).map(script).transpose()?;
-                let bootstrap_cluster_wide = match (&bootstrap, &token) {
-                    (None, Some(token)) => Some(script(token)?),
-                    _ => None,
-                };
+                let bootstrap_cluster_wide = token.as_ref().map(script).transpose()?;
                 let cleanup = renderer.cleanup_script(&bundle, &self.root);
                 let manual_bootstrap = matches!(
                     group.spec.node_type,
@@ -345,5 +374,23 @@ impl Sources {
             }
         }
         Ok(served)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_wide_token_overrides_for_the_operator_and_never_reaches_a_scoped_token() {
+        let (own, over) = (Some("own"), Some("override"));
+        assert_eq!(choose(own, over, true), Ok("override"));
+        assert_eq!(choose(own, over, false), Ok("own"));
+        assert_eq!(choose(own, None, true), Ok("own"));
+        assert_eq!(choose(own, None, false), Ok("own"));
+        assert_eq!(choose(None, over, true), Ok("override"));
+        assert_eq!(choose(None, over, false), Err(NoBootstrap::ClusterWideOnly));
+        assert_eq!(choose(None, None, true), Err(NoBootstrap::NoToken));
+        assert_eq!(choose(None, None, false), Err(NoBootstrap::NoToken));
     }
 }

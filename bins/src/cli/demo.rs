@@ -483,6 +483,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         storm_threshold: None,
         static_period: None,
         static_cluster_context: None,
+        cluster_context_namespace: nodemgr_core::model::keys::NAMESPACE.into(),
+        static_test_roots: None,
         bootstrap_token_file: None,
         bootstrap_token_ttl: None,
         bootstrap_token_renew_margin: None,

@@ -20,10 +20,16 @@
 //! staticPeriod: 10s    # static instance controller period
 //! ```
 //!
-//! The static instance controller (bootstrap and cleanup of StaticInstances over SSH) runs when
-//! it is given what nodes join with: `--static-cluster-context FILE` (YAML: `apiEndpoints`,
-//! `caCert`, `kubernetesVersion`, …, bashible's `ClusterContext`). Without it it is off, and
-//! naming `static` in `--controllers` is an error that says what to pass.
+//! The cluster context nodes join with (static bootstrap scripts, cloud machines' user data)
+//! comes from the cluster, as bashible-apiserver reads it: the API endpoints from the
+//! `default/kubernetes` EndpointSlices, the CA from the `kube-root-ca.crt` ConfigMap and the
+//! rest from the `bashible-apiserver-settings` ConfigMap, both in
+//! `--cluster-context-namespace` (bashible-apiserver's `--namespace`). It is watched, and read
+//! from the watches' stores at each use, so a change reaches the next script without a
+//! restart (`nodemgr_k8s::bashible_sources::ContextSource`). `--static-cluster-context FILE`
+//! (YAML: `apiEndpoints`, `caCert`, `kubernetesVersion`, …, bashible's `ClusterContext`)
+//! overrides it, read once at start. The static instance controller (bootstrap and cleanup
+//! of StaticInstances over SSH) therefore runs by default, like the others.
 //!
 //! Bootstrap tokens: the `bootstrap-tokens` controller keeps one token per NodeGroup in
 //! `kube-system` (`--bootstrap-token-ttl`, `--bootstrap-token-renew-margin`), and static and
@@ -47,6 +53,7 @@ use nodemgr_cloud::{Ec2Client, Ec2Config};
 use nodemgr_core::bashible::{BootstrapToken, ClusterContext};
 use nodemgr_core::ports::cloud::CloudApi;
 use nodemgr_core::static_nodes::StaticConfig;
+use nodemgr_k8s::bashible_sources::{ClusterContextWatch, ContextSource};
 use nodemgr_k8s::cluster::{KubeCluster, client};
 use nodemgr_k8s::controllers::bootstrap_tokens::{
     BootstrapTokenController, CurrentTokens, TokenSettings, TokenSource,
@@ -94,8 +101,7 @@ pub struct Config {
     #[arg(long = "config", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
     /// Controllers to run, comma-separated: status, template, update, fencing, node-duties,
-    /// static, machines, bootstrap-tokens, csr [default: all; static and machines only when
-    /// configured].
+    /// static, machines, bootstrap-tokens, csr [default: all; machines only when configured].
     #[arg(long, value_delimiter = ',')]
     pub controllers: Option<Vec<String>>,
     /// Create the `master` NodeGroup with this node type when the cluster has none (checked
@@ -159,10 +165,18 @@ pub struct Config {
     /// Period of the static instance controller [default: 10s].
     #[arg(long, value_parser = duration)]
     pub static_period: Option<Duration>,
-    /// YAML file of the cluster context static nodes join with (apiEndpoints, caCert, …);
-    /// turns the static instance controller on.
+    /// YAML file of the cluster context new nodes join with (apiEndpoints, caCert, …), read
+    /// once; overrides the context read from the cluster.
     #[arg(long, value_name = "FILE")]
     pub static_cluster_context: Option<PathBuf>,
+    /// Namespace of the ConfigMaps `kube-root-ca.crt` and `bashible-apiserver-settings` the
+    /// cluster context is read from (bashible-apiserver's --namespace).
+    #[arg(long, value_name = "NAMESPACE", default_value = nodemgr_core::model::keys::NAMESPACE)]
+    pub cluster_context_namespace: String,
+    /// Render each StaticInstance's scripts for `DIR/<instance>` instead of `/` (tests: the
+    /// scripts then change nothing outside that directory on the machine).
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub static_test_roots: Option<PathBuf>,
     /// File holding one bootstrap token (`<id>.<secret>`) every group's nodes join with,
     /// instead of each group's own token [default: $NODEMGR_BOOTSTRAP_TOKEN, else per group].
     #[arg(long, value_name = "FILE")]
@@ -241,35 +255,41 @@ impl Config {
         Ok(chosen)
     }
 
-    /// The static instance controller's settings, or `None` when it is off.
+    /// Whether `name` runs: named in the chosen controllers, or none chosen.
+    fn runs(&self, file: &FileSettings, name: &str) -> anyhow::Result<bool> {
+        Ok(self
+            .chosen_controllers(file)?
+            .is_none_or(|c| c.iter().any(|n| n == name)))
+    }
+
+    /// The cluster context of `--static-cluster-context`, when given.
     ///
     /// # Errors
-    /// `static` chosen without a cluster context or token, an unreadable or invalid cluster
-    /// context or token.
-    pub fn static_settings(&self) -> anyhow::Result<Option<StaticSettings>> {
-        let file = self.file()?;
-        let chosen = self.chosen_controllers(&file)?;
-        let named = chosen
-            .as_ref()
-            .is_some_and(|c| c.iter().any(|n| n == "static"));
-        if chosen.is_some() && !named {
-            return Ok(None);
-        }
-        let Some(context_path) = &self.static_cluster_context else {
-            if named {
-                bail!(
-                    "the static controller needs --static-cluster-context FILE (the API endpoints \
-                     and CA nodes join with) and a bootstrap token (--bootstrap-token-file or \
-                     $NODEMGR_BOOTSTRAP_TOKEN)"
-                );
-            }
+    /// An unreadable or invalid file.
+    pub fn fixed_cluster_context(&self) -> anyhow::Result<Option<ClusterContext>> {
+        let Some(path) = &self.static_cluster_context else {
             return Ok(None);
         };
-        let text = std::fs::read_to_string(context_path).with_context(|| {
-            format!("cannot read the cluster context {}", context_path.display())
-        })?;
-        let cluster = ClusterContext::from_yaml(&text)
-            .map_err(|e| anyhow::anyhow!("cluster context {}: {e}", context_path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the cluster context {}", path.display()))?;
+        ClusterContext::from_yaml(&text)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("cluster context {}: {e}", path.display()))
+    }
+
+    /// The static instance controller's settings, or `None` when it is off; nodes join with
+    /// the context of `cluster` (read at each bootstrap).
+    ///
+    /// # Errors
+    /// `static` chosen without a bootstrap token source, an unreadable or invalid token.
+    pub fn static_settings(
+        &self,
+        cluster: &ContextSource,
+    ) -> anyhow::Result<Option<StaticSettings>> {
+        let file = self.file()?;
+        if !self.runs(&file, "static")? {
+            return Ok(None);
+        }
         let bootstrap_tokens = self.token_source(&file)?;
         let period = match self.static_period {
             Some(d) => d,
@@ -285,21 +305,25 @@ impl Config {
         Ok(Some(StaticSettings {
             period,
             config: StaticConfig::default(),
-            cluster,
+            cluster: cluster.clone(),
             bootstrap_tokens,
-            roots: RenderRoots::Host,
+            roots: match &self.static_test_roots {
+                Some(dir) => RenderRoots::PerInstance(dir.clone()),
+                None => RenderRoots::Host,
+            },
             connect_timeout: nodemgr_core::ports::remote_shell::DEFAULT_CONNECT_TIMEOUT,
         }))
     }
 
     /// The machine controller's settings, or `None` when it is off. New machines bootstrap
-    /// with the static controller's cluster context and token (`statics`) when given.
+    /// with the context of `cluster` and their group's token, when nodes have a token source
+    /// (else their user data is empty).
     ///
     /// # Errors
     /// `machines` chosen without `--machines-config`, an invalid machines config.
     pub fn machine_settings(
         &self,
-        statics: Option<&StaticSettings>,
+        cluster: &ContextSource,
     ) -> anyhow::Result<Option<MachineSettings>> {
         let file = self.file()?;
         let chosen = self.chosen_controllers(&file)?;
@@ -321,10 +345,16 @@ impl Config {
             path,
             self.machines_period.unwrap_or(Duration::from_secs(10)),
         )?;
-        settings.bootstrap = statics.map(|s| Bootstrap {
-            cluster: s.cluster.clone(),
-            tokens: s.bootstrap_tokens.clone(),
-        });
+        settings.bootstrap = match self.token_source(&file) {
+            Ok(tokens) => Some(Bootstrap {
+                cluster: cluster.clone(),
+                tokens,
+            }),
+            Err(error) => {
+                tracing::warn!(%error, "new machines get no user data");
+                None
+            }
+        };
         Ok(Some(settings))
     }
 
@@ -546,11 +576,11 @@ pub async fn run(
     let token_settings = config.token_settings()?;
     let csr_enabled = config.csr_enabled()?;
     let current_tokens = config.current_tokens.clone();
-    let static_settings = config.static_settings()?;
-    let machine_settings = config.machine_settings(static_settings.as_ref())?;
-    if static_settings.is_none() {
-        tracing::info!("static instance controller off (no --static-cluster-context)");
-    }
+    // Settings are checked before anything connects; the context source is filled in below.
+    let fixed_context = config.fixed_cluster_context()?;
+    let given = ContextSource::Fixed(fixed_context.clone().unwrap_or_default());
+    let mut static_settings = config.static_settings(&given)?;
+    let mut machine_settings = config.machine_settings(&given)?;
     let leader = if config.no_leader_election {
         None
     } else {
@@ -559,6 +589,26 @@ pub async fn run(
     let client = client(config.kubeconfig.as_deref()).await.context(
         "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, or run in a pod",
     )?;
+    let renders_scripts = static_settings.is_some()
+        || machine_settings
+            .as_ref()
+            .is_some_and(|m| m.bootstrap.is_some());
+    if fixed_context.is_none() && renders_scripts {
+        tracing::info!(
+            namespace = %config.cluster_context_namespace,
+            "new nodes join with the cluster context read from the cluster"
+        );
+        let context = ContextSource::Cluster(Arc::new(ClusterContextWatch::start(
+            &client,
+            &config.cluster_context_namespace,
+        )));
+        if let Some(s) = static_settings.as_mut() {
+            s.cluster = context.clone();
+        }
+        if let Some(b) = machine_settings.as_mut().and_then(|m| m.bootstrap.as_mut()) {
+            b.cluster = context;
+        }
+    }
     let cloud: Option<Arc<dyn CloudApi>> = match &machine_settings {
         None => {
             tracing::info!("machine controller off (no --machines-config)");
@@ -887,59 +937,61 @@ mod tests {
 
         // Static nodes without an override join with their group's token, which needs the
         // controller.
-        let dir = tempfile::tempdir().unwrap();
-        let context = dir.path().join("context.yaml");
-        std::fs::write(&context, "apiEndpoints: [\"10.0.0.1:6443\"]\ncaCert: x\n").unwrap();
-        let context = context.to_str().unwrap();
         if std::env::var_os("NODEMGR_BOOTSTRAP_TOKEN").is_none() {
-            let config = parse(&["--static-cluster-context", context]);
-            let settings = config.static_settings().unwrap().unwrap();
+            let cluster = ContextSource::Fixed(ClusterContext::default());
+            let settings = parse(&[]).static_settings(&cluster).unwrap().unwrap();
             let e = settings.bootstrap_tokens.for_group("worker").unwrap_err();
             assert!(e.to_string().contains("worker"), "{e}");
-            let e = parse(&[
-                "--controllers",
-                "static",
-                "--static-cluster-context",
-                context,
-            ])
-            .static_settings()
-            .unwrap_err();
+            let e = parse(&["--controllers", "static"])
+                .static_settings(&cluster)
+                .unwrap_err();
             assert!(e.to_string().contains("bootstrap-tokens"), "{e}");
         }
     }
 
     #[test]
-    fn the_static_controller_runs_only_when_told_what_nodes_join_with() {
-        assert!(parse(&[]).static_settings().unwrap().is_none());
-        let e = parse(&["--controllers", "static"])
-            .static_settings()
-            .unwrap_err();
-        assert!(e.to_string().contains("--static-cluster-context"), "{e}");
-
+    fn the_static_controller_runs_by_default_and_a_context_file_overrides_the_cluster() {
+        let cluster = ContextSource::Fixed(ClusterContext::default());
         let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "abcdef.0123456789abcdef\n").unwrap();
+        let token = token.to_str().unwrap();
+        // No context file: on, with the context it is given (the cluster's, in `run`).
+        let config = parse(&["--bootstrap-token-file", token]);
+        assert!(config.fixed_cluster_context().unwrap().is_none());
+        assert!(config.static_settings(&cluster).unwrap().is_some());
+        assert_eq!(
+            config.cluster_context_namespace,
+            nodemgr_core::model::keys::NAMESPACE
+        );
+
         let context = dir.path().join("context.yaml");
         std::fs::write(
             &context,
             "apiEndpoints: [\"10.0.0.1:6443\"]\ncaCert: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\n",
         )
         .unwrap();
-        let token = dir.path().join("token");
-        std::fs::write(&token, "abcdef.0123456789abcdef\n").unwrap();
         let context = context.to_str().unwrap();
-        let token = token.to_str().unwrap();
-        let settings = parse(&[
+        let config = parse(&[
             "--static-cluster-context",
             context,
             "--bootstrap-token-file",
             token,
             "--static-period",
             "3s",
-        ])
-        .static_settings()
-        .unwrap()
-        .unwrap();
+        ]);
+        let fixed = config.fixed_cluster_context().unwrap().unwrap();
+        assert_eq!(fixed.api_endpoints, ["10.0.0.1:6443"]);
+        let settings = config
+            .static_settings(&ContextSource::Fixed(fixed))
+            .unwrap()
+            .unwrap();
         assert_eq!(settings.period, Duration::from_secs(3));
-        assert_eq!(settings.cluster.api_endpoints, ["10.0.0.1:6443"]);
+        assert_eq!(settings.roots, RenderRoots::Host);
+        assert_eq!(
+            settings.cluster.current().unwrap().api_endpoints,
+            ["10.0.0.1:6443"]
+        );
         assert_eq!(
             settings
                 .bootstrap_tokens
@@ -948,7 +1000,18 @@ mod tests {
             Ok("abcdef.0123456789abcdef".to_owned()),
             "the file overrides every group's token"
         );
-        // Chosen controllers without static: off even when configured.
+        let roots = parse(&[
+            "--bootstrap-token-file",
+            token,
+            "--static-test-roots",
+            "/tmp/r",
+        ])
+        .static_settings(&cluster)
+        .unwrap()
+        .unwrap()
+        .roots;
+        assert_eq!(roots, RenderRoots::PerInstance("/tmp/r".into()));
+        // Chosen controllers without static: off.
         assert!(
             parse(&[
                 "--controllers",
@@ -956,29 +1019,25 @@ mod tests {
                 "--static-cluster-context",
                 context
             ])
-            .static_settings()
+            .static_settings(&cluster)
             .unwrap()
             .is_none()
         );
         // A bad token or context says what is wrong.
         std::fs::write(dir.path().join("bad"), "not-a-token").unwrap();
         let e = parse(&[
-            "--static-cluster-context",
-            context,
             "--bootstrap-token-file",
             dir.path().join("bad").to_str().unwrap(),
         ])
-        .static_settings()
+        .static_settings(&cluster)
         .unwrap_err();
         assert!(e.to_string().starts_with("bootstrap token"), "{e}");
         std::fs::write(dir.path().join("ctx2"), "apiEndpoint: x\n").unwrap();
         let e = parse(&[
             "--static-cluster-context",
             dir.path().join("ctx2").to_str().unwrap(),
-            "--bootstrap-token-file",
-            token,
         ])
-        .static_settings()
+        .fixed_cluster_context()
         .unwrap_err();
         assert!(e.to_string().contains("apiEndpoint"), "{e}");
     }

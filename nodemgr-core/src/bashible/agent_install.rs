@@ -6,6 +6,11 @@
 //! The URL lands in a unit's `ExecStart=` line, where nothing can be quoted: it is checked
 //! against a strict syntax instead. The token is written to a 0600 file and sent from it,
 //! never on a command line.
+//!
+//! Over HTTPS with a certificate no public CA signed (bashible-apiserver's cluster mode, whose
+//! certificate is self-signed unless the operator provides one), the script carries the
+//! certificate to trust ([`AgentInstall::with_ca`]): it writes it to [`AGENT_CA_PATH`], the
+//! download's `curl --cacert` and the agent's `--bundle-server-ca` both use that file.
 
 use super::RenderError;
 
@@ -13,12 +18,15 @@ use super::RenderError;
 pub const AGENT_BINARY_PATH: &str = "/opt/nodemgr/bin/bashible";
 /// The bundle server's path serving the agent binary.
 pub const AGENT_BINARY_URL_PATH: &str = "/v1/agent/bashible";
+/// Where the bundle server's CA (the certificates the agent trusts) is written on a node.
+pub const AGENT_CA_PATH: &str = "/etc/nodemgr/bundle-server-ca.crt";
 
 /// The node agent a bootstrap script installs.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AgentInstall {
     bundle_server: String,
     bundle_token: String,
+    ca: Option<String>,
 }
 
 impl std::fmt::Debug for AgentInstall {
@@ -26,6 +34,7 @@ impl std::fmt::Debug for AgentInstall {
         f.debug_struct("AgentInstall")
             .field("bundle_server", &self.bundle_server)
             .field("bundle_token", &"<redacted>")
+            .field("ca", &self.ca.is_some())
             .finish()
     }
 }
@@ -64,7 +73,39 @@ impl AgentInstall {
         Ok(Self {
             bundle_server: bundle_server.trim_end_matches('/').to_owned(),
             bundle_token: bundle_token.to_owned(),
+            ca: None,
         })
+    }
+
+    /// The same, trusting the PEM certificates `ca` (the bundle server's CA, or its
+    /// self-signed certificate) instead of the node's system CAs.
+    ///
+    /// # Errors
+    /// [`RenderError::Cluster`] when `ca` holds no `-----BEGIN CERTIFICATE-----` block, or
+    /// anything but printable ASCII and line breaks.
+    pub fn with_ca(mut self, ca: &str) -> Result<Self, RenderError> {
+        let printable = ca
+            .bytes()
+            .all(|b| b.is_ascii_graphic() || b == b' ' || b == b'\n' || b == b'\r');
+        if !printable || !ca.contains("-----BEGIN CERTIFICATE-----") {
+            return Err(RenderError::Cluster {
+                field: "bundleServerCA".into(),
+                message: "the bundle server's CA must be PEM certificates \
+                          (`-----BEGIN CERTIFICATE-----` blocks)"
+                    .into(),
+            });
+        }
+        let mut pem = ca.replace("\r\n", "\n");
+        if !pem.ends_with('\n') {
+            pem.push('\n');
+        }
+        self.ca = Some(pem);
+        Ok(self)
+    }
+
+    /// The PEM certificates the node trusts the bundle server by, if not the system's.
+    pub fn ca(&self) -> Option<&str> {
+        self.ca.as_deref()
     }
 
     /// The bundle server's URL (no trailing slash).
@@ -93,8 +134,13 @@ impl AgentInstall {
              \n\
              [Service]\n\
              Type=oneshot\n\
-             ExecStart={AGENT_BINARY_PATH} --bundle-server {} --group {group}\n",
-            self.bundle_server
+             ExecStart={AGENT_BINARY_PATH} --bundle-server {} --group {group}{}\n",
+            self.bundle_server,
+            if self.ca.is_some() {
+                format!(" --bundle-server-ca {AGENT_CA_PATH}")
+            } else {
+                String::new()
+            }
         )
     }
 
@@ -141,5 +187,30 @@ mod tests {
             "ExecStart=/opt/nodemgr/bin/bashible --bundle-server https://bashible.example:9600 --group worker\n"
         ));
         assert!(!format!("{ok:?}").contains("token-0123456789"));
+        assert_eq!(ok.ca(), None);
+    }
+
+    #[test]
+    fn a_ca_is_pem_certificates_and_the_unit_trusts_its_file() {
+        let plain = AgentInstall::new("https://10.0.0.5:9600", "token-0123456789").expect("valid");
+        for bad in [
+            "",
+            "not a certificate",
+            "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n",
+            "-----BEGIN CERTIFICATE-----\n\u{0}\n-----END CERTIFICATE-----\n",
+            "-----BEGIN CERTIFICATE-----\n$(reboot)\u{7}\n-----END CERTIFICATE-----\n",
+        ] {
+            assert!(plain.clone().with_ca(bad).is_err(), "{bad:?}");
+        }
+        let pinned = plain
+            .with_ca("-----BEGIN CERTIFICATE-----\r\nMIIB\r\n-----END CERTIFICATE-----")
+            .expect("PEM");
+        assert_eq!(
+            pinned.ca(),
+            Some("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+        );
+        assert!(pinned.service_unit("worker").contains(
+            "ExecStart=/opt/nodemgr/bin/bashible --bundle-server https://10.0.0.5:9600 --group worker --bundle-server-ca /etc/nodemgr/bundle-server-ca.crt\n"
+        ));
     }
 }

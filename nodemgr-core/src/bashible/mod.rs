@@ -459,6 +459,8 @@ struct BootstrapFiles<'a> {
 struct AgentContext {
     binary_url: String,
     binary_path: &'static str,
+    ca: Option<String>,
+    ca_path: &'static str,
     token: String,
     service_unit: String,
     timer_unit: String,
@@ -661,6 +663,8 @@ impl Renderer {
         let agent = agent.map(|agent| AgentContext {
             binary_url: agent.binary_url(),
             binary_path: agent_install::AGENT_BINARY_PATH,
+            ca: agent.ca().map(str::to_owned),
+            ca_path: agent_install::AGENT_CA_PATH,
             token: agent.bundle_token().to_owned(),
             service_unit: agent.service_unit(&bundle.group),
             timer_unit: agent.timer_unit(),

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use nodemgr_core::bashible::{BootstrapOptions, ClusterContext, RenderRoot, Renderer};
+use nodemgr_core::bashible::{BootstrapOptions, RenderRoot, Renderer};
 use nodemgr_core::machines::{
     ANNOTATION_PROVIDER_ID, MachineCommand, MachineConfig, MachinePhase, MachineRequests,
     MachineSnapshot, Machines, provider_ids_to_look_up,
@@ -54,6 +54,7 @@ use tokio::sync::watch;
 
 use super::bootstrap_tokens::TokenSource;
 use super::{Backoff, RETRY_FIRST, after_pass, now, wait};
+use crate::bashible_sources::ContextSource;
 use crate::cluster::KubeCluster;
 use crate::crd;
 use crate::metrics::Metrics;
@@ -76,8 +77,8 @@ pub struct MachineClass {
 /// What nodes join with (the bootstrap script in the machine's user data).
 #[derive(Debug, Clone)]
 pub struct Bootstrap {
-    /// API endpoints, CA, versions.
-    pub cluster: ClusterContext,
+    /// API endpoints, CA, versions (read at each render).
+    pub cluster: ContextSource,
     /// Where each group's bootstrap token comes from.
     pub tokens: TokenSource,
 }
@@ -661,9 +662,16 @@ impl MachineController {
                 return String::new();
             }
         };
+        let cluster = match bootstrap.cluster.current() {
+            Ok(cluster) => cluster,
+            Err(error) => {
+                tracing::warn!(group = %group.name(), %error, "machine created without user data");
+                return String::new();
+            }
+        };
         match self.renderer.render(
             group,
-            &bootstrap.cluster,
+            &cluster,
             &BootstrapOptions {
                 bootstrap_token: token,
                 root: RenderRoot::host(),

@@ -5,7 +5,8 @@
 //! [`RemoteShell`] in background tasks, and reports their ends back to the core.
 //!
 //! - **Scripts.** A bootstrap runs the group's bootstrap script rendered by
-//!   [`Renderer::render`] with the cluster context of [`StaticSettings`] and the group's
+//!   [`Renderer::render`] with the cluster context of [`StaticSettings`] (read at each
+//!   bootstrap from its [`ContextSource`]: the cluster's, or a fixed one) and the group's
 //!   bootstrap token (from its [`TokenSource`]); a cleanup runs the group's cleanup script (the one the bootstrap
 //!   installed at `/var/lib/bashible/cleanup_static_node.sh`, rendered again, so it also works
 //!   when a bootstrap stopped before installing it), or, for a group that is gone, the
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use nodemgr_core::bashible::{BootstrapOptions, ClusterContext, RenderRoot, Renderer};
+use nodemgr_core::bashible::{BootstrapOptions, RenderRoot, Renderer};
 use nodemgr_core::model::{NodeGroup, SshCredentials, StaticInstance, Timestamp, keys};
 use nodemgr_core::ports::{
     ClusterError, ClusterRead, EventApi, EventKind, NodeApi, ObjectRef, Precondition,
@@ -53,6 +54,7 @@ use tokio::task::JoinHandle;
 
 use super::bootstrap_tokens::TokenSource;
 use super::{Backoff, RETRY_FIRST, after_pass, now, wait};
+use crate::bashible_sources::ContextSource;
 use crate::cluster::KubeCluster;
 use crate::crd;
 use crate::metrics::Metrics;
@@ -98,8 +100,8 @@ pub struct StaticSettings {
     pub period: Duration,
     /// Timeouts and backoff of operations.
     pub config: StaticConfig,
-    /// API endpoints and CA the nodes join with.
-    pub cluster: ClusterContext,
+    /// API endpoints and CA the nodes join with, read at each bootstrap.
+    pub cluster: ContextSource,
     /// Where the bootstrap token nodes of a group join with comes from.
     pub bootstrap_tokens: TokenSource,
     /// Where the scripts put their files.
@@ -478,11 +480,17 @@ impl StaticController {
             .root_for(name)
             .map_err(|e| Failure::new(Cause::Failed, e))?;
         let lock = format!("{}{LOCK_PATH}", root.as_str());
+        let cluster = self.settings.cluster.current().map_err(|e| {
+            Failure::new(
+                Cause::Failed,
+                format!("no cluster context to join with: {e}"),
+            )
+        })?;
         let rendered = self
             .renderer
             .render(
                 group,
-                &self.settings.cluster,
+                &cluster,
                 &BootstrapOptions {
                     bootstrap_token: self
                         .settings

@@ -110,3 +110,60 @@ pub async fn load_or_create(
         Err(source) => Err(failed("create")(source)),
     }
 }
+
+/// The certificates that clients of the pair in Secret `namespace/name` should trust: its
+/// `ca.crt` when it has one (cert-manager and operators put the issuer there), else its
+/// `tls.crt` (a self-signed certificate is its own anchor; a chain lets clients anchor at its
+/// issuer).
+///
+/// # Errors
+/// The API fails or the Secret is gone.
+pub async fn trust_anchor(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    pair: &PemPair,
+) -> Result<String, TlsError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = api.get(name).await.map_err(|source| TlsError::Secret {
+        action: "read",
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        source: Box::new(source),
+    })?;
+    Ok(ca_of(&secret).unwrap_or_else(|| pair.cert_pem.clone()))
+}
+
+/// The non-empty `ca.crt` of a Secret.
+fn ca_of(secret: &Secret) -> Option<String> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ca.crt"))
+        .and_then(|v| String::from_utf8(v.0.clone()).ok())
+        .filter(|v| v.contains("-----BEGIN CERTIFICATE-----"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ca_is_ca_crt_when_present_and_pem() {
+        let pair = PemPair {
+            cert_pem: "LEAF".into(),
+            key_pem: "KEY".into(),
+        };
+        let mut secret = tls_secret("ns", "n", &pair);
+        assert_eq!(ca_of(&secret), None);
+        let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        if let Some(data) = secret.data.as_mut() {
+            data.insert("ca.crt".into(), ByteString(ca.as_bytes().to_vec()));
+        }
+        assert_eq!(ca_of(&secret).as_deref(), Some(ca));
+        if let Some(data) = secret.data.as_mut() {
+            data.insert("ca.crt".into(), ByteString(b"  ".to_vec()));
+        }
+        assert_eq!(ca_of(&secret), None);
+    }
+}
