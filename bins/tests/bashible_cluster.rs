@@ -500,10 +500,30 @@ async fn a_group_that_stops_rendering_keeps_its_bundle_and_gets_the_error_in_its
                     .cloned()
             })
     };
+    // `status.deckhouse.processed`: the spec the served bundle was rendered from.
+    let processed = || {
+        emulator
+            .get("deckhouse.io/v1", "NodeGroup", "", "worker")
+            .unwrap()["status"]["deckhouse"]["processed"]["checkSum"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let spec_checksum = || {
+        let stored = emulator
+            .get("deckhouse.io/v1", "NodeGroup", "", "worker")
+            .unwrap();
+        serde_json::from_value::<nodemgr_core::NodeGroup>(stored)
+            .unwrap()
+            .spec_checksum()
+    };
     tokio::task::block_in_place(|| {
         let (_, good) = get(&http, &url, Some(TOKEN));
         let checksum = published(&emulator, "worker").unwrap();
         assert!(condition().is_none());
+        let good_spec = spec_checksum();
+        wait_for("the processed spec stamped", 10, || {
+            processed().as_deref() == Some(good_spec.as_str())
+        });
         let patch = |root_dir: Value| {
             emulator
                 .merge_patch(
@@ -532,10 +552,20 @@ async fn a_group_that_stops_rendering_keeps_its_bundle_and_gets_the_error_in_its
             "the last good bundle is served"
         );
         assert_eq!(published(&emulator, "worker").unwrap(), checksum);
+        assert_eq!(
+            processed(),
+            Some(good_spec.clone()),
+            "a spec that does not render is not processed"
+        );
 
         patch(Value::Null);
         wait_for("the render condition removed", 10, || condition().is_none());
         assert_eq!(get(&http, &url, Some(TOKEN)).1, good);
+        // The fixed spec (an empty `kubelet` now) is processed once it renders.
+        let fixed_spec = spec_checksum();
+        wait_for("the fixed spec processed", 10, || {
+            processed().as_deref() == Some(fixed_spec.as_str())
+        });
     });
 }
 

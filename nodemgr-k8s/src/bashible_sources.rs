@@ -352,7 +352,8 @@ impl BashibleSources {
         &self.health
     }
 
-    /// Each NodeGroup's resourceVersion and `status.conditions`, as watched.
+    /// Each NodeGroup's resourceVersion, `status.conditions` and processed spec checksum, as
+    /// watched.
     pub fn group_conditions(&self) -> BTreeMap<String, crate::bashible_status::GroupConditions> {
         self.groups
             .1
@@ -364,11 +365,15 @@ impl BashibleSources {
                     .as_array()
                     .cloned()
                     .unwrap_or_default();
+                let processed = g.data["status"]["deckhouse"]["processed"]["checkSum"]
+                    .as_str()
+                    .map(str::to_owned);
                 Some((
                     name,
                     crate::bashible_status::GroupConditions {
                         resource_version: g.metadata.resource_version.clone(),
                         conditions,
+                        processed,
                     },
                 ))
             })

@@ -1,6 +1,9 @@
 //! Reports in a NodeGroup's status that its bundle no longer renders: while rendering fails,
 //! `status.conditions` holds a condition of type [`CONDITION_TYPE`] (status `True`, the error
-//! as its message); it is removed once the group renders again. Written by bashible-apiserver
+//! as its message); it is removed once the group renders again. It also stamps
+//! `status.deckhouse.processed` with the checksum of the spec the group's served bundle was
+//! rendered from (docs/deckhouse.md §1.3), which node-manager's status controller compares
+//! with the spec it observed for `status.deckhouse.synced`. Written by bashible-apiserver
 //! with a JSON merge patch of the status subresource under field manager [`FIELD_MANAGER`],
 //! guarded by the resourceVersion the conditions were read at (a conflict is left for the next
 //! pass). node-manager's status controller keeps conditions of types it does not compute, so
@@ -24,6 +27,8 @@ pub struct GroupConditions {
     pub resource_version: Option<String>,
     /// `status.conditions`, as they are.
     pub conditions: Vec<Value>,
+    /// `status.deckhouse.processed.checkSum`, as it is.
+    pub processed: Option<String>,
 }
 
 /// The conditions `current` should become for `failure` (the render error, if any) at `now`
@@ -55,12 +60,15 @@ pub fn desired_conditions(
     (desired != current).then_some(desired)
 }
 
-/// Writes the condition of every group whose conditions differ from what `failures` (group →
-/// render error) asks for. Returns how many groups were written.
+/// Writes the status of every group whose render condition differs from what `failures`
+/// (group → render error) asks for, or whose `deckhouse.processed` checksum differs from the
+/// one in `processed` (group → checksum of the spec its served bundle was rendered from; a
+/// group that is not there keeps its stamp). Returns how many groups were written.
 pub async fn sync_render_conditions(
     client: &Client,
     groups: &BTreeMap<String, GroupConditions>,
     failures: &BTreeMap<String, String>,
+    processed: &BTreeMap<String, String>,
     now: &str,
 ) -> usize {
     let api: Api<DynamicObject> = Api::all_with(
@@ -69,16 +77,30 @@ pub async fn sync_render_conditions(
     );
     let mut written = 0;
     for (group, current) in groups {
-        let Some(desired) = desired_conditions(
+        let conditions = desired_conditions(
             &current.conditions,
             failures.get(group).map(String::as_str),
             now,
-        ) else {
+        );
+        let stamp = processed
+            .get(group)
+            .filter(|sum| current.processed.as_ref() != Some(*sum));
+        if conditions.is_none() && stamp.is_none() {
             continue;
-        };
+        }
+        let mut status = serde_json::Map::new();
+        if let Some(conditions) = conditions {
+            status.insert("conditions".into(), Value::Array(conditions));
+        }
+        if let Some(sum) = stamp {
+            status.insert(
+                "deckhouse".into(),
+                json!({"processed": {"checkSum": sum, "lastTimestamp": now}}),
+            );
+        }
         let patch = json!({
             "metadata": {"resourceVersion": current.resource_version},
-            "status": {"conditions": desired},
+            "status": status,
         });
         match api
             .patch_status(
@@ -93,10 +115,10 @@ pub async fn sync_render_conditions(
         {
             Ok(_) => {
                 written += 1;
-                tracing::info!(%group, failing = failures.contains_key(group), "render condition written");
+                tracing::info!(%group, failing = failures.contains_key(group), processed = stamp.is_some(), "render status written");
             }
             Err(error) => {
-                tracing::warn!(%group, %error, "cannot write the render condition; retried on the next pass");
+                tracing::warn!(%group, %error, "cannot write the render status; retried on the next pass");
             }
         }
     }

@@ -145,7 +145,8 @@ async fn publish(client: &Client, served: &Served) {
 }
 
 /// Puts each group's render error (stale or never rendered) into its NodeGroup's status, and
-/// takes it out once it renders (`nodemgr_k8s::bashible_status`).
+/// takes it out once it renders; stamps `status.deckhouse.processed` with the spec each served
+/// bundle was rendered from (`nodemgr_k8s::bashible_status`).
 async fn report_failures(client: &Client, watched: &BashibleSources, served: &Served) {
     let mut failures: BTreeMap<String, String> = served.failed.clone();
     for (group, entry) in &served.groups {
@@ -153,11 +154,17 @@ async fn report_failures(client: &Client, watched: &BashibleSources, served: &Se
             failures.insert(group.clone(), why.clone());
         }
     }
+    let processed: BTreeMap<String, String> = served
+        .groups
+        .iter()
+        .map(|(group, entry)| (group.clone(), entry.spec_checksum.clone()))
+        .collect();
     let now = nodemgr_k8s::controllers::now().to_rfc3339();
     nodemgr_k8s::bashible_status::sync_render_conditions(
         client,
         &watched.group_conditions(),
         &failures,
+        &processed,
         &now,
     )
     .await;

@@ -76,6 +76,9 @@ pub struct GroupEntry {
     /// The latest render error, when this entry is the last good one of a group that no longer
     /// renders.
     pub stale_because: Option<String>,
+    /// Checksum of the spec the entry was rendered from (`NodeGroup::spec_checksum`), stamped
+    /// as the group's `status.deckhouse.processed` in cluster mode.
+    pub spec_checksum: String,
 }
 
 /// What one render is made from.
@@ -350,6 +353,7 @@ impl Sources {
                     bootstrap_cluster_wide,
                     cleanup,
                     stale_because: None,
+                    spec_checksum: group.spec_checksum(),
                 })
             });
             match rendered {
