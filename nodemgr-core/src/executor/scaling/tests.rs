@@ -1,0 +1,1 @@
+//! Tests of the scaling executor over in-memory ports.
