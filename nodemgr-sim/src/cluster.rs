@@ -26,7 +26,7 @@ use nodemgr_core::model::{
     ObjectMeta, ObjectReference, Pod, PodDisruptionBudget, Timestamp, keys,
 };
 use nodemgr_core::ports::{
-    ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance, NodeApi,
+    AppliedHolder, ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance, NodeApi,
     NodePatch, PodApi, PodRef, Precondition, RecordedEvent, StandbyHolder,
 };
 
@@ -417,10 +417,10 @@ impl MachineApi for SimCluster<'_> {
         Ok(())
     }
 
-    async fn list_standby_holders(&self) -> Result<Vec<StandbyHolder>, ClusterError> {
+    async fn list_standby_holders(&self) -> Result<Vec<AppliedHolder>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, "list standby holders")?;
-        Ok(w.standby_holders.values().cloned().collect())
+        Ok(w.standby_holders.values().map(StandbyHolder::applied).collect())
     }
 
     async fn apply_standby_holder(&self, holder: &StandbyHolder) -> Result<(), ClusterError> {

@@ -70,10 +70,11 @@ use crate::ports::{
     ClusterApi, ClusterError, EventKind, MachineApi, NewInstance, NodePatch, ObjectRef, PodRef,
     Precondition, StandbyHolder,
 };
+use crate::ports::machines::AppliedHolder;
 use crate::scaling::standby::{expected_holders, holder_template};
 use crate::scaling::{
     ChaosState, ClusterSnapshot, InstanceClass, ScaleDownState, ScalingCommand, ScalingConfig,
-    ScalingGroup, Upcoming, Why, class_of, plan_bounds, plan_chaos, plan_scale_down,
+    Upcoming, Why, class_of, plan_bounds, plan_chaos, plan_scale_down,
     plan_scale_up, plan_standby, plan_surge,
 };
 
@@ -217,27 +218,6 @@ impl ScalingEvent {
             | Self::WaitingForCapacity { .. } => None,
         }
     }
-
-    /// The metric action name of the event (`nodemgr_machine_actions_total{action}`).
-    pub fn action(&self) -> &'static str {
-        match self {
-            Self::Ordered { .. } => "create",
-            Self::RemovalStarted { command } => match command {
-                ScalingCommand::RemoveNode {
-                    why: Why::Chaos, ..
-                } => "chaos",
-                _ => "drain",
-            },
-            Self::MachineDeleted { .. } => "delete",
-            Self::MachineFailed { .. } => "failure",
-            Self::NodeDeleted { .. } => "delete_node",
-            Self::ClassStamped { .. } => "stamp_class",
-            Self::StandbyHolder { .. } => "standby_holder",
-            Self::StandbyStatus { .. } => "standby_status",
-            Self::Unschedulable { .. } => "unschedulable",
-            Self::WaitingForCapacity { .. } => "waiting_for_capacity",
-        }
-    }
 }
 
 impl fmt::Display for ScalingEvent {
@@ -338,6 +318,22 @@ pub struct ScalingExecutor {
     /// Removals started, remembered until their node is gone.
     removing: BTreeSet<String>,
     reported: BTreeSet<String>,
+}
+
+/// A standby decision to carry out.
+enum StandbyAction {
+    /// Create or update the group's Deployment.
+    Apply {
+        holder: StandbyHolder,
+        previous: Option<u32>,
+    },
+    /// Delete the group's Deployment.
+    Delete {
+        group: String,
+        previous: Option<u32>,
+    },
+    /// Write `status.standby`.
+    Status { group: String, held: u32 },
 }
 
 /// A zone's order decided in this step, waiting for the machine layer.
@@ -442,15 +438,18 @@ impl ScalingExecutor {
             }
         };
         // The cloud is listed after the nodes were read.
-        let ephemeral: BTreeSet<&str> = groups
+        let ephemeral: Vec<String> = groups
             .iter()
-            .filter(|g| g.spec.node_type == Some(NodeType::CloudEphemeral))
-            .map(NodeGroup::name)
+            .filter(|g| {
+                g.spec.node_type == Some(NodeType::CloudEphemeral)
+                    && g.spec.cloud_instances.is_some()
+            })
+            .map(|g| g.name().to_owned())
             .collect();
         let mut listed: Vec<CloudInstance> = Vec::new();
-        for group in &ephemeral {
+        for group in ephemeral.clone() {
             let machines = cloud
-                .list_group_instances(group)
+                .list_group_instances(&group)
                 .await
                 .map_err(|source| ScalingError {
                     what: format!("the machines of {group}"),
@@ -461,14 +460,18 @@ impl ScalingExecutor {
         // Cloud node GC looks only at nodes of groups whose machines nodemgr orders.
         let ours: Vec<Node> = nodes
             .iter()
-            .filter(|n| n.group().is_some_and(|g| ephemeral.contains(g)))
+            .filter(|n| n.group().is_some_and(|g| ephemeral.iter().any(|e| e == g)))
             .cloned()
             .collect();
         let mut absent = BTreeSet::new();
-        for id in provider_ids_to_look_up(&ours, &listed) {
-            match cloud.get_instance(id).await {
+        let look_up: Vec<String> = provider_ids_to_look_up(&ours, &listed)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        for id in look_up {
+            match cloud.get_instance(&id).await {
                 Ok(None) => {
-                    absent.insert(id.to_owned());
+                    absent.insert(id);
                 }
                 Ok(Some(_)) => {}
                 Err(error) => {
@@ -675,9 +678,10 @@ impl ScalingExecutor {
             return;
         };
         let mut marked = true;
-        for command in &decision.commands {
+        let victim = victim.clone();
+        for command in decision.commands.clone() {
             marked &= self
-                .remove(cluster, pass, command, Some(victim), now, report)
+                .remove(cluster, pass, command, Some(&victim), now, report)
                 .await;
         }
         // A victim whose mark failed is chosen again next step.
@@ -698,14 +702,14 @@ impl ScalingExecutor {
             plan_bounds(&snapshot, &self.settings.scaling, now)
         };
         report.notes.extend(bounds.notes.iter().cloned());
-        self.execute(cluster, pass, &bounds.commands, now, report)
+        self.execute(cluster, pass, bounds.commands, now, report)
             .await;
         let surge = {
             let snapshot = self.snapshot(pass, pass.pods);
             plan_surge(&snapshot, &self.settings.scaling, now)
         };
         report.notes.extend(surge.notes.iter().cloned());
-        self.execute(cluster, pass, &surge.commands, now, report)
+        self.execute(cluster, pass, surge.commands, now, report)
             .await;
     }
 
@@ -716,16 +720,70 @@ impl ScalingExecutor {
         &self,
         records: &M,
         pass: &Pass<'_>,
-        holders: Option<&[StandbyHolder]>,
+        holders: Option<&[AppliedHolder]>,
         report: &mut ScalingReport,
     ) -> Vec<Pod> {
+        let (view, actions) = self.plan_standby_actions(pass, holders, report);
+        for action in actions {
+            match action {
+                StandbyAction::Apply { holder, previous } => {
+                    match records.apply_standby_holder(&holder).await {
+                        Ok(()) => report.events.push(ScalingEvent::StandbyHolder {
+                            replicas: holder.replicas,
+                            group: holder.group,
+                            previous,
+                        }),
+                        Err(source) => report.errors.push(ScalingActionError {
+                            object: format!("group {}", holder.group),
+                            action: "apply the standby holder".into(),
+                            source: source.into(),
+                        }),
+                    }
+                }
+                StandbyAction::Delete { group, previous } => {
+                    match records.delete_standby_holder(&group).await {
+                        Ok(()) => report.events.push(ScalingEvent::StandbyHolder {
+                            group,
+                            replicas: 0,
+                            previous,
+                        }),
+                        Err(source) => report.errors.push(ScalingActionError {
+                            object: format!("group {group}"),
+                            action: "delete the standby holder".into(),
+                            source: source.into(),
+                        }),
+                    }
+                }
+                StandbyAction::Status { group, held } => {
+                    match records.set_standby_status(&group, held).await {
+                        Ok(()) => report.events.push(ScalingEvent::StandbyStatus { group, held }),
+                        Err(source) => report.errors.push(ScalingActionError {
+                            object: format!("group {group}"),
+                            action: "write status.standby".into(),
+                            source: source.into(),
+                        }),
+                    }
+                }
+            }
+        }
+        view
+    }
+
+    /// The standby decisions of a pass (see [`ScalingExecutor::run_standby`]), without I/O.
+    fn plan_standby_actions(
+        &self,
+        pass: &Pass<'_>,
+        holders: Option<&[AppliedHolder]>,
+        report: &mut ScalingReport,
+    ) -> (Vec<Pod>, Vec<StandbyAction>) {
         let mut view: Vec<Pod> = pass.pods.to_vec();
+        let mut actions = Vec::new();
         let snapshot = self.snapshot(pass, pass.pods);
         let plans = plan_standby(&snapshot);
         let Some(holders) = holders else {
-            return view;
+            return (view, actions);
         };
-        let existing: BTreeMap<&str, &StandbyHolder> =
+        let existing: BTreeMap<&str, &AppliedHolder> =
             holders.iter().map(|h| (h.group.as_str(), h)).collect();
         for plan in &plans {
             if let Some(error) = &plan.error {
@@ -736,9 +794,11 @@ impl ScalingExecutor {
             };
             let current = existing.get(plan.group.as_str()).copied();
             if plan.count == 0 {
-                if current.is_some() {
-                    self.delete_holder(records, &plan.group, current, report)
-                        .await;
+                if let Some(current) = current {
+                    actions.push(StandbyAction::Delete {
+                        group: plan.group.clone(),
+                        previous: Some(current.replicas),
+                    });
                 }
             } else if let Some(template) = holder_template(group) {
                 let wanted = StandbyHolder {
@@ -746,19 +806,11 @@ impl ScalingExecutor {
                     replicas: plan.count,
                     template,
                 };
-                if current != Some(&wanted) {
-                    match records.apply_standby_holder(&wanted).await {
-                        Ok(()) => report.events.push(ScalingEvent::StandbyHolder {
-                            group: plan.group.clone(),
-                            replicas: plan.count,
-                            previous: current.map(|h| h.replicas),
-                        }),
-                        Err(source) => report.errors.push(ScalingActionError {
-                            object: format!("group {}", plan.group),
-                            action: "apply the standby holder".into(),
-                            source: source.into(),
-                        }),
-                    }
+                if current != Some(&wanted.applied()) {
+                    actions.push(StandbyAction::Apply {
+                        previous: current.map(|h| h.replicas),
+                        holder: wanted,
+                    });
                 }
             }
             let held = plan.held.min(plan.count);
@@ -769,51 +821,24 @@ impl ScalingExecutor {
                 .and_then(|s| s.standby)
                 .and_then(|s| u32::try_from(s).ok());
             if written != Some(held) {
-                match records.set_standby_status(&plan.group, held).await {
-                    Ok(()) => report.events.push(ScalingEvent::StandbyStatus {
-                        group: plan.group.clone(),
-                        held,
-                    }),
-                    Err(source) => report.errors.push(ScalingActionError {
-                        object: format!("group {}", plan.group),
-                        action: "write status.standby".into(),
-                        source: source.into(),
-                    }),
-                }
+                actions.push(StandbyAction::Status {
+                    group: plan.group.clone(),
+                    held,
+                });
             }
         }
         // Holders of groups that are gone or no longer scaling.
         let planned: BTreeSet<&str> = plans.iter().map(|p| p.group.as_str()).collect();
         for holder in holders {
             if !planned.contains(holder.group.as_str()) {
-                self.delete_holder(records, &holder.group, Some(holder), report)
-                    .await;
+                actions.push(StandbyAction::Delete {
+                    group: holder.group.clone(),
+                    previous: Some(holder.replicas),
+                });
             }
         }
-        let groups: Vec<ScalingGroup<'_>> = snapshot.groups.clone();
-        let _ = expected_holders(&mut view, pass.nodes, &groups, &plans);
-        view
-    }
-
-    async fn delete_holder<M: MachineApi + ?Sized>(
-        &self,
-        records: &M,
-        group: &str,
-        current: Option<&StandbyHolder>,
-        report: &mut ScalingReport,
-    ) {
-        match records.delete_standby_holder(group).await {
-            Ok(()) => report.events.push(ScalingEvent::StandbyHolder {
-                group: group.to_owned(),
-                replicas: 0,
-                previous: current.map(|h| h.replicas),
-            }),
-            Err(source) => report.errors.push(ScalingActionError {
-                object: format!("group {group}"),
-                action: "delete the standby holder".into(),
-                source: source.into(),
-            }),
-        }
+        let _ = expected_holders(&mut view, pass.nodes, &snapshot.groups, &plans);
+        (view, actions)
     }
 
     async fn run_scale_up<C: ClusterApi + ?Sized>(
@@ -839,10 +864,11 @@ impl ScalingExecutor {
                 self.scale_down.last_scale_up = Some(now);
             }
         }
-        self.execute(cluster, pass, &plan.commands, now, report)
+        self.execute(cluster, pass, plan.commands.clone(), now, report)
             .await;
         let real: BTreeSet<String> = pass.pods.iter().map(Pod::key).collect();
         let mut pending: BTreeSet<String> = BTreeSet::new();
+        let mut found: Vec<(PodRef, ScalingEvent)> = Vec::new();
         for u in &plan.unplaceable {
             let reasons: Vec<String> = u.reasons.iter().map(|(g, r)| format!("{g}: {r}")).collect();
             for &i in &u.pods {
@@ -853,12 +879,13 @@ impl ScalingExecutor {
                 }
                 pending.insert(key.clone());
                 if self.reported.insert(key.clone()) {
-                    let event = ScalingEvent::Unschedulable {
-                        pod: key,
-                        reasons: reasons.clone(),
-                    };
-                    not_triggered(cluster, pod, &event, now).await;
-                    report.events.push(event);
+                    found.push((
+                        PodRef::of(pod),
+                        ScalingEvent::Unschedulable {
+                            pod: key,
+                            reasons: reasons.clone(),
+                        },
+                    ));
                 }
             }
         }
@@ -871,10 +898,12 @@ impl ScalingExecutor {
             let mark = format!("wait:{key}");
             pending.insert(mark.clone());
             if self.reported.insert(mark) {
-                let event = ScalingEvent::WaitingForCapacity { pod: key };
-                not_triggered(cluster, pod, &event, now).await;
-                report.events.push(event);
+                found.push((PodRef::of(pod), ScalingEvent::WaitingForCapacity { pod: key }));
             }
+        }
+        for (pod, event) in found {
+            not_triggered(cluster, pod, &event, now).await;
+            report.events.push(event);
         }
         // Forget pods that are gone or no longer pending; a pod pending again is reported again.
         let still: BTreeSet<String> = pass
@@ -902,7 +931,7 @@ impl ScalingExecutor {
         };
         self.scale_down = decision.state;
         report.notes.extend(decision.notes.iter().cloned());
-        self.execute(cluster, pass, &decision.commands, now, report)
+        self.execute(cluster, pass, decision.commands, now, report)
             .await;
     }
 
@@ -912,12 +941,12 @@ impl ScalingExecutor {
         &mut self,
         cluster: &C,
         pass: &mut Pass<'_>,
-        commands: &[ScalingCommand],
+        commands: Vec<ScalingCommand>,
         now: Timestamp,
         report: &mut ScalingReport,
     ) {
         for command in commands {
-            match command {
+            match &command {
                 ScalingCommand::CreateNodes {
                     group, zone, count, ..
                 } => {
@@ -929,10 +958,10 @@ impl ScalingExecutor {
                         .entry((group.clone(), zone.clone()))
                         .or_insert(0) += count;
                     pass.orders.push(Order {
-                        command: command.clone(),
                         group: group.clone(),
                         zone: zone.clone(),
                         count: *count,
+                        command,
                     });
                 }
                 ScalingCommand::RemoveNode { .. } => {
@@ -948,7 +977,7 @@ impl ScalingExecutor {
         &mut self,
         cluster: &C,
         pass: &mut Pass<'_>,
-        command: &ScalingCommand,
+        command: ScalingCommand,
         chaos_mark: Option<&str>,
         now: Timestamp,
         report: &mut ScalingReport,
@@ -958,14 +987,14 @@ impl ScalingExecutor {
             group,
             zone,
             why,
-        } = command
+        } = command.clone()
         else {
             return false;
         };
-        if pass.leaving.contains(node) {
+        if pass.leaving.contains(&node) {
             return true;
         }
-        let Some(current) = pass.nodes.iter().find(|n| &n.name == node) else {
+        let Some(current) = pass.nodes.iter().find(|n| n.name == node) else {
             return false;
         };
         let mut patch = NodePatch::new().set_label(keys::LABEL_TERMINATION_IN_PROGRESS, "");
@@ -977,30 +1006,6 @@ impl ScalingExecutor {
         if chaos_mark == Some(node.as_str()) {
             patch = patch.set_annotation(keys::ANNOTATION_CHAOS_MONKEY_VICTIM, "");
         }
-        if let Err(source) = cluster.patch_node(node, &patch).await {
-            report.errors.push(ScalingActionError {
-                object: format!("node {node}"),
-                action: "start the removal".into(),
-                source: source.into(),
-            });
-            return false;
-        }
-        let key = (group.clone(), zone.clone());
-        match why {
-            Why::Underutilized { .. } => {
-                if let Some(d) = self.desired.get_mut(&key) {
-                    *d = d.saturating_sub(1);
-                }
-            }
-            Why::AboveMax { max, .. } => {
-                if let Some(d) = self.desired.get_mut(&key) {
-                    *d = (*d).min(*max);
-                }
-            }
-            _ => {}
-        }
-        pass.leaving.insert(node.clone());
-        self.removing.insert(node.clone());
         let (reason, kind) = match why {
             Why::Chaos => ("ChaosMonkeyVictim", EventKind::Warning),
             Why::Underutilized { .. } => ("ScaleDown", EventKind::Normal),
@@ -1008,19 +1013,45 @@ impl ScalingExecutor {
             Why::Failed => ("FailedNodeRemoved", EventKind::Warning),
             _ => ("NodeRemoved", EventKind::Normal),
         };
+        let key = (group, zone);
+        match why {
+            Why::Underutilized { .. } => {
+                self.shrink(&key, None);
+            }
+            Why::AboveMax { max, .. } => self.shrink(&key, Some(max)),
+            _ => {}
+        }
+        if let Err(source) = cluster.patch_node(&node, &patch).await {
+            report.errors.push(ScalingActionError {
+                object: format!("node {node}"),
+                action: "start the removal".into(),
+                source: source.into(),
+            });
+            return false;
+        }
+        pass.leaving.insert(node.clone());
+        self.removing.insert(node.clone());
         emit(
             cluster,
-            ObjectRef::node(node.clone()),
+            ObjectRef::node(node),
             kind,
             reason,
             command.to_string(),
             now,
         )
         .await;
-        report.events.push(ScalingEvent::RemovalStarted {
-            command: command.clone(),
-        });
+        report.events.push(ScalingEvent::RemovalStarted { command });
         true
+    }
+
+    /// Lowers a zone's desired count by one (`None`) or to `max`.
+    fn shrink(&mut self, key: &(String, String), max: Option<u32>) {
+        if let Some(d) = self.desired.get_mut(key) {
+            *d = match max {
+                None => d.saturating_sub(1),
+                Some(max) => (*d).min(max),
+            };
+        }
     }
 
     /// Applies the machine layer's plan, then reports the orders with the machines they got.
@@ -1300,16 +1331,15 @@ impl ScalingExecutor {
                 }
             })
             .collect();
+        let calls = requests.into_iter().map(|request| async move {
+            let result = cloud.create_instance(&request).await;
+            (request.machine, result)
+        });
         let mut results: Vec<(String, Result<CloudInstance, CloudError>)> =
-            futures::stream::iter(requests.iter().map(|request| async move {
-                (
-                    request.machine.clone(),
-                    cloud.create_instance(request).await,
-                )
-            }))
-            .buffer_unordered(self.settings.concurrency.max(1))
-            .collect()
-            .await;
+            futures::stream::iter(calls)
+                .buffer_unordered(self.settings.concurrency.max(1))
+                .collect()
+                .await;
         results.sort_by(|a, b| a.0.cmp(&b.0));
         for (machine, result) in results {
             if let Err(source) = &result {
@@ -1352,13 +1382,13 @@ fn upcoming_of(instances: &[Instance], nodes: &BTreeSet<&str>) -> BTreeMap<(Stri
 /// Records cluster-autoscaler's `NotTriggerScaleUp` Event on a pod no new node will host.
 async fn not_triggered<C: ClusterApi + ?Sized>(
     cluster: &C,
-    pod: &Pod,
+    pod: PodRef,
     event: &ScalingEvent,
     now: Timestamp,
 ) {
     emit(
         cluster,
-        ObjectRef::pod(&PodRef::of(pod)),
+        ObjectRef::pod(&pod),
         EventKind::Normal,
         "NotTriggerScaleUp",
         event.to_string(),

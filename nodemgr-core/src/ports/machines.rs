@@ -16,6 +16,7 @@
 //!   them twice.
 
 use async_trait::async_trait;
+use sha2::{Digest, Sha256};
 
 use crate::machines::MachinePhase;
 use crate::model::{ClassReference, Instance, MachineFailure, NodeGroup, Pod, Timestamp, keys};
@@ -57,7 +58,76 @@ impl StandbyHolder {
     pub fn name(&self) -> String {
         holder_name(&self.group)
     }
+
+    /// A checksum of the template's scheduling-relevant fields (labels, priority, requests,
+    /// nodeSelector, tolerations, anti-affinity): adapters store it with the Deployment
+    /// ([`ANNOTATION_HOLDER_CHECKSUM`]) so that an unchanged holder is not written again.
+    pub fn checksum(&self) -> String {
+        let t = &self.template;
+        let mut h = Sha256::new();
+        let mut line = |s: String| {
+            h.update(s.as_bytes());
+            h.update(b"\n");
+        };
+        for (k, v) in &t.labels {
+            line(format!("label {k}={v}"));
+        }
+        line(format!(
+            "priority {} {}",
+            t.priority_class.as_deref().unwrap_or_default(),
+            t.priority
+        ));
+        for (k, q) in &t.requests {
+            line(format!("request {k}={}", q.0));
+        }
+        for (k, v) in &t.node_selector {
+            line(format!("selector {k}={v}"));
+        }
+        for tol in &t.tolerations {
+            line(format!(
+                "toleration {}|{}|{}|{}",
+                tol.key,
+                tol.exists,
+                tol.value,
+                tol.effect.as_ref().map_or("", |e| e.as_str())
+            ));
+        }
+        for a in &t.hostname_anti_affinity {
+            for (k, v) in a.match_labels.iter().flatten() {
+                line(format!("anti-affinity {k}={v}"));
+            }
+        }
+        h.finalize()
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// What an adapter reports of this holder once applied.
+    pub fn applied(&self) -> AppliedHolder {
+        AppliedHolder {
+            group: self.group.clone(),
+            replicas: self.replicas,
+            checksum: self.checksum(),
+        }
+    }
 }
+
+/// A standby-holder Deployment as it is in the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedHolder {
+    /// NodeGroup (label `ng`).
+    pub group: String,
+    /// `spec.replicas`.
+    pub replicas: u32,
+    /// [`StandbyHolder::checksum`] of the template it was applied with (empty when unknown:
+    /// it is applied again).
+    pub checksum: String,
+}
+
+/// Annotation of a standby-holder Deployment holding [`StandbyHolder::checksum`].
+pub const ANNOTATION_HOLDER_CHECKSUM: &str = "node-manager.deckhouse.io/standby-holder-checksum";
 
 /// The name of `group`'s standby-holder Deployment: `standby-holder-<group>`.
 pub fn holder_name(group: &str) -> String {
@@ -114,7 +184,7 @@ pub trait MachineApi: Send + Sync {
     }
 
     /// Every standby-holder Deployment nodemgr made (`app=standby-holder`), as applied.
-    async fn list_standby_holders(&self) -> Result<Vec<StandbyHolder>, ClusterError>;
+    async fn list_standby_holders(&self) -> Result<Vec<AppliedHolder>, ClusterError>;
 
     /// Creates or updates the standby-holder Deployment of `holder.group` (and the `standby`
     /// PriorityClass when the cluster has none), so that it runs `holder.replicas` pods of

@@ -23,7 +23,9 @@ pub use cluster::{
     ClusterApi, ClusterError, ClusterRead, EventApi, EventKind, EvictionResult, NodeApi, NodePatch,
     ObjectRef, PodApi, PodRef, Precondition, RecordedEvent,
 };
-pub use machines::{MachineApi, NewInstance, StandbyHolder, holder_name};
+pub use machines::{
+    ANNOTATION_HOLDER_CHECKSUM, AppliedHolder, MachineApi, NewInstance, StandbyHolder, holder_name,
+};
 pub use remote_shell::{
     RemoteScript, RemoteShell, RemoteShellError, ScriptRun, Sensitive, SshTarget,
 };

@@ -89,7 +89,8 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
         desired_checksum: checksums.get(&name).map(String::as_str),
         cloud_zones: &[],
         machines: None,
-        standby: None,
+        // Written by the machine controller (the scaling executor's standby); kept here.
+        standby: core.status.as_ref().and_then(|s| s.standby),
         api_server_version: api_server_version.as_deref(),
         error: error.as_deref(),
         previous: core.status.as_ref(),
