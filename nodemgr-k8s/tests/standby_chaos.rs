@@ -73,7 +73,9 @@ async fn world(groups: &[Value]) -> World {
         emulator.seed(serde_json::to_value(crd).unwrap()).unwrap();
     }
     emulator
-        .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": keys::NAMESPACE}}))
+        .seed(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": keys::NAMESPACE}}),
+        )
         .unwrap();
     for g in groups {
         emulator.seed(g.clone()).unwrap();
@@ -177,14 +179,20 @@ fn replica_sets(emulator: &Emulator, serial: &AtomicUsize) {
         .iter()
         .map(|c| {
             (
-                c["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                c["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
                 c["value"].as_i64().unwrap_or(0),
             )
         })
         .collect();
     let pods = emulator.list("v1", "Pod", Some(keys::NAMESPACE));
     for d in emulator.list("apps/v1", "Deployment", Some(keys::NAMESPACE)) {
-        let name = d["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let name = d["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let want = usize::try_from(d["spec"]["replicas"].as_u64().unwrap_or(1)).unwrap();
         let mine: Vec<&Value> = pods
             .iter()
@@ -329,7 +337,9 @@ fn holders(w: &World) -> Vec<Value> {
 }
 
 fn standby_status(w: &World) -> Option<i64> {
-    w.emulator.get("deckhouse.io/v1", "NodeGroup", "", "worker")?["status"]["standby"].as_i64()
+    w.emulator
+        .get("deckhouse.io/v1", "NodeGroup", "", "worker")?["status"]["standby"]
+        .as_i64()
 }
 
 /// The story both the cluster and the simulator run: `worker` (1..4 nodes in zone `a`,
@@ -434,13 +444,23 @@ async fn standby_holders_keep_a_warm_node_that_real_workloads_take_at_once() {
     // a node requested, one replica.
     eventually("the standby-holder Deployment", 20, || {
         w.emulator
-            .get("apps/v1", "Deployment", keys::NAMESPACE, "standby-holder-worker")
+            .get(
+                "apps/v1",
+                "Deployment",
+                keys::NAMESPACE,
+                "standby-holder-worker",
+            )
             .is_some()
     })
     .await;
     let d = w
         .emulator
-        .get("apps/v1", "Deployment", keys::NAMESPACE, "standby-holder-worker")
+        .get(
+            "apps/v1",
+            "Deployment",
+            keys::NAMESPACE,
+            "standby-holder-worker",
+        )
         .unwrap();
     assert_eq!(d["spec"]["replicas"], 1, "{d}");
     let pod = &d["spec"]["template"]["spec"];
@@ -464,7 +484,9 @@ async fn standby_holders_keep_a_warm_node_that_real_workloads_take_at_once() {
     eventually("2 nodes, the app and the holder bound", 30, || {
         in_step(&w, "worker", 2)
             && node_of(&w, "default", "app").is_some()
-            && holders(&w).iter().all(|h| h["spec"]["nodeName"].is_string())
+            && holders(&w)
+                .iter()
+                .all(|h| h["spec"]["nodeName"].is_string())
             && holders(&w).len() == 1
     })
     .await;
@@ -508,7 +530,10 @@ async fn standby_holders_keep_a_warm_node_that_real_workloads_take_at_once() {
                 .is_some_and(|n| n != app_node && n != standby_node)
     })
     .await;
-    eventually("status.standby 1 again", 10, || standby_status(&w) == Some(1)).await;
+    eventually("status.standby 1 again", 10, || {
+        standby_status(&w) == Some(1)
+    })
+    .await;
 
     // The simulator's run of the same story takes the same decisions.
     let cluster = Decisions {
@@ -541,7 +566,12 @@ fn victims(w: &World) -> Vec<String> {
                 .get(keys::ANNOTATION_CHAOS_MONKEY_VICTIM)
                 .is_some()
         })
-        .map(|n| n["metadata"]["name"].as_str().unwrap_or_default().to_owned())
+        .map(|n| {
+            n["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
         .collect()
 }
 
@@ -570,12 +600,16 @@ async fn chaos_drains_and_replaces_one_victim_at_a_time_cluster_wide() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Every victim was drained and its machine deleted; each group is whole again.
-    eventually("the victims' machines gone, 2 machines per group", 30, || {
-        seen.iter()
-            .all(|v| !w.cloud.existing().iter().any(|m| &m.machine == v))
-            && in_step(&w, "worker", 2)
-            && in_step(&w, "batch", 2)
-    })
+    eventually(
+        "the victims' machines gone, 2 machines per group",
+        30,
+        || {
+            seen.iter()
+                .all(|v| !w.cloud.existing().iter().any(|m| &m.machine == v))
+                && in_step(&w, "worker", 2)
+                && in_step(&w, "batch", 2)
+        },
+    )
     .await;
     let events = w.emulator.list("events.k8s.io/v1", "Event", None);
     for v in &seen {

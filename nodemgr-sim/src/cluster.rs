@@ -22,12 +22,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use nodemgr_core::machines::{ANNOTATION_PROVIDER_ID, MachinePhase};
 use nodemgr_core::model::{
-    Instance, InstanceCurrentStatus, MachineFailure, Node, NodeGroup, NodeGroupStatus,
-    ObjectMeta, ObjectReference, Pod, PodDisruptionBudget, Timestamp, keys,
+    Instance, InstanceCurrentStatus, MachineFailure, Node, NodeGroup, NodeGroupStatus, ObjectMeta,
+    ObjectReference, Pod, PodDisruptionBudget, Timestamp, keys,
 };
 use nodemgr_core::ports::{
-    AppliedHolder, ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance, NodeApi,
-    NodePatch, PodApi, PodRef, Precondition, RecordedEvent, StandbyHolder,
+    AppliedHolder, ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance,
+    NodeApi, NodePatch, PodApi, PodRef, Precondition, RecordedEvent, StandbyHolder,
 };
 
 use crate::scenario::{ErrorKind, Operation};
@@ -366,7 +366,11 @@ impl MachineApi for SimCluster<'_> {
         now: Timestamp,
     ) -> Result<(), ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::Patch, &format!("update Instance {machine}"))?;
+        Self::check(
+            &mut w,
+            Operation::Patch,
+            &format!("update Instance {machine}"),
+        )?;
         let Some(i) = w.instances.get_mut(machine) else {
             return Err(ClusterError::NotFound(format!("Instance {machine}")));
         };
@@ -390,7 +394,11 @@ impl MachineApi for SimCluster<'_> {
 
     async fn forget_instance(&self, machine: &str) -> Result<(), ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::Delete, &format!("delete Instance {machine}"))?;
+        Self::check(
+            &mut w,
+            Operation::Delete,
+            &format!("delete Instance {machine}"),
+        )?;
         w.instances.remove(machine);
         Ok(())
     }
@@ -402,7 +410,11 @@ impl MachineApi for SimCluster<'_> {
         keep: usize,
     ) -> Result<(), ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::Patch, &format!("update status of {group}"))?;
+        Self::check(
+            &mut w,
+            Operation::Patch,
+            &format!("update status of {group}"),
+        )?;
         let Some(g) = w.groups.get_mut(group) else {
             return Err(ClusterError::NotFound(format!("NodeGroup {group}")));
         };
@@ -420,7 +432,10 @@ impl MachineApi for SimCluster<'_> {
     async fn list_standby_holders(&self) -> Result<Vec<AppliedHolder>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, "list standby holders")?;
-        Ok(w.standby_holders.values().map(StandbyHolder::applied).collect())
+        Ok(w.standby_holders
+            .values()
+            .map(StandbyHolder::applied)
+            .collect())
     }
 
     async fn apply_standby_holder(&self, holder: &StandbyHolder) -> Result<(), ClusterError> {
@@ -442,7 +457,11 @@ impl MachineApi for SimCluster<'_> {
 
     async fn set_standby_status(&self, group: &str, standby: u32) -> Result<(), ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::Patch, &format!("update status of {group}"))?;
+        Self::check(
+            &mut w,
+            Operation::Patch,
+            &format!("update status of {group}"),
+        )?;
         let Some(g) = w.groups.get_mut(group) else {
             return Err(ClusterError::NotFound(format!("NodeGroup {group}")));
         };

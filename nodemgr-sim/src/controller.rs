@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use nodemgr_core::drain::DrainOutcome;
-use nodemgr_core::executor::{ExecutorEvent, UpdateExecutor};
 use nodemgr_core::executor::scaling::DRAIN_SOURCE_SCALE_DOWN;
+use nodemgr_core::executor::{ExecutorEvent, UpdateExecutor};
 use nodemgr_core::model::{Timestamp, keys};
 use nodemgr_core::update::UpdateCommand;
 

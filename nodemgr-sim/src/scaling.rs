@@ -35,8 +35,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use nodemgr_core::executor::scaling::{MachineClass, ScalingEvent, ScalingSettings};
 use nodemgr_core::executor::ScalingExecutor;
+use nodemgr_core::executor::scaling::{MachineClass, ScalingEvent, ScalingSettings};
 use nodemgr_core::machines::{ANNOTATION_PROVIDER_ID, DeleteReason, MachineConfig, MachinePhase};
 use nodemgr_core::model::{
     CloudInstances, Instance, InstanceCurrentStatus, InstanceStatus, NodeGroup, NodeType,
@@ -943,7 +943,13 @@ impl ScalingController {
                     return;
                 };
                 if matches!(why, Why::PendingPods { .. }) {
-                    world.record_in("scaleUp", Some(group.clone()), None, None, command.to_string());
+                    world.record_in(
+                        "scaleUp",
+                        Some(group.clone()),
+                        None,
+                        None,
+                        command.to_string(),
+                    );
                 }
                 world.record_in(
                     "machineCreated",
@@ -970,7 +976,13 @@ impl ScalingController {
                     Why::Chaos => "chaosVictim",
                     _ => "removeNode",
                 };
-                world.record_in(kind, Some(group.clone()), Some(node), None, command.to_string());
+                world.record_in(
+                    kind,
+                    Some(group.clone()),
+                    Some(node),
+                    None,
+                    command.to_string(),
+                );
             }
             ScalingEvent::MachineDeleted {
                 group,

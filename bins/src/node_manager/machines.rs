@@ -135,9 +135,9 @@ pub fn settings(path: &Path, period: Duration) -> anyhow::Result<MachineSettings
             .concurrency
             .unwrap_or(nodemgr_cloud::config::DEFAULT_CONCURRENCY)
             .max(1),
-        standby_image: file
-            .standby_image
-            .unwrap_or_else(|| nodemgr_k8s::controllers::machines::DEFAULT_STANDBY_IMAGE.to_owned()),
+        standby_image: file.standby_image.unwrap_or_else(|| {
+            nodemgr_k8s::controllers::machines::DEFAULT_STANDBY_IMAGE.to_owned()
+        }),
     })
 }
 

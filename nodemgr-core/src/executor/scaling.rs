@@ -66,16 +66,16 @@ use crate::model::{
 use crate::ports::cloud::{
     CloudApi, CloudError, CloudInstance, CreateInstance, InstanceClass as CloudClass,
 };
+use crate::ports::machines::AppliedHolder;
 use crate::ports::{
     ClusterApi, ClusterError, EventKind, MachineApi, NewInstance, NodePatch, ObjectRef, PodRef,
     Precondition, StandbyHolder,
 };
-use crate::ports::machines::AppliedHolder;
 use crate::scaling::standby::{expected_holders, holder_template};
 use crate::scaling::{
     ChaosState, ClusterSnapshot, InstanceClass, ScaleDownState, ScalingCommand, ScalingConfig,
-    Upcoming, Why, class_of, plan_bounds, plan_chaos, plan_scale_down,
-    plan_scale_up, plan_standby, plan_surge,
+    Upcoming, Why, class_of, plan_bounds, plan_chaos, plan_scale_down, plan_scale_up, plan_standby,
+    plan_surge,
 };
 
 use super::update::emit;
@@ -243,7 +243,10 @@ impl fmt::Display for ScalingEvent {
                 (None, r) => write!(f, "standby holder of {group} created with {r} replica(s)"),
                 (Some(_), 0) => write!(f, "standby holder of {group} deleted"),
                 (Some(p), r) => {
-                    write!(f, "standby holder of {group} scaled from {p} to {r} replica(s)")
+                    write!(
+                        f,
+                        "standby holder of {group} scaled from {p} to {r} replica(s)"
+                    )
                 }
             },
             Self::StandbyStatus { group, held } => {
@@ -324,7 +327,7 @@ pub struct ScalingExecutor {
 enum StandbyAction {
     /// Create or update the group's Deployment.
     Apply {
-        holder: StandbyHolder,
+        holder: Box<StandbyHolder>,
         previous: Option<u32>,
     },
     /// Delete the group's Deployment.
@@ -448,13 +451,14 @@ impl ScalingExecutor {
             .collect();
         let mut listed: Vec<CloudInstance> = Vec::new();
         for group in ephemeral.clone() {
-            let machines = cloud
-                .list_group_instances(&group)
-                .await
-                .map_err(|source| ScalingError {
-                    what: format!("the machines of {group}"),
-                    source: source.into(),
-                })?;
+            let machines =
+                cloud
+                    .list_group_instances(&group)
+                    .await
+                    .map_err(|source| ScalingError {
+                        what: format!("the machines of {group}"),
+                        source: source.into(),
+                    })?;
             listed.extend(machines);
         }
         // Cloud node GC looks only at nodes of groups whose machines nodemgr orders.
@@ -730,7 +734,7 @@ impl ScalingExecutor {
                     match records.apply_standby_holder(&holder).await {
                         Ok(()) => report.events.push(ScalingEvent::StandbyHolder {
                             replicas: holder.replicas,
-                            group: holder.group,
+                            group: holder.group.clone(),
                             previous,
                         }),
                         Err(source) => report.errors.push(ScalingActionError {
@@ -756,7 +760,9 @@ impl ScalingExecutor {
                 }
                 StandbyAction::Status { group, held } => {
                     match records.set_standby_status(&group, held).await {
-                        Ok(()) => report.events.push(ScalingEvent::StandbyStatus { group, held }),
+                        Ok(()) => report
+                            .events
+                            .push(ScalingEvent::StandbyStatus { group, held }),
                         Err(source) => report.errors.push(ScalingActionError {
                             object: format!("group {group}"),
                             action: "write status.standby".into(),
@@ -787,7 +793,9 @@ impl ScalingExecutor {
             holders.iter().map(|h| (h.group.as_str(), h)).collect();
         for plan in &plans {
             if let Some(error) = &plan.error {
-                report.notes.push(format!("{}: standby: {error}", plan.group));
+                report
+                    .notes
+                    .push(format!("{}: standby: {error}", plan.group));
             }
             let Some(group) = snapshot.group(&plan.group) else {
                 continue;
@@ -809,7 +817,7 @@ impl ScalingExecutor {
                 if current != Some(&wanted.applied()) {
                     actions.push(StandbyAction::Apply {
                         previous: current.map(|h| h.replicas),
-                        holder: wanted,
+                        holder: Box::new(wanted),
                     });
                 }
             }
@@ -898,7 +906,10 @@ impl ScalingExecutor {
             let mark = format!("wait:{key}");
             pending.insert(mark.clone());
             if self.reported.insert(mark) {
-                found.push((PodRef::of(pod), ScalingEvent::WaitingForCapacity { pod: key }));
+                found.push((
+                    PodRef::of(pod),
+                    ScalingEvent::WaitingForCapacity { pod: key },
+                ));
             }
         }
         for (pod, event) in found {
@@ -1175,7 +1186,11 @@ impl ScalingExecutor {
                             )
                             .await;
                             report.events.push(ScalingEvent::MachineDeleted {
-                                zone: zone_of.get(machine.as_str()).copied().unwrap_or("").to_owned(),
+                                zone: zone_of
+                                    .get(machine.as_str())
+                                    .copied()
+                                    .unwrap_or("")
+                                    .to_owned(),
                                 group,
                                 machine,
                                 reason,
@@ -1245,7 +1260,9 @@ impl ScalingExecutor {
                 }
                 MachineCommand::DeleteNode { node, reason } => {
                     match cluster.delete_node(&node, &Precondition::None).await {
-                        Ok(()) => report.events.push(ScalingEvent::NodeDeleted { node, reason }),
+                        Ok(()) => report
+                            .events
+                            .push(ScalingEvent::NodeDeleted { node, reason }),
                         Err(source) if source.is_not_found() => {}
                         Err(source) => report.errors.push(ScalingActionError {
                             object: format!("node {node}"),
@@ -1372,7 +1389,10 @@ fn upcoming_of(instances: &[Instance], nodes: &BTreeSet<&str>) -> BTreeMap<(Stri
         {
             let label = |key: &str| i.metadata.labels.get(key).cloned().unwrap_or_default();
             *upcoming
-                .entry((label(keys::LABEL_NODE_GROUP), label(keys::LABEL_TOPOLOGY_ZONE)))
+                .entry((
+                    label(keys::LABEL_NODE_GROUP),
+                    label(keys::LABEL_TOPOLOGY_ZONE),
+                ))
                 .or_insert(0) += 1;
         }
     }

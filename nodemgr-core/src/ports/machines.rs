@@ -198,3 +198,49 @@ pub trait MachineApi: Send + Sync {
     /// Writes `status.standby` of `group`: the standby nodes its holders hold.
     async fn set_standby_status(&self, group: &str, standby: u32) -> Result<(), ClusterError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Quantity, TaintEffect, Toleration};
+
+    fn holder() -> StandbyHolder {
+        let mut template = Pod {
+            name: holder_name("g"),
+            priority_class: Some("standby".into()),
+            ..Pod::default()
+        };
+        template.requests.insert("cpu".into(), Quantity::units(2));
+        StandbyHolder {
+            group: "g".into(),
+            replicas: 2,
+            template,
+        }
+    }
+
+    #[test]
+    fn the_checksum_follows_what_scheduling_reads_and_nothing_else() {
+        let a = holder();
+        assert_eq!(a.name(), "standby-holder-g");
+        assert_eq!(a.checksum(), holder().checksum());
+        assert_eq!(a.checksum().len(), 16);
+        let mut more = holder();
+        more.replicas = 3;
+        assert_eq!(more.checksum(), a.checksum(), "replicas are compared apart");
+        assert_ne!(more.applied(), a.applied());
+        let mut bigger = holder();
+        bigger
+            .template
+            .requests
+            .insert("cpu".into(), Quantity::units(3));
+        assert_ne!(bigger.checksum(), a.checksum());
+        let mut tolerant = holder();
+        tolerant.template.tolerations.push(Toleration {
+            key: "dedicated".into(),
+            exists: false,
+            value: "g".into(),
+            effect: Some(TaintEffect::NoSchedule),
+        });
+        assert_ne!(tolerant.checksum(), a.checksum());
+    }
+}

@@ -155,7 +155,11 @@ pub fn holder_template(group: &ScalingGroup<'_>) -> Option<Pod> {
 /// [`holder_template`] with a zone nodeSelector, named `standby-holder-<group>-<zone>-<index>`.
 pub fn holder_pod(group: &ScalingGroup<'_>, zone: &str, index: u32) -> Option<Pod> {
     let mut pod = holder_template(group)?;
-    pod.name = format!("{}{}-{zone}-{index}", keys::STANDBY_HOLDER_PREFIX, group.name());
+    pod.name = format!(
+        "{}{}-{zone}-{index}",
+        keys::STANDBY_HOLDER_PREFIX,
+        group.name()
+    );
     pod.node_selector
         .insert(keys::LABEL_TOPOLOGY_ZONE.to_owned(), zone.to_owned());
     Some(pod)
@@ -222,10 +226,7 @@ pub fn expected_holders(
             existing = existing.saturating_add(1);
             match p.node_name.as_deref() {
                 Some(node) => {
-                    if let Some(d) = zone_of_node
-                        .get(node)
-                        .and_then(|z| deficit.get_mut(*z))
-                    {
+                    if let Some(d) = zone_of_node.get(node).and_then(|z| deficit.get_mut(*z)) {
                         *d = d.saturating_sub(1);
                     }
                 }
@@ -403,7 +404,7 @@ pub fn plan_standby(snapshot: &ClusterSnapshot<'_>) -> Vec<StandbyPlan> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{IntOrString, NodeGroup};
+    use crate::model::{IntOrString, Node, NodeGroup};
     use crate::scaling::InstanceClass;
     use crate::scaling::bounds::tests::group;
     use proptest::prelude::*;
@@ -485,6 +486,93 @@ mod tests {
         );
     }
 
+    fn holder_world(
+        zones: usize,
+        count: u32,
+        bound: &[u32],
+        pending: usize,
+    ) -> (Vec<NodeGroup>, Vec<Node>, Vec<Pod>) {
+        let g = with_standby(0, 50, zones, IntOrString::Int(i64::from(count)));
+        let classes = vec![InstanceClass::new("InstanceClass", "small", 2, 4)];
+        let sg = ScalingGroup::new(&g, &classes, &[]);
+        let template = holder_template(&sg).unwrap();
+        let mut nodes = Vec::new();
+        let mut pods = Vec::new();
+        for (z, n) in bound.iter().enumerate() {
+            for i in 0..*n {
+                let name = format!("n-{z}-{i}");
+                let mut node = Node {
+                    name: name.clone(),
+                    ..Node::default()
+                };
+                node.labels
+                    .insert(keys::LABEL_TOPOLOGY_ZONE.into(), format!("z{z}"));
+                nodes.push(node);
+                let mut p = template.clone();
+                p.name = format!("bound-{z}-{i}");
+                p.node_name = Some(name);
+                pods.push(p);
+            }
+        }
+        for i in 0..pending {
+            let mut p = template.clone();
+            p.name = format!("pending-{i}");
+            pods.push(p);
+        }
+        (vec![g], nodes, pods)
+    }
+
+    fn view_of(
+        groups: &[NodeGroup],
+        nodes: &[Node],
+        pods: &mut Vec<Pod>,
+    ) -> (Option<StandbyPlan>, HolderView) {
+        let classes = vec![InstanceClass::new("InstanceClass", "small", 2, 4)];
+        let before = pods.clone();
+        let snap = ClusterSnapshot::new(nodes, &before, &[], groups, &classes, &[]);
+        let plans = plan_standby(&snap);
+        let view = expected_holders(pods, nodes, &snap.groups, &plans);
+        (plans.first().cloned(), view)
+    }
+
+    #[test]
+    fn pending_holders_get_the_zones_that_lack_one_and_missing_replicas_are_expected() {
+        // Two zones, one holder each wanted; one bound in z0, one pending: it goes to z1.
+        let (groups, nodes, mut pods) = holder_world(2, 2, &[1, 0], 1);
+        let (_, view) = view_of(&groups, &nodes, &mut pods);
+        assert_eq!(
+            view.zoned,
+            vec![(
+                "d8-cloud-instance-manager/pending-0".to_owned(),
+                "z1".to_owned()
+            )]
+        );
+        assert!(view.expected.is_empty() && view.dropped.is_empty());
+        assert_eq!(
+            pods.last()
+                .unwrap()
+                .node_selector
+                .get(keys::LABEL_TOPOLOGY_ZONE),
+            Some(&"z1".to_owned())
+        );
+        // No pod yet: both replicas are expected, one per zone.
+        let (groups, nodes, mut pods) = holder_world(2, 2, &[0, 0], 0);
+        let (_, view) = view_of(&groups, &nodes, &mut pods);
+        assert_eq!(
+            view.expected,
+            vec![
+                ("g".to_owned(), "z0".to_owned()),
+                ("g".to_owned(), "z1".to_owned())
+            ]
+        );
+        assert_eq!(pods.len(), 2);
+        // A pending holder beyond the standby (being scaled down) is left out.
+        let (groups, nodes, mut pods) = holder_world(1, 1, &[1], 1);
+        let (_, view) = view_of(&groups, &nodes, &mut pods);
+        assert_eq!(view.dropped.len(), 1);
+        assert_eq!(pods.len(), 1);
+    }
+
     proptest! {
         #[test]
         fn count_is_capped_and_spread_evenly(min in 0i64..5, extra in 0i64..10, zones in 1usize..5, v in 0i64..100, pct in prop::bool::ANY) {
@@ -497,6 +585,41 @@ mod tests {
             prop_assert_eq!(s.values().sum::<u32>(), n);
             let (lo, hi) = (s.values().min().copied().unwrap_or(0), s.values().max().copied().unwrap_or(0));
             prop_assert!(hi - lo <= 1);
+        }
+
+        /// Scale-up sees, per zone, at most the zone's missing holders; in total as many as
+        /// the zones miss, unless the Deployment's pods and missing replicas are fewer.
+        #[test]
+        fn the_view_asks_each_zone_for_what_it_lacks_and_no_more(
+            zones in 1usize..4,
+            count in 0u32..8,
+            bound in prop::collection::vec(0u32..3, 3),
+            pending in 0usize..6,
+        ) {
+            let bound = &bound[..zones];
+            let (groups, nodes, mut pods) = holder_world(zones, count, bound, pending);
+            let (plan, _) = view_of(&groups, &nodes, &mut pods);
+            let Some(plan) = plan else {
+                // No standby and no holder: nothing to size.
+                prop_assert!(pods.is_empty());
+                return Ok(());
+            };
+            let zs: Vec<String> = (0..zones).map(|i| format!("z{i}")).collect();
+            let mut deficit_total = 0u32;
+            for (i, z) in zs.iter().enumerate() {
+                let d = plan.per_zone[z].saturating_sub(bound[i]);
+                deficit_total += d;
+                let in_view = pods
+                    .iter()
+                    .filter(|p| p.node_name.is_none())
+                    .filter(|p| p.node_selector.get(keys::LABEL_TOPOLOGY_ZONE) == Some(z))
+                    .count() as u32;
+                prop_assert!(in_view <= d, "zone {z}: {in_view} > {d}");
+            }
+            let existing = bound.iter().sum::<u32>() + pending as u32;
+            let missing = count.saturating_sub(existing);
+            let pending_in_view = pods.iter().filter(|p| p.node_name.is_none()).count() as u32;
+            prop_assert_eq!(pending_in_view, deficit_total.min(pending as u32 + missing));
         }
     }
 }

@@ -36,14 +36,13 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use nodemgr_core::bashible::{BootstrapOptions, ClusterContext, RenderRoot, Renderer};
-use nodemgr_core::executor::scaling::{ScalingEvent, ScalingSettings};
 use nodemgr_core::executor::ScalingExecutor;
+use nodemgr_core::executor::scaling::{ScalingEvent, ScalingSettings};
 use nodemgr_core::machines::{ANNOTATION_PROVIDER_ID, MachineConfig, MachinePhase};
 use nodemgr_core::model::{Instance, MachineFailure, NodeGroup, Timestamp, keys};
 use nodemgr_core::ports::cloud::CloudApi;
 use nodemgr_core::ports::{
-    ANNOTATION_HOLDER_CHECKSUM, AppliedHolder, ClusterError, MachineApi, NewInstance,
-    StandbyHolder,
+    ANNOTATION_HOLDER_CHECKSUM, AppliedHolder, ClusterError, MachineApi, NewInstance, StandbyHolder,
 };
 use nodemgr_core::scaling::{ScalingCommand, ScalingConfig, Why};
 use serde_json::{Value, json};
@@ -521,7 +520,8 @@ impl MachineController {
         metrics: Metrics,
     ) -> Self {
         // The chaos monkey's randomness: a new one each start, as Deckhouse's.
-        let seed = u64::try_from(now().as_millis()).unwrap_or_default() ^ u64::from(std::process::id());
+        let seed =
+            u64::try_from(now().as_millis()).unwrap_or_default() ^ u64::from(std::process::id());
         let executor = ScalingExecutor::new(ScalingSettings {
             scaling: settings.scaling,
             machines: settings.config,
