@@ -20,6 +20,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use nodemgr_core::fencing::CacheHealth;
 use nodemgr_core::machines::{ANNOTATION_PROVIDER_ID, MachinePhase};
 use nodemgr_core::model::{
     Instance, InstanceCurrentStatus, MachineFailure, Node, NodeGroup, NodeGroupStatus, ObjectMeta,
@@ -27,7 +28,7 @@ use nodemgr_core::model::{
 };
 use nodemgr_core::ports::{
     AppliedHolder, ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance,
-    NodeApi, NodePatch, PodApi, PodRef, Precondition, RecordedEvent, StandbyHolder,
+    NodeApi, NodeHealthRead, NodePatch, PodApi, PodRef, Precondition, RecordedEvent, StandbyHolder,
 };
 
 use crate::scenario::{ErrorKind, Operation};
@@ -300,6 +301,32 @@ impl EventApi for SimCluster<'_> {
         Self::check(&mut w, Operation::Event, "record an event")?;
         w.recorded_events.push(event.clone());
         Ok(())
+    }
+}
+
+/// The world is the API: its nodes are what a direct read returns, heartbeats are folded into
+/// the node views, and the cached view is always fresh enough to act on (watch lag is
+/// simulated by `list_nodes` itself).
+#[async_trait]
+impl NodeHealthRead for SimCluster<'_> {
+    fn cache_health(&self) -> CacheHealth {
+        CacheHealth {
+            lease_event_age: Some(Duration::ZERO),
+            failing: Vec::new(),
+        }
+    }
+
+    fn lease_renewals(&self) -> BTreeMap<String, Timestamp> {
+        BTreeMap::new()
+    }
+
+    async fn read_node_direct(
+        &self,
+        name: &str,
+    ) -> Result<Option<(Node, Option<Timestamp>)>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, &format!("get node {name}"))?;
+        Ok(w.nodes.get(name).map(|n| (n.node.clone(), None)))
     }
 }
 

@@ -6,6 +6,7 @@
 //! |---|---|---|---|
 //! | [`UpdateExecutor`] ([`update`]) | updates and drains | cluster | [`crate::update`], [`crate::drain`] |
 //! | [`ScalingExecutor`] ([`scaling`]) | machines, scaling, standby, chaos | cluster, machines, cloud | [`crate::scaling`], [`crate::machines`] |
+//! | [`FencingExecutor`] ([`fencing`]) | fencing of silent nodes | cluster (with [`crate::ports::NodeHealthRead`]) | [`crate::fencing`] |
 //!
 //! Every executor has the same driver contract: `step(ports…, now)` reads through the ports,
 //! plans with the pure policies at `now`, applies the decisions through the ports, and returns
@@ -17,9 +18,11 @@
 //!
 //! The update executor's items stay at this module's root (`nodemgr_core::executor::UpdateExecutor`).
 
+pub mod fencing;
 pub mod scaling;
 pub mod update;
 
+pub use fencing::{FencingEvent, FencingExecutor, FencingReport};
 pub use scaling::{ScalingEvent, ScalingExecutor, ScalingReport, ScalingSettings};
 pub use update::{
     ActionError, ActiveDrain, ExecutorEvent, MAX_REPLANS, StepReport, UpdateExecutor,

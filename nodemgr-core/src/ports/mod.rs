@@ -20,8 +20,8 @@ pub use cloud::{
     CloudApi, CloudError, CloudInstance, CreateInstance, InstanceClass, InstanceState,
 };
 pub use cluster::{
-    ClusterApi, ClusterError, ClusterRead, EventApi, EventKind, EvictionResult, NodeApi, NodePatch,
-    ObjectRef, PodApi, PodRef, Precondition, RecordedEvent,
+    ClusterApi, ClusterError, ClusterRead, EventApi, EventKind, EvictionResult, NodeApi,
+    NodeHealthRead, NodePatch, ObjectRef, PodApi, PodRef, Precondition, RecordedEvent,
 };
 pub use machines::{
     ANNOTATION_HOLDER_CHECKSUM, AppliedHolder, MachineApi, NewInstance, StandbyHolder, holder_name,
