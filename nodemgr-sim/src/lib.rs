@@ -10,7 +10,8 @@
 //! |---|---|---|
 //! | [`UpdateController`] | `nodemgr_core::executor::UpdateExecutor` | the node agents (bashible), `RollingUpdate` machines of groups without `scaling` |
 //! | [`scaling::ScalingController`] | `nodemgr_core::executor::ScalingExecutor` | the cloud, kubelets joining machines, the standby holders' ReplicaSet controller, kube-scheduler |
-//! | [`health::FencingController`], [`health::LifecycleController`] | the fencing and lifecycle policies directly (no shared executor yet) | heartbeats, dark nodes |
+//! | [`health::FencingController`] | `nodemgr_core::executor::FencingExecutor` | heartbeats, dark nodes |
+//! | [`health::LifecycleController`] | the node lifecycle policy directly (kube-controller-manager's, not node-manager's) | heartbeats, dark nodes |
 //!
 //! - [`Scenario`]: what the cluster looks like and what happens (YAML, see the README).
 //! - [`World`]: groups, nodes (heartbeats, readiness, zones, labels, annotations, taints,
