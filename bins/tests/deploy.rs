@@ -350,6 +350,20 @@ fn bashible_apiserver_runs_in_cluster_mode_with_the_rbac_its_watches_need() {
             "configmaps",
             "watch",
         ),
+        (
+            "ClusterRole",
+            "nodemgr:node-manager",
+            "scheduling.k8s.io",
+            "priorityclasses",
+            "create",
+        ),
+        (
+            "Role",
+            "nodemgr:node-manager-standby",
+            "apps",
+            "deployments",
+            "patch",
+        ),
     ] {
         assert!(
             grants(kind, name, group, resource, verb),
@@ -375,6 +389,11 @@ fn bashible_apiserver_runs_in_cluster_mode_with_the_rbac_its_watches_need() {
     assert_eq!(
         find(&docs, "Role", "nodemgr:bashible-apiserver-secrets")["metadata"]["namespace"],
         "d8-cloud-instance-manager"
+    );
+    assert_eq!(
+        find(&docs, "Role", "nodemgr:node-manager-standby")["metadata"]["namespace"],
+        "d8-cloud-instance-manager",
+        "the standby-holder Deployments live where Deckhouse keeps them"
     );
 }
 

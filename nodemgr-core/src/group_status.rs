@@ -12,7 +12,7 @@
 //! | `upToDate` | of those, whose `node.deckhouse.io/configuration-checksum` equals the group's; left out when the group's checksum is unknown |
 //! | `min`, `max` | CloudEphemeral: `minPerZone`/`maxPerZone` × zones; 0 for other types (as Deckhouse) |
 //! | `instances`, `desired` | CloudEphemeral: from the machine layer when it reports ([`MachineCounts`], read from the group's `Instance` objects by [`MachineCounts::of_instances`]); else `instances` = `nodes` and `desired` = `nodes` clamped to `[min, max]`; 0 for other types |
-//! | `standby` | standby-holder pods of the group, when reported ([`standby_holders`]) |
+//! | `standby` | the standby nodes the machine controller reports holding, when it does |
 //! | `engine` | `CAPI` for groups whose machines nodemgr orders, else `None` ([`engine`]) |
 //! | `kubernetesVersion` | `spec.kubernetesVersion`, else the API server's, never above the API server's ([`kubernetes_version`]) |
 //! | `error` | the latest error (validation or machine), when any |
@@ -39,8 +39,8 @@ use std::collections::BTreeSet;
 
 use crate::machines::MachinePhase;
 use crate::model::{
-    Condition, ConditionSummary, Instance, Node, NodeGroup, NodeGroupStatus, NodeType, Pod,
-    PodPhase, SpecStamp, SpecSync, Timestamp, keys,
+    Condition, ConditionSummary, Instance, Node, NodeGroup, NodeGroupStatus, NodeType,
+    SpecStamp, SpecSync, Timestamp, keys,
 };
 use crate::scaling::group_zones;
 
@@ -107,20 +107,6 @@ pub fn spec_sync(group: &NodeGroup, previous: Option<&NodeGroupStatus>, now: Tim
         processed,
         synced: Some(if synced { "True" } else { "False" }.to_owned()),
     }
-}
-
-/// `status.standby`: the group's standby-holder pods (labels `app=standby-holder` and
-/// `ng=<group>`, docs/deckhouse.md §8) that have not finished.
-pub fn standby_holders<'a>(pods: impl IntoIterator<Item = &'a Pod>, group: &str) -> i64 {
-    let holders = pods
-        .into_iter()
-        .filter(|p| {
-            p.labels.get("app").map(String::as_str) == Some(keys::STANDBY_HOLDER_APP)
-                && p.labels.get("ng").map(String::as_str) == Some(group)
-                && !matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed)
-        })
-        .count();
-    count(holders)
 }
 
 /// Everything [`group_status`] needs about one group.
@@ -639,8 +625,8 @@ mod tests {
     }
 
     #[test]
-    fn machine_counts_come_from_instances_and_standby_from_holder_pods() {
-        use crate::model::{InstanceCurrentStatus, Pod};
+    fn machine_counts_come_from_instances() {
+        use crate::model::InstanceCurrentStatus;
         let instance = |phase: &str, deleting: bool| {
             let mut i = Instance::default();
             i.status.current_status = Some(InstanceCurrentStatus {
@@ -666,23 +652,6 @@ mod tests {
                 desired: 2
             })
         );
-        let holder = |group: &str, phase: PodPhase| Pod {
-            labels: [("app", "standby-holder"), ("ng", group)]
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-            phase,
-            ..Pod::default()
-        };
-        let pods = [
-            holder("w", PodPhase::Running),
-            holder("w", PodPhase::Pending),
-            holder("w", PodPhase::Failed),
-            holder("other", PodPhase::Running),
-            Pod::default(),
-        ];
-        assert_eq!(standby_holders(&pods, "w"), 2);
-        assert_eq!(standby_holders(&pods, "none"), 0);
     }
 
     #[test]

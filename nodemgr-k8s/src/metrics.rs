@@ -76,7 +76,14 @@ pub const FENCING_ACTIONS: [&str; 5] = [
 pub const GROUPLESS_FENCING_ACTIONS: [&str; 1] = ["paused_stale_cache"];
 
 /// The `action` values of `nodemgr_machine_actions_total`.
-pub const MACHINE_ACTIONS: [&str; 5] = ["create", "delete", "failure", "delete_node", "drain"];
+pub const MACHINE_ACTIONS: [&str; 6] = [
+    "create",
+    "delete",
+    "failure",
+    "delete_node",
+    "drain",
+    "standby_holder",
+];
 
 /// The `action` values of `nodemgr_static_operations_total`.
 pub const STATIC_OPERATIONS: [&str; 4] = [
@@ -98,6 +105,13 @@ pub struct GroupLabels {
 pub struct ControllerLabels {
     /// Controller name (`status`, `template`, `update`, `fencing`).
     pub controller: String,
+}
+
+/// Label set of per-group counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeGroupLabels {
+    /// The NodeGroup.
+    pub node_group: String,
 }
 
 /// Label set of per-action counters.
@@ -218,8 +232,11 @@ pub struct Metrics {
     /// Ends of static instance operations over SSH (`bootstrap_succeeded`, `bootstrap_failed`,
     /// `cleanup_succeeded`, `cleanup_failed`).
     pub static_operations: Family<ActionLabels, Counter>,
-    /// Machine controller actions (`create`, `delete`, `failure`, `drain`, `delete_node`).
+    /// Machine controller actions (`create`, `delete`, `failure`, `drain`, `delete_node`,
+    /// `standby_holder`).
     pub machine_actions: Family<ActionLabels, Counter>,
+    /// Chaos monkey victims (nodes chosen to be drained and replaced), by group.
+    pub chaos_victims: Family<NodeGroupLabels, Counter>,
     /// Failed reconciles per controller.
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     /// Reconcile durations per controller, seconds.
@@ -304,6 +321,7 @@ impl Metrics {
         let fencing_suppressed = Family::<ZoneLabels, Gauge>::default();
         let static_operations = Family::<ActionLabels, Counter>::default();
         let machine_actions = Family::<ActionLabels, Counter>::default();
+        let chaos_victims = Family::<NodeGroupLabels, Counter>::default();
         let reconcile_errors = Family::<ControllerLabels, Counter>::default();
         let reconcile_duration =
             Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
@@ -358,6 +376,11 @@ impl Metrics {
             machine_actions.clone(),
         );
         registry.register(
+            "chaos_victims",
+            "Nodes the chaos monkey chose to drain and replace",
+            chaos_victims.clone(),
+        );
+        registry.register(
             "reconcile_errors",
             "Failed reconciles",
             reconcile_errors.clone(),
@@ -407,6 +430,7 @@ impl Metrics {
             fencing_suppressed,
             static_operations,
             machine_actions,
+            chaos_victims,
             reconcile_errors,
             reconcile_duration,
             leader,
@@ -420,6 +444,15 @@ impl Metrics {
             .get_or_create(&ActionLabels {
                 node_group: group.to_owned(),
                 action: action.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a chaos monkey victim of `group`.
+    pub fn chaos_victim(&self, group: &str) {
+        self.chaos_victims
+            .get_or_create(&NodeGroupLabels {
+                node_group: group.to_owned(),
             })
             .inc();
     }
@@ -456,6 +489,9 @@ impl Metrics {
                 });
             }
         }
+        let _ = self.chaos_victims.get_or_create(&NodeGroupLabels {
+            node_group: group.to_owned(),
+        });
         let labels = DeckhouseGroupLabels {
             node_group_name: group.to_owned(),
         };

@@ -780,10 +780,10 @@ async fn a_silent_fenced_node_loses_its_pods_then_its_node_but_a_silent_zone_is_
 }
 
 /// A CloudEphemeral group's `instances` and `desired` follow its `Instance` objects (the
-/// machine controller's record) once it has any, and `standby` counts its standby-holder pods;
-/// without Instances the status estimates from the nodes.
+/// machine controller's record) once it has any; without Instances the status estimates from the
+/// nodes. The standby count wanted is exported for the standby alert.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_reports_instances_desired_and_standby_from_the_machine_layer() {
+async fn status_reports_instances_and_desired_from_the_machine_layer() {
     let c = cluster(
         &[(
             "eph",
@@ -798,7 +798,7 @@ async fn status_reports_instances_desired_and_standby_from_the_machine_layer() {
     let e = c.emulator.clone();
     eventually("estimated status without Instances", 20, || {
         let s = status(&e, "eph");
-        s["instances"] == 2 && s["desired"] == 2 && s["standby"] == 0
+        s["instances"] == 2 && s["desired"] == 2
     })
     .await;
     for (name, phase) in [
@@ -814,24 +814,15 @@ async fn status_reports_instances_desired_and_standby_from_the_machine_layer() {
                       "status": {"currentStatus": {"phase": phase}}}))
             .unwrap();
     }
-    for (name, group) in [("h0", "eph"), ("h1", "eph"), ("h2", "other")] {
-        e.seed(json!({"apiVersion": "v1", "kind": "Pod",
-                      "metadata": {"name": format!("standby-holder-{name}"), "namespace": "d8-cloud-instance-manager",
-                                   "labels": {"app": "standby-holder", "ng": group}},
-                      "spec": {"containers": [{"name": "reserve-resources", "image": "pause"}]},
-                      "status": {"phase": "Running"}}))
-            .unwrap();
-    }
-    eventually("instances 5, desired 4, standby 2", 20, || {
+    eventually("instances 5, desired 4", 20, || {
         let s = status(&e, "eph");
-        s["instances"] == 5 && s["desired"] == 4 && s["standby"] == 2
+        s["instances"] == 5 && s["desired"] == 4
     })
     .await;
     eventually("Deckhouse's gauges follow the status", 10, || {
         let text = c.metrics.encode();
         text.contains("d8_node_group_instances{node_group_name=\"eph\"} 5")
             && text.contains("d8_node_group_desired{node_group_name=\"eph\"} 4")
-            && text.contains("d8_node_group_standby{node_group_name=\"eph\"} 2")
             && text.contains("d8_node_group_standby_desired{node_group_name=\"eph\"} 2")
     })
     .await;

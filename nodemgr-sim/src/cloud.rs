@@ -119,6 +119,50 @@ impl SimCloud {
         }
     }
 
+    /// A machine of `group` named `machine` in `zone` that is running already (the machines
+    /// of a scenario's initial nodes), as if created with the machine's client token; no API
+    /// call is counted.
+    pub fn seed_running(&self, group: &str, zone: &str, machine: &str) -> CloudInstance {
+        let mut s = self.lock();
+        let id = format!("i-{:08x}", s.next_id);
+        s.next_id += 1;
+        let now = s.now;
+        let instance = CloudInstance {
+            provider_id: Self::provider_id(zone, &id),
+            instance_id: id.clone(),
+            group: group.to_owned(),
+            zone: zone.to_owned(),
+            machine: machine.to_owned(),
+            state: InstanceState::Running,
+            launched: Some(now),
+        };
+        s.machines.insert(
+            id.clone(),
+            SimMachine {
+                instance: instance.clone(),
+                running_at: now,
+                gone_at: None,
+            },
+        );
+        s.tokens
+            .insert(nodemgr_core::ports::cloud::client_token(machine), id);
+        instance
+    }
+
+    /// The next instant after the clock at which a machine starts running or is gone.
+    pub fn next_change(&self) -> Option<Timestamp> {
+        let s = self.lock();
+        s.machines
+            .values()
+            .flat_map(|m| {
+                let starts = (m.instance.state == InstanceState::Pending).then_some(m.running_at);
+                [starts, m.gone_at]
+            })
+            .flatten()
+            .filter(|t| *t > s.now)
+            .min()
+    }
+
     /// Every machine that exists (not shutting down or gone).
     pub fn existing(&self) -> Vec<CloudInstance> {
         self.lock()

@@ -7,6 +7,11 @@
 //! while a [`crate::scenario::WatchLagSpec`] window is open; `list_nodes_fresh` reads the world;
 //! a node patch with a resourceVersion precondition answers [`ClusterError::Conflict`] when the
 //! node changed since, as the API server does ([`crate::api`]).
+//!
+//! The machine port ([`MachineApi`]) keeps Instances and standby-holder Deployments in the
+//! world ([`World::instances`], [`World::standby_holders`]) and writes the group's
+//! `status.lastMachineFailures` and `status.standby`; injected API errors apply to it as to
+//! the rest (`List` for its reads, `Patch` for its writes, `Delete` for its deletions).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -15,10 +20,15 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use nodemgr_core::model::{Node, NodeGroup, Pod, PodDisruptionBudget};
+use nodemgr_core::fencing::CacheHealth;
+use nodemgr_core::machines::{ANNOTATION_PROVIDER_ID, MachinePhase};
+use nodemgr_core::model::{
+    Instance, InstanceCurrentStatus, MachineFailure, Node, NodeGroup, NodeGroupStatus, ObjectMeta,
+    ObjectReference, Pod, PodDisruptionBudget, Timestamp, keys,
+};
 use nodemgr_core::ports::{
-    ClusterError, ClusterRead, EventApi, EvictionResult, NodeApi, NodePatch, PodApi, PodRef,
-    Precondition, RecordedEvent,
+    AppliedHolder, ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance,
+    NodeApi, NodeHealthRead, NodePatch, PodApi, PodRef, Precondition, RecordedEvent, StandbyHolder,
 };
 
 use crate::scenario::{ErrorKind, Operation};
@@ -290,6 +300,202 @@ impl EventApi for SimCluster<'_> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::Event, "record an event")?;
         w.recorded_events.push(event.clone());
+        Ok(())
+    }
+}
+
+/// The world is the API: its nodes are what a direct read returns, heartbeats are folded into
+/// the node views, and the cached view is always fresh enough to act on (watch lag is
+/// simulated by `list_nodes` itself).
+#[async_trait]
+impl NodeHealthRead for SimCluster<'_> {
+    fn cache_health(&self) -> CacheHealth {
+        CacheHealth {
+            lease_event_age: Some(Duration::ZERO),
+            failing: Vec::new(),
+        }
+    }
+
+    fn lease_renewals(&self) -> BTreeMap<String, Timestamp> {
+        BTreeMap::new()
+    }
+
+    async fn read_node_direct(
+        &self,
+        name: &str,
+    ) -> Result<Option<(Node, Option<Timestamp>)>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, &format!("get node {name}"))?;
+        Ok(w.nodes.get(name).map(|n| (n.node.clone(), None)))
+    }
+}
+
+/// The finalizer the simulated Instances carry (as node-manager's).
+const FINALIZER_INSTANCE: &str = "node-manager.deckhouse.io/machine";
+
+#[async_trait]
+impl MachineApi for SimCluster<'_> {
+    async fn list_instances(&self) -> Result<Vec<Instance>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list Instances")?;
+        Ok(w.instances.values().cloned().collect())
+    }
+
+    async fn create_instance(
+        &self,
+        instance: &NewInstance,
+        now: Timestamp,
+    ) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        let what = format!("create Instance {}", instance.machine);
+        Self::check(&mut w, Operation::Patch, &what)?;
+        if w.instances.contains_key(&instance.machine) {
+            return Ok(());
+        }
+        let record = Instance {
+            api_version: "deckhouse.io/v1alpha2".into(),
+            kind: "Instance".into(),
+            metadata: ObjectMeta {
+                name: Some(instance.machine.clone()),
+                labels: [
+                    (keys::LABEL_NODE_GROUP.to_owned(), instance.group.clone()),
+                    (keys::LABEL_TOPOLOGY_ZONE.to_owned(), instance.zone.clone()),
+                ]
+                .into(),
+                annotations: [(
+                    keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM.to_owned(),
+                    instance.class_checksum.clone(),
+                )]
+                .into(),
+                finalizers: vec![FINALIZER_INSTANCE.to_owned()],
+                creation_timestamp: Some(now.to_rfc3339()),
+                ..ObjectMeta::default()
+            },
+            status: nodemgr_core::model::InstanceStatus {
+                class_reference: instance.class_reference.clone(),
+                current_status: Some(InstanceCurrentStatus {
+                    phase: Some(MachinePhase::Pending.as_str().to_owned()),
+                    last_update_time: Some(now.to_rfc3339()),
+                }),
+                ..Default::default()
+            },
+        };
+        w.instances.insert(instance.machine.clone(), record);
+        Ok(())
+    }
+
+    async fn set_instance_phase(
+        &self,
+        machine: &str,
+        phase: MachinePhase,
+        node: Option<&str>,
+        provider_id: Option<&str>,
+        now: Timestamp,
+    ) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        Self::check(
+            &mut w,
+            Operation::Patch,
+            &format!("update Instance {machine}"),
+        )?;
+        let Some(i) = w.instances.get_mut(machine) else {
+            return Err(ClusterError::NotFound(format!("Instance {machine}")));
+        };
+        i.status.current_status = Some(InstanceCurrentStatus {
+            phase: Some(phase.as_str().to_owned()),
+            last_update_time: Some(now.to_rfc3339()),
+        });
+        if let Some(node) = node {
+            i.status.node_ref = Some(ObjectReference {
+                name: node.to_owned(),
+                ..ObjectReference::default()
+            });
+        }
+        if let Some(id) = provider_id {
+            i.metadata
+                .annotations
+                .insert(ANNOTATION_PROVIDER_ID.to_owned(), id.to_owned());
+        }
+        Ok(())
+    }
+
+    async fn forget_instance(&self, machine: &str) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        Self::check(
+            &mut w,
+            Operation::Delete,
+            &format!("delete Instance {machine}"),
+        )?;
+        w.instances.remove(machine);
+        Ok(())
+    }
+
+    async fn record_machine_failure(
+        &self,
+        group: &str,
+        failure: &MachineFailure,
+        keep: usize,
+    ) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        Self::check(
+            &mut w,
+            Operation::Patch,
+            &format!("update status of {group}"),
+        )?;
+        let Some(g) = w.groups.get_mut(group) else {
+            return Err(ClusterError::NotFound(format!("NodeGroup {group}")));
+        };
+        let status = g.group.status.get_or_insert_with(NodeGroupStatus::default);
+        let failures = status.last_machine_failures.get_or_insert_with(Vec::new);
+        failures.push(failure.clone());
+        let keep = keep.max(1);
+        if failures.len() > keep {
+            let surplus = failures.len() - keep;
+            failures.drain(..surplus);
+        }
+        Ok(())
+    }
+
+    async fn list_standby_holders(&self) -> Result<Vec<AppliedHolder>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list standby holders")?;
+        Ok(w.standby_holders
+            .values()
+            .map(StandbyHolder::applied)
+            .collect())
+    }
+
+    async fn apply_standby_holder(&self, holder: &StandbyHolder) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        let what = format!("apply {}", holder.name());
+        Self::check(&mut w, Operation::Patch, &what)?;
+        w.standby_holders
+            .insert(holder.group.clone(), holder.clone());
+        Ok(())
+    }
+
+    async fn delete_standby_holder(&self, group: &str) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        let what = format!("delete {}", nodemgr_core::ports::holder_name(group));
+        Self::check(&mut w, Operation::Delete, &what)?;
+        w.standby_holders.remove(group);
+        Ok(())
+    }
+
+    async fn set_standby_status(&self, group: &str, standby: u32) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        Self::check(
+            &mut w,
+            Operation::Patch,
+            &format!("update status of {group}"),
+        )?;
+        let Some(g) = w.groups.get_mut(group) else {
+            return Err(ClusterError::NotFound(format!("NodeGroup {group}")));
+        };
+        g.group
+            .status
+            .get_or_insert_with(NodeGroupStatus::default)
+            .standby = Some(i64::from(standby));
         Ok(())
     }
 }

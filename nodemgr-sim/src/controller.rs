@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use nodemgr_core::drain::DrainOutcome;
+use nodemgr_core::executor::scaling::DRAIN_SOURCE_SCALE_DOWN;
 use nodemgr_core::executor::{ExecutorEvent, UpdateExecutor};
-use nodemgr_core::model::Timestamp;
+use nodemgr_core::model::{Timestamp, keys};
 use nodemgr_core::update::UpdateCommand;
 
 use crate::cluster::{SimCluster, block_on};
@@ -43,7 +44,8 @@ pub trait Controller {
 
 /// The update executor of `nodemgr-core` ([`UpdateExecutor`]) over the simulated cluster port,
 /// every reconcile period and at its drains' deadlines. `ReplaceMachine` decisions are carried
-/// out by [`World::replace_machine`] (the simulator plays the cloud). A restart replaces the
+/// out by [`World::replace_machine`] (the simulator plays the cloud), or, for a machine of the
+/// scaling executor (one with an Instance), handed to that executor as node-manager does. A restart replaces the
 /// executor with a new one (its drains are picked up again from the `draining` marks) and
 /// gives it a skewed clock.
 #[derive(Debug)]
@@ -142,6 +144,29 @@ impl Controller for UpdateController {
     }
 }
 
+/// A machine of the scaling executor is replaced the way node-manager does it: the node is
+/// handed to the scaling executor as a removal (labelled `termination-in-progress`, annotated
+/// `draining=scale-down`); the update executor drains it, the scaling executor deletes its
+/// machine and the group's bounds order the replacement.
+fn hand_over(world: &mut World, node: &str) {
+    let Some(n) = world.nodes.get_mut(node) else {
+        return;
+    };
+    if n.node
+        .labels
+        .contains_key(keys::LABEL_TERMINATION_IN_PROGRESS)
+    {
+        return;
+    }
+    n.node
+        .labels
+        .insert(keys::LABEL_TERMINATION_IN_PROGRESS.into(), String::new());
+    n.node
+        .annotations
+        .entry(keys::ANNOTATION_DRAINING.into())
+        .or_insert_with(|| DRAIN_SOURCE_SCALE_DOWN.into());
+}
+
 fn record_executor_event(world: &mut World, event: &ExecutorEvent) {
     let node = event.node().to_owned();
     let message = event.to_string();
@@ -156,7 +181,11 @@ fn record_executor_event(world: &mut World, event: &ExecutorEvent) {
             };
             world.record_in(kind, Some(group.clone()), Some(&node), None, message);
             if matches!(command, UpdateCommand::ReplaceMachine { .. }) {
-                world.replace_machine(&node);
+                if world.instances.contains_key(&node) {
+                    hand_over(world, &node);
+                } else {
+                    world.replace_machine(&node);
+                }
             }
         }
         ExecutorEvent::DrainStarted { group, .. } => {

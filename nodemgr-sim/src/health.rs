@@ -1,10 +1,9 @@
 //! The node-health controllers of the simulator: fencing ([`FencingController`], the core's
-//! [`plan_fencing`] with its storm guard) and the node lifecycle eviction policy
-//! ([`LifecycleController`], the core's [`NodeLifecycle`]), stepped on the virtual clock and
-//! acting on the world directly, as a controller on the cluster port would: fencing deletes a
-//! silent node's pods (grace 0), then, in a later pass once none is left, the Node; the
-//! lifecycle controller evicts the pods of nodes unhealthy for the eviction timeout, at its
-//! zones' rates. Both record what they decide in the timeline:
+//! fencing executor over the cluster port, as node-manager runs it: it deletes a silent node's
+//! pods with grace 0, then, in a later pass once none is left, the Node, with the storm guard)
+//! and the node lifecycle eviction policy ([`LifecycleController`], the core's
+//! [`NodeLifecycle`], acting on the world directly: it evicts the pods of nodes unhealthy for
+//! the eviction timeout, at its zones' rates). Both record what they decide in the timeline:
 //!
 //! | kind | meaning |
 //! |---|---|
@@ -12,80 +11,46 @@
 //! | `fencing.node-deleted` | the Node of a silent fenced node deleted |
 //! | `fencing.notify` | `Notify` mode: a silent node reported, nothing deleted |
 //! | `fencing.suppressed` | the storm guard holds fencing back in a zone (once per episode) |
+//! | `fencing.not-confirmed` | a deletion the direct read did not confirm (nothing done) |
+//! | `fencing.paused`, `fencing.error` | the executor paused or resumed; a step or an action failed |
 //! | `lifecycle.zone-state` | a zone changed state (Normal, PartialDisruption, FullDisruption) |
 //! | `lifecycle.pods-evicted` | the pods of an unhealthy node evicted |
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use nodemgr_core::fencing::{
-    Confirmation, DirectRead, FencedNode, FencingCommand, FencingConfig, HeartbeatObserver,
-    heartbeat_token, is_maintenance, plan_fencing,
-};
+use nodemgr_core::executor::fencing::{FencingEvent, FencingExecutor};
+use nodemgr_core::fencing::{FencingCommand, FencingConfig};
 use nodemgr_core::lifecycle::{LifecycleAction, LifecycleConfig, NodeHealth, NodeLifecycle};
-use nodemgr_core::model::{NodeType, Timestamp, keys};
+use nodemgr_core::model::Timestamp;
 
+use crate::cluster::{SimCluster, block_on};
 use crate::controller::Controller;
 use crate::scenario::{FencingSpec, LifecycleSpec};
 use crate::world::World;
 
-/// The fencing controller over the world.
+/// The fencing controller: the core's fencing executor ([`FencingExecutor`], the one
+/// node-manager drives) over the simulated cluster port ([`SimCluster`]), every period and at
+/// the plan's next deadline.
 #[derive(Debug)]
 pub struct FencingController {
-    config: FencingConfig,
+    executor: FencingExecutor,
     period: Duration,
     next: Timestamp,
-    suppressed: BTreeSet<String>,
-    observer: HeartbeatObserver,
 }
 
 impl FencingController {
     /// Runs first at `start`, then every `spec.period` and at the plan's next deadline.
     pub fn new(start: Timestamp, spec: &FencingSpec) -> Self {
         FencingController {
-            config: FencingConfig {
+            executor: FencingExecutor::new(FencingConfig {
                 storm_threshold: spec.storm_threshold,
                 storm_min_silent: spec.storm_min_silent,
                 ..FencingConfig::default()
-            },
+            }),
             period: spec.period.0,
             next: start,
-            suppressed: BTreeSet::new(),
-            observer: HeartbeatObserver::new(),
         }
-    }
-
-    fn view(&mut self, world: &World, now: Timestamp) -> Vec<FencedNode> {
-        let mut out = Vec::new();
-        for n in world.nodes.values() {
-            if !n.node.labels.contains_key(keys::LABEL_FENCING_ENABLED) {
-                continue;
-            }
-            let Some(group) = world.groups.get(&n.group) else {
-                continue;
-            };
-            let Some(fencing) = group.group.spec.fencing.as_ref() else {
-                continue;
-            };
-            let has_pods = world
-                .pods_by_node
-                .get(&n.node.name)
-                .is_some_and(|p| !p.is_empty());
-            let node_type = group
-                .group
-                .spec
-                .node_type
-                .clone()
-                .unwrap_or(NodeType::CloudEphemeral);
-            let observed = self
-                .observer
-                .observe(&n.node.name, heartbeat_token(&n.node, None), now);
-            if let Ok(view) = FencedNode::from_node(&n.node, fencing, node_type, observed, has_pods)
-            {
-                out.push(view);
-            }
-        }
-        out
     }
 }
 
@@ -99,86 +64,70 @@ impl Controller for FencingController {
     }
 
     fn step(&mut self, world: &mut World, now: Timestamp) {
-        self.observer.retain(|name| world.nodes.contains_key(name));
-        let view = self.view(world, now);
-        let plan = plan_fencing(&view, &self.config, now);
-        let mut suppressed: BTreeSet<String> =
-            plan.suppressed.iter().map(|s| s.zone.clone()).collect();
-        for s in &plan.suppressed {
-            if !self.suppressed.contains(&s.zone) {
-                world.record_in("fencing.suppressed", None, None, None, s.to_string());
-            }
-        }
-        if let Some(storm) = &plan.cluster_suppressed {
-            if !self.suppressed.contains("*") {
-                world.record_in("fencing.suppressed", None, None, None, storm.to_string());
-            }
-            suppressed.insert("*".to_owned());
-        }
-        self.suppressed = suppressed;
-        for command in &plan.commands {
-            // The world is the API: its state is what a direct read returns.
-            if let FencingCommand::DeletePods { node } | FencingCommand::DeleteNode { node } =
-                command
-            {
-                let read = match world.nodes.get(node) {
-                    None => DirectRead::NodeGone,
-                    Some(n) => DirectRead::Node {
-                        heartbeat: heartbeat_token(&n.node, None),
-                        maintenance: is_maintenance(&n.node),
-                        fencing_enabled: n.node.labels.contains_key(keys::LABEL_FENCING_ENABLED),
-                    },
-                };
-                let Some(fenced) = view.iter().find(|v| &v.name == node) else {
-                    continue;
-                };
-                if self.observer.confirm(fenced, &read, &self.config, now)
-                    != Confirmation::Confirmed
-                {
-                    continue;
-                }
-            }
-            match command {
-                FencingCommand::DeletePods { node } => {
-                    let pods: Vec<String> = world
-                        .pods_by_node
-                        .get(node)
-                        .map(|p| p.iter().cloned().collect())
-                        .unwrap_or_default();
-                    for key in &pods {
-                        world.remove_pod(key);
-                    }
-                    world.record(
-                        "fencing.pods-deleted",
-                        Some(node),
-                        None,
-                        format!(
-                            "{} pods of silent node {node} deleted (grace 0)",
-                            pods.len()
-                        ),
-                    );
-                }
-                FencingCommand::DeleteNode { node } => {
-                    world.record(
-                        "fencing.node-deleted",
-                        Some(node),
-                        None,
-                        command.to_string(),
-                    );
-                    world.remove_node(node);
-                }
-                FencingCommand::Notify { node, .. } => {
-                    world.record("fencing.notify", Some(node), None, command.to_string());
-                }
-            }
-        }
+        let result = {
+            let cluster = SimCluster::new(world);
+            block_on(self.executor.step(&cluster, now))
+        };
         let mut next = now + self.period;
-        if let Some(deadline) = plan.next_deadline
-            && deadline > now
-        {
-            next = next.min(deadline);
+        match result {
+            Some(Ok(report)) => {
+                for event in &report.events {
+                    record_fencing_event(world, event);
+                }
+                for error in &report.errors {
+                    world.record(
+                        "fencing.error",
+                        Some(&error.node),
+                        None,
+                        format!("{error}: {}", error.source),
+                    );
+                }
+                if let Some(deadline) = self.executor.next_deadline()
+                    && deadline > now
+                {
+                    next = next.min(deadline);
+                }
+            }
+            Some(Err(error)) => {
+                world.record("fencing.error", None, None, format!("step failed: {error}"));
+            }
+            None => world.record("fencing.error", None, None, "a port call never completed"),
         }
         self.next = next;
+    }
+}
+
+fn record_fencing_event(world: &mut World, event: &FencingEvent) {
+    match event {
+        FencingEvent::Applied {
+            group,
+            command,
+            pods_deleted,
+        } => {
+            let (kind, node, message) = match command {
+                FencingCommand::DeletePods { node } => (
+                    "fencing.pods-deleted",
+                    node,
+                    format!("{pods_deleted} pods of silent node {node} deleted (grace 0)"),
+                ),
+                FencingCommand::DeleteNode { node } => {
+                    ("fencing.node-deleted", node, command.to_string())
+                }
+                FencingCommand::Notify { node, .. } => {
+                    ("fencing.notify", node, command.to_string())
+                }
+            };
+            world.record_in(kind, Some(group.clone()), Some(node), None, message);
+        }
+        FencingEvent::Suppressed { message, .. } => {
+            world.record_in("fencing.suppressed", None, None, None, message.clone());
+        }
+        FencingEvent::NotConfirmed { node, .. } => {
+            world.record("fencing.not-confirmed", Some(node), None, event.to_string());
+        }
+        FencingEvent::Paused { .. } | FencingEvent::Resumed | FencingEvent::Released { .. } => {
+            world.record_in("fencing.paused", None, None, None, event.to_string());
+        }
     }
 }
 

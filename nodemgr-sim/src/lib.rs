@@ -2,8 +2,16 @@
 //!
 //! An in-memory Kubernetes cluster with a virtual clock, for running nodemgr's executors and
 //! policies without a cluster: scenario tests, property tests, benchmarks and
-//! `nodemgr simulate`. It implements the cluster port ([`nodemgr_core::ports`]), so the update
-//! executor that runs here is the one the Kubernetes adapter runs.
+//! `nodemgr simulate`. It implements the ports ([`nodemgr_core::ports`]: the cluster and
+//! machine ports over the [`World`] in [`cluster`], the cloud port in [`cloud`]), so the
+//! executors that run here are the ones node-manager runs (docs/executors.md):
+//!
+//! | controller | drives | the simulator plays around it |
+//! |---|---|---|
+//! | [`UpdateController`] | `nodemgr_core::executor::UpdateExecutor` | the node agents (bashible), `RollingUpdate` machines of groups without `scaling` |
+//! | [`scaling::ScalingController`] | `nodemgr_core::executor::ScalingExecutor` | the cloud, kubelets joining machines, the standby holders' ReplicaSet controller, kube-scheduler |
+//! | [`health::FencingController`] | `nodemgr_core::executor::FencingExecutor` | heartbeats, dark nodes |
+//! | [`health::LifecycleController`] | the node lifecycle policy directly (kube-controller-manager's, not node-manager's) | heartbeats, dark nodes |
 //!
 //! - [`Scenario`]: what the cluster looks like and what happens (YAML, see the README).
 //! - [`World`]: groups, nodes (heartbeats, readiness, zones, labels, annotations, taints,

@@ -1,49 +1,65 @@
-//! The scaling controller: runs `nodemgr-core::scaling` against the world for the
-//! CloudEphemeral groups of a scenario with a `scaling` section. It is the simulator's cluster
-//! autoscaler, machine controller and scheduler at once:
+//! The scaling controller: the simulator's driver of the core's scaling executor
+//! ([`nodemgr_core::executor::ScalingExecutor`], the one node-manager's machine controller
+//! drives) for the CloudEphemeral groups of a scenario with a `scaling` section, plus what the
+//! world does around it:
 //!
-//! * **Scheduling**: pods without a node are Pending. The world leaves pods that are due to be
-//!   (re)created to this controller ([`World::scheduler_external`]); each pass creates them
-//!   unbound and binds every Pending pod that fits an existing node where the core placement
-//!   engine puts it ([`plan_scale_up`]'s `fits_existing`), preempting standby holders as it says.
-//! * **Scale-up**: the plan's new nodes are ordered as machines ([`order_machines`]) that join as
-//!   Nodes `provisionDelay` later ([`join_machine`]), made from the group's instance class
-//!   ([`template_node`]); pods no group can host are reported once (`unschedulable`).
-//! * **Bounds, surge, chaos, standby, scale-down**: [`plan_bounds`] (min/max per zone, fixed
-//!   counts, failed nodes), [`plan_surge`] (class change, new before old), [`plan_chaos`],
-//!   [`plan_standby`] (holder pods) and [`plan_scale_down`] run every pass on a fresh snapshot.
-//! * **Removal** goes through the update executor's drain: the node gets
-//!   `update.node.deckhouse.io/draining=scaling`, the executor cordons and evicts (PDBs, retries,
-//!   timeout) and marks it `drained`, and the machine is then deleted ([`delete_machine`]).
-//!   Removals therefore need the update executor (`updates: true`, the default).
+//! * **The executor** decides and acts through the ports: the cluster port and the machine port
+//!   over the world ([`crate::SimCluster`]: Instances, standby-holder Deployments, group status)
+//!   and the cloud port over the in-memory cloud ([`SimCloud`]). Chaos, bounds, surge,
+//!   standby, scale-up and scale-down, removals through the update executor's drain
+//!   (`update.node.deckhouse.io/draining=scale-down`), machine lifecycle: all of it is the
+//!   executor's (docs/executors.md §2). Removals therefore need the update executor
+//!   (`updates: true`, the default).
+//! * **The cloud** ([`SimCloud`]): a machine starts `provisionDelay` after it was created; the
+//!   scenario's initial nodes of scaling groups are machines already running, with their
+//!   Instances.
+//! * **Kubelets**: a running machine joins once as a Ready Node under the machine's name, made
+//!   from the instance class its Instance records (the group's `nodeTemplate`, allocatable
+//!   after the system reserve, the class checksum).
+//! * **The ReplicaSet controller** of the standby-holder Deployments: each keeps `replicas`
+//!   pending pods of its template (`standby-holder-<group>-<n>`).
+//! * **The scheduler** (kube-scheduler's part): pods due for (re)creation become Pending with
+//!   their workload's constraints (the world leaves them to this controller,
+//!   [`World::scheduler_external`]); every pass binds each Pending pod that fits an existing
+//!   node where the core placement engine puts it ([`plan_scale_up`]'s `fits_existing`),
+//!   preempting standby holders as it says.
 //!
-//! Machine creation and deletion are the three small functions [`order_machines`],
-//! [`join_machine`] and [`delete_machine`]: the only places that play the cloud.
+//! The executor runs every `scaling.period` and at its deadlines; machines join at their
+//! instant, and the next pass schedules onto them.
 //!
 //! Timeline kinds: `scaleUp`, `machineCreated`, `nodeJoined`, `scaleDown`, `removeNode`,
-//! `surgeReplace`, `chaosVictim`, `machineDeleted`, `unschedulable`, `waitingForCapacity`,
-//! `standbyHolder`, `standbyPreempted`, `workload.scaled`, and `pod.scheduled` for bindings.
+//! `surgeReplace`, `chaosVictim`, `machineDeleted`, `machineFailed`, `nodeDeleted`,
+//! `unschedulable`, `waitingForCapacity`, `standbyHolder`, `standbyStatus`, `standbyPreempted`,
+//! `scaling.error`, `workload.scaled`, and `pod.scheduled` for bindings.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use nodemgr_core::executor::ScalingExecutor;
+use nodemgr_core::executor::scaling::{MachineClass, ScalingEvent, ScalingSettings};
+use nodemgr_core::machines::{ANNOTATION_PROVIDER_ID, DeleteReason, MachineConfig, MachinePhase};
 use nodemgr_core::model::{
-    CloudInstances, Node, NodeGroup, NodeType, Pod, PodPhase, Quantity, Timestamp, Toleration, keys,
+    CloudInstances, Instance, InstanceCurrentStatus, InstanceStatus, NodeGroup, NodeType,
+    ObjectMeta, ObjectReference, Pod, PodPhase, Quantity, Timestamp, Toleration, keys,
 };
+use nodemgr_core::ports::cloud::{InstanceClass as CloudClass, InstanceState};
+use nodemgr_core::scaling::standby::holder_group;
 use nodemgr_core::scaling::{
-    ChaosState, ClusterSnapshot, InstanceClass, ScaleDownState, ScalingCommand, ScalingConfig,
-    Upcoming, Why, class_of, node_shape, plan_bounds, plan_chaos, plan_scale_down, plan_scale_up,
-    plan_standby, plan_surge, template_node,
+    ClusterSnapshot, InstanceClass, ScalingCommand, ScalingConfig, Why, class_of, node_shape,
+    plan_scale_up, template_node,
 };
 use serde::{Deserialize, Serialize};
 
+use crate::cloud::SimCloud;
+use crate::cluster::{SimCluster, block_on};
 use crate::controller::Controller;
 use crate::scenario::{Scenario, ScenarioError, SimDuration, WorkloadKind};
 use crate::sim::Simulation;
-use crate::world::{PendingPod, World};
+use crate::world::{PendingPod, SimPod, World};
 
-/// The drain source the controller writes in `update.node.deckhouse.io/draining`.
-pub const DRAIN_SOURCE_SCALING: &str = "scaling";
+/// The drain source removals write in `update.node.deckhouse.io/draining` (the scaling
+/// executor's, [`nodemgr_core::executor::scaling::DRAIN_SOURCE_SCALE_DOWN`]).
+pub const DRAIN_SOURCE_SCALING: &str = nodemgr_core::executor::scaling::DRAIN_SOURCE_SCALE_DOWN;
 
 /// The `scaling` section of a scenario (see the README's "Scaling" section).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -443,53 +459,6 @@ fn apply_constraints(world: &mut World, key: &str, constraints: &[PodConstraints
     }
 }
 
-/// A machine ordered and not joined yet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Machine {
-    /// Group.
-    pub group: String,
-    /// Zone.
-    pub zone: String,
-    /// When its Node joins.
-    pub ready_at: Timestamp,
-}
-
-/// Orders `count` machines of `group` in `zone`; their Nodes join `delay` after `now`.
-pub fn order_machines(
-    machines: &mut Vec<Machine>,
-    group: &str,
-    zone: &str,
-    count: u32,
-    now: Timestamp,
-    delay: Duration,
-) {
-    for _ in 0..count {
-        machines.push(Machine {
-            group: group.to_owned(),
-            zone: zone.to_owned(),
-            ready_at: now + delay,
-        });
-    }
-}
-
-/// A machine's Node joins: a fresh node of the group (with its per-node pods) made from the
-/// group's class in the machine's zone. Returns its name.
-pub fn join_machine(world: &mut World, machine: &Machine, class: &InstanceClass) -> Option<String> {
-    let now = world.now;
-    let name = world.add_node(&machine.group, now)?;
-    conform_node(world, &name, class, Some(&machine.zone));
-    Some(name)
-}
-
-/// Deletes `node`'s machine: the Node and its pods go (owned pods come back Pending).
-pub fn delete_machine(world: &mut World, node: &str) -> bool {
-    if world.remove_node(node).is_none() {
-        return false;
-    }
-    world.stats.node_deletions += 1;
-    true
-}
-
 /// Makes `node` look like a node of its group's class: the group's `nodeTemplate` labels and
 /// taints, the zone (moved to `zone` when given), allocatable after the system reserve, and
 /// the class checksum.
@@ -510,40 +479,33 @@ fn conform_node(world: &mut World, node: &str, class: &InstanceClass, zone: Opti
         sn.node.annotations.extend(template.annotations);
         sn.node.taints = template.taints;
         sn.node.allocatable = template.allocatable;
-        sn.node.provider_id = Some(format!("sim:///{zone}/{node}"));
     }
 }
 
-/// A removal in flight.
-#[derive(Debug, Clone)]
-struct Removal {
-    group: String,
-    zone: String,
+/// Binds Pending pod `key` to `node`.
+fn bind(world: &mut World, key: &str, node: &str) {
+    if !world.nodes.contains_key(node) {
+        return;
+    }
+    let Some(p) = world.pods.get_mut(key) else {
+        return;
+    };
+    if p.pod.node_name.is_some() {
+        return;
+    }
+    p.pod.node_name = Some(node.to_owned());
+    p.pod.phase = PodPhase::Running;
+    world
+        .pods_by_node
+        .entry(node.to_owned())
+        .or_default()
+        .insert(key.to_owned());
+    world.record("pod.scheduled", Some(node), Some(key), "scheduled");
 }
 
-/// The scaling controller (see the module docs).
-#[derive(Debug)]
-pub struct ScalingController {
-    classes: Vec<InstanceClass>,
-    constraints: Vec<PodConstraints>,
-    config: ScalingConfig,
-    period: Duration,
-    provision_delay: Duration,
-    next: Timestamp,
-    seed: u64,
-    cloud_zones: Vec<String>,
-    machines: Vec<Machine>,
-    removing: BTreeMap<String, Removal>,
-    desired: BTreeMap<(String, String), u32>,
-    scale_down: ScaleDownState,
-    chaos: ChaosState,
-    reported: BTreeSet<String>,
-    started: bool,
-}
-
-/// Owned copies of what a snapshot borrows.
+/// Owned copies of what a scheduling snapshot borrows.
 struct Parts {
-    nodes: Vec<Node>,
+    nodes: Vec<nodemgr_core::model::Node>,
     pods: Vec<Pod>,
     keys: Vec<String>,
     pdbs: Vec<nodemgr_core::model::PodDisruptionBudget>,
@@ -568,6 +530,25 @@ impl Parts {
     }
 }
 
+/// The scaling controller (see the module docs).
+#[derive(Debug)]
+pub struct ScalingController {
+    executor: ScalingExecutor,
+    cloud: SimCloud,
+    classes: Vec<InstanceClass>,
+    constraints: Vec<PodConstraints>,
+    config: ScalingConfig,
+    period: Duration,
+    provision_delay: Duration,
+    next: Timestamp,
+    cloud_zones: Vec<String>,
+    /// Machines that joined as a Node (a machine joins once).
+    joined: BTreeSet<String>,
+    /// Names handed out to standby-holder pods.
+    holder_counter: u64,
+    started: bool,
+}
+
 impl ScalingController {
     /// A controller for `spec` (classes already parsed), first running at `start`.
     pub fn new(
@@ -582,54 +563,56 @@ impl ScalingController {
             .iter()
             .flat_map(|g| g.zones.iter().cloned())
             .collect();
+        let config = ScalingConfig {
+            failed_after: spec.failed_after.0,
+            scale_down_utilization_percent: spec.scale_down_utilization_percent,
+            scale_down_unneeded_time: spec.scale_down_unneeded_time.0,
+            scale_down_delay_after_add: spec.scale_down_delay_after_add.0,
+            ..ScalingConfig::default()
+        };
+        let provision_delay = spec.provision_delay.unwrap_or(scenario.provision_delay).0;
+        let cloud_zones: Vec<String> = cloud_zones.into_iter().collect();
+        let settings = ScalingSettings {
+            scaling: config.clone(),
+            machines: MachineConfig::default(),
+            classes: classes
+                .iter()
+                .map(|c| MachineClass {
+                    scaling: c.clone(),
+                    cloud: CloudClass {
+                        instance_type: c.name.clone(),
+                        ..CloudClass::default()
+                    },
+                })
+                .collect(),
+            zones: cloud_zones.clone(),
+            chaos_seed: seed,
+            concurrency: 8,
+        };
         Self {
+            executor: ScalingExecutor::new(settings),
+            cloud: SimCloud::new(start, provision_delay, Duration::ZERO, seed),
             classes,
             constraints: spec.pods.clone(),
-            config: ScalingConfig {
-                failed_after: spec.failed_after.0,
-                scale_down_utilization_percent: spec.scale_down_utilization_percent,
-                scale_down_unneeded_time: spec.scale_down_unneeded_time.0,
-                scale_down_delay_after_add: spec.scale_down_delay_after_add.0,
-                ..ScalingConfig::default()
-            },
+            config,
             period: spec.period.0,
-            provision_delay: spec.provision_delay.unwrap_or(scenario.provision_delay).0,
+            provision_delay,
             next: start,
-            seed,
-            cloud_zones: cloud_zones.into_iter().collect(),
-            machines: Vec::new(),
-            removing: BTreeMap::new(),
-            desired: BTreeMap::new(),
-            scale_down: ScaleDownState::default(),
-            chaos: ChaosState::default(),
-            reported: BTreeSet::new(),
+            cloud_zones,
+            joined: BTreeSet::new(),
+            holder_counter: 0,
             started: false,
         }
     }
 
-    fn snapshot<'a>(&self, parts: &'a Parts, classes: &'a [InstanceClass]) -> ClusterSnapshot<'a> {
-        let mut upcoming: BTreeMap<(String, String), u32> = BTreeMap::new();
-        for m in &self.machines {
-            *upcoming
-                .entry((m.group.clone(), m.zone.clone()))
-                .or_insert(0) += 1;
-        }
-        ClusterSnapshot::new(
-            &parts.nodes,
-            &parts.pods,
-            &parts.pdbs,
-            &parts.groups,
-            classes,
-            &self.cloud_zones,
-        )
-        .with_upcoming(
-            upcoming
-                .into_iter()
-                .map(|((group, zone), count)| Upcoming { group, zone, count })
-                .collect(),
-        )
-        .with_leaving(self.removing.keys().cloned().collect())
-        .with_desired(self.desired.clone())
+    /// The executor this controller drives.
+    pub fn executor(&self) -> &ScalingExecutor {
+        &self.executor
+    }
+
+    /// The in-memory cloud the machines live in.
+    pub fn cloud(&self) -> &SimCloud {
+        &self.cloud
     }
 
     /// The class of `group` now (it follows `classReference` changes).
@@ -639,7 +622,8 @@ impl ScalingController {
     }
 
     /// First pass: zones default to the group's scenario zones, new nodes get the class's
-    /// allocatable, and the desired count of every zone is the nodes there.
+    /// allocatable, and every initial node of a scaling group is a running machine with its
+    /// Instance.
     fn start(&mut self, world: &mut World) {
         let names: Vec<String> = world.groups.keys().cloned().collect();
         for name in names {
@@ -658,26 +642,64 @@ impl ScalingController {
                 None => continue,
             };
             if ci.zones.is_none() {
-                ci.zones = Some(zones.clone());
+                ci.zones = Some(zones);
             }
-            let group_zones = ci.zones.clone().unwrap_or_default();
             g.capacity = node_shape(&g.group, &class).allocatable;
-            for zone in group_zones {
-                let count = world
-                    .nodes
-                    .values()
-                    .filter(|n| n.group == name && n.zone == zone)
-                    .count();
-                self.desired.insert(
-                    (name.clone(), zone),
-                    u32::try_from(count).unwrap_or(u32::MAX),
+            let nodes: Vec<(String, String)> = world
+                .nodes
+                .values()
+                .filter(|n| n.group == name)
+                .map(|n| (n.node.name.clone(), n.zone.clone()))
+                .collect();
+            for (node, zone) in nodes {
+                conform_node(world, &node, &class, None);
+                let machine = self.cloud.seed_running(&name, &zone, &node);
+                if let Some(n) = world.nodes.get_mut(&node) {
+                    n.node.provider_id = Some(machine.provider_id.clone());
+                }
+                world.instances.insert(
+                    node.clone(),
+                    Instance {
+                        api_version: "deckhouse.io/v1alpha2".into(),
+                        kind: "Instance".into(),
+                        metadata: ObjectMeta {
+                            name: Some(node.clone()),
+                            labels: [
+                                (keys::LABEL_NODE_GROUP.to_owned(), name.clone()),
+                                (keys::LABEL_TOPOLOGY_ZONE.to_owned(), zone.clone()),
+                            ]
+                            .into(),
+                            annotations: [
+                                (
+                                    keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM.to_owned(),
+                                    class.checksum(),
+                                ),
+                                (ANNOTATION_PROVIDER_ID.to_owned(), machine.provider_id),
+                            ]
+                            .into(),
+                            creation_timestamp: Some(world.now.to_rfc3339()),
+                            ..ObjectMeta::default()
+                        },
+                        status: InstanceStatus {
+                            node_ref: Some(ObjectReference {
+                                name: node.clone(),
+                                ..ObjectReference::default()
+                            }),
+                            current_status: Some(InstanceCurrentStatus {
+                                phase: Some(MachinePhase::Running.as_str().to_owned()),
+                                last_update_time: Some(world.now.to_rfc3339()),
+                            }),
+                            ..InstanceStatus::default()
+                        },
+                    },
                 );
+                self.joined.insert(node);
             }
         }
     }
 
-    /// Nodes of scaling groups without a class checksum (initial nodes, RollingUpdate
-    /// replacements) are made from the group's current class.
+    /// Nodes of scaling groups without a class checksum that are not machines of this cloud
+    /// (RollingUpdate replacements) are made from the group's current class.
     fn conform_new_nodes(&self, world: &mut World) {
         let todo: Vec<(String, String)> = world
             .nodes
@@ -695,49 +717,124 @@ impl ScalingController {
         }
     }
 
-    fn join_due(&mut self, world: &mut World, now: Timestamp) {
-        let (due, later): (Vec<Machine>, Vec<Machine>) = std::mem::take(&mut self.machines)
-            .into_iter()
-            .partition(|m| m.ready_at <= now);
-        self.machines = later;
-        for m in due {
-            let Some(class) = self.class_for(world, &m.group) else {
+    /// Kubelets: every running machine that has not joined yet joins as a Ready Node named
+    /// like the machine, made from the class its Instance records.
+    fn join_running(&mut self, world: &mut World) {
+        for m in self.cloud.existing() {
+            if m.state != InstanceState::Running
+                || self.joined.contains(&m.machine)
+                || world.nodes.contains_key(&m.machine)
+            {
+                continue;
+            }
+            let recorded = world
+                .instances
+                .get(&m.machine)
+                .and_then(|i| {
+                    i.metadata
+                        .annotations
+                        .get(keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM)
+                })
+                .cloned();
+            let class = recorded
+                .and_then(|c| self.classes.iter().find(|k| k.checksum() == c).cloned())
+                .or_else(|| self.class_for(world, &m.group));
+            let Some(class) = class else {
                 continue;
             };
-            if let Some(name) = join_machine(world, &m, &class) {
-                world.record(
-                    "nodeJoined",
-                    Some(&name),
-                    None,
-                    format!(
-                        "machine of {} in {} joined as a Ready node",
-                        m.group, m.zone
-                    ),
-                );
+            self.joined.insert(m.machine.clone());
+            let now = world.now;
+            let Some(name) = world.add_node_as(&m.group, &m.machine, &m.zone, now) else {
+                continue;
+            };
+            conform_node(world, &name, &class, Some(&m.zone));
+            if let Some(n) = world.nodes.get_mut(&name) {
+                n.node.provider_id = Some(m.provider_id.clone());
             }
+            world.record(
+                "nodeJoined",
+                Some(&name),
+                None,
+                format!(
+                    "machine of {} in {} joined as a Ready node",
+                    m.group, m.zone
+                ),
+            );
         }
     }
 
-    fn finish_removals(&mut self, world: &mut World) {
-        let names: Vec<String> = self.removing.keys().cloned().collect();
-        for name in names {
-            let drained = match world.nodes.get(&name) {
-                None => {
-                    self.removing.remove(&name);
-                    continue;
+    /// The ReplicaSet controller of the standby-holder Deployments: `replicas` live pods of
+    /// each template; surplus pods go (pending first, then the highest name), pods of a
+    /// deleted Deployment go.
+    fn sync_holders(&mut self, world: &mut World) {
+        let mut live: BTreeMap<String, Vec<(bool, String)>> = BTreeMap::new();
+        for (key, p) in &world.pods {
+            if p.terminating_until.is_some() {
+                continue;
+            }
+            if let Some(group) = holder_group(&p.pod) {
+                live.entry(group.to_owned())
+                    .or_default()
+                    .push((p.pod.node_name.is_some(), key.clone()));
+            }
+        }
+        let holders: Vec<_> = world.standby_holders.values().cloned().collect();
+        for holder in &holders {
+            let pods = live.remove(&holder.group).unwrap_or_default();
+            let want = usize::try_from(holder.replicas).unwrap_or(usize::MAX);
+            if pods.len() < want {
+                for _ in pods.len()..want {
+                    self.holder_counter += 1;
+                    let mut pod = holder.template.clone();
+                    pod.name = format!("{}-{}", holder.name(), self.holder_counter);
+                    pod.uid = format!("uid-{}", pod.name);
+                    pod.node_name = None;
+                    pod.phase = PodPhase::Pending;
+                    let key = pod.key();
+                    world.pods.insert(
+                        key.clone(),
+                        SimPod {
+                            pod,
+                            terminating_until: None,
+                            workload: None,
+                        },
+                    );
+                    world.record_in(
+                        "standbyHolder",
+                        Some(holder.group.clone()),
+                        None,
+                        Some(&key),
+                        format!(
+                            "standby holder created ({} standby node(s) wanted)",
+                            holder.replicas
+                        ),
+                    );
                 }
-                Some(n) => n.node.has_annotation(keys::ANNOTATION_DRAINED),
-            };
-            if drained
-                && let Some(r) = self.removing.remove(&name)
-                && delete_machine(world, &name)
-            {
+            } else if pods.len() > want {
+                let mut pods = pods;
+                pods.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(&a.1)));
+                let surplus = pods.len() - want;
+                for (_, key) in pods.into_iter().take(surplus) {
+                    delete_pod(world, &key);
+                    world.record_in(
+                        "standbyHolder",
+                        Some(holder.group.clone()),
+                        None,
+                        Some(&key),
+                        "standby holder deleted",
+                    );
+                }
+            }
+        }
+        for (group, pods) in live {
+            for (_, key) in pods {
+                delete_pod(world, &key);
                 world.record_in(
-                    "machineDeleted",
-                    Some(r.group),
-                    Some(&name),
+                    "standbyHolder",
+                    Some(group.clone()),
                     None,
-                    format!("drained; machine deleted in {}", r.zone),
+                    Some(&key),
+                    "standby holder deleted with its Deployment",
                 );
             }
         }
@@ -764,179 +861,28 @@ impl ScalingController {
         }
     }
 
-    fn order(&mut self, world: &mut World, group: &str, zone: &str, count: u32, why: &Why) {
-        let now = world.now;
-        order_machines(
-            &mut self.machines,
-            group,
-            zone,
-            count,
-            now,
-            self.provision_delay,
-        );
-        world.record_in(
-            "machineCreated",
-            Some(group.to_owned()),
-            None,
-            None,
-            format!(
-                "{count} machine(s) ordered in {zone} ({why}); joining in {}s",
-                self.provision_delay.as_secs()
-            ),
-        );
-    }
-
-    fn remove(&mut self, world: &mut World, command: &ScalingCommand) {
-        let ScalingCommand::RemoveNode {
-            node,
-            group,
-            zone,
-            why,
-        } = command
-        else {
-            return;
-        };
-        if self.removing.contains_key(node) || !world.nodes.contains_key(node) {
-            return;
-        }
-        let kind = match why {
-            Why::Underutilized { .. } => "scaleDown",
-            Why::ClassChanged => "surgeReplace",
-            Why::Chaos => "chaosVictim",
-            _ => "removeNode",
-        };
-        let key = (group.clone(), zone.clone());
-        match why {
-            Why::Underutilized { .. } => {
-                if let Some(d) = self.desired.get_mut(&key) {
-                    *d = d.saturating_sub(1);
-                }
-            }
-            Why::AboveMax { max, .. } => {
-                if let Some(d) = self.desired.get_mut(&key) {
-                    *d = (*d).min(*max);
-                }
-            }
-            _ => {}
-        }
-        if let Some(n) = world.nodes.get_mut(node) {
-            n.node
-                .annotations
-                .entry(keys::ANNOTATION_DRAINING.into())
-                .or_insert_with(|| DRAIN_SOURCE_SCALING.into());
-        }
-        world.record_in(
-            kind,
-            Some(group.clone()),
-            Some(node),
-            None,
-            command.to_string(),
-        );
-        self.removing.insert(
-            node.clone(),
-            Removal {
-                group: group.clone(),
-                zone: zone.clone(),
-            },
-        );
-    }
-
-    fn execute(&mut self, world: &mut World, commands: &[ScalingCommand]) {
-        for c in commands {
-            match c {
-                ScalingCommand::CreateNodes {
-                    group,
-                    zone,
-                    count,
-                    why,
-                } => self.order(world, group, zone, *count, why),
-                ScalingCommand::RemoveNode { .. } => self.remove(world, c),
-            }
-        }
-    }
-
-    fn run_chaos(&mut self, world: &mut World, now: Timestamp) {
+    /// The scheduler: binds every Pending pod that fits an existing node where the placement
+    /// engine puts it, after deleting the standby holders it preempts.
+    fn schedule(&self, world: &mut World, now: Timestamp) {
         let parts = Parts::of(world);
-        let classes = self.classes.clone();
-        let decision = {
-            let snap = self.snapshot(&parts, &classes);
-            plan_chaos(&snap, &self.chaos, self.seed, &self.config, now)
-        };
-        self.chaos = decision.state;
-        if let Some(victim) = &decision.mark
-            && let Some(n) = world.nodes.get_mut(victim)
-        {
-            n.node
-                .annotations
-                .insert(keys::ANNOTATION_CHAOS_MONKEY_VICTIM.into(), String::new());
-        }
-        self.execute(world, &decision.commands);
-    }
-
-    fn run_bounds_and_surge(&mut self, world: &mut World, now: Timestamp) {
-        let parts = Parts::of(world);
-        let classes = self.classes.clone();
-        let (bounds, surge) = {
-            let snap = self.snapshot(&parts, &classes);
-            (
-                plan_bounds(&snap, &self.config, now),
-                plan_surge(&snap, &self.config, now),
-            )
-        };
-        self.execute(world, &bounds.commands);
-        self.execute(world, &surge.commands);
-    }
-
-    fn run_standby(&mut self, world: &mut World) {
-        let parts = Parts::of(world);
-        let classes = self.classes.clone();
-        let plans = {
-            let snap = self.snapshot(&parts, &classes);
-            plan_standby(&snap)
-        };
-        for plan in plans {
-            for key in &plan.delete {
-                delete_pod(world, key);
-                world.record_in(
-                    "standbyHolder",
-                    Some(plan.group.clone()),
-                    None,
-                    Some(key),
-                    "standby holder deleted",
-                );
-            }
-            for pod in plan.create {
-                let key = pod.key();
-                world.pods.insert(
-                    key.clone(),
-                    crate::world::SimPod {
-                        pod,
-                        terminating_until: None,
-                        workload: None,
-                    },
-                );
-                world.record_in(
-                    "standbyHolder",
-                    Some(plan.group.clone()),
-                    None,
-                    Some(&key),
-                    format!(
-                        "standby holder created ({} standby node(s) wanted)",
-                        plan.count
-                    ),
-                );
-            }
-        }
-    }
-
-    fn run_scale_up(&mut self, world: &mut World, now: Timestamp) {
-        let parts = Parts::of(world);
-        let classes = self.classes.clone();
+        let leaving: BTreeSet<String> = parts
+            .nodes
+            .iter()
+            .filter(|n| n.labels.contains_key(keys::LABEL_TERMINATION_IN_PROGRESS))
+            .map(|n| n.name.clone())
+            .collect();
         let plan = {
-            let snap = self.snapshot(&parts, &classes);
-            plan_scale_up(&snap, &self.config, now)
+            let snapshot = ClusterSnapshot::new(
+                &parts.nodes,
+                &parts.pods,
+                &parts.pdbs,
+                &parts.groups,
+                &self.classes,
+                &self.cloud_zones,
+            )
+            .with_leaving(leaving);
+            plan_scale_up(&snapshot, &self.config, now)
         };
-        // Preempted standby holders go first, then pods are bound where the engine put them.
         for &i in &plan.preempted {
             let key = &parts.keys[i];
             let group = parts.pods[i].labels.get("ng").cloned();
@@ -955,89 +901,146 @@ impl ScalingController {
                 bind(world, &parts.keys[*i], node);
             }
         }
-        for c in &plan.commands {
-            if let ScalingCommand::CreateNodes {
-                group,
-                zone,
-                count,
-                why,
-            } = c
-            {
-                let key = (group.clone(), zone.clone());
-                let present = self.desired.get(&key).copied().unwrap_or(0);
-                self.desired.insert(key, present + count);
-                world.record_in("scaleUp", Some(group.clone()), None, None, c.to_string());
-                self.order(world, group, zone, *count, why);
-                self.scale_down.last_scale_up = Some(now);
+    }
+
+    /// Runs the executor and writes what it did into the timeline.
+    fn run_executor(&mut self, world: &mut World, now: Timestamp) {
+        let result = {
+            let cluster = SimCluster::new(world);
+            block_on(self.executor.step(&cluster, &cluster, &self.cloud, now))
+        };
+        let report = match result {
+            Some(Ok(report)) => report,
+            Some(Err(error)) => {
+                world.record("scaling.error", None, None, format!("step failed: {error}"));
+                return;
             }
+            None => {
+                world.record("scaling.error", None, None, "a port call never completed");
+                return;
+            }
+        };
+        for event in &report.events {
+            self.record_event(world, event);
         }
-        for u in &plan.unplaceable {
-            let reasons: Vec<String> = u.reasons.iter().map(|(g, r)| format!("{g}: {r}")).collect();
-            for &i in &u.pods {
-                let key = &parts.keys[i];
-                if self.reported.insert(key.clone()) {
-                    world.record(
-                        "unschedulable",
+        for error in &report.errors {
+            world.record(
+                "scaling.error",
+                None,
+                None,
+                format!("{error}: {}", error.source),
+            );
+        }
+    }
+
+    fn record_event(&self, world: &mut World, event: &ScalingEvent) {
+        match event {
+            ScalingEvent::Ordered { command, machines } => {
+                let ScalingCommand::CreateNodes {
+                    group, zone, why, ..
+                } = command
+                else {
+                    return;
+                };
+                if matches!(why, Why::PendingPods { .. }) {
+                    world.record_in(
+                        "scaleUp",
+                        Some(group.clone()),
                         None,
-                        Some(key),
-                        format!("no group can host the pod: {}", reasons.join("; ")),
+                        None,
+                        command.to_string(),
                     );
                 }
-            }
-        }
-        for &i in &plan.waiting_for_capacity {
-            let key = &parts.keys[i];
-            if self.reported.insert(format!("wait:{key}")) {
-                world.record(
-                    "waitingForCapacity",
+                world.record_in(
+                    "machineCreated",
+                    Some(group.clone()),
                     None,
-                    Some(key),
-                    "every zone of every group that fits the pod is at maxPerZone",
+                    None,
+                    format!(
+                        "{} machine(s) ordered in {zone} ({why}); joining in {}s",
+                        machines.len(),
+                        self.provision_delay.as_secs()
+                    ),
                 );
             }
+            ScalingEvent::RemovalStarted { command } => {
+                let ScalingCommand::RemoveNode {
+                    node, group, why, ..
+                } = command
+                else {
+                    return;
+                };
+                let kind = match why {
+                    Why::Underutilized { .. } => "scaleDown",
+                    Why::ClassChanged => "surgeReplace",
+                    Why::Chaos => "chaosVictim",
+                    _ => "removeNode",
+                };
+                world.record_in(
+                    kind,
+                    Some(group.clone()),
+                    Some(node),
+                    None,
+                    command.to_string(),
+                );
+            }
+            ScalingEvent::MachineDeleted {
+                group,
+                zone,
+                machine,
+                reason,
+            } => {
+                let message = match reason {
+                    DeleteReason::ScaledDown => format!("drained; machine deleted in {zone}"),
+                    other => format!("machine deleted in {zone}: {other}"),
+                };
+                world.record_in(
+                    "machineDeleted",
+                    Some(group.clone()),
+                    Some(machine),
+                    None,
+                    message,
+                );
+            }
+            ScalingEvent::MachineFailed { group, machine, .. } => world.record_in(
+                "machineFailed",
+                Some(group.clone()),
+                Some(machine),
+                None,
+                event.to_string(),
+            ),
+            ScalingEvent::NodeDeleted { node, .. } => {
+                world.record("nodeDeleted", Some(node), None, event.to_string());
+            }
+            ScalingEvent::ClassStamped { .. } => {}
+            ScalingEvent::StandbyHolder { group, .. } => world.record_in(
+                "standbyHolder",
+                Some(group.clone()),
+                None,
+                None,
+                event.to_string(),
+            ),
+            ScalingEvent::StandbyStatus { group, .. } => world.record_in(
+                "standbyStatus",
+                Some(group.clone()),
+                None,
+                None,
+                event.to_string(),
+            ),
+            ScalingEvent::Unschedulable { pod, reasons } => world.record(
+                "unschedulable",
+                None,
+                Some(pod),
+                format!("no group can host the pod: {}", reasons.join("; ")),
+            ),
+            ScalingEvent::WaitingForCapacity { pod } => world.record(
+                "waitingForCapacity",
+                None,
+                Some(pod),
+                "every zone of every group that fits the pod is at maxPerZone",
+            ),
         }
     }
-
-    fn run_scale_down(&mut self, world: &mut World, now: Timestamp) {
-        let parts = Parts::of(world);
-        let classes = self.classes.clone();
-        let decision = {
-            let snap = self.snapshot(&parts, &classes);
-            plan_scale_down(&snap, &self.scale_down, &self.config, now)
-        };
-        self.scale_down = decision.state;
-        self.execute(world, &decision.commands);
-    }
-
-    /// Machines ordered and not joined, per `(group, zone)`.
-    pub fn upcoming(&self) -> BTreeMap<(String, String), u32> {
-        let mut out = BTreeMap::new();
-        for m in &self.machines {
-            *out.entry((m.group.clone(), m.zone.clone())).or_insert(0) += 1;
-        }
-        out
-    }
-}
-
-/// Binds Pending pod `key` to `node`.
-fn bind(world: &mut World, key: &str, node: &str) {
-    if !world.nodes.contains_key(node) {
-        return;
-    }
-    let Some(p) = world.pods.get_mut(key) else {
-        return;
-    };
-    if p.pod.node_name.is_some() {
-        return;
-    }
-    p.pod.node_name = Some(node.to_owned());
-    p.pod.phase = PodPhase::Running;
-    world
-        .pods_by_node
-        .entry(node.to_owned())
-        .or_default()
-        .insert(key.to_owned());
-    world.record("pod.scheduled", Some(node), Some(key), "scheduled");
 }
 
 impl Controller for ScalingController {
@@ -1046,8 +1049,14 @@ impl Controller for ScalingController {
     }
 
     fn next_run(&self) -> Option<Timestamp> {
-        let join = self.machines.iter().map(|m| m.ready_at).min();
-        Some(join.map_or(self.next, |j| j.min(self.next)))
+        let mut next = self.next;
+        for t in [self.cloud.next_change(), self.executor.next_deadline()]
+            .into_iter()
+            .flatten()
+        {
+            next = next.min(t);
+        }
+        Some(next)
     }
 
     fn step(&mut self, world: &mut World, now: Timestamp) {
@@ -1058,23 +1067,24 @@ impl Controller for ScalingController {
             }
             self.start(world);
         }
-        self.join_due(world, now);
+        self.cloud.advance(now);
+        self.join_running(world);
         self.conform_new_nodes(world);
-        if now < self.next {
+        let due = self.executor.next_deadline().is_some_and(|d| d <= now);
+        if now < self.next && !due {
             // A machine joined between passes; the next pass schedules onto it.
             return;
         }
-        self.next = now + self.period;
+        if now >= self.next {
+            self.next = now + self.period;
+        }
         // A `change` event may have set a classReference without kind.
         for g in world.groups.values_mut() {
             default_class_kind_of(&mut g.group);
         }
-        self.finish_removals(world);
+        self.sync_holders(world);
         self.admit_pending(world, now);
-        self.run_chaos(world, now);
-        self.run_bounds_and_surge(world, now);
-        self.run_standby(world);
-        self.run_scale_up(world, now);
-        self.run_scale_down(world, now);
+        self.schedule(world, now);
+        self.run_executor(world, now);
     }
 }

@@ -206,6 +206,11 @@ pub struct World {
     pub scheduler_external: bool,
     /// Node resourceVersions and the lagging watch cache the cluster port reads from.
     pub api: crate::api::SimApiServer,
+    /// The Instance resources of machines (the machine port, [`crate::cluster`]).
+    pub instances: BTreeMap<String, nodemgr_core::model::Instance>,
+    /// The standby-holder Deployments by group (the machine port); the scaling controller
+    /// plays their ReplicaSet controller.
+    pub standby_holders: BTreeMap<String, nodemgr_core::ports::StandbyHolder>,
     uid_counter: u64,
 }
 
@@ -247,6 +252,8 @@ impl World {
             },
             scheduler_external: false,
             api: crate::api::SimApiServer::default(),
+            instances: BTreeMap::new(),
+            standby_holders: BTreeMap::new(),
             uid_counter: 0,
         };
         for (i, g) in scenario.groups.iter().enumerate() {
@@ -355,6 +362,21 @@ impl World {
         g.next_index += 1;
         let name = format!("{group}-{index}");
         let zone = g.zones[index % g.zones.len()].clone();
+        self.add_node_as(group, &name, &zone, now)
+    }
+
+    /// Creates node `name` of `group` in `zone` at `now`, as [`World::add_node`] does (a
+    /// machine joining under its own name). Returns its name; `None` for an unknown group.
+    pub fn add_node_as(
+        &mut self,
+        group: &str,
+        name: &str,
+        zone: &str,
+        now: Timestamp,
+    ) -> Option<String> {
+        let g = self.groups.get(group)?;
+        let name = name.to_owned();
+        let zone = zone.to_owned();
         let mut node = Node {
             name: name.clone(),
             uid: String::new(),

@@ -199,6 +199,7 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "admissionregistration.k8s.io", version: "v1", plural: "validatingadmissionpolicies", singular: "validatingadmissionpolicy", kind: "ValidatingAdmissionPolicy", namespaced: false, short_names: &[], subresources: &["status"], fields: &[] },
     Builtin { group: "admissionregistration.k8s.io", version: "v1", plural: "validatingadmissionpolicybindings", singular: "validatingadmissionpolicybinding", kind: "ValidatingAdmissionPolicyBinding", namespaced: false, short_names: &[], subresources: &[], fields: &[] },
     Builtin { group: "storage.k8s.io", version: "v1", plural: "csinodes", singular: "csinode", kind: "CSINode", namespaced: false, short_names: &[], subresources: &[], fields: &[] },
+    Builtin { group: "scheduling.k8s.io", version: "v1", plural: "priorityclasses", singular: "priorityclass", kind: "PriorityClass", namespaced: false, short_names: &["pc"], subresources: &[], fields: &[] },
 ];
 
 /// The built-in resource types, in discovery order.

@@ -5,6 +5,7 @@
 //! zones: [eu-west-1a, eu-west-1b]
 //! concurrency: 16            # cloud calls at once (default 16)
 //! creationTimeout: 20m       # a machine without a Node by then is replaced (default 20m)
+//! standbyImage: registry.k8s.io/pause:3.9   # the standby-holder pods' image (this default)
 //! classes:
 //!   - kind: AWSInstanceClass
 //!     name: small
@@ -43,6 +44,8 @@ struct MachinesFile {
     concurrency: Option<usize>,
     #[serde(default)]
     creation_timeout: Option<String>,
+    #[serde(default)]
+    standby_image: Option<String>,
     classes: Vec<ClassFile>,
 }
 
@@ -132,6 +135,9 @@ pub fn settings(path: &Path, period: Duration) -> anyhow::Result<MachineSettings
             .concurrency
             .unwrap_or(nodemgr_cloud::config::DEFAULT_CONCURRENCY)
             .max(1),
+        standby_image: file.standby_image.unwrap_or_else(|| {
+            nodemgr_k8s::controllers::machines::DEFAULT_STANDBY_IMAGE.to_owned()
+        }),
     })
 }
 

@@ -5,6 +5,7 @@
 //!
 //! The traits are split by capability ([`ClusterRead`], [`NodeApi`], [`PodApi`], [`EventApi`]);
 //! [`ClusterApi`] is all four, implemented automatically for any type that has them.
+//! [`NodeHealthRead`] adds what fencing reads beyond them (cache freshness, direct reads).
 //!
 //! # Contract common to every method
 //! - Methods are `async` (via `async-trait`, the futures are `Send`) and take `&self`:
@@ -421,6 +422,27 @@ pub trait PodApi: Send + Sync {
 pub trait EventApi: Send + Sync {
     /// Records `event`. Best effort: callers log a failure and go on, never retry forever.
     async fn emit_event(&self, event: &RecordedEvent) -> Result<(), ClusterError>;
+}
+
+/// What the fencing executor needs beyond the cached reads: how fresh the cache is, the node
+/// Leases it holds, and a direct read of one node with its Lease (docs/fencing.md). Ports
+/// without a cache (the simulator) answer "fresh" and read the node as listed.
+#[async_trait]
+pub trait NodeHealthRead: Send + Sync {
+    /// How fresh the cached view is: the age of the Lease watch's last delivery and the stores
+    /// whose watch is failing ([`crate::fencing::judge_cache`] decides whether to act on it).
+    fn cache_health(&self) -> crate::fencing::CacheHealth;
+
+    /// The cached `renewTime` of each node's Lease in `kube-node-lease`, by node name; empty
+    /// when the port folds Leases into [`Node::last_heartbeat`] itself.
+    fn lease_renewals(&self) -> BTreeMap<String, Timestamp>;
+
+    /// Node `name` and its Lease's `renewTime`, read from the API itself (not a cache):
+    /// `Ok(None)` when the node does not exist.
+    async fn read_node_direct(
+        &self,
+        name: &str,
+    ) -> Result<Option<(Node, Option<Timestamp>)>, ClusterError>;
 }
 
 /// The whole cluster port: every type implementing the four capability traits.

@@ -22,7 +22,11 @@
 //!   node at 50 % requested, which is not underutilized.
 //!
 //! [`plan_standby`] compares the desired holders with the holder pods in the snapshot and says
-//! which to create and which to delete (pending ones, then the highest index, first).
+//! which to create and which to delete (pending ones, then the highest index, first): the
+//! per-pod view. In a cluster the holders are one Deployment per group
+//! (`standby-holder-<group>`, [`holder_template`], `replicas` = [`StandbyPlan::count`]) whose
+//! pods kube-scheduler places; the scaling executor then sizes zones with
+//! [`expected_holders`] (docs/executors.md §2.3).
 
 use std::collections::BTreeMap;
 
@@ -87,8 +91,10 @@ fn holder_labels(group: &str) -> BTreeMap<String, String> {
     .into()
 }
 
-/// The `index`-th holder pod of `group` in `zone` (see the module docs), pending.
-pub fn holder_pod(group: &ScalingGroup<'_>, zone: &str, index: u32) -> Option<Pod> {
+/// The pod template of `group`'s standby-holder Deployment (see the module docs), named like
+/// the Deployment (`standby-holder-<group>`): the group's nodeSelector without a zone (the
+/// executor sizes zones with [`expected_holders`]). `None` when the group's class is unknown.
+pub fn holder_template(group: &ScalingGroup<'_>) -> Option<Pod> {
     let shape = group.shape()?;
     let rate = group
         .group
@@ -121,11 +127,8 @@ pub fn holder_pod(group: &ScalingGroup<'_>, zone: &str, index: u32) -> Option<Po
         .collect();
     Some(Pod {
         namespace: keys::NAMESPACE.to_owned(),
-        name: format!("{}{name}-{zone}-{index}", keys::STANDBY_HOLDER_PREFIX),
-        uid: String::new(),
-        node_name: None,
+        name: format!("{}{name}", keys::STANDBY_HOLDER_PREFIX),
         labels: holder_labels(name),
-        annotations: BTreeMap::new(),
         owner: Some(Owner {
             kind: "ReplicaSet".to_owned(),
             name: format!("{}{name}", keys::STANDBY_HOLDER_PREFIX),
@@ -137,20 +140,144 @@ pub fn holder_pod(group: &ScalingGroup<'_>, zone: &str, index: u32) -> Option<Po
             ("memory".to_owned(), share("memory")),
         ]
         .into(),
-        node_selector: [
-            (keys::LABEL_NODE_GROUP.to_owned(), name.to_owned()),
-            (keys::LABEL_TOPOLOGY_ZONE.to_owned(), zone.to_owned()),
-        ]
-        .into(),
-        required_node_affinity: Vec::new(),
+        node_selector: [(keys::LABEL_NODE_GROUP.to_owned(), name.to_owned())].into(),
         hostname_anti_affinity: vec![LabelSelector {
             match_labels: Some(holder_labels(name)),
             match_expressions: None,
         }],
         tolerations,
-        has_local_storage: false,
         phase: PodPhase::Pending,
+        ..Pod::default()
     })
+}
+
+/// The `index`-th holder pod of `group` in `zone` (see the module docs), pending: the
+/// [`holder_template`] with a zone nodeSelector, named `standby-holder-<group>-<zone>-<index>`.
+pub fn holder_pod(group: &ScalingGroup<'_>, zone: &str, index: u32) -> Option<Pod> {
+    let mut pod = holder_template(group)?;
+    pod.name = format!(
+        "{}{}-{zone}-{index}",
+        keys::STANDBY_HOLDER_PREFIX,
+        group.name()
+    );
+    pod.node_selector
+        .insert(keys::LABEL_TOPOLOGY_ZONE.to_owned(), zone.to_owned());
+    Some(pod)
+}
+
+/// Whether `pod` is a standby holder of some group: `(group)` from its `ng` label.
+pub fn holder_group(pod: &Pod) -> Option<&str> {
+    (pod.labels.get("app").map(String::as_str) == Some(keys::STANDBY_HOLDER_APP))
+        .then(|| pod.labels.get("ng").map(String::as_str))
+        .flatten()
+}
+
+/// What the executor's view of the holders changed ([`expected_holders`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HolderView {
+    /// Pending holders given a zone nodeSelector: `(pod key, zone)`.
+    pub zoned: Vec<(String, String)>,
+    /// Pending holders left out of the view: no zone of their group lacks a holder.
+    pub dropped: Vec<String>,
+    /// Holders added to the view for replicas the Deployment has no pod for yet:
+    /// `(group, zone)`, one per pod.
+    pub expected: Vec<(String, String)>,
+}
+
+/// Turns the cluster's holder pods into the demand scale-up sizes zones with (docs/executors.md
+/// §2.3). A standby-holder Deployment's pods carry no zone; kube-scheduler places them. For
+/// each group of `plans` with a known class:
+/// * holders bound to a node count for that node's zone; a zone's **deficit** is its share of
+///   the standby ([`StandbyPlan::per_zone`]) minus the holders bound there;
+/// * pending holders (in name order) get the zone nodeSelector of the first zone with a
+///   deficit left (zones in name order), and are dropped from `pods` when none has;
+/// * replicas the Deployment has no pod for yet (`count` minus the group's holder pods) are
+///   added as pending holders ([`holder_pod`]) for the remaining deficits, so machines are
+///   ordered in the same pass as the Deployment is scaled.
+///
+/// Holders of groups without a plan are left as they are.
+pub fn expected_holders(
+    pods: &mut Vec<Pod>,
+    nodes: &[crate::model::Node],
+    groups: &[ScalingGroup<'_>],
+    plans: &[StandbyPlan],
+) -> HolderView {
+    let zone_of_node: BTreeMap<&str, &str> = nodes
+        .iter()
+        .filter_map(|n| Some((n.name.as_str(), n.zone()?)))
+        .collect();
+    let mut view = HolderView::default();
+    let mut drop: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
+    let mut added: Vec<Pod> = Vec::new();
+    for plan in plans {
+        let Some(group) = groups.iter().find(|g| g.name() == plan.group) else {
+            continue;
+        };
+        if group.class.is_none() {
+            continue;
+        }
+        let mut deficit: BTreeMap<String, u32> = plan.per_zone.clone();
+        let mut pending: Vec<usize> = Vec::new();
+        let mut existing = 0u32;
+        for (i, p) in pods.iter().enumerate() {
+            if p.is_terminal() || holder_group(p) != Some(plan.group.as_str()) {
+                continue;
+            }
+            existing = existing.saturating_add(1);
+            match p.node_name.as_deref() {
+                Some(node) => {
+                    if let Some(d) = zone_of_node.get(node).and_then(|z| deficit.get_mut(*z)) {
+                        *d = d.saturating_sub(1);
+                    }
+                }
+                None => pending.push(i),
+            }
+        }
+        pending.sort_by(|a, b| pods[*a].name.cmp(&pods[*b].name));
+        for i in pending {
+            match deficit.iter_mut().find(|(_, d)| **d > 0) {
+                Some((zone, d)) => {
+                    *d -= 1;
+                    pods[i]
+                        .node_selector
+                        .insert(keys::LABEL_TOPOLOGY_ZONE.to_owned(), zone.clone());
+                    view.zoned.push((pods[i].key(), zone.clone()));
+                }
+                None => {
+                    drop.insert(i);
+                    view.dropped.push(pods[i].key());
+                }
+            }
+        }
+        let mut missing = plan.count.saturating_sub(existing);
+        for (zone, d) in &deficit {
+            for index in 0..*d {
+                if missing == 0 {
+                    break;
+                }
+                if let Some(mut p) = holder_pod(group, zone, index) {
+                    p.name = format!(
+                        "{}{}-expected-{zone}-{index}",
+                        keys::STANDBY_HOLDER_PREFIX,
+                        plan.group
+                    );
+                    added.push(p);
+                    view.expected.push((plan.group.clone(), zone.clone()));
+                    missing -= 1;
+                }
+            }
+        }
+    }
+    if !drop.is_empty() {
+        let mut i = 0;
+        pods.retain(|_| {
+            let keep = !drop.contains(&i);
+            i += 1;
+            keep
+        });
+    }
+    pods.extend(added);
+    view
 }
 
 /// The standby of one group.
@@ -277,7 +404,7 @@ pub fn plan_standby(snapshot: &ClusterSnapshot<'_>) -> Vec<StandbyPlan> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{IntOrString, NodeGroup};
+    use crate::model::{IntOrString, Node, NodeGroup};
     use crate::scaling::InstanceClass;
     use crate::scaling::bounds::tests::group;
     use proptest::prelude::*;
@@ -359,6 +486,93 @@ mod tests {
         );
     }
 
+    fn holder_world(
+        zones: usize,
+        count: u32,
+        bound: &[u32],
+        pending: usize,
+    ) -> (Vec<NodeGroup>, Vec<Node>, Vec<Pod>) {
+        let g = with_standby(0, 50, zones, IntOrString::Int(i64::from(count)));
+        let classes = vec![InstanceClass::new("InstanceClass", "small", 2, 4)];
+        let sg = ScalingGroup::new(&g, &classes, &[]);
+        let template = holder_template(&sg).unwrap();
+        let mut nodes = Vec::new();
+        let mut pods = Vec::new();
+        for (z, n) in bound.iter().enumerate() {
+            for i in 0..*n {
+                let name = format!("n-{z}-{i}");
+                let mut node = Node {
+                    name: name.clone(),
+                    ..Node::default()
+                };
+                node.labels
+                    .insert(keys::LABEL_TOPOLOGY_ZONE.into(), format!("z{z}"));
+                nodes.push(node);
+                let mut p = template.clone();
+                p.name = format!("bound-{z}-{i}");
+                p.node_name = Some(name);
+                pods.push(p);
+            }
+        }
+        for i in 0..pending {
+            let mut p = template.clone();
+            p.name = format!("pending-{i}");
+            pods.push(p);
+        }
+        (vec![g], nodes, pods)
+    }
+
+    fn view_of(
+        groups: &[NodeGroup],
+        nodes: &[Node],
+        pods: &mut Vec<Pod>,
+    ) -> (Option<StandbyPlan>, HolderView) {
+        let classes = vec![InstanceClass::new("InstanceClass", "small", 2, 4)];
+        let before = pods.clone();
+        let snap = ClusterSnapshot::new(nodes, &before, &[], groups, &classes, &[]);
+        let plans = plan_standby(&snap);
+        let view = expected_holders(pods, nodes, &snap.groups, &plans);
+        (plans.first().cloned(), view)
+    }
+
+    #[test]
+    fn pending_holders_get_the_zones_that_lack_one_and_missing_replicas_are_expected() {
+        // Two zones, one holder each wanted; one bound in z0, one pending: it goes to z1.
+        let (groups, nodes, mut pods) = holder_world(2, 2, &[1, 0], 1);
+        let (_, view) = view_of(&groups, &nodes, &mut pods);
+        assert_eq!(
+            view.zoned,
+            vec![(
+                "d8-cloud-instance-manager/pending-0".to_owned(),
+                "z1".to_owned()
+            )]
+        );
+        assert!(view.expected.is_empty() && view.dropped.is_empty());
+        assert_eq!(
+            pods.last()
+                .unwrap()
+                .node_selector
+                .get(keys::LABEL_TOPOLOGY_ZONE),
+            Some(&"z1".to_owned())
+        );
+        // No pod yet: both replicas are expected, one per zone.
+        let (groups, nodes, mut pods) = holder_world(2, 2, &[0, 0], 0);
+        let (_, view) = view_of(&groups, &nodes, &mut pods);
+        assert_eq!(
+            view.expected,
+            vec![
+                ("g".to_owned(), "z0".to_owned()),
+                ("g".to_owned(), "z1".to_owned())
+            ]
+        );
+        assert_eq!(pods.len(), 2);
+        // A pending holder beyond the standby (being scaled down) is left out.
+        let (groups, nodes, mut pods) = holder_world(1, 1, &[1], 1);
+        let (_, view) = view_of(&groups, &nodes, &mut pods);
+        assert_eq!(view.dropped.len(), 1);
+        assert_eq!(pods.len(), 1);
+    }
+
     proptest! {
         #[test]
         fn count_is_capped_and_spread_evenly(min in 0i64..5, extra in 0i64..10, zones in 1usize..5, v in 0i64..100, pct in prop::bool::ANY) {
@@ -371,6 +585,41 @@ mod tests {
             prop_assert_eq!(s.values().sum::<u32>(), n);
             let (lo, hi) = (s.values().min().copied().unwrap_or(0), s.values().max().copied().unwrap_or(0));
             prop_assert!(hi - lo <= 1);
+        }
+
+        /// Scale-up sees, per zone, at most the zone's missing holders; in total as many as
+        /// the zones miss, unless the Deployment's pods and missing replicas are fewer.
+        #[test]
+        fn the_view_asks_each_zone_for_what_it_lacks_and_no_more(
+            zones in 1usize..4,
+            count in 0u32..8,
+            bound in prop::collection::vec(0u32..3, 3),
+            pending in 0usize..6,
+        ) {
+            let bound = &bound[..zones];
+            let (groups, nodes, mut pods) = holder_world(zones, count, bound, pending);
+            let (plan, _) = view_of(&groups, &nodes, &mut pods);
+            let Some(plan) = plan else {
+                // No standby and no holder: nothing to size.
+                prop_assert!(pods.is_empty());
+                return Ok(());
+            };
+            let zs: Vec<String> = (0..zones).map(|i| format!("z{i}")).collect();
+            let mut deficit_total = 0u32;
+            for (i, z) in zs.iter().enumerate() {
+                let d = plan.per_zone[z].saturating_sub(bound[i]);
+                deficit_total += d;
+                let in_view = pods
+                    .iter()
+                    .filter(|p| p.node_name.is_none())
+                    .filter(|p| p.node_selector.get(keys::LABEL_TOPOLOGY_ZONE) == Some(z))
+                    .count() as u32;
+                prop_assert!(in_view <= d, "zone {z}: {in_view} > {d}");
+            }
+            let existing = bound.iter().sum::<u32>() + pending as u32;
+            let missing = count.saturating_sub(existing);
+            let pending_in_view = pods.iter().filter(|p| p.node_name.is_none()).count() as u32;
+            prop_assert_eq!(pending_in_view, deficit_total.min(pending as u32 + missing));
         }
     }
 }

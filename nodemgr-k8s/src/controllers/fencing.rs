@@ -1,4 +1,5 @@
-//! The fencing controller: every node labelled `node-manager.deckhouse.io/fencing-enabled`
+//! The fencing controller: node-manager's driver of the core's fencing executor
+//! ([`FencingExecutor`], the one the simulator drives; docs/executors.md). Every node labelled `node-manager.deckhouse.io/fencing-enabled`
 //! whose heartbeat (its Lease's `renewTime`, or the Ready condition's, whichever is newer) has
 //! not changed for its deadline — `fencing.watchdog.timeout + kubelet staleness + margin`
 //! (95 s by default), counted on this controller's clock from when it observed that heartbeat,
@@ -17,39 +18,50 @@
 //! and `nodemgr_fencing_storm_suppressed{zone}` (`zone="*"` for the cluster) say so, and
 //! nobody there is fenced.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use nodemgr_core::fencing::{
-    Confirmation, DirectRead, FencedNode, FencingCommand, FencingConfig, HeartbeatObserver,
-    StormSuppressed, heartbeat_token, is_maintenance, judge_cache, plan_fencing,
-};
-use nodemgr_core::model::{NodeType, keys};
-use nodemgr_core::ports::{
-    ClusterRead, EventApi, EventKind, NodeApi, ObjectRef, PodApi, PodRef, Precondition,
-    RecordedEvent,
-};
+use async_trait::async_trait;
+use nodemgr_core::executor::fencing::{FencingEvent, FencingExecutor};
+use nodemgr_core::fencing::{CacheHealth, FencingCommand, FencingConfig};
+use nodemgr_core::model::{Node, Timestamp};
+use nodemgr_core::ports::{ClusterError, NodeHealthRead};
 use tokio::sync::watch;
 
 use super::{Backoff, RETRY_FIRST, now, wait};
 use crate::cluster::KubeCluster;
 use crate::metrics::{Metrics, ZoneLabels};
 
-/// What the controller keeps between passes.
+pub use nodemgr_core::executor::fencing::CLUSTER_SCOPE;
+
+/// What the controller keeps between passes: the executor (when it observed each node's
+/// heartbeat, the zones held back, whether it is paused).
 #[derive(Debug, Default)]
 pub struct FencingState {
-    /// Zones (and `*` for the cluster) held back in the last pass.
-    suppressed: BTreeSet<String>,
-    /// When each node's current heartbeat was observed.
-    observer: HeartbeatObserver,
-    /// The last pass found the cache failing or stale.
-    paused: bool,
+    executor: Option<FencingExecutor>,
 }
 
-/// The zone name the cluster-wide storm guard is reported under.
-pub const CLUSTER_SCOPE: &str = "*";
+/// The fencing reads over the watches' health, the Lease store and direct GETs.
+#[async_trait]
+impl NodeHealthRead for KubeCluster {
+    fn cache_health(&self) -> CacheHealth {
+        self.watch_health().cache_health()
+    }
 
-/// One pass: plans and carries out the fencing of silent nodes. Returns the next deadline.
+    fn lease_renewals(&self) -> BTreeMap<String, Timestamp> {
+        KubeCluster::lease_renewals(self)
+    }
+
+    async fn read_node_direct(
+        &self,
+        name: &str,
+    ) -> Result<Option<(Node, Option<Timestamp>)>, ClusterError> {
+        KubeCluster::read_node_direct(self, name).await
+    }
+}
+
+/// One pass: the core's fencing executor over the cluster port; its events become logs and
+/// metrics. Returns the next deadline.
 ///
 /// # Errors
 /// When the cluster cannot be read (nothing was done).
@@ -58,209 +70,65 @@ pub async fn pass(
     config: &FencingConfig,
     metrics: &Metrics,
     state: &mut FencingState,
-) -> Result<Option<nodemgr_core::model::Timestamp>, nodemgr_core::ports::ClusterError> {
-    let now = now();
-    let verdict = judge_cache(&cluster.watch_health().cache_health(), config);
-    if !verdict.is_fresh() {
-        if !state.paused {
-            tracing::warn!("{verdict}");
-            Metrics::action(&metrics.fencing_actions, "", "paused_stale_cache");
-            let _ = cluster
-                .emit_event(&RecordedEvent {
-                    regarding: ObjectRef::node_group(String::new()),
-                    kind: EventKind::Warning,
-                    reason: "FencingPaused".into(),
-                    message: verdict.to_string(),
-                    time: now,
-                })
-                .await;
-        }
-        state.paused = true;
-        return Ok(None);
-    }
-    if state.paused {
-        tracing::info!("fencing resumed: the cached view is fresh again");
-    }
-    state.paused = false;
-    let suppressed_before = &mut state.suppressed;
-    let groups = cluster.list_node_groups().await?;
-    let nodes = cluster.list_nodes().await?;
-    let pods = cluster.list_pods().await?;
-    let leases = cluster.lease_renewals();
-    let by_name: BTreeMap<&str, _> = groups.iter().map(|g| (g.name(), g)).collect();
-    let mut pods_on: BTreeMap<&str, Vec<&nodemgr_core::model::Pod>> = BTreeMap::new();
-    for pod in &pods {
-        if let Some(node) = pod.node_name.as_deref() {
-            pods_on.entry(node).or_default().push(pod);
-        }
-    }
-    let mut fenced = Vec::new();
-    let mut uids = BTreeMap::new();
-    state
-        .observer
-        .retain(|name| nodes.iter().any(|n| n.name == name));
-    for node in &nodes {
-        if !node.labels.contains_key(keys::LABEL_FENCING_ENABLED) {
-            continue;
-        }
-        let Some(group) = node.group().and_then(|g| by_name.get(g)) else {
-            continue;
-        };
-        let Some(settings) = group.spec.fencing.as_ref() else {
-            continue;
-        };
-        let node_type = group
-            .spec
-            .node_type
-            .clone()
-            .unwrap_or(NodeType::CloudEphemeral);
-        let observed = state.observer.observe(
-            &node.name,
-            heartbeat_token(node, leases.get(&node.name).copied()),
-            now,
-        );
-        match FencedNode::from_node(
-            node,
-            settings,
-            node_type,
-            observed,
-            pods_on
-                .get(node.name.as_str())
-                .is_some_and(|p| !p.is_empty()),
-        ) {
-            Ok(view) => {
-                uids.insert(node.name.clone(), node.uid.clone());
-                fenced.push(view);
+) -> Result<Option<Timestamp>, ClusterError> {
+    let executor = state
+        .executor
+        .get_or_insert_with(|| FencingExecutor::new(config.clone()));
+    let report = executor.step(cluster, now()).await?;
+    for event in &report.events {
+        match event {
+            FencingEvent::Paused { .. } => {
+                tracing::warn!("{event}");
+                Metrics::action(&metrics.fencing_actions, "", "paused_stale_cache");
             }
-            Err(error) => {
-                tracing::warn!(node = %node.name, group = %group.name(), %error, "fencing settings unreadable; node not fenced");
+            FencingEvent::Resumed => tracing::info!("{event}"),
+            FencingEvent::Suppressed { group, .. } => {
+                tracing::warn!("{event}");
+                Metrics::action(&metrics.fencing_actions, group, "storm_suppressed");
+            }
+            FencingEvent::Released { scope } => {
+                metrics
+                    .fencing_suppressed
+                    .get_or_create(&ZoneLabels {
+                        zone: scope.clone(),
+                    })
+                    .set(0);
+            }
+            FencingEvent::NotConfirmed { node, .. } => {
+                tracing::warn!(%node, "{event}; nothing done");
+                Metrics::action(
+                    &metrics.fencing_actions,
+                    &metrics.group_of_node(node),
+                    "not_confirmed",
+                );
+            }
+            FencingEvent::Applied { command, .. } => {
+                tracing::info!("{command}");
+                let (action, node) = match command {
+                    FencingCommand::DeletePods { node } => ("delete_pods", node),
+                    FencingCommand::DeleteNode { node } => ("delete_node", node),
+                    FencingCommand::Notify { node, .. } => ("notify", node),
+                };
+                Metrics::action(
+                    &metrics.fencing_actions,
+                    &metrics.group_of_node(node),
+                    action,
+                );
             }
         }
     }
-    let plan = plan_fencing(&fenced, config, now);
-    let mut storms = plan.suppressed.clone();
-    if let Some(cluster_storm) = &plan.cluster_suppressed {
-        storms.push(StormSuppressed {
-            zone: CLUSTER_SCOPE.to_owned(),
-            silent: cluster_storm.silent,
-            total: cluster_storm.total,
-        });
-    }
-    let suppressed_now: BTreeSet<String> = storms.iter().map(|s| s.zone.clone()).collect();
-    for s in &storms {
+    for scope in &report.suppressed {
         metrics
             .fencing_suppressed
             .get_or_create(&ZoneLabels {
-                zone: s.zone.clone(),
+                zone: scope.clone(),
             })
             .set(1);
-        if !suppressed_before.contains(&s.zone) {
-            tracing::warn!("{s}");
-            let group = fenced
-                .iter()
-                .find(|n| n.zone == s.zone)
-                .map(|n| n.group.clone())
-                .unwrap_or_default();
-            Metrics::action(&metrics.fencing_actions, &group, "storm_suppressed");
-            let _ = cluster
-                .emit_event(&RecordedEvent {
-                    regarding: ObjectRef::node_group(group),
-                    kind: EventKind::Warning,
-                    reason: "FencingSuppressed".into(),
-                    message: format!("{s}: a partition or a control-plane problem is more likely than dead nodes; nobody there is fenced"),
-                    time: now,
-                })
-                .await;
-        }
     }
-    for zone in suppressed_before.difference(&suppressed_now) {
-        metrics
-            .fencing_suppressed
-            .get_or_create(&ZoneLabels { zone: zone.clone() })
-            .set(0);
+    for error in &report.errors {
+        tracing::warn!(%error, cause = %error.source, "fencing action failed; retried next pass");
     }
-    *suppressed_before = suppressed_now;
-    let views: BTreeMap<&str, &FencedNode> = fenced.iter().map(|n| (n.name.as_str(), n)).collect();
-    for command in &plan.commands {
-        if let FencingCommand::DeletePods { node } | FencingCommand::DeleteNode { node } = command {
-            let Some(view) = views.get(node.as_str()) else {
-                continue;
-            };
-            let read = match cluster.read_node_direct(node).await {
-                Ok(None) => DirectRead::NodeGone,
-                Ok(Some((object, lease))) => DirectRead::Node {
-                    heartbeat: heartbeat_token(&object, lease),
-                    maintenance: is_maintenance(&object),
-                    fencing_enabled: object.labels.contains_key(keys::LABEL_FENCING_ENABLED),
-                },
-                Err(error) => DirectRead::Failed(error.to_string()),
-            };
-            match state.observer.confirm(view, &read, config, now) {
-                Confirmation::Confirmed => {}
-                Confirmation::Refuted(why) | Confirmation::Unconfirmed(why) => {
-                    tracing::warn!(%node, %why, "fencing not confirmed by a direct read; nothing done");
-                    Metrics::action(
-                        &metrics.fencing_actions,
-                        &metrics.group_of_node(node),
-                        "not_confirmed",
-                    );
-                    continue;
-                }
-            }
-        }
-        tracing::info!("{command}");
-        let (action, node) = match command {
-            FencingCommand::DeletePods { node } => {
-                for pod in pods_on.get(node.as_str()).into_iter().flatten() {
-                    let pod_ref = PodRef::of(pod);
-                    let result = cluster
-                        .delete_pod(
-                            &pod_ref,
-                            Some(Duration::ZERO),
-                            &Precondition::Uid(pod.uid.clone()),
-                        )
-                        .await;
-                    if let Err(error) = result
-                        && !error.is_not_found()
-                    {
-                        tracing::warn!(%node, pod = %pod_ref, %error, "fencing could not delete a pod; retried next pass");
-                    }
-                }
-                ("delete_pods", node)
-            }
-            FencingCommand::DeleteNode { node } => {
-                let uid = uids.get(node).cloned().unwrap_or_default();
-                if let Err(error) = cluster.delete_node(node, &Precondition::Uid(uid)).await
-                    && !error.is_not_found()
-                {
-                    tracing::warn!(%node, %error, "fencing could not delete the node; retried next pass");
-                    continue;
-                }
-                ("delete_node", node)
-            }
-            FencingCommand::Notify { node, .. } => ("notify", node),
-        };
-        Metrics::action(
-            &metrics.fencing_actions,
-            &metrics.group_of_node(node),
-            action,
-        );
-        let _ = cluster
-            .emit_event(&RecordedEvent {
-                regarding: ObjectRef::node(node.clone()),
-                kind: EventKind::Warning,
-                reason: match action {
-                    "delete_pods" => "FencingDeletePods",
-                    "delete_node" => "FencingDeleteNode",
-                    _ => "FencingNotify",
-                }
-                .into(),
-                message: command.to_string(),
-                time: now,
-            })
-            .await;
-    }
-    Ok(plan.next_deadline)
+    Ok(executor.next_deadline())
 }
 
 /// Runs fencing passes until `stop`.

@@ -1,78 +1,69 @@
-//! The machine controller of CloudEphemeral groups: sizes each group per zone with the core's
-//! scaling policies ([`plan_bounds`]: min/max per zone, fixed counts, failed-node
-//! replacement; [`plan_scale_up`]: pending pods) and carries out the core's machine plans
-//! ([`Machines`]) over a [`CloudApi`], keeping one `Instance` resource per machine.
+//! The machine controller of CloudEphemeral groups: node-manager's driver of the core's scaling
+//! executor ([`ScalingExecutor`], the one the simulator drives; docs/executors.md §2) over the
+//! cluster port ([`KubeCluster`]), the machine port over the API ([`KubeMachines`]) and a
+//! [`CloudApi`]. Every period (and at the executor's deadline) one step sizes every group per
+//! zone (bounds, class-change surge, standby, scale-up, scale-down), runs the chaos monkey and
+//! carries the machine layer's decisions out.
 //!
-//! - **Scale-up.** New machines are created with the group's bootstrap script as user data
-//!   (when [`MachineSettings::bootstrap`] is set), up to [`MachineSettings::concurrency`]
-//!   cloud calls at a time.
-//! - **Scale-down.** A node the policies remove (above `maxPerZone`, underutilized for
-//!   `scaleDownUnneededTime` with its pods fitting elsewhere, a replaced one) is labelled
-//!   `node.deckhouse.io/termination-in-progress` and annotated
+//! What this module adds to the executor is the Kubernetes shape of its records:
+//! - **Instances** (`deckhouse.io/v1alpha2`): created before their machine (`Pending`), then
+//!   `Provisioning`, `Running` with `nodeRef`, `Terminating`; the finalizer
+//!   [`FINALIZER_INSTANCE`] holds one until its machine is gone; deleting an Instance deletes
+//!   its machine. Failures go to the group's `status.lastMachineFailures`.
+//! - **User data**: the group's bootstrap script when [`MachineSettings::bootstrap`] is set.
+//! - **Standby** (docs/deckhouse.md §8): the Deployment `standby-holder-<group>` in
+//!   `d8-cloud-instance-manager` runs `replicas` pause pods (image
+//!   [`MachineSettings::standby_image`]) of the PriorityClass `standby` (created when absent,
+//!   value [`STANDBY_PRIORITY`]), with the group's nodeSelector and taints tolerated, a
+//!   hostname anti-affinity between holders and a zone spread, requesting
+//!   `overprovisioningRate` % of a node; `status.standby` counts the holders bound to a node.
+//! - **Removals** (scale-down, failed or surplus nodes, class changes, chaos victims): the node
+//!   is labelled `node.deckhouse.io/termination-in-progress` and annotated
 //!   `update.node.deckhouse.io/draining=scale-down`; the update controller's drain executor
-//!   drains it (evictions every 20 s, forced deletion after the group's drain timeout) and
-//!   marks it `drained`; then its machine is deleted, and its Node once the machine is gone
-//!   (Deckhouse's rule for a node in termination that is drained).
-//! - **Instances.** Created before their machine (`Pending`), then `Provisioning`,
-//!   `Running` with `nodeRef`, `Terminating`; deleting an Instance deletes its machine (the
-//!   finalizer [`FINALIZER_INSTANCE`] holds it until then). Machines that never register a
-//!   Node are recorded in the group's `status.lastMachineFailures` and replaced.
-//! - **Class changes.** An Instance records the checksum of the class its machine was made
-//!   from, copied onto its Node; after a `classReference` (or class) change the outdated
-//!   nodes are replaced new-before-old, `maxSurgePerZone` at a time ([`plan_surge`]). The
-//!   controller does not record desired counts, so this rollout is exact for fixed-count
-//!   groups (`minPerZone == maxPerZone`); others follow their present count.
-//! - **Cloud node GC.** Not-Ready Nodes whose provider ID the cloud does not know are deleted.
+//!   drains it and marks it `drained`; then its machine is deleted, and its Node once the
+//!   machine is gone. A chaos victim also gets `node.deckhouse.io/chaos-monkey-victim`, a
+//!   `ChaosMonkeyVictim` Event and a count in `nodemgr_chaos_victims_total`.
 //!
-//! A pass whose cloud listing fails decides nothing (a partial listing would look like
-//! vanished machines).
+//! A pass whose reads fail decides nothing (a partial listing would look like vanished
+//! machines).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt as _;
-use kube::Api;
+use async_trait::async_trait;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
 use nodemgr_core::bashible::{BootstrapOptions, RenderRoot, Renderer};
-use nodemgr_core::machines::{
-    ANNOTATION_PROVIDER_ID, MachineCommand, MachineConfig, MachinePhase, MachineRequests,
-    MachineSnapshot, Machines, provider_ids_to_look_up,
-};
-use nodemgr_core::model::{Instance, NodeGroup, NodeType, Timestamp, keys};
-use nodemgr_core::ports::cloud::{CloudApi, CloudError, CloudInstance, CreateInstance};
+use nodemgr_core::executor::ScalingExecutor;
+use nodemgr_core::executor::scaling::{ScalingEvent, ScalingSettings};
+use nodemgr_core::machines::{ANNOTATION_PROVIDER_ID, MachineConfig, MachinePhase};
+use nodemgr_core::model::{Instance, MachineFailure, NodeGroup, Timestamp, keys};
+use nodemgr_core::ports::cloud::CloudApi;
 use nodemgr_core::ports::{
-    ClusterError, ClusterRead, EventApi, EventKind, NodeApi, NodePatch, ObjectRef, Precondition,
-    RecordedEvent,
+    ANNOTATION_HOLDER_CHECKSUM, AppliedHolder, ClusterError, MachineApi, NewInstance, StandbyHolder,
 };
-use nodemgr_core::scaling::{
-    ClusterSnapshot, ScaleDownState, ScalingCommand, ScalingConfig, Upcoming, class_of,
-    plan_bounds, plan_scale_down, plan_scale_up, plan_surge,
-};
+use nodemgr_core::scaling::{ScalingCommand, ScalingConfig, Why};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::bootstrap_tokens::TokenSource;
 use super::{Backoff, RETRY_FIRST, after_pass, now, wait};
 use crate::bashible_sources::ContextSource;
-use crate::cluster::KubeCluster;
+use crate::cluster::{KubeCluster, map_error};
 use crate::crd;
 use crate::metrics::Metrics;
 
+pub use nodemgr_core::executor::scaling::{DRAIN_SOURCE_SCALE_DOWN, MachineClass};
+pub use nodemgr_core::scaling::standby::STANDBY_PRIORITY;
+
 /// Finalizer on every Instance: its machine is deleted before it goes.
 pub const FINALIZER_INSTANCE: &str = "node-manager.deckhouse.io/machine";
-/// Drain source of scale-down drains.
-pub const DRAIN_SOURCE_SCALE_DOWN: &str = "scale-down";
 
-/// A group's instance class: the machine size the scaling policies plan with and what the
-/// cloud creates.
-#[derive(Debug, Clone)]
-pub struct MachineClass {
-    /// The size (its `kind` and `name` are what `cloudInstances.classReference` names).
-    pub scaling: nodemgr_core::scaling::InstanceClass,
-    /// What to create.
-    pub cloud: nodemgr_core::ports::cloud::InstanceClass,
-}
+/// The image of the standby-holder pods unless [`MachineSettings::standby_image`] says
+/// otherwise: the pause container, which only holds the requests.
+pub const DEFAULT_STANDBY_IMAGE: &str = "registry.k8s.io/pause:3.9";
 
 /// What nodes join with (the bootstrap script in the machine's user data).
 #[derive(Debug, Clone)]
@@ -86,7 +77,7 @@ pub struct Bootstrap {
 /// Settings of the machine controller.
 #[derive(Debug, Clone)]
 pub struct MachineSettings {
-    /// Period (it also runs at the core's deadlines). Default 10 s.
+    /// Period (it also runs at the executor's deadlines). Default 10 s.
     pub period: Duration,
     /// Timeouts and pacing of machines.
     pub config: MachineConfig,
@@ -100,461 +91,208 @@ pub struct MachineSettings {
     pub bootstrap: Option<Bootstrap>,
     /// Cloud calls in flight at once.
     pub concurrency: usize,
+    /// The image of standby-holder pods ([`DEFAULT_STANDBY_IMAGE`]).
+    pub standby_image: String,
 }
 
-/// The controller.
-pub struct MachineController {
-    cluster: KubeCluster,
-    cloud: Arc<dyn CloudApi>,
-    settings: MachineSettings,
-    metrics: Metrics,
-    core: Machines,
+/// The machine port over the Kubernetes API (see the module docs). Reads are direct, not
+/// cached: the executor counts ordered machines from the Instances it lists.
+pub struct KubeMachines {
+    client: Client,
+    bootstrap: Option<Bootstrap>,
     renderer: Renderer,
-    scale_down: ScaleDownState,
-    /// The classes' sizes, as the scaling policies take them.
-    scaling_classes: Vec<nodemgr_core::scaling::InstanceClass>,
+    standby_image: String,
 }
 
-impl std::fmt::Debug for MachineController {
+impl std::fmt::Debug for KubeMachines {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MachineController").finish_non_exhaustive()
+        f.debug_struct("KubeMachines").finish_non_exhaustive()
     }
 }
 
-fn unavailable(what: &str, error: impl std::fmt::Display) -> ClusterError {
-    ClusterError::Unavailable(format!("{what}: {error}"))
-}
-
-fn phase_of(instance: &Instance) -> MachinePhase {
-    MachinePhase::parse(
-        instance
-            .status
-            .current_status
-            .as_ref()
-            .and_then(|c| c.phase.as_deref()),
-    )
-}
-
-impl MachineController {
-    /// A controller over `cluster` and `cloud`.
-    pub fn new(
-        cluster: KubeCluster,
-        cloud: Arc<dyn CloudApi>,
-        settings: MachineSettings,
-        metrics: Metrics,
-    ) -> Self {
+impl KubeMachines {
+    /// The port over `client`; new machines boot with `bootstrap`'s script when given.
+    pub fn new(client: Client, bootstrap: Option<Bootstrap>, standby_image: String) -> Self {
         Self {
-            scaling_classes: settings.classes.iter().map(|c| c.scaling.clone()).collect(),
-            core: Machines::with_config(settings.config),
-            cluster,
-            cloud,
-            settings,
-            metrics,
+            client,
+            bootstrap,
             renderer: Renderer::new(),
-            scale_down: ScaleDownState::default(),
+            standby_image,
         }
     }
 
     fn instances(&self) -> Api<crd::Instance> {
-        Api::all(self.cluster.client().clone())
+        Api::all(self.client.clone())
     }
 
-    async fn event(&self, group: &str, kind: EventKind, reason: &str, message: String) {
-        let _ = self
-            .cluster
-            .emit_event(&RecordedEvent {
-                regarding: ObjectRef::node_group(group),
-                kind,
-                reason: reason.into(),
-                message,
-                time: now(),
+    fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), keys::NAMESPACE)
+    }
+
+    /// Creates the `standby` PriorityClass when the cluster has none.
+    async fn ensure_priority_class(&self) -> Result<(), ClusterError> {
+        let api: Api<PriorityClass> = Api::all(self.client.clone());
+        match api.get_opt(keys::STANDBY_PRIORITY_CLASS).await {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) => {}
+            Err(e) => return Err(map_error("read PriorityClass standby", e)),
+        }
+        let class: PriorityClass = serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": keys::STANDBY_PRIORITY_CLASS,
+                "labels": {"app.kubernetes.io/managed-by": "node-manager"}},
+            "value": STANDBY_PRIORITY,
+            "globalDefault": false,
+            "preemptionPolicy": "Never",
+            "description": "standby-holder pods of NodeGroups with cloudInstances.standby: any other pod preempts them",
+        }))
+        .map_err(|e| ClusterError::Other(format!("PriorityClass standby: {e}")))?;
+        match api.create(&PostParams::default(), &class).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) => Err(map_error("create PriorityClass standby", e)),
+        }
+    }
+
+    /// The Deployment of `holder` (see the module docs).
+    fn holder_deployment(&self, holder: &StandbyHolder) -> Value {
+        let t = &holder.template;
+        let labels = json!(t.labels);
+        let tolerations: Vec<Value> = t
+            .tolerations
+            .iter()
+            .map(|tol| {
+                let mut v = json!({
+                    "key": tol.key,
+                    "operator": if tol.exists { "Exists" } else { "Equal" },
+                });
+                if !tol.exists {
+                    v["value"] = json!(tol.value);
+                }
+                if let Some(effect) = &tol.effect {
+                    v["effect"] = json!(effect.as_str());
+                }
+                v
             })
-            .await;
+            .collect();
+        let requests: serde_json::Map<String, Value> = t
+            .requests
+            .iter()
+            .map(|(k, q)| (k.clone(), json!(quantity_text(*q))))
+            .collect();
+        let anti: Vec<Value> = t
+            .hostname_anti_affinity
+            .iter()
+            .map(|s| {
+                json!({"labelSelector": {"matchLabels": s.match_labels.clone().unwrap_or_default()},
+                    "topologyKey": keys::LABEL_HOSTNAME})
+            })
+            .collect();
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": holder.name(),
+                "namespace": keys::NAMESPACE,
+                "labels": t.labels,
+                "annotations": {ANNOTATION_HOLDER_CHECKSUM: holder.checksum()},
+            },
+            "spec": {
+                "replicas": holder.replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": t.labels},
+                    "spec": {
+                        "priorityClassName": t.priority_class,
+                        "nodeSelector": t.node_selector,
+                        "tolerations": tolerations,
+                        "affinity": {"podAntiAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": anti}},
+                        "topologySpreadConstraints": [{
+                            "maxSkew": 1,
+                            "topologyKey": keys::LABEL_TOPOLOGY_ZONE,
+                            "whenUnsatisfiable": "ScheduleAnyway",
+                            "labelSelector": {"matchLabels": t.labels},
+                        }],
+                        "terminationGracePeriodSeconds": 0,
+                        "automountServiceAccountToken": false,
+                        "containers": [{
+                            "name": "reserve-resources",
+                            "image": self.standby_image,
+                            "resources": {"requests": requests},
+                        }],
+                    },
+                },
+            },
+        })
     }
+}
 
-    /// One pass. Returns the core's next deadline.
-    ///
-    /// # Errors
-    /// When the cluster or the cloud cannot be read (nothing was done).
-    pub async fn pass(&mut self) -> Result<Option<Timestamp>, ClusterError> {
-        let groups = self.cluster.list_node_groups().await?;
-        let mut nodes = self.cluster.list_nodes().await?;
-        let pods = self.cluster.list_pods().await?;
-        let pdbs = self.cluster.list_pod_disruption_budgets().await?;
-        let instances: Vec<Instance> = self
+/// A quantity as the API writes it: whole units, else milli-units (`2`, `1500m`).
+fn quantity_text(q: nodemgr_core::model::Quantity) -> String {
+    if q.0 % 1000 == 0 {
+        (q.0 / 1000).to_string()
+    } else {
+        format!("{}m", q.0)
+    }
+}
+
+fn not_found_is_ok(result: Result<(), kube::Error>, what: &str) -> Result<(), ClusterError> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(map_error(what, e)),
+    }
+}
+
+#[async_trait]
+impl MachineApi for KubeMachines {
+    async fn list_instances(&self) -> Result<Vec<Instance>, ClusterError> {
+        Ok(self
             .instances()
             .list(&ListParams::default())
             .await
-            .map_err(|e| unavailable("listing Instances", e))?
+            .map_err(|e| map_error("list Instances", e))?
             .items
             .iter()
             .map(crd::Instance::to_core)
-            .collect();
-        self.stamp_class_checksums(&instances, &mut nodes).await;
-        let ephemeral: Vec<&NodeGroup> = groups
-            .iter()
-            .filter(|g| g.spec.node_type == Some(NodeType::CloudEphemeral))
-            .collect();
-        // The cloud is listed after the Nodes were read.
-        let mut listed: Vec<CloudInstance> = Vec::new();
-        for group in &ephemeral {
-            let machines = self
-                .cloud
-                .list_group_instances(group.name())
-                .await
-                .map_err(|e| {
-                    unavailable(&format!("listing the machines of {}", group.name()), e)
-                })?;
-            listed.extend(machines);
-        }
-        let mut absent = BTreeSet::new();
-        for id in provider_ids_to_look_up(&nodes, &listed) {
-            match self.cloud.get_instance(id).await {
-                Ok(None) => {
-                    absent.insert(id.to_owned());
-                }
-                Ok(Some(_)) => {}
-                Err(error) => {
-                    tracing::debug!(provider_id = %id, %error, "cloud look-up failed; node kept")
-                }
-            }
-        }
-
-        let now = now();
-        let requests = self
-            .scaling_requests(&groups, &nodes, &pods, &pdbs, &instances, now)
-            .await;
-        let plan = self.core.plan(
-            &MachineSnapshot {
-                instances: &instances,
-                cloud: &listed,
-                absent: &absent,
-                nodes: &nodes,
-            },
-            &requests,
-            now,
-        );
-        let by_name: BTreeMap<&str, &NodeGroup> = groups.iter().map(|g| (g.name(), g)).collect();
-        let mut creates = Vec::new();
-        for command in plan.commands {
-            tracing::info!("{command}");
-            match command {
-                MachineCommand::Create {
-                    group,
-                    zone,
-                    machine,
-                    client_token,
-                } => {
-                    if let Err(error) = self
-                        .create_instance_resource(
-                            by_name.get(group.as_str()).copied(),
-                            &group,
-                            &zone,
-                            &machine,
-                        )
-                        .await
-                    {
-                        tracing::warn!(%machine, %error, "could not create the Instance; the machine is not created");
-                        continue;
-                    }
-                    Metrics::action(&self.metrics.machine_actions, &group, "create");
-                    creates.push((group, zone, machine, client_token));
-                }
-                MachineCommand::EnsureMachine {
-                    group,
-                    zone,
-                    machine,
-                    client_token,
-                } => creates.push((group, zone, machine, client_token)),
-                MachineCommand::SetPhase {
-                    machine,
-                    phase,
-                    node,
-                    provider_id,
-                } => {
-                    if let Err(error) = self
-                        .set_phase(
-                            &machine,
-                            phase,
-                            node.as_deref(),
-                            provider_id.as_deref(),
-                            now,
-                        )
-                        .await
-                    {
-                        tracing::warn!(%machine, %error, "could not write the Instance's phase");
-                    }
-                }
-                MachineCommand::DeleteMachine {
-                    group,
-                    machine,
-                    provider_id,
-                    reason,
-                } => {
-                    let result = self.cloud.delete_instance(&provider_id).await;
-                    if let Err(error) = &result {
-                        tracing::warn!(%machine, %error, "could not delete the machine; retried");
-                    } else {
-                        Metrics::action(&self.metrics.machine_actions, &group, "delete");
-                        self.event(
-                            &group,
-                            EventKind::Normal,
-                            "MachineDeleted",
-                            format!("machine {machine} ({provider_id}) deleted: {reason}"),
-                        )
-                        .await;
-                    }
-                    self.core
-                        .handle_delete(&machine, result.as_ref().map(|_| ()), now);
-                }
-                MachineCommand::ForgetInstance { machine } => {
-                    if let Err(error) = self.forget(&machine).await {
-                        tracing::warn!(%machine, %error, "could not delete the Instance");
-                    }
-                }
-                MachineCommand::RecordFailure {
-                    group,
-                    machine,
-                    provider_id,
-                    message,
-                } => {
-                    Metrics::action(&self.metrics.machine_actions, &group, "failure");
-                    if let Err(error) = self
-                        .record_failure(
-                            by_name.get(group.as_str()).copied(),
-                            &group,
-                            &machine,
-                            provider_id.as_deref(),
-                            &message,
-                            now,
-                        )
-                        .await
-                    {
-                        tracing::warn!(%group, %machine, %error, "could not record the machine failure");
-                    }
-                    self.event(
-                        &group,
-                        EventKind::Warning,
-                        "MachineFailed",
-                        format!("{machine}: {message}"),
-                    )
-                    .await;
-                }
-                MachineCommand::DeleteNode { node, reason } => {
-                    match self.cluster.delete_node(&node, &Precondition::None).await {
-                        Ok(()) => {
-                            Metrics::action(
-                                &self.metrics.machine_actions,
-                                &self.metrics.group_of_node(&node),
-                                "delete_node",
-                            );
-                            tracing::info!(%node, %reason, "node deleted");
-                        }
-                        Err(error) if error.is_not_found() => {}
-                        Err(error) => tracing::warn!(%node, %error, "could not delete the node"),
-                    }
-                }
-            }
-        }
-        self.run_creates(&by_name, creates, now).await;
-        Ok(self.core.next_deadline())
+            .collect())
     }
 
-    /// Copies the class checksum an Instance was created with onto its Node, which the
-    /// class-change rollout compares ([`plan_surge`]).
-    async fn stamp_class_checksums(
+    async fn create_instance(
         &self,
-        instances: &[Instance],
-        nodes: &mut [nodemgr_core::model::Node],
-    ) {
-        for i in instances {
-            let (Some(name), Some(checksum)) = (
-                i.metadata.name.as_deref(),
-                i.metadata
-                    .annotations
-                    .get(keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM),
-            ) else {
-                continue;
-            };
-            let Some(node) = nodes.iter_mut().find(|n| n.name == name) else {
-                continue;
-            };
-            if node
-                .annotations
-                .contains_key(keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM)
-            {
-                continue;
-            }
-            let patch = NodePatch::new()
-                .set_annotation(keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM, checksum.clone());
-            match self.cluster.patch_node(name, &patch).await {
-                Ok(_) => {
-                    node.annotations.insert(
-                        keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM.into(),
-                        checksum.clone(),
-                    );
-                }
-                Err(error) => {
-                    tracing::warn!(node = %name, %error, "could not stamp the class checksum")
-                }
-            }
-        }
-    }
-
-    /// The scaling layer's asks: new machines per zone, and removals whose drain finished
-    /// (starting the drains of new removals).
-    async fn scaling_requests(
-        &mut self,
-        groups: &[NodeGroup],
-        nodes: &[nodemgr_core::model::Node],
-        pods: &[nodemgr_core::model::Pod],
-        pdbs: &[nodemgr_core::model::PodDisruptionBudget],
-        instances: &[Instance],
+        instance: &NewInstance,
         now: Timestamp,
-    ) -> MachineRequests {
-        let mut requests = MachineRequests::default();
-        let with_node: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-        let mut upcoming: BTreeMap<(String, String), u32> = BTreeMap::new();
-        for i in instances {
-            let phase = phase_of(i);
-            let name = i.metadata.name.as_deref().unwrap_or_default();
-            if matches!(phase, MachinePhase::Pending | MachinePhase::Provisioning)
-                && !with_node.contains(name)
-                && i.metadata.deletion_timestamp.is_none()
-            {
-                let group = i
-                    .metadata
-                    .labels
-                    .get(keys::LABEL_NODE_GROUP)
-                    .cloned()
-                    .unwrap_or_default();
-                let zone = i
-                    .metadata
-                    .labels
-                    .get(keys::LABEL_TOPOLOGY_ZONE)
-                    .cloned()
-                    .unwrap_or_default();
-                *upcoming.entry((group, zone)).or_default() += 1;
-            }
-        }
-        let leaving: BTreeSet<String> = nodes
-            .iter()
-            .filter(|n| n.labels.contains_key(keys::LABEL_TERMINATION_IN_PROGRESS))
-            .map(|n| n.name.clone())
-            .collect();
-        for node in nodes {
-            if leaving.contains(&node.name) && node.has_annotation(keys::ANNOTATION_DRAINED) {
-                requests.remove.insert(node.name.clone());
-            }
-        }
-        let snapshot = ClusterSnapshot::new(
-            nodes,
-            pods,
-            pdbs,
-            groups,
-            &self.scaling_classes,
-            &self.settings.zones,
-        )
-        .with_upcoming(
-            upcoming
-                .into_iter()
-                .map(|((group, zone), count)| Upcoming { group, zone, count })
-                .collect(),
-        )
-        .with_leaving(leaving.clone());
-        let bounds = plan_bounds(&snapshot, &self.settings.scaling, now);
-        let up = plan_scale_up(&snapshot, &self.settings.scaling, now);
-        let surge = plan_surge(&snapshot, &self.settings.scaling, now);
-        let down = plan_scale_down(&snapshot, &self.scale_down, &self.settings.scaling, now);
-        self.scale_down = down.state;
-        for note in &surge.notes {
-            tracing::debug!("{note}");
-        }
-        for note in &bounds.notes {
-            tracing::debug!("{note}");
-        }
-        let mut wanted: BTreeMap<(String, String), u32> = BTreeMap::new();
-        for command in bounds
-            .commands
-            .iter()
-            .chain(&up.commands)
-            .chain(&surge.commands)
-            .chain(&down.commands)
-        {
-            tracing::info!("{command}");
-            match command {
-                ScalingCommand::CreateNodes {
-                    group, zone, count, ..
-                } => {
-                    let entry = wanted.entry((group.clone(), zone.clone())).or_default();
-                    // Bounds and scale-up may both ask for a zone: the larger ask covers both.
-                    *entry = (*entry).max(*count);
-                }
-                ScalingCommand::RemoveNode { node, .. } => {
-                    if !leaving.contains(node) {
-                        let patch = NodePatch::new()
-                            .set_label(keys::LABEL_TERMINATION_IN_PROGRESS, "")
-                            .set_annotation(keys::ANNOTATION_DRAINING, DRAIN_SOURCE_SCALE_DOWN);
-                        match self.cluster.patch_node(node, &patch).await {
-                            Ok(_) => Metrics::action(
-                                &self.metrics.machine_actions,
-                                &self.metrics.group_of_node(node),
-                                "drain",
-                            ),
-                            Err(error) => {
-                                tracing::warn!(%node, %error, "could not start the scale-down drain")
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        requests.create = wanted
-            .into_iter()
-            .map(|((group, zone), count)| (group, zone, count))
-            .collect();
-        requests
-    }
-
-    async fn create_instance_resource(
-        &self,
-        group_spec: Option<&NodeGroup>,
-        group: &str,
-        zone: &str,
-        machine: &str,
     ) -> Result<(), ClusterError> {
-        let class = group_spec
-            .and_then(|g| g.spec.cloud_instances.as_ref())
-            .and_then(|c| c.class_reference.as_ref());
-        let (class_kind, class_name) = (
-            class.map(|c| c.kind.clone()).unwrap_or_default(),
-            class.map(|c| c.name.clone()).unwrap_or_default(),
-        );
-        let checksum = group_spec
-            .and_then(|g| class_of(g, &self.scaling_classes))
-            .map(nodemgr_core::scaling::InstanceClass::checksum)
+        let machine = &instance.machine;
+        let (class_kind, class_name) = instance
+            .class_reference
+            .as_ref()
+            .map(|c| (c.kind.clone(), c.name.clone()))
             .unwrap_or_default();
         let body: crd::Instance = serde_json::from_value(json!({
             "apiVersion": "deckhouse.io/v1alpha2",
             "kind": "Instance",
             "metadata": {
                 "name": machine,
-                "labels": {keys::LABEL_NODE_GROUP: group, keys::LABEL_TOPOLOGY_ZONE: zone},
+                "labels": {keys::LABEL_NODE_GROUP: instance.group, keys::LABEL_TOPOLOGY_ZONE: instance.zone},
                 "finalizers": [FINALIZER_INSTANCE],
-                "annotations": {keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM: checksum},
+                "annotations": {keys::ANNOTATION_INSTANCE_CLASS_CHECKSUM: instance.class_checksum},
             },
             "status": {"classReference": {"kind": class_kind, "name": class_name}},
         }))
         .map_err(|e| ClusterError::Other(format!("Instance {machine}: {e}")))?;
-        self.instances()
-            .create(&PostParams::default(), &body)
-            .await
-            .map_err(|e| unavailable(&format!("creating Instance {machine}"), e))?;
-        self.set_phase(machine, MachinePhase::Pending, None, None, now())
+        match self.instances().create(&PostParams::default(), &body).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+            Err(e) => return Err(map_error(&format!("create Instance {machine}"), e)),
+        }
+        self.set_instance_phase(machine, MachinePhase::Pending, None, None, now)
             .await
     }
 
-    async fn set_phase(
+    async fn set_instance_phase(
         &self,
         machine: &str,
         phase: MachinePhase,
@@ -575,7 +313,7 @@ impl MachineController {
                 &Patch::Merge(&json!({"status": status})),
             )
             .await
-            .map_err(|e| unavailable(&format!("Instance {machine} status"), e))?;
+            .map_err(|e| map_error(&format!("Instance {machine} status"), e))?;
         if let Some(id) = provider_id {
             self.instances()
                 .patch(
@@ -586,73 +324,68 @@ impl MachineController {
                     ),
                 )
                 .await
-                .map_err(|e| unavailable(&format!("Instance {machine}"), e))?;
+                .map_err(|e| map_error(&format!("Instance {machine}"), e))?;
         }
         Ok(())
     }
 
-    async fn forget(&self, machine: &str) -> Result<(), ClusterError> {
+    async fn forget_instance(&self, machine: &str) -> Result<(), ClusterError> {
         let api = self.instances();
         let patch = json!({"metadata": {"finalizers": null}});
-        match api
-            .patch(machine, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-            Err(e) => return Err(unavailable(&format!("Instance {machine}"), e)),
-        }
-        match api.delete(machine, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(unavailable(&format!("deleting Instance {machine}"), e)),
-        }
+        not_found_is_ok(
+            api.patch(machine, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ()),
+            &format!("Instance {machine}"),
+        )?;
+        not_found_is_ok(
+            api.delete(machine, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+            &format!("delete Instance {machine}"),
+        )
     }
 
-    async fn record_failure(
+    async fn record_machine_failure(
         &self,
-        current: Option<&NodeGroup>,
         group: &str,
-        machine: &str,
-        provider_id: Option<&str>,
-        message: &str,
-        now: Timestamp,
+        failure: &MachineFailure,
+        keep: usize,
     ) -> Result<(), ClusterError> {
+        let api = Api::<crd::NodeGroup>::all(self.client.clone());
+        let current = api
+            .get_opt(group)
+            .await
+            .map_err(|e| map_error(&format!("read NodeGroup {group}"), e))?
+            .map(|g| g.to_core());
         let mut failures: Vec<Value> = current
+            .as_ref()
             .and_then(|g| g.status.as_ref())
             .and_then(|s| s.last_machine_failures.clone())
             .unwrap_or_default()
             .iter()
             .filter_map(|f| serde_json::to_value(f).ok())
             .collect();
-        failures.push(json!({
-            "name": machine,
-            "providerID": provider_id,
-            "ownerRef": group,
-            "lastOperation": {
-                "description": message,
-                "lastUpdateTime": now.to_rfc3339(),
-                "state": "Failed",
-                "type": "Create",
-            },
-        }));
-        let keep = self.settings.config.failures_kept.max(1);
+        failures.push(
+            serde_json::to_value(failure)
+                .map_err(|e| ClusterError::Other(format!("machine failure: {e}")))?,
+        );
+        let keep = keep.max(1);
         if failures.len() > keep {
             failures.drain(..failures.len() - keep);
         }
-        Api::<crd::NodeGroup>::all(self.cluster.client().clone())
-            .patch_status(
-                group,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"status": {"lastMachineFailures": failures}})),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| unavailable(&format!("NodeGroup {group} status"), e))
+        api.patch_status(
+            group,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"lastMachineFailures": failures}})),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| map_error(&format!("NodeGroup {group} status"), e))
     }
 
-    fn user_data(&self, group: Option<&&NodeGroup>) -> String {
-        let (Some(bootstrap), Some(group)) = (&self.settings.bootstrap, group) else {
+    async fn user_data(&self, group: &NodeGroup) -> String {
+        let Some(bootstrap) = &self.bootstrap else {
             return String::new();
         };
         let token = match bootstrap.tokens.for_group(group.name()) {
@@ -685,65 +418,205 @@ impl MachineController {
         }
     }
 
-    async fn run_creates(
-        &mut self,
-        groups: &BTreeMap<&str, &NodeGroup>,
-        creates: Vec<(String, String, String, String)>,
-        now: Timestamp,
-    ) {
-        // One render and one class look-up per group, however many machines it gets.
-        let mut per_group: BTreeMap<String, (String, nodemgr_core::ports::cloud::InstanceClass)> =
-            BTreeMap::new();
-        let requests: Vec<CreateInstance> = creates
+    async fn list_standby_holders(&self) -> Result<Vec<AppliedHolder>, ClusterError> {
+        let params = ListParams::default().labels(&format!("app={}", keys::STANDBY_HOLDER_APP));
+        let list = self
+            .deployments()
+            .list(&params)
+            .await
+            .map_err(|e| map_error("list standby-holder Deployments", e))?;
+        Ok(list
+            .items
             .into_iter()
-            .map(|(group, zone, machine, client_token)| {
-                let (user_data, class) = per_group
-                    .entry(group.clone())
-                    .or_insert_with(|| {
-                        let spec = groups.get(group.as_str());
-                        let class = spec
-                            .and_then(|g| class_of(g, &self.scaling_classes))
-                            .and_then(|size| {
-                                self.settings.classes.iter().find(|c| c.scaling == *size)
-                            })
-                            .map(|c| c.cloud.clone())
-                            .unwrap_or_default();
-                        (self.user_data(spec), class)
-                    })
-                    .clone();
-                CreateInstance {
-                    user_data,
+            .filter_map(|d| {
+                let group = d.metadata.labels.as_ref()?.get("ng")?.clone();
+                let checksum = d
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANNOTATION_HOLDER_CHECKSUM))
+                    .cloned()
+                    .unwrap_or_default();
+                let replicas = d
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.replicas)
+                    .and_then(|r| u32::try_from(r).ok())
+                    .unwrap_or(1);
+                Some(AppliedHolder {
                     group,
-                    zone,
-                    machine,
-                    class,
-                    client_token,
-                }
+                    replicas,
+                    checksum,
+                })
             })
-            .collect();
-        let cloud = self.cloud.clone();
-        let results: Vec<(String, Result<CloudInstance, CloudError>)> =
-            futures::stream::iter(requests.into_iter().map(|request| {
-                let cloud = cloud.clone();
-                async move {
-                    let result = cloud.create_instance(&request).await;
-                    (request.machine, result)
-                }
-            }))
-            .buffer_unordered(self.settings.concurrency.max(1))
-            .collect()
-            .await;
-        for (machine, result) in results {
-            if let Err(error) = &result {
-                tracing::warn!(%machine, %error, "machine creation failed; asked again later");
+            .collect())
+    }
+
+    async fn apply_standby_holder(&self, holder: &StandbyHolder) -> Result<(), ClusterError> {
+        self.ensure_priority_class().await?;
+        let name = holder.name();
+        let body = self.holder_deployment(holder);
+        let api = self.deployments();
+        let exists = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| map_error(&format!("read Deployment {name}"), e))?
+            .is_some();
+        if exists {
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .map(|_| ())
+                .map_err(|e| map_error(&format!("update Deployment {name}"), e))
+        } else {
+            let deployment: Deployment = serde_json::from_value(body)
+                .map_err(|e| ClusterError::Other(format!("Deployment {name}: {e}")))?;
+            match api.create(&PostParams::default(), &deployment).await {
+                Ok(_) => Ok(()),
+                // Created meanwhile: the next step compares it again.
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                Err(e) => Err(map_error(&format!("create Deployment {name}"), e)),
             }
-            self.core.handle_create(&machine, result.as_ref(), now);
+        }
+    }
+
+    async fn delete_standby_holder(&self, group: &str) -> Result<(), ClusterError> {
+        let name = nodemgr_core::ports::holder_name(group);
+        not_found_is_ok(
+            self.deployments()
+                .delete(&name, &DeleteParams::background())
+                .await
+                .map(|_| ()),
+            &format!("delete Deployment {name}"),
+        )
+    }
+
+    async fn set_standby_status(&self, group: &str, standby: u32) -> Result<(), ClusterError> {
+        Api::<crd::NodeGroup>::all(self.client.clone())
+            .patch_status(
+                group,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"standby": standby}})),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| map_error(&format!("NodeGroup {group} status"), e))
+    }
+}
+
+/// The controller.
+pub struct MachineController {
+    cluster: KubeCluster,
+    cloud: Arc<dyn CloudApi>,
+    records: KubeMachines,
+    executor: ScalingExecutor,
+    period: Duration,
+    metrics: Metrics,
+}
+
+impl std::fmt::Debug for MachineController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MachineController").finish_non_exhaustive()
+    }
+}
+
+impl MachineController {
+    /// A controller over `cluster` and `cloud`.
+    pub fn new(
+        cluster: KubeCluster,
+        cloud: Arc<dyn CloudApi>,
+        settings: MachineSettings,
+        metrics: Metrics,
+    ) -> Self {
+        // The chaos monkey's randomness: a new one each start, as Deckhouse's.
+        let seed =
+            u64::try_from(now().as_millis()).unwrap_or_default() ^ u64::from(std::process::id());
+        let executor = ScalingExecutor::new(ScalingSettings {
+            scaling: settings.scaling,
+            machines: settings.config,
+            classes: settings.classes,
+            zones: settings.zones,
+            chaos_seed: seed,
+            concurrency: settings.concurrency,
+        });
+        Self {
+            records: KubeMachines::new(
+                cluster.client().clone(),
+                settings.bootstrap,
+                settings.standby_image,
+            ),
+            cluster,
+            cloud,
+            executor,
+            period: settings.period,
+            metrics,
+        }
+    }
+
+    /// The executor (its desired counts).
+    pub fn executor(&self) -> &ScalingExecutor {
+        &self.executor
+    }
+
+    /// One pass. Returns the executor's next deadline.
+    ///
+    /// # Errors
+    /// When the cluster or the cloud cannot be read (nothing was done).
+    pub async fn pass(&mut self) -> Result<Option<Timestamp>, ClusterError> {
+        let report = self
+            .executor
+            .step(&self.cluster, &self.records, &*self.cloud, now())
+            .await
+            .map_err(|e| ClusterError::Unavailable(format!("{e}: {}", e.source)))?;
+        for event in &report.events {
+            tracing::info!(group = event.group().unwrap_or_default(), "{event}");
+            self.count(event);
+        }
+        for note in &report.notes {
+            tracing::debug!("{note}");
+        }
+        for error in &report.errors {
+            tracing::warn!(%error, cause = %error.source, "machine action failed; retried next pass");
+        }
+        Ok(self.executor.next_deadline())
+    }
+
+    /// Counts `event` in `nodemgr_machine_actions_total` (and chaos victims in
+    /// `nodemgr_chaos_victims_total`).
+    fn count(&self, event: &ScalingEvent) {
+        let family = &self.metrics.machine_actions;
+        match event {
+            ScalingEvent::Ordered { command, machines } => {
+                for _ in machines {
+                    Metrics::action(family, command.group(), "create");
+                }
+            }
+            ScalingEvent::RemovalStarted { command } => {
+                Metrics::action(family, command.group(), "drain");
+                if let ScalingCommand::RemoveNode {
+                    why: Why::Chaos, ..
+                } = command
+                {
+                    self.metrics.chaos_victim(command.group());
+                }
+            }
+            ScalingEvent::MachineDeleted { group, .. } => Metrics::action(family, group, "delete"),
+            ScalingEvent::MachineFailed { group, .. } => Metrics::action(family, group, "failure"),
+            ScalingEvent::NodeDeleted { node, .. } => {
+                Metrics::action(family, &self.metrics.group_of_node(node), "delete_node");
+            }
+            ScalingEvent::StandbyHolder { group, .. } => {
+                Metrics::action(family, group, "standby_holder");
+            }
+            ScalingEvent::ClassStamped { .. }
+            | ScalingEvent::StandbyStatus { .. }
+            | ScalingEvent::Unschedulable { .. }
+            | ScalingEvent::WaitingForCapacity { .. } => {}
         }
     }
 
     /// Runs passes until `stop`.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        let period = self.settings.period;
+        let period = self.period;
         let backoff = Backoff::new(RETRY_FIRST, period);
         loop {
             let started = Instant::now();

@@ -5,12 +5,19 @@
 //! |---|---|---|
 //! | [`status`] | `nodemgr_core::group_status` | NodeGroup `status` |
 //! | [`template`] | `nodemgr_core::node_template` | node labels, annotations, taints |
-//! | [`update`] | `nodemgr_core::executor` (update planner + drains) | node annotations, cordon, evictions |
-//! | [`fencing`] | `nodemgr_core::fencing` (with the storm guard) | pods and Nodes of silent fenced nodes |
+//! | [`update`] | `nodemgr_core::executor::UpdateExecutor` (update planner + drains) | node annotations, cordon, evictions |
+//! | [`machines`] | `nodemgr_core::executor::ScalingExecutor` (bounds, surge, standby, scale-up, scale-down, chaos, machine lifecycle) | Instances, cloud machines, node removal marks, standby-holder Deployments, `status.standby`, `lastMachineFailures` |
+//! | [`fencing`] | `nodemgr_core::executor::FencingExecutor` (`nodemgr_core::fencing` with the storm guard and direct-read confirmation) | pods and Nodes of silent fenced nodes |
 //! | [`bootstrap_tokens`] | `nodemgr_core::bootstrap_tokens` | bootstrap token Secrets in `kube-system` |
 //! | [`csr`] | `nodemgr_core::serving_certificates` | kubelet-serving CSR approvals |
 //! | [`node_duties`] | `nodemgr_core::node_duties` | Static nodes' provider ID, the CSI bootstrap taint |
 //! | [`master_group`] | `nodemgr_core::node_duties::master_group` | the `master` NodeGroup when absent |
+//! | [`static_instances`] | `nodemgr_core::static_nodes` (driven here, not yet a shared executor) | StaticInstances, bootstrap and cleanup over SSH |
+//!
+//! `update`, `fencing` and `machines` drive the same executors the simulator drives
+//! (docs/executors.md);
+//! `machines` (with `--machines-config`) and `static_instances` (with
+//! `--static-cluster-context`) are started by node-manager beside [`run`]'s controllers.
 //!
 //! `status` and `template` are kube-runtime `Controller`s reconciling one NodeGroup at a time,
 //! woken by changes of the group or of its Nodes (and a periodic resync); `update` and

@@ -2,8 +2,8 @@
 //! min/max/desired, conditions, `error` for a spec nodemgr would reject) computed by
 //! [`nodemgr_core::group_status::group_status`] from a fresh list of the group's Nodes and its
 //! desired configuration checksum — for CloudEphemeral groups also `instances`/`desired` from
-//! the machine controller's `Instance` objects and `standby` from the group's standby-holder
-//! pods (both listed fresh by label) — written to the status subresource when it changed, with an
+//! the machine controller's `Instance` objects (listed fresh by label; `status.standby` is the
+//! machine controller's and kept as it is) — written to the status subresource when it changed, with an
 //! Event per condition that changed (`engine` and `kubernetesVersion` included; the API
 //! server's version is read at most every few minutes). A
 //! kube-runtime `Controller` over NodeGroups, woken by changes of the group and of Nodes
@@ -12,14 +12,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use nodemgr_core::group_status::{
-    MachineCounts, StatusInput, condition_transitions, group_status, standby_holders,
-};
+use nodemgr_core::group_status::{MachineCounts, StatusInput, condition_transitions, group_status};
 use nodemgr_core::model::{NodeType, keys};
 use nodemgr_core::scaling::{ScalingGroup, standby_count};
 use nodemgr_core::ports::{
@@ -30,7 +28,7 @@ use tokio::sync::watch;
 
 use super::{GroupContext, group_error_policy, now};
 use crate::cluster::{KubeCluster, map_error};
-use crate::convert::{node_to_core, pod_to_core};
+use crate::convert::node_to_core;
 use crate::crd::{Instance, NodeGroup};
 use crate::metrics::{DeckhouseGroupLabels, GroupLabels, Metrics, UpdateStateLabels};
 use crate::settings::SettingsSource;
@@ -57,14 +55,14 @@ pub(crate) async fn group_nodes(
 }
 
 /// What the machine layer says of a CloudEphemeral group: the counts of its `Instance`
-/// objects (`None` when it has none, [`MachineCounts::of_instances`]) and its standby-holder
-/// pods. Both listed fresh by label; other node types have neither.
-async fn machine_view(
+/// objects (`None` when it has none, [`MachineCounts::of_instances`]), listed fresh by label.
+/// Other node types have none.
+async fn machine_counts(
     cluster: &KubeCluster,
     group: &nodemgr_core::NodeGroup,
-) -> Result<(Option<MachineCounts>, Option<i64>), ClusterError> {
+) -> Result<Option<MachineCounts>, ClusterError> {
     if group.spec.node_type != Some(NodeType::CloudEphemeral) {
-        return Ok((None, None));
+        return Ok(None);
     }
     let name = group.name();
     let by_group = ListParams::default().labels(&format!("{}={name}", keys::LABEL_NODE_GROUP));
@@ -76,22 +74,7 @@ async fn machine_view(
         .iter()
         .map(Instance::to_core)
         .collect();
-    let holders = ListParams::default().labels(&format!(
-        "app={},ng={name}",
-        keys::STANDBY_HOLDER_APP
-    ));
-    let pods: Vec<_> = Api::<Pod>::all(cluster.client().clone())
-        .list(&holders)
-        .await
-        .map_err(|e| map_error(&format!("list the standby-holder pods of group {name}"), e))?
-        .items
-        .iter()
-        .map(pod_to_core)
-        .collect();
-    Ok((
-        MachineCounts::of_instances(&instances),
-        Some(standby_holders(&pods, name)),
-    ))
+    Ok(MachineCounts::of_instances(&instances))
 }
 
 async fn reconcile(group: Arc<NodeGroup>, ctx: Arc<GroupContext>) -> Result<Action, ClusterError> {
@@ -110,7 +93,7 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
         .map(node_to_core)
         .collect();
     let checksums = ctx.cluster.configuration_checksums().await?;
-    let (machines, standby) = machine_view(&ctx.cluster, &core).await?;
+    let machines = machine_counts(&ctx.cluster, &core).await?;
     let settings = match ctx.cluster_settings.read(ctx.cluster.client()).await {
         Ok(settings) => settings,
         Err(error) => {
@@ -133,7 +116,8 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
         desired_checksum: checksums.get(&name).map(String::as_str),
         cloud_zones: &[],
         machines,
-        standby,
+        // Written by the machine controller (the scaling executor's standby); kept here.
+        standby: core.status.as_ref().and_then(|s| s.standby),
         api_server_version: api_server_version.as_deref(),
         error: error.as_deref(),
         previous: core.status.as_ref(),

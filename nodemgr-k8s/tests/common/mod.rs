@@ -59,5 +59,6 @@ pub fn machine_settings(zone: &str, config: MachineConfig, cloud: CloudClass) ->
         zones: vec![zone.to_owned()],
         bootstrap: None,
         concurrency: 8,
+        standby_image: nodemgr_k8s::controllers::machines::DEFAULT_STANDBY_IMAGE.into(),
     }
 }

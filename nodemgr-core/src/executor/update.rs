@@ -1,4 +1,4 @@
-//! The update executor: one reconcile step of the update flow of every NodeGroup, carried out
+//! The update executor (re-exported as [`crate::executor`]'s update items): one reconcile step of the update flow of every NodeGroup, carried out
 //! over the cluster port ([`crate::ports::ClusterApi`]). It joins the planner
 //! ([`crate::update::plan_updates_detailed`]) and the drain state machine ([`crate::drain::Drain`])
 //! to the API: snapshot → plan → apply the plan's commands → start, advance and finish drains
@@ -61,7 +61,7 @@ use std::time::Duration;
 use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome, is_evictable};
 use crate::model::{Node, NodeGroup, Pod, Timestamp, keys};
 use crate::ports::{
-    ClusterApi, ClusterError, EventKind, EvictionResult, NodePatch, ObjectRef, PodRef,
+    ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodePatch, ObjectRef, PodRef,
     Precondition, RecordedEvent,
 };
 use crate::read_your_writes::KnownVersions;
@@ -796,7 +796,7 @@ async fn force_delete<C: ClusterApi + ?Sized>(
     }
 }
 
-async fn emit<C: ClusterApi + ?Sized>(
+pub(crate) async fn emit<C: EventApi + ?Sized>(
     cluster: &C,
     regarding: ObjectRef,
     kind: EventKind,
