@@ -500,19 +500,24 @@ async fn a_max_pods_change_rolls_onto_every_root_under_max_concurrent() {
     assert!(most_updating <= 1, "{most_updating} nodes updating at once");
     // node-manager observed the new spec and bashible-apiserver processed it: both name it by
     // the same checksum, so the group reads Synced.
-    eventually(&cluster, "the group's new spec observed and processed", 20, || {
-        let group = cluster
-            .emulator
-            .get("deckhouse.io/v1", "NodeGroup", "", "worker")
-            .unwrap_or_default();
-        let sync = &group["status"]["deckhouse"];
-        let spec = serde_json::from_value::<nodemgr_core::NodeGroup>(group.clone())
-            .map(|g| g.spec_checksum())
-            .unwrap_or_default();
-        sync["synced"] == "True"
-            && sync["observed"]["checkSum"] == spec.as_str()
-            && sync["processed"]["checkSum"] == spec.as_str()
-    })
+    eventually(
+        &cluster,
+        "the group's new spec observed and processed",
+        20,
+        || {
+            let group = cluster
+                .emulator
+                .get("deckhouse.io/v1", "NodeGroup", "", "worker")
+                .unwrap_or_default();
+            let sync = &group["status"]["deckhouse"];
+            let spec = serde_json::from_value::<nodemgr_core::NodeGroup>(group.clone())
+                .map(|g| g.spec_checksum())
+                .unwrap_or_default();
+            sync["synced"] == "True"
+                && sync["observed"]["checkSum"] == spec.as_str()
+                && sync["processed"]["checkSum"] == spec.as_str()
+        },
+    )
     .await;
     for node in NODES {
         assert_eq!(

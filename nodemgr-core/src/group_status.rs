@@ -39,8 +39,8 @@ use std::collections::BTreeSet;
 
 use crate::machines::MachinePhase;
 use crate::model::{
-    Condition, ConditionSummary, Instance, Node, NodeGroup, NodeGroupStatus, NodeType,
-    SpecStamp, SpecSync, Timestamp, keys,
+    Condition, ConditionSummary, Instance, Node, NodeGroup, NodeGroupStatus, NodeType, SpecStamp,
+    SpecSync, Timestamp, keys,
 };
 use crate::scaling::group_zones;
 
@@ -88,7 +88,11 @@ impl MachineCounts {
 /// `status.deckhouse` for `group` at `now`: `observed` names the current spec (its stamp kept
 /// while the spec does not change), `processed` is carried over from the previous status (its
 /// writer is bashible-apiserver), `synced` compares the two.
-pub fn spec_sync(group: &NodeGroup, previous: Option<&NodeGroupStatus>, now: Timestamp) -> SpecSync {
+pub fn spec_sync(
+    group: &NodeGroup,
+    previous: Option<&NodeGroupStatus>,
+    now: Timestamp,
+) -> SpecSync {
     let check_sum = group.spec_checksum();
     let before = previous.and_then(|p| p.deckhouse.as_ref());
     let observed = before
@@ -661,7 +665,10 @@ mod tests {
         let first = group_status(&input(&g, &nodes));
         let sync = first.deckhouse.clone().unwrap();
         let observed = sync.observed.clone().unwrap();
-        assert_eq!(observed.check_sum.as_deref(), Some(g.spec_checksum().as_str()));
+        assert_eq!(
+            observed.check_sum.as_deref(),
+            Some(g.spec_checksum().as_str())
+        );
         assert_eq!(sync.processed, None);
         assert_eq!(sync.synced.as_deref(), Some("False"));
         // bashible-apiserver processes the spec: synced, and the observed stamp stays.

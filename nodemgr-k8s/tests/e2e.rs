@@ -808,11 +808,13 @@ async fn status_reports_instances_and_desired_from_the_machine_layer() {
         ("eph-m3", "Pending"),
         ("eph-m4", "Terminating"),
     ] {
-        e.seed(json!({"apiVersion": "deckhouse.io/v1alpha2", "kind": "Instance",
+        e.seed(
+            json!({"apiVersion": "deckhouse.io/v1alpha2", "kind": "Instance",
                       "metadata": {"name": name, "labels": {"node.deckhouse.io/group": "eph",
                                                             "topology.kubernetes.io/zone": "a"}},
-                      "status": {"currentStatus": {"phase": phase}}}))
-            .unwrap();
+                      "status": {"currentStatus": {"phase": phase}}}),
+        )
+        .unwrap();
     }
     eventually("instances 5, desired 4", 20, || {
         let s = status(&e, "eph");

@@ -19,10 +19,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use nodemgr_core::group_status::{MachineCounts, StatusInput, condition_transitions, group_status};
 use nodemgr_core::model::{NodeType, keys};
-use nodemgr_core::scaling::{ScalingGroup, standby_count};
 use nodemgr_core::ports::{
     ClusterError, ClusterRead, EventApi, EventKind, ObjectRef as EventObject, RecordedEvent,
 };
+use nodemgr_core::scaling::{ScalingGroup, standby_count};
 use nodemgr_core::validate::validate_node_group;
 use tokio::sync::watch;
 
