@@ -763,6 +763,7 @@ mod tests {
         assert_eq!(
             all,
             [
+                "nodemgr_chaos_victims",
                 "nodemgr_controller_failures",
                 "nodemgr_fencing_actions",
                 "nodemgr_machine_actions",
