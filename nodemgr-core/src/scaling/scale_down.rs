@@ -17,11 +17,15 @@
 //!   - runs in `kube-system`, is not a DaemonSet pod and no PDB covers it, unless annotated
 //!     safe-to-evict `"true"`;
 //!   - has no controller ([`ScalingConfig::block_unreplicated_pods`]), unless annotated
-//!     safe-to-evict `"true"`.
+//!     safe-to-evict `"true"`;
+//!   - carries a required constraint nodemgr does not model ([`Pod::unmodelled_constraints`]).
 //! * **Fits elsewhere**: the pods to evict are packed, first-fit in [`super::placement`]'s
 //!   order, onto the other Ready, schedulable, not-leaving nodes (any group, static ones too),
-//!   the pods moved earlier in the same pass included. A node that receives pods in a pass is
-//!   not removed in that pass.
+//!   the pods moved earlier in the same pass included, by every rule of
+//!   [`super::placement`] — topology spread, pod affinity and anti-affinity counted over the
+//!   cluster without the node (and the nodes removed before it in the pass) — so no pod is moved
+//!   where it would violate a required constraint (docs/scheduling.md §3). A node that receives
+//!   pods in a pass is not removed in that pass.
 //! * **Never below `minPerZone`**: a zone keeps at least `minPerZone` healthy nodes.
 //! * Zones replacing nodes of an outdated class ([`super::surge`]) are left to the rollout.
 //! * Per pass at most [`ScalingConfig::max_empty_removals_per_pass`] empty nodes (nothing to
@@ -40,6 +44,7 @@ use super::bounds::{is_failed, zone_states};
 use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
 use super::placement::{Bins, CPU, Demand, MEMORY, Placer, ResourceIndex, classify, trial_order};
+use super::topology::UniverseBuilder;
 use super::snapshot::ClusterSnapshot;
 use super::util::FastHash;
 
@@ -95,6 +100,9 @@ fn utilization(requested: [i64; 2], node: &Node) -> u32 {
 
 /// Why `pod` blocks the removal of its node, apart from PDBs.
 fn blocker(pod: &Pod, covered_by_pdb: bool, config: &ScalingConfig) -> Option<&'static str> {
+    if !pod.unmodelled_constraints.is_empty() {
+        return Some("has a scheduling constraint nodemgr does not model");
+    }
     match pod
         .annotations
         .get(keys::ANNOTATION_SAFE_TO_EVICT)
@@ -261,7 +269,19 @@ pub fn plan_scale_down(
         .filter(|&i| nodes[i].ready && !nodes[i].unschedulable && !snapshot.is_leaving(&nodes[i]))
         .collect();
     dest.sort_by(|&a, &b| nodes[a].name.cmp(&nodes[b].name));
-    let mut bins = Bins::new(index.len(), track);
+    // Topology counters, when a pod to move or a bound pod's anti-affinity needs them.
+    let mut universe = UniverseBuilder::default();
+    for &m in to_move.iter().flatten() {
+        universe.place(&pods[m]);
+    }
+    for list in &on_node {
+        for &m in list {
+            universe.bound(&pods[m]);
+        }
+    }
+    let universe = universe.build();
+    let with_topology = universe.is_some();
+    let mut bins = Bins::with_topology(index.len(), track, universe);
     let mut bin_of: Vec<Option<usize>> = vec![None; nodes.len()];
     for &i in &dest {
         let n = &nodes[i];
@@ -273,6 +293,21 @@ pub fn plan_scale_down(
             used[i],
             &used_ext[i * n_ext..(i + 1) * n_ext],
         );
+    }
+    if with_topology {
+        // Nodes that take no pods are topology domains all the same, with their pods.
+        let mut others: Vec<usize> = (0..nodes.len()).filter(|&i| bin_of[i].is_none()).collect();
+        others.sort_by(|&a, &b| nodes[a].name.cmp(&nodes[b].name));
+        for i in others {
+            let n = &nodes[i];
+            let b = bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), false);
+            bins.occupy_all(
+                b,
+                on_node[i].iter().map(|&m| &pods[m]),
+                used[i],
+                &used_ext[i * n_ext..(i + 1) * n_ext],
+            );
+        }
     }
     let classes = classify(pods, to_move.iter().flatten().copied(), &index);
     let mut class_of: HashMap<usize, usize, FastHash> = HashMap::default();

@@ -53,6 +53,7 @@ use super::placement::{
     Bins, CPU, MEMORY, Placer, PodClass, ResourceIndex, check_fit, check_static, classify,
     fits_empty, is_standby_holder, static_fits, trial_order,
 };
+use super::topology::UniverseBuilder;
 use super::snapshot::ClusterSnapshot;
 use super::util::FastHash;
 
@@ -194,6 +195,15 @@ pub struct ScaleUpPlan {
     pub unplaceable: Vec<Unplaceable>,
     /// Pods some group could host, every such zone being at `maxPerZone` (pod indices).
     pub waiting_for_capacity: Vec<usize>,
+    /// Pods some group could host in a zone with room left, that no node (existing, upcoming
+    /// or new) may take by their pod affinity, pod anti-affinity or topology spread
+    /// constraints (docs/scheduling.md §3) (pod indices).
+    pub constrained: Vec<usize>,
+    /// Every pod the plan places (on existing, upcoming and new nodes), in the order the
+    /// simulation placed it for the last time: replayed in this order, each placement passes
+    /// every rule against the cluster as it stands then (docs/scheduling.md §4,
+    /// [`super::reference::replay_scale_up`]).
+    pub placement_order: Vec<usize>,
     /// Which group was chosen at each step and why.
     pub reasons: Vec<String>,
 }
@@ -218,12 +228,17 @@ fn pod_index(pods: &[Pod], p: &Pod) -> Option<usize> {
     (offset % size == 0 && offset / size < pods.len()).then_some(offset / size)
 }
 
-/// The planned nodes so far: a placer over them, each node's template and pods.
+/// The simulation after step 1 and the nodes planned so far: a placer over the existing and
+/// upcoming nodes (bins `..first`) and the planned ones (bins `first..`), each planned node's
+/// template, and the pods placed by steps 3–5 on every bin.
 #[derive(Debug, Clone)]
 struct Planned<'t> {
     placer: Placer<'t>,
+    first: usize,
+    /// Template of each planned bin (`template[b - first]`).
     template: Vec<usize>,
-    /// (class, pod) on each planned node; empty once the node is consolidated away.
+    /// (class, pod) placed on each bin by steps 3–5; a planned node's list is empty once it
+    /// is consolidated away.
     members: Vec<Vec<(usize, usize)>>,
 }
 
@@ -231,8 +246,8 @@ impl Planned<'_> {
     /// Live planned nodes per template.
     fn per_template(&self, templates: usize) -> Vec<u32> {
         let mut n = vec![0u32; templates];
-        for (b, t) in self.template.iter().enumerate() {
-            if !self.members[b].is_empty() {
+        for (k, t) in self.template.iter().enumerate() {
+            if !self.members[self.first + k].is_empty() {
                 n[*t] += 1;
             }
         }
@@ -282,13 +297,33 @@ pub fn plan_scale_up(
         .enumerate()
         .map(|(i, t)| ((t.group.as_str(), t.zone.as_str()), i))
         .collect();
+    // Pods with a required constraint nodemgr does not model are never placed.
+    let (unmodelled, pending): (Vec<usize>, Vec<usize>) = pending
+        .into_iter()
+        .partition(|&i| !pods[i].unmodelled_constraints.is_empty());
     let track = pending
         .iter()
         .any(|&i| !pods[i].hostname_anti_affinity.is_empty());
     let mut classes = classify(pods, pending.iter().copied(), &index);
+    // Topology counters, when some pod constrains another beyond hostname anti-affinity.
+    let mut universe = UniverseBuilder::default();
+    for &i in &pending {
+        universe.place(&pods[i]);
+    }
+    for p in pods {
+        if p.node_name.is_some() && !p.is_terminal() {
+            if is_standby_holder(p) {
+                universe.place(p);
+            } else {
+                universe.bound(p);
+            }
+        }
+    }
+    let universe = universe.build();
+    let with_topology = universe.is_some();
 
     // --- 1. existing and upcoming room --------------------------------------------------
-    let mut bins = Bins::new(index.len(), track);
+    let mut bins = Bins::with_topology(index.len(), track, universe);
     let mut existing: Vec<&Node> = snapshot
         .nodes
         .iter()
@@ -302,8 +337,26 @@ pub fn plan_scale_up(
         bin_of.insert(n.name.as_str(), b);
         targets.push(ExistingTarget::Node(n.name.clone()));
     }
-    // Bound pods: standby holders one by one (they are preemptible), the others summed per
-    // node and recorded at once.
+    if with_topology {
+        // Nodes that take no pods are topology domains all the same, with their pods
+        // (docs/scheduling.md §1).
+        let mut others: Vec<&Node> = snapshot
+            .nodes
+            .iter()
+            .filter(|n| !(n.ready && !n.unschedulable && !snapshot.is_leaving(n)))
+            .collect();
+        others.sort_by(|a, b| a.name.cmp(&b.name));
+        for n in others {
+            if bin_of.contains_key(n.name.as_str()) {
+                continue;
+            }
+            let b = bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), false);
+            bin_of.insert(n.name.as_str(), b);
+            targets.push(ExistingTarget::Node(n.name.clone()));
+        }
+    }
+    // Bound pods: standby holders one by one (they are preemptible, unless a placement may
+    // depend on them), the others summed per node and recorded at once.
     let n_ext = index.len();
     let mut on_bin: Vec<Vec<&Pod>> = vec![Vec::new(); bins.len()];
     let mut used: Vec<[i64; 3]> = vec![[0; 3]; bins.len()];
@@ -314,7 +367,7 @@ pub fn plan_scale_up(
             && let Some(&b) = bin_of.get(node.as_str())
         {
             let demand = index.demand(p);
-            if is_standby_holder(p) {
+            if is_standby_holder(p) && bins.is_enabled(b) && bins.is_free(p) {
                 bins.occupy_held(b, p, demand);
             } else {
                 for (u, d) in used[b].iter_mut().zip(demand.core) {
@@ -356,6 +409,8 @@ pub fn plan_scale_up(
     let mut placer = Placer::new(bins, classes.len());
     let mut residual: Vec<usize> = Vec::new();
     let mut evicted: Vec<usize> = Vec::new();
+    // Every placement, in order (a pod placed again later is listed again).
+    let mut sequence: Vec<usize> = Vec::new();
     // Workload first, standby holders (lowest priority) last, as the scheduler's queue does.
     let by_priority = classes
         .iter()
@@ -373,6 +428,7 @@ pub fn plan_scale_up(
             match placer.place(c, &pods[m], &class.demand, may_preempt) {
                 Some(placed) => {
                     plan.fits_existing.push((m, targets[placed.bin].clone()));
+                    sequence.push(m);
                     evicted.extend(placed.preempted.iter().filter_map(|h| pod_index(pods, h)));
                 }
                 None => residual.push(m),
@@ -385,19 +441,51 @@ pub fn plan_scale_up(
         // Evicted holders are pending again: existing room first, like everyone else.
         let first_new = classes.len();
         let holder_classes = classify(pods, evicted.iter().copied(), &index);
+        placer.add_classes(holder_classes.len());
         classes.extend(holder_classes);
-        let mut again = Placer::new(placer.bins.clone(), classes.len());
         for (c, class) in classes.iter().enumerate().skip(first_new) {
             for &m in &class.members {
-                match again.place(c, &pods[m], &class.demand, false) {
-                    Some(placed) => plan.fits_existing.push((m, targets[placed.bin].clone())),
+                match placer.place(c, &pods[m], &class.demand, false) {
+                    Some(placed) => {
+                        plan.fits_existing.push((m, targets[placed.bin].clone()));
+                        sequence.push(m);
+                    }
                     None => residual.push(m),
                 }
             }
         }
     }
-    plan.fits_existing.sort();
+    if !unmodelled.is_empty() {
+        let reasons = snapshot
+            .groups
+            .iter()
+            .map(|g| (g.name().to_owned(), "a required constraint nodemgr does not model".to_owned()))
+            .collect::<Vec<_>>();
+        let mut by_class: BTreeMap<Vec<&String>, Vec<usize>> = BTreeMap::new();
+        for &i in &unmodelled {
+            by_class
+                .entry(pods[i].unmodelled_constraints.iter().collect())
+                .or_default()
+                .push(i);
+        }
+        for (what, pods_here) in by_class {
+            let mut reasons = reasons.clone();
+            for r in &mut reasons {
+                r.1 = format!(
+                    "unmodelled constraint: {}",
+                    what.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; ")
+                );
+            }
+            plan.unplaceable.push(Unplaceable {
+                pods: pods_here,
+                reasons,
+            });
+        }
+    }
     if residual.is_empty() {
+        plan.fits_existing.sort();
+        plan.unplaceable.sort_by(|a, b| a.pods.cmp(&b.pods));
+        plan.placement_order = last_placements(&sequence, pods.len());
         return plan;
     }
 
@@ -474,10 +562,12 @@ pub fn plan_scale_up(
         caps: &caps,
         feasible: &feasible,
     };
+    let first = placer.bins.len();
     let mut planned = Planned {
-        placer: Placer::new(Bins::new(index.len(), track), classes.len()),
+        placer,
+        first,
         template: Vec::new(),
-        members: Vec::new(),
+        members: vec![Vec::new(); first],
     };
     let mut exhausted: Vec<&str> = Vec::new();
     loop {
@@ -523,7 +613,7 @@ pub fn plan_scale_up(
                     &mut planned,
                     &headroom,
                     &zone_nodes,
-                    false,
+                    None,
                 );
                 if e.placed > 0 {
                     estimates.push(e);
@@ -553,7 +643,7 @@ pub fn plan_scale_up(
                     &mut planned,
                     &headroom,
                     &zone_nodes,
-                    true,
+                    Some(&mut sequence),
                 );
             }
             estimates.sort_by(|a, b| a.group.cmp(&b.group));
@@ -592,16 +682,36 @@ pub fn plan_scale_up(
             }
         }
         // Minimal; freed headroom may let waiting pods in: go round again.
-        let removed = ctx.consolidate(&mut planned);
+        let removed = ctx.consolidate(&mut planned, &mut sequence);
         let waiting = remaining.iter().any(|r| !r.is_empty());
         if removed == 0 || !waiting {
             break;
         }
     }
-    for r in &remaining {
-        plan.waiting_for_capacity.extend(r.iter().copied());
+    let live = planned.per_template(templates.len());
+    for (c, r) in remaining.iter().enumerate() {
+        if r.is_empty() {
+            continue;
+        }
+        // Room left in a zone the pod fits: its constraints, not capacity, keep it out.
+        let room = feasible[c]
+            .iter()
+            .enumerate()
+            .any(|(t, f)| *f && base_headroom[t] > live[t]);
+        if room {
+            plan.constrained.extend(r.iter().copied());
+        } else {
+            plan.waiting_for_capacity.extend(r.iter().copied());
+        }
     }
     plan.waiting_for_capacity.sort_unstable();
+    plan.constrained.sort_unstable();
+    if !plan.constrained.is_empty() {
+        plan.reasons.push(format!(
+            "{} pod(s) fit no node by their pod affinity, anti-affinity or topology spread constraints",
+            plan.constrained.len()
+        ));
+    }
     if !plan.waiting_for_capacity.is_empty() {
         plan.reasons.push(format!(
             "{} pod(s) wait for capacity: every zone of every group that fits them is at maxPerZone",
@@ -609,7 +719,18 @@ pub fn plan_scale_up(
         ));
     }
     let mut counts: BTreeMap<(String, String), (u32, usize)> = BTreeMap::new();
-    for (t, members) in planned.template.into_iter().zip(planned.members) {
+    let mut members = planned.members;
+    for (b, list) in members.iter().enumerate().take(planned.first) {
+        for &(_, m) in list {
+            plan.fits_existing.push((m, targets[b].clone()));
+        }
+    }
+    plan.fits_existing.sort();
+    for (t, members) in planned
+        .template
+        .into_iter()
+        .zip(members.drain(planned.first..))
+    {
         if members.is_empty() {
             continue;
         }
@@ -640,7 +761,23 @@ pub fn plan_scale_up(
             },
         )
         .collect();
+    plan.placement_order = last_placements(&sequence, pods.len());
     plan
+}
+
+/// The pods of `sequence` (every placement in order, a pod listed again when placed again),
+/// each once, in the order of its last placement.
+fn last_placements(sequence: &[usize], pods: usize) -> Vec<usize> {
+    let mut last = vec![usize::MAX; pods];
+    for (at, &m) in sequence.iter().enumerate() {
+        last[m] = at;
+    }
+    sequence
+        .iter()
+        .enumerate()
+        .filter(|&(at, &m)| last[m] == at)
+        .map(|(_, &m)| m)
+        .collect()
 }
 
 /// Each group's reason for not hosting `pod` even on an empty node.
@@ -694,8 +831,14 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
     /// nodes planned so far, then onto new nodes of the group, each in the zone with the fewest
     /// of the group's nodes among those the pod fits and that have headroom.
     ///
-    /// With `keep` the packing stays in `planned`; without, `planned` is left exactly as it
-    /// was (a trial: the placer's changes are rolled back, added nodes and members removed).
+    /// With `keep` (the sequence of placements to extend) the packing stays in `planned`;
+    /// without, `planned` is left exactly as it was (a trial: the placer's changes are rolled
+    /// back, added nodes and members removed).
+    ///
+    /// A new node opens only in a zone where the pod's topology rules admit it on an empty node
+    /// ([`Placer::fits_fresh`]); among those, the fewest nodes of the group first, then the
+    /// pod's preferred zone terms and `ScheduleAnyway` zone spread, then the zone name
+    /// (docs/scheduling.md §3).
     #[allow(clippy::too_many_arguments)]
     fn estimate(
         &self,
@@ -705,13 +848,13 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         planned: &mut Planned<'c>,
         headroom: &[u32],
         zone_nodes: &[u32],
-        keep: bool,
+        mut keep: Option<&mut Vec<usize>>,
     ) -> Estimate {
         let mut left: Vec<u32> = ts.iter().map(|&t| headroom[t]).collect();
         let mut count: Vec<u32> = ts.iter().map(|&t| zone_nodes[t]).collect();
         let p = planned;
         let checkpoint = p.placer.begin();
-        let first_new = p.template.len();
+        let first_new = p.members.len();
         // Nodes planned before this estimate that received a member, in order.
         let mut touched: Vec<usize> = Vec::new();
         let mut placed = 0usize;
@@ -726,17 +869,29 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                     if at.bin < first_new {
                         touched.push(at.bin);
                     }
+                    if let Some(seq) = keep.as_deref_mut() {
+                        seq.push(m);
+                    }
                     placed += 1;
                     continue;
                 }
-                let zone = (0..ts.len())
-                    .filter(|&k| self.feasible[c][ts[k]] && left[k] > 0)
-                    .min_by(|&a, &b| {
-                        count[a].cmp(&count[b]).then_with(|| {
-                            self.templates[ts[a]].zone.cmp(&self.templates[ts[b]].zone)
-                        })
-                    });
-                let Some(k) = zone else { continue };
+                let mut best: Option<(usize, (u32, i64, i64))> = None;
+                for k in 0..ts.len() {
+                    let node = &self.templates[ts[k]].node;
+                    if !self.feasible[c][ts[k]]
+                        || left[k] == 0
+                        || !p.placer.fits_fresh(c, pod, &node.labels)
+                    {
+                        continue;
+                    }
+                    let (score, soft) = p.placer.zone_preference(c, pod, &node.labels);
+                    let key = (count[k], -score, soft);
+                    // Ties go to the first zone by name (the group's zones are sorted).
+                    if best.is_none_or(|(_, b)| key < b) {
+                        best = Some((k, key));
+                    }
+                }
+                let Some((k, _)) = best else { continue };
                 let t = ts[k];
                 let node = &self.templates[t].node;
                 let bin = p
@@ -746,9 +901,12 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 p.members.push(Vec::new());
                 left[k] -= 1;
                 count[k] += 1;
-                match p.placer.place(c, pod, &class.demand, false) {
+                match p.placer.place_on(c, pod, &class.demand, bin) {
                     Some(at) => {
-                        p.members[at.bin].push((c, m));
+                        p.members[at].push((c, m));
+                        if let Some(seq) = keep.as_deref_mut() {
+                            seq.push(m);
+                        }
                         placed += 1;
                     }
                     None => p.placer.disable(bin),
@@ -757,11 +915,11 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         }
         let mut opened: BTreeMap<usize, u32> = BTreeMap::new();
         let (mut cap_cpu, mut cap_mem, mut used_cpu, mut used_mem) = (0i128, 0i128, 0i128, 0i128);
-        for b in first_new..p.template.len() {
+        for b in first_new..p.members.len() {
             if p.members[b].is_empty() {
                 continue;
             }
-            let t = p.template[b];
+            let t = p.template[b - p.first];
             *opened.entry(t).or_insert(0) += 1;
             cap_cpu += i128::from(self.caps[t].0[CPU]);
             cap_mem += i128::from(self.caps[t].0[MEMORY]);
@@ -777,14 +935,14 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 (cap - used) as f64 / cap as f64
             }
         };
-        if keep {
+        if keep.is_some() {
             p.placer.commit();
         } else {
             p.placer.rollback(checkpoint);
             for &b in touched.iter().rev() {
                 p.members[b].pop();
             }
-            p.template.truncate(first_new);
+            p.template.truncate(first_new - p.first);
             p.members.truncate(first_new);
         }
         Estimate {
@@ -798,13 +956,22 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
     }
 
     /// Takes planned nodes out, emptiest first, while the first-fit simulation moves all their
-    /// pods onto the other planned nodes; repeats until none can go. Returns how many went.
-    fn consolidate(&self, planned: &mut Planned<'c>) -> usize {
+    /// pods onto the other nodes; repeats until none can go. Returns how many went. Only nodes
+    /// whose pods no placement depends on are tried ([`Bins::is_free`], docs/scheduling.md §2);
+    /// moved pods are appended to `sequence`.
+    fn consolidate(&self, planned: &mut Planned<'c>, sequence: &mut Vec<usize>) -> usize {
         let mut no_fit: Vec<Option<usize>> = vec![None; self.classes.len()];
         let mut removed = 0;
+        let topology = planned.placer.bins.has_topology();
         loop {
-            let mut order: Vec<usize> = (0..planned.members.len())
+            let mut order: Vec<usize> = (planned.first..planned.members.len())
                 .filter(|&b| !planned.members[b].is_empty())
+                .filter(|&b| {
+                    !topology
+                        || planned.members[b]
+                            .iter()
+                            .all(|&(_, m)| planned.placer.bins.is_free(&self.pods[m]))
+                })
                 .collect();
             order.sort_by_key(|&b| (planned.members[b].len(), b));
             let mut removed_any = false;
@@ -819,6 +986,7 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                     planned.members[b].clear();
                     for (c, m, to) in moves {
                         planned.members[to].push((c, m));
+                        sequence.push(m);
                     }
                     removed_any = true;
                     removed += 1;

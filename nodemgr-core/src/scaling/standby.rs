@@ -150,6 +150,7 @@ pub fn holder_pod(group: &ScalingGroup<'_>, zone: &str, index: u32) -> Option<Po
         tolerations,
         has_local_storage: false,
         phase: PodPhase::Pending,
+        ..Pod::default()
     })
 }
 
