@@ -762,8 +762,86 @@ mod tests {
         );
     }
 
+    fn constrained_world(seed: u64, groups: usize, per_zone: u64) -> World {
+        let mut w = testkit::world(
+            seed,
+            Sizes {
+                groups,
+                nodes_per_zone: per_zone,
+                deployments: 0,
+                max_per_zone: 5,
+            },
+        );
+        testkit::constrain(&mut w, seed);
+        w
+    }
+
+    fn plan_all(w: &World, busy: usize) -> ScaleDownDecision {
+        let snap = ClusterSnapshot::new(
+            &w.nodes,
+            &w.pods,
+            &w.pdbs,
+            &w.groups,
+            &w.classes,
+            &w.cloud_zones,
+        );
+        let cfg = ScalingConfig {
+            max_busy_removals_per_pass: busy,
+            ..ScalingConfig::default()
+        };
+        let state = ScaleDownState {
+            underutilized_since: w.nodes.iter().map(|n| (n.name.clone(), t(0))).collect(),
+            last_scale_up: None,
+        };
+        plan_scale_down(&snap, &state, &cfg, t(1_000_000))
+    }
+
+    /// Guards `removals_never_break_a_constraint` against passing vacuously: its worlds move
+    /// pods carrying constraints, and keep nodes because a move would break one.
+    #[test]
+    fn constrained_worlds_move_constrained_pods() {
+        let (mut moved, mut refused) = (0, 0);
+        for seed in 0..80 {
+            let w = constrained_world(seed, 3, 3);
+            let d = plan_all(&w, 5);
+            moved += d
+                .removals
+                .iter()
+                .flat_map(|r| &r.moves)
+                .filter(|(m, _)| w.pods[*m].has_topology_constraints())
+                .count();
+            // The same world without constraints: nodes kept only because of them.
+            let mut free = w.clone();
+            for p in &mut free.pods {
+                p.topology_spread.clear();
+                p.pod_affinity.clear();
+                p.pod_anti_affinity.clear();
+                p.preferred_pod_affinity.clear();
+                p.preferred_pod_anti_affinity.clear();
+            }
+            let unconstrained = plan_all(&free, 5);
+            refused += unconstrained.removals.len().saturating_sub(d.removals.len());
+        }
+        assert!(moved > 20 && refused > 5, "moved {moved}, refused {refused}");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// With topology spread and pod (anti-)affinity on bound pods, removing the decision's
+        /// nodes in order and moving each pod where it says passes the reference at every move
+        /// (docs/scheduling.md §4): scale-down never moves a pod where it would violate a
+        /// required constraint.
+        #[test]
+        fn removals_never_break_a_constraint(seed in any::<u64>(), groups in 1usize..4, per_zone in 1u64..5, busy in 1usize..6) {
+            let w = constrained_world(seed, groups, per_zone);
+            let d = plan_all(&w, busy);
+            let snap = ClusterSnapshot::new(&w.nodes, &w.pods, &w.pdbs, &w.groups, &w.classes, &w.cloud_zones);
+            if let Err(e) = crate::scaling::reference::replay_scale_down(&snap, &d) {
+                return Err(TestCaseError::fail(e));
+            }
+            prop_assert_eq!(&d, &plan_all(&w, busy), "deterministic");
+        }
 
         /// Removals are underutilized long enough, never below minPerZone, within the per-pass
         /// limits, unblocked (PDBs counted over the whole pass), and every evicted pod lands on

@@ -1270,6 +1270,10 @@ mod tests {
 
     fn check_plan(w: &World, plan: &ScaleUpPlan) -> Result<(), TestCaseError> {
         let snap = snapshot(w);
+        // Replayed in its order, every placement passes the reference.
+        if let Err(e) = crate::scaling::reference::replay_scale_up(&snap, plan) {
+            return Err(TestCaseError::fail(e));
+        }
         let cfg = ScalingConfig::default();
         let templates = group_templates(&snap);
         let template = |g: &str, z: &str| {
@@ -1305,6 +1309,9 @@ mod tests {
         }
         for &i in &plan.waiting_for_capacity {
             note(i, "waiting")?;
+        }
+        for &i in &plan.constrained {
+            note(i, "constrained")?;
         }
         let mut expected: Vec<usize> = pending.clone();
         expected.extend(preempted.iter().copied());
@@ -1525,8 +1532,105 @@ mod tests {
         );
     }
 
+    /// Every pending pod in exactly one outcome, the plan replays cleanly against the
+    /// reference (docs/scheduling.md §4), never above maxPerZone, waiting pods only fit full
+    /// zones and constrained pods some zone with room.
+    fn check_constrained_plan(w: &World, plan: &ScaleUpPlan) -> Result<(), TestCaseError> {
+        let snap = snapshot(w);
+        if let Err(e) = crate::scaling::reference::replay_scale_up(&snap, plan) {
+            return Err(TestCaseError::fail(e));
+        }
+        let pending: Vec<usize> = snap.pending_pods().map(|(i, _)| i).collect();
+        let mut seen: Vec<usize> = plan.fits_existing.iter().map(|(i, _)| *i).collect();
+        seen.extend(plan.new_nodes.iter().flat_map(|n| n.pods.iter().copied()));
+        seen.extend(plan.unplaceable.iter().flat_map(|u| u.pods.iter().copied()));
+        seen.extend(plan.waiting_for_capacity.iter().copied());
+        seen.extend(plan.constrained.iter().copied());
+        seen.sort_unstable();
+        let mut expected = pending.clone();
+        expected.extend(plan.preempted.iter().copied());
+        expected.sort_unstable();
+        prop_assert_eq!(seen, expected, "every pending pod in exactly one outcome");
+        let cfg = ScalingConfig::default();
+        let states = zone_states(&snap, &cfg, now());
+        let templates = group_templates(&snap);
+        let planned_in = plan.counts();
+        for ((g, z), n) in &planned_in {
+            let zone = states[g].iter().find(|s| s.zone == *z).unwrap();
+            prop_assert!(zone.desired.max(zone.present()) + n <= zone.max);
+        }
+        let full = |t: &GroupTemplate| {
+            let zone = states[t.group.as_str()].iter().find(|s| s.zone == t.zone).unwrap();
+            let n = planned_in.get(&(t.group.as_str(), t.zone.as_str())).copied().unwrap_or(0);
+            zone.desired.max(zone.present()) + n >= zone.max
+        };
+        for &i in &plan.waiting_for_capacity {
+            for t in templates.iter().filter(|t| check_fit(&w.pods[i], &t.node, &[]).is_ok()) {
+                prop_assert!(full(t), "{} waits although {}/{} has room", key(&w.pods[i]), &t.group, &t.zone);
+            }
+        }
+        for &i in &plan.constrained {
+            prop_assert!(
+                templates.iter().any(|t| check_fit(&w.pods[i], &t.node, &[]).is_ok() && !full(t)),
+                "{} reported constrained without a zone with room", key(&w.pods[i])
+            );
+        }
+        Ok(())
+    }
+
+    /// Guards the constrained properties against passing vacuously: their worlds place pods
+    /// carrying each kind of constraint, on new and existing nodes, and report constrained
+    /// pods.
+    #[test]
+    fn constrained_worlds_exercise_every_constraint() {
+        let (mut spread, mut affinity, mut anti, mut constrained, mut new) = (0, 0, 0, 0, 0);
+        for seed in 0..60 {
+            let mut w = testkit::world(
+                seed,
+                Sizes {
+                    groups: 3,
+                    nodes_per_zone: 2,
+                    deployments: 20,
+                    max_per_zone: 4,
+                },
+            );
+            testkit::constrain(&mut w, seed);
+            let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+            for &m in &plan.placement_order {
+                let p = &w.pods[m];
+                spread += usize::from(!p.topology_spread.is_empty());
+                affinity += usize::from(!p.pod_affinity.is_empty());
+                anti += usize::from(!p.pod_anti_affinity.is_empty());
+            }
+            constrained += plan.constrained.len();
+            new += plan.new_nodes.len();
+        }
+        assert!(
+            spread > 100 && affinity > 30 && anti > 30 && constrained > 10 && new > 50,
+            "spread {spread}, affinity {affinity}, anti {anti}, constrained {constrained}, new {new}"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// With topology spread and pod (anti-)affinity everywhere, no placement of the plan
+        /// violates a required constraint (the reference replay), every pod has one outcome,
+        /// and the plan is deterministic and independent of the listing order.
+        #[test]
+        fn constrained_plans_honour_every_constraint(seed in any::<u64>(), groups in 1usize..5, deployments in 0usize..25, per_zone in 0u64..3, max in 0u64..5, shuffle in any::<u64>()) {
+            let mut w = testkit::world(seed, Sizes { groups, nodes_per_zone: per_zone, deployments, max_per_zone: max });
+            testkit::constrain(&mut w, seed);
+            let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+            check_constrained_plan(&w, &plan)?;
+            prop_assert_eq!(&plan, &plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now()));
+            let mut v = w.clone();
+            let mut rng = testkit::Rng::new(shuffle);
+            for i in (1..v.pods.len()).rev() { let j = rng.below(i as u64 + 1) as usize; v.pods.swap(i, j); }
+            for i in (1..v.nodes.len()).rev() { let j = rng.below(i as u64 + 1) as usize; v.nodes.swap(i, j); }
+            let shuffled = plan_scale_up(&snapshot(&v), &ScalingConfig::default(), now());
+            prop_assert_eq!(keyed(&w, &plan), keyed(&v, &shuffled));
+        }
 
         /// Completeness, validity, bounds, unplaceable/waiting honesty and minimality (see
         /// `check_plan`) on random clusters.

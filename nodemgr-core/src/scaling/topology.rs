@@ -1119,3 +1119,293 @@ impl TopoState {
         ct.profile
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        Node, PodPhase, Quantity, WeightedPodAffinityTerm, TopologySpreadConstraint,
+    };
+    use crate::scaling::placement::{Bins, Misfit, Placer, ResourceIndex, classify, static_fits};
+    use crate::scaling::reference::Cluster;
+    use proptest::prelude::*;
+
+    const APPS: [&str; 3] = ["x", "y", "z"];
+
+    fn sel(app: usize) -> Option<LabelSelector> {
+        Some(LabelSelector {
+            match_labels: Some([("app".to_string(), APPS[app % 3].to_string())].into()),
+            match_expressions: None,
+        })
+    }
+
+    fn key(zone: bool) -> TopologyKey {
+        if zone {
+            TopologyKey::Zone
+        } else {
+            TopologyKey::Hostname
+        }
+    }
+
+    type NodeSpec = (usize, bool, bool, i64, i64);
+
+    fn arb_node() -> impl Strategy<Value = NodeSpec> {
+        (0usize..4, any::<bool>(), prop::bool::weighted(0.85), 1000i64..6000, 2i64..9)
+    }
+
+    fn make_node(i: usize, (zone, pool, ready, cpu, pods): NodeSpec) -> Node {
+        let mut n = Node {
+            name: format!("n{i}"),
+            ready,
+            allocatable: [
+                ("cpu".to_string(), Quantity(cpu)),
+                ("memory".to_string(), Quantity::units(64 << 30)),
+                ("pods".to_string(), Quantity::units(pods)),
+            ]
+            .into(),
+            ..Node::default()
+        };
+        n.labels.insert(keys::LABEL_HOSTNAME.into(), n.name.clone());
+        if zone < 3 {
+            n.labels
+                .insert(keys::LABEL_TOPOLOGY_ZONE.into(), ["a", "b", "c"][zone].into());
+        }
+        n.labels
+            .insert("pool".into(), if pool { "p" } else { "q" }.into());
+        n
+    }
+
+    /// (app, cpu, spread, affinity, anti, hostname anti, pool selector, preferred)
+    type PodSpec = (
+        usize,
+        i64,
+        Option<(bool, u32, bool, usize, Option<u32>)>,
+        Option<(bool, usize)>,
+        Option<(bool, usize)>,
+        bool,
+        Option<bool>,
+        Option<(bool, usize, bool)>,
+    );
+
+    fn arb_pod() -> impl Strategy<Value = PodSpec> {
+        (
+            0usize..3,
+            50i64..1500,
+            prop::option::weighted(
+                0.5,
+                (
+                    any::<bool>(),
+                    1u32..3,
+                    prop::bool::weighted(0.8),
+                    0usize..3,
+                    prop::option::weighted(0.3, 2u32..4),
+                ),
+            ),
+            prop::option::weighted(0.3, (any::<bool>(), 0usize..3)),
+            prop::option::weighted(0.3, (any::<bool>(), 0usize..3)),
+            prop::bool::weighted(0.1),
+            prop::option::weighted(0.2, any::<bool>()),
+            prop::option::weighted(0.2, (any::<bool>(), 0usize..3, any::<bool>())),
+        )
+    }
+
+    fn make_pod(i: usize, spec: PodSpec) -> Pod {
+        let (app, cpu, spread, affinity, anti, host_anti, pool, preferred) = spec;
+        let mut p = Pod {
+            namespace: "ns".into(),
+            name: format!("p{i:02}"),
+            requests: [
+                ("cpu".to_string(), Quantity(cpu)),
+                ("memory".to_string(), Quantity::units(1 << 20)),
+            ]
+            .into(),
+            phase: PodPhase::Pending,
+            ..Pod::default()
+        };
+        p.labels.insert("app".into(), APPS[app].into());
+        if let Some((zone, skew, hard, s, min_domains)) = spread {
+            p.topology_spread.push(TopologySpreadConstraint {
+                max_skew: skew,
+                topology: key(zone),
+                when_unsatisfiable: if hard {
+                    WhenUnsatisfiable::DoNotSchedule
+                } else {
+                    WhenUnsatisfiable::ScheduleAnyway
+                },
+                selector: sel(s),
+                min_domains: if hard { min_domains } else { None },
+            });
+        }
+        if let Some((zone, s)) = affinity {
+            p.pod_affinity.push(PodAffinityTerm {
+                selector: sel(s),
+                namespaces: NamespaceScope::Own,
+                topology: key(zone),
+            });
+        }
+        if let Some((zone, s)) = anti {
+            p.pod_anti_affinity.push(PodAffinityTerm {
+                selector: sel(s),
+                namespaces: NamespaceScope::Own,
+                topology: key(zone),
+            });
+        }
+        if host_anti {
+            p.hostname_anti_affinity = sel(app).into_iter().collect();
+        }
+        if let Some(pool) = pool {
+            p.node_selector
+                .insert("pool".into(), if pool { "p" } else { "q" }.into());
+        }
+        if let Some((zone, s, anti)) = preferred {
+            let w = WeightedPodAffinityTerm {
+                weight: 10,
+                term: PodAffinityTerm {
+                    selector: sel(s),
+                    namespaces: NamespaceScope::Own,
+                    topology: key(zone),
+                },
+            };
+            if anti {
+                p.preferred_pod_anti_affinity.push(w);
+            } else {
+                p.preferred_pod_affinity.push(w);
+            }
+        }
+        p
+    }
+
+    fn fresh_labels(zone: usize) -> BTreeMap<String, String> {
+        let mut l: BTreeMap<String, String> =
+            [("pool".to_string(), "p".to_string())].into();
+        l.insert(keys::LABEL_HOSTNAME.into(), "fresh".into());
+        if zone < 4 {
+            l.insert(
+                keys::LABEL_TOPOLOGY_ZONE.into(),
+                ["a", "b", "c", "d"][zone].into(),
+            );
+        }
+        l
+    }
+
+    fn big_node(labels: &BTreeMap<String, String>) -> Node {
+        Node {
+            name: "fresh".into(),
+            ready: true,
+            labels: labels.clone(),
+            allocatable: [
+                ("cpu".to_string(), Quantity::units(1000)),
+                ("memory".to_string(), Quantity::units(1 << 40)),
+                ("pods".to_string(), Quantity::units(1000)),
+            ]
+            .into(),
+            ..Node::default()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// The engine agrees with the reference (docs/scheduling.md §4): pods placed one by one
+        /// in the engine's order (classes first-fit decreasing, members by name), each goes to
+        /// the lowest-numbered node the reference accepts given the pods placed before it (and
+        /// none when it accepts none), with pre-bound pods carrying constraints, nodes that
+        /// take no pods but count as domains, and a node taken out half-way; and at every step
+        /// the engine's verdict on a new empty node in each zone equals the reference's.
+        #[test]
+        fn engine_agrees_with_reference_greedy(
+            node_specs in prop::collection::vec(arb_node(), 1..7),
+            bound_specs in prop::collection::vec((arb_pod(), 0usize..7), 0..6),
+            pod_specs in prop::collection::vec(arb_pod(), 1..28),
+            out_at in 0usize..40,
+            out_node in 0usize..7,
+        ) {
+            let nodes: Vec<Node> = node_specs.into_iter().enumerate().map(|(i, s)| make_node(i, s)).collect();
+            let mut all: Vec<Pod> = Vec::new();
+            for (k, (spec, at)) in bound_specs.into_iter().enumerate() {
+                let mut p = make_pod(100 + k, spec);
+                p.name = format!("bound{k}");
+                p.node_name = Some(nodes[at % nodes.len()].name.clone());
+                p.phase = PodPhase::Running;
+                all.push(p);
+            }
+            let first_pending = all.len();
+            for (i, spec) in pod_specs.into_iter().enumerate() {
+                all.push(make_pod(i, spec));
+            }
+            let mut ub = UniverseBuilder::default();
+            for p in &all {
+                if p.node_name.is_some() { ub.bound(p) } else { ub.place(p) }
+            }
+            let index = ResourceIndex::from_pods(&all);
+            let mut bins = Bins::with_topology(index.len(), true, ub.build());
+            let mut cluster = Cluster::new();
+            for n in &nodes {
+                bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), n.ready);
+                cluster.add_node(n.clone(), n.ready);
+            }
+            for p in &all[..first_pending] {
+                let b = nodes.iter().position(|n| Some(&n.name) == p.node_name.as_ref()).unwrap();
+                let d = index.demand(p);
+                bins.occupy_all(b, [p], d.core, &vec![0; index.len()]);
+                cluster.bind(b, p);
+            }
+            let classes = classify(&all, first_pending..all.len(), &index);
+            let mut placer = Placer::new(bins, classes.len());
+            let mut step = 0;
+            for (c, class) in classes.iter().enumerate() {
+                for &m in &class.members {
+                    if step == out_at && out_node < nodes.len() && nodes[out_node].ready {
+                        placer.disable(out_node);
+                        cluster.remove_node(out_node);
+                    }
+                    step += 1;
+                    let p = &all[m];
+                    for z in 0..5 {
+                        let labels = fresh_labels(z);
+                        if !static_fits(p, &labels, &[]) {
+                            continue;
+                        }
+                        let mut cl = cluster.clone();
+                        let i = cl.add_node(big_node(&labels), true);
+                        let expected = cl.check(p, i).is_ok();
+                        prop_assert_eq!(placer.fits_fresh(c, p, &labels), expected, "fresh node in zone {} for {}", z, p.name);
+                    }
+                    let expected = (0..nodes.len()).find(|&i| cluster.check(p, i).is_ok());
+                    let got = placer.place(c, p, &class.demand, false).map(|x| x.bin);
+                    prop_assert_eq!(got, expected, "pod {} ({:?})", &p.name, expected.map(|i| cluster.check(p, i)));
+                    if let Some(b) = got {
+                        cluster.bind(b, p);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Guards `engine_agrees_with_reference_greedy` against passing vacuously: refusals by
+    /// each rule happen in worlds like its own.
+    #[test]
+    fn reference_refuses_for_every_reason() {
+        let mut nodes = Vec::new();
+        for i in 0..4 {
+            nodes.push(make_node(i, (i % 3, true, true, 8000, 20)));
+        }
+        let mut cluster = Cluster::new();
+        for n in &nodes {
+            cluster.add_node(n.clone(), true);
+        }
+        let x = make_pod(0, (0, 100, None, None, None, false, None, None));
+        let spread = make_pod(1, (0, 100, Some((true, 1, true, 0, None)), None, None, false, None, None));
+        let affine = make_pod(2, (1, 100, None, Some((false, 2)), None, false, None, None));
+        let anti = make_pod(3, (1, 100, None, None, Some((true, 0)), false, None, None));
+        cluster.bind(0, &x);
+        // Zone a has one x, zones b and c none: spreading x again into zone a makes skew 2.
+        assert!(matches!(cluster.check(&spread, 0), Err(Misfit::TopologySpread { .. })));
+        assert!(cluster.check(&spread, 1).is_ok());
+        // Nobody labelled z runs anywhere, and the pod is not z: no first-pod exception.
+        assert_eq!(cluster.check(&affine, 0), Err(Misfit::PodAffinity));
+        // Anti-affinity on the zone: node 3 shares zone a with node 0.
+        assert!(matches!(cluster.check(&anti, 3), Err(Misfit::AntiAffinity { .. })));
+        assert!(cluster.check(&anti, 1).is_ok());
+    }
+}
