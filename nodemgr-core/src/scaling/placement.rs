@@ -449,11 +449,13 @@ impl MaxTree {
     }
 
     /// Removes the last bin.
+    ///
+    /// The leaf keeps its value: the tree stays a consistent max-tree over all its leaves,
+    /// and [`MaxTree::find`] never answers a leaf at or past `len` (every leaf left of such a
+    /// leaf's match failed, and every leaf right of it is past `len` too), so the stale leaf is
+    /// never seen; the next push overwrites it.
     fn pop(&mut self) {
-        if self.len > 0 {
-            self.set(self.len - 1, EMPTY);
-            self.len -= 1;
-        }
+        self.len = self.len.saturating_sub(1);
     }
 
     fn set(&mut self, i: usize, v: [i64; 3]) {
@@ -639,6 +641,8 @@ impl<'a> Bins<'a> {
         track_all_pods: bool,
         universe: Option<Rc<Universe>>,
     ) -> Self {
+        // The counters answer for hostname anti-affinity: no pod lists needed.
+        let track_all_pods = track_all_pods && universe.is_none();
         Self {
             n_ext,
             labels: Vec::new(),
@@ -835,7 +839,7 @@ impl<'a> Bins<'a> {
         if self.track_all_pods {
             self.pods[bin].push(pod);
         }
-        if !pod.hostname_anti_affinity.is_empty() {
+        if !pod.hostname_anti_affinity.is_empty() && self.topo.is_none() {
             self.anti_pods[bin].push(pod);
         }
         if let Some(t) = &mut self.topo {
@@ -900,7 +904,11 @@ impl<'a> Bins<'a> {
             })
     }
 
+    /// Hostname anti-affinity both ways, unless the topology counters answer for it.
     fn anti_ok(&self, bin: usize, pod: &Pod) -> bool {
+        if self.topo.is_some() {
+            return true;
+        }
         if !pod.hostname_anti_affinity.is_empty()
             && self.pods[bin].iter().any(|o| {
                 o.namespace == pod.namespace
@@ -936,11 +944,24 @@ impl<'a> Bins<'a> {
 /// Per class and signature, whether the class passes the node-level rules there.
 #[derive(Debug, Default)]
 struct StaticFit {
-    /// `fits[class][signature]`: 0 not known yet, 1 fails, 2 passes.
+    /// `fits[rules][signature]`: 0 not known yet, 1 fails, 2 passes.
     fits: Vec<Vec<u8>>,
     /// `reads_hostname[class]`: 0 not known yet, 1 no, 2 yes.
     reads_hostname: Vec<u8>,
+    /// `rules_of[class]`: the class's node-level rules, numbered from 1 (0: not known yet).
+    /// Classes with the same nodeSelector, node affinity and tolerations share the answers.
+    rules_of: Vec<u32>,
+    /// The distinct node-level rules, by hash.
+    rules: HashMap<u64, Vec<(u32, NodeRules)>, FastHash>,
 }
+
+/// What the node-level rules read of a pod: nodeSelector, required node affinity,
+/// tolerations.
+type NodeRules = (
+    BTreeMap<String, String>,
+    Vec<Vec<crate::model::LabelSelectorRequirement>>,
+    Vec<crate::model::Toleration>,
+);
 
 /// One step the [`Placer`] can take back.
 #[derive(Debug, Clone)]
@@ -990,6 +1011,8 @@ pub(crate) struct Placer<'a> {
     static_fit: Rc<RefCell<StaticFit>>,
     /// What each class checks and adds in the topology counters (filled on first use).
     topo_classes: Vec<Option<Rc<ClassTopo>>>,
+    /// Memory reused by every search.
+    ctx: SearchCtx,
 }
 
 impl<'a> Placer<'a> {
@@ -1001,9 +1024,12 @@ impl<'a> Placer<'a> {
             log: Vec::new(),
             recording: false,
             topo_classes: Vec::new(),
+            ctx: SearchCtx::default(),
             static_fit: Rc::new(RefCell::new(StaticFit {
-                fits: vec![Vec::new(); classes],
+                fits: Vec::new(),
                 reads_hostname: vec![0; classes],
+                rules_of: vec![0; classes],
+                rules: HashMap::default(),
             })),
         }
     }
@@ -1013,8 +1039,8 @@ impl<'a> Placer<'a> {
         let total = self.cursors.len() + n;
         self.cursors.resize(total, [0, 0]);
         let mut sf = self.static_fit.borrow_mut();
-        sf.fits.resize(total, Vec::new());
         sf.reads_hostname.resize(total, 0);
+        sf.rules_of.resize(total, 0);
     }
 
     fn set_cursor(&mut self, class: usize, mode: usize, value: usize) {
@@ -1046,10 +1072,29 @@ impl<'a> Placer<'a> {
     /// The first bin at or after `class`'s cursor that takes `pod`, advancing the cursor past
     /// bins that refuse it for good (and no further than the first that refuses it for now).
     fn search(&mut self, class: usize, pod: &Pod, demand: &Demand, preempt: bool) -> Option<usize> {
-        let mode = usize::from(preempt);
         let topo = self.class_topo(class, pod);
-        let ctx: Option<SearchCtx> = match (&topo, &self.bins.topo) {
-            (Some(ct), Some(state)) if !TopoState::trivial(ct) => Some(state.search_ctx(ct)),
+        let mut ctx = std::mem::take(&mut self.ctx);
+        let found = self.search_with(class, pod, demand, preempt, topo.as_deref(), &mut ctx);
+        self.ctx = ctx;
+        found
+    }
+
+    /// [`Placer::search`] with the class's topology rules and a context to fill.
+    fn search_with(
+        &mut self,
+        class: usize,
+        pod: &Pod,
+        demand: &Demand,
+        preempt: bool,
+        topo: Option<&ClassTopo>,
+        buf: &mut SearchCtx,
+    ) -> Option<usize> {
+        let mode = usize::from(preempt);
+        let ctx: Option<&SearchCtx> = match (topo, &self.bins.topo) {
+            (Some(ct), Some(state)) if !TopoState::trivial(ct) => {
+                state.fill_ctx(ct, buf);
+                Some(buf)
+            }
             _ => None,
         };
         if topo.as_ref().is_some_and(|t| t.impossible()) {
@@ -1066,6 +1111,32 @@ impl<'a> Placer<'a> {
                 }
                 return None;
             };
+            // Jump over the bins the hostname-key rules refuse.
+            if let (Some(ct), Some(ctx), Some(state)) = (&topo, &ctx, &self.bins.topo) {
+                let (next, for_good) = state.skip(ct, ctx, bin);
+                match next {
+                    Some(next) if next == bin => {}
+                    found => {
+                        if !for_good && lasting {
+                            self.set_cursor(class, mode, bin);
+                            lasting = false;
+                        }
+                        match found {
+                            Some(next) => {
+                                start = next;
+                                continue;
+                            }
+                            None => {
+                                if lasting {
+                                    let end = self.bins.len();
+                                    self.set_cursor(class, mode, end);
+                                }
+                                return None;
+                            }
+                        }
+                    }
+                }
+            }
             if !self.static_ok(class, bin, pod) {
                 // Every bin of the run shares the labels and taints that failed, but for the
                 // hostname.
@@ -1121,30 +1192,42 @@ impl<'a> Placer<'a> {
 
     /// Whether `pod` of `class` may go on a new, empty node with `labels` by the topology rules
     /// (the node-level rules and room are the caller's).
+    #[cfg(test)]
     pub(crate) fn fits_fresh(
         &mut self,
         class: usize,
         pod: &Pod,
         labels: &BTreeMap<String, String>,
     ) -> bool {
+        let zone = self.zone_of(labels);
+        self.fits_fresh_in(class, pod, zone)
+    }
+
+    /// The zone of `labels` as the topology counters number it (`Some(NONE)` without a zone
+    /// label or counters, `None` for a zone no bin has yet).
+    pub(crate) fn zone_of(&self, labels: &BTreeMap<String, String>) -> Option<u32> {
+        self.bins
+            .topo
+            .as_ref()
+            .map_or(Some(u32::MAX), |t| t.known_zone(labels))
+    }
+
+    /// [`Placer::fits_fresh`] in a zone numbered by [`Placer::zone_of`].
+    pub(crate) fn fits_fresh_in(&mut self, class: usize, pod: &Pod, zone: Option<u32>) -> bool {
         let topo = self.class_topo(class, pod);
         match (&topo, &self.bins.topo) {
-            (Some(ct), Some(state)) => state.fits_fresh(ct, labels),
+            (Some(ct), Some(state)) => state.fits_fresh_in(ct, zone),
             _ => true,
         }
     }
 
-    /// How much `pod` of `class` prefers a new node with `labels`: (preferred zone terms
-    /// score, higher better; `ScheduleAnyway` zone counts, lower better).
-    pub(crate) fn zone_preference(
-        &mut self,
-        class: usize,
-        pod: &Pod,
-        labels: &BTreeMap<String, String>,
-    ) -> (i64, i64) {
+    /// How much `pod` of `class` prefers a new node in `zone` (numbered by
+    /// [`Placer::zone_of`]): (preferred zone terms score, higher better; `ScheduleAnyway` zone
+    /// counts, lower better).
+    pub(crate) fn zone_preference(&mut self, class: usize, pod: &Pod, zone: Option<u32>) -> (i64, i64) {
         let topo = self.class_topo(class, pod);
         match (&topo, &self.bins.topo) {
-            (Some(ct), Some(state)) => state.zone_preference(ct, labels),
+            (Some(ct), Some(state)) => state.zone_preference(ct, zone),
             _ => (0, 0),
         }
     }
@@ -1158,7 +1241,14 @@ impl<'a> Placer<'a> {
         demand: &Demand,
         bin: usize,
     ) -> Option<usize> {
-        if !self.fits(class, bin, pod, demand) {
+        if !self.static_ok(class, bin, pod) || !self.bins.fits_dynamic(bin, pod, demand, false) {
+            return None;
+        }
+        let topo = self.class_topo(class, pod);
+        if let (Some(ct), Some(state)) = (&topo, &self.bins.topo)
+            && !TopoState::trivial(ct)
+            && state.check(ct, &state.search_ctx(ct), bin).is_err()
+        {
             return None;
         }
         self.put(class, bin, pod, demand);
@@ -1180,24 +1270,68 @@ impl<'a> Placer<'a> {
         reads
     }
 
+    /// The number of `class`'s node-level rules (memoised per class; classes with the same
+    /// rules share one).
+    fn rules(&self, class: usize, pod: &Pod) -> usize {
+        if let Some(&r) = self.static_fit.borrow().rules_of.get(class)
+            && r != 0
+        {
+            return r as usize - 1;
+        }
+        let mut h = Fx::default();
+        pod.node_selector.hash(&mut h);
+        pod.required_node_affinity.hash(&mut h);
+        for t in &pod.tolerations {
+            (&t.key, t.exists, &t.value, &t.effect).hash(&mut h);
+        }
+        let mut sf = self.static_fit.borrow_mut();
+        let n = sf.fits.len() as u32;
+        let slot = sf.rules.entry(h.finish()).or_default();
+        let r = match slot.iter().find(|(_, (sel, aff, tol))| {
+            *sel == pod.node_selector
+                && *aff == pod.required_node_affinity
+                && *tol == pod.tolerations
+        }) {
+            Some((r, _)) => *r,
+            None => {
+                slot.push((
+                    n,
+                    (
+                        pod.node_selector.clone(),
+                        pod.required_node_affinity.clone(),
+                        pod.tolerations.clone(),
+                    ),
+                ));
+                sf.fits.push(Vec::new());
+                n
+            }
+        };
+        if sf.rules_of.len() <= class {
+            sf.rules_of.resize(class + 1, 0);
+        }
+        sf.rules_of[class] = r + 1;
+        r as usize
+    }
+
     /// Whether pods of `class` (such as `pod`) pass the node-level rules of `bin`, memoised per
-    /// signature.
+    /// node-level rules and signature.
     fn static_ok(&self, class: usize, bin: usize, pod: &Pod) -> bool {
         let sig = self.bins.sig[bin] as usize;
+        let rules = self.rules(class, pod);
         if let Some(&v) = self
             .static_fit
             .borrow()
             .fits
-            .get(class)
+            .get(rules)
             .and_then(|row| row.get(sig))
             && v != 0
         {
-            // Only classes that do not read the hostname are memoised.
+            // Only rules that do not read the hostname are memoised.
             return v == 2;
         }
         let ok = static_fits(pod, self.bins.labels[bin], self.bins.taints[bin]);
         if !self.reads_hostname(class, pod)
-            && let Some(row) = self.static_fit.borrow_mut().fits.get_mut(class)
+            && let Some(row) = self.static_fit.borrow_mut().fits.get_mut(rules)
         {
             if row.len() <= sig {
                 row.resize(sig + 1, 0);

@@ -27,16 +27,18 @@ use super::scale_up::{ExistingTarget, ScaleUpPlan, group_templates};
 use super::snapshot::ClusterSnapshot;
 use super::topology::node_affinity_matches;
 
-/// A topology domain: a node (hostname key) or a zone.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// A topology domain: a node (hostname key) or a zone (numbered in order of appearance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Domain {
     Node(usize),
-    Zone(String),
+    Zone(usize),
 }
 
 #[derive(Debug, Clone)]
 struct Member<'a> {
     node: Node,
+    /// The node's zone, numbered.
+    zone: Option<usize>,
     takes_pods: bool,
     exists: bool,
     pods: Vec<&'a Pod>,
@@ -46,6 +48,7 @@ struct Member<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct Cluster<'a> {
     members: Vec<Member<'a>>,
+    zones: Vec<String>,
 }
 
 impl<'a> Cluster<'a> {
@@ -57,8 +60,15 @@ impl<'a> Cluster<'a> {
     /// Adds a node; `takes_pods` when pods may be placed on it (Ready, schedulable, not
     /// leaving). Every node is a topology domain either way. Returns its index.
     pub fn add_node(&mut self, node: Node, takes_pods: bool) -> usize {
+        let zone = node.zone().map(|z| {
+            self.zones.iter().position(|x| x == z).unwrap_or_else(|| {
+                self.zones.push(z.to_owned());
+                self.zones.len() - 1
+            })
+        });
         self.members.push(Member {
             node,
+            zone,
             takes_pods,
             exists: true,
             pods: Vec::new(),
@@ -99,7 +109,7 @@ impl<'a> Cluster<'a> {
     fn domain(&self, i: usize, key: TopologyKey) -> Option<Domain> {
         match key {
             TopologyKey::Hostname => Some(Domain::Node(i)),
-            TopologyKey::Zone => self.members[i].node.zone().map(|z| Domain::Zone(z.to_owned())),
+            TopologyKey::Zone => self.members[i].zone.map(Domain::Zone),
         }
     }
 

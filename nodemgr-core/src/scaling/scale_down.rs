@@ -276,7 +276,10 @@ pub fn plan_scale_down(
     }
     for list in &on_node {
         for &m in list {
-            universe.bound(&pods[m]);
+            let p = &pods[m];
+            if p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty() {
+                universe.bound(p);
+            }
         }
     }
     let universe = universe.build();

@@ -42,6 +42,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
 use crate::model::{Node, Pod, Quantity, Resources, Timestamp};
 
@@ -55,7 +56,7 @@ use super::placement::{
 };
 use super::topology::UniverseBuilder;
 use super::snapshot::ClusterSnapshot;
-use super::util::FastHash;
+use super::util::{FastHash, Fx};
 
 /// A new node of a group and zone, as a template: what a pod can count on there.
 #[derive(Debug, Clone, PartialEq)]
@@ -311,7 +312,10 @@ pub fn plan_scale_up(
         universe.place(&pods[i]);
     }
     for p in pods {
-        if p.node_name.is_some() && !p.is_terminal() {
+        if p.node_name.is_some()
+            && !p.is_terminal()
+            && (p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty())
+        {
             if is_standby_holder(p) {
                 universe.place(p);
             } else {
@@ -505,6 +509,9 @@ pub fn plan_scale_up(
             (&pods[a].namespace, &pods[a].name).cmp(&(&pods[b].namespace, &pods[b].name))
         });
     }
+    // The node-level rules of a class on each template, once per distinct set of rules
+    // (nodeSelector, node affinity, tolerations): many classes share one.
+    let mut rules: HashMap<u64, Vec<(&Pod, Vec<bool>)>, FastHash> = HashMap::default();
     let feasible: Vec<Vec<bool>> = classes
         .iter()
         .enumerate()
@@ -512,14 +519,34 @@ pub fn plan_scale_up(
             if remaining[c].is_empty() {
                 return Vec::new();
             }
+            let rep = class.rep;
+            let mut h = Fx::default();
+            rep.node_selector.hash(&mut h);
+            rep.required_node_affinity.hash(&mut h);
+            for t in &rep.tolerations {
+                (&t.key, t.exists, &t.value, &t.effect).hash(&mut h);
+            }
+            let slot = rules.entry(h.finish()).or_default();
+            let known = slot.iter().position(|(p, _)| {
+                p.node_selector == rep.node_selector
+                    && p.required_node_affinity == rep.required_node_affinity
+                    && p.tolerations == rep.tolerations
+            });
+            let statics = match known {
+                Some(k) => &slot[k].1,
+                None => {
+                    let v = templates
+                        .iter()
+                        .map(|t| static_fits(rep, &t.node.labels, &t.node.taints))
+                        .collect();
+                    slot.push((rep, v));
+                    &slot[slot.len() - 1].1
+                }
+            };
             // `check_fit` on an empty template node, without building reasons.
-            templates
-                .iter()
-                .zip(&caps)
-                .map(|(t, cap)| {
-                    fits_empty(&class.demand, cap)
-                        && static_fits(class.rep, &t.node.labels, &t.node.taints)
-                })
+            caps.iter()
+                .zip(statics)
+                .map(|(cap, ok)| *ok && fits_empty(&class.demand, cap))
                 .collect()
         })
         .collect();
@@ -602,19 +629,53 @@ pub fn plan_scale_up(
                 break;
             };
             let mut estimates: Vec<Estimate> = Vec::new();
+            // A trial either packs a copy of the simulation (kept when it wins) or packs the
+            // simulation itself and rolls back; copying is cheaper while the simulation is
+            // small next to the pods to pack.
+            let pending_pods: usize = remaining.iter().map(Vec::len).sum();
+            let fork = planned.members.len() <= 2 * pending_pods;
+            let mut kept: Option<(usize, Planned<'_>, Vec<usize>)> = None;
+            let better = |a: &Estimate, b: &Estimate| {
+                a.waste()
+                    .total_cmp(&b.waste())
+                    .then_with(|| b.placed.cmp(&a.placed))
+                    .then_with(|| a.group.cmp(&b.group))
+            };
             for (g, ts) in options
                 .iter()
                 .filter(|(_, ts)| templates[ts[0]].priority == top)
             {
-                let e = ctx.estimate(
-                    g,
-                    ts,
-                    &remaining,
-                    &mut planned,
-                    &headroom,
-                    &zone_nodes,
-                    None,
-                );
+                let e = if fork {
+                    let mut copy = planned.clone();
+                    let mut seq = Vec::new();
+                    let e = ctx.estimate(
+                        g,
+                        ts,
+                        &remaining,
+                        &mut copy,
+                        &headroom,
+                        &zone_nodes,
+                        Some(&mut seq),
+                    );
+                    let wins = e.placed > 0
+                        && kept.as_ref().is_none_or(|(k, ..)| {
+                            better(&e, &estimates[*k]) == std::cmp::Ordering::Less
+                        });
+                    if wins {
+                        kept = Some((estimates.len(), copy, seq));
+                    }
+                    e
+                } else {
+                    ctx.estimate(
+                        g,
+                        ts,
+                        &remaining,
+                        &mut planned,
+                        &headroom,
+                        &zone_nodes,
+                        None,
+                    )
+                };
                 if e.placed > 0 {
                     estimates.push(e);
                 } else {
@@ -623,28 +684,32 @@ pub fn plan_scale_up(
                     exhausted.push(g);
                 }
             }
-            estimates.sort_by(|a, b| {
-                a.waste()
-                    .total_cmp(&b.waste())
-                    .then_with(|| b.placed.cmp(&a.placed))
-                    .then_with(|| a.group.cmp(&b.group))
-            });
+            let kept = kept.map(|(k, copy, seq)| (estimates[k].group.clone(), copy, seq));
+            estimates.sort_by(&better);
             if estimates.is_empty() {
                 continue;
             }
             let best = estimates.swap_remove(0);
-            // Trials leave `planned` as it was; the winner is packed again, for good (the same
-            // packing: the state is the one its trial saw).
-            if let Some((g, ts)) = options.iter().find(|(g, _)| *g == best.group) {
-                ctx.estimate(
-                    g,
-                    ts,
-                    &remaining,
-                    &mut planned,
-                    &headroom,
-                    &zone_nodes,
-                    Some(&mut sequence),
-                );
+            match kept {
+                Some((group, copy, seq)) if group == best.group => {
+                    planned = copy;
+                    sequence.extend(seq);
+                }
+                _ => {
+                    // Trials leave `planned` as it was; the winner is packed again, for good
+                    // (the same packing: the state is the one its trial saw).
+                    if let Some((g, ts)) = options.iter().find(|(g, _)| *g == best.group) {
+                        ctx.estimate(
+                            g,
+                            ts,
+                            &remaining,
+                            &mut planned,
+                            &headroom,
+                            &zone_nodes,
+                            Some(&mut sequence),
+                        );
+                    }
+                }
             }
             estimates.sort_by(|a, b| a.group.cmp(&b.group));
             let others: Vec<String> = estimates
@@ -853,7 +918,13 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         let mut left: Vec<u32> = ts.iter().map(|&t| headroom[t]).collect();
         let mut count: Vec<u32> = ts.iter().map(|&t| zone_nodes[t]).collect();
         let p = planned;
-        let checkpoint = p.placer.begin();
+        let keeping = keep.is_some();
+        let mut zones: Vec<Option<u32>> = ts
+            .iter()
+            .map(|&t| p.placer.zone_of(&self.templates[t].node.labels))
+            .collect();
+        // A trial records what it changes to roll it back; a packing kept needs no record.
+        let checkpoint = if keeping { 0 } else { p.placer.begin() };
         let first_new = p.members.len();
         // Nodes planned before this estimate that received a member, in order.
         let mut touched: Vec<usize> = Vec::new();
@@ -877,14 +948,13 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 }
                 let mut best: Option<(usize, (u32, i64, i64))> = None;
                 for k in 0..ts.len() {
-                    let node = &self.templates[ts[k]].node;
                     if !self.feasible[c][ts[k]]
                         || left[k] == 0
-                        || !p.placer.fits_fresh(c, pod, &node.labels)
+                        || !p.placer.fits_fresh_in(c, pod, zones[k])
                     {
                         continue;
                     }
-                    let (score, soft) = p.placer.zone_preference(c, pod, &node.labels);
+                    let (score, soft) = p.placer.zone_preference(c, pod, zones[k]);
                     let key = (count[k], -score, soft);
                     // Ties go to the first zone by name (the group's zones are sorted).
                     if best.is_none_or(|(_, b)| key < b) {
@@ -897,6 +967,10 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 let bin = p
                     .placer
                     .push_bin(&node.labels, &node.taints, &self.caps[t], true);
+                if zones[k].is_none() {
+                    // The zone is known now that a bin has it.
+                    zones[k] = p.placer.zone_of(&node.labels);
+                }
                 p.template.push(t);
                 p.members.push(Vec::new());
                 left[k] -= 1;
@@ -935,9 +1009,7 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 (cap - used) as f64 / cap as f64
             }
         };
-        if keep.is_some() {
-            p.placer.commit();
-        } else {
+        if !keeping {
             p.placer.rollback(checkpoint);
             for &b in touched.iter().rev() {
                 p.members[b].pop();

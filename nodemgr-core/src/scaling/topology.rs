@@ -100,6 +100,32 @@ impl SelDef {
             selector: term.selector.clone(),
         }])
     }
+
+    /// A [`Pod::hostname_anti_affinity`] selector of a pod in `own`.
+    fn of_hostname_anti(selector: &LabelSelector, own: &str) -> Self {
+        Self(vec![Part {
+            ns: Namespaces::Listed(vec![own.to_owned()]),
+            selector: Some(selector.clone()),
+        }])
+    }
+}
+
+/// Every required anti-affinity term of `pod` — [`Pod::hostname_anti_affinity`] and
+/// [`Pod::pod_anti_affinity`] — as (selector, key).
+fn anti_terms(pod: &Pod) -> impl Iterator<Item = (SelDef, TopologyKey)> + '_ {
+    pod.hostname_anti_affinity
+        .iter()
+        .map(|s| {
+            (
+                SelDef::of_hostname_anti(s, &pod.namespace),
+                TopologyKey::Hostname,
+            )
+        })
+        .chain(
+            pod.pod_anti_affinity
+                .iter()
+                .map(|t| (SelDef::of_term(t, &pod.namespace), t.topology)),
+        )
 }
 
 /// Which nodes are eligible domains of a spread constraint: the pod's nodeSelector and
@@ -159,6 +185,8 @@ pub(crate) struct Universe {
     tracker_at: HashMap<TrackerDef, u32, FastHash>,
     /// Trackers of each selector.
     sel_trackers: Vec<Vec<u32>>,
+    /// Selectors of required affinities with a hostname-key term.
+    hostname_affinity: Vec<u32>,
 }
 
 impl Universe {
@@ -221,7 +249,8 @@ impl Universe {
         })
     }
 
-    /// Interns everything `pod` checks and carries, as a pod the engine may place.
+    /// Interns everything `pod` checks and carries, as a pod the engine may place (its
+    /// hostname anti-affinity aside: see [`UniverseBuilder`]).
     fn add_pod(&mut self, pod: &Pod) {
         let ns = pod.namespace.as_str();
         for t in &pod.pod_anti_affinity {
@@ -232,6 +261,14 @@ impl Universe {
             let s = self.sel(affinity_def(pod));
             if let Some(d) = self.depended.get_mut(s as usize) {
                 *d = true;
+            }
+            if pod
+                .pod_affinity
+                .iter()
+                .any(|t| t.topology == TopologyKey::Hostname)
+                && !self.hostname_affinity.contains(&s)
+            {
+                self.hostname_affinity.push(s);
             }
         }
         for w in pod
@@ -261,7 +298,8 @@ impl Universe {
         }
     }
 
-    /// Interns the anti-affinity terms `pod` carries (a bound pod: they exclude others).
+    /// Interns the anti-affinity terms `pod` carries (a bound pod: they exclude others),
+    /// hostname anti-affinity aside.
     fn add_carrier(&mut self, pod: &Pod) {
         for t in &pod.pod_anti_affinity {
             let s = self.sel(SelDef::of_term(t, &pod.namespace));
@@ -294,26 +332,49 @@ fn affinity_def(pod: &Pod) -> SelDef {
 }
 
 /// Collects the universe of one planning call.
+///
+/// [`Pod::hostname_anti_affinity`] alone is left to the bins' own per-node check (cheap when
+/// nothing else needs counters); once the universe exists for other constraints, the
+/// hostname anti-affinity terms join it and the counters answer for them too.
 #[derive(Debug, Default)]
 pub(crate) struct UniverseBuilder {
     u: Universe,
+    hostname_anti: Vec<SelDef>,
 }
 
 impl UniverseBuilder {
     /// Adds a pod the engine may place (or move).
     pub(crate) fn place(&mut self, pod: &Pod) {
         self.u.add_pod(pod);
+        self.hostname_anti(pod);
     }
 
     /// Adds a pod already bound: only the anti-affinity it carries matters.
     pub(crate) fn bound(&mut self, pod: &Pod) {
         self.u.add_carrier(pod);
+        self.hostname_anti(pod);
+    }
+
+    fn hostname_anti(&mut self, pod: &Pod) {
+        for s in &pod.hostname_anti_affinity {
+            let def = SelDef::of_hostname_anti(s, &pod.namespace);
+            if !self.hostname_anti.contains(&def) {
+                self.hostname_anti.push(def);
+            }
+        }
     }
 
     /// The universe, or `None` when no pod constrains another beyond hostname anti-affinity
     /// (the engine then skips this module altogether).
-    pub(crate) fn build(self) -> Option<Rc<Universe>> {
-        (!self.u.is_empty()).then(|| Rc::new(self.u))
+    pub(crate) fn build(mut self) -> Option<Rc<Universe>> {
+        if self.u.is_empty() {
+            return None;
+        }
+        for def in std::mem::take(&mut self.hostname_anti) {
+            let s = self.u.sel(def);
+            self.u.anti(s, TopologyKey::Hostname);
+        }
+        Some(Rc::new(self.u))
     }
 }
 
@@ -331,8 +392,18 @@ struct Profile {
 #[derive(Debug, Default)]
 struct ProfileTable {
     list: Vec<Profile>,
-    by_hash: HashMap<u64, Vec<(u32, String, BTreeMap<String, String>, Vec<PodAffinityTerm>)>, FastHash>,
+    by_hash: HashMap<u64, Vec<ProfileKey>, FastHash>,
 }
+
+/// What a profile depends on: (id, namespace, labels, anti-affinity terms, hostname
+/// anti-affinity selectors).
+type ProfileKey = (
+    u32,
+    String,
+    BTreeMap<String, String>,
+    Vec<PodAffinityTerm>,
+    Vec<LabelSelector>,
+);
 
 /// A required affinity as a class checks it.
 #[derive(Debug, Clone)]
@@ -376,6 +447,8 @@ pub(crate) struct ClassTopo {
     impossible: bool,
     /// Nothing to check.
     trivial: bool,
+    /// The hostname-key rules as bounds on count trees.
+    jumps: Vec<Jump>,
 }
 
 /// Why a bin refuses a class.
@@ -393,6 +466,123 @@ pub(crate) struct SearchCtx {
     affinity_exception: bool,
     /// Per spread constraint: the largest count a domain may have before the pod lands.
     limit: Vec<i64>,
+}
+
+/// Per-bin counts of one selector (or anti-affinity term) in a segment tree of minima and
+/// maxima: the first bin at or after a start whose count is at most (or at least) a bound, in
+/// O(log bins). The hostname-key rules use it to jump over the bins they refuse instead of
+/// testing them one by one.
+#[derive(Debug, Clone, Default)]
+struct CountTree {
+    cap: usize,
+    len: usize,
+    min: Vec<u32>,
+    max: Vec<u32>,
+}
+
+impl CountTree {
+    fn push(&mut self) {
+        if self.len == self.cap {
+            let cap = (self.cap * 2).max(64);
+            let (old_min, old_max) = (
+                self.min.get(self.cap..self.cap + self.len).unwrap_or_default().to_vec(),
+                self.max.get(self.cap..self.cap + self.len).unwrap_or_default().to_vec(),
+            );
+            self.cap = cap;
+            self.min = vec![u32::MAX; 2 * cap];
+            self.max = vec![0; 2 * cap];
+            self.min[cap..cap + old_min.len()].copy_from_slice(&old_min);
+            self.max[cap..cap + old_max.len()].copy_from_slice(&old_max);
+            for i in (1..cap).rev() {
+                self.min[i] = self.min[2 * i].min(self.min[2 * i + 1]);
+                self.max[i] = self.max[2 * i].max(self.max[2 * i + 1]);
+            }
+        }
+        self.len += 1;
+        self.set(self.len - 1, 0);
+    }
+
+    /// Drops the last bin. Its leaf keeps its value (the tree stays consistent over all its
+    /// leaves) and is never answered: [`CountTree::first`] returns the leftmost match, and a
+    /// match at or past `len` means none before it (the next push overwrites the leaf).
+    fn pop(&mut self) {
+        self.len = self.len.saturating_sub(1);
+    }
+
+    fn set(&mut self, i: usize, v: u32) {
+        let mut n = self.cap + i;
+        self.min[n] = v;
+        self.max[n] = v;
+        while n > 1 {
+            n /= 2;
+            let (lo, hi) = (
+                self.min[2 * n].min(self.min[2 * n + 1]),
+                self.max[2 * n].max(self.max[2 * n + 1]),
+            );
+            if self.min[n] == lo && self.max[n] == hi {
+                break;
+            }
+            self.min[n] = lo;
+            self.max[n] = hi;
+        }
+    }
+
+    /// The first bin at or after `start` whose count is at most `at_most` (`above == false`) or
+    /// at least `at_least` (`above == true`).
+    fn first(&self, start: usize, bound: u32, above: bool) -> Option<usize> {
+        if start >= self.len {
+            return None;
+        }
+        let ok = |n: usize| {
+            if above {
+                self.max[n] >= bound
+            } else {
+                self.min[n] <= bound
+            }
+        };
+        let mut node = self.cap + start;
+        if ok(node) {
+            return Some(start);
+        }
+        loop {
+            loop {
+                if node <= 1 {
+                    return None;
+                }
+                if node.is_multiple_of(2) && ok(node + 1) {
+                    node += 1;
+                    break;
+                }
+                node /= 2;
+            }
+            while node < self.cap {
+                if ok(2 * node) {
+                    node *= 2;
+                } else if ok(2 * node + 1) {
+                    node = 2 * node + 1;
+                } else {
+                    break;
+                }
+            }
+            if node >= self.cap {
+                let i = node - self.cap;
+                return (i < self.len).then_some(i);
+            }
+        }
+    }
+}
+
+/// A hostname-key rule of a class as a bound on one count tree.
+#[derive(Debug, Clone, Copy)]
+enum Jump {
+    /// The selector's count on the bin is at most the spread limit of constraint `spread`.
+    SpreadAtMost { tree: u32, spread: u32 },
+    /// The selector's count on the bin is 0 (own anti-affinity; lasting).
+    None { tree: u32 },
+    /// No pod on the bin carries the anti-affinity term (lasting).
+    NoCarrier { tree: u32 },
+    /// Some pod on the bin matches the affinity (unless the first-pod exception holds).
+    Some { tree: u32 },
 }
 
 /// Counts of one tracker.
@@ -428,6 +618,8 @@ pub(crate) struct TopoState {
     carrier_bin: Vec<u32>,
     /// `[bin * n_filters + filter]`.
     filter_ok: Vec<bool>,
+    /// Pods counted on each bin.
+    bin_pods: Vec<u32>,
     /// `[zone][sel]` over present bins.
     zone_all: Vec<Vec<u32>>,
     /// `[zone][anti]` over present bins.
@@ -436,6 +628,11 @@ pub(crate) struct TopoState {
     total_present: Vec<u32>,
     total_zoned: Vec<u32>,
     trackers: Vec<TrackerState>,
+    /// Count tree of each selector a hostname-key rule reads (`NONE` without).
+    sel_tree: Vec<u32>,
+    /// Count tree of each hostname anti-affinity term's carriers (`NONE` without).
+    anti_tree: Vec<u32>,
+    trees: Vec<CountTree>,
 }
 
 fn bump(v: &mut Vec<u32>, i: usize) -> &mut u32 {
@@ -458,6 +655,30 @@ impl TopoState {
     pub(crate) fn new(u: Rc<Universe>) -> Self {
         let (n_sels, n_antis, n_filters) = (u.sels.len(), u.antis.len(), u.filters.len());
         let trackers = vec![TrackerState::default(); u.trackers.len()];
+        // Count trees for the selectors hostname-key rules read.
+        let mut sel_tree = vec![NONE; n_sels];
+        let mut anti_tree = vec![NONE; n_antis];
+        let mut n_trees = 0u32;
+        let mut tree_for = |slot: &mut u32| {
+            if *slot == NONE {
+                *slot = n_trees;
+                n_trees += 1;
+            }
+        };
+        for t in &u.trackers {
+            if t.key == TopologyKey::Hostname {
+                tree_for(&mut sel_tree[t.sel as usize]);
+            }
+        }
+        for (a, (s, key)) in u.antis.iter().enumerate() {
+            if *key == TopologyKey::Hostname {
+                tree_for(&mut sel_tree[*s as usize]);
+                tree_for(&mut anti_tree[a]);
+            }
+        }
+        for &s in &u.hostname_affinity {
+            tree_for(&mut sel_tree[s as usize]);
+        }
         Self {
             u,
             profiles: Rc::default(),
@@ -471,11 +692,15 @@ impl TopoState {
             bin_count: Vec::new(),
             carrier_bin: Vec::new(),
             filter_ok: Vec::new(),
+            bin_pods: Vec::new(),
             zone_all: Vec::new(),
             carrier_zone: Vec::new(),
             total_present: vec![0; n_sels],
             total_zoned: vec![0; n_sels],
             trackers,
+            sel_tree,
+            anti_tree,
+            trees: vec![CountTree::default(); n_trees as usize],
         }
     }
 
@@ -494,8 +719,9 @@ impl TopoState {
         id
     }
 
-    /// The zone id of a label set without interning (NONE when unknown or absent).
-    fn known_zone(&self, labels: &BTreeMap<String, String>) -> Option<u32> {
+    /// The zone id of a label set without interning: `Some(NONE)` without a zone label,
+    /// `None` for a zone no bin has yet.
+    pub(crate) fn known_zone(&self, labels: &BTreeMap<String, String>) -> Option<u32> {
         match labels.get(keys::LABEL_TOPOLOGY_ZONE) {
             None => Some(NONE),
             Some(z) => self.zone_at.get(z).copied(),
@@ -508,10 +734,14 @@ impl TopoState {
         pod.namespace.hash(&mut h);
         pod.labels.hash(&mut h);
         pod.pod_anti_affinity.hash(&mut h);
+        pod.hostname_anti_affinity.hash(&mut h);
         let key = h.finish();
         if let Some(slot) = self.profiles.borrow().by_hash.get(&key)
-            && let Some((id, ..)) = slot.iter().find(|(_, ns, labels, anti)| {
-                *ns == pod.namespace && *labels == pod.labels && *anti == pod.pod_anti_affinity
+            && let Some((id, ..)) = slot.iter().find(|(_, ns, labels, anti, host)| {
+                *ns == pod.namespace
+                    && *labels == pod.labels
+                    && *anti == pod.pod_anti_affinity
+                    && *host == pod.hostname_anti_affinity
             })
         {
             return *id;
@@ -520,12 +750,10 @@ impl TopoState {
             matches: (0..self.n_sels as u32)
                 .filter(|&s| self.u.sels[s as usize].matches(pod))
                 .collect(),
-            carries: pod
-                .pod_anti_affinity
-                .iter()
-                .filter_map(|t| {
-                    let s = self.u.sel_at.get(&SelDef::of_term(t, &pod.namespace))?;
-                    self.u.anti_at.get(&(*s, t.topology)).copied()
+            carries: anti_terms(pod)
+                .filter_map(|(def, key)| {
+                    let s = self.u.sel_at.get(&def)?;
+                    self.u.anti_at.get(&(*s, key)).copied()
                 })
                 .collect(),
         };
@@ -537,6 +765,7 @@ impl TopoState {
             pod.namespace.clone(),
             pod.labels.clone(),
             pod.pod_anti_affinity.clone(),
+            pod.hostname_anti_affinity.clone(),
         ));
         id
     }
@@ -574,8 +803,8 @@ impl TopoState {
                 }
             }
         };
-        for t in &pod.pod_anti_affinity {
-            ct.anti.push((sel_of(SelDef::of_term(t, ns)), t.topology));
+        for (def, key) in anti_terms(pod) {
+            ct.anti.push((sel_of(def), key));
         }
         if !pod.pod_affinity.is_empty() {
             let mut keys: Vec<TopologyKey> = pod.pod_affinity.iter().map(|t| t.topology).collect();
@@ -657,6 +886,43 @@ impl TopoState {
                 .iter()
                 .any(|&a| u.antis[a as usize].1 == TopologyKey::Zone);
         ct.monotone = ct.affinity.is_none() && ct.spread.is_empty() && !zone_level;
+        if !ct.impossible {
+            for &(s, key) in &ct.anti {
+                if key == TopologyKey::Hostname {
+                    ct.jumps.push(Jump::None {
+                        tree: self.sel_tree[s as usize],
+                    });
+                }
+            }
+            for &a in &ct.repelled_by {
+                if u.antis[a as usize].1 == TopologyKey::Hostname {
+                    ct.jumps.push(Jump::NoCarrier {
+                        tree: self.anti_tree[a as usize],
+                    });
+                }
+            }
+            if let Some(a) = &ct.affinity
+                && a.keys.contains(&TopologyKey::Hostname)
+            {
+                ct.jumps.push(Jump::Some {
+                    tree: self.sel_tree[a.sel as usize],
+                });
+            }
+            for (i, sp) in ct.spread.iter().enumerate() {
+                if sp.key == TopologyKey::Hostname {
+                    ct.jumps.push(Jump::SpreadAtMost {
+                        tree: self.sel_tree[u.trackers[sp.tracker as usize].sel as usize],
+                        spread: i as u32,
+                    });
+                }
+            }
+            ct.jumps.retain(|j| match j {
+                Jump::SpreadAtMost { tree, .. }
+                | Jump::None { tree }
+                | Jump::NoCarrier { tree }
+                | Jump::Some { tree } => *tree != NONE,
+            });
+        }
         ct.trivial = !ct.impossible
             && !ct.needs_zone
             && ct.anti.is_empty()
@@ -673,10 +939,14 @@ impl TopoState {
         let z = self.zone_id(labels);
         self.bin_zone.push(z);
         self.present.push(false);
+        self.bin_pods.push(0);
         self.bin_count
             .extend(std::iter::repeat_n(0, self.n_sels));
         self.carrier_bin
             .extend(std::iter::repeat_n(0, self.n_antis));
+        for t in &mut self.trees {
+            t.push();
+        }
         let u = Rc::clone(&self.u);
         self.filter_ok
             .extend(u.filters.iter().map(|f| f.admits(labels)));
@@ -694,8 +964,12 @@ impl TopoState {
         self.set_present(b, false);
         self.bin_zone.pop();
         self.present.pop();
+        self.bin_pods.pop();
         self.bin_count.truncate(b * self.n_sels);
         self.carrier_bin.truncate(b * self.n_antis);
+        for t in &mut self.trees {
+            t.pop();
+        }
         self.filter_ok.truncate(b * self.n_filters);
     }
 
@@ -713,7 +987,8 @@ impl TopoState {
         self.present[bin] = present;
         let z = self.bin_zone[bin];
         let base = bin * self.n_sels;
-        for s in 0..self.n_sels {
+        let occupied = self.bin_pods[bin] > 0;
+        for s in (0..self.n_sels).filter(|_| occupied) {
             let c = self.bin_count[base + s];
             if c == 0 {
                 continue;
@@ -734,7 +1009,7 @@ impl TopoState {
                 }
             }
         }
-        if z != NONE {
+        if z != NONE && occupied {
             for a in 0..self.n_antis {
                 let c = self.carrier_bin[bin * self.n_antis + a];
                 let zc = &mut self.carrier_zone[z as usize][a];
@@ -802,11 +1077,20 @@ impl TopoState {
         };
         let present = self.present[bin];
         let z = self.bin_zone[bin];
+        if add {
+            self.bin_pods[bin] += 1;
+        } else {
+            self.bin_pods[bin] -= 1;
+        }
         for &s in &p.matches {
             let k = bin * self.n_sels + s as usize;
             let before = self.bin_count[k];
             let after = if add { before + 1 } else { before - 1 };
             self.bin_count[k] = after;
+            let tree = self.sel_tree[s as usize];
+            if tree != NONE {
+                self.trees[tree as usize].set(bin, after);
+            }
             if !present {
                 continue;
             }
@@ -862,6 +1146,10 @@ impl TopoState {
             } else {
                 self.carrier_bin[k] -= 1;
             }
+            let tree = self.anti_tree[a as usize];
+            if tree != NONE {
+                self.trees[tree as usize].set(bin, self.carrier_bin[k]);
+            }
             if present && z != NONE {
                 let zc = &mut self.carrier_zone[z as usize][a as usize];
                 if add {
@@ -911,20 +1199,67 @@ impl TopoState {
 
     /// What one search of `ct` needs.
     pub(crate) fn search_ctx(&self, ct: &ClassTopo) -> SearchCtx {
-        SearchCtx {
-            affinity_exception: ct
-                .affinity
-                .as_ref()
-                .is_some_and(|a| self.affinity_exception(a)),
-            limit: ct
-                .spread
-                .iter()
-                .map(|sp| {
-                    i64::from(self.global_min(sp.tracker as usize, sp.min_domains))
-                        + i64::from(sp.max_skew)
-                        - i64::from(sp.self_match)
-                })
-                .collect(),
+        let mut ctx = SearchCtx::default();
+        self.fill_ctx(ct, &mut ctx);
+        ctx
+    }
+
+    /// [`TopoState::search_ctx`] into `ctx` (reusing its memory).
+    pub(crate) fn fill_ctx(&self, ct: &ClassTopo, ctx: &mut SearchCtx) {
+        ctx.affinity_exception = ct
+            .affinity
+            .as_ref()
+            .is_some_and(|a| self.affinity_exception(a));
+        ctx.limit.clear();
+        ctx.limit.extend(ct.spread.iter().map(|sp| {
+            i64::from(self.global_min(sp.tracker as usize, sp.min_domains))
+                + i64::from(sp.max_skew)
+                - i64::from(sp.self_match)
+        }));
+    }
+
+    /// The first bin at or after `bin` that every hostname-key rule of `ct` may accept, and
+    /// whether all the bins skipped were refused for good; `None` when no bin from `bin` on
+    /// can be accepted (then the bool tells the same about those bins). A leapfrog over the
+    /// rules' count trees: each jumps to its first acceptable bin until they agree.
+    pub(crate) fn skip(&self, ct: &ClassTopo, ctx: &SearchCtx, bin: usize) -> (Option<usize>, bool) {
+        let mut at = bin;
+        let mut lasting = true;
+        loop {
+            let mut moved = false;
+            for j in &ct.jumps {
+                let (next, last) = match *j {
+                    Jump::SpreadAtMost { tree, spread } => {
+                        let limit = ctx.limit.get(spread as usize).copied().unwrap_or(0);
+                        if limit < 0 {
+                            return (None, false);
+                        }
+                        let bound = u32::try_from(limit).unwrap_or(u32::MAX);
+                        (self.trees[tree as usize].first(at, bound, false), false)
+                    }
+                    Jump::None { tree } | Jump::NoCarrier { tree } => {
+                        (self.trees[tree as usize].first(at, 0, false), true)
+                    }
+                    Jump::Some { tree } => {
+                        if ctx.affinity_exception {
+                            continue;
+                        }
+                        (self.trees[tree as usize].first(at, 1, true), false)
+                    }
+                };
+                match next {
+                    None => return (None, lasting && last),
+                    Some(n) if n > at => {
+                        at = n;
+                        moved = true;
+                        lasting &= last;
+                    }
+                    Some(_) => {}
+                }
+            }
+            if !moved {
+                return (Some(at), lasting);
+            }
         }
     }
 
@@ -1007,7 +1342,8 @@ impl TopoState {
     /// Whether a pod of `ct` may land on a new, empty node with `labels` (a planned node of a
     /// group's template): the same rules as [`TopoState::check`] with the node added as a
     /// domain of its own.
-    pub(crate) fn fits_fresh(&self, ct: &ClassTopo, labels: &BTreeMap<String, String>) -> bool {
+    /// The zone is given as [`TopoState::known_zone`] numbers it.
+    pub(crate) fn fits_fresh_in(&self, ct: &ClassTopo, zone: Option<u32>) -> bool {
         if ct.trivial {
             return true;
         }
@@ -1015,7 +1351,7 @@ impl TopoState {
             return false;
         }
         // A zone no bin has yet counts nothing anywhere.
-        let Some(z) = self.known_zone(labels) else {
+        let Some(z) = zone else {
             return (ct.affinity.is_none() || self.fresh_affinity_exception(ct))
                 && ct.spread.iter().all(|sp| sp.self_match <= sp.max_skew);
         };
@@ -1083,12 +1419,11 @@ impl TopoState {
     /// How much pods of `ct` prefer a new node in the zone of `labels`: the summed weights of
     /// preferred zone affinity terms matched minus preferred zone anti-affinity terms matched,
     /// and the summed counts of their `ScheduleAnyway` zone constraints there (lower is better).
-    pub(crate) fn zone_preference(
-        &self,
-        ct: &ClassTopo,
-        labels: &BTreeMap<String, String>,
-    ) -> (i64, i64) {
-        let Some(z) = self.known_zone(labels).filter(|&z| z != NONE) else {
+    pub(crate) fn zone_preference(&self, ct: &ClassTopo, zone: Option<u32>) -> (i64, i64) {
+        if ct.preferred.is_empty() && ct.soft_zone.is_empty() {
+            return (0, 0);
+        }
+        let Some(z) = zone.filter(|&z| z != NONE) else {
             return (0, 0);
         };
         let zi = z as usize;
