@@ -771,6 +771,15 @@ impl<'a> Bins<'a> {
         self.tree.set(bin, v);
     }
 
+    /// Stops `bin` taking pods while it stays a node of the cluster (a topology domain with
+    /// its pods).
+    pub(crate) fn retire(&mut self, bin: usize) {
+        if self.enabled[bin] {
+            self.enabled[bin] = false;
+            self.refresh(bin);
+        }
+    }
+
     /// Whether bin `bin` takes part in the simulation.
     pub(crate) fn is_enabled(&self, bin: usize) -> bool {
         self.enabled[bin]

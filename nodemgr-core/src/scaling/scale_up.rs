@@ -590,6 +590,14 @@ pub fn plan_scale_up(
         feasible: &feasible,
     };
     let first = placer.bins.len();
+    if with_topology {
+        // Pods placed from here on wait for new nodes: the existing ones stay topology domains
+        // but take no more pods, so that every pod reported to fit an existing node fits it
+        // now, before any planned node exists (docs/scheduling.md §3).
+        for b in 0..first {
+            placer.bins.retire(b);
+        }
+    }
     let mut planned = Planned {
         placer,
         first,
