@@ -300,6 +300,7 @@ pub(crate) struct ResourceIndex {
 
 impl ResourceIndex {
     /// Numbers every extra resource `pods` request.
+    #[cfg(test)]
     pub(crate) fn from_pods<'p>(pods: impl IntoIterator<Item = &'p Pod>) -> Self {
         let mut index = Self::default();
         for p in pods {

@@ -6,7 +6,12 @@
 //!    not-leaving nodes (in name order) and onto the machines already ordered (upcoming, shaped
 //!    like their group's template). Those pods cause no scale-up. A pod other than a
 //!    standby holder may preempt standby holders ([`super::standby`]) when no node fits it
-//!    without; the evicted holders become pending and are packed like any other pod.
+//!    without; the evicted holders become pending and are packed like any other pod. Every
+//!    rule of [`super::placement`] applies, topology spread and pod (anti-)affinity included
+//!    (docs/scheduling.md §1); a pod with a required constraint nodemgr does not model is
+//!    reported unplaceable and never placed. When such rules are counted, the existing nodes
+//!    take no pod after this step (they stay topology domains): a pod said to fit an existing
+//!    node fits it now, before any planned node exists.
 //! 2. **Who could ever host the rest.** For every group (with a known instance class) and zone,
 //!    a template node ([`group_templates`]): the `nodeTemplate` labels and taints, group and zone
 //!    labels, allocatable from the class after the system reserve and after the DaemonSet pods
@@ -20,23 +25,31 @@
 //!    deterministic). The winner's estimate is committed and the loop repeats with the pods it
 //!    could not take.
 //! 4. **Zones balanced.** Within a group, pods go first-fit onto the nodes the plan already
-//!    opened; a new node opens in the zone (that the pod fits and that has headroom) with the
-//!    fewest nodes of the group, existing and planned.
+//!    opened; a new node opens in a zone that the pod fits, that has headroom and where its
+//!    topology rules admit it on an empty node: the fewest nodes of the group, existing and
+//!    planned, first; then the pod's preferred zone (anti-)affinity and `ScheduleAnyway` zone
+//!    spread; then the zone name (docs/scheduling.md §3).
 //! 5. **Minimal.** A consolidation pass takes planned nodes out, emptiest first, when the same
 //!    first-fit simulation moves all their pods onto the other planned nodes; it repeats until
 //!    no planned node can go. A pod may so end on a new node of a lower-priority group that is
-//!    being added anyway.
+//!    being added anyway. Only nodes whose pods no placement depends on are tried (no required
+//!    affinity or `DoNotSchedule` spread selector matches them, docs/scheduling.md §2).
 //!
 //! Pods that some group could host but that find every such zone at `maxPerZone` are reported as
-//! waiting for capacity.
+//! waiting for capacity; pods some group could host in a zone with room, that their pod
+//! affinity, anti-affinity or spread constraints keep off every node, as constrained.
+//! [`ScaleUpPlan::placement_order`] lists every placement in the order the simulation made it.
 //!
 //! # Guarantees (proptest properties)
 //! * No zone ends above `maxPerZone`: desired-or-present count + planned ≤ max.
 //! * Every pod placed by the plan fits where it was placed ([`super::placement::check_fit`]) and
 //!   no node is overcommitted.
 //! * Every pending pod is placed on an existing or upcoming node, on a planned node, reported
-//!   unplaceable (it fits no group's template) or waiting for capacity (every template it fits
-//!   is in a full zone).
+//!   unplaceable (it fits no group's template, or carries an unmodelled constraint), waiting for
+//!   capacity (every template it fits is in a full zone) or constrained (some template it fits
+//!   has room).
+//! * No placement violates a required constraint: replayed in `placement_order` against
+//!   [`super::reference`], every placement passes every rule (docs/scheduling.md §4).
 //! * Minimality with respect to the simulation, as in step 5.
 //! * Deterministic, and independent of the order of nodes and pods in the snapshot.
 
@@ -51,8 +64,8 @@ use super::class::template_node;
 use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
 use super::placement::{
-    Bins, CPU, MEMORY, Placer, PodClass, ResourceIndex, check_fit, check_static, classify,
-    fits_empty, is_standby_holder, static_fits, trial_order,
+    Bins, CPU, Demand, MEMORY, Placer, PodClass, ResourceIndex, check_fit, check_static,
+    classify, fits_empty, is_standby_holder, static_fits, trial_order,
 };
 use super::topology::UniverseBuilder;
 use super::snapshot::ClusterSnapshot;
@@ -287,7 +300,54 @@ pub fn plan_scale_up(
     if pending.is_empty() {
         return plan;
     }
-    let index = ResourceIndex::from_pods(pods);
+    // The nodes pods may go to, by name, then the others (topology domains all the same,
+    // docs/scheduling.md §1).
+    let takes_pods = |n: &Node| n.ready && !n.unschedulable && !snapshot.is_leaving(n);
+    let mut existing: Vec<&Node> = snapshot.nodes.iter().filter(|n| takes_pods(n)).collect();
+    existing.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut others: Vec<&Node> = snapshot.nodes.iter().filter(|n| !takes_pods(n)).collect();
+    others.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut node_at: HashMap<&str, usize, FastHash> = HashMap::default();
+    for (k, n) in existing.iter().enumerate() {
+        node_at.insert(n.name.as_str(), k);
+    }
+    others.retain(|n| !node_at.contains_key(n.name.as_str()));
+    for (k, n) in others.iter().enumerate() {
+        node_at.insert(n.name.as_str(), existing.len() + k);
+    }
+    // One pass over every pod: resources numbered, bound pods and their demand collected,
+    // and what the topology counters need (docs/scheduling.md §2).
+    let mut index = ResourceIndex::default();
+    let mut bound: Vec<(usize, usize, Demand, bool)> = Vec::new();
+    let mut universe = UniverseBuilder::default();
+    for (i, p) in pods.iter().enumerate() {
+        let demand = index.demand_indexing(p);
+        if p.is_terminal() {
+            continue;
+        }
+        let constrained = p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty();
+        match &p.node_name {
+            None => {
+                if constrained && p.unmodelled_constraints.is_empty() {
+                    universe.place(p);
+                }
+            }
+            Some(node) => {
+                let holder = is_standby_holder(p);
+                if constrained {
+                    if holder {
+                        universe.place(p);
+                    } else {
+                        universe.bound(p);
+                    }
+                }
+                if let Some(&k) = node_at.get(node.as_str()) {
+                    bound.push((k, i, demand, holder));
+                }
+            }
+        }
+    }
+    let index = index;
     let templates = group_templates(snapshot);
     let caps: Vec<([i64; 3], Vec<i64>)> = templates
         .iter()
@@ -307,55 +367,19 @@ pub fn plan_scale_up(
         .any(|&i| !pods[i].hostname_anti_affinity.is_empty());
     let mut classes = classify(pods, pending.iter().copied(), &index);
     // Topology counters, when some pod constrains another beyond hostname anti-affinity.
-    let mut universe = UniverseBuilder::default();
-    for &i in &pending {
-        universe.place(&pods[i]);
-    }
-    for p in pods {
-        if p.node_name.is_some()
-            && !p.is_terminal()
-            && (p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty())
-        {
-            if is_standby_holder(p) {
-                universe.place(p);
-            } else {
-                universe.bound(p);
-            }
-        }
-    }
     let universe = universe.build();
     let with_topology = universe.is_some();
 
     // --- 1. existing and upcoming room --------------------------------------------------
     let mut bins = Bins::with_topology(index.len(), track, universe);
-    let mut existing: Vec<&Node> = snapshot
-        .nodes
-        .iter()
-        .filter(|n| n.ready && !n.unschedulable && !snapshot.is_leaving(n))
-        .collect();
-    existing.sort_by(|a, b| a.name.cmp(&b.name));
     let mut targets: Vec<ExistingTarget> = Vec::with_capacity(existing.len());
-    let mut bin_of: HashMap<&str, usize, FastHash> = HashMap::default();
     for n in &existing {
-        let b = bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), true);
-        bin_of.insert(n.name.as_str(), b);
+        bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), true);
         targets.push(ExistingTarget::Node(n.name.clone()));
     }
     if with_topology {
-        // Nodes that take no pods are topology domains all the same, with their pods
-        // (docs/scheduling.md §1).
-        let mut others: Vec<&Node> = snapshot
-            .nodes
-            .iter()
-            .filter(|n| !(n.ready && !n.unschedulable && !snapshot.is_leaving(n)))
-            .collect();
-        others.sort_by(|a, b| a.name.cmp(&b.name));
-        for n in others {
-            if bin_of.contains_key(n.name.as_str()) {
-                continue;
-            }
-            let b = bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), false);
-            bin_of.insert(n.name.as_str(), b);
+        for n in &others {
+            bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), false);
             targets.push(ExistingTarget::Node(n.name.clone()));
         }
     }
@@ -365,23 +389,22 @@ pub fn plan_scale_up(
     let mut on_bin: Vec<Vec<&Pod>> = vec![Vec::new(); bins.len()];
     let mut used: Vec<[i64; 3]> = vec![[0; 3]; bins.len()];
     let mut used_ext: Vec<i64> = vec![0; bins.len() * n_ext];
-    for p in pods {
-        if let Some(node) = &p.node_name
-            && !p.is_terminal()
-            && let Some(&b) = bin_of.get(node.as_str())
-        {
-            let demand = index.demand(p);
-            if is_standby_holder(p) && bins.is_enabled(b) && bins.is_free(p) {
-                bins.occupy_held(b, p, demand);
-            } else {
-                for (u, d) in used[b].iter_mut().zip(demand.core) {
-                    *u += d;
-                }
-                for (e, v) in demand.ext {
-                    used_ext[b * n_ext + e as usize] += v;
-                }
-                on_bin[b].push(p);
+    for (b, i, demand, holder) in bound {
+        if b >= bins.len() {
+            // A node that takes no pods, without topology counters to keep.
+            continue;
+        }
+        let p = &pods[i];
+        if holder && bins.is_enabled(b) && bins.is_free(p) {
+            bins.occupy_held(b, p, demand);
+        } else {
+            for (u, d) in used[b].iter_mut().zip(demand.core) {
+                *u += d;
             }
+            for (e, v) in demand.ext {
+                used_ext[b * n_ext + e as usize] += v;
+            }
+            on_bin[b].push(p);
         }
     }
     for (b, on) in on_bin.into_iter().enumerate() {

@@ -1068,7 +1068,7 @@ impl TopoState {
         }
     }
 
-    /// Records a pod of `profile` on `bin` (`delta` +1) or takes it away (−1).
+    /// Records a pod of `profile` on `bin` (`add`) or takes it away.
     pub(crate) fn count(&mut self, bin: usize, profile: u32, add: bool) {
         let table = Rc::clone(&self.profiles);
         let table = table.borrow();
@@ -1339,10 +1339,9 @@ impl TopoState {
         Ok(())
     }
 
-    /// Whether a pod of `ct` may land on a new, empty node with `labels` (a planned node of a
-    /// group's template): the same rules as [`TopoState::check`] with the node added as a
-    /// domain of its own.
-    /// The zone is given as [`TopoState::known_zone`] numbers it.
+    /// Whether a pod of `ct` may land on a new, empty node in `zone` (numbered as
+    /// [`TopoState::known_zone`] numbers it; a planned node of a group's template): the same
+    /// rules as [`TopoState::check`] with the node added as a domain of its own.
     pub(crate) fn fits_fresh_in(&self, ct: &ClassTopo, zone: Option<u32>) -> bool {
         if ct.trivial {
             return true;
