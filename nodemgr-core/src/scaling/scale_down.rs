@@ -153,6 +153,8 @@ pub fn plan_scale_down(
     let mut index = ResourceIndex::default();
     let mut on_node: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     let mut demands: Vec<(usize, Demand)> = Vec::with_capacity(pods.len());
+    // What the topology counters need, collected in the same pass (docs/scheduling.md §2).
+    let mut universe = UniverseBuilder::default();
     for (i, p) in pods.iter().enumerate() {
         if p.is_terminal() {
             continue;
@@ -160,6 +162,9 @@ pub fn plan_scale_down(
         if let Some(&n) = p.node_name.as_deref().and_then(|n| node_at.get(n)) {
             on_node[n].push(i);
             demands.push((n, index.demand_indexing(p)));
+            if p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty() {
+                universe.bound(p);
+            }
         }
     }
     let index = index;
@@ -270,16 +275,10 @@ pub fn plan_scale_down(
         .collect();
     dest.sort_by(|&a, &b| nodes[a].name.cmp(&nodes[b].name));
     // Topology counters, when a pod to move or a bound pod's anti-affinity needs them.
-    let mut universe = UniverseBuilder::default();
     for &m in to_move.iter().flatten() {
-        universe.place(&pods[m]);
-    }
-    for list in &on_node {
-        for &m in list {
-            let p = &pods[m];
-            if p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty() {
-                universe.bound(p);
-            }
+        let p = &pods[m];
+        if p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty() {
+            universe.place(p);
         }
     }
     let universe = universe.build();
