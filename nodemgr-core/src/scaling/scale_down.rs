@@ -162,7 +162,9 @@ pub fn plan_scale_down(
         if let Some(&n) = p.node_name.as_deref().and_then(|n| node_at.get(n)) {
             on_node[n].push(i);
             demands.push((n, index.demand_indexing(p)));
-            if p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty() {
+            // A bound pod only counts by the anti-affinity it carries (the rest of its rules
+            // are read if it is to move).
+            if !p.pod_anti_affinity.is_empty() || !p.hostname_anti_affinity.is_empty() {
                 universe.bound(p);
             }
         }

@@ -325,21 +325,25 @@ pub fn plan_scale_up(
         if p.is_terminal() {
             continue;
         }
-        let constrained = p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty();
+        let constrained = |p: &Pod| {
+            p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty()
+        };
         match &p.node_name {
             None => {
-                if constrained && p.unmodelled_constraints.is_empty() {
+                if constrained(p) && p.unmodelled_constraints.is_empty() {
                     universe.place(p);
                 }
             }
             Some(node) => {
                 let holder = is_standby_holder(p);
-                if constrained {
-                    if holder {
+                if holder {
+                    if constrained(p) {
                         universe.place(p);
-                    } else {
-                        universe.bound(p);
                     }
+                } else if !p.pod_anti_affinity.is_empty() || !p.hostname_anti_affinity.is_empty()
+                {
+                    // A bound pod only counts by the anti-affinity it carries.
+                    universe.bound(p);
                 }
                 if let Some(&k) = node_at.get(node.as_str()) {
                     bound.push((k, i, demand, holder));
@@ -664,7 +668,7 @@ pub fn plan_scale_up(
             // simulation itself and rolls back; copying is cheaper while the simulation is
             // small next to the pods to pack.
             let pending_pods: usize = remaining.iter().map(Vec::len).sum();
-            let fork = planned.members.len() <= 2 * pending_pods;
+            let fork = planned.members.len().saturating_mul(8) <= pending_pods;
             let mut kept: Option<(usize, Planned<'_>, Vec<usize>)> = None;
             let better = |a: &Estimate, b: &Estimate| {
                 a.waste()
