@@ -240,10 +240,16 @@ fn spread_constraint(
 ) -> Result<core::TopologySpreadConstraint, String> {
     let topology = TopologyKey::from_label(&c.topology_key)
         .ok_or_else(|| format!("topologyKey {}", c.topology_key))?;
-    if c.node_affinity_policy.as_deref().is_some_and(|p| p != "Honor") {
+    if c.node_affinity_policy
+        .as_deref()
+        .is_some_and(|p| p != "Honor")
+    {
         return Err("nodeAffinityPolicy Ignore".to_owned());
     }
-    if c.node_taints_policy.as_deref().is_some_and(|p| p != "Ignore") {
+    if c.node_taints_policy
+        .as_deref()
+        .is_some_and(|p| p != "Ignore")
+    {
         return Err("nodeTaintsPolicy Honor".to_owned());
     }
     Ok(core::TopologySpreadConstraint {
@@ -301,13 +307,19 @@ fn pod_constraints(p: &Pod) -> PodConstraints {
         "podAffinity",
         affinity
             .and_then(|a| a.pod_affinity.as_ref())
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
     );
     let anti = required(
         "podAntiAffinity",
         affinity
             .and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
     );
     // Own-namespace hostname terms keep their dedicated field.
     let (hostname, anti): (Vec<_>, Vec<_>) = anti.into_iter().partition(|t| {
@@ -336,13 +348,19 @@ fn pod_constraints(p: &Pod) -> PodConstraints {
         "podAffinity",
         affinity
             .and_then(|a| a.pod_affinity.as_ref())
-            .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()),
+            .and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
     );
     let preferred_anti = preferred(
         "podAntiAffinity",
         affinity
             .and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()),
+            .and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
     );
     let mut spread = Vec::new();
     for (i, c) in spec
@@ -611,7 +629,11 @@ mod tests {
         assert_eq!(p.pod_affinity[0].topology, TopologyKey::Zone);
         assert_eq!(p.pod_affinity[0].namespaces, NamespaceScope::Own);
         assert!(p.preferred_pod_affinity.is_empty(), "rack key dropped");
-        assert_eq!(p.hostname_anti_affinity.len(), 1, "own-namespace hostname term");
+        assert_eq!(
+            p.hostname_anti_affinity.len(),
+            1,
+            "own-namespace hostname term"
+        );
         assert_eq!(p.pod_anti_affinity.len(), 2);
         assert_eq!(
             p.pod_anti_affinity[0].namespaces,

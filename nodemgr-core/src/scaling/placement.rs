@@ -127,7 +127,10 @@ impl fmt::Display for Misfit {
                 key,
                 skew,
                 max_skew,
-            } => write!(f, "topology spread on {key}: skew {skew} > maxSkew {max_skew}"),
+            } => write!(
+                f,
+                "topology spread on {key}: skew {skew} > maxSkew {max_skew}"
+            ),
             Self::MissingTopology { key } => write!(f, "node has no {key} label"),
             Self::Unmodelled { what } => write!(f, "unmodelled constraint: {what}"),
         }
@@ -674,9 +677,7 @@ impl<'a> Bins<'a> {
     /// Whether no placement depends on where `pod` is (always, without topology counters):
     /// only such pods may be moved by a consolidation or preempted (docs/scheduling.md §2).
     pub(crate) fn is_free(&self, pod: &Pod) -> bool {
-        self.topo
-            .as_ref()
-            .is_none_or(|t| t.is_free(t.profile(pod)))
+        self.topo.as_ref().is_none_or(|t| t.is_free(t.profile(pod)))
     }
 
     /// Number of bins.
@@ -1234,7 +1235,12 @@ impl<'a> Placer<'a> {
     /// How much `pod` of `class` prefers a new node in `zone` (numbered by
     /// [`Placer::zone_of`]): (preferred zone terms score, higher better; `ScheduleAnyway` zone
     /// counts, lower better).
-    pub(crate) fn zone_preference(&mut self, class: usize, pod: &Pod, zone: Option<u32>) -> (i64, i64) {
+    pub(crate) fn zone_preference(
+        &mut self,
+        class: usize,
+        pod: &Pod,
+        zone: Option<u32>,
+    ) -> (i64, i64) {
         let topo = self.class_topo(class, pod);
         match (&topo, &self.bins.topo) {
             (Some(ct), Some(state)) => state.zone_preference(ct, zone),

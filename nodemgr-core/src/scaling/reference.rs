@@ -350,9 +350,7 @@ pub fn replay_scale_up<'a>(
     let mut order = plan.placement_order.clone();
     order.sort_unstable();
     order.dedup();
-    if order.len() != plan.placement_order.len()
-        || order.iter().ne(target.keys())
-    {
+    if order.len() != plan.placement_order.len() || order.iter().ne(target.keys()) {
         return Err("placement_order does not list exactly the placed pods".to_owned());
     }
     let mut planned_at: Vec<Option<usize>> = vec![None; plan.new_nodes.len()];

@@ -44,8 +44,8 @@ use super::bounds::{is_failed, zone_states};
 use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
 use super::placement::{Bins, CPU, Demand, MEMORY, Placer, ResourceIndex, classify, trial_order};
-use super::topology::UniverseBuilder;
 use super::snapshot::ClusterSnapshot;
+use super::topology::UniverseBuilder;
 use super::util::FastHash;
 
 /// What scale-down remembers between passes.
@@ -824,9 +824,15 @@ mod tests {
                 p.preferred_pod_anti_affinity.clear();
             }
             let unconstrained = plan_all(&free, 5);
-            refused += unconstrained.removals.len().saturating_sub(d.removals.len());
+            refused += unconstrained
+                .removals
+                .len()
+                .saturating_sub(d.removals.len());
         }
-        assert!(moved > 20 && refused > 5, "moved {moved}, refused {refused}");
+        assert!(
+            moved > 20 && refused > 5,
+            "moved {moved}, refused {refused}"
+        );
     }
 
     proptest! {

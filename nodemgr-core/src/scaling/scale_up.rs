@@ -64,11 +64,11 @@ use super::class::template_node;
 use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
 use super::placement::{
-    Bins, CPU, Demand, MEMORY, Placer, PodClass, ResourceIndex, check_fit, check_static,
-    classify, fits_empty, is_standby_holder, static_fits, trial_order,
+    Bins, CPU, Demand, MEMORY, Placer, PodClass, ResourceIndex, check_fit, check_static, classify,
+    fits_empty, is_standby_holder, static_fits, trial_order,
 };
-use super::topology::UniverseBuilder;
 use super::snapshot::ClusterSnapshot;
+use super::topology::UniverseBuilder;
 use super::util::{FastHash, Fx};
 
 /// A new node of a group and zone, as a template: what a pod can count on there.
@@ -325,9 +325,8 @@ pub fn plan_scale_up(
         if p.is_terminal() {
             continue;
         }
-        let constrained = |p: &Pod| {
-            p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty()
-        };
+        let constrained =
+            |p: &Pod| p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty();
         match &p.node_name {
             None => {
                 if constrained(p) && p.unmodelled_constraints.is_empty() {
@@ -340,8 +339,7 @@ pub fn plan_scale_up(
                     if constrained(p) {
                         universe.place(p);
                     }
-                } else if !p.pod_anti_affinity.is_empty() || !p.hostname_anti_affinity.is_empty()
-                {
+                } else if !p.pod_anti_affinity.is_empty() || !p.hostname_anti_affinity.is_empty() {
                     // A bound pod only counts by the anti-affinity it carries.
                     universe.bound(p);
                 }
@@ -490,7 +488,12 @@ pub fn plan_scale_up(
         let reasons = snapshot
             .groups
             .iter()
-            .map(|g| (g.name().to_owned(), "a required constraint nodemgr does not model".to_owned()))
+            .map(|g| {
+                (
+                    g.name().to_owned(),
+                    "a required constraint nodemgr does not model".to_owned(),
+                )
+            })
             .collect::<Vec<_>>();
         let mut by_class: BTreeMap<Vec<&String>, Vec<usize>> = BTreeMap::new();
         for &i in &unmodelled {
@@ -504,7 +507,10 @@ pub fn plan_scale_up(
             for r in &mut reasons {
                 r.1 = format!(
                     "unmodelled constraint: {}",
-                    what.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; ")
+                    what.iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
                 );
             }
             plan.unplaceable.push(Unplaceable {
@@ -1667,19 +1673,37 @@ mod tests {
             prop_assert!(zone.desired.max(zone.present()) + n <= zone.max);
         }
         let full = |t: &GroupTemplate| {
-            let zone = states[t.group.as_str()].iter().find(|s| s.zone == t.zone).unwrap();
-            let n = planned_in.get(&(t.group.as_str(), t.zone.as_str())).copied().unwrap_or(0);
+            let zone = states[t.group.as_str()]
+                .iter()
+                .find(|s| s.zone == t.zone)
+                .unwrap();
+            let n = planned_in
+                .get(&(t.group.as_str(), t.zone.as_str()))
+                .copied()
+                .unwrap_or(0);
             zone.desired.max(zone.present()) + n >= zone.max
         };
         for &i in &plan.waiting_for_capacity {
-            for t in templates.iter().filter(|t| check_fit(&w.pods[i], &t.node, &[]).is_ok()) {
-                prop_assert!(full(t), "{} waits although {}/{} has room", key(&w.pods[i]), &t.group, &t.zone);
+            for t in templates
+                .iter()
+                .filter(|t| check_fit(&w.pods[i], &t.node, &[]).is_ok())
+            {
+                prop_assert!(
+                    full(t),
+                    "{} waits although {}/{} has room",
+                    key(&w.pods[i]),
+                    &t.group,
+                    &t.zone
+                );
             }
         }
         for &i in &plan.constrained {
             prop_assert!(
-                templates.iter().any(|t| check_fit(&w.pods[i], &t.node, &[]).is_ok() && !full(t)),
-                "{} reported constrained without a zone with room", key(&w.pods[i])
+                templates
+                    .iter()
+                    .any(|t| check_fit(&w.pods[i], &t.node, &[]).is_ok() && !full(t)),
+                "{} reported constrained without a zone with room",
+                key(&w.pods[i])
             );
         }
         Ok(())

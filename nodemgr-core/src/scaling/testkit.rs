@@ -516,7 +516,11 @@ pub(crate) fn constrain(w: &mut World, seed: u64) {
             let mut c = Pod::default();
             let chance = if bound { 35 } else { 70 };
             if rng.chance(chance) {
-                let target = if rng.chance(65) { app.clone() } else { other(&mut rng) };
+                let target = if rng.chance(65) {
+                    app.clone()
+                } else {
+                    other(&mut rng)
+                };
                 match rng.below(8) {
                     0..=2 => c.topology_spread.push(TopologySpreadConstraint {
                         max_skew: 1 + rng.below(2) as u32,
@@ -560,7 +564,8 @@ pub(crate) fn constrain(w: &mut World, seed: u64) {
             p.topology_spread.clone_from(&c.topology_spread);
             p.pod_affinity.clone_from(&c.pod_affinity);
             p.pod_anti_affinity.clone_from(&c.pod_anti_affinity);
-            p.preferred_pod_affinity.clone_from(&c.preferred_pod_affinity);
+            p.preferred_pod_affinity
+                .clone_from(&c.preferred_pod_affinity);
             p.preferred_pod_anti_affinity
                 .clone_from(&c.preferred_pod_anti_affinity);
         }

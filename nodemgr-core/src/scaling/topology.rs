@@ -485,8 +485,14 @@ impl CountTree {
         if self.len == self.cap {
             let cap = (self.cap * 2).max(64);
             let (old_min, old_max) = (
-                self.min.get(self.cap..self.cap + self.len).unwrap_or_default().to_vec(),
-                self.max.get(self.cap..self.cap + self.len).unwrap_or_default().to_vec(),
+                self.min
+                    .get(self.cap..self.cap + self.len)
+                    .unwrap_or_default()
+                    .to_vec(),
+                self.max
+                    .get(self.cap..self.cap + self.len)
+                    .unwrap_or_default()
+                    .to_vec(),
             );
             self.cap = cap;
             self.min = vec![u32::MAX; 2 * cap];
@@ -839,7 +845,10 @@ impl TopoState {
             let sel = sel_of(spread_def(pod, c.selector.as_ref()));
             let filter = u
                 .filter_at
-                .get(&Universe::filter_def(pod, if hard { hard_zone } else { true }))
+                .get(&Universe::filter_def(
+                    pod,
+                    if hard { hard_zone } else { true },
+                ))
                 .copied();
             let tracker = filter.and_then(|f| {
                 u.tracker_at
@@ -940,8 +949,7 @@ impl TopoState {
         self.bin_zone.push(z);
         self.present.push(false);
         self.bin_pods.push(0);
-        self.bin_count
-            .extend(std::iter::repeat_n(0, self.n_sels));
+        self.bin_count.extend(std::iter::repeat_n(0, self.n_sels));
         self.carrier_bin
             .extend(std::iter::repeat_n(0, self.n_antis));
         for t in &mut self.trees {
@@ -1212,8 +1220,7 @@ impl TopoState {
             .is_some_and(|a| self.affinity_exception(a));
         ctx.limit.clear();
         ctx.limit.extend(ct.spread.iter().map(|sp| {
-            i64::from(self.global_min(sp.tracker as usize, sp.min_domains))
-                + i64::from(sp.max_skew)
+            i64::from(self.global_min(sp.tracker as usize, sp.min_domains)) + i64::from(sp.max_skew)
                 - i64::from(sp.self_match)
         }));
     }
@@ -1222,7 +1229,12 @@ impl TopoState {
     /// whether all the bins skipped were refused for good; `None` when no bin from `bin` on
     /// can be accepted (then the bool tells the same about those bins). A leapfrog over the
     /// rules' count trees: each jumps to its first acceptable bin until they agree.
-    pub(crate) fn skip(&self, ct: &ClassTopo, ctx: &SearchCtx, bin: usize) -> (Option<usize>, bool) {
+    pub(crate) fn skip(
+        &self,
+        ct: &ClassTopo,
+        ctx: &SearchCtx,
+        bin: usize,
+    ) -> (Option<usize>, bool) {
         let mut at = bin;
         let mut lasting = true;
         loop {
@@ -1400,8 +1412,7 @@ impl TopoState {
             } else {
                 self.global_min(t, 0)
             };
-            if i64::from(count) + i64::from(sp.self_match) - i64::from(min)
-                > i64::from(sp.max_skew)
+            if i64::from(count) + i64::from(sp.self_match) - i64::from(min) > i64::from(sp.max_skew)
             {
                 return false;
             }
@@ -1458,7 +1469,7 @@ impl TopoState {
 mod tests {
     use super::*;
     use crate::model::{
-        Node, PodPhase, Quantity, WeightedPodAffinityTerm, TopologySpreadConstraint,
+        Node, PodPhase, Quantity, TopologySpreadConstraint, WeightedPodAffinityTerm,
     };
     use crate::scaling::placement::{Bins, Misfit, Placer, ResourceIndex, classify, static_fits};
     use crate::scaling::reference::Cluster;
@@ -1484,7 +1495,13 @@ mod tests {
     type NodeSpec = (usize, bool, bool, i64, i64);
 
     fn arb_node() -> impl Strategy<Value = NodeSpec> {
-        (0usize..4, any::<bool>(), prop::bool::weighted(0.85), 1000i64..6000, 2i64..9)
+        (
+            0usize..4,
+            any::<bool>(),
+            prop::bool::weighted(0.85),
+            1000i64..6000,
+            2i64..9,
+        )
     }
 
     fn make_node(i: usize, (zone, pool, ready, cpu, pods): NodeSpec) -> Node {
@@ -1501,8 +1518,10 @@ mod tests {
         };
         n.labels.insert(keys::LABEL_HOSTNAME.into(), n.name.clone());
         if zone < 3 {
-            n.labels
-                .insert(keys::LABEL_TOPOLOGY_ZONE.into(), ["a", "b", "c"][zone].into());
+            n.labels.insert(
+                keys::LABEL_TOPOLOGY_ZONE.into(),
+                ["a", "b", "c"][zone].into(),
+            );
         }
         n.labels
             .insert("pool".into(), if pool { "p" } else { "q" }.into());
@@ -1610,8 +1629,7 @@ mod tests {
     }
 
     fn fresh_labels(zone: usize) -> BTreeMap<String, String> {
-        let mut l: BTreeMap<String, String> =
-            [("pool".to_string(), "p".to_string())].into();
+        let mut l: BTreeMap<String, String> = [("pool".to_string(), "p".to_string())].into();
         l.insert(keys::LABEL_HOSTNAME.into(), "fresh".into());
         if zone < 4 {
             l.insert(
@@ -1729,17 +1747,35 @@ mod tests {
             cluster.add_node(n.clone(), true);
         }
         let x = make_pod(0, (0, 100, None, None, None, false, None, None));
-        let spread = make_pod(1, (0, 100, Some((true, 1, true, 0, None)), None, None, false, None, None));
+        let spread = make_pod(
+            1,
+            (
+                0,
+                100,
+                Some((true, 1, true, 0, None)),
+                None,
+                None,
+                false,
+                None,
+                None,
+            ),
+        );
         let affine = make_pod(2, (1, 100, None, Some((false, 2)), None, false, None, None));
         let anti = make_pod(3, (1, 100, None, None, Some((true, 0)), false, None, None));
         cluster.bind(0, &x);
         // Zone a has one x, zones b and c none: spreading x again into zone a makes skew 2.
-        assert!(matches!(cluster.check(&spread, 0), Err(Misfit::TopologySpread { .. })));
+        assert!(matches!(
+            cluster.check(&spread, 0),
+            Err(Misfit::TopologySpread { .. })
+        ));
         assert!(cluster.check(&spread, 1).is_ok());
         // Nobody labelled z runs anywhere, and the pod is not z: no first-pod exception.
         assert_eq!(cluster.check(&affine, 0), Err(Misfit::PodAffinity));
         // Anti-affinity on the zone: node 3 shares zone a with node 0.
-        assert!(matches!(cluster.check(&anti, 3), Err(Misfit::AntiAffinity { .. })));
+        assert!(matches!(
+            cluster.check(&anti, 3),
+            Err(Misfit::AntiAffinity { .. })
+        ));
         assert!(cluster.check(&anti, 1).is_ok());
     }
 }
