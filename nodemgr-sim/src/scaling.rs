@@ -169,6 +169,21 @@ pub struct PodConstraints {
     /// labels).
     #[serde(default)]
     pub hostname_anti_affinity: bool,
+    /// Spread the workload's pods over zones (a `DoNotSchedule` topology spread constraint on
+    /// the zone key, selecting the workload's labels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_spread: Option<ZoneSpread>,
+}
+
+/// A zone topology spread constraint of a workload's pods.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ZoneSpread {
+    /// `maxSkew` (at least 1).
+    pub max_skew: u32,
+    /// `minDomains`: while fewer zones have nodes, the global minimum counts as 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_domains: Option<u32>,
 }
 
 /// The `scaleWorkload` event: a workload's replica count changes (a burst of pods arriving,
@@ -454,6 +469,18 @@ fn apply_constraints(world: &mut World, key: &str, constraints: &[PodConstraints
             pod.hostname_anti_affinity = vec![nodemgr_core::model::LabelSelector {
                 match_labels: Some(pod.labels.clone()),
                 match_expressions: None,
+            }];
+        }
+        if let Some(spread) = &c.zone_spread {
+            pod.topology_spread = vec![nodemgr_core::model::TopologySpreadConstraint {
+                max_skew: spread.max_skew.max(1),
+                topology: nodemgr_core::model::TopologyKey::Zone,
+                when_unsatisfiable: nodemgr_core::model::WhenUnsatisfiable::DoNotSchedule,
+                selector: Some(nodemgr_core::model::LabelSelector {
+                    match_labels: Some(pod.labels.clone()),
+                    match_expressions: None,
+                }),
+                min_domains: spread.min_domains,
             }];
         }
     }

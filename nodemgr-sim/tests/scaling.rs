@@ -555,3 +555,60 @@ events:
         }
     }
 }
+
+#[test]
+fn zone_spread_opens_nodes_across_zones() {
+    // One node in zone-a holds room for every replica, but the workload spreads over three
+    // zones at most one pod apart (minDomains 3: while fewer zones have nodes, the minimum is
+    // 0): one pod binds at once, the plan opens nodes in zone-b and zone-c, and the pods end
+    // 2/2/2.
+    let text = r#"
+duration: 10m
+provisionDelay: 1m
+groups:
+  - name: w
+    nodes: 1
+    zones: [zone-a, zone-b, zone-c]
+    capacity: {cpu: "16", memory: 64Gi, pods: "110"}
+    spec:
+      cloudInstances:
+        classReference: {name: medium}
+        zones: [zone-a, zone-b, zone-c]
+        minPerZone: 0
+        maxPerZone: 2
+workloads:
+  - name: web
+    replicas: 0
+    requests: {cpu: 500m, memory: 512Mi}
+events:
+  - at: 1m
+    scaleWorkload: {workload: web, replicas: 6}
+scaling:
+  classes: [{name: medium, cpu: "4", memory: 16Gi}]
+  pods:
+    - {workload: web, zoneSpread: {maxSkew: 1, minDomains: 3}}
+"#;
+    let mut sim = Simulation::new(&Scenario::from_yaml(text).unwrap(), 1);
+    let end = sim.end();
+    sim.run_until(end);
+    let world = sim.world();
+    let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
+    for p in world.pods.values() {
+        if p.pod.labels.get("app").map(String::as_str) != Some("web") {
+            continue;
+        }
+        let node = p.pod.node_name.as_deref().expect("every web pod bound");
+        *per_zone.entry(world.nodes[node].zone.clone()).or_default() += 1;
+    }
+    assert_eq!(
+        per_zone,
+        [
+            ("zone-a".to_string(), 2),
+            ("zone-b".to_string(), 2),
+            ("zone-c".to_string(), 2)
+        ]
+        .into(),
+        "{}",
+        world.timeline.to_text()
+    );
+}

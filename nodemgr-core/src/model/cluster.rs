@@ -1,6 +1,9 @@
 //! Snapshots of the cluster objects policies look at: nodes, pods and PodDisruptionBudgets,
 //! reduced to the fields nodemgr decides on. Adapters fill them from the API; the simulator
-//! keeps them as its state.
+//! keeps them as its state. A pod's inter-pod scheduling constraints (topology spread, pod
+//! affinity and anti-affinity on the hostname and zone keys) are modelled as
+//! docs/scheduling.md §1 describes; what the model cannot express is kept as a description in
+//! [`Pod::unmodelled_constraints`] so that no policy plans around it blindly.
 
 use std::collections::BTreeMap;
 
@@ -109,6 +112,128 @@ impl Toleration {
     }
 }
 
+/// A topology key nodemgr plans with (docs/scheduling.md §1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum TopologyKey {
+    /// `kubernetes.io/hostname`: every node is a domain of its own.
+    #[default]
+    Hostname,
+    /// `topology.kubernetes.io/zone`: the nodes of one zone form a domain.
+    Zone,
+}
+
+impl TopologyKey {
+    /// The label key.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Hostname => keys::LABEL_HOSTNAME,
+            Self::Zone => keys::LABEL_TOPOLOGY_ZONE,
+        }
+    }
+
+    /// The key of a label, when nodemgr models it.
+    pub fn from_label(label: &str) -> Option<Self> {
+        match label {
+            keys::LABEL_HOSTNAME => Some(Self::Hostname),
+            keys::LABEL_TOPOLOGY_ZONE => Some(Self::Zone),
+            _ => None,
+        }
+    }
+}
+
+/// Which namespaces a pod affinity term's selector looks in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum NamespaceScope {
+    /// The namespace of the pod carrying the term (no `namespaces`, no `namespaceSelector`).
+    #[default]
+    Own,
+    /// The listed namespaces (`namespaces`).
+    Listed(Vec<String>),
+    /// Every namespace (`namespaceSelector: {}`).
+    All,
+}
+
+impl NamespaceScope {
+    /// Whether a pod in namespace `other` is in scope of a term carried by a pod in `own`.
+    pub fn contains(&self, own: &str, other: &str) -> bool {
+        match self {
+            Self::Own => own == other,
+            Self::Listed(list) => list.iter().any(|n| n == other),
+            Self::All => true,
+        }
+    }
+}
+
+/// A pod (anti-)affinity term: pods matching `selector` in `namespaces`, per `topology`
+/// domain.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct PodAffinityTerm {
+    /// The pods the term is about; `None` (a missing `labelSelector`) matches no pod.
+    pub selector: Option<LabelSelector>,
+    /// Where the selector looks.
+    pub namespaces: NamespaceScope,
+    /// The domain.
+    pub topology: TopologyKey,
+}
+
+impl PodAffinityTerm {
+    /// Whether `other` is a pod this term, carried by a pod in namespace `own`, is about.
+    pub fn matches(&self, own: &str, other: &Pod) -> bool {
+        self.namespaces.contains(own, &other.namespace)
+            && self
+                .selector
+                .as_ref()
+                .is_some_and(|s| s.matches(&other.labels))
+    }
+}
+
+/// A preferred pod (anti-)affinity term with its weight (1–100).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct WeightedPodAffinityTerm {
+    /// Weight.
+    pub weight: i32,
+    /// The term.
+    pub term: PodAffinityTerm,
+}
+
+/// What the scheduler does when a spread constraint cannot be met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WhenUnsatisfiable {
+    /// A filter: the pod is not placed where the skew would exceed `maxSkew`.
+    #[default]
+    DoNotSchedule,
+    /// A preference only.
+    ScheduleAnyway,
+}
+
+/// A `topologySpreadConstraint` (with the default node inclusion policies: node affinity
+/// honoured, taints ignored).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct TopologySpreadConstraint {
+    /// `maxSkew` (at least 1).
+    pub max_skew: u32,
+    /// `topologyKey`.
+    pub topology: TopologyKey,
+    /// `whenUnsatisfiable`.
+    pub when_unsatisfiable: WhenUnsatisfiable,
+    /// `labelSelector` (with `matchLabelKeys` already merged in, as the API server does);
+    /// `None` matches no pod.
+    pub selector: Option<LabelSelector>,
+    /// `minDomains` (only with `DoNotSchedule`).
+    pub min_domains: Option<u32>,
+}
+
+impl TopologySpreadConstraint {
+    /// Whether `other` counts for this constraint of a pod in namespace `own`.
+    pub fn matches(&self, own: &str, other: &Pod) -> bool {
+        own == other.namespace
+            && self
+                .selector
+                .as_ref()
+                .is_some_and(|s| s.matches(&other.labels))
+    }
+}
+
 /// Phase of a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PodPhase {
@@ -150,8 +275,25 @@ pub struct Pod {
     pub node_selector: BTreeMap<String, String>,
     /// Required node affinity: the pod fits a node matching any one term.
     pub required_node_affinity: Vec<Vec<LabelSelectorRequirement>>,
-    /// Required pod anti-affinity on `kubernetes.io/hostname`: no two matching pods per node.
+    /// Required pod anti-affinity on `kubernetes.io/hostname` in the pod's own namespace: no
+    /// two matching pods per node. Other required anti-affinity terms (zone key, other
+    /// namespaces) are in [`Pod::pod_anti_affinity`].
     pub hostname_anti_affinity: Vec<LabelSelector>,
+    /// Required pod affinity (`requiredDuringSchedulingIgnoredDuringExecution`): the pod goes
+    /// where, for every term, a pod matching all the terms runs in the term's domain.
+    pub pod_affinity: Vec<PodAffinityTerm>,
+    /// Required pod anti-affinity terms beyond [`Pod::hostname_anti_affinity`].
+    pub pod_anti_affinity: Vec<PodAffinityTerm>,
+    /// Preferred pod affinity (`preferredDuringSchedulingIgnoredDuringExecution`): a tie-breaker.
+    pub preferred_pod_affinity: Vec<WeightedPodAffinityTerm>,
+    /// Preferred pod anti-affinity: a tie-breaker.
+    pub preferred_pod_anti_affinity: Vec<WeightedPodAffinityTerm>,
+    /// `topologySpreadConstraints` on the hostname and zone keys.
+    pub topology_spread: Vec<TopologySpreadConstraint>,
+    /// Required constraints nodemgr does not model (another topology key, a
+    /// `namespaceSelector`, a non-default node inclusion policy), one description each. The
+    /// planners never place such a pod and never move it (docs/scheduling.md §1).
+    pub unmodelled_constraints: Vec<String>,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
     /// Uses `emptyDir` or `hostPath` volumes.
@@ -180,6 +322,16 @@ impl Pod {
     /// Finished pods hold no resources and need no eviction.
     pub fn is_terminal(&self) -> bool {
         matches!(self.phase, PodPhase::Succeeded | PodPhase::Failed)
+    }
+
+    /// Whether the pod carries an inter-pod constraint the placement engine evaluates beyond
+    /// [`Pod::hostname_anti_affinity`] (affinity, other anti-affinity, spread, preferences).
+    pub fn has_topology_constraints(&self) -> bool {
+        !self.pod_affinity.is_empty()
+            || !self.pod_anti_affinity.is_empty()
+            || !self.preferred_pod_affinity.is_empty()
+            || !self.preferred_pod_anti_affinity.is_empty()
+            || !self.topology_spread.is_empty()
     }
 
     /// Whether the pod tolerates every `NoSchedule`/`NoExecute` taint in `taints`.

@@ -75,7 +75,7 @@ pub struct LabelSelectorRequirement {
 }
 
 /// A Kubernetes label selector; an empty one matches everything.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LabelSelector {

@@ -15,7 +15,10 @@ pub mod quantity;
 pub mod static_instance;
 pub mod time;
 
-pub use cluster::{Node, Owner, Pod, PodDisruptionBudget, PodPhase, Resources, Toleration};
+pub use cluster::{
+    NamespaceScope, Node, Owner, Pod, PodAffinityTerm, PodDisruptionBudget, PodPhase, Resources,
+    Toleration, TopologyKey, TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
+};
 pub use manifest::{
     Document, Manifest, ManifestError, parse_documents, parse_manifest, parse_manifest_with,
     parse_node_group,

@@ -8,6 +8,8 @@
 //! |---|---|
 //! | [`bounds`] | per-zone min/max, fixed counts, failed-node replacement |
 //! | [`placement`] | whether a pod fits a node; the fast first-fit engine the others use |
+//! | `topology` | topology spread and pod (anti-)affinity as incremental counters (docs/scheduling.md §2) |
+//! | [`reference`] | the slow reading of every scheduling rule, and replays that check plans against it |
 //! | [`scale_up`] | which new nodes the pending pods need, by priority, least waste, balanced zones |
 //! | [`scale_down`] | which underutilized nodes to drain and delete |
 //! | [`standby`] | how many warm standby nodes, and the holder pods that keep them |
@@ -24,6 +26,7 @@ pub mod class;
 pub mod command;
 pub mod config;
 pub mod placement;
+pub mod reference;
 pub mod scale_down;
 pub mod scale_up;
 pub mod snapshot;
@@ -31,6 +34,7 @@ pub mod standby;
 pub mod surge;
 #[cfg(test)]
 mod testkit;
+mod topology;
 mod util;
 
 pub use bounds::{BoundsDecision, ZoneState, group_zones, plan_bounds, zone_states};

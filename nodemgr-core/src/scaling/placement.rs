@@ -19,13 +19,23 @@
 //! * **Hostname pod anti-affinity** (required, `kubernetes.io/hostname` topology, the pod's own
 //!   namespace): no pod on the node matches one of the pod's selectors, and no pod on the node
 //!   has a selector matching the pod (the scheduler enforces existing pods' anti-affinity too).
+//! * **Topology spread, pod affinity and the other anti-affinity terms** on the hostname and zone
+//!   keys (docs/scheduling.md §1): these depend on the whole cluster, not one node, so
+//!   [`check_fit`] does not read them; [`super::reference::Cluster::check`] adds them to it, and
+//!   the engine evaluates them with incremental counters ([`super::topology`]).
 //!
-//! Not modelled: preferred (soft) rules, pod affinity, topology spread constraints, volume
-//! topology, host ports, and preemption of anything but standby-holder pods.
+//! Not modelled: volume topology, host ports, and preemption of anything but standby-holder
+//! pods.
 //!
-//! [`check_fit`] is the plain reading of these rules over model objects; the engine (`Bins`,
-//! `Placer`) computes the same answer fast (resource vectors in a max-tree, pods grouped into
-//! equivalence classes, per-class first-fit cursors) and a property keeps the two in agreement.
+//! [`check_fit`] is the plain reading of the node-local rules over model objects; the engine
+//! (`Bins`, `Placer`) computes the same answer fast (resource vectors in a max-tree, pods
+//! grouped into equivalence classes, per-class first-fit cursors) and properties keep the two,
+//! and the topology rules against the reference, in agreement.
+//!
+//! First-fit cursors skip a bin for a class only when the refusal lasts (room only shrinks in
+//! one simulation, node labels never change, hostname anti-affinity only grows); a refusal by
+//! pod affinity, topology spread or zone-level anti-affinity may lift as other pods land, so the
+//! cursor stops there (docs/scheduling.md §2).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -35,6 +45,7 @@ use std::rc::Rc;
 
 use crate::model::{Node, Pod, Quantity, Resources, Taint, TaintEffect, keys};
 
+use super::topology::{ClassTopo, Refusal, SearchCtx, TopoState, Universe};
 use super::util::{FastHash, Fx};
 
 /// Why a pod does not fit a node.
@@ -65,10 +76,31 @@ pub enum Misfit {
         /// What the node has left.
         free: Quantity,
     },
-    /// A pod on the node excludes this one by hostname anti-affinity, or the other way round.
+    /// A pod in the domain excludes this one by anti-affinity, or the other way round.
     AntiAffinity {
         /// The other pod, `namespace/name`.
         pod: String,
+    },
+    /// No pod matching the required pod affinity runs in the node's domain.
+    PodAffinity,
+    /// Placing the pod would make a `DoNotSchedule` spread constraint's skew too large.
+    TopologySpread {
+        /// The topology key.
+        key: String,
+        /// The skew the placement would make.
+        skew: i64,
+        /// `maxSkew`.
+        max_skew: u32,
+    },
+    /// The node lacks the label of a topology key the pod's constraints need.
+    MissingTopology {
+        /// The label key.
+        key: String,
+    },
+    /// The pod carries a required constraint nodemgr does not model.
+    Unmodelled {
+        /// Its description.
+        what: String,
     },
 }
 
@@ -89,7 +121,18 @@ impl fmt::Display for Misfit {
                 "insufficient {name}: requests {} (milli-units), {} free",
                 requested.0, free.0
             ),
-            Self::AntiAffinity { pod } => write!(f, "hostname anti-affinity with pod {pod}"),
+            Self::AntiAffinity { pod } => write!(f, "pod anti-affinity with pod {pod}"),
+            Self::PodAffinity => f.write_str("no pod matching the required pod affinity nearby"),
+            Self::TopologySpread {
+                key,
+                skew,
+                max_skew,
+            } => write!(
+                f,
+                "topology spread on {key}: skew {skew} > maxSkew {max_skew}"
+            ),
+            Self::MissingTopology { key } => write!(f, "node has no {key} label"),
+            Self::Unmodelled { what } => write!(f, "unmodelled constraint: {what}"),
         }
     }
 }
@@ -260,6 +303,7 @@ pub(crate) struct ResourceIndex {
 
 impl ResourceIndex {
     /// Numbers every extra resource `pods` request.
+    #[cfg(test)]
     pub(crate) fn from_pods<'p>(pods: impl IntoIterator<Item = &'p Pod>) -> Self {
         let mut index = Self::default();
         for p in pods {
@@ -409,11 +453,13 @@ impl MaxTree {
     }
 
     /// Removes the last bin.
+    ///
+    /// The leaf keeps its value: the tree stays a consistent max-tree over all its leaves,
+    /// and [`MaxTree::find`] never answers a leaf at or past `len` (every leaf left of such a
+    /// leaf's match failed, and every leaf right of it is past `len` too), so the stale leaf is
+    /// never seen; the next push overwrites it.
     fn pop(&mut self) {
-        if self.len > 0 {
-            self.set(self.len - 1, EMPTY);
-            self.len -= 1;
-        }
+        self.len = self.len.saturating_sub(1);
     }
 
     fn set(&mut self, i: usize, v: [i64; 3]) {
@@ -488,6 +534,9 @@ pub(crate) struct Held<'a> {
     pub(crate) demand: Demand,
 }
 
+/// The topology profile id meaning "look it up from the pod".
+const LOOKUP: u32 = u32::MAX;
+
 /// The bins (nodes) of one simulation and what is left on them.
 #[derive(Debug, Clone)]
 pub(crate) struct Bins<'a> {
@@ -514,6 +563,8 @@ pub(crate) struct Bins<'a> {
     run: Vec<u32>,
     run_end: Vec<usize>,
     sigs: Rc<RefCell<SigTable<'a>>>,
+    /// Topology spread and pod (anti-)affinity counters, when some pod has such constraints.
+    topo: Option<TopoState>,
 }
 
 /// A signature with the labels and taints it stands for.
@@ -582,7 +633,20 @@ fn reads_hostname(pod: &Pod) -> bool {
 impl<'a> Bins<'a> {
     /// No bins; `track_all_pods` keeps every pod of every bin (needed when pods to place carry
     /// anti-affinity selectors).
+    #[cfg(test)]
     pub(crate) fn new(n_ext: usize, track_all_pods: bool) -> Self {
+        Self::with_topology(n_ext, track_all_pods, None)
+    }
+
+    /// No bins, with topology counters over `universe` when there is one (see
+    /// [`super::topology::UniverseBuilder`]).
+    pub(crate) fn with_topology(
+        n_ext: usize,
+        track_all_pods: bool,
+        universe: Option<Rc<Universe>>,
+    ) -> Self {
+        // The counters answer for hostname anti-affinity: no pod lists needed.
+        let track_all_pods = track_all_pods && universe.is_none();
         Self {
             n_ext,
             labels: Vec::new(),
@@ -601,7 +665,19 @@ impl<'a> Bins<'a> {
             run: Vec::new(),
             run_end: Vec::new(),
             sigs: Rc::default(),
+            topo: universe.map(TopoState::new),
         }
+    }
+
+    /// Whether topology counters are kept.
+    pub(crate) fn has_topology(&self) -> bool {
+        self.topo.is_some()
+    }
+
+    /// Whether no placement depends on where `pod` is (always, without topology counters):
+    /// only such pods may be moved by a consolidation or preempted (docs/scheduling.md §2).
+    pub(crate) fn is_free(&self, pod: &Pod) -> bool {
+        self.topo.as_ref().is_none_or(|t| t.is_free(t.profile(pod)))
     }
 
     /// Number of bins.
@@ -651,6 +727,9 @@ impl<'a> Bins<'a> {
         self.pods.push(Vec::new());
         self.anti_pods.push(Vec::new());
         self.tree.push(if enabled { core } else { EMPTY });
+        if let Some(t) = &mut self.topo {
+            t.push_bin(labels, true);
+        }
         i
     }
 
@@ -671,6 +750,9 @@ impl<'a> Bins<'a> {
         self.pods.pop();
         self.anti_pods.pop();
         self.tree.pop();
+        if let Some(t) = &mut self.topo {
+            t.pop_bin();
+        }
         self.sig.pop();
         if let Some(r) = self.run.pop() {
             if i > 0 && self.run[i - 1] == r {
@@ -691,6 +773,15 @@ impl<'a> Bins<'a> {
         self.tree.set(bin, v);
     }
 
+    /// Stops `bin` taking pods while it stays a node of the cluster (a topology domain with
+    /// its pods).
+    pub(crate) fn retire(&mut self, bin: usize) {
+        if self.enabled[bin] {
+            self.enabled[bin] = false;
+            self.refresh(bin);
+        }
+    }
+
     /// Whether bin `bin` takes part in the simulation.
     pub(crate) fn is_enabled(&self, bin: usize) -> bool {
         self.enabled[bin]
@@ -699,14 +790,19 @@ impl<'a> Bins<'a> {
     /// Takes a bin out of (or back into) the simulation.
     pub(crate) fn set_enabled(&mut self, bin: usize, enabled: bool) {
         self.enabled[bin] = enabled;
+        if let Some(t) = &mut self.topo {
+            t.set_present(bin, enabled);
+        }
         self.refresh(bin);
     }
 
     /// Records `pod` running on `bin` (it may overcommit an existing node; the bin then simply
     /// has negative room).
-    pub(crate) fn occupy(&mut self, bin: usize, pod: &'a Pod, demand: &Demand) {
+    ///
+    /// `profile` is the pod's topology profile when the caller knows it ([`LOOKUP`] otherwise).
+    fn occupy_profiled(&mut self, bin: usize, pod: &'a Pod, demand: &Demand, profile: u32) {
         self.take(bin, demand);
-        self.track(bin, pod);
+        self.track(bin, pod, profile);
         self.refresh(bin);
     }
 
@@ -727,7 +823,7 @@ impl<'a> Bins<'a> {
             self.free_ext[bin * self.n_ext + i] -= v;
         }
         for pod in pods {
-            self.track(bin, pod);
+            self.track(bin, pod, LOOKUP);
         }
         self.refresh(bin);
     }
@@ -742,7 +838,7 @@ impl<'a> Bins<'a> {
         for &(i, v) in &demand.ext {
             self.held_ext[bin * self.n_ext + i as usize] += v;
         }
-        self.track(bin, pod);
+        self.track(bin, pod, LOOKUP);
         self.holders
             .entry(bin)
             .or_default()
@@ -750,16 +846,32 @@ impl<'a> Bins<'a> {
         self.refresh(bin);
     }
 
-    fn track(&mut self, bin: usize, pod: &'a Pod) {
+    fn track(&mut self, bin: usize, pod: &'a Pod, profile: u32) {
         if self.track_all_pods {
             self.pods[bin].push(pod);
         }
-        if !pod.hostname_anti_affinity.is_empty() {
+        if !pod.hostname_anti_affinity.is_empty() && self.topo.is_none() {
             self.anti_pods[bin].push(pod);
+        }
+        if let Some(t) = &mut self.topo {
+            let p = if profile == LOOKUP {
+                t.profile(pod)
+            } else {
+                profile
+            };
+            t.count(bin, p, true);
         }
     }
 
-    fn untrack(&mut self, bin: usize, pod: &'a Pod) {
+    fn untrack(&mut self, bin: usize, pod: &'a Pod, profile: u32) {
+        if let Some(t) = &mut self.topo {
+            let p = if profile == LOOKUP {
+                t.profile(pod)
+            } else {
+                profile
+            };
+            t.count(bin, p, false);
+        }
         if self.track_all_pods
             && let Some(i) = self.pods[bin].iter().rposition(|p| std::ptr::eq(*p, pod))
         {
@@ -803,7 +915,11 @@ impl<'a> Bins<'a> {
             })
     }
 
+    /// Hostname anti-affinity both ways, unless the topology counters answer for it.
     fn anti_ok(&self, bin: usize, pod: &Pod) -> bool {
+        if self.topo.is_some() {
+            return true;
+        }
         if !pod.hostname_anti_affinity.is_empty()
             && self.pods[bin].iter().any(|o| {
                 o.namespace == pod.namespace
@@ -839,11 +955,24 @@ impl<'a> Bins<'a> {
 /// Per class and signature, whether the class passes the node-level rules there.
 #[derive(Debug, Default)]
 struct StaticFit {
-    /// `fits[class][signature]`: 0 not known yet, 1 fails, 2 passes.
+    /// `fits[rules][signature]`: 0 not known yet, 1 fails, 2 passes.
     fits: Vec<Vec<u8>>,
     /// `reads_hostname[class]`: 0 not known yet, 1 no, 2 yes.
     reads_hostname: Vec<u8>,
+    /// `rules_of[class]`: the class's node-level rules, numbered from 1 (0: not known yet).
+    /// Classes with the same nodeSelector, node affinity and tolerations share the answers.
+    rules_of: Vec<u32>,
+    /// The distinct node-level rules, by hash.
+    rules: HashMap<u64, Vec<(u32, NodeRules)>, FastHash>,
 }
+
+/// What the node-level rules read of a pod: nodeSelector, required node affinity,
+/// tolerations.
+type NodeRules = (
+    BTreeMap<String, String>,
+    Vec<Vec<crate::model::LabelSelectorRequirement>>,
+    Vec<crate::model::Toleration>,
+);
 
 /// One step the [`Placer`] can take back.
 #[derive(Debug, Clone)]
@@ -852,6 +981,7 @@ enum Undo<'a> {
         bin: usize,
         pod: &'a Pod,
         demand: Demand,
+        profile: u32,
     },
     Preempted {
         bin: usize,
@@ -890,6 +1020,10 @@ pub(crate) struct Placer<'a> {
     /// `(class, signature)` → whether the class passes the node-level rules there; shared by
     /// clones (the answer depends on nothing that changes).
     static_fit: Rc<RefCell<StaticFit>>,
+    /// What each class checks and adds in the topology counters (filled on first use).
+    topo_classes: Vec<Option<Rc<ClassTopo>>>,
+    /// Memory reused by every search.
+    ctx: SearchCtx,
 }
 
 impl<'a> Placer<'a> {
@@ -900,11 +1034,24 @@ impl<'a> Placer<'a> {
             cursors: vec![[0, 0]; classes],
             log: Vec::new(),
             recording: false,
+            topo_classes: Vec::new(),
+            ctx: SearchCtx::default(),
             static_fit: Rc::new(RefCell::new(StaticFit {
-                fits: vec![Vec::new(); classes],
+                fits: Vec::new(),
                 reads_hostname: vec![0; classes],
+                rules_of: vec![0; classes],
+                rules: HashMap::default(),
             })),
         }
+    }
+
+    /// Makes room for `n` more pod classes (numbered after the existing ones).
+    pub(crate) fn add_classes(&mut self, n: usize) {
+        let total = self.cursors.len() + n;
+        self.cursors.resize(total, [0, 0]);
+        let mut sf = self.static_fit.borrow_mut();
+        sf.reads_hostname.resize(total, 0);
+        sf.rules_of.resize(total, 0);
     }
 
     fn set_cursor(&mut self, class: usize, mode: usize, value: usize) {
@@ -917,17 +1064,90 @@ impl<'a> Placer<'a> {
         }
     }
 
+    /// The topology rules of `class` (such as `pod`), when the bins keep topology counters.
+    fn class_topo(&mut self, class: usize, pod: &Pod) -> Option<Rc<ClassTopo>> {
+        let topo = self.bins.topo.as_ref()?;
+        if self.topo_classes.len() <= class {
+            self.topo_classes.resize(class + 1, None);
+        }
+        Some(Rc::clone(
+            self.topo_classes[class].get_or_insert_with(|| Rc::new(topo.class_topo(pod))),
+        ))
+    }
+
+    /// Whether pods of `class` meet only lasting refusals (see the module docs).
+    pub(crate) fn is_monotone(&mut self, class: usize, pod: &Pod) -> bool {
+        self.class_topo(class, pod).is_none_or(|t| t.monotone)
+    }
+
     /// The first bin at or after `class`'s cursor that takes `pod`, advancing the cursor past
-    /// bins that do not.
+    /// bins that refuse it for good (and no further than the first that refuses it for now).
     fn search(&mut self, class: usize, pod: &Pod, demand: &Demand, preempt: bool) -> Option<usize> {
+        let topo = self.class_topo(class, pod);
+        let mut ctx = std::mem::take(&mut self.ctx);
+        let found = self.search_with(class, pod, demand, preempt, topo.as_deref(), &mut ctx);
+        self.ctx = ctx;
+        found
+    }
+
+    /// [`Placer::search`] with the class's topology rules and a context to fill.
+    fn search_with(
+        &mut self,
+        class: usize,
+        pod: &Pod,
+        demand: &Demand,
+        preempt: bool,
+        topo: Option<&ClassTopo>,
+        buf: &mut SearchCtx,
+    ) -> Option<usize> {
         let mode = usize::from(preempt);
+        let ctx: Option<&SearchCtx> = match (topo, &self.bins.topo) {
+            (Some(ct), Some(state)) if !TopoState::trivial(ct) => {
+                state.fill_ctx(ct, buf);
+                Some(buf)
+            }
+            _ => None,
+        };
+        if topo.as_ref().is_some_and(|t| t.impossible()) {
+            return None;
+        }
         let mut start = self.cursors[class][mode];
+        // Whether every bin from the cursor to `start` refused for good.
+        let mut lasting = true;
         loop {
             let Some(bin) = self.bins.tree.find(start, &demand.core) else {
-                let end = self.bins.len();
-                self.set_cursor(class, mode, end);
+                if lasting {
+                    let end = self.bins.len();
+                    self.set_cursor(class, mode, end);
+                }
                 return None;
             };
+            // Jump over the bins the hostname-key rules refuse.
+            if let (Some(ct), Some(ctx), Some(state)) = (&topo, &ctx, &self.bins.topo) {
+                let (next, for_good) = state.skip(ct, ctx, bin);
+                match next {
+                    Some(next) if next == bin => {}
+                    found => {
+                        if !for_good && lasting {
+                            self.set_cursor(class, mode, bin);
+                            lasting = false;
+                        }
+                        match found {
+                            Some(next) => {
+                                start = next;
+                                continue;
+                            }
+                            None => {
+                                if lasting {
+                                    let end = self.bins.len();
+                                    self.set_cursor(class, mode, end);
+                                }
+                                return None;
+                            }
+                        }
+                    }
+                }
+            }
             if !self.static_ok(class, bin, pod) {
                 // Every bin of the run shares the labels and taints that failed, but for the
                 // hostname.
@@ -938,12 +1158,117 @@ impl<'a> Placer<'a> {
                 };
                 continue;
             }
-            if self.bins.fits_dynamic(bin, pod, demand, preempt) {
-                self.set_cursor(class, mode, bin);
-                return Some(bin);
+            if !self.bins.fits_dynamic(bin, pod, demand, preempt) {
+                start = bin + 1;
+                continue;
             }
-            start = bin + 1;
+            if let (Some(ct), Some(ctx), Some(state)) = (&topo, &ctx, &self.bins.topo) {
+                match state.check(ct, ctx, bin) {
+                    Ok(()) => {}
+                    Err(Refusal::Lasting) => {
+                        start = bin + 1;
+                        continue;
+                    }
+                    Err(Refusal::ForNow) => {
+                        if lasting {
+                            self.set_cursor(class, mode, bin);
+                            lasting = false;
+                        }
+                        start = bin + 1;
+                        continue;
+                    }
+                }
+            }
+            if lasting {
+                self.set_cursor(class, mode, bin);
+            }
+            return Some(bin);
         }
+    }
+
+    /// Whether `pod` of `class` may go on `bin` now by every rule.
+    pub(crate) fn fits(&mut self, class: usize, bin: usize, pod: &Pod, demand: &Demand) -> bool {
+        if !self.bins.fits(bin, pod, demand, false) {
+            return false;
+        }
+        let topo = self.class_topo(class, pod);
+        match (&topo, &self.bins.topo) {
+            (Some(ct), Some(state)) => {
+                let ctx = state.search_ctx(ct);
+                state.check(ct, &ctx, bin).is_ok()
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether `pod` of `class` may go on a new, empty node with `labels` by the topology rules
+    /// (the node-level rules and room are the caller's).
+    #[cfg(test)]
+    pub(crate) fn fits_fresh(
+        &mut self,
+        class: usize,
+        pod: &Pod,
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        let zone = self.zone_of(labels);
+        self.fits_fresh_in(class, pod, zone)
+    }
+
+    /// The zone of `labels` as the topology counters number it (`Some(NONE)` without a zone
+    /// label or counters, `None` for a zone no bin has yet).
+    pub(crate) fn zone_of(&self, labels: &BTreeMap<String, String>) -> Option<u32> {
+        self.bins
+            .topo
+            .as_ref()
+            .map_or(Some(u32::MAX), |t| t.known_zone(labels))
+    }
+
+    /// [`Placer::fits_fresh`] in a zone numbered by [`Placer::zone_of`].
+    pub(crate) fn fits_fresh_in(&mut self, class: usize, pod: &Pod, zone: Option<u32>) -> bool {
+        let topo = self.class_topo(class, pod);
+        match (&topo, &self.bins.topo) {
+            (Some(ct), Some(state)) => state.fits_fresh_in(ct, zone),
+            _ => true,
+        }
+    }
+
+    /// How much `pod` of `class` prefers a new node in `zone` (numbered by
+    /// [`Placer::zone_of`]): (preferred zone terms score, higher better; `ScheduleAnyway` zone
+    /// counts, lower better).
+    pub(crate) fn zone_preference(
+        &mut self,
+        class: usize,
+        pod: &Pod,
+        zone: Option<u32>,
+    ) -> (i64, i64) {
+        let topo = self.class_topo(class, pod);
+        match (&topo, &self.bins.topo) {
+            (Some(ct), Some(state)) => state.zone_preference(ct, zone),
+            _ => (0, 0),
+        }
+    }
+
+    /// Places `pod` of `class` on `bin` when it fits there by every rule (a node just opened
+    /// for it); the cursors are left alone.
+    pub(crate) fn place_on(
+        &mut self,
+        class: usize,
+        pod: &'a Pod,
+        demand: &Demand,
+        bin: usize,
+    ) -> Option<usize> {
+        if !self.static_ok(class, bin, pod) || !self.bins.fits_dynamic(bin, pod, demand, false) {
+            return None;
+        }
+        let topo = self.class_topo(class, pod);
+        if let (Some(ct), Some(state)) = (&topo, &self.bins.topo)
+            && !TopoState::trivial(ct)
+            && state.check(ct, &state.search_ctx(ct), bin).is_err()
+        {
+            return None;
+        }
+        self.put(class, bin, pod, demand);
+        Some(bin)
     }
 
     /// Whether the node-level rules of `class` (such as `pod`) read the hostname label
@@ -961,24 +1286,68 @@ impl<'a> Placer<'a> {
         reads
     }
 
+    /// The number of `class`'s node-level rules (memoised per class; classes with the same
+    /// rules share one).
+    fn rules(&self, class: usize, pod: &Pod) -> usize {
+        if let Some(&r) = self.static_fit.borrow().rules_of.get(class)
+            && r != 0
+        {
+            return r as usize - 1;
+        }
+        let mut h = Fx::default();
+        pod.node_selector.hash(&mut h);
+        pod.required_node_affinity.hash(&mut h);
+        for t in &pod.tolerations {
+            (&t.key, t.exists, &t.value, &t.effect).hash(&mut h);
+        }
+        let mut sf = self.static_fit.borrow_mut();
+        let n = sf.fits.len() as u32;
+        let slot = sf.rules.entry(h.finish()).or_default();
+        let r = match slot.iter().find(|(_, (sel, aff, tol))| {
+            *sel == pod.node_selector
+                && *aff == pod.required_node_affinity
+                && *tol == pod.tolerations
+        }) {
+            Some((r, _)) => *r,
+            None => {
+                slot.push((
+                    n,
+                    (
+                        pod.node_selector.clone(),
+                        pod.required_node_affinity.clone(),
+                        pod.tolerations.clone(),
+                    ),
+                ));
+                sf.fits.push(Vec::new());
+                n
+            }
+        };
+        if sf.rules_of.len() <= class {
+            sf.rules_of.resize(class + 1, 0);
+        }
+        sf.rules_of[class] = r + 1;
+        r as usize
+    }
+
     /// Whether pods of `class` (such as `pod`) pass the node-level rules of `bin`, memoised per
-    /// signature.
+    /// node-level rules and signature.
     fn static_ok(&self, class: usize, bin: usize, pod: &Pod) -> bool {
         let sig = self.bins.sig[bin] as usize;
+        let rules = self.rules(class, pod);
         if let Some(&v) = self
             .static_fit
             .borrow()
             .fits
-            .get(class)
+            .get(rules)
             .and_then(|row| row.get(sig))
             && v != 0
         {
-            // Only classes that do not read the hostname are memoised.
+            // Only rules that do not read the hostname are memoised.
             return v == 2;
         }
         let ok = static_fits(pod, self.bins.labels[bin], self.bins.taints[bin]);
         if !self.reads_hostname(class, pod)
-            && let Some(row) = self.static_fit.borrow_mut().fits.get_mut(class)
+            && let Some(row) = self.static_fit.borrow_mut().fits.get_mut(rules)
         {
             if row.len() <= sig {
                 row.resize(sig + 1, 0);
@@ -998,7 +1367,7 @@ impl<'a> Placer<'a> {
         may_preempt: bool,
     ) -> Option<Placed<'a>> {
         if let Some(bin) = self.search(class, pod, demand, false) {
-            self.put(bin, pod, demand);
+            self.put(class, bin, pod, demand);
             return Some(Placed {
                 bin,
                 preempted: Vec::new(),
@@ -1029,7 +1398,7 @@ impl<'a> Placer<'a> {
                 self.bins.held_ext[bin * self.bins.n_ext + i as usize] -= v;
             }
             self.bins.give(bin, &held.demand);
-            self.bins.untrack(bin, held.pod);
+            self.bins.untrack(bin, held.pod, LOOKUP);
             preempted.push(held.pod);
             if self.recording {
                 self.log.push(Undo::Preempted { bin, held });
@@ -1043,17 +1412,23 @@ impl<'a> Placer<'a> {
                 }
             }
         }
-        self.put(bin, pod, demand);
+        self.put(class, bin, pod, demand);
         Some(Placed { bin, preempted })
     }
 
-    fn put(&mut self, bin: usize, pod: &'a Pod, demand: &Demand) {
-        self.bins.occupy(bin, pod, demand);
+    fn put(&mut self, class: usize, bin: usize, pod: &'a Pod, demand: &Demand) {
+        let profile = self
+            .topo_classes
+            .get(class)
+            .and_then(|t| t.as_ref())
+            .map_or(LOOKUP, |t| TopoState::class_profile(t));
+        self.bins.occupy_profiled(bin, pod, demand, profile);
         if self.recording {
             self.log.push(Undo::Placed {
                 bin,
                 pod,
                 demand: demand.clone(),
+                profile,
             });
         }
     }
@@ -1096,9 +1471,14 @@ impl<'a> Placer<'a> {
         while self.log.len() > checkpoint {
             let Some(step) = self.log.pop() else { break };
             match step {
-                Undo::Placed { bin, pod, demand } => {
+                Undo::Placed {
+                    bin,
+                    pod,
+                    demand,
+                    profile,
+                } => {
                     self.bins.give(bin, &demand);
-                    self.bins.untrack(bin, pod);
+                    self.bins.untrack(bin, pod, profile);
                     self.bins.refresh(bin);
                 }
                 Undo::Preempted { bin, held } => {
@@ -1131,7 +1511,8 @@ impl<'a> Placer<'a> {
     /// `no_fit[c] = Some(b)` records that, with bin `b` out, no bin took a pod of class `c`. Room
     /// only shrinks between trials (a failed trial is rolled back, a successful one only adds
     /// pods and removes a bin), so afterwards `b` is the only bin that might take such a pod, and
-    /// a trial starting with one fails at once unless `b` takes it.
+    /// a trial starting with one fails at once unless `b` takes it. Only classes whose refusals
+    /// last are recorded (a pod affinity or spread refusal may lift).
     pub(crate) fn try_empty_bin(
         &mut self,
         bin: usize,
@@ -1142,7 +1523,7 @@ impl<'a> Placer<'a> {
     ) -> Result<Vec<(usize, usize, usize)>, usize> {
         if let Some(&(c0, m0)) = items.first()
             && let Some(k) = no_fit[c0]
-            && (k == bin || !self.bins.fits(k, &pods[m0], &classes[c0].demand, false))
+            && (k == bin || !self.fits(c0, k, &pods[m0], &classes[c0].demand))
         {
             return Err(0);
         }
@@ -1153,7 +1534,7 @@ impl<'a> Placer<'a> {
             match self.place(c, &pods[m], &classes[c].demand, false) {
                 Some(p) => moves.push((c, m, p.bin)),
                 None => {
-                    if i == 0 {
+                    if i == 0 && self.is_monotone(c, &pods[m]) {
                         no_fit[c] = Some(bin);
                     }
                     self.rollback(checkpoint);
@@ -1188,7 +1569,7 @@ pub(crate) fn trial_order(
 // Pod classes.
 
 /// Pods that the simulation cannot tell apart: same namespace, labels, requests, selectors,
-/// affinity, tolerations, anti-affinity and priority.
+/// node and pod affinity, tolerations, anti-affinity, spread constraints and priority.
 #[derive(Debug, Clone)]
 pub(crate) struct PodClass<'a> {
     /// The first member (by `namespace/name`).
@@ -1213,6 +1594,11 @@ fn class_hash(p: &Pod) -> u64 {
     }
     p.priority.hash(&mut h);
     p.priority_class.hash(&mut h);
+    if p.has_topology_constraints() {
+        p.pod_affinity.hash(&mut h);
+        p.pod_anti_affinity.hash(&mut h);
+        p.topology_spread.hash(&mut h);
+    }
     h.finish()
 }
 
@@ -1226,6 +1612,12 @@ fn same_class(a: &Pod, b: &Pod) -> bool {
         && a.tolerations == b.tolerations
         && a.priority == b.priority
         && a.priority_class == b.priority_class
+        && a.pod_affinity == b.pod_affinity
+        && a.pod_anti_affinity == b.pod_anti_affinity
+        && a.preferred_pod_affinity == b.preferred_pod_affinity
+        && a.preferred_pod_anti_affinity == b.preferred_pod_anti_affinity
+        && a.topology_spread == b.topology_spread
+        && a.unmodelled_constraints == b.unmodelled_constraints
 }
 
 /// Groups `pods` (index into `all`) into classes, sorted for first-fit decreasing: classes

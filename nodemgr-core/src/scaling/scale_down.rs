@@ -17,11 +17,15 @@
 //!   - runs in `kube-system`, is not a DaemonSet pod and no PDB covers it, unless annotated
 //!     safe-to-evict `"true"`;
 //!   - has no controller ([`ScalingConfig::block_unreplicated_pods`]), unless annotated
-//!     safe-to-evict `"true"`.
+//!     safe-to-evict `"true"`;
+//!   - carries a required constraint nodemgr does not model ([`Pod::unmodelled_constraints`]).
 //! * **Fits elsewhere**: the pods to evict are packed, first-fit in [`super::placement`]'s
 //!   order, onto the other Ready, schedulable, not-leaving nodes (any group, static ones too),
-//!   the pods moved earlier in the same pass included. A node that receives pods in a pass is
-//!   not removed in that pass.
+//!   the pods moved earlier in the same pass included, by every rule of
+//!   [`super::placement`] — topology spread, pod affinity and anti-affinity counted over the
+//!   cluster without the node (and the nodes removed before it in the pass) — so no pod is moved
+//!   where it would violate a required constraint (docs/scheduling.md §3). A node that receives
+//!   pods in a pass is not removed in that pass.
 //! * **Never below `minPerZone`**: a zone keeps at least `minPerZone` healthy nodes.
 //! * Zones replacing nodes of an outdated class ([`super::surge`]) are left to the rollout.
 //! * Per pass at most [`ScalingConfig::max_empty_removals_per_pass`] empty nodes (nothing to
@@ -41,6 +45,7 @@ use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
 use super::placement::{Bins, CPU, Demand, MEMORY, Placer, ResourceIndex, classify, trial_order};
 use super::snapshot::ClusterSnapshot;
+use super::topology::UniverseBuilder;
 use super::util::FastHash;
 
 /// What scale-down remembers between passes.
@@ -95,6 +100,9 @@ fn utilization(requested: [i64; 2], node: &Node) -> u32 {
 
 /// Why `pod` blocks the removal of its node, apart from PDBs.
 fn blocker(pod: &Pod, covered_by_pdb: bool, config: &ScalingConfig) -> Option<&'static str> {
+    if !pod.unmodelled_constraints.is_empty() {
+        return Some("has a scheduling constraint nodemgr does not model");
+    }
     match pod
         .annotations
         .get(keys::ANNOTATION_SAFE_TO_EVICT)
@@ -145,6 +153,8 @@ pub fn plan_scale_down(
     let mut index = ResourceIndex::default();
     let mut on_node: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     let mut demands: Vec<(usize, Demand)> = Vec::with_capacity(pods.len());
+    // What the topology counters need, collected in the same pass (docs/scheduling.md §2).
+    let mut universe = UniverseBuilder::default();
     for (i, p) in pods.iter().enumerate() {
         if p.is_terminal() {
             continue;
@@ -152,6 +162,11 @@ pub fn plan_scale_down(
         if let Some(&n) = p.node_name.as_deref().and_then(|n| node_at.get(n)) {
             on_node[n].push(i);
             demands.push((n, index.demand_indexing(p)));
+            // A bound pod only counts by the anti-affinity it carries (the rest of its rules
+            // are read if it is to move).
+            if !p.pod_anti_affinity.is_empty() || !p.hostname_anti_affinity.is_empty() {
+                universe.bound(p);
+            }
         }
     }
     let index = index;
@@ -261,7 +276,16 @@ pub fn plan_scale_down(
         .filter(|&i| nodes[i].ready && !nodes[i].unschedulable && !snapshot.is_leaving(&nodes[i]))
         .collect();
     dest.sort_by(|&a, &b| nodes[a].name.cmp(&nodes[b].name));
-    let mut bins = Bins::new(index.len(), track);
+    // Topology counters, when a pod to move or a bound pod's anti-affinity needs them.
+    for &m in to_move.iter().flatten() {
+        let p = &pods[m];
+        if p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty() {
+            universe.place(p);
+        }
+    }
+    let universe = universe.build();
+    let with_topology = universe.is_some();
+    let mut bins = Bins::with_topology(index.len(), track, universe);
     let mut bin_of: Vec<Option<usize>> = vec![None; nodes.len()];
     for &i in &dest {
         let n = &nodes[i];
@@ -273,6 +297,21 @@ pub fn plan_scale_down(
             used[i],
             &used_ext[i * n_ext..(i + 1) * n_ext],
         );
+    }
+    if with_topology {
+        // Nodes that take no pods are topology domains all the same, with their pods.
+        let mut others: Vec<usize> = (0..nodes.len()).filter(|&i| bin_of[i].is_none()).collect();
+        others.sort_by(|&a, &b| nodes[a].name.cmp(&nodes[b].name));
+        for i in others {
+            let n = &nodes[i];
+            let b = bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), false);
+            bins.occupy_all(
+                b,
+                on_node[i].iter().map(|&m| &pods[m]),
+                used[i],
+                &used_ext[i * n_ext..(i + 1) * n_ext],
+            );
+        }
     }
     let classes = classify(pods, to_move.iter().flatten().copied(), &index);
     let mut class_of: HashMap<usize, usize, FastHash> = HashMap::default();
@@ -727,8 +766,92 @@ mod tests {
         );
     }
 
+    fn constrained_world(seed: u64, groups: usize, per_zone: u64) -> World {
+        let mut w = testkit::world(
+            seed,
+            Sizes {
+                groups,
+                nodes_per_zone: per_zone,
+                deployments: 0,
+                max_per_zone: 5,
+            },
+        );
+        testkit::constrain(&mut w, seed);
+        w
+    }
+
+    fn plan_all(w: &World, busy: usize) -> ScaleDownDecision {
+        let snap = ClusterSnapshot::new(
+            &w.nodes,
+            &w.pods,
+            &w.pdbs,
+            &w.groups,
+            &w.classes,
+            &w.cloud_zones,
+        );
+        let cfg = ScalingConfig {
+            max_busy_removals_per_pass: busy,
+            ..ScalingConfig::default()
+        };
+        let state = ScaleDownState {
+            underutilized_since: w.nodes.iter().map(|n| (n.name.clone(), t(0))).collect(),
+            last_scale_up: None,
+        };
+        plan_scale_down(&snap, &state, &cfg, t(1_000_000))
+    }
+
+    /// Guards `removals_never_break_a_constraint` against passing vacuously: its worlds move
+    /// pods carrying constraints, and keep nodes because a move would break one.
+    #[test]
+    fn constrained_worlds_move_constrained_pods() {
+        let (mut moved, mut refused) = (0, 0);
+        for seed in 0..80 {
+            let w = constrained_world(seed, 3, 3);
+            let d = plan_all(&w, 5);
+            moved += d
+                .removals
+                .iter()
+                .flat_map(|r| &r.moves)
+                .filter(|(m, _)| w.pods[*m].has_topology_constraints())
+                .count();
+            // The same world without constraints: nodes kept only because of them.
+            let mut free = w.clone();
+            for p in &mut free.pods {
+                p.topology_spread.clear();
+                p.pod_affinity.clear();
+                p.pod_anti_affinity.clear();
+                p.preferred_pod_affinity.clear();
+                p.preferred_pod_anti_affinity.clear();
+            }
+            let unconstrained = plan_all(&free, 5);
+            refused += unconstrained
+                .removals
+                .len()
+                .saturating_sub(d.removals.len());
+        }
+        assert!(
+            moved > 20 && refused > 5,
+            "moved {moved}, refused {refused}"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// With topology spread and pod (anti-)affinity on bound pods, removing the decision's
+        /// nodes in order and moving each pod where it says passes the reference at every move
+        /// (docs/scheduling.md §4): scale-down never moves a pod where it would violate a
+        /// required constraint.
+        #[test]
+        fn removals_never_break_a_constraint(seed in any::<u64>(), groups in 1usize..4, per_zone in 1u64..5, busy in 1usize..6) {
+            let w = constrained_world(seed, groups, per_zone);
+            let d = plan_all(&w, busy);
+            let snap = ClusterSnapshot::new(&w.nodes, &w.pods, &w.pdbs, &w.groups, &w.classes, &w.cloud_zones);
+            if let Err(e) = crate::scaling::reference::replay_scale_down(&snap, &d) {
+                return Err(TestCaseError::fail(e));
+            }
+            prop_assert_eq!(&d, &plan_all(&w, busy), "deterministic");
+        }
 
         /// Removals are underutilized long enough, never below minPerZone, within the per-pass
         /// limits, unblocked (PDBs counted over the whole pass), and every evicted pod lands on

@@ -6,7 +6,12 @@
 //!    not-leaving nodes (in name order) and onto the machines already ordered (upcoming, shaped
 //!    like their group's template). Those pods cause no scale-up. A pod other than a
 //!    standby holder may preempt standby holders ([`super::standby`]) when no node fits it
-//!    without; the evicted holders become pending and are packed like any other pod.
+//!    without; the evicted holders become pending and are packed like any other pod. Every
+//!    rule of [`super::placement`] applies, topology spread and pod (anti-)affinity included
+//!    (docs/scheduling.md §1); a pod with a required constraint nodemgr does not model is
+//!    reported unplaceable and never placed. When such rules are counted, the existing nodes
+//!    take no pod after this step (they stay topology domains): a pod said to fit an existing
+//!    node fits it now, before any planned node exists.
 //! 2. **Who could ever host the rest.** For every group (with a known instance class) and zone,
 //!    a template node ([`group_templates`]): the `nodeTemplate` labels and taints, group and zone
 //!    labels, allocatable from the class after the system reserve and after the DaemonSet pods
@@ -20,28 +25,37 @@
 //!    deterministic). The winner's estimate is committed and the loop repeats with the pods it
 //!    could not take.
 //! 4. **Zones balanced.** Within a group, pods go first-fit onto the nodes the plan already
-//!    opened; a new node opens in the zone (that the pod fits and that has headroom) with the
-//!    fewest nodes of the group, existing and planned.
+//!    opened; a new node opens in a zone that the pod fits, that has headroom and where its
+//!    topology rules admit it on an empty node: the fewest nodes of the group, existing and
+//!    planned, first; then the pod's preferred zone (anti-)affinity and `ScheduleAnyway` zone
+//!    spread; then the zone name (docs/scheduling.md §3).
 //! 5. **Minimal.** A consolidation pass takes planned nodes out, emptiest first, when the same
 //!    first-fit simulation moves all their pods onto the other planned nodes; it repeats until
 //!    no planned node can go. A pod may so end on a new node of a lower-priority group that is
-//!    being added anyway.
+//!    being added anyway. Only nodes whose pods no placement depends on are tried (no required
+//!    affinity or `DoNotSchedule` spread selector matches them, docs/scheduling.md §2).
 //!
 //! Pods that some group could host but that find every such zone at `maxPerZone` are reported as
-//! waiting for capacity.
+//! waiting for capacity; pods some group could host in a zone with room, that their pod
+//! affinity, anti-affinity or spread constraints keep off every node, as constrained.
+//! [`ScaleUpPlan::placement_order`] lists every placement in the order the simulation made it.
 //!
 //! # Guarantees (proptest properties)
 //! * No zone ends above `maxPerZone`: desired-or-present count + planned ≤ max.
 //! * Every pod placed by the plan fits where it was placed ([`super::placement::check_fit`]) and
 //!   no node is overcommitted.
 //! * Every pending pod is placed on an existing or upcoming node, on a planned node, reported
-//!   unplaceable (it fits no group's template) or waiting for capacity (every template it fits
-//!   is in a full zone).
+//!   unplaceable (it fits no group's template, or carries an unmodelled constraint), waiting for
+//!   capacity (every template it fits is in a full zone) or constrained (some template it fits
+//!   has room).
+//! * No placement violates a required constraint: replayed in `placement_order` against
+//!   [`super::reference`], every placement passes every rule (docs/scheduling.md §4).
 //! * Minimality with respect to the simulation, as in step 5.
 //! * Deterministic, and independent of the order of nodes and pods in the snapshot.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
 use crate::model::{Node, Pod, Quantity, Resources, Timestamp};
 
@@ -50,11 +64,12 @@ use super::class::template_node;
 use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
 use super::placement::{
-    Bins, CPU, MEMORY, Placer, PodClass, ResourceIndex, check_fit, check_static, classify,
+    Bins, CPU, Demand, MEMORY, Placer, PodClass, ResourceIndex, check_fit, check_static, classify,
     fits_empty, is_standby_holder, static_fits, trial_order,
 };
 use super::snapshot::ClusterSnapshot;
-use super::util::FastHash;
+use super::topology::UniverseBuilder;
+use super::util::{FastHash, Fx};
 
 /// A new node of a group and zone, as a template: what a pod can count on there.
 #[derive(Debug, Clone, PartialEq)]
@@ -194,6 +209,15 @@ pub struct ScaleUpPlan {
     pub unplaceable: Vec<Unplaceable>,
     /// Pods some group could host, every such zone being at `maxPerZone` (pod indices).
     pub waiting_for_capacity: Vec<usize>,
+    /// Pods some group could host in a zone with room left, that no node (existing, upcoming
+    /// or new) may take by their pod affinity, pod anti-affinity or topology spread
+    /// constraints (docs/scheduling.md §3) (pod indices).
+    pub constrained: Vec<usize>,
+    /// Every pod the plan places (on existing, upcoming and new nodes), in the order the
+    /// simulation placed it for the last time: replayed in this order, each placement passes
+    /// every rule against the cluster as it stands then (docs/scheduling.md §4,
+    /// [`super::reference::replay_scale_up`]).
+    pub placement_order: Vec<usize>,
     /// Which group was chosen at each step and why.
     pub reasons: Vec<String>,
 }
@@ -218,12 +242,17 @@ fn pod_index(pods: &[Pod], p: &Pod) -> Option<usize> {
     (offset % size == 0 && offset / size < pods.len()).then_some(offset / size)
 }
 
-/// The planned nodes so far: a placer over them, each node's template and pods.
+/// The simulation after step 1 and the nodes planned so far: a placer over the existing and
+/// upcoming nodes (bins `..first`) and the planned ones (bins `first..`), each planned node's
+/// template, and the pods placed by steps 3–5 on every bin.
 #[derive(Debug, Clone)]
 struct Planned<'t> {
     placer: Placer<'t>,
+    first: usize,
+    /// Template of each planned bin (`template[b - first]`).
     template: Vec<usize>,
-    /// (class, pod) on each planned node; empty once the node is consolidated away.
+    /// (class, pod) placed on each bin by steps 3–5; a planned node's list is empty once it
+    /// is consolidated away.
     members: Vec<Vec<(usize, usize)>>,
 }
 
@@ -231,8 +260,8 @@ impl Planned<'_> {
     /// Live planned nodes per template.
     fn per_template(&self, templates: usize) -> Vec<u32> {
         let mut n = vec![0u32; templates];
-        for (b, t) in self.template.iter().enumerate() {
-            if !self.members[b].is_empty() {
+        for (k, t) in self.template.iter().enumerate() {
+            if !self.members[self.first + k].is_empty() {
                 n[*t] += 1;
             }
         }
@@ -271,7 +300,56 @@ pub fn plan_scale_up(
     if pending.is_empty() {
         return plan;
     }
-    let index = ResourceIndex::from_pods(pods);
+    // The nodes pods may go to, by name, then the others (topology domains all the same,
+    // docs/scheduling.md §1).
+    let takes_pods = |n: &Node| n.ready && !n.unschedulable && !snapshot.is_leaving(n);
+    let mut existing: Vec<&Node> = snapshot.nodes.iter().filter(|n| takes_pods(n)).collect();
+    existing.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut others: Vec<&Node> = snapshot.nodes.iter().filter(|n| !takes_pods(n)).collect();
+    others.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut node_at: HashMap<&str, usize, FastHash> = HashMap::default();
+    for (k, n) in existing.iter().enumerate() {
+        node_at.insert(n.name.as_str(), k);
+    }
+    others.retain(|n| !node_at.contains_key(n.name.as_str()));
+    for (k, n) in others.iter().enumerate() {
+        node_at.insert(n.name.as_str(), existing.len() + k);
+    }
+    // One pass over every pod: resources numbered, bound pods and their demand collected,
+    // and what the topology counters need (docs/scheduling.md §2).
+    let mut index = ResourceIndex::default();
+    let mut bound: Vec<(usize, usize, Demand, bool)> = Vec::new();
+    let mut universe = UniverseBuilder::default();
+    for (i, p) in pods.iter().enumerate() {
+        let demand = index.demand_indexing(p);
+        if p.is_terminal() {
+            continue;
+        }
+        let constrained =
+            |p: &Pod| p.has_topology_constraints() || !p.hostname_anti_affinity.is_empty();
+        match &p.node_name {
+            None => {
+                if constrained(p) && p.unmodelled_constraints.is_empty() {
+                    universe.place(p);
+                }
+            }
+            Some(node) => {
+                let holder = is_standby_holder(p);
+                if holder {
+                    if constrained(p) {
+                        universe.place(p);
+                    }
+                } else if !p.pod_anti_affinity.is_empty() || !p.hostname_anti_affinity.is_empty() {
+                    // A bound pod only counts by the anti-affinity it carries.
+                    universe.bound(p);
+                }
+                if let Some(&k) = node_at.get(node.as_str()) {
+                    bound.push((k, i, demand, holder));
+                }
+            }
+        }
+    }
+    let index = index;
     let templates = group_templates(snapshot);
     let caps: Vec<([i64; 3], Vec<i64>)> = templates
         .iter()
@@ -282,49 +360,53 @@ pub fn plan_scale_up(
         .enumerate()
         .map(|(i, t)| ((t.group.as_str(), t.zone.as_str()), i))
         .collect();
+    // Pods with a required constraint nodemgr does not model are never placed.
+    let (unmodelled, pending): (Vec<usize>, Vec<usize>) = pending
+        .into_iter()
+        .partition(|&i| !pods[i].unmodelled_constraints.is_empty());
     let track = pending
         .iter()
         .any(|&i| !pods[i].hostname_anti_affinity.is_empty());
     let mut classes = classify(pods, pending.iter().copied(), &index);
+    // Topology counters, when some pod constrains another beyond hostname anti-affinity.
+    let universe = universe.build();
+    let with_topology = universe.is_some();
 
     // --- 1. existing and upcoming room --------------------------------------------------
-    let mut bins = Bins::new(index.len(), track);
-    let mut existing: Vec<&Node> = snapshot
-        .nodes
-        .iter()
-        .filter(|n| n.ready && !n.unschedulable && !snapshot.is_leaving(n))
-        .collect();
-    existing.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut bins = Bins::with_topology(index.len(), track, universe);
     let mut targets: Vec<ExistingTarget> = Vec::with_capacity(existing.len());
-    let mut bin_of: HashMap<&str, usize, FastHash> = HashMap::default();
     for n in &existing {
-        let b = bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), true);
-        bin_of.insert(n.name.as_str(), b);
+        bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), true);
         targets.push(ExistingTarget::Node(n.name.clone()));
     }
-    // Bound pods: standby holders one by one (they are preemptible), the others summed per
-    // node and recorded at once.
+    if with_topology {
+        for n in &others {
+            bins.push(&n.labels, &n.taints, index.capacity(&n.allocatable), false);
+            targets.push(ExistingTarget::Node(n.name.clone()));
+        }
+    }
+    // Bound pods: standby holders one by one (they are preemptible, unless a placement may
+    // depend on them), the others summed per node and recorded at once.
     let n_ext = index.len();
     let mut on_bin: Vec<Vec<&Pod>> = vec![Vec::new(); bins.len()];
     let mut used: Vec<[i64; 3]> = vec![[0; 3]; bins.len()];
     let mut used_ext: Vec<i64> = vec![0; bins.len() * n_ext];
-    for p in pods {
-        if let Some(node) = &p.node_name
-            && !p.is_terminal()
-            && let Some(&b) = bin_of.get(node.as_str())
-        {
-            let demand = index.demand(p);
-            if is_standby_holder(p) {
-                bins.occupy_held(b, p, demand);
-            } else {
-                for (u, d) in used[b].iter_mut().zip(demand.core) {
-                    *u += d;
-                }
-                for (e, v) in demand.ext {
-                    used_ext[b * n_ext + e as usize] += v;
-                }
-                on_bin[b].push(p);
+    for (b, i, demand, holder) in bound {
+        if b >= bins.len() {
+            // A node that takes no pods, without topology counters to keep.
+            continue;
+        }
+        let p = &pods[i];
+        if holder && bins.is_enabled(b) && bins.is_free(p) {
+            bins.occupy_held(b, p, demand);
+        } else {
+            for (u, d) in used[b].iter_mut().zip(demand.core) {
+                *u += d;
             }
+            for (e, v) in demand.ext {
+                used_ext[b * n_ext + e as usize] += v;
+            }
+            on_bin[b].push(p);
         }
     }
     for (b, on) in on_bin.into_iter().enumerate() {
@@ -356,6 +438,8 @@ pub fn plan_scale_up(
     let mut placer = Placer::new(bins, classes.len());
     let mut residual: Vec<usize> = Vec::new();
     let mut evicted: Vec<usize> = Vec::new();
+    // Every placement, in order (a pod placed again later is listed again).
+    let mut sequence: Vec<usize> = Vec::new();
     // Workload first, standby holders (lowest priority) last, as the scheduler's queue does.
     let by_priority = classes
         .iter()
@@ -373,6 +457,7 @@ pub fn plan_scale_up(
             match placer.place(c, &pods[m], &class.demand, may_preempt) {
                 Some(placed) => {
                     plan.fits_existing.push((m, targets[placed.bin].clone()));
+                    sequence.push(m);
                     evicted.extend(placed.preempted.iter().filter_map(|h| pod_index(pods, h)));
                 }
                 None => residual.push(m),
@@ -385,19 +470,59 @@ pub fn plan_scale_up(
         // Evicted holders are pending again: existing room first, like everyone else.
         let first_new = classes.len();
         let holder_classes = classify(pods, evicted.iter().copied(), &index);
+        placer.add_classes(holder_classes.len());
         classes.extend(holder_classes);
-        let mut again = Placer::new(placer.bins.clone(), classes.len());
         for (c, class) in classes.iter().enumerate().skip(first_new) {
             for &m in &class.members {
-                match again.place(c, &pods[m], &class.demand, false) {
-                    Some(placed) => plan.fits_existing.push((m, targets[placed.bin].clone())),
+                match placer.place(c, &pods[m], &class.demand, false) {
+                    Some(placed) => {
+                        plan.fits_existing.push((m, targets[placed.bin].clone()));
+                        sequence.push(m);
+                    }
                     None => residual.push(m),
                 }
             }
         }
     }
-    plan.fits_existing.sort();
+    if !unmodelled.is_empty() {
+        let reasons = snapshot
+            .groups
+            .iter()
+            .map(|g| {
+                (
+                    g.name().to_owned(),
+                    "a required constraint nodemgr does not model".to_owned(),
+                )
+            })
+            .collect::<Vec<_>>();
+        let mut by_class: BTreeMap<Vec<&String>, Vec<usize>> = BTreeMap::new();
+        for &i in &unmodelled {
+            by_class
+                .entry(pods[i].unmodelled_constraints.iter().collect())
+                .or_default()
+                .push(i);
+        }
+        for (what, pods_here) in by_class {
+            let mut reasons = reasons.clone();
+            for r in &mut reasons {
+                r.1 = format!(
+                    "unmodelled constraint: {}",
+                    what.iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
+            }
+            plan.unplaceable.push(Unplaceable {
+                pods: pods_here,
+                reasons,
+            });
+        }
+    }
     if residual.is_empty() {
+        plan.fits_existing.sort();
+        plan.unplaceable.sort_by(|a, b| a.pods.cmp(&b.pods));
+        plan.placement_order = last_placements(&sequence, pods.len());
         return plan;
     }
 
@@ -417,6 +542,9 @@ pub fn plan_scale_up(
             (&pods[a].namespace, &pods[a].name).cmp(&(&pods[b].namespace, &pods[b].name))
         });
     }
+    // The node-level rules of a class on each template, once per distinct set of rules
+    // (nodeSelector, node affinity, tolerations): many classes share one.
+    let mut rules: HashMap<u64, Vec<(&Pod, Vec<bool>)>, FastHash> = HashMap::default();
     let feasible: Vec<Vec<bool>> = classes
         .iter()
         .enumerate()
@@ -424,14 +552,34 @@ pub fn plan_scale_up(
             if remaining[c].is_empty() {
                 return Vec::new();
             }
+            let rep = class.rep;
+            let mut h = Fx::default();
+            rep.node_selector.hash(&mut h);
+            rep.required_node_affinity.hash(&mut h);
+            for t in &rep.tolerations {
+                (&t.key, t.exists, &t.value, &t.effect).hash(&mut h);
+            }
+            let slot = rules.entry(h.finish()).or_default();
+            let known = slot.iter().position(|(p, _)| {
+                p.node_selector == rep.node_selector
+                    && p.required_node_affinity == rep.required_node_affinity
+                    && p.tolerations == rep.tolerations
+            });
+            let statics = match known {
+                Some(k) => &slot[k].1,
+                None => {
+                    let v = templates
+                        .iter()
+                        .map(|t| static_fits(rep, &t.node.labels, &t.node.taints))
+                        .collect();
+                    slot.push((rep, v));
+                    &slot[slot.len() - 1].1
+                }
+            };
             // `check_fit` on an empty template node, without building reasons.
-            templates
-                .iter()
-                .zip(&caps)
-                .map(|(t, cap)| {
-                    fits_empty(&class.demand, cap)
-                        && static_fits(class.rep, &t.node.labels, &t.node.taints)
-                })
+            caps.iter()
+                .zip(statics)
+                .map(|(cap, ok)| *ok && fits_empty(&class.demand, cap))
                 .collect()
         })
         .collect();
@@ -474,10 +622,20 @@ pub fn plan_scale_up(
         caps: &caps,
         feasible: &feasible,
     };
+    let first = placer.bins.len();
+    if with_topology {
+        // Pods placed from here on wait for new nodes: the existing ones stay topology domains
+        // but take no more pods, so that every pod reported to fit an existing node fits it
+        // now, before any planned node exists (docs/scheduling.md §3).
+        for b in 0..first {
+            placer.bins.retire(b);
+        }
+    }
     let mut planned = Planned {
-        placer: Placer::new(Bins::new(index.len(), track), classes.len()),
+        placer,
+        first,
         template: Vec::new(),
-        members: Vec::new(),
+        members: vec![Vec::new(); first],
     };
     let mut exhausted: Vec<&str> = Vec::new();
     loop {
@@ -512,19 +670,53 @@ pub fn plan_scale_up(
                 break;
             };
             let mut estimates: Vec<Estimate> = Vec::new();
+            // A trial either packs a copy of the simulation (kept when it wins) or packs the
+            // simulation itself and rolls back; copying is cheaper while the simulation is
+            // small next to the pods to pack.
+            let pending_pods: usize = remaining.iter().map(Vec::len).sum();
+            let fork = planned.members.len().saturating_mul(8) <= pending_pods;
+            let mut kept: Option<(usize, Planned<'_>, Vec<usize>)> = None;
+            let better = |a: &Estimate, b: &Estimate| {
+                a.waste()
+                    .total_cmp(&b.waste())
+                    .then_with(|| b.placed.cmp(&a.placed))
+                    .then_with(|| a.group.cmp(&b.group))
+            };
             for (g, ts) in options
                 .iter()
                 .filter(|(_, ts)| templates[ts[0]].priority == top)
             {
-                let e = ctx.estimate(
-                    g,
-                    ts,
-                    &remaining,
-                    &mut planned,
-                    &headroom,
-                    &zone_nodes,
-                    false,
-                );
+                let e = if fork {
+                    let mut copy = planned.clone();
+                    let mut seq = Vec::new();
+                    let e = ctx.estimate(
+                        g,
+                        ts,
+                        &remaining,
+                        &mut copy,
+                        &headroom,
+                        &zone_nodes,
+                        Some(&mut seq),
+                    );
+                    let wins = e.placed > 0
+                        && kept.as_ref().is_none_or(|(k, ..)| {
+                            better(&e, &estimates[*k]) == std::cmp::Ordering::Less
+                        });
+                    if wins {
+                        kept = Some((estimates.len(), copy, seq));
+                    }
+                    e
+                } else {
+                    ctx.estimate(
+                        g,
+                        ts,
+                        &remaining,
+                        &mut planned,
+                        &headroom,
+                        &zone_nodes,
+                        None,
+                    )
+                };
                 if e.placed > 0 {
                     estimates.push(e);
                 } else {
@@ -533,28 +725,32 @@ pub fn plan_scale_up(
                     exhausted.push(g);
                 }
             }
-            estimates.sort_by(|a, b| {
-                a.waste()
-                    .total_cmp(&b.waste())
-                    .then_with(|| b.placed.cmp(&a.placed))
-                    .then_with(|| a.group.cmp(&b.group))
-            });
+            let kept = kept.map(|(k, copy, seq)| (estimates[k].group.clone(), copy, seq));
+            estimates.sort_by(&better);
             if estimates.is_empty() {
                 continue;
             }
             let best = estimates.swap_remove(0);
-            // Trials leave `planned` as it was; the winner is packed again, for good (the same
-            // packing: the state is the one its trial saw).
-            if let Some((g, ts)) = options.iter().find(|(g, _)| *g == best.group) {
-                ctx.estimate(
-                    g,
-                    ts,
-                    &remaining,
-                    &mut planned,
-                    &headroom,
-                    &zone_nodes,
-                    true,
-                );
+            match kept {
+                Some((group, copy, seq)) if group == best.group => {
+                    planned = copy;
+                    sequence.extend(seq);
+                }
+                _ => {
+                    // Trials leave `planned` as it was; the winner is packed again, for good
+                    // (the same packing: the state is the one its trial saw).
+                    if let Some((g, ts)) = options.iter().find(|(g, _)| *g == best.group) {
+                        ctx.estimate(
+                            g,
+                            ts,
+                            &remaining,
+                            &mut planned,
+                            &headroom,
+                            &zone_nodes,
+                            Some(&mut sequence),
+                        );
+                    }
+                }
             }
             estimates.sort_by(|a, b| a.group.cmp(&b.group));
             let others: Vec<String> = estimates
@@ -592,16 +788,36 @@ pub fn plan_scale_up(
             }
         }
         // Minimal; freed headroom may let waiting pods in: go round again.
-        let removed = ctx.consolidate(&mut planned);
+        let removed = ctx.consolidate(&mut planned, &mut sequence);
         let waiting = remaining.iter().any(|r| !r.is_empty());
         if removed == 0 || !waiting {
             break;
         }
     }
-    for r in &remaining {
-        plan.waiting_for_capacity.extend(r.iter().copied());
+    let live = planned.per_template(templates.len());
+    for (c, r) in remaining.iter().enumerate() {
+        if r.is_empty() {
+            continue;
+        }
+        // Room left in a zone the pod fits: its constraints, not capacity, keep it out.
+        let room = feasible[c]
+            .iter()
+            .enumerate()
+            .any(|(t, f)| *f && base_headroom[t] > live[t]);
+        if room {
+            plan.constrained.extend(r.iter().copied());
+        } else {
+            plan.waiting_for_capacity.extend(r.iter().copied());
+        }
     }
     plan.waiting_for_capacity.sort_unstable();
+    plan.constrained.sort_unstable();
+    if !plan.constrained.is_empty() {
+        plan.reasons.push(format!(
+            "{} pod(s) fit no node by their pod affinity, anti-affinity or topology spread constraints",
+            plan.constrained.len()
+        ));
+    }
     if !plan.waiting_for_capacity.is_empty() {
         plan.reasons.push(format!(
             "{} pod(s) wait for capacity: every zone of every group that fits them is at maxPerZone",
@@ -609,7 +825,18 @@ pub fn plan_scale_up(
         ));
     }
     let mut counts: BTreeMap<(String, String), (u32, usize)> = BTreeMap::new();
-    for (t, members) in planned.template.into_iter().zip(planned.members) {
+    let mut members = planned.members;
+    for (b, list) in members.iter().enumerate().take(planned.first) {
+        for &(_, m) in list {
+            plan.fits_existing.push((m, targets[b].clone()));
+        }
+    }
+    plan.fits_existing.sort();
+    for (t, members) in planned
+        .template
+        .into_iter()
+        .zip(members.drain(planned.first..))
+    {
         if members.is_empty() {
             continue;
         }
@@ -640,7 +867,23 @@ pub fn plan_scale_up(
             },
         )
         .collect();
+    plan.placement_order = last_placements(&sequence, pods.len());
     plan
+}
+
+/// The pods of `sequence` (every placement in order, a pod listed again when placed again),
+/// each once, in the order of its last placement.
+fn last_placements(sequence: &[usize], pods: usize) -> Vec<usize> {
+    let mut last = vec![usize::MAX; pods];
+    for (at, &m) in sequence.iter().enumerate() {
+        last[m] = at;
+    }
+    sequence
+        .iter()
+        .enumerate()
+        .filter(|&(at, &m)| last[m] == at)
+        .map(|(_, &m)| m)
+        .collect()
 }
 
 /// Each group's reason for not hosting `pod` even on an empty node.
@@ -694,8 +937,14 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
     /// nodes planned so far, then onto new nodes of the group, each in the zone with the fewest
     /// of the group's nodes among those the pod fits and that have headroom.
     ///
-    /// With `keep` the packing stays in `planned`; without, `planned` is left exactly as it
-    /// was (a trial: the placer's changes are rolled back, added nodes and members removed).
+    /// With `keep` (the sequence of placements to extend) the packing stays in `planned`;
+    /// without, `planned` is left exactly as it was (a trial: the placer's changes are rolled
+    /// back, added nodes and members removed).
+    ///
+    /// A new node opens only in a zone where the pod's topology rules admit it on an empty node
+    /// ([`Placer::fits_fresh`]); among those, the fewest nodes of the group first, then the
+    /// pod's preferred zone terms and `ScheduleAnyway` zone spread, then the zone name
+    /// (docs/scheduling.md §3).
     #[allow(clippy::too_many_arguments)]
     fn estimate(
         &self,
@@ -705,13 +954,19 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         planned: &mut Planned<'c>,
         headroom: &[u32],
         zone_nodes: &[u32],
-        keep: bool,
+        mut keep: Option<&mut Vec<usize>>,
     ) -> Estimate {
         let mut left: Vec<u32> = ts.iter().map(|&t| headroom[t]).collect();
         let mut count: Vec<u32> = ts.iter().map(|&t| zone_nodes[t]).collect();
         let p = planned;
-        let checkpoint = p.placer.begin();
-        let first_new = p.template.len();
+        let keeping = keep.is_some();
+        let mut zones: Vec<Option<u32>> = ts
+            .iter()
+            .map(|&t| p.placer.zone_of(&self.templates[t].node.labels))
+            .collect();
+        // A trial records what it changes to roll it back; a packing kept needs no record.
+        let checkpoint = if keeping { 0 } else { p.placer.begin() };
+        let first_new = p.members.len();
         // Nodes planned before this estimate that received a member, in order.
         let mut touched: Vec<usize> = Vec::new();
         let mut placed = 0usize;
@@ -726,29 +981,47 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                     if at.bin < first_new {
                         touched.push(at.bin);
                     }
+                    if let Some(seq) = keep.as_deref_mut() {
+                        seq.push(m);
+                    }
                     placed += 1;
                     continue;
                 }
-                let zone = (0..ts.len())
-                    .filter(|&k| self.feasible[c][ts[k]] && left[k] > 0)
-                    .min_by(|&a, &b| {
-                        count[a].cmp(&count[b]).then_with(|| {
-                            self.templates[ts[a]].zone.cmp(&self.templates[ts[b]].zone)
-                        })
-                    });
-                let Some(k) = zone else { continue };
+                let mut best: Option<(usize, (u32, i64, i64))> = None;
+                for k in 0..ts.len() {
+                    if !self.feasible[c][ts[k]]
+                        || left[k] == 0
+                        || !p.placer.fits_fresh_in(c, pod, zones[k])
+                    {
+                        continue;
+                    }
+                    let (score, soft) = p.placer.zone_preference(c, pod, zones[k]);
+                    let key = (count[k], -score, soft);
+                    // Ties go to the first zone by name (the group's zones are sorted).
+                    if best.is_none_or(|(_, b)| key < b) {
+                        best = Some((k, key));
+                    }
+                }
+                let Some((k, _)) = best else { continue };
                 let t = ts[k];
                 let node = &self.templates[t].node;
                 let bin = p
                     .placer
                     .push_bin(&node.labels, &node.taints, &self.caps[t], true);
+                if zones[k].is_none() {
+                    // The zone is known now that a bin has it.
+                    zones[k] = p.placer.zone_of(&node.labels);
+                }
                 p.template.push(t);
                 p.members.push(Vec::new());
                 left[k] -= 1;
                 count[k] += 1;
-                match p.placer.place(c, pod, &class.demand, false) {
+                match p.placer.place_on(c, pod, &class.demand, bin) {
                     Some(at) => {
-                        p.members[at.bin].push((c, m));
+                        p.members[at].push((c, m));
+                        if let Some(seq) = keep.as_deref_mut() {
+                            seq.push(m);
+                        }
                         placed += 1;
                     }
                     None => p.placer.disable(bin),
@@ -757,11 +1030,11 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         }
         let mut opened: BTreeMap<usize, u32> = BTreeMap::new();
         let (mut cap_cpu, mut cap_mem, mut used_cpu, mut used_mem) = (0i128, 0i128, 0i128, 0i128);
-        for b in first_new..p.template.len() {
+        for b in first_new..p.members.len() {
             if p.members[b].is_empty() {
                 continue;
             }
-            let t = p.template[b];
+            let t = p.template[b - p.first];
             *opened.entry(t).or_insert(0) += 1;
             cap_cpu += i128::from(self.caps[t].0[CPU]);
             cap_mem += i128::from(self.caps[t].0[MEMORY]);
@@ -777,14 +1050,12 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 (cap - used) as f64 / cap as f64
             }
         };
-        if keep {
-            p.placer.commit();
-        } else {
+        if !keeping {
             p.placer.rollback(checkpoint);
             for &b in touched.iter().rev() {
                 p.members[b].pop();
             }
-            p.template.truncate(first_new);
+            p.template.truncate(first_new - p.first);
             p.members.truncate(first_new);
         }
         Estimate {
@@ -798,13 +1069,22 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
     }
 
     /// Takes planned nodes out, emptiest first, while the first-fit simulation moves all their
-    /// pods onto the other planned nodes; repeats until none can go. Returns how many went.
-    fn consolidate(&self, planned: &mut Planned<'c>) -> usize {
+    /// pods onto the other nodes; repeats until none can go. Returns how many went. Only nodes
+    /// whose pods no placement depends on are tried ([`Bins::is_free`], docs/scheduling.md §2);
+    /// moved pods are appended to `sequence`.
+    fn consolidate(&self, planned: &mut Planned<'c>, sequence: &mut Vec<usize>) -> usize {
         let mut no_fit: Vec<Option<usize>> = vec![None; self.classes.len()];
         let mut removed = 0;
+        let topology = planned.placer.bins.has_topology();
         loop {
-            let mut order: Vec<usize> = (0..planned.members.len())
+            let mut order: Vec<usize> = (planned.first..planned.members.len())
                 .filter(|&b| !planned.members[b].is_empty())
+                .filter(|&b| {
+                    !topology
+                        || planned.members[b]
+                            .iter()
+                            .all(|&(_, m)| planned.placer.bins.is_free(&self.pods[m]))
+                })
                 .collect();
             order.sort_by_key(|&b| (planned.members[b].len(), b));
             let mut removed_any = false;
@@ -819,6 +1099,7 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                     planned.members[b].clear();
                     for (c, m, to) in moves {
                         planned.members[to].push((c, m));
+                        sequence.push(m);
                     }
                     removed_any = true;
                     removed += 1;
@@ -1102,6 +1383,10 @@ mod tests {
 
     fn check_plan(w: &World, plan: &ScaleUpPlan) -> Result<(), TestCaseError> {
         let snap = snapshot(w);
+        // Replayed in its order, every placement passes the reference.
+        if let Err(e) = crate::scaling::reference::replay_scale_up(&snap, plan) {
+            return Err(TestCaseError::fail(e));
+        }
         let cfg = ScalingConfig::default();
         let templates = group_templates(&snap);
         let template = |g: &str, z: &str| {
@@ -1137,6 +1422,9 @@ mod tests {
         }
         for &i in &plan.waiting_for_capacity {
             note(i, "waiting")?;
+        }
+        for &i in &plan.constrained {
+            note(i, "constrained")?;
         }
         let mut expected: Vec<usize> = pending.clone();
         expected.extend(preempted.iter().copied());
@@ -1357,8 +1645,123 @@ mod tests {
         );
     }
 
+    /// Every pending pod in exactly one outcome, the plan replays cleanly against the
+    /// reference (docs/scheduling.md §4), never above maxPerZone, waiting pods only fit full
+    /// zones and constrained pods some zone with room.
+    fn check_constrained_plan(w: &World, plan: &ScaleUpPlan) -> Result<(), TestCaseError> {
+        let snap = snapshot(w);
+        if let Err(e) = crate::scaling::reference::replay_scale_up(&snap, plan) {
+            return Err(TestCaseError::fail(e));
+        }
+        let pending: Vec<usize> = snap.pending_pods().map(|(i, _)| i).collect();
+        let mut seen: Vec<usize> = plan.fits_existing.iter().map(|(i, _)| *i).collect();
+        seen.extend(plan.new_nodes.iter().flat_map(|n| n.pods.iter().copied()));
+        seen.extend(plan.unplaceable.iter().flat_map(|u| u.pods.iter().copied()));
+        seen.extend(plan.waiting_for_capacity.iter().copied());
+        seen.extend(plan.constrained.iter().copied());
+        seen.sort_unstable();
+        let mut expected = pending.clone();
+        expected.extend(plan.preempted.iter().copied());
+        expected.sort_unstable();
+        prop_assert_eq!(seen, expected, "every pending pod in exactly one outcome");
+        let cfg = ScalingConfig::default();
+        let states = zone_states(&snap, &cfg, now());
+        let templates = group_templates(&snap);
+        let planned_in = plan.counts();
+        for ((g, z), n) in &planned_in {
+            let zone = states[g].iter().find(|s| s.zone == *z).unwrap();
+            prop_assert!(zone.desired.max(zone.present()) + n <= zone.max);
+        }
+        let full = |t: &GroupTemplate| {
+            let zone = states[t.group.as_str()]
+                .iter()
+                .find(|s| s.zone == t.zone)
+                .unwrap();
+            let n = planned_in
+                .get(&(t.group.as_str(), t.zone.as_str()))
+                .copied()
+                .unwrap_or(0);
+            zone.desired.max(zone.present()) + n >= zone.max
+        };
+        for &i in &plan.waiting_for_capacity {
+            for t in templates
+                .iter()
+                .filter(|t| check_fit(&w.pods[i], &t.node, &[]).is_ok())
+            {
+                prop_assert!(
+                    full(t),
+                    "{} waits although {}/{} has room",
+                    key(&w.pods[i]),
+                    &t.group,
+                    &t.zone
+                );
+            }
+        }
+        for &i in &plan.constrained {
+            prop_assert!(
+                templates
+                    .iter()
+                    .any(|t| check_fit(&w.pods[i], &t.node, &[]).is_ok() && !full(t)),
+                "{} reported constrained without a zone with room",
+                key(&w.pods[i])
+            );
+        }
+        Ok(())
+    }
+
+    /// Guards the constrained properties against passing vacuously: their worlds place pods
+    /// carrying each kind of constraint, on new and existing nodes, and report constrained
+    /// pods.
+    #[test]
+    fn constrained_worlds_exercise_every_constraint() {
+        let (mut spread, mut affinity, mut anti, mut constrained, mut new) = (0, 0, 0, 0, 0);
+        for seed in 0..60 {
+            let mut w = testkit::world(
+                seed,
+                Sizes {
+                    groups: 3,
+                    nodes_per_zone: 2,
+                    deployments: 20,
+                    max_per_zone: 4,
+                },
+            );
+            testkit::constrain(&mut w, seed);
+            let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+            for &m in &plan.placement_order {
+                let p = &w.pods[m];
+                spread += usize::from(!p.topology_spread.is_empty());
+                affinity += usize::from(!p.pod_affinity.is_empty());
+                anti += usize::from(!p.pod_anti_affinity.is_empty());
+            }
+            constrained += plan.constrained.len();
+            new += plan.new_nodes.len();
+        }
+        assert!(
+            spread > 100 && affinity > 30 && anti > 30 && constrained > 10 && new > 50,
+            "spread {spread}, affinity {affinity}, anti {anti}, constrained {constrained}, new {new}"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// With topology spread and pod (anti-)affinity everywhere, no placement of the plan
+        /// violates a required constraint (the reference replay), every pod has one outcome,
+        /// and the plan is deterministic and independent of the listing order.
+        #[test]
+        fn constrained_plans_honour_every_constraint(seed in any::<u64>(), groups in 1usize..5, deployments in 0usize..25, per_zone in 0u64..3, max in 0u64..5, shuffle in any::<u64>()) {
+            let mut w = testkit::world(seed, Sizes { groups, nodes_per_zone: per_zone, deployments, max_per_zone: max });
+            testkit::constrain(&mut w, seed);
+            let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+            check_constrained_plan(&w, &plan)?;
+            prop_assert_eq!(&plan, &plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now()));
+            let mut v = w.clone();
+            let mut rng = testkit::Rng::new(shuffle);
+            for i in (1..v.pods.len()).rev() { let j = rng.below(i as u64 + 1) as usize; v.pods.swap(i, j); }
+            for i in (1..v.nodes.len()).rev() { let j = rng.below(i as u64 + 1) as usize; v.nodes.swap(i, j); }
+            let shuffled = plan_scale_up(&snapshot(&v), &ScalingConfig::default(), now());
+            prop_assert_eq!(keyed(&w, &plan), keyed(&v, &shuffled));
+        }
 
         /// Completeness, validity, bounds, unplaceable/waiting honesty and minimality (see
         /// `check_plan`) on random clusters.

@@ -445,3 +445,129 @@ pub(crate) fn valid_node(node: &Node, on: &[&Pod]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// A label selector on `app`.
+pub(crate) fn app_selector(app: &str) -> Option<LabelSelector> {
+    Some(LabelSelector {
+        match_labels: Some([("app".to_string(), app.to_string())].into()),
+        match_expressions: None,
+    })
+}
+
+/// Adds random inter-pod constraints to a world (docs/scheduling.md §1): per pending
+/// deployment (all its replicas alike) topology spread on the zone or hostname key (both
+/// `whenUnsatisfiable` values, `minDomains`), required pod affinity and anti-affinity on either
+/// key and preferred terms, on its own `app` label or another's; and anti-affinity, spread or
+/// affinity on some bound pods (what they carry matters to others, and to themselves when
+/// scale-down moves them).
+pub(crate) fn constrain(w: &mut World, seed: u64) {
+    use crate::model::{
+        NamespaceScope, PodAffinityTerm, TopologyKey, TopologySpreadConstraint,
+        WeightedPodAffinityTerm, WhenUnsatisfiable,
+    };
+    let mut rng = Rng::new(seed ^ 0x5eed_c0de);
+    let deployments: Vec<String> = {
+        let mut d: Vec<String> = w
+            .pods
+            .iter()
+            .filter(|p| p.node_name.is_none())
+            .filter_map(|p| p.labels.get("app").cloned())
+            .collect();
+        d.sort();
+        d.dedup();
+        d
+    };
+    let other = |rng: &mut Rng| -> String {
+        if !deployments.is_empty() && rng.chance(60) {
+            deployments[rng.below(deployments.len() as u64) as usize].clone()
+        } else {
+            format!("app{}", rng.below(4))
+        }
+    };
+    let key = |rng: &mut Rng| {
+        if rng.chance(50) {
+            TopologyKey::Zone
+        } else {
+            TopologyKey::Hostname
+        }
+    };
+    let term = |app: String, topology: TopologyKey| PodAffinityTerm {
+        selector: app_selector(&app),
+        namespaces: NamespaceScope::Own,
+        topology,
+    };
+    // One draw of constraints per app (deployment), applied to every pod carrying it.
+    let mut drawn: BTreeMap<String, Pod> = BTreeMap::new();
+    for i in 0..w.pods.len() {
+        let p = &w.pods[i];
+        if p.namespace != "work" || p.is_daemonset() {
+            continue;
+        }
+        let Some(app) = p.labels.get("app").cloned() else {
+            continue;
+        };
+        let bound = p.node_name.is_some();
+        let key_of = if bound {
+            format!("{app}@{}", p.name)
+        } else {
+            app.clone()
+        };
+        if !drawn.contains_key(&key_of) {
+            let mut c = Pod::default();
+            let chance = if bound { 35 } else { 70 };
+            if rng.chance(chance) {
+                let target = if rng.chance(65) {
+                    app.clone()
+                } else {
+                    other(&mut rng)
+                };
+                match rng.below(8) {
+                    0..=2 => c.topology_spread.push(TopologySpreadConstraint {
+                        max_skew: 1 + rng.below(2) as u32,
+                        topology: key(&mut rng),
+                        when_unsatisfiable: if rng.chance(80) {
+                            WhenUnsatisfiable::DoNotSchedule
+                        } else {
+                            WhenUnsatisfiable::ScheduleAnyway
+                        },
+                        selector: app_selector(&target),
+                        min_domains: rng.chance(25).then(|| 2 + rng.below(3) as u32),
+                    }),
+                    3 | 4 => c.pod_affinity.push(term(target, key(&mut rng))),
+                    5 | 6 => c.pod_anti_affinity.push(term(target, key(&mut rng))),
+                    _ => {
+                        let w = WeightedPodAffinityTerm {
+                            weight: 1 + rng.below(100) as i32,
+                            term: term(target, TopologyKey::Zone),
+                        };
+                        if rng.chance(50) {
+                            c.preferred_pod_affinity.push(w);
+                        } else {
+                            c.preferred_pod_anti_affinity.push(w);
+                        }
+                    }
+                }
+                if rng.chance(20) {
+                    c.topology_spread.push(TopologySpreadConstraint {
+                        max_skew: 1,
+                        topology: TopologyKey::Zone,
+                        when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+                        selector: app_selector(&app),
+                        min_domains: None,
+                    });
+                }
+            }
+            drawn.insert(key_of.clone(), c);
+        }
+        if let Some(c) = drawn.get(&key_of) {
+            let p = &mut w.pods[i];
+            p.topology_spread.clone_from(&c.topology_spread);
+            p.pod_affinity.clone_from(&c.pod_affinity);
+            p.pod_anti_affinity.clone_from(&c.pod_anti_affinity);
+            p.preferred_pod_affinity
+                .clone_from(&c.preferred_pod_affinity);
+            p.preferred_pod_anti_affinity
+                .clone_from(&c.preferred_pod_anti_affinity);
+        }
+    }
+}
