@@ -85,13 +85,14 @@ pub async fn pass(
     let suppressed_before = &mut state.suppressed;
     let groups = cluster.list_node_groups().await?;
     let nodes = cluster.list_nodes().await?;
-    let pods = cluster.list_pods().await?;
     let leases = cluster.lease_renewals();
     let by_name: BTreeMap<&str, _> = groups.iter().map(|g| (g.name(), g)).collect();
-    let mut pods_on: BTreeMap<&str, Vec<&nodemgr_core::model::Pod>> = BTreeMap::new();
-    for pod in &pods {
-        if let Some(node) = pod.node_name.as_deref() {
-            pods_on.entry(node).or_default().push(pod);
+    // Only the pods of nodes that may be fenced (the pod cache is indexed by node: a cluster
+    // without fenced groups reads no pod at all).
+    let mut pods_on: BTreeMap<&str, Vec<nodemgr_core::model::Pod>> = BTreeMap::new();
+    for node in &nodes {
+        if node.labels.contains_key(keys::LABEL_FENCING_ENABLED) {
+            pods_on.insert(&node.name, cluster.list_pods_on_node(&node.name).await?);
         }
     }
     let mut fenced = Vec::new();
