@@ -729,21 +729,9 @@ async fn list(
             Some(tok) => tok.rv,
             None => current,
         };
+        let after = token.as_ref().map(|tok| (tok.ns.as_str(), tok.name.as_str()));
         let mut matching = store
-            .list(rt, t.namespace.as_deref())
-            .filter(|o| {
-                let key = (
-                    o.pointer("/metadata/namespace")
-                        .and_then(Value::as_str)
-                        .unwrap_or(""),
-                    o.pointer("/metadata/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or(""),
-                );
-                token
-                    .as_ref()
-                    .is_none_or(|tok| key > (tok.ns.as_str(), tok.name.as_str()))
-            })
+            .list_after(rt, t.namespace.as_deref(), after)
             .filter(|o| labels.matches(o) && fields.matches(o));
         let mut items = Vec::new();
         let mut remaining = 0usize;

@@ -221,11 +221,30 @@ impl Store {
         rt: &ResourceType,
         namespace: Option<&'a str>,
     ) -> impl Iterator<Item = &'a Value> + 'a {
+        self.list_after(rt, namespace, None)
+    }
+
+    /// [`Store::list`] from just after the object `after` (`(namespace, name)`, a continue
+    /// token's position). Seeks, in the order objects are kept, to the namespace or to
+    /// `after`: a page of a list costs the page, not the objects before it.
+    pub fn list_after<'a>(
+        &'a self,
+        rt: &ResourceType,
+        namespace: Option<&'a str>,
+        after: Option<(&str, &str)>,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
+        use std::ops::Bound;
+        let start = match (after, namespace) {
+            (Some((ns, name)), _) => Bound::Excluded((ns.to_owned(), name.to_owned())),
+            (None, Some(ns)) => Bound::Included((ns.to_owned(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
         self.objects
             .get(&rt.key())
             .into_iter()
-            .flat_map(|m| m.iter())
-            .filter(move |((ns, _), _)| namespace.is_none_or(|want| ns == want))
+            .flat_map(move |m| m.range((start.clone(), Bound::Unbounded)))
+            .skip_while(move |((ns, _), _)| namespace.is_some_and(|want| ns.as_str() < want))
+            .take_while(move |((ns, _), _)| namespace.is_none_or(|want| ns == want))
             .map(|(_, v)| v)
     }
 
