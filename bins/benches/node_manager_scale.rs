@@ -211,6 +211,20 @@ fn hex(seed: u64, len: usize) -> String {
     out
 }
 
+/// A unique five-letter suffix for `k`, in the alphabet of generated Kubernetes names.
+fn suffix(k: usize) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    // A bijection on 0..27^5 scatters neighbours, as generated names look.
+    let mut x = (k.wrapping_mul(7_368_787) + 12_345) % 14_348_907;
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[x % 27] as char;
+            x /= 27;
+            c
+        })
+        .collect()
+}
+
 fn group_name(g: usize) -> String {
     format!("ng-{g:03}")
 }
@@ -308,7 +322,7 @@ fn pod(scale: &Scale, k: usize) -> Value {
         let node = node_name(scale, n);
         (
             "kube-system".to_owned(),
-            format!("{ds}-{}", hex(k as u64, 5)),
+            format!("{ds}-{}", suffix(k)),
             node.clone(),
             json!({"app": ds, "controller-revision-hash": hex(d as u64, 10), "pod-template-generation": "1"}),
             json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds, "uid": hex(d as u64 + 7, 32),
@@ -330,7 +344,7 @@ fn pod(scale: &Scale, k: usize) -> Value {
         let rs = format!("app-{app:04}-{hash}");
         (
             format!("app-{:02}", app % NAMESPACES),
-            format!("{rs}-{}", hex(k as u64, 5)),
+            format!("{rs}-{}", suffix(k)),
             node_name(scale, n),
             json!({"app": format!("app-{app:04}"), "pod-template-hash": hash,
                    "app.kubernetes.io/part-of": "shop", "app.kubernetes.io/version": "1.4.2"}),
