@@ -524,8 +524,8 @@ fn free_port() -> u16 {
 
 #[derive(Default)]
 struct Steps {
-    /// (trigger, seconds) of every update step seen.
-    seen: Vec<(String, f64)>,
+    /// (trigger, seconds, actions, fresh reads) of every update step seen.
+    seen: Vec<(String, f64, u64, u64)>,
 }
 
 impl Steps {
@@ -535,20 +535,24 @@ impl Steps {
                 && let Some(seconds) = line["seconds"].as_f64()
             {
                 let trigger = line["trigger"].as_str().unwrap_or("?").to_owned();
-                self.seen.push((trigger, seconds));
+                let actions = line["actions"].as_u64().unwrap_or(0);
+                let fresh = line["fresh_reads"].as_u64().unwrap_or(0);
+                self.seen.push((trigger, seconds, actions, fresh));
             }
         }
     }
 
-    fn report(&self, which: &str, keep: impl Fn(&str) -> bool) {
-        let ms: Vec<f64> = self
+    fn report(&self, which: &str, keep: impl Fn(&str, u64, u64) -> bool) {
+        let kept: Vec<_> = self
             .seen
             .iter()
-            .filter(|(t, _)| keep(t))
-            .map(|(_, s)| s * 1000.0)
+            .filter(|(t, _, a, f)| keep(t, *a, *f))
             .collect();
+        let ms: Vec<f64> = kept.iter().map(|(_, s, _, _)| s * 1000.0).collect();
+        let fresh: u64 = kept.iter().map(|(_, _, _, f)| f).sum();
+        let actions: u64 = kept.iter().map(|(_, _, a, _)| a).sum();
         println!(
-            "  update step ({which}): median {:.1} ms, p90 {:.1} ms, max {:.1} ms over {} steps",
+            "  update steps ({which}): median {:.1} ms, p90 {:.1} ms, max {:.1} ms over {} steps ({actions} actions, {fresh} fresh node lists)",
             percentile(&ms, 50.0),
             percentile(&ms, 90.0),
             ms.iter().copied().fold(f64::NAN, f64::max),
@@ -670,8 +674,10 @@ async fn bench(scale: Scale) {
         );
     }
     println!(
-        "  total {:.1} s; emulator VmRSS {emulator_rss_loaded:.0} MiB, VmHWM {emulator_hwm_loaded:.0} MiB",
-        load.as_secs_f64()
+        "  total {:.1} s (CPU: emulator {:.1} s, this loader {:.1} s); emulator VmRSS {emulator_rss_loaded:.0} MiB, VmHWM {emulator_hwm_loaded:.0} MiB",
+        load.as_secs_f64(),
+        cpu_seconds(emulator_pid),
+        cpu_seconds(std::process::id()),
     );
 
     // --- node-manager -------------------------------------------------------------------
@@ -801,9 +807,10 @@ async fn bench(scale: Scale) {
         latencies.len(),
         scale.repetitions - latencies.len()
     );
-    steps.report("all", |_| true);
-    steps.report("period", |t| t == "period");
-    steps.report("change", |t| t == "change");
+    steps.report("all", |_, _, _| true);
+    steps.report("full passes that changed nothing", |_, a, f| a == 0 && f == 0);
+    steps.report("started by the period", |t, _, _| t == "period");
+    steps.report("started by a change", |t, _, _| t == "change");
     println!("  at the end: VmRSS {rss_end:.0} MiB, VmHWM {hwm_end:.0} MiB");
     println!(
         "emulator at the end: VmRSS {emulator_rss_end:.0} MiB, VmHWM {emulator_hwm_end:.0} MiB"

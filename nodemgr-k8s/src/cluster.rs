@@ -171,6 +171,7 @@ where
                     writer.apply_watcher_event(&event);
                     health.delivered(&kind);
                     if wake && let Some((_, triggers)) = &wakes {
+                        tracing::trace!(%kind, "a change wakes the update controller");
                         bump(triggers);
                     }
                 }
@@ -256,6 +257,7 @@ fn spawn_checksums_watch(
             }
             if last.as_ref() != Some(&data) {
                 if last.is_some() {
+                    tracing::trace!("a checksum change wakes the update controller");
                     bump(&triggers);
                 }
                 last = Some(data);

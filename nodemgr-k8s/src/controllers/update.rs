@@ -109,8 +109,11 @@ pub async fn run(
         changes.borrow_and_update();
         let started = Instant::now();
         let result = executor.step(&cluster, now()).await;
+        let (mut actions, mut fresh_reads) = (0, 0);
         let failed = match result {
             Ok(report) => {
+                actions = report.events.len();
+                fresh_reads = report.fresh_reads;
                 for event in &report.events {
                     tracing::info!(node = event.node(), "{event}");
                     Metrics::action(
@@ -143,7 +146,14 @@ pub async fn run(
             .set(i64::try_from(executor.drains().len()).unwrap_or(i64::MAX));
         let seconds = started.elapsed().as_secs_f64();
         metrics.reconciled("update", seconds, failed);
-        tracing::debug!(trigger, seconds, failed, "update step done");
+        tracing::debug!(
+            trigger,
+            seconds,
+            failed,
+            actions,
+            fresh_reads,
+            "update step done"
+        );
         let next = if failed {
             backoff.failed("update")
         } else {
