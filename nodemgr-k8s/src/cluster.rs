@@ -49,7 +49,7 @@ use tokio::task::JoinHandle;
 
 use crate::convert::{self, lease_renew_time, node_to_core, pdb_to_core};
 use crate::crd::NodeGroup;
-use crate::pod_cache::{self, PodCache};
+use crate::pod_cache::{self, PodCache, PodFields};
 use crate::prune;
 use crate::watch_backoff::WatchBackoff;
 use crate::watch_health::WatchHealth;
@@ -186,7 +186,7 @@ where
 }
 
 /// Runs the pod watch into a [`PodCache`] (which keeps only the core's view of each pod).
-fn spawn_pod_cache(api: Api<Pod>, health: &WatchHealth) -> (PodCache, JoinHandle<()>) {
+fn spawn_pod_cache(api: Api<PodFields>, health: &WatchHealth) -> (PodCache, JoinHandle<()>) {
     let (reader, writer) = pod_cache::pod_cache();
     let kind = "Pod".to_owned();
     health.register(&kind);
@@ -330,7 +330,7 @@ impl KubeCluster {
             prune::lease,
             None,
         );
-        let (pods, t4) = spawn_pod_cache(Api::<Pod>::all(client.clone()), &health);
+        let (pods, t4) = spawn_pod_cache(Api::<PodFields>::all(client.clone()), &health);
         let (pdbs, t5) = spawn_reflector(
             Api::<PodDisruptionBudget>::all(client.clone()),
             watcher::Config::default(),
