@@ -458,6 +458,9 @@ pub(crate) fn group_error_policy(
     kube::runtime::controller::Action::requeue(delay)
 }
 
+/// How many groups the status (and the template) controller reconciles at once.
+pub(crate) const GROUP_RECONCILES: u16 = 4;
+
 /// Runs a kube-runtime `Controller` over NodeGroups, woken by changes of a group and of the
 /// Nodes labelled with it, until `stop` (the status and template controllers).
 pub(crate) async fn run_for_groups<C, R, F>(
@@ -487,6 +490,9 @@ pub(crate) async fn run_for_groups<C, R, F>(
         Api::<crate::crd::NodeGroup>::all(client.clone()),
         watcher::Config::default(),
     )
+    // Each reconcile lists its group's Nodes: a few at a time keep the memory they hold (and
+    // the API server's load) bounded when every group is due at once (`docs/scale.md` §1).
+    .with_config(kube::runtime::controller::Config::default().concurrency(GROUP_RECONCILES))
     .watches(
         Api::<Node>::all(client),
         watcher::Config::default(),

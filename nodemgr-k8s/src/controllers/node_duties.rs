@@ -134,6 +134,7 @@ pub async fn run(
     )
     .applied_objects();
     Controller::for_stream(nodes, reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(8))
         .watches(
             Api::<CSINode>::all(client),
             watcher::Config::default(),
