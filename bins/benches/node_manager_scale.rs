@@ -1,6 +1,8 @@
 //! node-manager at scale through kube: loads the API emulator over HTTP with 5,000 Nodes (and
 //! their kubelet Leases), 150,000 Pods and 2,800 PodDisruptionBudgets in 100 NodeGroups, runs
 //! the real `node-manager` binary against it with its default settings, and reports:
+//! (the Nodes are loaded as node-manager leaves them — its template applied — so its start is
+//! a restart in a managed cluster, not a first pass writing every node)
 //!
 //! - the emulator's load time and resident memory (VmRSS, and VmHWM, its peak);
 //! - node-manager's time to sync its caches (its `caches synced` log line), its resident
@@ -21,7 +23,8 @@
 //!
 //! Run: `cargo bench -p nodemgr-bins --bench node_manager_scale` (about five minutes on two
 //! cores). The scale comes from `NODEMGR_SCALE_NODES` (5000), `NODEMGR_SCALE_PODS_PER_NODE`
-//! (30), `NODEMGR_SCALE_GROUPS` (100) and `NODEMGR_SCALE_REPETITIONS` (15). Without `--bench`
+//! (30), `NODEMGR_SCALE_GROUPS` (100) and `NODEMGR_SCALE_REPETITIONS` (15); `NODEMGR_SCALE_CONTROLLERS`
+//! passes `--controllers` to node-manager (to see what one controller costs). Without `--bench`
 //! (`cargo test --benches`) it does nothing.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a benchmark whose setup fails should stop loudly
@@ -302,6 +305,42 @@ fn node(scale: &Scale, n: usize) -> Value {
     })
 }
 
+/// The group's spec, as loaded.
+fn group_spec() -> Value {
+    json!({"nodeType": "CloudPermanent"})
+}
+
+/// `node` as node-manager leaves it: with what its template controller sets (role label,
+/// `scale-down-disabled`, the last-applied template), so that its start is a restart's,
+/// not a first pass over every node.
+fn managed(mut node: Value) -> Value {
+    let group_name = node["metadata"]["labels"][keys::LABEL_NODE_GROUP].clone();
+    let group: nodemgr_core::model::NodeGroup = serde_json::from_value(json!({
+        "apiVersion": "deckhouse.io/v1", "kind": "NodeGroup",
+        "metadata": {"name": group_name}, "spec": group_spec(),
+    }))
+    .expect("a NodeGroup");
+    let view = nodemgr_k8s::convert::node_to_core(
+        &serde_json::from_value::<Node>(node.clone()).expect("a Node"),
+    );
+    let change = nodemgr_core::node_template::plan_node_template(&group, &view)
+        .expect("a template plan")
+        .unwrap_or_default();
+    for (field, changes) in [("labels", &change.labels), ("annotations", &change.annotations)] {
+        for (key, value) in changes {
+            match value {
+                Some(v) => node["metadata"][field][key] = json!(v),
+                None => {
+                    if let Some(map) = node["metadata"][field].as_object_mut() {
+                        map.remove(key);
+                    }
+                }
+            }
+        }
+    }
+    node
+}
+
 fn lease(scale: &Scale, n: usize) -> Value {
     let name = node_name(scale, n);
     json!({
@@ -526,11 +565,20 @@ fn free_port() -> u16 {
 struct Steps {
     /// (trigger, seconds, actions, fresh reads) of every update step seen.
     seen: Vec<(String, f64, u64, u64)>,
+    /// What woke the update controller, by kind of object changed.
+    wakes: std::collections::BTreeMap<String, u64>,
 }
 
 impl Steps {
     fn drain(&mut self, logs: &mpsc::Receiver<(Instant, Value)>) {
         while let Ok((_, line)) = logs.try_recv() {
+            if line["message"] == "a change wakes the update controller" {
+                let kind = line["kind"].as_str().unwrap_or("?").to_owned();
+                *self.wakes.entry(kind).or_default() += 1;
+            }
+            if line["message"] == "a checksum change wakes the update controller" {
+                *self.wakes.entry("Secret".into()).or_default() += 1;
+            }
             if line["message"] == "update step done"
                 && let Some(seconds) = line["seconds"].as_f64()
             {
@@ -602,7 +650,7 @@ async fn bench(scale: Scale) {
     .await;
     let groups = (0..scale.groups).map(|g| {
         json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup", "metadata": {"name": group_name(g)},
-               "spec": {"nodeType": "CloudPermanent"}})
+               "spec": group_spec()})
     });
     create_all(
         &client,
@@ -630,7 +678,7 @@ async fn bench(scale: Scale) {
         &client,
         &resource::<Node>(),
         false,
-        (0..scale.nodes).map(|n| node(&scale, n)),
+        (0..scale.nodes).map(|n| managed(node(&scale, n))),
     )
     .await;
     phase("Nodes", scale.nodes, t);
@@ -688,7 +736,15 @@ async fn bench(scale: Scale) {
         .arg(&kubeconfig)
         .arg(format!("--metrics-address=127.0.0.1:{port}"))
         .args(["--identity", "bench", "--log-format", "json"])
-        .env("RUST_LOG", "info,nodemgr_k8s::controllers::update=debug")
+        .args(
+            std::env::var("NODEMGR_SCALE_CONTROLLERS")
+                .ok()
+                .map(|c| format!("--controllers={c}")),
+        )
+        .env(
+            "RUST_LOG",
+            "info,nodemgr_k8s::controllers::update=debug,nodemgr_k8s::cluster=trace",
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -811,6 +867,15 @@ async fn bench(scale: Scale) {
     steps.report("full passes that changed nothing", |_, a, f| a == 0 && f == 0);
     steps.report("started by the period", |t, _, _| t == "period");
     steps.report("started by a change", |t, _, _| t == "change");
+    println!(
+        "  changes that woke the update controller: {}",
+        steps
+            .wakes
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     println!("  at the end: VmRSS {rss_end:.0} MiB, VmHWM {hwm_end:.0} MiB");
     println!(
         "emulator at the end: VmRSS {emulator_rss_end:.0} MiB, VmHWM {emulator_hwm_end:.0} MiB"
