@@ -4,6 +4,12 @@
 //! `pods/eviction` subresource and deletes with UID preconditions; events go to
 //! `events.k8s.io/v1`.
 //!
+//! The stores keep only what the views of [`crate::convert`] read: every object is pruned as
+//! it arrives ([`crate::prune`]), and pods are kept as the core's view in a cache indexed by
+//! node ([`crate::pod_cache`]), so a cluster of 5,000 nodes and 150,000 pods fits in a few
+//! hundred MiB (`docs/scale.md`). The watches also tell the update controller when something
+//! it decides on changed ([`KubeCluster::update_triggers`]).
+//!
 //! Errors are mapped as the port's contract says: 404 → `NotFound`, 409 and failed
 //! preconditions → `Conflict`, 429 → `TooManyRequests` (on the eviction subresource: a refusal by
 //! a PodDisruptionBudget), 5xx, timeouts and connection failures → `Unavailable`, the rest →
@@ -38,15 +44,21 @@ use nodemgr_core::ports::{
     PodRef, Precondition, RecordedEvent,
 };
 use serde_json::{Value, json};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::convert::{self, lease_renew_time, node_to_core, pdb_to_core, pod_to_core};
+use crate::convert::{self, lease_renew_time, node_to_core, pdb_to_core};
 use crate::crd::NodeGroup;
+use crate::pod_cache::{self, PodCache, PodFields};
+use crate::prune;
 use crate::watch_backoff::WatchBackoff;
 use crate::watch_health::WatchHealth;
 
 /// Name of the Secret holding each group's desired configuration checksum (docs/deckhouse.md §4).
 pub const CHECKSUMS_SECRET: &str = "configuration-checksums";
+
+/// Page size of the fresh node lists ([`ClusterRead::list_nodes_fresh`]).
+const FRESH_LIST_PAGE: u32 = 500;
 
 /// Maps a kube error to the port's error (see the module docs).
 pub fn map_error(what: &str, error: kube::Error) -> ClusterError {
@@ -81,7 +93,7 @@ struct Stores {
     groups: Store<NodeGroup>,
     nodes: Store<Node>,
     leases: Store<Lease>,
-    pods: Store<Pod>,
+    pods: PodCache,
     pdbs: Store<PodDisruptionBudget>,
 }
 
@@ -94,6 +106,7 @@ pub struct KubeCluster {
     checksums_namespace: String,
     writes: Arc<AtomicU64>,
     health: WatchHealth,
+    update_triggers: Arc<watch::Sender<u64>>,
 }
 
 /// The watch tasks feeding a [`KubeCluster`]'s stores; dropping it stops them.
@@ -109,27 +122,59 @@ impl Drop for Watches {
     }
 }
 
+/// Whether a watch event changes what the update controller decides on (see
+/// [`KubeCluster::update_triggers`]): given the stored object before the event, if any.
+type WakesUpdate<K> = fn(Option<&K>, &watcher::Event<K>) -> bool;
+
+/// Bumps the update controller's trigger (`docs/scale.md` §3).
+fn bump(triggers: &watch::Sender<u64>) {
+    triggers.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// Runs a watch of `api` into a reflector store: every object is pruned by `prune` before it
+/// is stored, and an event for which `wakes` says so bumps `triggers`.
 fn spawn_reflector<K>(
     api: Api<K>,
     config: watcher::Config,
     health: &WatchHealth,
+    prune: fn(&mut K),
+    wakes: Option<(WakesUpdate<K>, Arc<watch::Sender<u64>>)>,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let (reader, writer) = reflector::store();
+    let (reader, mut writer) = reflector::store();
     let kind = K::kind(&K::DynamicType::default()).to_string();
     health.register(&kind);
     let health = health.clone();
     // Raw watcher events (not only touched objects): an empty list or a list's end counts as
     // a delivery too. Retries follow `WatchBackoff` (back within seconds of a recovery).
-    let stream = reflector::reflector(writer, watcher(api, config)).backoff(WatchBackoff::new());
+    let stream = watcher(api, config)
+        .modify(prune)
+        .backoff(WatchBackoff::new());
+    let store = reader.clone();
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(item) = stream.next().await {
             match item {
-                Ok(_) => health.delivered(&kind),
+                Ok(event) => {
+                    let wake = wakes.as_ref().is_some_and(|(wakes, _)| {
+                        let before = match &event {
+                            watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+                                store.get(&reflector::ObjectRef::from_obj(o))
+                            }
+                            _ => None,
+                        };
+                        wakes(before.as_deref(), &event)
+                    });
+                    writer.apply_watcher_event(&event);
+                    health.delivered(&kind);
+                    if wake && let Some((_, triggers)) = &wakes {
+                        tracing::trace!(%kind, "a change wakes the update controller");
+                        bump(triggers);
+                    }
+                }
                 Err(error) => {
                     health.failed(&kind);
                     tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
@@ -140,35 +185,159 @@ where
     (reader, task)
 }
 
+/// Runs the pod watch into a [`PodCache`] (which keeps only the core's view of each pod).
+fn spawn_pod_cache(api: Api<PodFields>, health: &WatchHealth) -> (PodCache, JoinHandle<()>) {
+    let (reader, writer) = pod_cache::pod_cache();
+    let kind = "Pod".to_owned();
+    health.register(&kind);
+    let health = health.clone();
+    let stream = watcher(api, watcher::Config::default()).backoff(WatchBackoff::new());
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(event) => {
+                    writer.apply_watcher_event(&event);
+                    health.delivered(&kind);
+                }
+                Err(error) => {
+                    health.failed(&kind);
+                    tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
+                }
+            }
+        }
+    });
+    (reader, task)
+}
+
+/// Watches the configuration checksums Secret only to wake the update controller when a
+/// group's desired checksum changes; the checksums themselves are read fresh by
+/// [`ClusterRead::configuration_checksums`]. A refused watch (RBAC granting only `get`) is
+/// reported once and retried quietly: the period still drives the controller.
+fn spawn_checksums_watch(api: Api<Secret>, triggers: Arc<watch::Sender<u64>>) -> JoinHandle<()> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={CHECKSUMS_SECRET}"));
+    let stream = watcher(api, config).backoff(WatchBackoff::new());
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        let mut last: Option<BTreeMap<String, k8s_openapi::ByteString>> = None;
+        let mut listed: Option<BTreeMap<String, k8s_openapi::ByteString>> = None;
+        let mut failing = false;
+        while let Some(item) = stream.next().await {
+            let seen = match item {
+                Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => {
+                    Some(s.data.unwrap_or_default())
+                }
+                Ok(watcher::Event::Delete(_)) => Some(BTreeMap::new()),
+                Ok(watcher::Event::Init) => {
+                    listed = Some(BTreeMap::new());
+                    None
+                }
+                Ok(watcher::Event::InitDone) => listed.take(),
+                Err(error) => {
+                    if failing {
+                        tracing::debug!(%error, "configuration checksums watch failed; retrying");
+                    } else {
+                        tracing::warn!(%error, "cannot watch the configuration checksums Secret; \
+                            checksum changes reach the update controller at its period");
+                    }
+                    failing = true;
+                    continue;
+                }
+            };
+            failing = false;
+            let Some(data) = seen else { continue };
+            if listed.is_some() {
+                // Inside a list: the Secret as listed, compared once the list ends.
+                listed = Some(data);
+                continue;
+            }
+            if last.as_ref() != Some(&data) {
+                if last.is_some() {
+                    tracing::trace!("a checksum change wakes the update controller");
+                    bump(&triggers);
+                }
+                last = Some(data);
+            }
+        }
+    })
+}
+
+/// A node change matters to the update controller when the core's view of the node changes
+/// apart from its heartbeat and resourceVersion (annotations, labels, taints, cordon,
+/// readiness…), or a node comes or goes; a relist always does.
+fn node_wakes_update(before: Option<&Node>, event: &watcher::Event<Node>) -> bool {
+    let view = |n: &Node| {
+        let mut v = node_to_core(n);
+        v.resource_version.clear();
+        v.last_heartbeat = None;
+        v
+    };
+    match (event, before) {
+        (watcher::Event::Apply(node), Some(before)) => view(node) != view(before),
+        (watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone, _) => {
+            true
+        }
+        (watcher::Event::Init | watcher::Event::InitApply(_), _) => false,
+    }
+}
+
+/// Any change of a NodeGroup (spec, status, metadata) matters to the update controller; a
+/// relist always does.
+fn group_wakes_update(before: Option<&NodeGroup>, event: &watcher::Event<NodeGroup>) -> bool {
+    let comparable = |g: &NodeGroup| {
+        let mut g = g.clone();
+        g.metadata.resource_version = None;
+        serde_json::to_value(g).unwrap_or(Value::Null)
+    };
+    match (event, before) {
+        (watcher::Event::Apply(group), Some(before)) => comparable(group) != comparable(before),
+        (watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone, _) => {
+            true
+        }
+        (watcher::Event::Init | watcher::Event::InitApply(_), _) => false,
+    }
+}
+
 impl KubeCluster {
     /// Starts the watches and returns the port with them. `reporter` names the component in
     /// events (`node-manager`). Reads see empty stores until [`KubeCluster::wait_ready`].
     pub fn start(client: Client, reporter: impl Into<String>) -> (KubeCluster, Watches) {
         let health = WatchHealth::new();
+        let (update_triggers, _) = watch::channel(0u64);
+        let update_triggers = Arc::new(update_triggers);
         let (groups, t1) = spawn_reflector(
             Api::<NodeGroup>::all(client.clone()),
             watcher::Config::default(),
             &health,
+            prune::node_group,
+            Some((group_wakes_update, update_triggers.clone())),
         );
         let (nodes, t2) = spawn_reflector(
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
             &health,
+            prune::node,
+            Some((node_wakes_update, update_triggers.clone())),
         );
         let (leases, t3) = spawn_reflector(
             Api::<Lease>::namespaced(client.clone(), keys::NODE_LEASE_NAMESPACE),
             watcher::Config::default(),
             &health,
+            prune::lease,
+            None,
         );
-        let (pods, t4) = spawn_reflector(
-            Api::<Pod>::all(client.clone()),
-            watcher::Config::default(),
-            &health,
-        );
+        let (pods, t4) = spawn_pod_cache(Api::<PodFields>::all(client.clone()), &health);
         let (pdbs, t5) = spawn_reflector(
             Api::<PodDisruptionBudget>::all(client.clone()),
             watcher::Config::default(),
             &health,
+            prune::pod_disruption_budget,
+            None,
+        );
+        let checksums_namespace = keys::NAMESPACE.to_owned();
+        let t6 = spawn_checksums_watch(
+            Api::<Secret>::namespaced(client.clone(), &checksums_namespace),
+            update_triggers.clone(),
         );
         (
             KubeCluster {
@@ -181,12 +350,13 @@ impl KubeCluster {
                     pdbs,
                 },
                 reporter: reporter.into(),
-                checksums_namespace: keys::NAMESPACE.to_owned(),
+                checksums_namespace,
                 writes: Arc::new(AtomicU64::new(0)),
                 health,
+                update_triggers,
             },
             Watches {
-                tasks: vec![t1, t2, t3, t4, t5],
+                tasks: vec![t1, t2, t3, t4, t5, t6],
             },
         )
     }
@@ -201,13 +371,14 @@ impl KubeCluster {
                 groups: reflector::store().0,
                 nodes: reflector::store().0,
                 leases: reflector::store().0,
-                pods: reflector::store().0,
+                pods: PodCache::empty(),
                 pdbs: reflector::store().0,
             },
             reporter: reporter.into(),
             checksums_namespace: keys::NAMESPACE.to_owned(),
             writes: Arc::new(AtomicU64::new(0)),
             health: WatchHealth::new(),
+            update_triggers: Arc::new(watch::channel(0u64).0),
         }
     }
 
@@ -221,9 +392,32 @@ impl KubeCluster {
         s.groups.wait_until_ready().await.map_err(gone)?;
         s.nodes.wait_until_ready().await.map_err(gone)?;
         s.leases.wait_until_ready().await.map_err(gone)?;
-        s.pods.wait_until_ready().await.map_err(gone)?;
+        s.pods
+            .wait_until_ready()
+            .await
+            .map_err(|e| ClusterError::Unavailable(e.to_string()))?;
         s.pdbs.wait_until_ready().await.map_err(gone)?;
         Ok(())
+    }
+
+    /// How many objects the stores hold: NodeGroups, Nodes, Leases, Pods, PodDisruptionBudgets.
+    pub fn cached(&self) -> [(&'static str, usize); 5] {
+        let s = &self.stores;
+        [
+            ("nodegroups", s.groups.len()),
+            ("nodes", s.nodes.len()),
+            ("leases", s.leases.len()),
+            ("pods", s.pods.len()),
+            ("poddisruptionbudgets", s.pdbs.len()),
+        ]
+    }
+
+    /// A receiver that changes whenever a watch delivers something the update controller
+    /// decides on (`docs/scale.md` §3): a NodeGroup change, a change of a node's core view
+    /// other than its heartbeat, a node added or deleted, a change of the configuration
+    /// checksums Secret, a relist. Pods, Leases and budgets do not trigger it.
+    pub fn update_triggers(&self) -> watch::Receiver<u64> {
+        self.update_triggers.subscribe()
     }
 
     /// The kube client.
@@ -404,32 +598,34 @@ impl ClusterRead for KubeCluster {
 
     async fn list_nodes_fresh(&self) -> Result<Vec<core::Node>, ClusterError> {
         // No resourceVersion: a quorum read, never served from the API server's watch cache.
-        let list = Api::<Node>::all(self.client.clone())
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| map_error("list nodes", e))?;
-        Ok(self.nodes_with_leases(list.items.iter()))
+        // In pages, each converted before the next is read: thousands of full Nodes are never
+        // held at once.
+        let api = Api::<Node>::all(self.client.clone());
+        let mut nodes = Vec::new();
+        let mut params = ListParams::default().limit(FRESH_LIST_PAGE);
+        loop {
+            let mut page = api
+                .list(&params)
+                .await
+                .map_err(|e| map_error("list nodes", e))?;
+            for node in &mut page.items {
+                prune::node(node);
+            }
+            nodes.append(&mut page.items);
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        Ok(self.nodes_with_leases(nodes.iter()))
     }
 
     async fn list_pods(&self) -> Result<Vec<core::Pod>, ClusterError> {
-        Ok(self
-            .stores
-            .pods
-            .state()
-            .iter()
-            .map(|p| pod_to_core(p))
-            .collect())
+        Ok(self.stores.pods.all())
     }
 
     async fn list_pods_on_node(&self, node: &str) -> Result<Vec<core::Pod>, ClusterError> {
-        Ok(self
-            .stores
-            .pods
-            .state()
-            .iter()
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-            .map(|p| pod_to_core(p))
-            .collect())
+        Ok(self.stores.pods.on_node(node))
     }
 
     async fn list_pod_disruption_budgets(

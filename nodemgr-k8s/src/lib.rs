@@ -1,7 +1,8 @@
 //! # nodemgr-k8s
 //!
 //! The Kubernetes adapter of nodemgr: the Deckhouse-compatible custom resources, conversions
-//! between API objects and nodemgr-core's views, the cluster port over kube-rs ([`cluster`]), the
+//! between API objects and nodemgr-core's views, the cluster port over kube-rs ([`cluster`]) with
+//! what its caches keep ([`prune`], [`pod_cache`]), the
 //! controllers ([`controllers`]) supervised as one unit ([`supervisor`]), leader election
 //! ([`leader`]), the watches' retry schedule ([`watch_backoff`]), metrics ([`metrics`]), the
 //! PKCS#10 reader of kubelet serving CSRs ([`pkcs10`]) and the
@@ -18,6 +19,8 @@ pub mod exposition;
 pub mod leader;
 pub mod metrics;
 pub mod pkcs10;
+pub mod pod_cache;
+pub mod prune;
 pub mod serve;
 pub mod settings;
 pub mod supervisor;

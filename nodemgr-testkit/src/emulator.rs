@@ -323,7 +323,6 @@ impl Emulator {
         let namespace = if rt.namespaced { namespace } else { "" };
         let mut candidate = store
             .get(&rt, namespace, name)
-            .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
         if let Some(expected) = resource_version {
             let current = candidate
@@ -363,7 +362,7 @@ impl Emulator {
         let rt = rt.clone();
         store
             .get(&rt, if rt.namespaced { namespace } else { "" }, name)
-            .map(|o| served_shape(&rt, o))
+            .map(|o| served_shape(&rt, &o))
     }
 
     /// Lists objects of a kind (all namespaces when `namespace` is None) without HTTP.
@@ -375,7 +374,7 @@ impl Emulator {
         let rt = rt.clone();
         store
             .list(&rt, namespace)
-            .map(|o| served_shape(&rt, o))
+            .map(|o| served_shape(&rt, &o))
             .collect()
     }
 

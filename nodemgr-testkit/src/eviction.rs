@@ -3,6 +3,9 @@
 //! how many are healthy, how many must stay healthy (`minAvailable`/`maxUnavailable`, integers
 //! or percentages) and so how many disruptions are allowed.
 
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 
 use crate::selector::LabelSelector;
@@ -23,9 +26,16 @@ pub struct BudgetStatus {
 /// Whether `pdb`'s selector matches `pod` (same namespace is the caller's job). A PDB with a
 /// null selector matches nothing; an empty selector matches every pod of the namespace.
 pub fn budget_covers(pdb: &Value, pod: &Value) -> bool {
+    budget_covers_labels(pdb, &crate::selector::labels_of(pod))
+}
+
+/// [`budget_covers`] for a pod with these labels.
+pub fn budget_covers_labels(pdb: &Value, labels: &BTreeMap<String, String>) -> bool {
     match pdb.pointer("/spec/selector") {
         None | Some(Value::Null) => false,
-        Some(selector) => LabelSelector::from_object(selector).is_some_and(|s| s.matches(pod)),
+        Some(selector) => {
+            LabelSelector::from_object(selector).is_some_and(|s| s.matches_labels(labels))
+        }
     }
 }
 
@@ -59,13 +69,17 @@ pub fn eviction_ignores_budget(pod: &Value) -> bool {
 }
 
 /// Computes a budget's status over the pods of its namespace.
-pub fn compute_status<'a>(
+pub fn compute_status<P: Borrow<Value>>(
     pdb: &Value,
-    namespace_pods: impl Iterator<Item = &'a Value>,
+    namespace_pods: impl IntoIterator<Item = P>,
 ) -> BudgetStatus {
     let mut expected = 0i64;
     let mut healthy = 0i64;
-    for pod in namespace_pods.filter(|p| budget_covers(pdb, p)) {
+    for pod in namespace_pods {
+        let pod = pod.borrow();
+        if !budget_covers(pdb, pod) {
+            continue;
+        }
         let phase = pod
             .pointer("/status/phase")
             .and_then(Value::as_str)

@@ -31,7 +31,7 @@ use crate::query::parse_query;
 use crate::registry::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, success_status};
-use crate::store::{DeleteOptions, EventType, Part, Store, WatchEvent, WriteContext};
+use crate::store::{DeleteOptions, EventType, Part, Store, Stored, WatchEvent, WriteContext};
 use crate::table::{IncludeObject, to_table, wants_table};
 use crate::webhook_client::ServiceRoutes;
 use crate::write;
@@ -156,6 +156,18 @@ impl Shared {
         self.to_version(rt, &rt.storage_version, objects).await
     }
 
+    /// Whether `object` of `rt` is served at `version` exactly as stored: asked at the version
+    /// it is stored at (so no conversion, no `apiVersion` to change), and not through the
+    /// `events.k8s.io` view of Events. Then lists and watches send the stored text as it is.
+    pub fn served_as_stored(&self, rt: &ResourceType, version: &str, object: &Stored) -> bool {
+        if crate::events::is_events_v1(&rt.group, &rt.plural) {
+            return false;
+        }
+        // A stored object is rendered with sorted keys: `apiVersion` comes first.
+        let prefix = format!("{{\"apiVersion\":{}", json!(rt.api_version(version)));
+        object.json().starts_with(&prefix)
+    }
+
     fn count(&self, verb: &str, resource: &str, code: u16) {
         let mut stats = self
             .stats
@@ -251,14 +263,19 @@ fn parse_route(path: &str) -> Route {
     })
 }
 
-pub(crate) fn json_response(code: u16, body: &Value) -> Response {
+/// A JSON response from text already rendered.
+pub(crate) fn json_text_response(code: u16, body: String) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, body.to_string()).into_response();
+    let mut response = (status, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+pub(crate) fn json_response(code: u16, body: &Value) -> Response {
+    json_text_response(code, body.to_string())
 }
 
 fn error_response(error: &ApiError) -> Response {
@@ -643,7 +660,7 @@ async fn get(
     let name = t.name.as_deref().unwrap_or("");
     let object = {
         let store = shared.store();
-        store.get(rt, namespace, name).cloned()
+        store.get(rt, namespace, name)
     }
     .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
     let object = shared
@@ -729,23 +746,13 @@ async fn list(
             Some(tok) => tok.rv,
             None => current,
         };
+        let after = token
+            .as_ref()
+            .map(|tok| (tok.ns.as_str(), tok.name.as_str()));
         let mut matching = store
-            .list(rt, t.namespace.as_deref())
-            .filter(|o| {
-                let key = (
-                    o.pointer("/metadata/namespace")
-                        .and_then(Value::as_str)
-                        .unwrap_or(""),
-                    o.pointer("/metadata/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or(""),
-                );
-                token
-                    .as_ref()
-                    .is_none_or(|tok| key > (tok.ns.as_str(), tok.name.as_str()))
-            })
-            .filter(|o| labels.matches(o) && fields.matches(o));
-        let mut items = Vec::new();
+            .list_after(rt, t.namespace.as_deref(), after)
+            .filter(|o| stored_matches(o, &labels, &fields));
+        let mut items: Vec<Stored> = Vec::new();
         let mut remaining = 0usize;
         for object in matching.by_ref() {
             if limit > 0 && items.len() == limit {
@@ -757,30 +764,61 @@ async fn list(
         remaining += matching.count();
         (items, remaining, list_rv)
     };
-    let items = shared.to_version(rt, &t.version, items).await?;
-    let mut meta = json!({"resourceVersion": list_rv.to_string()});
-    if remaining > 0
-        && let Some(last) = items.last()
-    {
-        let next = ContinueToken {
-            rv: list_rv,
-            ns: last
+    // The position of the last item, for the next page.
+    let last_key = items.last().map(|last| {
+        let ns = if rt.namespaced {
+            last.value()
                 .pointer("/metadata/namespace")
                 .and_then(Value::as_str)
                 .unwrap_or("")
-                .to_owned(),
-            name: last
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned(),
+                .to_owned()
+        } else {
+            String::new()
+        };
+        (ns, last.name().to_owned())
+    });
+    let mut meta = json!({"resourceVersion": list_rv.to_string()});
+    if remaining > 0
+        && let Some((ns, name)) = last_key
+    {
+        let next = ContinueToken {
+            rv: list_rv,
+            ns,
+            name,
         };
         let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .encode(serde_json::to_vec(&next).unwrap_or_default());
         meta["continue"] = json!(encoded);
         meta["remainingItemCount"] = json!(remaining);
     }
-    if wants_table_response(request) {
+    let table = wants_table_response(request);
+    if !table
+        && items
+            .iter()
+            .all(|o| shared.served_as_stored(rt, &t.version, o))
+    {
+        // The stored text is what would be served: spliced in, not parsed and re-rendered.
+        let mut body = json!({
+            "kind": format!("{}List", rt.kind),
+            "apiVersion": rt.api_version(&t.version),
+            "metadata": meta,
+        })
+        .to_string();
+        body.pop();
+        body.push_str(",\"items\":[");
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str(item.json());
+        }
+        body.push_str("]}");
+        return Ok(json_text_response(200, body));
+    }
+    let items = shared
+        .to_version(rt, &t.version, items.iter().map(Stored::value).collect())
+        .await?;
+    if table {
         let include = IncludeObject::parse(request.query.get("includeObject").map(String::as_str));
         return Ok(json_response(
             200,
@@ -794,6 +832,13 @@ async fn list(
         "items": items,
     });
     Ok(json_response(200, &body))
+}
+
+/// Whether a stored object matches label and field selectors (labels from the stored
+/// object, fields — rarely given — from the parsed object).
+fn stored_matches(object: &Stored, labels: &LabelSelector, fields: &FieldSelector) -> bool {
+    (labels.is_empty() || labels.matches_labels(object.labels()))
+        && (fields.0.is_empty() || fields.matches(&object.value()))
 }
 
 fn delete_options(request: &ResourceRequest) -> Result<DeleteOptions, ApiError> {
@@ -884,7 +929,6 @@ fn evict(
     let mut store = shared.store();
     let pod = store
         .get(pods, namespace, name)
-        .cloned()
         .ok_or_else(|| ApiError::not_found("", "pods", name))?;
     if !eviction::eviction_ignores_budget(&pod) {
         let pdb_type = store
@@ -896,7 +940,6 @@ fn evict(
         let budgets: Vec<Value> = store
             .list(&pdb_type, Some(namespace))
             .filter(|b| eviction::budget_covers(b, &pod))
-            .cloned()
             .collect();
         if budgets.len() > 1 {
             return Err(ApiError::internal(
@@ -904,7 +947,11 @@ fn evict(
             ));
         }
         if let Some(budget) = budgets.first() {
-            let status = eviction::compute_status(budget, store.list(pods, Some(namespace)));
+            let covered = store
+                .list_after(pods, Some(namespace), None)
+                .filter(|p| eviction::budget_covers_labels(budget, p.labels()))
+                .map(Stored::value);
+            let status = eviction::compute_status(budget, covered);
             if status.disruptions_allowed <= 0 {
                 let budget_name = budget
                     .pointer("/metadata/name")
@@ -936,7 +983,6 @@ fn approve(
     let mut store = shared.store();
     let live = store
         .get(rt, "", name)
-        .cloned()
         .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
     let candidate = if verb == "patch" {
         let mut candidate = present(rt, &t.version, &live);
@@ -986,38 +1032,41 @@ struct WatchFilter {
 }
 
 impl WatchFilter {
-    fn matches(&self, object: &Value) -> bool {
-        let meta = |k: &str| {
-            object
-                .pointer(&format!("/metadata/{k}"))
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned()
-        };
-        self.namespace
-            .as_ref()
-            .is_none_or(|ns| *ns == meta("namespace"))
-            && self.name.as_ref().is_none_or(|n| *n == meta("name"))
-            && self.labels.matches(object)
-            && self.fields.matches(object)
+    fn matches(&self, namespace: &str, object: &Stored) -> bool {
+        self.namespace.as_ref().is_none_or(|ns| ns == namespace)
+            && self.name.as_ref().is_none_or(|n| n == object.name())
+            && stored_matches(object, &self.labels, &self.fields)
     }
 
     /// The event a watcher sees for a change, if any: modifications that move an object into
     /// or out of the selection become ADDED or DELETED.
-    fn translate(&self, event: &WatchEvent) -> Option<(EventType, Value)> {
+    fn translate(&self, event: &WatchEvent) -> Option<(EventType, Stored)> {
         if event.key != self.rt.key() {
             return None;
         }
-        let now = self.matches(&event.object);
+        let now = self.matches(&event.namespace, &event.object);
         match (event.event_type, &event.previous) {
-            (EventType::Modified, Some(previous)) => match (self.matches(previous), now) {
-                (true, true) => Some((EventType::Modified, event.object.clone())),
-                (false, true) => Some((EventType::Added, event.object.clone())),
-                (true, false) => Some((EventType::Deleted, event.object.clone())),
-                (false, false) => None,
-            },
+            (EventType::Modified, Some(previous)) => {
+                match (self.matches(&event.namespace, previous), now) {
+                    (true, true) => Some((EventType::Modified, event.object.clone())),
+                    (false, true) => Some((EventType::Added, event.object.clone())),
+                    (true, false) => Some((EventType::Deleted, event.object.clone())),
+                    (false, false) => None,
+                }
+            }
             (kind, _) => now.then(|| (kind, event.object.clone())),
         }
+    }
+
+    /// Encodes one event with the stored object as it is served (`serves_stored`).
+    fn encode_stored(event_type: &str, object: &Stored) -> Bytes {
+        let mut line = String::with_capacity(object.json().len() + 32);
+        line.push_str("{\"type\":\"");
+        line.push_str(event_type);
+        line.push_str("\",\"object\":");
+        line.push_str(object.json());
+        line.push_str("}\n");
+        Bytes::from(line)
     }
 
     /// Encodes one event; `presented` is the object at the watched version.
@@ -1093,7 +1142,7 @@ async fn watch_response(
 
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
     let mut first = true;
-    let mut opening: Vec<(EventType, Value)> = Vec::new();
+    let mut opening: Vec<(EventType, Stored)> = Vec::new();
     let mut opening_end: Option<Bytes> = None;
     let (receiver, start_rv) = {
         let store = shared.store();
@@ -1124,8 +1173,18 @@ async fn watch_response(
                 }
             }
             _ => {
-                for object in store.list(rt, t.namespace.as_deref()) {
-                    if filter.matches(object) {
+                for object in store.list_after(rt, t.namespace.as_deref(), None) {
+                    let namespace = if rt.namespaced {
+                        object
+                            .value()
+                            .pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned()
+                    } else {
+                        String::new()
+                    };
+                    if filter.matches(&namespace, object) {
                         opening.push((EventType::Added, object.clone()));
                     }
                 }
@@ -1136,13 +1195,27 @@ async fn watch_response(
         }
         (store.subscribe(), current)
     };
-    let (kinds, objects): (Vec<EventType>, Vec<Value>) = opening.into_iter().unzip();
-    let objects = shared.to_version(rt, &t.version, objects).await?;
-    let mut opening: Vec<Bytes> = kinds
-        .into_iter()
-        .zip(objects)
-        .map(|(kind, object)| filter.encode(kind.as_str(), object, &mut first))
-        .collect();
+    let raw = filter.table.is_none()
+        && opening
+            .iter()
+            .all(|(_, o)| shared.served_as_stored(rt, &t.version, o));
+    let mut opening: Vec<Bytes> = if raw {
+        opening
+            .iter()
+            .map(|(kind, object)| WatchFilter::encode_stored(kind.as_str(), object))
+            .collect()
+    } else {
+        let (kinds, objects): (Vec<EventType>, Vec<Value>) = opening
+            .into_iter()
+            .map(|(kind, object)| (kind, object.value()))
+            .unzip();
+        let objects = shared.to_version(rt, &t.version, objects).await?;
+        kinds
+            .into_iter()
+            .zip(objects)
+            .map(|(kind, object)| filter.encode(kind.as_str(), object, &mut first))
+            .collect()
+    };
     opening.extend(opening_end);
     let mut drop_signal = shared.drop_watches.subscribe();
     let mut shutdown = shared.shutdown.subscribe();
@@ -1245,8 +1318,18 @@ async fn send_due(
         let Some((kind, object)) = filter.translate(&event) else {
             continue;
         };
+        if filter.table.is_none() && shared.served_as_stored(&filter.rt, &filter.version, &object) {
+            if tx
+                .send(Ok(WatchFilter::encode_stored(kind.as_str(), &object)))
+                .await
+                .is_err()
+            {
+                return false;
+            }
+            continue;
+        }
         let line = match shared
-            .to_version(&filter.rt, &filter.version, vec![object])
+            .to_version(&filter.rt, &filter.version, vec![object.value()])
             .await
         {
             Ok(mut converted) => {

@@ -7,6 +7,10 @@
 //!
 //! All versions of a type share storage (like a CRD with conversion strategy `None`): objects
 //! are kept at the storage version and served with the requested `apiVersion`.
+//!
+//! Objects are kept as their JSON text ([`Stored`]), with their name and labels at hand for
+//! selectors, and parsed when read: a parsed object takes ten times its text (`serde_json`'s
+//! maps), which at 150,000 pods is tens of GiB. The watch history shares the stored text.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -47,6 +51,56 @@ impl EventType {
     }
 }
 
+/// An object as the store keeps it: its JSON text, its name and its labels (what selectors
+/// read without parsing it). Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub struct Stored(Arc<StoredObject>);
+
+#[derive(Debug)]
+struct StoredObject {
+    json: Box<str>,
+    name: Box<str>,
+    labels: BTreeMap<String, String>,
+}
+
+impl Stored {
+    /// Keeps `object`.
+    pub fn new(object: &Value) -> Stored {
+        Stored(Arc::new(StoredObject {
+            json: object.to_string().into_boxed_str(),
+            name: object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .into(),
+            labels: crate::selector::labels_of(object),
+        }))
+    }
+
+    /// The object.
+    pub fn value(&self) -> Value {
+        // The text is `serde_json`'s own rendering of a `Value`: it parses back, at any depth.
+        let mut parser = serde_json::Deserializer::from_str(&self.0.json);
+        parser.disable_recursion_limit();
+        serde::Deserialize::deserialize(&mut parser).unwrap_or(Value::Null)
+    }
+
+    /// The object's JSON text.
+    pub fn json(&self) -> &str {
+        &self.0.json
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// `metadata.labels` (string values).
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.0.labels
+    }
+}
+
 /// One change, as kept in the history and sent to watchers.
 #[derive(Debug, Clone)]
 pub struct WatchEvent {
@@ -59,10 +113,10 @@ pub struct WatchEvent {
     /// What happened.
     pub event_type: EventType,
     /// The object after the change (for deletes: its last state with the new resourceVersion).
-    pub object: Value,
+    pub object: Stored,
     /// The object before the change (modifications only), so selector watches can turn a
     /// change into ADDED/DELETED when the object starts or stops matching.
-    pub previous: Option<Value>,
+    pub previous: Option<Stored>,
 }
 
 /// Who writes, and how: carried by every mutation.
@@ -96,7 +150,7 @@ pub struct DeleteOptions {
 pub struct Store {
     resource_version: u64,
     types: Vec<ResourceType>,
-    objects: HashMap<ResourceKey, BTreeMap<(String, String), Value>>,
+    objects: HashMap<ResourceKey, BTreeMap<(String, String), Stored>>,
     history: VecDeque<Arc<WatchEvent>>,
     history_limit: usize,
     compacted: u64,
@@ -209,7 +263,12 @@ impl Store {
     }
 
     /// One object at storage version.
-    pub fn get(&self, rt: &ResourceType, namespace: &str, name: &str) -> Option<&Value> {
+    pub fn get(&self, rt: &ResourceType, namespace: &str, name: &str) -> Option<Value> {
+        self.get_stored(rt, namespace, name).map(Stored::value)
+    }
+
+    /// One object at storage version, as kept.
+    pub fn get_stored(&self, rt: &ResourceType, namespace: &str, name: &str) -> Option<&Stored> {
         self.objects
             .get(&rt.key())?
             .get(&(namespace.to_owned(), name.to_owned()))
@@ -220,12 +279,31 @@ impl Store {
         &'a self,
         rt: &ResourceType,
         namespace: Option<&'a str>,
-    ) -> impl Iterator<Item = &'a Value> + 'a {
+    ) -> impl Iterator<Item = Value> + 'a {
+        self.list_after(rt, namespace, None).map(Stored::value)
+    }
+
+    /// [`Store::list`] from just after the object `after` (`(namespace, name)`, a continue
+    /// token's position). Seeks, in the order objects are kept, to the namespace or to
+    /// `after`: a page of a list costs the page, not the objects before it.
+    pub fn list_after<'a>(
+        &'a self,
+        rt: &ResourceType,
+        namespace: Option<&'a str>,
+        after: Option<(&str, &str)>,
+    ) -> impl Iterator<Item = &'a Stored> + 'a {
+        use std::ops::Bound;
+        let start = match (after, namespace) {
+            (Some((ns, name)), _) => Bound::Excluded((ns.to_owned(), name.to_owned())),
+            (None, Some(ns)) => Bound::Included((ns.to_owned(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
         self.objects
             .get(&rt.key())
             .into_iter()
-            .flat_map(|m| m.iter())
-            .filter(move |((ns, _), _)| namespace.is_none_or(|want| ns == want))
+            .flat_map(move |m| m.range((start.clone(), Bound::Unbounded)))
+            .skip_while(move |((ns, _), _)| namespace.is_some_and(|want| ns.as_str() < want))
+            .take_while(move |((ns, _), _)| namespace.is_none_or(|want| ns == want))
             .map(|(_, v)| v)
     }
 
@@ -272,8 +350,8 @@ impl Store {
         rt: &ResourceType,
         namespace: &str,
         event_type: EventType,
-        object: Value,
-        previous: Option<Value>,
+        object: Stored,
+        previous: Option<Stored>,
     ) {
         let event = Arc::new(WatchEvent {
             resource_version: self.resource_version,
@@ -379,7 +457,7 @@ impl Store {
             name = format!("{prefix}{}", self.generated_suffix());
             object["metadata"]["name"] = json!(name);
         }
-        if self.get(rt, namespace, &name).is_some() {
+        if self.get_stored(rt, namespace, &name).is_some() {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
         if rt.custom
@@ -444,15 +522,16 @@ impl Store {
             return Ok(object);
         }
         self.bump(&mut object);
+        let stored = Stored::new(&object);
         self.objects
             .entry(rt.key())
             .or_default()
-            .insert((namespace.to_owned(), name), object.clone());
-        self.record(rt, namespace, EventType::Added, object.clone(), None);
+            .insert((namespace.to_owned(), name), stored.clone());
+        self.record(rt, namespace, EventType::Added, stored.clone(), None);
         if let Some(t) = new_type {
             self.types.push(t);
         }
-        self.after_change(rt, namespace);
+        self.after_change(rt, namespace, None, Some(&stored));
         Ok(object)
     }
 
@@ -472,7 +551,7 @@ impl Store {
                 plural: "namespaces".into(),
             })
             .and_then(|m| m.get(&(String::new(), namespace.to_owned())))
-            .is_some_and(|ns| ns.pointer("/metadata/deletionTimestamp").is_some())
+            .is_some_and(|ns| ns.value().pointer("/metadata/deletionTimestamp").is_some())
     }
 
     /// Replaces an object with `candidate` (PUT, and the result of every patch), enforcing
@@ -497,10 +576,11 @@ impl Store {
         ctx: &WriteContext,
         fields: Option<Value>,
     ) -> Result<Value, ApiError> {
-        let old = self
-            .get(rt, namespace, name)
+        let old_stored = self
+            .get_stored(rt, namespace, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        let old = old_stored.value();
         if !candidate.is_object() {
             return Err(ApiError::bad_request(
                 "the body of an update must be a JSON object",
@@ -651,11 +731,18 @@ impl Store {
             return Ok(new);
         }
         self.bump(&mut new);
+        let stored = Stored::new(&new);
         self.objects
             .entry(rt.key())
             .or_default()
-            .insert((namespace.to_owned(), name.to_owned()), new.clone());
-        self.record(rt, namespace, EventType::Modified, new.clone(), Some(old));
+            .insert((namespace.to_owned(), name.to_owned()), stored.clone());
+        self.record(
+            rt,
+            namespace,
+            EventType::Modified,
+            stored.clone(),
+            Some(old_stored.clone()),
+        );
         if let Some(t) = new_type
             && let Some(slot) = self
                 .types
@@ -664,7 +751,7 @@ impl Store {
         {
             *slot = t;
         }
-        self.after_change(rt, namespace);
+        self.after_change(rt, namespace, Some(&old_stored), Some(&stored));
         Ok(new)
     }
 
@@ -681,10 +768,11 @@ impl Store {
         options: &DeleteOptions,
         ctx: &WriteContext,
     ) -> Result<Value, ApiError> {
-        let old = self
-            .get(rt, namespace, name)
+        let old_stored = self
+            .get_stored(rt, namespace, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        let old = old_stored.value();
         let meta = |key: &str| {
             old["metadata"]
                 .get(key)
@@ -736,16 +824,17 @@ impl Store {
                 return Ok(marked);
             }
             self.bump(&mut marked);
+            let stored = Stored::new(&marked);
             self.objects
                 .entry(rt.key())
                 .or_default()
-                .insert((namespace.to_owned(), name.to_owned()), marked.clone());
+                .insert((namespace.to_owned(), name.to_owned()), stored.clone());
             self.record(
                 rt,
                 namespace,
                 EventType::Modified,
-                marked.clone(),
-                Some(old),
+                stored.clone(),
+                Some(old_stored.clone()),
             );
             if rt.plural == "namespaces" {
                 self.empty_namespace(name);
@@ -753,7 +842,7 @@ impl Store {
                     return Ok(self.remove_now(rt, namespace, name, marked));
                 }
             }
-            self.after_change(rt, namespace);
+            self.after_change(rt, namespace, Some(&old_stored), Some(&stored));
             return Ok(marked);
         }
         if ctx.dry_run {
@@ -770,11 +859,13 @@ impl Store {
         name: &str,
         mut last: Value,
     ) -> Value {
-        if let Some(m) = self.objects.get_mut(&rt.key()) {
-            m.remove(&(namespace.to_owned(), name.to_owned()));
-        }
+        let removed = self
+            .objects
+            .get_mut(&rt.key())
+            .and_then(|m| m.remove(&(namespace.to_owned(), name.to_owned())));
         self.bump(&mut last);
-        self.record(rt, namespace, EventType::Deleted, last.clone(), None);
+        let stored = Stored::new(&last);
+        self.record(rt, namespace, EventType::Deleted, stored.clone(), None);
         if rt.group == "apiextensions.k8s.io"
             && rt.plural == "customresourcedefinitions"
             && let Ok(t) = type_from_crd(&last)
@@ -791,15 +882,15 @@ impl Store {
                     .get_mut(&key)
                     .and_then(|m| m.remove(&(ns.clone(), n)))
                 {
-                    let mut obj = obj;
+                    let mut obj = obj.value();
                     self.bump(&mut obj);
-                    self.record(&t, &ns, EventType::Deleted, obj, None);
+                    self.record(&t, &ns, EventType::Deleted, Stored::new(&obj), None);
                 }
             }
             self.types
                 .retain(|o| !(o.custom && o.group == t.group && o.plural == t.plural));
         }
-        self.after_change(rt, namespace);
+        self.after_change(rt, namespace, removed.as_ref(), Some(&stored));
         last
     }
 
@@ -823,25 +914,60 @@ impl Store {
                 })
                 .unwrap_or_default();
             for n in names {
-                if let Some(obj) = self.get(&t, namespace, &n).cloned() {
+                if let Some(obj) = self.get(&t, namespace, &n) {
                     self.remove_now(&t, namespace, &n, obj);
                 }
             }
         }
     }
 
-    /// Side effects after a change of `rt` in `namespace`: budgets follow their pods.
-    fn after_change(&mut self, rt: &ResourceType, namespace: &str) {
-        if rt.group.is_empty() && rt.plural == "pods"
-            || rt.group == "policy" && rt.plural == "poddisruptionbudgets"
-        {
-            self.refresh_budgets(namespace);
+    /// Side effects after a change of `rt` in `namespace` (`before` and `after` are the
+    /// object's states around it): budgets follow their pods. Only the budgets the change can
+    /// concern are recomputed: a changed budget, or the budgets whose selector matches the
+    /// changed pod's labels before or after.
+    fn after_change(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        before: Option<&Stored>,
+        after: Option<&Stored>,
+    ) {
+        if rt.group.is_empty() && rt.plural == "pods" {
+            let labels: Vec<BTreeMap<String, String>> = [before, after]
+                .into_iter()
+                .flatten()
+                .map(|s| s.labels().clone())
+                .collect();
+            self.refresh_budgets_where(namespace, |budget| {
+                labels
+                    .iter()
+                    .any(|l| eviction::budget_covers_labels(budget, l))
+            });
+        } else if rt.group == "policy" && rt.plural == "poddisruptionbudgets" {
+            let names: Vec<&str> = [before, after]
+                .into_iter()
+                .flatten()
+                .map(Stored::name)
+                .collect();
+            let names: Vec<String> = names.into_iter().map(str::to_owned).collect();
+            self.refresh_budgets_where(namespace, |budget| {
+                let name = budget
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                names.iter().any(|n| n == name)
+            });
         }
     }
 
     /// Recomputes the status of every PodDisruptionBudget in `namespace`, writing (with a new
     /// resourceVersion and a MODIFIED event) only those whose status changed.
     pub fn refresh_budgets(&mut self, namespace: &str) {
+        self.refresh_budgets_where(namespace, |_| true);
+    }
+
+    /// [`Store::refresh_budgets`] for the budgets `which` selects.
+    fn refresh_budgets_where(&mut self, namespace: &str, which: impl Fn(&Value) -> bool) {
         let Some(pdb_type) = self
             .types
             .iter()
@@ -858,9 +984,17 @@ impl Store {
         else {
             return;
         };
-        let budgets: Vec<Value> = self.list(&pdb_type, Some(namespace)).cloned().collect();
-        for old in budgets {
-            let status = eviction::compute_status(&old, self.list(&pod_type, Some(namespace)));
+        let budgets: Vec<(Stored, Value)> = self
+            .list_after(&pdb_type, Some(namespace), None)
+            .map(|s| (s.clone(), s.value()))
+            .filter(|(_, b)| which(b))
+            .collect();
+        for (old_stored, old) in budgets {
+            let covered = self
+                .list_after(&pod_type, Some(namespace), None)
+                .filter(|p| eviction::budget_covers_labels(&old, p.labels()))
+                .map(Stored::value);
+            let status = eviction::compute_status(&old, covered);
             let mut new = old.clone();
             if eviction::write_status(&mut new, status) {
                 let name = new
@@ -869,11 +1003,18 @@ impl Store {
                     .unwrap_or("")
                     .to_owned();
                 self.bump(&mut new);
+                let stored = Stored::new(&new);
                 self.objects
                     .entry(pdb_type.key())
                     .or_default()
-                    .insert((namespace.to_owned(), name), new.clone());
-                self.record(&pdb_type, namespace, EventType::Modified, new, Some(old));
+                    .insert((namespace.to_owned(), name), stored.clone());
+                self.record(
+                    &pdb_type,
+                    namespace,
+                    EventType::Modified,
+                    stored,
+                    Some(old_stored),
+                );
             }
         }
     }

@@ -11,7 +11,7 @@
 //! ```yaml
 //! controllers: [status, template, update, fencing]
 //! resync: 30s          # status and template resync
-//! updatePeriod: 10s    # update controller period (it also runs at drain deadlines)
+//! updatePeriod: 10s    # update controller safety-net period (it runs on watch events and at drain deadlines)
 //! fencingPeriod: 5s
 //! fencingTimeout: 95s  # deadline of groups without fencing.watchdog.timeout; derived when unset
 //! fencingKubeletStaleAfter: 30s # the fencing agents' --kubelet-stale-after (must match)
@@ -140,7 +140,8 @@ pub struct Config {
     /// Resync period of the status and template controllers [default: 30s].
     #[arg(long, value_parser = duration)]
     pub resync: Option<Duration>,
-    /// Period of the update controller [default: 10s].
+    /// Safety-net period of the update controller, which runs when a watch delivers a change
+    /// it decides on and at its drains' deadlines [default: 10s].
     #[arg(long, value_parser = duration)]
     pub update_period: Option<Duration>,
     /// Period of the fencing controller [default: 5s].

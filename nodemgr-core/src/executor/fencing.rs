@@ -208,20 +208,24 @@ impl FencingExecutor {
         self.paused = false;
         let groups = cluster.list_node_groups().await?;
         let nodes = cluster.list_nodes().await?;
-        let pods = cluster.list_pods().await?;
         let leases = cluster.lease_renewals();
+        // Only the pods of nodes that may be fenced: adapters index pods by node, so a cluster
+        // without fenced groups reads no pod at all (docs/scale.md §2).
+        let mut pods_on: BTreeMap<String, Vec<(PodRef, String)>> = BTreeMap::new();
+        for node in &nodes {
+            if node.labels.contains_key(keys::LABEL_FENCING_ENABLED) {
+                let pods = cluster.list_pods_on_node(&node.name).await?;
+                pods_on.insert(
+                    node.name.clone(),
+                    pods.iter()
+                        .map(|p| (PodRef::of(p), p.uid.clone()))
+                        .collect(),
+                );
+            }
+        }
 
         let (actions, storms) = {
             let by_name: BTreeMap<&str, _> = groups.iter().map(|g| (g.name(), g)).collect();
-            let mut pods_on: BTreeMap<&str, Vec<(PodRef, String)>> = BTreeMap::new();
-            for pod in &pods {
-                if let Some(node) = pod.node_name.as_deref() {
-                    pods_on
-                        .entry(node)
-                        .or_default()
-                        .push((PodRef::of(pod), pod.uid.clone()));
-                }
-            }
             self.observer
                 .retain(|name| nodes.iter().any(|n| n.name == name));
             let mut fenced = Vec::new();

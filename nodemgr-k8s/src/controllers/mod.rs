@@ -21,8 +21,11 @@
 //!
 //! `status` and `template` are kube-runtime `Controller`s reconciling one NodeGroup at a time,
 //! woken by changes of the group or of its Nodes (and a periodic resync); `update` and
-//! `fencing` decide over the whole cluster at once, so they are loops woken on a period and at
-//! their policies' next deadlines. [`run`] starts the enabled ones and stops them together.
+//! `fencing` decide over the whole cluster at once, so they are loops: `update` woken by the
+//! watch events it decides on (debounced), at its drains' deadlines and on a period as a
+//! safety net (`docs/scale.md` §3), `fencing` on a period and at its next deadline. [`run`]
+//! starts the enabled ones once the caches are synced (logged as `caches synced`) and stops
+//! them together.
 
 pub mod bootstrap_tokens;
 pub mod csr;
@@ -65,7 +68,8 @@ pub struct Settings {
     pub master_group: Option<NodeType>,
     /// Resync period of the status and template controllers. Default 30 s.
     pub resync: Duration,
-    /// Period of the update controller (it also runs at its drains' deadlines). Default 10 s.
+    /// Period of the update controller, a safety net: it runs when a watch delivers a change
+    /// it decides on and at its drains' deadlines. Default 10 s.
     pub update_period: Duration,
     /// Period of the fencing controller (it also runs at the next heartbeat deadline).
     /// Default 5 s.
@@ -196,6 +200,64 @@ pub(crate) async fn wait(
     }
 }
 
+/// What ended a controller's wait ([`wait_or_change`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// The period (or the backoff) ran out.
+    Period,
+    /// The policy's deadline came.
+    Deadline,
+    /// A watch delivered a change the controller decides on.
+    Change,
+    /// `stop` turned true.
+    Stopped,
+}
+
+/// [`wait`] that also ends when `changes` changes (when given and still fed): a controller
+/// woken by watch events, its period only a safety net (`docs/scale.md` §3).
+pub(crate) async fn wait_or_change(
+    period: Duration,
+    deadline: Option<Timestamp>,
+    stop: &mut watch::Receiver<bool>,
+    changes: Option<&mut watch::Receiver<u64>>,
+) -> Woken {
+    let mut sleep = period;
+    let mut woken = Woken::Period;
+    if let Some(deadline) = deadline {
+        let until = deadline
+            .saturating_since(now())
+            .max(Duration::from_millis(50));
+        if until < sleep {
+            sleep = until;
+            woken = Woken::Deadline;
+        }
+    }
+    let changed = async {
+        let fed = match changes {
+            Some(changes) => changes.changed().await.is_ok(),
+            None => false,
+        };
+        if !fed {
+            // Not listened to, or nothing feeds it any more (the watches stopped): the
+            // timers alone wake.
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = tokio::time::sleep(sleep) => if *stop.borrow() { Woken::Stopped } else { woken },
+        () = changed => if *stop.borrow() { Woken::Stopped } else { Woken::Change },
+        _ = stop.changed() => Woken::Stopped,
+    }
+}
+
+/// Sleeps `debounce` (a burst of changes is taken by one pass). Returns false when stopped.
+pub(crate) async fn debounce(debounce: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(debounce) => !*stop.borrow(),
+        _ = stop.changed() => false,
+    }
+}
+
 /// Runs the enabled controllers until `stop` turns true, as one [`TaskGroup`]: when one of them
 /// ends by itself (returns or panics), the others are stopped and this returns what ended it, so
 /// that the caller restarts them or gives up (`docs/leader-election.md`).
@@ -209,6 +271,7 @@ pub async fn run(
     metrics: Metrics,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), TaskEnded> {
+    let started = std::time::Instant::now();
     tokio::select! {
         ready = cluster.wait_ready() => {
             if let Err(error) = ready {
@@ -218,6 +281,16 @@ pub async fn run(
         }
         _ = stop.wait_for(|s| *s) => return Ok(()),
     }
+    let [groups, nodes, leases, pods, pdbs] = cluster.cached().map(|(_, n)| n);
+    tracing::info!(
+        seconds = started.elapsed().as_secs_f64(),
+        groups,
+        nodes,
+        leases,
+        pods,
+        pdbs,
+        "caches synced"
+    );
     let mut group = TaskGroup::new();
     let inner = group.stop_signal();
     if settings.status {
@@ -394,6 +467,9 @@ pub(crate) fn group_error_policy(
     kube::runtime::controller::Action::requeue(delay)
 }
 
+/// How many groups the status (and the template) controller reconciles at once.
+pub(crate) const GROUP_RECONCILES: u16 = 4;
+
 /// Runs a kube-runtime `Controller` over NodeGroups, woken by changes of a group and of the
 /// Nodes labelled with it, until `stop` (the status and template controllers).
 pub(crate) async fn run_for_groups<C, R, F>(
@@ -423,6 +499,9 @@ pub(crate) async fn run_for_groups<C, R, F>(
         Api::<crate::crd::NodeGroup>::all(client.clone()),
         watcher::Config::default(),
     )
+    // Each reconcile lists its group's Nodes: a few at a time keep the memory they hold (and
+    // the API server's load) bounded when every group is due at once (`docs/scale.md` §1).
+    .with_config(kube::runtime::controller::Config::default().concurrency(GROUP_RECONCILES))
     .watches(
         Api::<Node>::all(client),
         watcher::Config::default(),

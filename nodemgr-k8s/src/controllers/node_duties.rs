@@ -2,8 +2,8 @@
 //! the `node.deckhouse.io/csi-not-bootstrapped` taint once the node's `CSINode` exists, as
 //! [`nodemgr_core::node_duties::plan_node_duties`] decides (docs/deckhouse.md §11).
 //!
-//! A kube-runtime `Controller` over Nodes, also woken when a `CSINode` appears (it is named like
-//! its node). Only a node the cache says may be due anything is read fresh (with its `CSINode`,
+//! A kube-runtime `Controller` over Nodes (its store pruned to what the core's view reads), also
+//! woken when a `CSINode` appears (it is named like its node). Only a node the cache says may be due anything is read fresh (with its `CSINode`,
 //! when it carries the taint), so a cluster with nothing to do costs no reads. The patch is
 //! guarded by the resourceVersion of that fresh read; a conflict retries the node.
 
@@ -14,8 +14,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use nodemgr_core::node_duties::csi_taint::CSI_NOT_BOOTSTRAPPED_TAINT;
 use nodemgr_core::node_duties::{NodeFacts, plan_node_duties};
@@ -123,7 +123,18 @@ pub async fn run(
         backoff: Backoff::new(RETRY_FIRST, RETRY_MAX),
         resync,
     });
-    Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default())
+    // Its own store of Nodes, pruned as the port's is (`docs/scale.md` §1): only what
+    // `node_to_core` reads is kept of each.
+    let (reader, writer) = reflector::store();
+    let nodes = reflector::reflector(
+        writer,
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .modify(crate::prune::node)
+            .backoff(crate::watch_backoff::WatchBackoff::new()),
+    )
+    .applied_objects();
+    Controller::for_stream(nodes, reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(8))
         .watches(
             Api::<CSINode>::all(client),
             watcher::Config::default(),

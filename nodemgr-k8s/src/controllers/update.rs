@@ -1,9 +1,11 @@
 //! The update controller: one step of the core's update executor
 //! ([`nodemgr_core::executor::UpdateExecutor`]: approvals under `maxConcurrent` while the group
 //! is Ready, disruption approvals by mode and window, drains with eviction retries and forced
-//! deletion at the timeout) every period and at the drains' deadlines. The executor keeps its
-//! drains between steps and picks up `draining` nodes after a restart, so a restart or a lost
-//! leadership loses no work.
+//! deletion at the timeout) whenever the watches deliver a change it decides on (a node's
+//! annotations, labels, taints or readiness, a NodeGroup, the configuration checksums Secret;
+//! debounced by [`WAKE_DEBOUNCE`]), at the drains' deadlines, and every period as a safety net
+//! (`docs/scale.md` §3). The executor keeps its drains between steps and picks up `draining`
+//! nodes after a restart, so a restart or a lost leadership loses no work.
 //!
 //! A `RollingUpdate` replacement ([`UpdateCommand::ReplaceMachine`]) hands the node to the
 //! machine controller ([`super::machines`]) the way scale-down does: it is labelled
@@ -20,7 +22,7 @@ use nodemgr_core::update::UpdateCommand;
 use tokio::sync::watch;
 
 use super::machines::DRAIN_SOURCE_SCALE_DOWN;
-use super::{Backoff, RETRY_FIRST, now, wait};
+use super::{Backoff, RETRY_FIRST, Woken, debounce, now, wait_or_change};
 use crate::cluster::KubeCluster;
 use crate::metrics::Metrics;
 
@@ -82,7 +84,15 @@ async fn hand_over_replacements(cluster: &KubeCluster, events: &[ExecutorEvent])
     }
 }
 
-/// Runs the update executor until `stop`.
+/// How long the controller waits after a watch event before its step, so that a burst of
+/// changes (agents asking together, the status write that follows a node change) is taken in
+/// one step (`docs/scale.md` §3).
+pub const WAKE_DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// Runs the update executor until `stop`: a step at start, after every change the watches
+/// report ([`KubeCluster::update_triggers`], debounced by [`WAKE_DEBOUNCE`]), at the drains'
+/// deadlines and every `period` (a safety net); a failed step is retried on its backoff,
+/// not on changes.
 pub async fn run(
     cluster: KubeCluster,
     period: Duration,
@@ -92,11 +102,18 @@ pub async fn run(
     let mut executor = UpdateExecutor::new();
     // A failed step is retried sooner than the period (0.5 s, doubling up to the period).
     let backoff = Backoff::new(RETRY_FIRST, period);
+    let mut changes = cluster.update_triggers();
+    let mut trigger = "start";
     loop {
+        // Changes from here on wake the next step: this one may not see them.
+        changes.borrow_and_update();
         let started = Instant::now();
         let result = executor.step(&cluster, now()).await;
+        let (mut actions, mut fresh_reads) = (0, 0);
         let failed = match result {
             Ok(report) => {
+                actions = report.events.len();
+                fresh_reads = report.fresh_reads;
                 for event in &report.events {
                     tracing::info!(node = event.node(), "{event}");
                     Metrics::action(
@@ -127,15 +144,34 @@ pub async fn run(
         metrics
             .drains_active
             .set(i64::try_from(executor.drains().len()).unwrap_or(i64::MAX));
-        metrics.reconciled("update", started.elapsed().as_secs_f64(), failed);
+        let seconds = started.elapsed().as_secs_f64();
+        metrics.reconciled("update", seconds, failed);
+        tracing::debug!(
+            trigger,
+            seconds,
+            failed,
+            actions,
+            fresh_reads,
+            "update step done"
+        );
         let next = if failed {
             backoff.failed("update")
         } else {
             backoff.succeeded("update");
             period
         };
-        if !wait(next, executor.next_deadline(), &mut stop).await {
-            break;
-        }
+        let listen = (!failed).then_some(&mut changes);
+        trigger = match wait_or_change(next, executor.next_deadline(), &mut stop, listen).await {
+            Woken::Stopped => break,
+            Woken::Change => {
+                if !debounce(WAKE_DEBOUNCE, &mut stop).await {
+                    break;
+                }
+                "change"
+            }
+            Woken::Deadline => "deadline",
+            Woken::Period if failed => "retry",
+            Woken::Period => "period",
+        };
     }
 }
