@@ -9,7 +9,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends musl-tools \
     && rustup target add x86_64-unknown-linux-musl
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --target x86_64-unknown-linux-musl -p nodemgr-bins \
+RUN cargo build --release --locked --target x86_64-unknown-linux-musl -p nodemgr-bins -p nodemgr-cli \
     && mkdir /out \
     && for b in nodemgr node-manager nodemgr-webhook fencing-agent early-oom bashible-apiserver bashible; do \
          cp "target/x86_64-unknown-linux-musl/release/$b" /out/; \

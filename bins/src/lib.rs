@@ -1,6 +1,8 @@
-//! The library half of nodemgr's reference binaries: what the `nodemgr` CLI and the servers
-//! share ([`inputs`]), and the servers themselves ([`bashible_apiserver`]) so that the binaries
-//! stay thin and tests can reach the pieces.
+//! nodemgr's daemons as a library: node-manager, bashible-apiserver, the bashible agent, the
+//! webhook, fencing-agent and early-oom, what they share ([`inputs`], [`observability`]) and
+//! what the `nodemgr` CLI (crate `nodemgr-cli`) reuses from them, so that the binaries stay thin
+//! and tests can reach the pieces. This crate links neither the API emulator nor the
+//! simulator: only the CLI's `demo` and `simulate` need those.
 
 pub mod bashible;
 pub mod bashible_apiserver;

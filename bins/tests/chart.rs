@@ -143,20 +143,6 @@ fn helm_lint_passes_with_default_and_non_default_values() {
     );
 }
 
-#[test]
-fn the_charts_crds_are_what_nodemgr_crds_prints() {
-    let out = Command::new(env!("CARGO_BIN_EXE_nodemgr"))
-        .args(["crds"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let printed = String::from_utf8(out.stdout).unwrap();
-    let in_chart = std::fs::read_to_string(chart().join("crds/crds.yaml")).unwrap();
-    assert!(
-        in_chart == printed,
-        "charts/nodemgr/crds/crds.yaml is stale: run `cargo run -p nodemgr-bins --bin nodemgr -- crds > charts/nodemgr/crds/crds.yaml` (and copy it to deploy/01-crds.yaml)"
-    );
-}
 
 #[test]
 fn deploy_is_the_charts_rendered_default() {

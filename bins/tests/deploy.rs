@@ -105,19 +105,6 @@ fn every_deploy_document_is_a_well_formed_kubernetes_object() {
     }
 }
 
-#[test]
-fn deploy_crds_are_what_nodemgr_crds_prints() {
-    let out = Command::new(env!("CARGO_BIN_EXE_nodemgr"))
-        .args(["crds"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let committed = std::fs::read_to_string(deploy_dir().join("01-crds.yaml")).unwrap();
-    assert!(
-        committed == String::from_utf8(out.stdout).unwrap(),
-        "deploy/01-crds.yaml is stale: run `cargo run -p nodemgr-bins --bin nodemgr -- crds > deploy/01-crds.yaml`"
-    );
-}
 
 #[test]
 fn the_node_manager_deployment_runs_two_replicas_under_leader_election() {

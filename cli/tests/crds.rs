@@ -1,5 +1,6 @@
 //! `nodemgr crds` end to end: the YAML stream holds the six CRDs with their versions and parses
-//! back, and the JSON output is one `List` of the same definitions.
+//! back, and the JSON output is one `List` of the same definitions; the chart's and `deploy/`'s
+//! copies are what it prints.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup step should panic
 
@@ -106,4 +107,37 @@ fn json_output_is_the_same_list() {
     let json: Value = serde_json::from_str(&crds("json")).unwrap();
     assert_eq!(json["kind"], "List");
     assert_eq!(summary(json["items"].as_array().unwrap()), summary(&yaml));
+}
+
+fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn the_charts_crds_are_what_nodemgr_crds_prints() {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodemgr"))
+        .args(["crds"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let in_chart = std::fs::read_to_string(repo().join("charts/nodemgr/crds/crds.yaml")).unwrap();
+    assert!(
+        in_chart == printed,
+        "charts/nodemgr/crds/crds.yaml is stale: run `cargo run -p nodemgr-cli --bin nodemgr -- crds > charts/nodemgr/crds/crds.yaml` (and copy it to deploy/01-crds.yaml)"
+    );
+}
+
+#[test]
+fn deploy_crds_are_what_nodemgr_crds_prints() {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodemgr"))
+        .args(["crds"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let committed = std::fs::read_to_string(repo().join("deploy/01-crds.yaml")).unwrap();
+    assert!(
+        committed == String::from_utf8(out.stdout).unwrap(),
+        "deploy/01-crds.yaml is stale: run `cargo run -p nodemgr-cli --bin nodemgr -- crds > deploy/01-crds.yaml`"
+    );
 }
