@@ -143,7 +143,6 @@ fn helm_lint_passes_with_default_and_non_default_values() {
     );
 }
 
-
 #[test]
 fn deploy_is_the_charts_rendered_default() {
     // Without the generated certificate: it is random and must not be committed.

@@ -105,7 +105,6 @@ fn every_deploy_document_is_a_well_formed_kubernetes_object() {
     }
 }
 
-
 #[test]
 fn the_node_manager_deployment_runs_two_replicas_under_leader_election() {
     let docs = manifests();

@@ -791,7 +791,6 @@ async fn fencing_agents_healthz_answers_without_a_token() {
     assert_eq!(status, 404);
 }
 
-
 #[test]
 fn log_facade_events_reach_the_json_output() {
     // bashible builds an HTTPS-capable client at start; rustls announces its root certificates
