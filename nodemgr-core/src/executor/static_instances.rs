@@ -416,10 +416,9 @@ mod tests {
         let report = step(&mut executor, &port, t(6));
         assert_eq!(report.ended.len(), 1);
         assert!(
-            report
-                .applied
-                .iter()
-                .any(|c| matches!(c, StaticCommand::MarkRunning { node, .. } if node == "node-si-1")),
+            report.applied.iter().any(
+                |c| matches!(c, StaticCommand::MarkRunning { node, .. } if node == "node-si-1")
+            ),
             "{:?}",
             report.applied
         );
@@ -517,7 +516,12 @@ mod tests {
         let report = step(&mut executor, &port, t(0));
         assert!(report.applied.is_empty());
         assert!(!report.errors.is_empty());
-        assert!(port.state().instances["si-1"].metadata.finalizers.is_empty());
+        assert!(
+            port.state().instances["si-1"]
+                .metadata
+                .finalizers
+                .is_empty()
+        );
         port.state().fail_apply = false;
         step(&mut executor, &port, t(1));
         assert_eq!(

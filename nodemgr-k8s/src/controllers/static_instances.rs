@@ -45,8 +45,8 @@ use nodemgr_core::bashible::{BootstrapOptions, RenderRoot, Renderer};
 use nodemgr_core::executor::StaticInstancesExecutor;
 use nodemgr_core::model::{Node, NodeGroup, SshCredentials, StaticInstance, Timestamp, keys};
 use nodemgr_core::ports::{
-    ClusterError, ClusterRead, EventApi, EventKind, NodeApi, ObjectRef, OperationEnd,
-    Precondition, RecordedEvent, RemoteScript, RemoteShell, SshTarget, StaticInstanceApi,
+    ClusterError, ClusterRead, EventApi, EventKind, NodeApi, ObjectRef, OperationEnd, Precondition,
+    RecordedEvent, RemoteScript, RemoteShell, SshTarget, StaticInstanceApi,
 };
 use nodemgr_core::static_nodes::{
     CONDITION_TYPE, Cause, Failure, Operation, StaticCommand, StaticConfig, StaticSnapshot,
@@ -310,7 +310,11 @@ impl StaticController {
 
 impl KubeStaticInstances {
     /// The port over `cluster`, running scripts through `shell`.
-    pub fn new(cluster: KubeCluster, shell: Arc<dyn RemoteShell>, settings: StaticSettings) -> Self {
+    pub fn new(
+        cluster: KubeCluster,
+        shell: Arc<dyn RemoteShell>,
+        settings: StaticSettings,
+    ) -> Self {
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
         let (seen_tx, seen_rx) = mpsc::unbounded_channel();
         Self {
@@ -571,7 +575,11 @@ impl KubeStaticInstances {
     fn start(&self, job: Job) {
         let machine = format!("{}:{}", job.target.host, job.target.port);
         let mut operations = self.lock();
-        if let Some((other, _)) = operations.running.iter().find(|(_, r)| r.machine == machine) {
+        if let Some((other, _)) = operations
+            .running
+            .iter()
+            .find(|(_, r)| r.machine == machine)
+        {
             let failure = Failure::new(
                 Cause::HostBusy,
                 format!(
@@ -870,14 +878,16 @@ impl StaticInstanceApi for KubeStaticInstances {
     }
 
     async fn list_ssh_credentials(&self) -> Result<Vec<SshCredentials>, ClusterError> {
-        Ok(Api::<crd::SSHCredentials>::all(self.cluster.client().clone())
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| ClusterError::Unavailable(format!("listing SSHCredentials: {e}")))?
-            .items
-            .iter()
-            .map(crd::SSHCredentials::to_core)
-            .collect())
+        Ok(
+            Api::<crd::SSHCredentials>::all(self.cluster.client().clone())
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| ClusterError::Unavailable(format!("listing SSHCredentials: {e}")))?
+                .items
+                .iter()
+                .map(crd::SSHCredentials::to_core)
+                .collect(),
+        )
     }
 
     async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
