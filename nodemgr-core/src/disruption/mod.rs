@@ -421,6 +421,76 @@ mod tests {
         );
     }
 
+    /// A method that proposes nodes chosen by proptest.
+    struct Chosen {
+        reason: DisruptionReason,
+        nodes: Vec<String>,
+    }
+
+    impl DisruptionMethod for Chosen {
+        fn reason(&self) -> DisruptionReason {
+            self.reason
+        }
+        fn stage(&self) -> Stage {
+            Stage::Update
+        }
+        fn propose(&self, _: &DisruptionSnapshot<'_>) -> Proposal {
+            Proposal {
+                disruptions: self
+                    .nodes
+                    .iter()
+                    .map(|n| Disruption {
+                        node: n.clone(),
+                        group: "g".into(),
+                        action: Action::Remove { zone: "a".into() },
+                    })
+                    .collect(),
+                ..Proposal::default()
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the methods pick, each node is disrupted at most once, by the first method
+        /// in list order that picked it, unless it was claimed before; every proposal is either
+        /// planned or superseded.
+        #[test]
+        fn each_node_goes_to_the_first_method_that_picks_it(
+            picks in proptest::collection::vec(
+                proptest::collection::vec(0..6_u8, 0..5), 1..5),
+            claimed in proptest::collection::btree_set(0..6_u8, 0..3),
+        ) {
+            let name = |n: &u8| format!("n{n}");
+            let methods: Vec<Chosen> = picks
+                .iter()
+                .enumerate()
+                .map(|(i, nodes)| Chosen {
+                    reason: DisruptionReason::ALL[i % DisruptionReason::ALL.len()],
+                    nodes: nodes.iter().map(name).collect(),
+                })
+                .collect();
+            let list: Vec<&dyn DisruptionMethod> =
+                methods.iter().map(|m| m as &dyn DisruptionMethod).collect();
+            let claimed: BTreeSet<String> = claimed.iter().map(name).collect();
+            let plan = plan_stage(&list, Stage::Update, &empty(), &claimed);
+            let mut seen = BTreeSet::new();
+            for p in &plan.disruptions {
+                proptest::prop_assert!(seen.insert(p.disruption.node.clone()), "{} twice", p.disruption.node);
+                proptest::prop_assert!(!claimed.contains(&p.disruption.node));
+                let first = methods
+                    .iter()
+                    .find(|m| m.nodes.contains(&p.disruption.node))
+                    .map(|m| m.reason);
+                proptest::prop_assert_eq!(first, Some(p.reason));
+            }
+            let proposed: usize = methods.iter().map(|m| m.nodes.len()).sum();
+            proptest::prop_assert_eq!(plan.disruptions.len() + plan.superseded.len(), proposed);
+            for node in methods.iter().flat_map(|m| &m.nodes) {
+                proptest::prop_assert!(claimed.contains(node) || seen.contains(node));
+            }
+        }
+    }
+
     #[test]
     fn methods_without_their_view_propose_nothing() {
         for method in METHODS {
