@@ -11,6 +11,7 @@ pub mod agent;
 pub mod bashible;
 pub mod bootstrap_tokens;
 pub mod conversion;
+pub mod disruption;
 pub mod drain;
 pub mod executor;
 pub mod fencing;

@@ -15,10 +15,12 @@
 //!    still carries update annotations ([`UpdateMarks::ours`]) is cleaned up ([`UpdateCommand::Finish`]); it is uncordoned
 //!    only when nodemgr cordoned it (`draining`/`drained` = `bashible`).
 //! 2. **Disruptions**: a node that asks for a disruption (`disruption-required` or
-//!    `rolling-update`), is not being drained and holds a slot proceeds by
-//!    `disruptions.approvalMode`: `Manual` waits for the operator; `Automatic` (inside
-//!    `automatic.windows`) drains first when `drainBeforeApproval` (default) and then approves;
-//!    `RollingUpdate` (inside `rollingUpdate.windows`) replaces the machine. A node asking for a
+//!    `rolling-update`), is not being drained and holds a slot is offered to the disruption
+//!    methods of [`crate::disruption::Stage::Update`] in [`crate::disruption::METHODS`] order,
+//!    which proceed by `disruptions.approvalMode`: `Manual` waits for the operator; `Automatic`
+//!    (inside `automatic.windows`) drains first when `drainBeforeApproval` (default) and then
+//!    approves ([`crate::disruption::Drift`]); `RollingUpdate` (inside `rollingUpdate.windows`)
+//!    replaces the machine ([`crate::disruption::RollingUpdate`]). A node asking for a
 //!    disruption without holding a slot is first approved, which gives it one.
 //! 3. **Approvals**: waiting nodes are approved, in name order, into the free slots.
 //!
@@ -30,8 +32,8 @@
 //!   [`UpdateCommand::ApproveDisruption`], [`UpdateCommand::ReplaceMachine`]) is planned while any
 //!   node of the group is not Ready; Deckhouse approves not-Ready nodes, nodemgr does not.
 //! - No step is planned for a CloudEphemeral group whose `status.desired` differs from its number
-//!   of Ready nodes (Deckhouse's whole-group gate; nodemgr applies it to every step, Deckhouse to
-//!   approvals).
+//!   of Ready nodes, or whose status carries no `desired` yet (Deckhouse's whole-group gate;
+//!   nodemgr applies it to every step, Deckhouse to approvals).
 //! - A plan never makes more nodes occupy slots than [`max_concurrent`] allows, and disruption
 //!   steps are inside that limit too (Deckhouse runs them uncapped). Slots freed by a
 //!   [`UpdateCommand::Finish`] are reused by the next plan, not by the same one, so a partially
@@ -59,9 +61,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::disruption::{
+    Action, DisruptionReason, DisruptionSnapshot, METHODS, Stage, UpdateView, plan_stage,
+};
 use crate::drain::{Drain, DrainConfig};
 use crate::model::{ApprovalMode, Node, NodeGroup, NodeType, Pod, Timestamp, keys};
-use crate::window::window_open;
 
 /// Everything the planner needs about one group.
 #[derive(Debug, Clone)]
@@ -132,6 +136,19 @@ impl UpdateCommand {
     /// such commands are never planned while a node of the group is not Ready.
     pub fn is_step(&self) -> bool {
         !matches!(self, Self::Finish { .. })
+    }
+
+    /// The disruption the command is a step of: [`DisruptionReason::Drift`] for the drain
+    /// before a disruption and its approval, [`DisruptionReason::RollingUpdate`] for a machine
+    /// replacement; `None` for approvals and finishes, which disrupt nothing.
+    pub fn disruption_reason(&self) -> Option<DisruptionReason> {
+        match self {
+            Self::StartDrain { .. } | Self::ApproveDisruption { .. } => {
+                Some(DisruptionReason::Drift)
+            }
+            Self::ReplaceMachine { .. } => Some(DisruptionReason::RollingUpdate),
+            Self::Approve { .. } | Self::Finish { .. } => None,
+        }
     }
 }
 
@@ -279,23 +296,19 @@ pub fn max_concurrent(group: &NodeGroup, group_size: usize) -> usize {
         .map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX).max(1))
 }
 
-/// Whether a node whose disruption is approved in `Automatic` mode must be drained first.
-/// Deckhouse skips the drain for the single node of group `master` (draining it would evict the
-/// control plane's own workloads with nowhere to go).
-fn needs_drain(group: &NodeGroup, group_size: usize) -> bool {
-    group.spec.drain_before_approval() && !(group.name() == "master" && group_size <= 1)
-}
-
 /// Deckhouse's whole-group gate for CloudEphemeral groups: no update step while the group's
 /// `status.desired` differs from its Ready nodes (still scaling, or a machine never joined).
 /// Called once every node of the snapshot is Ready, so `ready` is the snapshot's node count.
-/// A group without `status.desired` (not yet counted by the status controller) is not gated:
-/// the all-Ready gate still applies to it. Returns the reason it blocks, if it does.
+/// A group whose status carries no `desired` yet (the status controller has not counted it,
+/// or the reader's cache has not seen that write) is held too: nothing says it is whole
+/// (docs/deckhouse.md §3.2). Returns the reason it blocks, if it does.
 fn scaling_gate(group: &NodeGroup, ready: usize) -> Option<String> {
     if group.spec.node_type != Some(NodeType::CloudEphemeral) {
         return None;
     }
-    let desired = group.status.as_ref()?.desired?;
+    let Some(desired) = group.status.as_ref().and_then(|s| s.desired) else {
+        return Some("group is not counted yet: its status carries no desired".to_owned());
+    };
     let ready_count = i64::try_from(ready).unwrap_or(i64::MAX);
     (desired != ready_count).then(|| {
         format!("group is scaling: status.desired is {desired}, {ready_count} nodes are Ready")
@@ -368,53 +381,30 @@ pub fn plan_group_update(snapshot: &GroupSnapshot<'_>, now: Timestamp) -> Update
         return plan;
     }
 
-    // Phase 2: disruptions, first for nodes that already hold a slot.
-    let mode = group.spec.approval_mode();
-    let disruptions = group.spec.disruptions.as_ref();
-    let automatic_windows = disruptions
-        .and_then(|d| d.automatic.as_ref())
-        .and_then(|a| a.windows.as_deref())
-        .unwrap_or_default();
-    let rolling_windows = disruptions
-        .and_then(|d| d.rolling_update.as_ref())
-        .and_then(|r| r.windows.as_deref())
-        .unwrap_or_default();
+    // Phase 2: disruptions, first for nodes that already hold a slot, by the disruption
+    // methods of the update stage in list order (docs/executors.md §6).
     let mut full = false;
     let mut approved_now: Vec<&str> = Vec::new();
-    for (node, marks) in disruption_candidates
+    let asking: Vec<(&Node, UpdateMarks)> = disruption_candidates
         .iter()
         .filter(|(_, m)| m.occupies_slot())
-    {
-        let name = node.name.clone();
-        match &mode {
-            ApprovalMode::Automatic => {
-                if !window_open(automatic_windows, now) {
-                    plan.blocked.push(format!(
-                        "node {name} waits for a disruption window (disruptions.automatic.windows)"
-                    ));
-                } else if needs_drain(group, nodes.len()) && marks.drained.is_none() {
-                    plan.commands.push(UpdateCommand::StartDrain { node: name });
-                } else {
-                    let cordon = !node.unschedulable && marks.drained.is_none();
-                    plan.commands
-                        .push(UpdateCommand::ApproveDisruption { node: name, cordon });
-                }
-            }
-            ApprovalMode::RollingUpdate => {
-                if window_open(rolling_windows, now) {
-                    plan.commands
-                        .push(UpdateCommand::ReplaceMachine { node: name });
-                } else {
-                    plan.blocked.push(format!(
-                        "node {name} waits for a replacement window (disruptions.rollingUpdate.windows)"
-                    ));
-                }
-            }
-            ApprovalMode::Manual | ApprovalMode::Unknown(_) => {
-                plan.blocked.push(format!(
-                    "node {name} waits for manual disruption approval (annotate it {})",
-                    keys::ANNOTATION_DISRUPTION_APPROVED
-                ));
+        .map(|c| **c)
+        .collect();
+    if !asking.is_empty() {
+        let snapshot = DisruptionSnapshot {
+            now,
+            scaling: None,
+            update: Some(UpdateView {
+                group,
+                group_size: nodes.len(),
+                asking: &asking,
+            }),
+        };
+        let planned = plan_stage(&METHODS, Stage::Update, &snapshot, &BTreeSet::new());
+        plan.blocked.extend(planned.blocked);
+        for p in planned.disruptions {
+            if let Action::Update(command) = p.disruption.action {
+                plan.commands.push(command);
             }
         }
     }
@@ -715,6 +705,7 @@ mod tests {
         AutomaticDisruptions, DisruptionWindow, Disruptions, IntOrString, NodeGroupStatus,
         ObjectMeta, RollingUpdateDisruptions, Update,
     };
+    use crate::window::window_open;
     use proptest::prelude::*;
 
     const DESIRED: &str = "new";
@@ -802,8 +793,20 @@ mod tests {
         );
         // Whole: the waiting node is approved.
         assert_eq!(plan(&with_desired(2), &nodes).commands, vec![approve("a")]);
-        // No status yet: only the all-Ready gate applies.
-        assert_eq!(plan(&g, &nodes).commands, vec![approve("a")]);
+        // No status yet, or a status without `desired`: held until the status controller
+        // counted the group (a cache lagging that write must not let the group through).
+        for g in [g.clone(), {
+            let mut g = g.clone();
+            g.status = Some(NodeGroupStatus::default());
+            g
+        }] {
+            let p = plan(&g, &nodes);
+            assert!(p.commands.is_empty(), "{:?}", p.commands);
+            assert_eq!(
+                p.blocked,
+                vec!["group is not counted yet: its status carries no desired".to_owned()]
+            );
+        }
         // Other node types are not gated by the desired count.
         let mut static_group = with_desired(3);
         static_group.spec.node_type = Some(NodeType::Static);
@@ -1473,7 +1476,7 @@ mod tests {
         }
         let desired = g.status.as_ref().and_then(|s| s.desired);
         let ready = i64::try_from(nodes.iter().filter(|n| n.ready).count()).unwrap_or(i64::MAX);
-        if g.spec.node_type == Some(NodeType::CloudEphemeral) && desired.is_some_and(|d| d != ready)
+        if g.spec.node_type == Some(NodeType::CloudEphemeral) && desired.is_none_or(|d| d != ready)
         {
             prop_assert!(
                 p.commands.iter().all(|c| !c.is_step()),

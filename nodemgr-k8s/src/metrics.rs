@@ -23,6 +23,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use nodemgr_core::disruption::DisruptionReason;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -112,6 +113,25 @@ pub struct ControllerLabels {
 pub struct NodeGroupLabels {
     /// The NodeGroup.
     pub node_group: String,
+}
+
+/// Label set of `nodemgr_disruptions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DisruptionLabels {
+    /// The NodeGroup.
+    pub node_group: String,
+    /// The disruption reason ([`reason_label`]).
+    pub reason: String,
+}
+
+/// The `reason` label of `nodemgr_disruptions_total` for `reason`.
+pub fn reason_label(reason: DisruptionReason) -> &'static str {
+    match reason {
+        DisruptionReason::Chaos => "chaos",
+        DisruptionReason::ClassChange => "class_change",
+        DisruptionReason::RollingUpdate => "rolling_update",
+        DisruptionReason::Drift => "drift",
+    }
 }
 
 /// Label set of per-action counters.
@@ -237,6 +257,10 @@ pub struct Metrics {
     pub machine_actions: Family<ActionLabels, Counter>,
     /// Chaos monkey victims (nodes chosen to be drained and replaced), by group.
     pub chaos_victims: Family<NodeGroupLabels, Counter>,
+    /// Disruptions nodemgr started, by group and reason (a chaos victim marked, an outdated
+    /// node's removal started, a disruptive update approved, a machine handed over for
+    /// replacement).
+    pub disruptions: Family<DisruptionLabels, Counter>,
     /// Failed reconciles per controller.
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     /// Reconcile durations per controller, seconds.
@@ -322,6 +346,7 @@ impl Metrics {
         let static_operations = Family::<ActionLabels, Counter>::default();
         let machine_actions = Family::<ActionLabels, Counter>::default();
         let chaos_victims = Family::<NodeGroupLabels, Counter>::default();
+        let disruptions = Family::<DisruptionLabels, Counter>::default();
         let reconcile_errors = Family::<ControllerLabels, Counter>::default();
         let reconcile_duration =
             Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
@@ -381,6 +406,11 @@ impl Metrics {
             chaos_victims.clone(),
         );
         registry.register(
+            "disruptions",
+            "Disruptions of healthy nodes nodemgr started, by reason",
+            disruptions.clone(),
+        );
+        registry.register(
             "reconcile_errors",
             "Failed reconciles",
             reconcile_errors.clone(),
@@ -431,6 +461,7 @@ impl Metrics {
             static_operations,
             machine_actions,
             chaos_victims,
+            disruptions,
             reconcile_errors,
             reconcile_duration,
             leader,
@@ -446,6 +477,23 @@ impl Metrics {
                 action: action.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts a disruption of a node of `group` for `reason` (and a chaos victim in
+    /// `nodemgr_chaos_victims_total` too).
+    pub fn disruption(&self, group: &str, reason: DisruptionReason) {
+        self.disruptions
+            .get_or_create(&DisruptionLabels {
+                node_group: group.to_owned(),
+                reason: reason_label(reason).to_owned(),
+            })
+            .inc();
+        match reason {
+            DisruptionReason::Chaos => self.chaos_victim(group),
+            DisruptionReason::ClassChange
+            | DisruptionReason::RollingUpdate
+            | DisruptionReason::Drift => {}
+        }
     }
 
     /// Counts a chaos monkey victim of `group`.
@@ -492,6 +540,12 @@ impl Metrics {
         let _ = self.chaos_victims.get_or_create(&NodeGroupLabels {
             node_group: group.to_owned(),
         });
+        for reason in DisruptionReason::ALL {
+            let _ = self.disruptions.get_or_create(&DisruptionLabels {
+                node_group: group.to_owned(),
+                reason: reason_label(reason).to_owned(),
+            });
+        }
         let labels = DeckhouseGroupLabels {
             node_group_name: group.to_owned(),
         };
@@ -765,6 +819,7 @@ mod tests {
             [
                 "nodemgr_chaos_victims",
                 "nodemgr_controller_failures",
+                "nodemgr_disruptions",
                 "nodemgr_fencing_actions",
                 "nodemgr_machine_actions",
                 "nodemgr_reconcile_errors",

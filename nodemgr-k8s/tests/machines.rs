@@ -341,6 +341,23 @@ async fn a_class_change_replaces_every_node_new_before_old() {
         fewest >= 2,
         "serving nodes dropped to {fewest} during the rollout"
     );
+    // Each old node's removal counted once under its disruption reason.
+    assert_eq!(
+        disruptions(&w, "class_change"),
+        2.0,
+        "{}",
+        w.metrics.encode()
+    );
+}
+
+/// `nodemgr_disruptions_total` of group `worker` for `reason`.
+fn disruptions(w: &World, reason: &str) -> f64 {
+    let series = format!("nodemgr_disruptions_total{{node_group=\"worker\",reason=\"{reason}\"}} ");
+    w.metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse::<f64>().ok())
+        .unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,6 +376,18 @@ async fn a_rolling_update_replaces_the_machine_through_a_drain() {
         .seed(json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "configuration-checksums", "namespace": "d8-cloud-instance-manager"},
             "data": {"worker": "Z2VuMQ=="}}))
+        .unwrap();
+    // ... its count, which the status controller (not running here) writes: the update planner
+    // holds a CloudEphemeral group until its status carries `desired` (docs/deckhouse.md §3.2) ...
+    w.emulator
+        .merge_patch(
+            "deckhouse.io/v1",
+            "NodeGroup",
+            "",
+            "worker",
+            &json!({"status": {"desired": 2}}),
+            true,
+        )
         .unwrap();
     // ... and the node agent of one node asks for a disruption in RollingUpdate mode, and the update
     // flow approved it: the update planner decides to replace its machine.
@@ -386,6 +415,8 @@ async fn a_rolling_update_replaces_the_machine_through_a_drain() {
             > 0.0,
         "{text}"
     );
+    // The planner repeats the replacement while the node exists; it is one disruption.
+    assert_eq!(disruptions(&w, "rolling_update"), 1.0, "{text}");
     assert!(
         w.metrics
             .action_total("nodemgr_update_actions_total", "drain_finished")

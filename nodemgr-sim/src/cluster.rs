@@ -93,7 +93,26 @@ impl ClusterRead for SimCluster<'_> {
     async fn list_node_groups(&self) -> Result<Vec<NodeGroup>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, "list node groups")?;
-        Ok(w.groups.values().map(|g| g.group.clone()).collect())
+        // The simulator runs no status controller. Its stand-in for `status.desired` is the
+        // group's node count: every machine the world runs is wanted, so the CloudEphemeral
+        // whole-group gate (docs/deckhouse.md §3.2) reduces to the all-Ready gate, as it did
+        // before the gate held groups without `desired`.
+        let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+        for n in w.nodes.values() {
+            let c = counts.entry(n.group.as_str()).or_insert(0);
+            *c = c.saturating_add(1);
+        }
+        Ok(w.groups
+            .iter()
+            .map(|(name, g)| {
+                let mut group = g.group.clone();
+                let status = group.status.get_or_insert_with(NodeGroupStatus::default);
+                if status.desired.is_none() {
+                    status.desired = Some(counts.get(name.as_str()).copied().unwrap_or(0));
+                }
+                group
+            })
+            .collect())
     }
 
     async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {

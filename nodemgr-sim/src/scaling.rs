@@ -35,6 +35,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use nodemgr_core::disruption::DisruptionReason;
 use nodemgr_core::executor::ScalingExecutor;
 use nodemgr_core::executor::scaling::{MachineClass, ScalingEvent, ScalingSettings};
 use nodemgr_core::machines::{ANNOTATION_PROVIDER_ID, DeleteReason, MachineConfig, MachinePhase};
@@ -89,6 +90,18 @@ pub struct ScalingSpec {
     /// Scheduling constraints of workloads' pods.
     #[serde(default)]
     pub pods: Vec<PodConstraints>,
+}
+
+/// The timeline kind of a removal a disruption method started (a rolling update or a drift
+/// removal reaching the scaling executor would get its own kind; neither does today: the update
+/// controller records those as `update.*`).
+fn disruption_kind(reason: DisruptionReason) -> &'static str {
+    match reason {
+        DisruptionReason::Chaos => "chaosVictim",
+        DisruptionReason::ClassChange => "surgeReplace",
+        DisruptionReason::RollingUpdate => "rollingUpdateReplace",
+        DisruptionReason::Drift => "driftReplace",
+    }
 }
 
 fn default_period() -> SimDuration {
@@ -999,9 +1012,11 @@ impl ScalingController {
                 };
                 let kind = match why {
                     Why::Underutilized { .. } => "scaleDown",
-                    Why::ClassChanged => "surgeReplace",
-                    Why::Chaos => "chaosVictim",
-                    _ => "removeNode",
+                    Why::Disruption(reason) => disruption_kind(*reason),
+                    Why::BelowDesired { .. }
+                    | Why::Failed
+                    | Why::AboveMax { .. }
+                    | Why::PendingPods { .. } => "removeNode",
                 };
                 world.record_in(
                     kind,

@@ -7,6 +7,7 @@
 //! | [`UpdateExecutor`] ([`update`]) | updates and drains | cluster | [`crate::update`], [`crate::drain`] |
 //! | [`ScalingExecutor`] ([`scaling`]) | machines, scaling, standby, chaos | cluster, machines, cloud | [`crate::scaling`], [`crate::machines`] |
 //! | [`FencingExecutor`] ([`fencing`]) | fencing of silent nodes | cluster (with [`crate::ports::NodeHealthRead`]) | [`crate::fencing`] |
+//! | [`StaticInstancesExecutor`] ([`static_instances`]) | bootstrap and cleanup of static machines | static instances ([`crate::ports::StaticInstanceApi`]) | [`crate::static_nodes`] |
 //!
 //! Every executor has the same driver contract: `step(ports…, now)` reads through the ports,
 //! plans with the pure policies at `now`, applies the decisions through the ports, and returns
@@ -20,10 +21,12 @@
 
 pub mod fencing;
 pub mod scaling;
+pub mod static_instances;
 pub mod update;
 
 pub use fencing::{FencingEvent, FencingExecutor, FencingReport};
 pub use scaling::{ScalingEvent, ScalingExecutor, ScalingReport, ScalingSettings};
+pub use static_instances::{StaticInstancesExecutor, StaticReport};
 pub use update::{
     ActionError, ActiveDrain, ExecutorEvent, MAX_REPLANS, StepReport, UpdateExecutor,
     command_patch, update_annotation_keys,

@@ -14,7 +14,9 @@
 //! 2. **Stamp**: a node without the class checksum annotation gets its Instance's.
 //! 3. **Decide and apply, phase by phase**, each policy on a snapshot that includes what the
 //!    earlier phases decided (their removals are leaving, their orders upcoming):
-//!    chaos ([`plan_chaos`]) → bounds ([`plan_bounds`]) → class-change surge ([`plan_surge`]) →
+//!    the disruption methods of [`Stage::BeforeSizing`] (chaos, [`crate::scaling::plan_chaos`])
+//!    → bounds ([`plan_bounds`]) → those of [`Stage::AfterSizing`] (class-change surge,
+//!    [`crate::scaling::plan_surge`]; docs/executors.md §6) →
 //!    standby ([`plan_standby`]: the Deployment's replicas and `status.standby`, and the
 //!    holders scale-up must count, [`expected_holders`]) → scale-up ([`plan_scale_up`]) →
 //!    scale-down ([`plan_scale_down`]). Orders of several phases for one zone add up: each
@@ -56,6 +58,10 @@ use std::fmt;
 
 use futures::StreamExt as _;
 
+use crate::disruption::{
+    Action, Disruption, DisruptionReason, DisruptionSnapshot, METHODS, ScalingView, Stage,
+    plan_stage,
+};
 use crate::machines::{
     DeleteReason, MachineCommand, MachineConfig, MachinePhase, MachineRequests, MachineSnapshot,
     Machines, provider_ids_to_look_up,
@@ -74,11 +80,22 @@ use crate::ports::{
 use crate::scaling::standby::{expected_holders, holder_template};
 use crate::scaling::{
     ChaosState, ClusterSnapshot, InstanceClass, ScaleDownState, ScalingCommand, ScalingConfig,
-    Upcoming, Why, class_of, plan_bounds, plan_chaos, plan_scale_down, plan_scale_up, plan_standby,
-    plan_surge,
+    Upcoming, Why, class_of, plan_bounds, plan_scale_down, plan_scale_up, plan_standby,
 };
 
 use super::update::emit;
+
+/// The Event (reason, type) on a Node a disruption method takes away: the removal the scaling
+/// executor starts (chaos, class change), the disruption approval or machine replacement the
+/// update executor applies (drift, rolling update).
+pub fn disruption_event(reason: DisruptionReason) -> (&'static str, EventKind) {
+    match reason {
+        DisruptionReason::Chaos => ("ChaosMonkeyVictim", EventKind::Warning),
+        DisruptionReason::ClassChange => ("ClassChangeReplace", EventKind::Normal),
+        DisruptionReason::RollingUpdate => ("MachineReplacementRequested", EventKind::Normal),
+        DisruptionReason::Drift => ("DisruptionApproved", EventKind::Normal),
+    }
+}
 
 /// The drain source a removal writes in `update.node.deckhouse.io/draining`.
 pub const DRAIN_SOURCE_SCALE_DOWN: &str = "scale-down";
@@ -505,8 +522,10 @@ impl ScalingExecutor {
         };
         self.remember_desired(&pass);
 
-        self.run_chaos(cluster, &mut pass, now, &mut report).await;
-        self.run_bounds_and_surge(cluster, &mut pass, now, &mut report)
+        self.run_disruptions(cluster, &mut pass, Stage::BeforeSizing, now, &mut report)
+            .await;
+        self.run_bounds(cluster, &mut pass, now, &mut report).await;
+        self.run_disruptions(cluster, &mut pass, Stage::AfterSizing, now, &mut report)
             .await;
         let view = self
             .run_standby(records, &pass, holders.as_deref(), &mut report)
@@ -659,42 +678,69 @@ impl ScalingExecutor {
         self.desired = seen;
     }
 
-    async fn run_chaos<C: ClusterApi + ?Sized>(
+    /// Runs the disruption methods of `stage` ([`METHODS`] order, docs/executors.md §6) on a
+    /// snapshot with the earlier phases' decisions; nodes already leaving are claimed. A
+    /// chaos victim whose mark failed is chosen again next step (the chaos memory is kept).
+    async fn run_disruptions<C: ClusterApi + ?Sized>(
         &mut self,
         cluster: &C,
         pass: &mut Pass<'_>,
+        stage: Stage,
         now: Timestamp,
         report: &mut ScalingReport,
     ) {
-        let decision = {
+        let plan = {
             let snapshot = self.snapshot(pass, pass.pods);
-            plan_chaos(
-                &snapshot,
-                &self.chaos,
-                self.settings.chaos_seed,
-                &self.settings.scaling,
-                now,
+            let view = ScalingView {
+                cluster: &snapshot,
+                config: &self.settings.scaling,
+                chaos: &self.chaos,
+                chaos_seed: self.settings.chaos_seed,
+            };
+            plan_stage(
+                &METHODS,
+                stage,
+                &DisruptionSnapshot {
+                    now,
+                    scaling: Some(view),
+                    update: None,
+                },
+                &pass.leaving,
             )
         };
-        report.notes.extend(decision.notes.iter().cloned());
-        let Some(victim) = &decision.mark else {
-            self.chaos = decision.state;
-            return;
-        };
-        let mut marked = true;
-        let victim = victim.clone();
-        for command in decision.commands.clone() {
-            marked &= self
-                .remove(cluster, pass, command, Some(&victim), now, report)
-                .await;
+        report.notes.extend(plan.notes.iter().cloned());
+        let mut chaos_done = !plan
+            .superseded
+            .iter()
+            .any(|s| s.reason == DisruptionReason::Chaos);
+        for planned in plan.disruptions {
+            let Disruption {
+                node,
+                group,
+                action: Action::Remove { zone },
+            } = planned.disruption
+            else {
+                continue;
+            };
+            let command = ScalingCommand::RemoveNode {
+                node,
+                group,
+                zone,
+                why: Why::Disruption(planned.reason),
+            };
+            let started = self.remove(cluster, pass, command, now, report).await;
+            if planned.reason == DisruptionReason::Chaos {
+                chaos_done &= started;
+            }
         }
-        // A victim whose mark failed is chosen again next step.
-        if marked {
-            self.chaos = decision.state;
+        if let Some(state) = plan.chaos
+            && chaos_done
+        {
+            self.chaos = state;
         }
     }
 
-    async fn run_bounds_and_surge<C: ClusterApi + ?Sized>(
+    async fn run_bounds<C: ClusterApi + ?Sized>(
         &mut self,
         cluster: &C,
         pass: &mut Pass<'_>,
@@ -707,13 +753,6 @@ impl ScalingExecutor {
         };
         report.notes.extend(bounds.notes.iter().cloned());
         self.execute(cluster, pass, bounds.commands, now, report)
-            .await;
-        let surge = {
-            let snapshot = self.snapshot(pass, pass.pods);
-            plan_surge(&snapshot, &self.settings.scaling, now)
-        };
-        report.notes.extend(surge.notes.iter().cloned());
-        self.execute(cluster, pass, surge.commands, now, report)
             .await;
     }
 
@@ -976,7 +1015,7 @@ impl ScalingExecutor {
                     });
                 }
                 ScalingCommand::RemoveNode { .. } => {
-                    self.remove(cluster, pass, command, None, now, report).await;
+                    self.remove(cluster, pass, command, now, report).await;
                 }
             }
         }
@@ -989,7 +1028,6 @@ impl ScalingExecutor {
         cluster: &C,
         pass: &mut Pass<'_>,
         command: ScalingCommand,
-        chaos_mark: Option<&str>,
         now: Timestamp,
         report: &mut ScalingReport,
     ) -> bool {
@@ -1014,15 +1052,16 @@ impl ScalingExecutor {
         {
             patch = patch.set_annotation(keys::ANNOTATION_DRAINING, DRAIN_SOURCE_SCALE_DOWN);
         }
-        if chaos_mark == Some(node.as_str()) {
+        if why == Why::Disruption(DisruptionReason::Chaos) {
             patch = patch.set_annotation(keys::ANNOTATION_CHAOS_MONKEY_VICTIM, "");
         }
-        let (reason, kind) = match why {
-            Why::Chaos => ("ChaosMonkeyVictim", EventKind::Warning),
+        let (reason, kind) = match &why {
+            Why::Disruption(reason) => disruption_event(*reason),
             Why::Underutilized { .. } => ("ScaleDown", EventKind::Normal),
-            Why::ClassChanged => ("ClassChangeReplace", EventKind::Normal),
             Why::Failed => ("FailedNodeRemoved", EventKind::Warning),
-            _ => ("NodeRemoved", EventKind::Normal),
+            Why::AboveMax { .. } | Why::BelowDesired { .. } | Why::PendingPods { .. } => {
+                ("NodeRemoved", EventKind::Normal)
+            }
         };
         let key = (group, zone);
         match why {
@@ -1030,7 +1069,10 @@ impl ScalingExecutor {
                 self.shrink(&key, None);
             }
             Why::AboveMax { max, .. } => self.shrink(&key, Some(max)),
-            _ => {}
+            Why::BelowDesired { .. }
+            | Why::Failed
+            | Why::PendingPods { .. }
+            | Why::Disruption(_) => {}
         }
         if let Err(source) = cluster.patch_node(&node, &patch).await {
             report.errors.push(ScalingActionError {

@@ -58,6 +58,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
+use super::scaling::disruption_event;
+use crate::disruption::DisruptionReason;
 use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome, is_evictable};
 use crate::model::{Node, NodeGroup, Pod, Timestamp, keys};
 use crate::ports::{
@@ -286,8 +288,8 @@ fn command_event_reason(command: &UpdateCommand) -> &'static str {
     match command {
         UpdateCommand::Approve { .. } => "UpdateApproved",
         UpdateCommand::StartDrain { .. } => "DrainStarted",
-        UpdateCommand::ApproveDisruption { .. } => "DisruptionApproved",
-        UpdateCommand::ReplaceMachine { .. } => "MachineReplacementRequested",
+        UpdateCommand::ApproveDisruption { .. } => disruption_event(DisruptionReason::Drift).0,
+        UpdateCommand::ReplaceMachine { .. } => disruption_event(DisruptionReason::RollingUpdate).0,
         UpdateCommand::Finish { .. } => "UpdateFinished",
     }
 }

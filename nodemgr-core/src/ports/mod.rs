@@ -7,7 +7,8 @@
 //! | [`cluster`] | Nodes, Pods, PodDisruptionBudgets, NodeGroups, Events | every executor |
 //! | [`machines`] | Instances, machine failures, bootstrap user data, standby holders | the scaling executor |
 //! | [`cloud`] | the provider's machines | the scaling executor |
-//! | [`remote_shell`] | scripts on static machines over SSH | static instances |
+//! | [`remote_shell`] | scripts on static machines over SSH | node-manager's static instances adapter |
+//! | [`static_instances`] | StaticInstances, SSHCredentials, operations on static machines | the static instances executor |
 //!
 //! Each method's doc states its contract (idempotence, preconditions, not-found behaviour).
 
@@ -15,6 +16,7 @@ pub mod cloud;
 pub mod cluster;
 pub mod machines;
 pub mod remote_shell;
+pub mod static_instances;
 
 pub use cloud::{
     CloudApi, CloudError, CloudInstance, CreateInstance, InstanceClass, InstanceState,
@@ -29,3 +31,4 @@ pub use machines::{
 pub use remote_shell::{
     RemoteScript, RemoteShell, RemoteShellError, ScriptRun, Sensitive, SshTarget,
 };
+pub use static_instances::{OperationEnd, StaticInstanceApi};

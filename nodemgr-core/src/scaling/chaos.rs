@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use std::hash::Hasher;
 use std::time::Duration;
 
+use crate::disruption::DisruptionReason;
 use crate::model::{ChaosMode, Node, Timestamp, keys, parse_duration};
 
 use super::bounds::zone_states;
@@ -167,7 +168,7 @@ pub fn plan_chaos(
         node: victim.name.clone(),
         group: name.to_owned(),
         zone: victim.zone().unwrap_or_default().to_owned(),
-        why: Why::Chaos,
+        why: Why::Disruption(DisruptionReason::Chaos),
     });
     decision.state.period_start.insert(name.to_owned(), now);
     decision
@@ -222,7 +223,7 @@ mod tests {
         let victim = d.mark.clone().expect("a victim after one period");
         assert!(victim.starts_with("g-"), "{victim}");
         assert!(
-            matches!(&d.commands[0], ScalingCommand::RemoveNode { node, why: Why::Chaos, .. } if *node == victim)
+            matches!(&d.commands[0], ScalingCommand::RemoveNode { node, why: Why::Disruption(DisruptionReason::Chaos), .. } if *node == victim)
         );
         let state = d.state;
         // The victim carries the annotation: nothing more, even when h is due.

@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use crate::disruption::DisruptionReason;
 use crate::drain::{Drain, DrainConfig};
 use crate::model::{Node, NodeGroup, Pod, Timestamp};
 
@@ -43,10 +44,9 @@ pub enum Why {
         /// Pods that move to other nodes.
         pods_moved: usize,
     },
-    /// The node was made from an outdated instance class.
-    ClassChanged,
-    /// Chaos monkey victim.
-    Chaos,
+    /// A disruption method ([`crate::disruption::METHODS`]) took the healthy node away: the
+    /// chaos monkey, an instance class change, …
+    Disruption(DisruptionReason),
 }
 
 impl fmt::Display for Why {
@@ -68,8 +68,7 @@ impl fmt::Display for Why {
                 f,
                 "underutilized ({utilization_percent}% requested), {pods_moved} pod(s) fit elsewhere"
             ),
-            Self::ClassChanged => f.write_str("instance class changed: replaced"),
-            Self::Chaos => f.write_str("chaos monkey victim"),
+            Self::Disruption(reason) => reason.fmt(f),
         }
     }
 }

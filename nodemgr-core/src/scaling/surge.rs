@@ -32,6 +32,7 @@
 //! * With an executor that registers ordered machines and finishes drains, every zone converges
 //!   to exactly its desired count of current-class nodes.
 
+use crate::disruption::DisruptionReason;
 use crate::model::{Node, Timestamp};
 
 use super::bounds::zone_states;
@@ -115,7 +116,7 @@ fn remove(group: &str, zone: &str, node: &Node) -> ScalingCommand {
         node: node.name.clone(),
         group: group.to_owned(),
         zone: zone.to_owned(),
-        why: Why::ClassChanged,
+        why: Why::Disruption(DisruptionReason::ClassChange),
     }
 }
 

@@ -580,7 +580,8 @@ impl MachineController {
         Ok(self.executor.next_deadline())
     }
 
-    /// Counts `event` in `nodemgr_machine_actions_total` (and chaos victims in
+    /// Counts `event` in `nodemgr_machine_actions_total` (and removals a disruption method
+    /// started in `nodemgr_disruptions_total`, chaos victims also in
     /// `nodemgr_chaos_victims_total`).
     fn count(&self, event: &ScalingEvent) {
         let family = &self.metrics.machine_actions;
@@ -593,10 +594,11 @@ impl MachineController {
             ScalingEvent::RemovalStarted { command } => {
                 Metrics::action(family, command.group(), "drain");
                 if let ScalingCommand::RemoveNode {
-                    why: Why::Chaos, ..
+                    why: Why::Disruption(reason),
+                    ..
                 } = command
                 {
-                    self.metrics.chaos_victim(command.group());
+                    self.metrics.disruption(command.group(), *reason);
                 }
             }
             ScalingEvent::MachineDeleted { group, .. } => Metrics::action(family, group, "delete"),

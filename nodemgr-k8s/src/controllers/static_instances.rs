@@ -1,8 +1,10 @@
-//! The static instance controller: carries out the core's [`StaticNodes`] plans against the
-//! cluster and the machines. It reads NodeGroups, Nodes, StaticInstances and SSHCredentials,
-//! writes each command's status change (phase, `machineRef`, `nodeRef`, the `Ready`
-//! condition, finalizer, skip-bootstrap annotation), runs bootstrap and cleanup scripts over a
-//! [`RemoteShell`] in background tasks, and reports their ends back to the core.
+//! The static instance controller: drives the core's static instances executor
+//! ([`StaticInstancesExecutor`]: read, plan with `nodemgr_core::static_nodes`, apply, next
+//! deadline; docs/executors.md §5) over [`KubeStaticInstances`], this crate's implementation of
+//! the port [`StaticInstanceApi`]. The port reads NodeGroups, Nodes, StaticInstances and
+//! SSHCredentials, writes each command's status change (phase, `machineRef`, `nodeRef`, the
+//! `Ready` condition, finalizer, skip-bootstrap annotation), runs bootstrap and cleanup scripts
+//! over a [`RemoteShell`] in background tasks, and hands their ends to the executor.
 //!
 //! - **Scripts.** A bootstrap runs the group's bootstrap script rendered by
 //!   [`Renderer::render`] with the cluster context of [`StaticSettings`] (read at each
@@ -33,23 +35,25 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use nodemgr_core::bashible::{BootstrapOptions, RenderRoot, Renderer};
-use nodemgr_core::model::{NodeGroup, SshCredentials, StaticInstance, Timestamp, keys};
+use nodemgr_core::executor::StaticInstancesExecutor;
+use nodemgr_core::model::{Node, NodeGroup, SshCredentials, StaticInstance, Timestamp, keys};
 use nodemgr_core::ports::{
-    ClusterError, ClusterRead, EventApi, EventKind, NodeApi, ObjectRef, Precondition,
-    RecordedEvent, RemoteScript, RemoteShell, SshTarget,
+    ClusterError, ClusterRead, EventApi, EventKind, NodeApi, ObjectRef, OperationEnd, Precondition,
+    RecordedEvent, RemoteScript, RemoteShell, SshTarget, StaticInstanceApi,
 };
 use nodemgr_core::static_nodes::{
-    CONDITION_TYPE, Cause, Failure, Operation, StaticCommand, StaticConfig, StaticNodes,
-    StaticSnapshot, machine_ref_for,
+    CONDITION_TYPE, Cause, Failure, Operation, StaticCommand, StaticConfig, StaticSnapshot,
+    machine_ref_for,
 };
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::bootstrap_tokens::TokenSource;
@@ -168,29 +172,50 @@ fn condition(status: &str, reason: &str, message: &str, now: Timestamp) -> Value
     }])
 }
 
-/// The controller's state between passes.
-pub struct StaticController {
+/// What the port keeps about the operations it runs (never held across an await).
+struct Operations {
+    running: BTreeMap<String, Running>,
+    /// The group of each instance an operation was started for (the ends' `group`).
+    instance_groups: BTreeMap<String, String>,
+    finished_rx: mpsc::UnboundedReceiver<Finished>,
+    seen_rx: mpsc::UnboundedReceiver<HostKeySeen>,
+}
+
+/// The static instances port ([`StaticInstanceApi`]) over the Kubernetes API and a
+/// [`RemoteShell`]: the SSH part (scripts, host-key pinning, one operation per machine) lives
+/// here, the driving loop in the core's [`StaticInstancesExecutor`].
+pub struct KubeStaticInstances {
     cluster: KubeCluster,
     shell: Arc<dyn RemoteShell>,
     settings: StaticSettings,
-    metrics: Metrics,
-    core: StaticNodes,
     renderer: Renderer,
-    running: BTreeMap<String, Running>,
-    /// The group of each instance an operation was started for (the metrics' `node_group`).
-    instance_groups: BTreeMap<String, String>,
+    operations: Mutex<Operations>,
     finished_tx: mpsc::UnboundedSender<Finished>,
-    finished_rx: mpsc::UnboundedReceiver<Finished>,
     seen_tx: mpsc::UnboundedSender<HostKeySeen>,
-    seen_rx: mpsc::UnboundedReceiver<HostKeySeen>,
-    /// Reports taken off the channel while waiting between passes.
-    pending: Vec<Finished>,
+    /// Signalled when an operation ends, so that the driver steps at once.
+    ended: Arc<Notify>,
+}
+
+impl std::fmt::Debug for KubeStaticInstances {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeStaticInstances")
+            .field("running", &self.lock().running.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The controller: the core's executor driven over [`KubeStaticInstances`].
+pub struct StaticController {
+    executor: StaticInstancesExecutor,
+    port: KubeStaticInstances,
+    period: Duration,
+    metrics: Metrics,
 }
 
 impl std::fmt::Debug for StaticController {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StaticController")
-            .field("running", &self.running.keys().collect::<Vec<_>>())
+            .field("port", &self.port)
             .finish_non_exhaustive()
     }
 }
@@ -203,51 +228,128 @@ impl StaticController {
         settings: StaticSettings,
         metrics: Metrics,
     ) -> Self {
+        Self {
+            executor: StaticInstancesExecutor::new(settings.config),
+            period: settings.period,
+            port: KubeStaticInstances::new(cluster, shell, settings),
+            metrics,
+        }
+    }
+
+    /// One step of the executor. Returns its next deadline.
+    ///
+    /// # Errors
+    /// When the cluster cannot be read (nothing was done).
+    pub async fn pass(&mut self) -> Result<Option<Timestamp>, ClusterError> {
+        let report = self
+            .executor
+            .step(&self.port, now())
+            .await
+            .map_err(|e| ClusterError::Unavailable(format!("{e}: {}", e.source)))?;
+        for end in &report.ended {
+            let result = if end.outcome.is_ok() {
+                "succeeded"
+            } else {
+                "failed"
+            };
+            Metrics::action(
+                &self.metrics.static_operations,
+                &end.group,
+                &format!("{}_{result}", end.operation.to_string().to_lowercase()),
+            );
+            match &end.outcome {
+                Ok(()) => {
+                    tracing::info!(instance = %end.instance, operation = %end.operation, "operation succeeded")
+                }
+                Err(failure) => {
+                    tracing::warn!(instance = %end.instance, operation = %end.operation, cause = ?failure.cause, "{}", failure.message)
+                }
+            }
+        }
+        for line in &report.waiting {
+            tracing::debug!("{line}");
+        }
+        for command in &report.applied {
+            tracing::info!("{command}");
+        }
+        for error in &report.errors {
+            tracing::warn!(command = %error.command, error = %error.source, "could not apply; the next pass decides again");
+        }
+        Ok(self.executor.next_deadline())
+    }
+
+    /// Runs passes until `stop`: every period, at the executor's deadlines, and as soon as an
+    /// operation ends.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let period = self.period;
+        let backoff = Backoff::new(RETRY_FIRST, period);
+        let ended = self.port.ended.clone();
+        loop {
+            let started = Instant::now();
+            let result = self.pass().await;
+            let (next, deadline) = after_pass(
+                "static_instances",
+                &self.metrics,
+                &backoff,
+                period,
+                started,
+                result,
+            );
+            // Wake early when an operation ends; its end is taken by the next step.
+            let woken = tokio::select! {
+                running = wait(next, deadline, &mut stop) => running,
+                () = ended.notified() => true,
+            };
+            if !woken || *stop.borrow() {
+                break;
+            }
+        }
+        self.port.stop_all();
+    }
+}
+
+impl KubeStaticInstances {
+    /// The port over `cluster`, running scripts through `shell`.
+    pub fn new(
+        cluster: KubeCluster,
+        shell: Arc<dyn RemoteShell>,
+        settings: StaticSettings,
+    ) -> Self {
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
         let (seen_tx, seen_rx) = mpsc::unbounded_channel();
         Self {
-            core: StaticNodes::with_config(settings.config),
             cluster,
             shell,
             settings,
-            metrics,
             renderer: Renderer::new(),
-            running: BTreeMap::new(),
-            instance_groups: BTreeMap::new(),
+            operations: Mutex::new(Operations {
+                running: BTreeMap::new(),
+                instance_groups: BTreeMap::new(),
+                finished_rx,
+                seen_rx,
+            }),
             finished_tx,
-            finished_rx,
             seen_tx,
-            seen_rx,
-            pending: Vec::new(),
+            ended: Arc::new(Notify::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Operations> {
+        // Nothing panics while holding it; recover the guard if something did.
+        self.operations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Stops every running operation (their scripts die with their SSH connections).
+    fn stop_all(&self) {
+        for (_, running) in std::mem::take(&mut self.lock().running) {
+            running.task.abort();
         }
     }
 
     fn instances(&self) -> Api<crd::StaticInstance> {
         Api::all(self.cluster.client().clone())
-    }
-
-    async fn read(
-        &self,
-    ) -> Result<(Vec<NodeGroup>, Vec<StaticInstance>, Vec<SshCredentials>), ClusterError> {
-        let groups = self.cluster.list_node_groups().await?;
-        let instances = self
-            .instances()
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| ClusterError::Unavailable(format!("listing StaticInstances: {e}")))?
-            .items
-            .iter()
-            .map(crd::StaticInstance::to_core)
-            .collect();
-        let credentials = Api::<crd::SSHCredentials>::all(self.cluster.client().clone())
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| ClusterError::Unavailable(format!("listing SSHCredentials: {e}")))?
-            .items
-            .iter()
-            .map(crd::SSHCredentials::to_core)
-            .collect();
-        Ok((groups, instances, credentials))
     }
 
     /// Pins `host_key` on the instance unless a key is pinned already (also in `instances`,
@@ -277,90 +379,6 @@ impl StaticController {
                 tracing::warn!(instance = %name, %error, "could not pin the host key; it is pinned at the next contact");
             }
         }
-    }
-
-    /// Pins the host keys seen at handshakes, then takes the reports of operations that ended.
-    async fn collect_finished(&mut self, instances: &mut [StaticInstance]) {
-        while let Ok(seen) = self.seen_rx.try_recv() {
-            self.pin_host_key(instances, &seen.instance, &seen.host_key)
-                .await;
-        }
-        while let Ok(done) = self.finished_rx.try_recv() {
-            self.pending.push(done);
-        }
-        for done in std::mem::take(&mut self.pending) {
-            self.running.remove(&done.instance);
-            let result = if done.outcome.is_ok() {
-                "succeeded"
-            } else {
-                "failed"
-            };
-            let group = self
-                .instance_groups
-                .remove(&done.instance)
-                .unwrap_or_default();
-            Metrics::action(
-                &self.metrics.static_operations,
-                &group,
-                &format!("{}_{result}", done.operation.to_string().to_lowercase()),
-            );
-            match &done.outcome {
-                Ok(()) => {
-                    tracing::info!(instance = %done.instance, operation = %done.operation, "operation succeeded")
-                }
-                Err(failure) => {
-                    tracing::warn!(instance = %done.instance, operation = %done.operation, cause = ?failure.cause, "{}", failure.message)
-                }
-            }
-            if let Some(host_key) = &done.host_key {
-                self.pin_host_key(instances, &done.instance, host_key).await;
-            }
-            self.core
-                .handle_finished(&done.instance, done.operation, done.outcome);
-        }
-    }
-
-    /// One pass: reads, plans, applies. Returns the core's next deadline.
-    ///
-    /// # Errors
-    /// When the cluster cannot be read (nothing was done).
-    pub async fn pass(&mut self) -> Result<Option<Timestamp>, ClusterError> {
-        let (groups, mut instances, credentials) = self.read().await?;
-        self.collect_finished(&mut instances).await;
-        let nodes = self.cluster.list_nodes().await?;
-        let now = now();
-        let plan = self.core.reconcile(
-            &StaticSnapshot {
-                groups: &groups,
-                instances: &instances,
-                credentials: &credentials,
-                nodes: &nodes,
-            },
-            now,
-        );
-        for line in &plan.waiting {
-            tracing::debug!("{line}");
-        }
-        let by_name: BTreeMap<&str, &StaticInstance> = instances
-            .iter()
-            .filter_map(|i| i.metadata.name.as_deref().map(|n| (n, i)))
-            .collect();
-        let groups: BTreeMap<&str, &NodeGroup> = groups.iter().map(|g| (g.name(), g)).collect();
-        let credentials: BTreeMap<&str, &SshCredentials> = credentials
-            .iter()
-            .filter_map(|c| c.metadata.name.as_deref().map(|n| (n, c)))
-            .collect();
-        for command in plan.commands {
-            tracing::info!("{command}");
-            let instance = by_name.get(command.instance()).copied();
-            if let Err(error) = self
-                .apply(&command, instance, &groups, &credentials, now)
-                .await
-            {
-                tracing::warn!(%command, %error, "could not apply; the next pass decides again");
-            }
-        }
-        Ok(self.core.next_deadline())
     }
 
     async fn patch_status(&self, name: &str, patch: &Value) -> Result<(), ClusterError> {
@@ -436,8 +454,8 @@ impl StaticController {
     }
 
     /// Stops the operation running on `name`: dropping its SSH connection kills its script.
-    fn stop_operation(&mut self, name: &str) {
-        if let Some(running) = self.running.remove(name) {
+    fn stop_operation(&self, name: &str) {
+        if let Some(running) = self.lock().running.remove(name) {
             running.task.abort();
         }
     }
@@ -554,9 +572,14 @@ impl StaticController {
         })
     }
 
-    fn start(&mut self, job: Job) {
+    fn start(&self, job: Job) {
         let machine = format!("{}:{}", job.target.host, job.target.port);
-        if let Some((other, _)) = self.running.iter().find(|(_, r)| r.machine == machine) {
+        let mut operations = self.lock();
+        if let Some((other, _)) = operations
+            .running
+            .iter()
+            .find(|(_, r)| r.machine == machine)
+        {
             let failure = Failure::new(
                 Cause::HostBusy,
                 format!(
@@ -564,11 +587,13 @@ impl StaticController {
                      {machine}; two StaticInstances must not name one machine"
                 ),
             );
+            drop(operations);
             return self.fail_now(&job.instance, job.operation, failure);
         }
         let shell = self.shell.clone();
         let cluster = self.cluster.clone();
         let done = self.finished_tx.clone();
+        let ended = self.ended.clone();
         let seen = self.seen_tx.clone();
         let name = job.instance.clone();
         let task = tokio::spawn(async move {
@@ -607,14 +632,15 @@ impl StaticController {
                 outcome,
                 host_key,
             });
+            ended.notify_one();
         });
-        self.running.insert(name, Running { task, machine });
+        operations.running.insert(name, Running { task, machine });
     }
 
     /// Starts `operation` when its target and script could be made, or reports why not as its
     /// end.
     fn start_or_fail(
-        &mut self,
+        &self,
         name: &str,
         operation: Operation,
         target: Result<SshTarget, Failure>,
@@ -641,16 +667,26 @@ impl StaticController {
             outcome: Err(failure),
             host_key: None,
         });
+        self.ended.notify_one();
     }
 
-    async fn apply(
-        &mut self,
+    async fn apply_command(
+        &self,
         command: &StaticCommand,
-        instance: Option<&StaticInstance>,
-        groups: &BTreeMap<&str, &NodeGroup>,
-        credentials: &BTreeMap<&str, &SshCredentials>,
+        snapshot: &StaticSnapshot<'_>,
         now: Timestamp,
     ) -> Result<(), ClusterError> {
+        let instance = snapshot
+            .instances
+            .iter()
+            .find(|i| i.metadata.name.as_deref() == Some(command.instance()));
+        let group_named = |name: &str| snapshot.groups.iter().find(|g| g.name() == name);
+        let credentials_named = |name: &str| {
+            snapshot
+                .credentials
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(name))
+        };
         match command {
             StaticCommand::AddFinalizer { instance: name } => {
                 self.set_finalizer(instance, name, true).await
@@ -665,7 +701,9 @@ impl StaticController {
                 credentials: creds,
                 attempt,
             } => {
-                self.instance_groups.insert(name.clone(), group.clone());
+                self.lock()
+                    .instance_groups
+                    .insert(name.clone(), group.clone());
                 let machine_ref = serde_json::to_value(machine_ref_for(group)).unwrap_or_default();
                 self.record(
                     name,
@@ -678,8 +716,8 @@ impl StaticController {
                 )
                 .await?;
                 tracing::info!(instance = %name, %group, attempt, "starting bootstrap over SSH");
-                let script = self.bootstrap_script(name, groups.get(group.as_str()));
-                let target = self.target(instance, address, credentials.get(creds.as_str()));
+                let script = self.bootstrap_script(name, group_named(group).as_ref());
+                let target = self.target(instance, address, credentials_named(creds).as_ref());
                 self.start_or_fail(name, Operation::Bootstrap, target, script, None);
                 Ok(())
             }
@@ -691,7 +729,9 @@ impl StaticController {
                 credentials: creds,
                 ..
             } => {
-                self.instance_groups.insert(name.clone(), group.clone());
+                self.lock()
+                    .instance_groups
+                    .insert(name.clone(), group.clone());
                 self.record(
                     name,
                     "Cleaning",
@@ -702,8 +742,8 @@ impl StaticController {
                     command.to_string(),
                 )
                 .await?;
-                let script = self.cleanup_script(name, groups.get(group.as_str()));
-                let target = self.target(instance, address, credentials.get(creds.as_str()));
+                let script = self.cleanup_script(name, group_named(group).as_ref());
+                let target = self.target(instance, address, credentials_named(creds).as_ref());
                 self.start_or_fail(name, Operation::Cleanup, target, script, node.clone());
                 Ok(())
             }
@@ -817,38 +857,88 @@ impl StaticController {
             }
         }
     }
+}
 
-    /// Runs passes until `stop`: every period, at the core's deadlines, and as soon as an
-    /// operation ends.
-    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        let period = self.settings.period;
-        let backoff = Backoff::new(RETRY_FIRST, period);
-        loop {
-            let started = Instant::now();
-            let result = self.pass().await;
-            let (next, deadline) = after_pass(
-                "static_instances",
-                &self.metrics,
-                &backoff,
-                period,
-                started,
-                result,
-            );
-            // Wake early when an operation ends; the report waits for the next pass.
-            let woken = tokio::select! {
-                running = wait(next, deadline, &mut stop) => running,
-                Some(done) = self.finished_rx.recv() => {
-                    self.pending.push(done);
-                    true
-                }
-            };
-            if !woken || *stop.borrow() {
-                break;
+#[async_trait]
+impl StaticInstanceApi for KubeStaticInstances {
+    async fn list_node_groups(&self) -> Result<Vec<NodeGroup>, ClusterError> {
+        self.cluster.list_node_groups().await
+    }
+
+    async fn list_static_instances(&self) -> Result<Vec<StaticInstance>, ClusterError> {
+        Ok(self
+            .instances()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| ClusterError::Unavailable(format!("listing StaticInstances: {e}")))?
+            .items
+            .iter()
+            .map(crd::StaticInstance::to_core)
+            .collect())
+    }
+
+    async fn list_ssh_credentials(&self) -> Result<Vec<SshCredentials>, ClusterError> {
+        Ok(
+            Api::<crd::SSHCredentials>::all(self.cluster.client().clone())
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| ClusterError::Unavailable(format!("listing SSHCredentials: {e}")))?
+                .items
+                .iter()
+                .map(crd::SSHCredentials::to_core)
+                .collect(),
+        )
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
+        self.cluster.list_nodes().await
+    }
+
+    /// Pins the host keys seen at handshakes, then takes the reports of operations that ended
+    /// (pinning the key each saw, whatever became of the operation).
+    async fn take_ends(&self, instances: &mut [StaticInstance]) -> Vec<OperationEnd> {
+        let (seen, finished) = {
+            let mut operations = self.lock();
+            let mut seen = Vec::new();
+            while let Ok(s) = operations.seen_rx.try_recv() {
+                seen.push(s);
             }
+            let mut finished = Vec::new();
+            while let Ok(done) = operations.finished_rx.try_recv() {
+                operations.running.remove(&done.instance);
+                let group = operations
+                    .instance_groups
+                    .remove(&done.instance)
+                    .unwrap_or_default();
+                finished.push((done, group));
+            }
+            (seen, finished)
+        };
+        for s in seen {
+            self.pin_host_key(instances, &s.instance, &s.host_key).await;
         }
-        for (_, running) in std::mem::take(&mut self.running) {
-            running.task.abort();
+        let mut ends = Vec::with_capacity(finished.len());
+        for (done, group) in finished {
+            if let Some(host_key) = &done.host_key {
+                self.pin_host_key(instances, &done.instance, host_key).await;
+            }
+            ends.push(OperationEnd {
+                instance: done.instance,
+                group,
+                operation: done.operation,
+                outcome: done.outcome,
+            });
         }
+        ends
+    }
+
+    async fn apply(
+        &self,
+        command: &StaticCommand,
+        snapshot: &StaticSnapshot<'_>,
+        now: Timestamp,
+    ) -> Result<(), ClusterError> {
+        self.apply_command(command, snapshot, now).await
     }
 }
 

@@ -11,10 +11,12 @@
 //! machine controller ([`super::machines`]) the way scale-down does: it is labelled
 //! `node.deckhouse.io/termination-in-progress` and annotated `draining=scale-down`, this
 //! executor drains it, and the machine controller then deletes its machine while the group's
-//! bounds order the replacement.
+//! bounds order the replacement. Each disruption is counted once in `nodemgr_disruptions_total`
+//! ([`counted_disruption`]).
 
 use std::time::{Duration, Instant};
 
+use nodemgr_core::disruption::DisruptionReason;
 use nodemgr_core::executor::{ExecutorEvent, UpdateExecutor};
 use nodemgr_core::model::keys;
 use nodemgr_core::ports::{ClusterRead, NodeApi, NodePatch};
@@ -46,9 +48,27 @@ fn action_name(event: &ExecutorEvent) -> &'static str {
     }
 }
 
+/// The disruption an applied command starts, counted once per disruption in
+/// `nodemgr_disruptions_total`: a drift when its disruption is approved (the drain before it is
+/// a step of the same disruption); a rolling update when the node is handed over
+/// ([`hand_over_replacements`]), since `ReplaceMachine` is repeated while the node exists.
+fn counted_disruption(command: &UpdateCommand) -> Option<DisruptionReason> {
+    match command.disruption_reason()? {
+        DisruptionReason::Drift => matches!(command, UpdateCommand::ApproveDisruption { .. })
+            .then_some(DisruptionReason::Drift),
+        DisruptionReason::RollingUpdate => None,
+        // The scaling executor's reasons never come from an update command.
+        DisruptionReason::Chaos | DisruptionReason::ClassChange => None,
+    }
+}
+
 /// Starts the replacement drain of every node a `ReplaceMachine` names that is not already
 /// leaving (the planner repeats the command while the node exists).
-async fn hand_over_replacements(cluster: &KubeCluster, events: &[ExecutorEvent]) {
+async fn hand_over_replacements(
+    cluster: &KubeCluster,
+    metrics: &Metrics,
+    events: &[ExecutorEvent],
+) {
     let replaced: Vec<&str> = events
         .iter()
         .filter_map(|e| match e {
@@ -78,8 +98,14 @@ async fn hand_over_replacements(cluster: &KubeCluster, events: &[ExecutorEvent])
             .set_label(keys::LABEL_TERMINATION_IN_PROGRESS, "")
             .set_annotation(keys::ANNOTATION_DRAINING, DRAIN_SOURCE_SCALE_DOWN)
             .if_resource_version(&node.resource_version);
-        if let Err(error) = cluster.patch_node(&node.name, &patch).await {
-            tracing::warn!(node = %node.name, %error, "could not hand the node over for replacement; retried");
+        match cluster.patch_node(&node.name, &patch).await {
+            Ok(_) => metrics.disruption(
+                node.group().unwrap_or_default(),
+                DisruptionReason::RollingUpdate,
+            ),
+            Err(error) => {
+                tracing::warn!(node = %node.name, %error, "could not hand the node over for replacement; retried");
+            }
         }
     }
 }
@@ -127,10 +153,15 @@ pub async fn run(
                         }
                         ExecutorEvent::DrainFinished { node, .. }
                         | ExecutorEvent::DrainAbandoned { node, .. } => metrics.drain_ended(node),
+                        ExecutorEvent::Applied { group, command } => {
+                            if let Some(reason) = counted_disruption(command) {
+                                metrics.disruption(group, reason);
+                            }
+                        }
                         _ => {}
                     }
                 }
-                hand_over_replacements(&cluster, &report.events).await;
+                hand_over_replacements(&cluster, &metrics, &report.events).await;
                 for error in &report.errors {
                     tracing::warn!(%error, cause = %error.source, "update action failed; retried next step");
                 }
