@@ -458,7 +458,10 @@ const DEFAULTS: &[FieldDefault] = &[
     default("kubelet.topologyManager.scope", Literal::Str("Container")),
     default("operatingSystem.manageKernel", Literal::Bool(true)),
     default("staticInstances.count", Literal::Int(0)),
-    default("update.maxConcurrent", Literal::Int(1)),
+    default(
+        "update.maxConcurrent",
+        Literal::Int(crate::model::spec_facts::MAX_CONCURRENT_DEFAULT as i64),
+    ),
 ];
 
 /// The documented defaults the comparison fills in for absent fields.

@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod agent;
+pub mod backoff;
 pub mod bashible;
 pub mod bootstrap_tokens;
 pub mod conversion;
@@ -15,6 +16,7 @@ pub mod drain;
 pub mod executor;
 pub mod fencing;
 pub mod group_status;
+pub mod hash;
 pub mod impact;
 pub mod lifecycle;
 pub mod machines;

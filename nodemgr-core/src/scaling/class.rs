@@ -14,7 +14,7 @@ use crate::model::{
     keys,
 };
 
-use super::util::Fnv;
+use crate::hash::Fnv;
 
 /// Pods per node when neither the class nor `kubelet.maxPods` says (the kubelet's default).
 pub const DEFAULT_MAX_PODS: i64 = 110;

@@ -46,7 +46,7 @@ use super::config::ScalingConfig;
 use super::placement::{Bins, CPU, Demand, MEMORY, Placer, ResourceIndex, classify, trial_order};
 use super::snapshot::ClusterSnapshot;
 use super::topology::UniverseBuilder;
-use super::util::FastHash;
+use crate::hash::FastHash;
 
 /// What scale-down remembers between passes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

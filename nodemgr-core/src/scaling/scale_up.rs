@@ -69,7 +69,7 @@ use super::placement::{
 };
 use super::snapshot::ClusterSnapshot;
 use super::topology::UniverseBuilder;
-use super::util::{FastHash, Fx};
+use crate::hash::{FastHash, Fx};
 
 /// A new node of a group and zone, as a template: what a pod can count on there.
 #[derive(Debug, Clone, PartialEq)]

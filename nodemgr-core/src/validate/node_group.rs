@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::syntax;
 use super::{Errors, FieldError, ValidationContext, unknown_value};
+use crate::model::spec_facts;
 use crate::model::{
     ApprovalMode, ChaosMode, CloudInstances, Cri, CriType, DisruptionWindow, Disruptions,
     FencingMode, Gpu, GpuSharing, IntOrString, Kubelet, LabelSelector, NodeGroup, NodeTemplate,
@@ -178,13 +179,11 @@ fn check_spec(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext) {
         }
         Some(t) => check_node_type_binding(e, t, ng),
     }
-    if let Some(v) = spec.node_drain_timeout_second
-        && v < 0
+    if let Some(Err(error)) = spec
+        .node_drain_timeout_second
+        .map(spec_facts::check_drain_timeout)
     {
-        e.push(
-            "spec.nodeDrainTimeoutSecond",
-            format!("{v} is negative; must be >= 0 (seconds; unset means the 10-minute default)"),
-        );
+        e.push(spec_facts::DRAIN_TIMEOUT_PATH, error.to_string());
     }
     if let Some(gpu) = &spec.gpu {
         check_gpu(e, gpu);
@@ -228,21 +227,13 @@ fn check_spec(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext) {
     if let Some(k) = &spec.kubelet {
         check_kubelet(e, k);
     }
-    if let Some(mc) = spec.update.as_ref().and_then(|u| u.max_concurrent.as_ref()) {
-        let ok = match mc {
-            IntOrString::Int(n) => *n >= 1,
-            IntOrString::String(s) => syntax::is_max_concurrent(s),
-        };
-        if !ok {
-            e.push(
-                "spec.update.maxConcurrent",
-                format!(
-                    "{mc:?} is not accepted; use an integer >= 1 or a percentage such as \
-                     \"25%\" (pattern ^[1-9][0-9]*%?$)",
-                    mc = mc.to_string()
-                ),
-            );
-        }
+    if let Some(Err(error)) = spec
+        .update
+        .as_ref()
+        .and_then(|u| u.max_concurrent.as_ref())
+        .map(spec_facts::parse_max_concurrent)
+    {
+        e.push(spec_facts::MAX_CONCURRENT_PATH, error.to_string());
     }
     if let Some(f) = &spec.fencing {
         match &f.mode {

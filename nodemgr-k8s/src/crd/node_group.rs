@@ -472,7 +472,10 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ("kubelet", kubelet),
         (
             "update",
-            object(vec![("maxConcurrent", int_or_string("^[1-9][0-9]*%?$"))]),
+            object(vec![(
+                "maxConcurrent",
+                int_or_string(nodemgr_core::model::spec_facts::MAX_CONCURRENT_PATTERN),
+            )]),
         ),
         (
             "fencing",
