@@ -20,7 +20,7 @@
 //! [`ChangeImpact`] with the rule's effects.
 //!
 //! # Granularity
-//! A rule's path is the unit reported. The object-valued rows of the seed table (`chaos`,
+//! A rule's path is the unit reported. The object-valued rows of the table (docs/deckhouse.md §10: `chaos`,
 //! `disruptions`, `nodeTemplate`, `static`, `cloudInstances.classReference`) are reported at that
 //! path even when only a leaf inside changed; so are a few atomic values (`nodeType`,
 //! `staticInstances.labelSelector`, `cloudInstances.zones`, `gpu.mig.customConfigs`,

@@ -2,7 +2,7 @@
 //! declared once here: validation reports against the grammar, the impact matrix fills in the
 //! default, the update and drain policies apply the meaning, and the CRD schema
 //! (`nodemgr_k8s::crd`) prints the same pattern. docs/deckhouse.md §1.1 lists the fields;
-//! §3.1 (approvals) and §3.3 (draining) say what they do.
+//! §3.2 (approvals) and §3.3 (draining) say what they do.
 //!
 //! - `spec.update.maxConcurrent`: an integer >= 1 or a percentage of the group
 //!   (`^[1-9][0-9]*%?$`); unset means 1. A percentage is `floor(size × pct / 100)` and never

@@ -1,5 +1,5 @@
-//! Scale-down: which nodes of CloudEphemeral groups to drain and delete (anchors
-//! §1 cluster-autoscaler defaults).
+//! Scale-down: which nodes of CloudEphemeral groups to drain and delete (the
+//! cluster-autoscaler defaults of docs/peers.md §1).
 //!
 //! # Rules
 //! * **Underutilized**: a Ready, not-leaving node of a scaling group whose requested
