@@ -205,8 +205,8 @@ fn main() -> anyhow::Result<()> {
     let mut now = Timestamp::from_secs(1_767_571_200);
     for pass in 1..=20 {
         play_agents(&mut cluster.state());
-        let report = block_on(executor.step(&cluster, now))?;
         println!("step {pass} at {}:", now.to_rfc3339());
+        let report = block_on(executor.step(&cluster, now))?;
         for event in &report.events {
             println!("  {event}");
         }
