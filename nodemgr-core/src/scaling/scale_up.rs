@@ -303,15 +303,16 @@ impl Estimate {
 ///      {kind: InstanceClass, name: medium}, zones: [a, b], minPerZone: 0, maxPerZone: 2}}",
 /// )?;
 /// let classes = [InstanceClass::new("InstanceClass", "medium", 4, 16)];
+/// let cpu = Quantity::parse("3")?;
 /// let pods: Vec<Pod> = (0..4)
 ///     .map(|i| Pod {
 ///         namespace: "default".into(),
 ///         name: format!("job-{i}"),
-///         requests: [("cpu".to_owned(), Quantity::parse("3")?)].into(),
+///         requests: [("cpu".to_owned(), cpu)].into(),
 ///         phase: PodPhase::Pending,
 ///         ..Pod::default()
 ///     })
-///     .collect::<Result<_, _>>()?;
+///     .collect();
 /// let zones = ["a".to_owned(), "b".to_owned()];
 /// let groups = [group];
 /// let snapshot = ClusterSnapshot::new(&[], &pods, &[], &groups, &classes, &zones);
