@@ -8,9 +8,7 @@
 //! `cargo run -p nodemgr-examples --example update_executor`
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,7 +18,7 @@ use nodemgr_core::model::{
 };
 use nodemgr_core::ports::{
     ClusterError, ClusterRead, EventApi, EvictionResult, NodeApi, NodePatch, PodApi, PodRef,
-    Precondition, RecordedEvent,
+    Precondition, RecordedEvent, block_on_ready,
 };
 
 const GROUP: &str = "
@@ -41,8 +39,8 @@ struct State {
     version: u64,
 }
 
-/// The port: one lock around the state. Every call returns at once, so a trivial executor
-/// ([`block_on`]) runs the async steps.
+/// The port: one lock around the state. Every call returns at once, so
+/// [`block_on_ready`] runs the async steps without an async runtime.
 #[derive(Default)]
 struct InMemory(Mutex<State>);
 
@@ -131,17 +129,6 @@ impl EventApi for InMemory {
     }
 }
 
-/// Runs a future whose I/O is always ready (the port above never waits).
-fn block_on<F: Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-    }
-}
-
 /// The node agent's half of the protocol, for every node: ask for approval when the desired
 /// checksum differs, ask for a disruption once approved (worker-0's update restarts the
 /// runtime), and apply the update once allowed to.
@@ -206,7 +193,9 @@ fn main() -> anyhow::Result<()> {
     for pass in 1..=20 {
         play_agents(&mut cluster.state());
         println!("step {pass} at {}:", now.to_rfc3339());
-        let report = block_on(executor.step(&cluster, now))?;
+        // The port never waits, so the step runs without an async runtime.
+        let report = block_on_ready(executor.step(&cluster, now))
+            .ok_or_else(|| anyhow::anyhow!("the port waited"))??;
         for event in &report.events {
             println!("  {event}");
         }

@@ -8,6 +8,13 @@
 //! from here; only the bookkeeping (which object failed how often, when it may run again)
 //! stays with them. The async retry loops stay in the adapters: they sleep between calls and
 //! decide which errors are worth another try, which is not a policy question.
+//!
+//! Why not `backon` (in the tree through kube-runtime): it is an async retry loop, while the
+//! core needs the delay as a pure function of a failure count (the static node and machine
+//! controllers store `not_before` times, the simulator replays them), and its jitter adds up to
+//! a whole delay on top where the adapters keep theirs (full jitter for cloud calls, at most
+//! 25 % for watches, none for reconciles). Our retry loops also wait on a stop signal beside
+//! the sleep, which a `Retryable` future does not offer.
 
 use std::time::Duration;
 

@@ -329,6 +329,7 @@ impl UpdateExecutor {
     /// # use nodemgr_core::model::*;
     /// # use nodemgr_core::ports::*;
     /// use nodemgr_core::executor::{ExecutorEvent, UpdateExecutor};
+    /// use nodemgr_core::ports::block_on_ready;
     /// use nodemgr_core::update::UpdateCommand;
     ///
     /// struct MyCluster { groups: Vec<NodeGroup>, nodes: Mutex<Vec<Node>> }
@@ -364,11 +365,6 @@ impl UpdateExecutor {
     /// # impl EventApi for MyCluster {
     /// #     async fn emit_event(&self, _: &RecordedEvent) -> Result<(), ClusterError> { Ok(()) }
     /// # }
-    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    /// #     let mut f = std::pin::pin!(f);
-    /// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    /// #     loop { if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut cx) { return out; } }
-    /// # }
     ///
     /// let group = parse_node_group(
     ///     "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {name: worker}\nspec: {nodeType: Static}",
@@ -380,7 +376,8 @@ impl UpdateExecutor {
     /// let cluster = MyCluster { groups: vec![group], nodes: Mutex::new(vec![node]) };
     ///
     /// let mut executor = UpdateExecutor::new();
-    /// let report = block_on(executor.step(&cluster, Timestamp::EPOCH))?;
+    /// // The port never waits, so no async runtime is needed to run the step.
+    /// let report = block_on_ready(executor.step(&cluster, Timestamp::EPOCH)).ok_or("pending")??;
     /// assert!(report.events.iter().any(|e| matches!(
     ///     e,
     ///     ExecutorEvent::Applied { command: UpdateCommand::Approve { node }, .. } if node == "w-0"
@@ -912,17 +909,10 @@ mod tests {
     use async_trait::async_trait;
     use std::future::Future;
     use std::sync::Mutex;
-    use std::task::{Context, Poll, Waker};
 
     /// Runs a future whose I/O is always ready (the fake below never waits).
     fn block_on<F: Future>(future: F) -> F::Output {
-        let mut future = std::pin::pin!(future);
-        let mut cx = Context::from_waker(Waker::noop());
-        loop {
-            if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-                return out;
-            }
-        }
+        crate::ports::block_on_ready(future).expect("the fake port never waits")
     }
 
     #[derive(Default)]
