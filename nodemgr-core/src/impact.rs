@@ -40,7 +40,7 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::model::NodeGroupSpec;
+use crate::model::{Amount, IntOrString, NodeGroupSpec};
 
 /// Whether one effect (disruption, re-provision, kubelet restart) follows a change of a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -742,10 +742,10 @@ fn insert_absent(root: &mut Value, path: &str, value: Value) {
 
 /// Turns a string of digits into the integer it spells.
 fn unify_int_or_string(value: &mut Value) {
+    // The model's int-or-string grammar ([`IntOrString::amount`]) decides what a count is.
     if let Value::String(text) = value
-        && !text.is_empty()
-        && text.bytes().all(|b| b.is_ascii_digit())
-        && let Ok(n) = text.parse::<i64>()
+        && let Ok(Amount::Absolute(n)) = IntOrString::String(text.clone()).amount()
+        && let Ok(n) = i64::try_from(n)
     {
         *value = Value::from(n);
     }
