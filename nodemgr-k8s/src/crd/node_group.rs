@@ -150,20 +150,14 @@ pub const CRI_RULE: &str = "!has(self.type) || ((self.type == 'Containerd' || !h
 const DURATION_HM: &str = "^([0-9]+h([0-9]+m)?|[0-9]+m)$";
 const WINDOW_TIME: &str = "^(?:\\d|[01]\\d|2[0-3]):[0-5]\\d$";
 const DAYS: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
-const INSTANCE_CLASS_KINDS: &[&str] = &[
-    "OpenStackInstanceClass",
-    "GCPInstanceClass",
-    "VsphereInstanceClass",
-    "AWSInstanceClass",
-    "YandexInstanceClass",
-    "AzureInstanceClass",
-    "VCDInstanceClass",
-    "ZvirtInstanceClass",
-    "DynamixInstanceClass",
-    "HuaweiCloudInstanceClass",
-    "DVPInstanceClass",
-    "InstanceClass",
-];
+/// The kinds the schema lets `cloudInstances.classReference.kind` name: the providers' instance
+/// classes, declared once in validation ([`nodemgr_core::validate::INSTANCE_CLASS_KINDS`]), and
+/// the generic `InstanceClass` the schema has always admitted besides.
+fn instance_class_kinds() -> Vec<&'static str> {
+    let mut kinds = nodemgr_core::validate::INSTANCE_CLASS_KINDS.to_vec();
+    kinds.push("InstanceClass");
+    kinds
+}
 
 /// Description of `.spec` (`kubectl explain nodegroup.spec`).
 const SPEC_DESCRIPTION: &str = "What the group should be: the type of its nodes (nodeType), how \
@@ -368,7 +362,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             (
                 "classReference",
                 object(vec![
-                    ("kind", one_of(INSTANCE_CLASS_KINDS)),
+                    ("kind", one_of(&instance_class_kinds())),
                     ("name", string()),
                 ]),
             ),
