@@ -1,5 +1,6 @@
 //! NodeGroup spec fields whose grammar, default and meaning several policies share, each
-//! declared once here: validation reports against the grammar, the impact matrix fills in the
+//! declared once here (the `*_PATTERN` constants are the grammars the CRD schema publishes and
+//! validation's messages quote): validation reports against the grammar, the impact matrix fills in the
 //! default, the update and drain policies apply the meaning, and the CRD schema
 //! (`nodemgr_k8s::crd`) prints the same pattern. docs/deckhouse.md §1.1 lists the fields;
 //! §3.2 (approvals) and §3.3 (draining) say what they do.
@@ -29,7 +30,8 @@ pub const MAX_CONCURRENT_PATTERN: &str = "^[1-9][0-9]*%?$";
 /// Why an `update.maxConcurrent` value is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{0:?} is not accepted; use an integer >= 1 or a percentage such as \"25%\" (pattern ^[1-9][0-9]*%?$)"
+    "{0:?} is not accepted; use an integer >= 1 or a percentage such as \"25%\" (pattern {pattern})",
+    pattern = MAX_CONCURRENT_PATTERN
 )]
 pub struct MaxConcurrentError(pub String);
 
@@ -83,6 +85,19 @@ pub fn max_concurrent_limit(value: Option<&IntOrString>, group_size: usize) -> u
         .unwrap_or(u64::from(MAX_CONCURRENT_DEFAULT));
     usize::try_from(limit).unwrap_or(usize::MAX).max(1)
 }
+
+/// The grammar of `chaos.period`: hours and/or minutes (`6h`, `1h30m`, `45m`).
+pub const CHAOS_PERIOD_PATTERN: &str = "^([0-9]+h([0-9]+m)?|[0-9]+m)$";
+/// The grammar of a disruption window's `from` and `to`: a UTC time of day, `H:MM` or `HH:MM`.
+pub const WINDOW_TIME_PATTERN: &str = "^(?:\\d|[01]\\d|2[0-3]):[0-5]\\d$";
+/// The grammar of `fencing.watchdog.timeout`: a number and one unit (`60s`).
+pub const WATCHDOG_TIMEOUT_PATTERN: &str = "^[0-9]+[smh]{1}$";
+/// The grammar of a MIG profile (`gpu.mig.customConfigs[].profile`): `1g.5gb`, `1g.5gb.me`.
+pub const MIG_PROFILE_PATTERN: &str = "^[0-9]+g\\.[0-9]+gb(\\.me)?$";
+/// The grammar of `cloudInstances.standby` as a string: a count or a percentage.
+pub const STANDBY_PATTERN: &str = "^[0-9]+%?$";
+/// The grammar of `kubelet.memorySwap.limitedSwap.size`: whole gigabytes (`4G`).
+pub const SWAP_SIZE_PATTERN: &str = "^\\d+G$";
 
 /// The path of `nodeDrainTimeoutSecond` in validation reports.
 pub const DRAIN_TIMEOUT_PATH: &str = "spec.nodeDrainTimeoutSecond";

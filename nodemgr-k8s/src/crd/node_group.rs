@@ -23,6 +23,10 @@ use std::borrow::Cow;
 
 use kube::CustomResource;
 use nodemgr_core::conversion::{ConversionContext, node_type_to_v1};
+use nodemgr_core::model::spec_facts::{
+    CHAOS_PERIOD_PATTERN, MAX_CONCURRENT_PATTERN, MIG_PROFILE_PATTERN, STANDBY_PATTERN,
+    SWAP_SIZE_PATTERN, WATCHDOG_TIMEOUT_PATTERN, WINDOW_TIME_PATTERN,
+};
 use nodemgr_core::model::{self as core, NodeGroupStatus, NodeType};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -147,8 +151,6 @@ pub const LABEL_SELECTOR_RULE: &str = "!has(oldSelf.labelSelector) || (has(self.
 pub const DISRUPTIONS_RULE: &str = "(!has(self.approvalMode) || self.approvalMode == 'Automatic') ? !has(self.rollingUpdate) : (self.approvalMode == 'RollingUpdate' ? !has(self.automatic) : (!has(self.automatic) && !has(self.rollingUpdate)))";
 /// CEL: the CRI type's own settings object only.
 pub const CRI_RULE: &str = "!has(self.type) || ((self.type == 'Containerd' || !has(self.containerd)) && (self.type == 'ContainerdV2' || !has(self.containerdV2)) && (self.type == 'Docker' || !has(self.docker)) && (self.type == 'NotManaged' || !has(self.notManaged)))";
-const DURATION_HM: &str = "^([0-9]+h([0-9]+m)?|[0-9]+m)$";
-const WINDOW_TIME: &str = "^(?:\\d|[01]\\d|2[0-3]):[0-5]\\d$";
 const DAYS: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 /// The kinds the schema lets `cloudInstances.classReference.kind` name: the providers' instance
 /// classes, declared once in validation ([`nodemgr_core::validate::INSTANCE_CLASS_KINDS`]), and
@@ -217,8 +219,8 @@ fn root_schema(version: SchemaVersion) -> Value {
 fn windows() -> Value {
     array(required(
         object(vec![
-            ("from", pattern(WINDOW_TIME)),
-            ("to", pattern(WINDOW_TIME)),
+            ("from", pattern(WINDOW_TIME_PATTERN)),
+            ("to", pattern(WINDOW_TIME_PATTERN)),
             ("days", array(one_of(DAYS))),
         ]),
         &["from", "to"],
@@ -291,7 +293,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
                         (
                             "slices",
                             array(object(vec![
-                                ("profile", pattern("^[0-9]+g\\.[0-9]+gb(\\.me)?$")),
+                                ("profile", pattern(MIG_PROFILE_PATTERN)),
                                 ("count", integer_in(Some(1), Some(7))),
                             ])),
                         ),
@@ -340,7 +342,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             ("maxSurgePerZone", integer_in(Some(0), None)),
             ("priority", integer()),
             ("quickShutdown", boolean()),
-            ("standby", int_or_string("^[0-9]+%?$")),
+            ("standby", int_or_string(STANDBY_PATTERN)),
             (
                 "standbyHolder",
                 object(vec![
@@ -418,7 +420,10 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             object(vec![
                 ("swapBehavior", one_of(&["NoSwap", "LimitedSwap"])),
                 ("swappiness", integer_in(Some(0), Some(100))),
-                ("limitedSwap", object(vec![("size", pattern("^\\d+G$"))])),
+                (
+                    "limitedSwap",
+                    object(vec![("size", pattern(SWAP_SIZE_PATTERN))]),
+                ),
             ]),
         ),
     ]);
@@ -458,7 +463,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             "chaos",
             object(vec![
                 ("mode", one_of(&["Disabled", "DrainAndDelete"])),
-                ("period", pattern(DURATION_HM)),
+                ("period", pattern(CHAOS_PERIOD_PATTERN)),
             ]),
         ),
         ("operatingSystem", object(vec![("manageKernel", boolean())])),
@@ -468,7 +473,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             "update",
             object(vec![(
                 "maxConcurrent",
-                int_or_string(nodemgr_core::model::spec_facts::MAX_CONCURRENT_PATTERN),
+                int_or_string(MAX_CONCURRENT_PATTERN),
             )]),
         ),
         (
@@ -477,7 +482,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
                 ("mode", one_of(&["Watchdog", "Notify"])),
                 (
                     "watchdog",
-                    object(vec![("timeout", pattern("^[0-9]+[smh]{1}$"))]),
+                    object(vec![("timeout", pattern(WATCHDOG_TIMEOUT_PATTERN))]),
                 ),
             ]),
         ),
