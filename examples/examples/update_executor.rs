@@ -21,14 +21,8 @@ use nodemgr_core::ports::{
     Precondition, RecordedEvent, block_on_ready,
 };
 
-const GROUP: &str = "
-apiVersion: deckhouse.io/v1
-kind: NodeGroup
-metadata: {name: worker}
-spec:
-  nodeType: Static
-  disruptions: {approvalMode: Automatic}
-";
+/// A group whose nodes update two at a time, disruptions approved automatically.
+const GROUP: &str = include_str!("../manifests/worker-rolling.yaml");
 
 /// The cluster: what a real port would read from and write to the API server.
 #[derive(Default)]

@@ -9,16 +9,8 @@ use std::collections::BTreeMap;
 use nodemgr_core::model::{Node, Timestamp, keys, parse_node_group};
 use nodemgr_core::update::plan_updates_detailed;
 
-/// A group of four nodes, two of which may update at once, disruptions approved automatically.
-const GROUP: &str = "
-apiVersion: deckhouse.io/v1
-kind: NodeGroup
-metadata: {name: worker}
-spec:
-  nodeType: Static
-  update: {maxConcurrent: 2}
-  disruptions: {approvalMode: Automatic}
-";
+/// A group whose nodes update two at a time, disruptions approved automatically.
+const GROUP: &str = include_str!("../manifests/worker-rolling.yaml");
 
 /// A Ready node of group `worker` that reports configuration `checksum` and carries the
 /// update annotations `marks`.
