@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# early-oom beside Debian's earlyoom (issue 5's side-by-side). Installs earlyoom with apt when
+# early-oom beside Debian's earlyoom (the side-by-side of docs/peers.md §5). Installs earlyoom with apt when
 # missing, builds early-oom in release, and measures:
 #   1. idle CPU of each over 60 s (utime+stime from /proc/PID/stat), both in dry-run mode
 #      watching this machine's real memory;

@@ -29,3 +29,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 log "cargo test"
 cargo test --workspace --locked
+
+# Every embedding example runs (cargo test above has built them); each checks its own result.
+for example in examples/examples/*.rs; do
+  name="$(basename "$example" .rs)"
+  log "example $name"
+  cargo run --locked --quiet -p nodemgr-examples --example "$name" >/dev/null
+done

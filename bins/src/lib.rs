@@ -74,10 +74,8 @@ pub fn percent_flag(text: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("{text:?} is not a percentage from 0 to 100 (like 30 or 12.5)"))
 }
 
-/// The wall clock as the core's timestamp (the binaries' clock read).
+/// The wall clock as the core's timestamp: the adapters' one clock read
+/// ([`nodemgr_k8s::controllers::now`]).
 pub fn wall_clock() -> nodemgr_core::model::Timestamp {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    nodemgr_core::model::Timestamp::from_millis(millis)
+    nodemgr_k8s::controllers::now()
 }

@@ -324,7 +324,10 @@ impl Transport {
         loop {
             match self.attempt(q.action, &body).await {
                 Err(error) if retried_here(&error) && retry + 1 < max_attempts => {
-                    let wait = self.config.backoff.wait(retry, rand::random::<f64>());
+                    let wait = self
+                        .config
+                        .backoff
+                        .full_jitter(retry, rand::random::<f64>());
                     tracing::debug!(action = q.action.name(), retry, ?wait, %error, "retrying EC2 call");
                     tokio::time::sleep(wait).await;
                     retry += 1;
@@ -485,7 +488,7 @@ impl Ec2Client {
             match self.transport.send_attempts(&q, 1).await {
                 Ok(body) => break body,
                 Err(error) if retried_here(&error) && retry + 1 < config.max_attempts => {
-                    let wait = config.backoff.wait(retry, rand::random::<f64>());
+                    let wait = config.backoff.full_jitter(retry, rand::random::<f64>());
                     tracing::debug!(machine = %request.machine, retry, ?wait, %error, "RunInstances failed, looking up again before retrying");
                     tokio::time::sleep(wait).await;
                     retry += 1;

@@ -118,7 +118,7 @@ impl Ec2Config {
             page_size: 1000,
             root_device_name: "/dev/xvda".to_owned(),
             lookup_before_create: true,
-            backoff: Backoff::default(),
+            backoff: crate::retry::DEFAULT_BACKOFF,
         }
     }
 

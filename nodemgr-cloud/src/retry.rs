@@ -9,37 +9,13 @@ use nodemgr_core::ports::CloudError;
 
 use crate::response::ApiError;
 
-/// Backoff bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// Ceiling of the first retry's wait.
-    pub base: Duration,
-    /// Largest wait.
-    pub cap: Duration,
-}
+/// Backoff bounds: the policy is the workspace's one ([`nodemgr_core::backoff::Backoff`]);
+/// the adapter draws the jitter ([`Backoff::full_jitter`]).
+pub use nodemgr_core::backoff::Backoff;
 
-impl Default for Backoff {
-    fn default() -> Self {
-        Self {
-            base: Duration::from_millis(100),
-            cap: Duration::from_secs(5),
-        }
-    }
-}
-
-impl Backoff {
-    /// The longest wait before retry number `retry` (0 for the first retry).
-    pub fn ceiling(&self, retry: u32) -> Duration {
-        let factor = 1u32.checked_shl(retry.min(31)).unwrap_or(u32::MAX);
-        self.base.saturating_mul(factor).min(self.cap)
-    }
-
-    /// The wait before retry number `retry`: `ceiling(retry)` scaled by `unit` in `[0, 1)`
-    /// (a uniform random number; the caller draws it).
-    pub fn wait(&self, retry: u32, unit: f64) -> Duration {
-        self.ceiling(retry).mul_f64(unit.clamp(0.0, 1.0))
-    }
-}
+/// The adapter's default bounds: the first retry within 100 ms, no wait longer than 5 s.
+pub const DEFAULT_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
 
 /// Error codes meaning "slow down".
 const THROTTLE_CODES: [&str; 5] = [
@@ -131,27 +107,15 @@ mod tests {
     }
 
     #[test]
-    fn waits_grow_to_the_cap_with_full_jitter() {
-        let b = Backoff::default();
-        assert_eq!(b.ceiling(0), Duration::from_millis(100));
-        assert_eq!(b.ceiling(3), Duration::from_millis(800));
-        assert_eq!(b.ceiling(6), Duration::from_secs(5));
-        assert_eq!(b.ceiling(200), Duration::from_secs(5));
-        assert_eq!(b.wait(2, 0.0), Duration::ZERO);
-        assert_eq!(b.wait(2, 0.5), Duration::from_millis(200));
-        assert!(b.wait(10, 0.999_999) <= Duration::from_secs(5));
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn waits_never_exceed_their_ceiling_nor_the_cap(
-            base_ms in 1u64..1000, cap_ms in 1u64..60_000, retry in 0u32..100, unit in 0.0f64..1.0
-        ) {
-            let b = Backoff { base: Duration::from_millis(base_ms), cap: Duration::from_millis(cap_ms) };
-            proptest::prop_assert!(b.wait(retry, unit) <= b.ceiling(retry));
-            proptest::prop_assert!(b.ceiling(retry) <= b.cap);
-            proptest::prop_assert!(b.ceiling(retry) <= b.ceiling(retry + 1));
-        }
+    fn default_waits_grow_from_100ms_to_5s_with_full_jitter() {
+        let b = DEFAULT_BACKOFF;
+        assert_eq!(b.delay(0), Duration::from_millis(100));
+        assert_eq!(b.delay(3), Duration::from_millis(800));
+        assert_eq!(b.delay(6), Duration::from_secs(5));
+        assert_eq!(b.delay(200), Duration::from_secs(5));
+        assert_eq!(b.full_jitter(2, 0.0), Duration::ZERO);
+        assert_eq!(b.full_jitter(2, 0.5), Duration::from_millis(200));
+        assert!(b.full_jitter(10, 0.999_999) <= Duration::from_secs(5));
     }
 
     #[test]

@@ -46,19 +46,16 @@ impl DrainConfig {
     /// The default retry interval: 20 s.
     pub const DEFAULT_EVICTION_RETRY: Duration = Duration::from_secs(20);
     /// The default global timeout: 5 min.
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+    pub const DEFAULT_TIMEOUT: Duration = crate::model::spec_facts::DRAIN_TIMEOUT_DEFAULT;
 
     /// The configuration for a node of `group`: the defaults, with the timeout replaced by
-    /// `spec.nodeDrainTimeoutSecond` when that is set and positive.
+    /// `spec.nodeDrainTimeoutSecond` when that is set and positive (unset and 0 mean the
+    /// default: [`crate::model::spec_facts::drain_timeout`]).
     pub fn for_group(group: &NodeGroup) -> Self {
-        let mut config = Self::default();
-        if let Some(secs) = group.spec.node_drain_timeout_second
-            && let Ok(secs) = u64::try_from(secs)
-            && secs > 0
-        {
-            config.timeout = Duration::from_secs(secs);
+        Self {
+            timeout: crate::model::spec_facts::drain_timeout(group.spec.node_drain_timeout_second),
+            ..Self::default()
         }
-        config
     }
 }
 

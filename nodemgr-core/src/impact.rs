@@ -20,7 +20,7 @@
 //! [`ChangeImpact`] with the rule's effects.
 //!
 //! # Granularity
-//! A rule's path is the unit reported. The object-valued rows of the seed table (`chaos`,
+//! A rule's path is the unit reported. The object-valued rows of the table (docs/deckhouse.md §10: `chaos`,
 //! `disruptions`, `nodeTemplate`, `static`, `cloudInstances.classReference`) are reported at that
 //! path even when only a leaf inside changed; so are a few atomic values (`nodeType`,
 //! `staticInstances.labelSelector`, `cloudInstances.zones`, `gpu.mig.customConfigs`,
@@ -40,7 +40,7 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::model::NodeGroupSpec;
+use crate::model::{Amount, IntOrString, NodeGroupSpec};
 
 /// Whether one effect (disruption, re-provision, kubelet restart) follows a change of a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -458,7 +458,10 @@ const DEFAULTS: &[FieldDefault] = &[
     default("kubelet.topologyManager.scope", Literal::Str("Container")),
     default("operatingSystem.manageKernel", Literal::Bool(true)),
     default("staticInstances.count", Literal::Int(0)),
-    default("update.maxConcurrent", Literal::Int(1)),
+    default(
+        "update.maxConcurrent",
+        Literal::Int(crate::model::spec_facts::MAX_CONCURRENT_DEFAULT as i64),
+    ),
 ];
 
 /// The documented defaults the comparison fills in for absent fields.
@@ -739,10 +742,10 @@ fn insert_absent(root: &mut Value, path: &str, value: Value) {
 
 /// Turns a string of digits into the integer it spells.
 fn unify_int_or_string(value: &mut Value) {
+    // The model's int-or-string grammar ([`IntOrString::amount`]) decides what a count is.
     if let Value::String(text) = value
-        && !text.is_empty()
-        && text.bytes().all(|b| b.is_ascii_digit())
-        && let Ok(n) = text.parse::<i64>()
+        && let Ok(Amount::Absolute(n)) = IntOrString::String(text.clone()).amount()
+        && let Ok(n) = i64::try_from(n)
     {
         *value = Value::from(n);
     }

@@ -15,7 +15,7 @@
 //!   (a single fully disrupted zone keeps the normal rate in it); PartialDisruption uses
 //!   [`LifecycleConfig::secondary_node_eviction_rate`] when the cluster has more than
 //!   [`LifecycleConfig::large_cluster_size_threshold`] nodes and 0 (evictions stop) otherwise.
-//!   The seed speaks of the *cluster* size; upstream code passes the *zone* size to
+//!   docs/peers.md §3 speaks of the *cluster* size; upstream code passes the *zone* size to
 //!   `ReducedQPSFunc`. [`LifecycleConfig::size_by_zone`] picks the upstream code's reading.
 //! * When every zone is in FullDisruption, evictions stop everywhere (the controller is most
 //!   likely the one cut off). When that ends, the eviction timeout of every unhealthy node
@@ -25,7 +25,7 @@
 //!   token bucket (burst 1), like upstream's `RateLimitedTimedQueue`.
 //!
 //! NoExecute taints (`node.kubernetes.io/unreachable`, taint-based eviction) are not modelled:
-//! the action is the eviction itself, as in the seed's description.
+//! the action is the eviction itself, as docs/peers.md §3 describes it.
 //!
 //! # Use
 //!
@@ -63,7 +63,7 @@ pub struct LifecycleConfig {
     /// pods (5 min).
     pub pod_eviction_timeout: Duration,
     /// Compare the zone's size, not the cluster's, with `large_cluster_size_threshold` (what
-    /// upstream code does; the seed says cluster). Default `false`.
+    /// upstream code does; docs/peers.md §3 says cluster). Default `false`.
     pub size_by_zone: bool,
 }
 

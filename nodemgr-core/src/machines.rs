@@ -404,11 +404,8 @@ impl Machines {
     }
 
     fn backoff(&self, failures: u32) -> Duration {
-        let exponent = failures.saturating_sub(1).min(20);
-        self.config
-            .retry_initial
-            .saturating_mul(1_u32 << exponent)
-            .min(self.config.retry_max)
+        crate::backoff::Backoff::new(self.config.retry_initial, self.config.retry_max)
+            .after_failures(failures)
     }
 
     /// The executor reports a create (or ensure) call: success clears the machine's backoff, a

@@ -59,7 +59,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use crate::disruption::{
     Action, DisruptionReason, DisruptionSnapshot, METHODS, Stage, UpdateView, plan_stage,
@@ -282,18 +282,15 @@ pub fn occupies_slot(node: &Node) -> bool {
 
 /// How many nodes of `group` may update at once when it has `group_size` nodes:
 /// `update.maxConcurrent` as an integer, or `floor(group_size × pct / 100)`, at least 1; 1 when
-/// unset or malformed (`validate` reports malformed values).
+/// unset or malformed (`validate` reports malformed values). The grammar and default are
+/// [`crate::model::spec_facts::max_concurrent_limit`]'s.
 pub fn max_concurrent(group: &NodeGroup, group_size: usize) -> usize {
-    group
+    let value = group
         .spec
         .update
         .as_ref()
-        .and_then(|u| u.max_concurrent.as_ref())
-        .and_then(|v| {
-            v.resolve(u64::try_from(group_size).unwrap_or(u64::MAX))
-                .ok()
-        })
-        .map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX).max(1))
+        .and_then(|u| u.max_concurrent.as_ref());
+    crate::model::spec_facts::max_concurrent_limit(value, group_size)
 }
 
 /// Deckhouse's whole-group gate for CloudEphemeral groups: no update step while the group's
@@ -496,30 +493,9 @@ pub fn plan_updates_detailed(
         .collect()
 }
 
-/// FNV-1a: a cheap hasher for short node names in the per-pod lookups of [`drains_for`] (no
-/// attacker controls the keys; SipHash's setup cost dominated the scan).
-#[derive(Debug, Clone, Copy)]
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-}
-
-type FastHash = BuildHasherDefault<Fnv>;
+/// A cheap hasher for short node names in the per-pod lookups of [`drains_for`] (no attacker
+/// controls the keys; SipHash's setup cost dominated the scan).
+type FastHash = BuildHasherDefault<crate::hash::Fnv>;
 
 /// Creates the [`Drain`]s for every [`UpdateCommand::StartDrain`] in `commands`, with each node's
 /// group's [`DrainConfig`]; commands for nodes not in `nodes` are skipped. Scans all `pods` once;

@@ -667,12 +667,8 @@ impl LeaderElector {
 /// The wait before restart number `failures` (1-based): `restart_backoff × 2^(failures − 1)`,
 /// at most `max_restart_backoff`.
 fn restart_delay(config: &LeaderConfig, failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(31);
-    config
-        .restart_backoff
-        .checked_mul(1u32 << doublings)
-        .unwrap_or(config.max_restart_backoff)
-        .min(config.max_restart_backoff)
+    nodemgr_core::backoff::Backoff::new(config.restart_backoff, config.max_restart_backoff)
+        .after_failures(failures)
 }
 
 /// The current leadership term.

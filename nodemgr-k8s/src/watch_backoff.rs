@@ -20,9 +20,14 @@ pub const MAX_RETRY: Duration = Duration::from_secs(2);
 /// The schedule (see the module docs). Never gives up.
 #[derive(Debug, Clone)]
 pub struct WatchBackoff {
-    next: Duration,
+    /// Errors since the last reset.
+    retries: u32,
     draws: u64,
 }
+
+/// The doubling from [`FIRST_RETRY`] to [`MAX_RETRY`], before jitter.
+const POLICY: nodemgr_core::backoff::Backoff =
+    nodemgr_core::backoff::Backoff::new(FIRST_RETRY, MAX_RETRY);
 
 impl Default for WatchBackoff {
     fn default() -> Self {
@@ -34,7 +39,7 @@ impl WatchBackoff {
     /// A fresh schedule starting at [`FIRST_RETRY`].
     pub fn new() -> Self {
         WatchBackoff {
-            next: FIRST_RETRY,
+            retries: 0,
             draws: 0,
         }
     }
@@ -52,15 +57,15 @@ impl Iterator for WatchBackoff {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
-        let base = self.next;
-        self.next = self.next.saturating_mul(2).min(MAX_RETRY);
+        let base = POLICY.delay(self.retries);
+        self.retries = self.retries.saturating_add(1);
         Some(base.mul_f64(1.0 + 0.25 * self.jitter()))
     }
 }
 
 impl Backoff for WatchBackoff {
     fn reset(&mut self) {
-        self.next = FIRST_RETRY;
+        self.retries = 0;
     }
 }
 

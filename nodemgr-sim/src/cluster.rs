@@ -16,7 +16,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -78,14 +77,7 @@ impl<'w> SimCluster<'w> {
 /// only polls (with a no-op waker) until ready; `None` if a future stays pending for a million
 /// polls, which would be a bug in a port implementation.
 pub fn block_on<F: Future>(future: F) -> Option<F::Output> {
-    let mut future = std::pin::pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    for _ in 0..1_000_000 {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return Some(out);
-        }
-    }
-    None
+    nodemgr_core::ports::block_on_ready(future)
 }
 
 #[async_trait]

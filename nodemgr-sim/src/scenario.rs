@@ -99,28 +99,21 @@ impl<'de> Deserialize<'de> for StartTime {
     }
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SSZ` (or `…:SS+00:00`) into seconds since the epoch.
+/// Parses `YYYY-MM-DDTHH:MM:SSZ` (or `…:SS+00:00`; the seconds may be left out) into seconds
+/// since the epoch. Only UTC is accepted; the calendar is the core's
+/// ([`nodemgr_core::model::Timestamp::parse_rfc3339`]).
 fn parse_rfc3339_utc(text: &str) -> Option<i64> {
-    let text = text
+    let body = text
         .strip_suffix('Z')
         .or_else(|| text.strip_suffix("+00:00"))?;
-    let (date, time) = text.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let mut t = time.split(':').map(|p| p.parse::<i64>().ok());
-    let (hh, mm, ss) = (t.next()??, t.next()??, t.next().flatten().unwrap_or(0));
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
-        return None;
-    }
-    // Days from civil (H. Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+    let (_, time) = body.split_once('T')?;
+    let full = if time.matches(':').count() == 1 {
+        format!("{body}:00Z")
+    } else {
+        format!("{body}Z")
+    };
+    nodemgr_core::model::Timestamp::parse_rfc3339(&full)
+        .map(nodemgr_core::model::Timestamp::as_secs)
 }
 
 /// The simulated node agent (bashible): how it applies an approved update.

@@ -52,11 +52,7 @@ pub(crate) struct FleetAgent {
 
 /// Core's timestamp of a wall-clock time.
 pub(crate) fn timestamp(t: SystemTime) -> Timestamp {
-    let ms = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis();
-    Timestamp::from_millis(i64::try_from(ms).unwrap_or(i64::MAX))
+    Timestamp::from_system_time(t)
 }
 
 impl FleetAgent {

@@ -36,12 +36,9 @@ pub fn root(types: &[ResourceType]) -> Value {
 
 fn document_hash(doc: &Value) -> String {
     // FNV-1a over the serialized document: changes whenever the document does.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in doc.to_string().bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016X}")
+    let mut hasher = nodemgr_core::hash::Fnv::default();
+    std::hash::Hasher::write(&mut hasher, doc.to_string().as_bytes());
+    format!("{:016X}", std::hash::Hasher::finish(&hasher))
 }
 
 fn parameter(name: &str) -> Value {

@@ -12,150 +12,41 @@ use crate::status::ApiError;
 pub type ListKindOf<'a> = &'a dyn Fn(&[&str]) -> ListKind;
 
 /// Applies a JSON merge patch: objects merge recursively, `null` deletes, anything else
-/// (lists included) replaces.
+/// (lists included) replaces. The `json-patch` crate's (kube-core's) implementation.
 pub fn merge_patch(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(patch_map) => {
-            if !target.is_object() {
-                *target = Value::Object(Map::new());
-            }
-            if let Value::Object(target_map) = target {
-                for (key, value) in patch_map {
-                    if value.is_null() {
-                        target_map.remove(key);
-                    } else {
-                        merge_patch(target_map.entry(key.clone()).or_insert(Value::Null), value);
-                    }
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
+    json_patch::merge(target, patch);
 }
 
-/// Applies a JSON patch (a list of `add`/`remove`/`replace`/`move`/`copy`/`test` operations).
+/// Applies a JSON patch (a list of `add`/`remove`/`replace`/`move`/`copy`/`test` operations),
+/// with the `json-patch` crate (kube-core's).
 ///
 /// # Errors
-/// 422 Invalid (as kube-apiserver reports failed JSON patches) naming the failing operation:
-/// a missing path, an index out of range, a failed `test`.
+/// 400 BadRequest when the body is not a list; 422 Invalid (as kube-apiserver reports failed
+/// JSON patches) naming the failing operation: a malformed operation, a missing path, an index
+/// out of range, a failed `test`.
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), ApiError> {
     let ops = patch
         .as_array()
         .ok_or_else(|| ApiError::bad_request("json patch must be a list of operations"))?;
-    for (index, op) in ops.iter().enumerate() {
-        apply_json_patch_op(target, op).map_err(|why| {
-            ApiError::new(
-                422,
-                "Invalid",
-                format!("json patch operation {index} ({op}): {why}"),
-            )
-        })?;
-    }
-    Ok(())
-}
-
-fn apply_json_patch_op(target: &mut Value, op: &Value) -> Result<(), String> {
-    let text = |name: &str| {
-        op.get(name)
-            .and_then(Value::as_str)
-            .ok_or(format!("missing \"{name}\""))
+    let invalid = |index: usize, op: &Value, why: String| {
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("json patch operation {index} ({op}): {why}"),
+        )
     };
-    let path = text("path")?;
-    match text("op")? {
-        "add" => pointer_add(
-            target,
-            path,
-            op.get("value").ok_or("missing \"value\"")?.clone(),
-        ),
-        "remove" => pointer_remove(target, path).map(drop),
-        "replace" => {
-            let value = op.get("value").ok_or("missing \"value\"")?.clone();
-            let slot = target
-                .pointer_mut(path)
-                .ok_or(format!("path {path} does not exist"))?;
-            *slot = value;
-            Ok(())
-        }
-        "move" => {
-            let from = text("from")?;
-            let value = pointer_remove(target, from)?;
-            pointer_add(target, path, value)
-        }
-        "copy" => {
-            let from = text("from")?;
-            let value = target
-                .pointer(from)
-                .ok_or(format!("path {from} does not exist"))?
-                .clone();
-            pointer_add(target, path, value)
-        }
-        "test" => {
-            let want = op.get("value").ok_or("missing \"value\"")?;
-            match target.pointer(path) {
-                Some(actual) if actual == want => Ok(()),
-                Some(actual) => Err(format!("test failed: {path} is {actual}, not {want}")),
-                None => Err(format!("test failed: path {path} does not exist")),
-            }
-        }
-        other => Err(format!("unknown op {other:?}")),
-    }
-}
-
-fn split_pointer(path: &str) -> Result<(&str, String), String> {
-    let (parent, last) = path
-        .rsplit_once('/')
-        .ok_or(format!("invalid JSON pointer {path:?}"))?;
-    Ok((parent, last.replace("~1", "/").replace("~0", "~")))
-}
-
-fn pointer_add(target: &mut Value, path: &str, value: Value) -> Result<(), String> {
-    if path.is_empty() {
-        *target = value;
-        return Ok(());
-    }
-    let (parent, last) = split_pointer(path)?;
-    match target
-        .pointer_mut(parent)
-        .ok_or(format!("path {parent} does not exist"))?
-    {
-        Value::Object(map) => {
-            map.insert(last, value);
-            Ok(())
-        }
-        Value::Array(list) => {
-            let index = if last == "-" {
-                list.len()
-            } else {
-                last.parse().map_err(|_| format!("bad index {last:?}"))?
-            };
-            if index > list.len() {
-                return Err(format!("index {index} out of range"));
-            }
-            list.insert(index, value);
-            Ok(())
-        }
-        _ => Err(format!("{parent} is not an object or list")),
-    }
-}
-
-fn pointer_remove(target: &mut Value, path: &str) -> Result<Value, String> {
-    let (parent, last) = split_pointer(path)?;
-    match target
-        .pointer_mut(parent)
-        .ok_or(format!("path {parent} does not exist"))?
-    {
-        Value::Object(map) => map
-            .remove(&last)
-            .ok_or(format!("path {path} does not exist")),
-        Value::Array(list) => {
-            let index: usize = last.parse().map_err(|_| format!("bad index {last:?}"))?;
-            if index >= list.len() {
-                return Err(format!("index {index} out of range"));
-            }
-            Ok(list.remove(index))
-        }
-        _ => Err(format!("{parent} is not an object or list")),
-    }
+    let parsed = ops
+        .iter()
+        .enumerate()
+        .map(|(index, op)| {
+            serde_json::from_value::<json_patch::PatchOperation>(op.clone())
+                .map_err(|e| invalid(index, op, e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    json_patch::patch(target, &parsed).map_err(|e| {
+        let op = ops.get(e.operation).cloned().unwrap_or(Value::Null);
+        invalid(e.operation, &op, format!("{} at {}", e.kind, e.path))
+    })
 }
 
 /// Applies a strategic merge patch. Lists whose [`ListKind`] is `Map` merge item by item on

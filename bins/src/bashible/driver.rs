@@ -101,18 +101,21 @@ impl Driver {
     /// Never in practice: failures are logged and retried; the `Result` is for the caller's
     /// plumbing.
     pub async fn run(&self) -> anyhow::Result<()> {
-        let mut rebuild_backoff = Duration::from_secs(5);
+        let rebuild =
+            nodemgr_core::backoff::Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
+        let mut failures = 0_u32;
         loop {
             match self.drive().await {
                 Ok(()) => return Ok(()),
                 Err(Stop::State(error)) => {
+                    failures = failures.saturating_add(1);
+                    let rebuild_backoff = rebuild.after_failures(failures);
                     tracing::error!(
                         %error,
                         retry_in_secs = rebuild_backoff.as_secs(),
                         "cannot write the agent's state; nothing further is applied or reported until it can"
                     );
                     tokio::time::sleep(rebuild_backoff).await;
-                    rebuild_backoff = (rebuild_backoff * 2).min(Duration::from_secs(300));
                 }
             }
         }

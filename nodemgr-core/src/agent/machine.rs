@@ -329,12 +329,9 @@ impl Agent {
     fn fail(&mut self, error: AgentError, now: Timestamp) {
         tracing::warn!(node = %self.config.node, %error, "node agent");
         self.errors_in_row = self.errors_in_row.saturating_add(1);
-        let doublings = self.errors_in_row.saturating_sub(1).min(16);
-        let backoff = self
-            .config
-            .error_backoff
-            .saturating_mul(1u32 << doublings)
-            .min(self.config.error_backoff_max);
+        let backoff =
+            crate::backoff::Backoff::new(self.config.error_backoff, self.config.error_backoff_max)
+                .after_failures(self.errors_in_row);
         self.status = AgentStatus::Backoff {
             error: error.clone(),
         };

@@ -440,7 +440,6 @@ mod tests {
 
     use std::future::Future;
     use std::sync::Mutex;
-    use std::task::{Context, Poll, Waker};
 
     use async_trait::async_trait;
 
@@ -454,13 +453,7 @@ mod tests {
     };
 
     fn block_on<F: Future>(future: F) -> F::Output {
-        let mut future = std::pin::pin!(future);
-        let mut cx = Context::from_waker(Waker::noop());
-        loop {
-            if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-                return out;
-            }
-        }
+        crate::ports::block_on_ready(future).expect("the fake port never waits")
     }
 
     #[derive(Default)]

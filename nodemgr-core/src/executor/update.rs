@@ -319,6 +319,73 @@ impl UpdateExecutor {
     /// # Errors
     /// Only when the snapshot cannot be read (nothing was changed then); failures of single
     /// actions are in [`StepReport::errors`] and are retried by the next step.
+    ///
+    /// # Examples
+    /// A port of your own (here a node list behind a lock; the hidden lines implement the four
+    /// port traits) and one step: the node waiting for the group's new checksum is approved.
+    /// The repository's `examples/update_executor.rs` runs a whole update this way.
+    /// ```
+    /// # use std::collections::BTreeMap;
+    /// # use std::sync::Mutex;
+    /// # use std::time::Duration;
+    /// # use nodemgr_core::model::*;
+    /// # use nodemgr_core::ports::*;
+    /// use nodemgr_core::executor::{ExecutorEvent, UpdateExecutor};
+    /// use nodemgr_core::ports::block_on_ready;
+    /// use nodemgr_core::update::UpdateCommand;
+    ///
+    /// struct MyCluster { groups: Vec<NodeGroup>, nodes: Mutex<Vec<Node>> }
+    /// # #[async_trait::async_trait]
+    /// # impl ClusterRead for MyCluster {
+    /// #     async fn list_node_groups(&self) -> Result<Vec<NodeGroup>, ClusterError> { Ok(self.groups.clone()) }
+    /// #     async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
+    /// #         Ok(self.nodes.lock().map_err(|e| ClusterError::Other(e.to_string()))?.clone())
+    /// #     }
+    /// #     async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> { Ok(Vec::new()) }
+    /// #     async fn list_pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> { Ok(Vec::new()) }
+    /// #     async fn configuration_checksums(&self) -> Result<BTreeMap<String, String>, ClusterError> {
+    /// #         Ok(BTreeMap::from([("worker".to_owned(), "v2".to_owned())]))
+    /// #     }
+    /// # }
+    /// # #[async_trait::async_trait]
+    /// # impl NodeApi for MyCluster {
+    /// #     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError> {
+    /// #         let mut nodes = self.nodes.lock().map_err(|e| ClusterError::Other(e.to_string()))?;
+    /// #         let node = nodes.iter_mut().find(|n| n.name == name)
+    /// #             .ok_or_else(|| ClusterError::NotFound(name.to_owned()))?;
+    /// #         patch.apply_to(node);
+    /// #         Ok(node.clone())
+    /// #     }
+    /// #     async fn delete_node(&self, _: &str, _: &Precondition) -> Result<(), ClusterError> { Ok(()) }
+    /// # }
+    /// # #[async_trait::async_trait]
+    /// # impl PodApi for MyCluster {
+    /// #     async fn evict_pod(&self, _: &PodRef) -> Result<EvictionResult, ClusterError> { Ok(EvictionResult::Gone) }
+    /// #     async fn delete_pod(&self, _: &PodRef, _: Option<Duration>, _: &Precondition) -> Result<(), ClusterError> { Ok(()) }
+    /// # }
+    /// # #[async_trait::async_trait]
+    /// # impl EventApi for MyCluster {
+    /// #     async fn emit_event(&self, _: &RecordedEvent) -> Result<(), ClusterError> { Ok(()) }
+    /// # }
+    ///
+    /// let group = parse_node_group(
+    ///     "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {name: worker}\nspec: {nodeType: Static}",
+    /// )?;
+    /// let mut node = Node { name: "w-0".into(), ready: true, ..Node::default() };
+    /// node.labels.insert(keys::LABEL_NODE_GROUP.into(), "worker".into());
+    /// node.annotations.insert(keys::ANNOTATION_CONFIGURATION_CHECKSUM.into(), "v1".into());
+    /// node.annotations.insert(keys::ANNOTATION_WAITING_FOR_APPROVAL.into(), String::new());
+    /// let cluster = MyCluster { groups: vec![group], nodes: Mutex::new(vec![node]) };
+    ///
+    /// let mut executor = UpdateExecutor::new();
+    /// // The port never waits, so no async runtime is needed to run the step.
+    /// let report = block_on_ready(executor.step(&cluster, Timestamp::EPOCH)).ok_or("pending")??;
+    /// assert!(report.events.iter().any(|e| matches!(
+    ///     e,
+    ///     ExecutorEvent::Applied { command: UpdateCommand::Approve { node }, .. } if node == "w-0"
+    /// )));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub async fn step<C: ClusterApi + ?Sized>(
         &mut self,
         cluster: &C,
@@ -844,17 +911,10 @@ mod tests {
     use async_trait::async_trait;
     use std::future::Future;
     use std::sync::Mutex;
-    use std::task::{Context, Poll, Waker};
 
     /// Runs a future whose I/O is always ready (the fake below never waits).
     fn block_on<F: Future>(future: F) -> F::Output {
-        let mut future = std::pin::pin!(future);
-        let mut cx = Context::from_waker(Waker::noop());
-        loop {
-            if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-                return out;
-            }
-        }
+        crate::ports::block_on_ready(future).expect("the fake port never waits")
     }
 
     #[derive(Default)]

@@ -12,6 +12,7 @@ pub mod node_group;
 pub mod node_group_configuration;
 pub mod node_user;
 pub mod quantity;
+pub mod spec_facts;
 pub mod static_instance;
 pub mod time;
 

@@ -1,5 +1,18 @@
 //! Time as the core sees it: a [`Timestamp`] handed in by the caller (milliseconds since the
 //! Unix epoch). The core never reads a clock; the simulator and the adapters pass `now`.
+//!
+//! This is the workspace's one home for turning times into text and back: RFC 3339 as
+//! Kubernetes writes `metav1.Time` ([`Timestamp::to_rfc3339`], [`Timestamp::parse_rfc3339`]),
+//! the conversion of a wall-clock reading ([`Timestamp::from_system_time`], which the adapters
+//! call right after their one `SystemTime::now()`), and Go-style durations. The emulator, the
+//! simulator and the adapters call these instead of keeping calendars of their own.
+//!
+//! The RFC 3339 code is our own rather than `jiff`'s (which `k8s-openapi` brings into the
+//! adapters): the core, and with it the simulator and every embedder, would otherwise compile a
+//! full time-zone library for one narrow form, and `jiff`'s parser accepts more than the wire
+//! form (ISO 8601 basic format, a space for `T`, leap seconds clamped) where the core's readers
+//! should refuse what Kubernetes never writes. The adapters convert at the boundary
+//! (`nodemgr_k8s::convert::timestamp`).
 
 use std::ops::{Add, Sub};
 use std::time::Duration;
@@ -29,6 +42,21 @@ impl Timestamp {
     /// Milliseconds since the epoch.
     pub const fn as_millis(self) -> i64 {
         self.0
+    }
+
+    /// Whole seconds since the epoch, rounded toward the past.
+    pub const fn as_secs(self) -> i64 {
+        self.0.div_euclid(1000)
+    }
+
+    /// A wall-clock reading as a timestamp (milliseconds truncated). Times before the epoch
+    /// become the epoch; times past `i64::MAX` milliseconds saturate. Pure: the caller reads
+    /// the clock.
+    pub fn from_system_time(t: std::time::SystemTime) -> Self {
+        let millis = t
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Self(millis)
     }
 
     /// Seconds since the epoch, as a float (for timelines and metrics).

@@ -18,6 +18,28 @@ pub mod machines;
 pub mod remote_shell;
 pub mod static_instances;
 
+/// Runs a port future to completion when the port never waits on anything (in-memory ports:
+/// the simulator's, tests', an embedder's fake): polls it with a no-op waker until it is
+/// ready. `None` if it is still pending after a million polls, which means the port does wait
+/// and needs a real async runtime. Pure: no thread, no clock, no I/O.
+///
+/// # Examples
+/// ```
+/// use nodemgr_core::ports::block_on_ready;
+///
+/// assert_eq!(block_on_ready(async { 1 + 1 }), Some(2));
+/// ```
+pub fn block_on_ready<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..1_000_000 {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return Some(out);
+        }
+    }
+    None
+}
+
 pub use cloud::{
     CloudApi, CloudError, CloudInstance, CreateInstance, InstanceClass, InstanceState,
 };

@@ -33,7 +33,7 @@ use super::bounds::zone_states;
 use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
 use super::snapshot::{ClusterSnapshot, ScalingGroup};
-use super::util::{Fnv, mix64};
+use crate::hash::{Fnv, mix64};
 
 /// Default `chaos.period`: 6 h.
 pub const DEFAULT_PERIOD: Duration = Duration::from_secs(6 * 3600);

@@ -14,7 +14,7 @@ use crate::model::{
     keys,
 };
 
-use super::util::Fnv;
+use crate::hash::Fnv;
 
 /// Pods per node when neither the class nor `kubelet.maxPods` says (the kubelet's default).
 pub const DEFAULT_MAX_PODS: i64 = 110;
@@ -105,8 +105,8 @@ pub struct NodeShape {
 /// * `Off`: nothing.
 /// * `Static`: the `static.cpu` / `static.memory` quantities (unparsable ones count as zero;
 ///   `validate` reports them).
-/// * `Auto` (the default): tiers by machine size. Deckhouse's own Auto formula is not in the
-///   facts; nodemgr uses the widely published GKE tiers: CPU 6 % of the first core, 1 % of the
+/// * `Auto` (the default): tiers by machine size. Deckhouse's own Auto formula is not
+///   documented (docs/deckhouse.md §8); nodemgr uses the widely published GKE tiers: CPU 6 % of the first core, 1 % of the
 ///   second, 0.5 % of cores 3–4 and 0.25 % above; memory 25 % of the first 4 GiB, 20 % of the
 ///   next 4, 10 % of the next 8, 6 % of the next 112 and 2 % above 128 GiB (255 MiB for machines
 ///   under 1 GiB).

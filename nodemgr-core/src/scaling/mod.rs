@@ -35,7 +35,6 @@ pub mod surge;
 #[cfg(test)]
 mod testkit;
 mod topology;
-mod util;
 
 pub use bounds::{BoundsDecision, ZoneState, group_zones, plan_bounds, zone_states};
 pub use chaos::{ChaosDecision, ChaosState, plan_chaos};

@@ -46,7 +46,7 @@ use std::rc::Rc;
 use crate::model::{Node, Pod, Quantity, Resources, Taint, TaintEffect, keys};
 
 use super::topology::{ClassTopo, Refusal, SearchCtx, TopoState, Universe};
-use super::util::{FastHash, Fx};
+use crate::hash::{FastHash, Fx};
 
 /// Why a pod does not fit a node.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,5 @@
-//! Scale-down: which nodes of CloudEphemeral groups to drain and delete (anchors
-//! §1 cluster-autoscaler defaults).
+//! Scale-down: which nodes of CloudEphemeral groups to drain and delete (the
+//! cluster-autoscaler defaults of docs/peers.md §1).
 //!
 //! # Rules
 //! * **Underutilized**: a Ready, not-leaving node of a scaling group whose requested
@@ -46,7 +46,7 @@ use super::config::ScalingConfig;
 use super::placement::{Bins, CPU, Demand, MEMORY, Placer, ResourceIndex, classify, trial_order};
 use super::snapshot::ClusterSnapshot;
 use super::topology::UniverseBuilder;
-use super::util::FastHash;
+use crate::hash::FastHash;
 
 /// What scale-down remembers between passes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

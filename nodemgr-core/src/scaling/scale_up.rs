@@ -69,7 +69,7 @@ use super::placement::{
 };
 use super::snapshot::ClusterSnapshot;
 use super::topology::UniverseBuilder;
-use super::util::{FastHash, Fx};
+use crate::hash::{FastHash, Fx};
 
 /// A new node of a group and zone, as a template: what a pod can count on there.
 #[derive(Debug, Clone, PartialEq)]
@@ -289,6 +289,38 @@ impl Estimate {
 }
 
 /// Plans the new nodes the pending pods of `snapshot` need (see the module docs).
+///
+/// # Examples
+/// Four pending pods of 3 CPUs each need four 4-CPU machines; a group of at most two per zone
+/// over two zones orders two in each.
+/// ```
+/// use nodemgr_core::model::{Pod, PodPhase, Quantity, Timestamp, parse_node_group};
+/// use nodemgr_core::scaling::{ClusterSnapshot, InstanceClass, ScalingConfig, plan_scale_up};
+///
+/// let group = parse_node_group(
+///     "apiVersion: deckhouse.io/v1\nkind: NodeGroup\nmetadata: {name: worker}\n\
+///      spec: {nodeType: CloudEphemeral, cloudInstances: {classReference: \
+///      {kind: InstanceClass, name: medium}, zones: [a, b], minPerZone: 0, maxPerZone: 2}}",
+/// )?;
+/// let classes = [InstanceClass::new("InstanceClass", "medium", 4, 16)];
+/// let cpu = Quantity::parse("3")?;
+/// let pods: Vec<Pod> = (0..4)
+///     .map(|i| Pod {
+///         namespace: "default".into(),
+///         name: format!("job-{i}"),
+///         requests: [("cpu".to_owned(), cpu)].into(),
+///         phase: PodPhase::Pending,
+///         ..Pod::default()
+///     })
+///     .collect();
+/// let zones = ["a".to_owned(), "b".to_owned()];
+/// let groups = [group];
+/// let snapshot = ClusterSnapshot::new(&[], &pods, &[], &groups, &classes, &zones);
+/// let plan = plan_scale_up(&snapshot, &ScalingConfig::default(), Timestamp::EPOCH);
+/// assert_eq!(plan.new_nodes.len(), 4);
+/// assert!(plan.unplaceable.is_empty() && plan.waiting_for_capacity.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn plan_scale_up(
     snapshot: &ClusterSnapshot<'_>,
     config: &ScalingConfig,

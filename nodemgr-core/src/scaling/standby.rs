@@ -4,8 +4,8 @@
 //! # Rules
 //! * **Count** ([`standby_count`]): `cloudInstances.standby` as an absolute number, or a
 //!   percentage of `maxPerZone × zones` (floored, at least 1 when the percentage is not 0);
-//!   capped at `(maxPerZone − minPerZone) × zones`. Facts' examples: `30` → 18 for max 10,
-//!   min 1, 2 zones; `20%` of 20 × 3 → 12.
+//!   capped at `(maxPerZone − minPerZone) × zones`. Examples (docs/deckhouse.md §8): `30` → 18
+//!   for max 10, min 1, 2 zones; `20%` of 20 × 3 → 12.
 //! * **Spread**: the count is split over the group's zones as evenly as possible (zones in name
 //!   order take the remainder), so every zone has warm capacity.
 //! * **Holder pods** ([`holder_pod`]): in `d8-cloud-instance-manager`, labels
@@ -36,8 +36,8 @@ use crate::model::{
 
 use super::snapshot::{ClusterSnapshot, ScalingGroup};
 
-/// Priority of standby-holder pods: below any workload. Deckhouse's `standby` priority class
-/// value is not in the facts; nodemgr uses −1000.
+/// Priority of standby-holder pods: below any workload. Deckhouse does not document its `standby`
+/// priority class value; nodemgr uses −1000 (docs/deckhouse.md §8).
 pub const STANDBY_PRIORITY: i32 = -1000;
 
 /// Default `standbyHolder.overprovisioningRate`: 50 % of a node's capacity.

@@ -31,7 +31,7 @@ use crate::model::{
     WhenUnsatisfiable, keys,
 };
 
-use super::util::{FastHash, Fx};
+use crate::hash::{FastHash, Fx};
 
 /// "No zone" / "no entry".
 pub(crate) const NONE: u32 = u32::MAX;

@@ -117,10 +117,7 @@ impl StaticConfig {
     /// The wait before retry number `failures` (1 = after the first failure): doubling from
     /// `retry_initial`, capped at `retry_max`.
     pub fn backoff(&self, failures: u32) -> Duration {
-        let exponent = failures.saturating_sub(1).min(20);
-        self.retry_initial
-            .saturating_mul(1_u32 << exponent)
-            .min(self.retry_max)
+        crate::backoff::Backoff::new(self.retry_initial, self.retry_max).after_failures(failures)
     }
 }
 

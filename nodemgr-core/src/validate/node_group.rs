@@ -7,6 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::syntax;
 use super::{Errors, FieldError, ValidationContext, unknown_value};
+use crate::model::spec_facts::{
+    self, CHAOS_PERIOD_PATTERN, MIG_PROFILE_PATTERN, STANDBY_PATTERN, SWAP_SIZE_PATTERN,
+    WATCHDOG_TIMEOUT_PATTERN, WINDOW_TIME_PATTERN,
+};
 use crate::model::{
     ApprovalMode, ChaosMode, CloudInstances, Cri, CriType, DisruptionWindow, Disruptions,
     FencingMode, Gpu, GpuSharing, IntOrString, Kubelet, LabelSelector, NodeGroup, NodeTemplate,
@@ -178,13 +182,11 @@ fn check_spec(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext) {
         }
         Some(t) => check_node_type_binding(e, t, ng),
     }
-    if let Some(v) = spec.node_drain_timeout_second
-        && v < 0
+    if let Some(Err(error)) = spec
+        .node_drain_timeout_second
+        .map(spec_facts::check_drain_timeout)
     {
-        e.push(
-            "spec.nodeDrainTimeoutSecond",
-            format!("{v} is negative; must be >= 0 (seconds; unset means the 10-minute default)"),
-        );
+        e.push(spec_facts::DRAIN_TIMEOUT_PATH, error.to_string());
     }
     if let Some(gpu) = &spec.gpu {
         check_gpu(e, gpu);
@@ -217,7 +219,7 @@ fn check_spec(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext) {
                 "spec.chaos.period",
                 format!(
                     "{p:?} is not a period; use hours and/or minutes such as \"6h\", \"1h30m\" \
-                     or \"45m\" (pattern ^([0-9]+h([0-9]+m)?|[0-9]+m)$)"
+                     or \"45m\" (pattern {CHAOS_PERIOD_PATTERN})"
                 ),
             );
         }
@@ -228,21 +230,13 @@ fn check_spec(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext) {
     if let Some(k) = &spec.kubelet {
         check_kubelet(e, k);
     }
-    if let Some(mc) = spec.update.as_ref().and_then(|u| u.max_concurrent.as_ref()) {
-        let ok = match mc {
-            IntOrString::Int(n) => *n >= 1,
-            IntOrString::String(s) => syntax::is_max_concurrent(s),
-        };
-        if !ok {
-            e.push(
-                "spec.update.maxConcurrent",
-                format!(
-                    "{mc:?} is not accepted; use an integer >= 1 or a percentage such as \
-                     \"25%\" (pattern ^[1-9][0-9]*%?$)",
-                    mc = mc.to_string()
-                ),
-            );
-        }
+    if let Some(Err(error)) = spec
+        .update
+        .as_ref()
+        .and_then(|u| u.max_concurrent.as_ref())
+        .map(spec_facts::parse_max_concurrent)
+    {
+        e.push(spec_facts::MAX_CONCURRENT_PATH, error.to_string());
     }
     if let Some(f) = &spec.fencing {
         match &f.mode {
@@ -266,7 +260,7 @@ fn check_spec(e: &mut Errors, ng: &NodeGroup, ctx: &ValidationContext) {
                 "spec.fencing.watchdog.timeout",
                 format!(
                     "{t:?} is not a timeout; use a number and one unit s, m or h such as \
-                     \"60s\" (pattern ^[0-9]+[smh]{{1}}$)"
+                     \"60s\" (pattern {WATCHDOG_TIMEOUT_PATTERN})"
                 ),
             );
         }
@@ -448,7 +442,7 @@ fn check_gpu(e: &mut Errors, gpu: &Gpu) {
                         format!("{sp}.profile"),
                         format!(
                             "{p:?} is not a MIG profile; use \"<n>g.<m>gb\" with an optional \
-                             \".me\" such as \"1g.5gb\" (pattern ^[0-9]+g\\.[0-9]+gb(\\.me)?$)"
+                             \".me\" such as \"1g.5gb\" (pattern {MIG_PROFILE_PATTERN})"
                         ),
                     ),
                     Some(_) => {}
@@ -625,7 +619,7 @@ fn check_cloud_instances(e: &mut Errors, c: &CloudInstances, ctx: &ValidationCon
                 format!("{BASE}.standby"),
                 format!(
                     "{:?} is not accepted; use a node count >= 0 or a percentage such as \
-                     \"10%\" (pattern ^[0-9]+%?$)",
+                     \"10%\" (pattern {STANDBY_PATTERN})",
                     s.to_string()
                 ),
             );
@@ -786,7 +780,7 @@ fn check_windows(e: &mut Errors, base: &str, windows: &[DisruptionWindow]) {
                     format!("{path}.{field}"),
                     format!(
                         "{value:?} is not a time of day; use H:MM or HH:MM in UTC, 0:00 to \
-                         23:59 (pattern ^(?:\\d|[01]\\d|2[0-3]):[0-5]\\d$)"
+                         23:59 (pattern {WINDOW_TIME_PATTERN})"
                     ),
                 );
             }
@@ -979,7 +973,7 @@ fn check_kubelet(e: &mut Errors, k: &Kubelet) {
                 format!("{path}.limitedSwap.size"),
                 format!(
                     "{size:?} is not accepted; use a whole number of gigabytes such as \"4G\" \
-                     (pattern ^\\d+G$)"
+                     (pattern {SWAP_SIZE_PATTERN})"
                 ),
             );
         }

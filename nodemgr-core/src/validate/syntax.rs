@@ -178,12 +178,6 @@ pub fn is_standby(s: &str) -> bool {
     all_digits(s.strip_suffix('%').unwrap_or(s))
 }
 
-/// `update.maxConcurrent` as a string: `^[1-9][0-9]*%?$`.
-pub fn is_max_concurrent(s: &str) -> bool {
-    let digits = s.strip_suffix('%').unwrap_or(s);
-    all_digits(digits) && !digits.starts_with('0')
-}
-
 /// `kubelet.memorySwap.limitedSwap.size`: `^\d+G$`.
 pub fn is_swap_size(s: &str) -> bool {
     s.strip_suffix('G').is_some_and(all_digits)
@@ -345,8 +339,6 @@ mod tests {
             !is_watchdog_timeout("60") && !is_watchdog_timeout("s") && !is_watchdog_timeout("1ms")
         );
         assert!(is_standby("0") && is_standby("10%") && !is_standby("%") && !is_standby("-1"));
-        assert!(is_max_concurrent("1") && is_max_concurrent("25%") && !is_max_concurrent("0"));
-        assert!(!is_max_concurrent("05") && !is_max_concurrent("0%") && !is_max_concurrent(""));
         assert!(is_swap_size("4G") && !is_swap_size("4Gi") && !is_swap_size("G"));
         assert!(is_mig_profile("1g.5gb") && is_mig_profile("3g.20gb.me"));
         assert!(!is_mig_profile("1g5gb") && !is_mig_profile("g.5gb") && !is_mig_profile("1g.5g"));

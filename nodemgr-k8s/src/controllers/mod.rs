@@ -111,8 +111,7 @@ pub(crate) const RETRY_MAX: Duration = Duration::from_secs(300);
 /// the API server.
 #[derive(Debug)]
 pub struct Backoff {
-    base: Duration,
-    max: Duration,
+    policy: nodemgr_core::backoff::Backoff,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -120,8 +119,7 @@ impl Backoff {
     /// A backoff starting at `base`, capped at `max`.
     pub fn new(base: Duration, max: Duration) -> Self {
         Backoff {
-            base,
-            max,
+            policy: nodemgr_core::backoff::Backoff::new(base, max),
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -133,10 +131,7 @@ impl Backoff {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let count = failures.entry(key.to_owned()).or_insert(0);
-        let delay = self
-            .base
-            .saturating_mul(1u32 << (*count).min(16))
-            .min(self.max);
+        let delay = self.policy.delay(*count);
         *count = count.saturating_add(1);
         delay
     }
@@ -152,10 +147,7 @@ impl Backoff {
 
 /// The wall clock as the core's timestamp (the adapters' only clock read).
 pub fn now() -> Timestamp {
-    let millis = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    Timestamp::from_millis(millis)
+    Timestamp::from_system_time(SystemTime::now())
 }
 
 /// Books a periodic controller's pass (duration and failure in the metrics, the backoff of

@@ -1,6 +1,6 @@
 //! The custom resources nodemgr serves and reads: NodeGroup, StaticInstance, SSHCredentials,
-//! Instance, NodeGroupConfiguration and NodeUser (`deckhouse.io`, all cluster-scoped; facts
-//! §1–§2, `docs/bundles.md`), as kube types wrapping nodemgr-core's model, and their
+//! Instance, NodeGroupConfiguration and NodeUser (`deckhouse.io`, all cluster-scoped;
+//! docs/deckhouse.md §1–§2, docs/bundles.md), as kube types wrapping nodemgr-core's model, and their
 //! CustomResourceDefinitions.
 //!
 //! [`definitions`] builds the six CRDs with every served version; [`definitions_yaml`] prints

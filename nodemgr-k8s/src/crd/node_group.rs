@@ -23,6 +23,10 @@ use std::borrow::Cow;
 
 use kube::CustomResource;
 use nodemgr_core::conversion::{ConversionContext, node_type_to_v1};
+use nodemgr_core::model::spec_facts::{
+    CHAOS_PERIOD_PATTERN, MAX_CONCURRENT_PATTERN, MIG_PROFILE_PATTERN, STANDBY_PATTERN,
+    SWAP_SIZE_PATTERN, WATCHDOG_TIMEOUT_PATTERN, WINDOW_TIME_PATTERN,
+};
 use nodemgr_core::model::{self as core, NodeGroupStatus, NodeType};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -147,23 +151,15 @@ pub const LABEL_SELECTOR_RULE: &str = "!has(oldSelf.labelSelector) || (has(self.
 pub const DISRUPTIONS_RULE: &str = "(!has(self.approvalMode) || self.approvalMode == 'Automatic') ? !has(self.rollingUpdate) : (self.approvalMode == 'RollingUpdate' ? !has(self.automatic) : (!has(self.automatic) && !has(self.rollingUpdate)))";
 /// CEL: the CRI type's own settings object only.
 pub const CRI_RULE: &str = "!has(self.type) || ((self.type == 'Containerd' || !has(self.containerd)) && (self.type == 'ContainerdV2' || !has(self.containerdV2)) && (self.type == 'Docker' || !has(self.docker)) && (self.type == 'NotManaged' || !has(self.notManaged)))";
-const DURATION_HM: &str = "^([0-9]+h([0-9]+m)?|[0-9]+m)$";
-const WINDOW_TIME: &str = "^(?:\\d|[01]\\d|2[0-3]):[0-5]\\d$";
 const DAYS: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
-const INSTANCE_CLASS_KINDS: &[&str] = &[
-    "OpenStackInstanceClass",
-    "GCPInstanceClass",
-    "VsphereInstanceClass",
-    "AWSInstanceClass",
-    "YandexInstanceClass",
-    "AzureInstanceClass",
-    "VCDInstanceClass",
-    "ZvirtInstanceClass",
-    "DynamixInstanceClass",
-    "HuaweiCloudInstanceClass",
-    "DVPInstanceClass",
-    "InstanceClass",
-];
+/// The kinds the schema lets `cloudInstances.classReference.kind` name: the providers' instance
+/// classes, declared once in validation ([`nodemgr_core::validate::INSTANCE_CLASS_KINDS`]), and
+/// the generic `InstanceClass` the schema has always admitted besides.
+fn instance_class_kinds() -> Vec<&'static str> {
+    let mut kinds = nodemgr_core::validate::INSTANCE_CLASS_KINDS.to_vec();
+    kinds.push("InstanceClass");
+    kinds
+}
 
 /// Description of `.spec` (`kubectl explain nodegroup.spec`).
 const SPEC_DESCRIPTION: &str = "What the group should be: the type of its nodes (nodeType), how \
@@ -223,8 +219,8 @@ fn root_schema(version: SchemaVersion) -> Value {
 fn windows() -> Value {
     array(required(
         object(vec![
-            ("from", pattern(WINDOW_TIME)),
-            ("to", pattern(WINDOW_TIME)),
+            ("from", pattern(WINDOW_TIME_PATTERN)),
+            ("to", pattern(WINDOW_TIME_PATTERN)),
             ("days", array(one_of(DAYS))),
         ]),
         &["from", "to"],
@@ -297,7 +293,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
                         (
                             "slices",
                             array(object(vec![
-                                ("profile", pattern("^[0-9]+g\\.[0-9]+gb(\\.me)?$")),
+                                ("profile", pattern(MIG_PROFILE_PATTERN)),
                                 ("count", integer_in(Some(1), Some(7))),
                             ])),
                         ),
@@ -346,7 +342,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             ("maxSurgePerZone", integer_in(Some(0), None)),
             ("priority", integer()),
             ("quickShutdown", boolean()),
-            ("standby", int_or_string("^[0-9]+%?$")),
+            ("standby", int_or_string(STANDBY_PATTERN)),
             (
                 "standbyHolder",
                 object(vec![
@@ -368,7 +364,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             (
                 "classReference",
                 object(vec![
-                    ("kind", one_of(INSTANCE_CLASS_KINDS)),
+                    ("kind", one_of(&instance_class_kinds())),
                     ("name", string()),
                 ]),
             ),
@@ -424,7 +420,10 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             object(vec![
                 ("swapBehavior", one_of(&["NoSwap", "LimitedSwap"])),
                 ("swappiness", integer_in(Some(0), Some(100))),
-                ("limitedSwap", object(vec![("size", pattern("^\\d+G$"))])),
+                (
+                    "limitedSwap",
+                    object(vec![("size", pattern(SWAP_SIZE_PATTERN))]),
+                ),
             ]),
         ),
     ]);
@@ -464,7 +463,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             "chaos",
             object(vec![
                 ("mode", one_of(&["Disabled", "DrainAndDelete"])),
-                ("period", pattern(DURATION_HM)),
+                ("period", pattern(CHAOS_PERIOD_PATTERN)),
             ]),
         ),
         ("operatingSystem", object(vec![("manageKernel", boolean())])),
@@ -472,7 +471,10 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ("kubelet", kubelet),
         (
             "update",
-            object(vec![("maxConcurrent", int_or_string("^[1-9][0-9]*%?$"))]),
+            object(vec![(
+                "maxConcurrent",
+                int_or_string(MAX_CONCURRENT_PATTERN),
+            )]),
         ),
         (
             "fencing",
@@ -480,7 +482,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
                 ("mode", one_of(&["Watchdog", "Notify"])),
                 (
                     "watchdog",
-                    object(vec![("timeout", pattern("^[0-9]+[smh]{1}$"))]),
+                    object(vec![("timeout", pattern(WATCHDOG_TIMEOUT_PATTERN))]),
                 ),
             ]),
         ),

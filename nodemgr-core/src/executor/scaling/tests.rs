@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Mutex;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,13 +18,7 @@ use crate::scaling::bounds::tests::group;
 use crate::scaling::{node_shape, template_node};
 
 fn block_on<F: Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-    }
+    crate::ports::block_on_ready(future).expect("the fake port never waits")
 }
 
 #[derive(Default)]

@@ -1,6 +1,7 @@
-//! Small helpers shared by the scaling policies: deterministic hashers (FNV-1a for checksums
-//! and seeds, a word-at-a-time one for lookup tables) and a seeded mixer for the chaos
-//! monkey's choice.
+//! The crate's one home for non-cryptographic hashing: deterministic hashers (FNV-1a for
+//! checksums, seeds and anything persisted or shown; a word-at-a-time one for lookup tables)
+//! and a seeded mixer (the chaos monkey's choice). Every policy and adapter that needs such a
+//! hash uses these instead of writing its own; cryptographic digests use `sha2`.
 
 use std::hash::{BuildHasherDefault, Hasher};
 
