@@ -162,11 +162,11 @@ const fn reprovision(path: &'static str, why: &'static str) -> Rule {
 const RULES: &[Rule] = &[
     nothing(
         "chaos",
-        "Seed table: the chaos monkey only picks victims among existing nodes and its settings are never written to a node.",
+        "the chaos monkey only picks victims among existing nodes and its settings are never written to a node.",
     ),
     reprovision(
         "cloudInstances.classReference",
-        "Seed table: the instance class checksum is part of the immutable machine class name, so new machines are ordered and old ones removed, maxSurgePerZone at a time.",
+        "the instance class checksum is part of the immutable machine class name, so new machines are ordered and old ones removed, maxSurgePerZone at a time.",
     ),
     nothing(
         "cloudInstances.maxPerZone",
@@ -174,7 +174,7 @@ const RULES: &[Rule] = &[
     ),
     nothing(
         "cloudInstances.maxSurgePerZone",
-        "Seed table: only says how many extra machines a replacement may order at once.",
+        "only says how many extra machines a replacement may order at once.",
     ),
     nothing(
         "cloudInstances.maxUnavailablePerZone",
@@ -214,7 +214,7 @@ const RULES: &[Rule] = &[
     ),
     restart(
         "cri.containerd.maxConcurrentDownloads",
-        "Seed table: written into the containerd configuration, which bashible applies with a restart of the runtime and the kubelet.",
+        "written into the containerd configuration, which bashible applies with a restart of the runtime and the kubelet.",
     ),
     restart(
         "cri.containerdV2.maxConcurrentDownloads",
@@ -237,11 +237,11 @@ const RULES: &[Rule] = &[
         disruption: Effect::UnlessNewValueIs("NotManaged"),
         reprovision: NO,
         kubelet_restart: NO,
-        why: "Seed table: switching to a managed runtime reinstalls it and restarts every container (disruptive), while switching to NotManaged leaves the running runtime alone; unset means Containerd.",
+        why: "switching to a managed runtime reinstalls it and restarts every container (disruptive), while switching to NotManaged leaves the running runtime alone; unset means Containerd.",
     },
     nothing(
         "disruptions",
-        "Seed table: only says how and when disruptions are approved, not what a node runs.",
+        "only says how and when disruptions are approved, not what a node runs.",
     ),
     nothing(
         "fencing.mode",
@@ -281,7 +281,7 @@ const RULES: &[Rule] = &[
     ),
     restart(
         "kubelet.maxPods",
-        "Seed table: written into the kubelet configuration, which the kubelet reads at start.",
+        "written into the kubelet configuration, which the kubelet reads at start.",
     ),
     restart(
         "kubelet.memorySwap.limitedSwap.size",
@@ -313,7 +313,7 @@ const RULES: &[Rule] = &[
     ),
     restart(
         "kubelet.rootDir",
-        "Seed table: passed to the kubelet as its root directory, which it reads at start.",
+        "passed to the kubelet as its root directory, which it reads at start.",
     ),
     restart(
         "kubelet.seccompDefault",
@@ -336,7 +336,7 @@ const RULES: &[Rule] = &[
     ),
     restart(
         "kubernetesVersion",
-        "Seed table: a new kubelet binary is installed and started in place.",
+        "a new kubelet binary is installed and started in place.",
     ),
     nothing(
         "nodeDrainTimeoutSecond",
@@ -344,7 +344,7 @@ const RULES: &[Rule] = &[
     ),
     nothing(
         "nodeTemplate",
-        "Seed table: labels, annotations and taints are patched onto the Node objects live.",
+        "labels, annotations and taints are patched onto the Node objects live.",
     ),
     reprovision(
         "nodeType",
@@ -356,7 +356,7 @@ const RULES: &[Rule] = &[
     ),
     restart(
         "static",
-        "Seed table: the internal network CIDRs choose the kubelet's node IP, which it reads at start.",
+        "the internal network CIDRs choose the kubelet's node IP, which it reads at start.",
     ),
     nothing(
         "staticInstances.count",
@@ -368,7 +368,7 @@ const RULES: &[Rule] = &[
     ),
     nothing(
         "update.maxConcurrent",
-        "Seed table: only says how many nodes update at once.",
+        "only says how many nodes update at once.",
     ),
 ];
 
