@@ -291,7 +291,8 @@ pub struct NodeGroupSpec {
     /// Type of the group's nodes. Required, immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_type: Option<NodeType>,
-    /// Drain timeout in seconds for this group's nodes.
+    /// How long a drain of this group's nodes waits, in seconds, before it deletes the pods
+    /// that are left; unset or 0 means 300 (5 minutes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_drain_timeout_second: Option<i64>,
     /// GPU sharing settings.
@@ -807,7 +808,8 @@ pub struct LimitedSwap {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Update {
-    /// Nodes updated at once: an integer or a percentage (default 1).
+    /// Nodes updated at once: a positive integer or a percentage of the group's nodes
+    /// (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<IntOrString>,
 }
