@@ -55,7 +55,9 @@ impl Simulation {
                 scenario.reconcile_period.0,
             )));
         }
-        crate::scaling::install(&mut sim, scenario, seed);
+        if let Some(scaling) = crate::scaling::install(&mut sim.world, scenario, seed) {
+            sim.add_controller(Box::new(scaling));
+        }
         if let Some(spec) = &scenario.fencing {
             sim.add_controller(Box::new(crate::health::FencingController::new(start, spec)));
         }
