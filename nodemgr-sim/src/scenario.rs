@@ -13,10 +13,10 @@ use serde_json::Value;
 
 mod scaling_spec;
 
+pub(crate) use scaling_spec::default_class_kind_of;
 pub use scaling_spec::{
     ClassSpec, PodConstraints, ScaleWorkloadSpec, ScalingSpec, ZoneSpread, check_scale_workload,
 };
-pub(crate) use scaling_spec::default_class_kind_of;
 
 /// What is wrong with a scenario; every variant names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -5,6 +5,13 @@
 //!
 //! Controllers ([`crate::Controller`]) act on the world directly (`&mut World`) or through the
 //! cluster port ([`crate::SimCluster`]), as the update executor does.
+//!
+//! An instant costs what changes in it, not the cluster's size: the world indexes its agents'
+//! deadlines, terminating pods, scripted or dark nodes and Lease phases, lets act only the
+//! agents that are due, and refreshes readiness only where it can change. Code that changes
+//! those fields directly calls [`World::invalidate_indexes`] (the run loop does it for the
+//! controllers it did not install and for [`crate::Simulation::world_mut`]);
+//! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -770,14 +777,11 @@ impl World {
             return;
         }
         let period = self.heartbeat.lease_period.0;
-        let period_ms = i64::try_from(period.as_millis())
-            .unwrap_or(i64::MAX)
-            .max(1);
+        let period_ms = i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1);
         let start = self.start;
         let crossed: Option<Vec<String>> = match last {
             Some(last)
-                if last < now
-                    && now.as_millis().saturating_sub(last.as_millis()) < period_ms =>
+                if last < now && now.as_millis().saturating_sub(last.as_millis()) < period_ms =>
             {
                 // Renewals at `phase + k·period` in (last, now]: phases in (a, b], or in
                 // (a, period) and [0, b] when the interval wraps.
@@ -937,7 +941,9 @@ impl World {
         }
         if let Some(s) = n.dark_since {
             consider(s);
-            consider(heartbeat_at(period, self.start, n, self.now) + grace + Duration::from_millis(1));
+            consider(
+                heartbeat_at(period, self.start, n, self.now) + grace + Duration::from_millis(1),
+            );
         }
         if let Some(u) = n.dark_until {
             consider(u);

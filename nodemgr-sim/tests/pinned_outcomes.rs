@@ -74,7 +74,9 @@ fn steady_updates() -> Scenario {
             "spec": {"nodeType": "CloudPermanent", "update": {"maxConcurrent": "10%"},
                      "disruptions": {"approvalMode": "Automatic"}},
         }));
-        workloads.push(json!({"name": format!("app{g}"), "kind": "Deployment", "replicas": 60, "group": name}));
+        workloads.push(
+            json!({"name": format!("app{g}"), "kind": "Deployment", "replicas": 60, "group": name}),
+        );
         for round in 0..3 {
             let impact = if (g + round) % 2 == 0 {
                 "kubelet-restart"
@@ -164,7 +166,10 @@ fn parse(value: serde_json::Value) -> Scenario {
 }
 
 fn shipped(file: &str) -> Scenario {
-    let path = format!("{}/../examples/scenarios/{file}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../examples/scenarios/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     Scenario::from_yaml(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }

@@ -253,4 +253,3 @@ pub fn check_scale_workload(
         Some(_) => Ok(()),
     }
 }
-
