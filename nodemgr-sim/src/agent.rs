@@ -16,7 +16,7 @@
 //! covered by core's properties, `nodemgr-core/tests/agent.rs`). A node's resourceVersion is a
 //! fingerprint of its metadata, so a patch based on a stale read conflicts as on a real API.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
@@ -109,30 +109,25 @@ pub fn resource_version(node: &Node) -> String {
 }
 
 impl World {
-    /// Lets every agent that is due act: woken agents, expired timers, step phases.
-    pub(crate) fn step_agents(&mut self) {
+    /// Lets the agents that are due act, in node name order: `due` are the nodes whose agent
+    /// was woken (`woken`), whose timer expired or whose step reached its next phase (the
+    /// world's index of agent deadlines); any other agent would do nothing now.
+    pub(crate) fn step_agents(&mut self, due: &BTreeSet<String>, woken: &BTreeSet<String>) {
         let now = self.now;
-        let woken: Vec<String> = self
-            .agenda
-            .iter()
-            .take_while(|(t, _)| *t <= now)
-            .map(|(_, n)| n.clone())
-            .collect();
-        self.agenda.retain(|(t, _)| *t > now);
-        let names: Vec<String> = self.nodes.keys().cloned().collect();
-        for name in names {
-            let Some(n) = self.nodes.get_mut(&name) else {
+        for name in due {
+            let Some(n) = self.nodes.get_mut(name) else {
                 continue;
             };
             if n.is_dark(now) {
                 continue;
             }
-            if woken.contains(&name) {
+            if woken.contains(name) {
                 n.agent.machine.wake(now);
             }
             n.agent.machine.handle_timeout(now);
-            self.advance_step(&name);
-            self.drive_agent(&name);
+            self.advance_step(name);
+            self.drive_agent(name);
+            self.reindex_agent(name);
         }
     }
 

@@ -260,9 +260,7 @@ impl PodApi for SimCluster<'_> {
             w.remove_pod(&key);
         } else {
             let until = w.now + grace;
-            if let Some(sp) = w.pods.get_mut(&key) {
-                sp.terminating_until = Some(until);
-            }
+            w.terminate_pod(&key, until);
         }
         Ok(EvictionResult::Evicted)
     }
@@ -297,9 +295,7 @@ impl PodApi for SimCluster<'_> {
             w.remove_pod(&key);
         } else {
             let until = w.now + grace;
-            if let Some(sp) = w.pods.get_mut(&key) {
-                sp.terminating_until = Some(until);
-            }
+            w.terminate_pod(&key, until);
         }
         Ok(())
     }

@@ -11,6 +11,13 @@ use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod scaling_spec;
+
+pub(crate) use scaling_spec::default_class_kind_of;
+pub use scaling_spec::{
+    ClassSpec, PodConstraints, ScaleWorkloadSpec, ScalingSpec, ZoneSpread, check_scale_workload,
+};
+
 /// What is wrong with a scenario; every variant names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScenarioError {
@@ -517,7 +524,7 @@ pub struct EventSpec {
     pub slow_agent: Option<SlowAgentSpec>,
     /// A workload's replica count changes (scaling scenarios).
     #[serde(default)]
-    pub scale_workload: Option<crate::scaling::ScaleWorkloadSpec>,
+    pub scale_workload: Option<ScaleWorkloadSpec>,
     /// The controllers' watch of Nodes lags.
     #[serde(default)]
     pub watch_lag: Option<WatchLagSpec>,
@@ -669,9 +676,9 @@ pub struct Scenario {
     /// Run the update executor. Default true.
     #[serde(default = "yes")]
     pub updates: bool,
-    /// Run the scaling controller (`crate::scaling`) on the CloudEphemeral groups.
+    /// Run the scaling controller (the `scaling` module) on the CloudEphemeral groups.
     #[serde(default)]
-    pub scaling: Option<crate::scaling::ScalingSpec>,
+    pub scaling: Option<ScalingSpec>,
 }
 
 fn yes() -> bool {
@@ -950,7 +957,7 @@ impl Scenario {
                 check_node(format!("{path}.slowAgent.node"), &s.node)?;
             }
             if let Some(s) = &e.scale_workload {
-                crate::scaling::check_scale_workload(self, s, &format!("{path}.scaleWorkload"))?;
+                check_scale_workload(self, s, &format!("{path}.scaleWorkload"))?;
             }
         }
         if let Some(s) = &self.scaling {

@@ -19,6 +19,9 @@ use crate::world::{ApiFault, EvictionRefusal, World};
 pub struct Simulation {
     world: World,
     controllers: Vec<Box<dyn Controller>>,
+    /// Per controller: installed by [`Simulation::new`] (changes the world only through its
+    /// methods and the ports, which keep the world's indexes current).
+    builtin: Vec<bool>,
     events: Vec<EventSpec>,
     next_event: usize,
     end: Timestamp,
@@ -50,17 +53,19 @@ impl Simulation {
         let start = world.start;
         let mut sim = Self::bare(scenario, world);
         if scenario.updates {
-            sim.add_controller(Box::new(UpdateController::new(
+            sim.add_builtin(Box::new(UpdateController::new(
                 start,
                 scenario.reconcile_period.0,
             )));
         }
-        crate::scaling::install(&mut sim, scenario, seed);
+        if let Some(scaling) = crate::scaling::install(&mut sim.world, scenario, seed) {
+            sim.add_builtin(Box::new(scaling));
+        }
         if let Some(spec) = &scenario.fencing {
-            sim.add_controller(Box::new(crate::health::FencingController::new(start, spec)));
+            sim.add_builtin(Box::new(crate::health::FencingController::new(start, spec)));
         }
         if let Some(spec) = &scenario.lifecycle {
-            sim.add_controller(Box::new(crate::health::LifecycleController::new(
+            sim.add_builtin(Box::new(crate::health::LifecycleController::new(
                 start,
                 spec,
                 scenario.heartbeat.grace_period.0,
@@ -89,6 +94,7 @@ impl Simulation {
         Self {
             world,
             controllers: Vec::new(),
+            builtin: Vec::new(),
             events,
             next_event: 0,
             end,
@@ -96,9 +102,18 @@ impl Simulation {
         }
     }
 
-    /// Adds a controller; controllers run in the order they were added at each instant.
+    /// Adds a controller; controllers run in the order they were added at each instant. It may
+    /// change the world in any way: the world re-reads its nodes and pods after each of its
+    /// steps ([`World::invalidate_indexes`]).
     pub fn add_controller(&mut self, controller: Box<dyn Controller>) {
         self.controllers.push(controller);
+        self.builtin.push(false);
+    }
+
+    /// Adds one of the simulator's own controllers, which keep the world's indexes current.
+    fn add_builtin(&mut self, controller: Box<dyn Controller>) {
+        self.controllers.push(controller);
+        self.builtin.push(true);
     }
 
     /// The world.
@@ -106,8 +121,10 @@ impl Simulation {
         &self.world
     }
 
-    /// The world, to change it between steps.
+    /// The world, to change it between steps (it re-reads its nodes and pods before the
+    /// next one, [`World::invalidate_indexes`]).
     pub fn world_mut(&mut self) -> &mut World {
+        self.world.invalidate_indexes();
         &mut self.world
     }
 
@@ -163,9 +180,12 @@ impl Simulation {
         let nodes = &w.nodes;
         w.api
             .observe(now, || nodes.values().map(|n| n.node.clone()).collect());
-        for c in &mut self.controllers {
+        for (c, builtin) in self.controllers.iter_mut().zip(&self.builtin) {
             if c.next_run().is_some_and(|t| t <= now) {
                 c.step(&mut self.world, now);
+                if !builtin {
+                    self.world.invalidate_indexes();
+                }
             }
         }
         true
@@ -280,6 +300,7 @@ impl Simulation {
                 if let Some(n) = w.nodes.get_mut(&name) {
                     n.not_ready_until = Some(t);
                 }
+                w.touch_node(&name);
                 let how_long = sel.duration.map_or("until the end".to_owned(), |d| {
                     format!("for {}s", d.0.as_secs())
                 });
@@ -297,6 +318,7 @@ impl Simulation {
                     n.dark_since = Some(now);
                     n.dark_until = until(sel.duration);
                 }
+                w.touch_node(&name);
                 let how_long = sel.duration.map_or("until the end".to_owned(), |d| {
                     format!("for {}s", d.0.as_secs())
                 });

@@ -5,6 +5,13 @@
 //!
 //! Controllers ([`crate::Controller`]) act on the world directly (`&mut World`) or through the
 //! cluster port ([`crate::SimCluster`]), as the update executor does.
+//!
+//! An instant costs what changes in it, not the cluster's size: the world indexes its agents'
+//! deadlines, terminating pods, scripted or dark nodes and Lease phases, lets act only the
+//! agents that are due, and refreshes readiness only where it can change. Code that changes
+//! those fields directly calls [`World::invalidate_indexes`] (the run loop does it for the
+//! controllers it did not install and for [`crate::Simulation::world_mut`]);
+//! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -212,6 +219,35 @@ pub struct World {
     /// plays their ReplicaSet controller.
     pub standby_holders: BTreeMap<String, nodemgr_core::ports::StandbyHolder>,
     uid_counter: u64,
+    /// What the run loop needs at each instant without scanning every node and pod.
+    index: WorldIndex,
+}
+
+/// Indexes the world keeps next to its nodes and pods so that an instant costs what changes
+/// in it rather than the cluster's size (`nodemgr-sim/README.md`, "Performance"). The world's
+/// own methods keep them current; a change made to the fields directly (a node's agent or
+/// fault fields, a pod's `terminating_until`) must be followed by
+/// [`World::invalidate_indexes`], which the run loop does after every controller it did not
+/// install itself and whenever it hands out the world mutably.
+#[derive(Debug, Clone, Default)]
+struct WorldIndex {
+    /// Each node's agent deadline as indexed (`SimAgent::next_deadline`).
+    agent_deadline: BTreeMap<String, Timestamp>,
+    /// `(deadline, node)` for every node whose agent has one.
+    agent_due: BTreeSet<(Timestamp, String)>,
+    /// `(until, pod key)` of terminating pods; an entry whose pod is gone or terminates at
+    /// another time is stale and skipped.
+    terminating: BTreeSet<(Timestamp, String)>,
+    /// Nodes with a scripted readiness or darkness: refreshed at every instant.
+    special: BTreeSet<String>,
+    /// Nodes added since the last readiness refresh.
+    fresh: BTreeSet<String>,
+    /// Every node's Lease phase in milliseconds, sorted, for the renewals between instants.
+    phases: Vec<(i64, String)>,
+    /// The instant heartbeats were last brought up to date (`None`: all are due).
+    heartbeats_at: Option<Timestamp>,
+    /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
+    stale: bool,
 }
 
 fn parse_capacity(map: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
@@ -255,6 +291,7 @@ impl World {
             instances: BTreeMap::new(),
             standby_holders: BTreeMap::new(),
             uid_counter: 0,
+            index: WorldIndex::default(),
         };
         for (i, g) in scenario.groups.iter().enumerate() {
             let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
@@ -315,6 +352,7 @@ impl World {
             }
         }
         world.timeline.events.clear();
+        world.rebuild_indexes();
         world
     }
 
@@ -438,6 +476,11 @@ impl World {
         }
         // The agent's first pass: it finds the node up to date.
         self.drive_agent(&name);
+        self.reindex_agent(&name);
+        let key = (i64::try_from(phase_ms).unwrap_or(i64::MAX), name.clone());
+        let at = self.index.phases.partition_point(|p| *p < key);
+        self.index.phases.insert(at, key);
+        self.index.fresh.insert(name.clone());
         Some(name)
     }
 
@@ -549,6 +592,12 @@ impl World {
     /// Deletes node `name` and, as the pod garbage collector would, its pods.
     pub fn remove_node(&mut self, name: &str) -> Option<SimNode> {
         let node = self.nodes.remove(name)?;
+        if let Some(t) = self.index.agent_deadline.remove(name) {
+            self.index.agent_due.remove(&(t, name.to_owned()));
+        }
+        self.index.phases.retain(|(_, n)| n != name);
+        self.index.special.remove(name);
+        self.index.fresh.remove(name);
         let keys: Vec<String> = self
             .pods_by_node
             .remove(name)
@@ -679,35 +728,34 @@ impl World {
     /// Recomputes every node's heartbeat and Ready condition at the current time, recording
     /// transitions in the timeline.
     pub fn refresh_nodes(&mut self) {
+        self.refresh_readiness(None);
+        self.index.heartbeats_at = Some(self.now);
+    }
+
+    /// Recomputes the heartbeat and Ready condition of `only` (every node when `None`) at the
+    /// current time, recording transitions in the timeline in name order.
+    fn refresh_readiness(&mut self, only: Option<&BTreeSet<String>>) {
         let now = self.now;
         let grace = self.heartbeat.grace_period.0;
         let period = self.heartbeat.lease_period.0;
         let start = self.start;
         let mut transitions = Vec::new();
-        // One pass over the nodes in place: this runs at every instant of the loop.
-        for (name, n) in &mut self.nodes {
-            let hb = heartbeat_at(period, start, n, now);
-            let restarting = n.agent.restarting(now);
-            let scripted = n.not_ready_until.is_some_and(|u| now < u);
-            let silent = now.saturating_since(hb) > grace;
-            let ready = !(restarting || scripted || silent);
-            let was = n.node.ready;
-            n.node.last_heartbeat = Some(hb);
-            n.node.ready = ready;
-            if was != ready {
-                let why = if ready {
-                    "Ready".to_owned()
-                } else if silent {
-                    format!(
-                        "NotReady: no heartbeat for more than {}s (Ready=Unknown)",
-                        grace.as_secs()
-                    )
-                } else if restarting {
-                    "NotReady: the agent restarts it".to_owned()
-                } else {
-                    "NotReady (injected)".to_owned()
-                };
-                transitions.push((name.clone(), ready, why));
+        match only {
+            None => {
+                for (name, n) in &mut self.nodes {
+                    if let Some(t) = refresh_node(period, grace, start, now, n) {
+                        transitions.push((name.clone(), t.0, t.1));
+                    }
+                }
+            }
+            Some(names) => {
+                for name in names {
+                    if let Some(n) = self.nodes.get_mut(name)
+                        && let Some(t) = refresh_node(period, grace, start, now, n)
+                    {
+                        transitions.push((name.clone(), t.0, t.1));
+                    }
+                }
             }
         }
         for (name, ready, why) in transitions {
@@ -720,15 +768,194 @@ impl World {
         }
     }
 
+    /// Brings every node's `last_heartbeat` to the current time, touching only the nodes whose
+    /// Lease phase a renewal crossed since the last time (every node after a lease period).
+    fn renew_heartbeats(&mut self) {
+        let now = self.now;
+        let last = self.index.heartbeats_at.replace(now);
+        if last == Some(now) {
+            return;
+        }
+        let period = self.heartbeat.lease_period.0;
+        let period_ms = i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1);
+        let start = self.start;
+        let crossed: Option<Vec<String>> = match last {
+            Some(last)
+                if last < now && now.as_millis().saturating_sub(last.as_millis()) < period_ms =>
+            {
+                // Renewals at `phase + k·period` in (last, now]: phases in (a, b], or in
+                // (a, period) and [0, b] when the interval wraps.
+                let a = last.as_millis().rem_euclid(period_ms);
+                let b = now.as_millis().rem_euclid(period_ms);
+                let phases = &self.index.phases;
+                let after = |x: i64| phases.partition_point(|(p, _)| *p <= x);
+                let (lo, hi) = (after(a), after(b));
+                let picked: Vec<&(i64, String)> = if a < b {
+                    phases.get(lo..hi).unwrap_or_default().iter().collect()
+                } else {
+                    let tail = phases.get(lo..).unwrap_or_default().iter();
+                    tail.chain(phases.get(..hi).unwrap_or_default()).collect()
+                };
+                // Looking many nodes up by name costs more than one pass over all of them.
+                (picked.len().saturating_mul(8) < self.nodes.len())
+                    .then(|| picked.into_iter().map(|(_, n)| n.clone()).collect())
+            }
+            _ => None,
+        };
+        match crossed {
+            Some(names) => {
+                for name in names {
+                    if let Some(n) = self.nodes.get_mut(&name) {
+                        n.node.last_heartbeat = Some(heartbeat_at(period, start, n, now));
+                    }
+                }
+            }
+            None => {
+                for n in self.nodes.values_mut() {
+                    n.node.last_heartbeat = Some(heartbeat_at(period, start, n, now));
+                }
+            }
+        }
+    }
+
+    /// Whether a node that is neither dark nor scripted NotReady can never be silent (its
+    /// last renewal is always less than a lease period old): then only the nodes whose agent
+    /// acts, scripted ones and new ones can change readiness at an instant.
+    fn readiness_is_local(&self) -> bool {
+        self.heartbeat.lease_period.0 <= self.heartbeat.grace_period.0
+    }
+
+    /// Re-indexes `name`'s agent deadline after its agent changed.
+    pub(crate) fn reindex_agent(&mut self, name: &str) {
+        let new = self.nodes.get(name).and_then(|n| n.agent.next_deadline());
+        let old = self.index.agent_deadline.get(name).copied();
+        if old == new {
+            return;
+        }
+        if let Some(t) = old {
+            self.index.agent_due.remove(&(t, name.to_owned()));
+            self.index.agent_deadline.remove(name);
+        }
+        if let Some(t) = new {
+            self.index.agent_due.insert((t, name.to_owned()));
+            self.index.agent_deadline.insert(name.to_owned(), t);
+        }
+    }
+
+    /// Rebuilds the indexes from the nodes and pods (after [`World::invalidate_indexes`]);
+    /// the next instant refreshes every node.
+    fn rebuild_indexes(&mut self) {
+        let mut index = WorldIndex::default();
+        for (name, n) in &self.nodes {
+            if let Some(t) = n.agent.next_deadline() {
+                index.agent_due.insert((t, name.clone()));
+                index.agent_deadline.insert(name.clone(), t);
+            }
+            if is_special(n) {
+                index.special.insert(name.clone());
+            }
+            let phase = i64::try_from(n.lease_phase.as_millis()).unwrap_or(i64::MAX);
+            index.phases.push((phase, name.clone()));
+            index.fresh.insert(name.clone());
+        }
+        index.phases.sort();
+        for (key, p) in &self.pods {
+            if let Some(u) = p.terminating_until {
+                index.terminating.insert((u, key.clone()));
+            }
+        }
+        self.index = index;
+    }
+
+    /// Declares that nodes' agents or fault fields (`not_ready_until`, `dark_since`,
+    /// `dark_until`) or pods' `terminating_until` were changed directly rather than through
+    /// the world's methods: the world re-reads them all before it next needs them. The run
+    /// loop calls this after every controller added with [`crate::Simulation::add_controller`]
+    /// and when it hands out the world mutably.
+    pub fn invalidate_indexes(&mut self) {
+        self.index.stale = true;
+    }
+
+    /// Declares that node `name`'s fault fields (`not_ready_until`, `dark_since`,
+    /// `dark_until`) were set: from now on its readiness and deadlines are looked at at every
+    /// instant.
+    pub fn touch_node(&mut self, name: &str) {
+        if self.nodes.get(name).is_some_and(is_special) {
+            self.index.special.insert(name.to_owned());
+        }
+    }
+
+    /// Pod `key` terminates (its grace period runs) until `until`.
+    pub fn terminate_pod(&mut self, key: &str, until: Timestamp) {
+        if let Some(p) = self.pods.get_mut(key) {
+            p.terminating_until = Some(until);
+            self.index.terminating.insert((until, key.to_owned()));
+        }
+    }
+
     /// The earliest future time at which the world changes by itself (agent wake-ups, pods
     /// finishing termination or coming back, nodes provisioned, readiness flips of dark or
     /// scripted nodes, fault windows ending), strictly after `now`.
     pub fn next_deadline(&self) -> Option<Timestamp> {
+        if self.index.stale {
+            return self.next_deadline_scan();
+        }
         let now = self.now;
+        let after_now = (now + Duration::from_millis(1), String::new());
+        let mut next: Option<Timestamp> = None;
+        let mut consider = |t: Timestamp| {
+            if t > now && next.is_none_or(|n| t < n) {
+                next = Some(t);
+            }
+        };
+        if let Some((t, _)) = self.agenda.iter().next() {
+            consider(*t);
+        }
+        self.pending_pods.iter().for_each(|p| consider(p.at));
+        self.pending_nodes.iter().for_each(|(t, _)| consider(*t));
+        if let Some((t, _)) = self.index.terminating.range(&after_now..).find(|(t, key)| {
+            self.pods
+                .get(key)
+                .is_some_and(|p| p.terminating_until == Some(*t))
+        }) {
+            consider(*t);
+        }
+        for name in &self.index.special {
+            if let Some(n) = self.nodes.get(name) {
+                self.node_deadlines(n, &mut consider);
+            }
+        }
+        if let Some((t, _)) = self.index.agent_due.range(&after_now..).next() {
+            consider(*t);
+        }
+        next
+    }
+
+    /// The future instants of one node's own: scripted readiness, darkness and the heartbeat
+    /// deadline it brings, its agent.
+    fn node_deadlines(&self, n: &SimNode, consider: &mut impl FnMut(Timestamp)) {
         let grace = self.heartbeat.grace_period.0;
         let period = self.heartbeat.lease_period.0;
-        // A running minimum of the future instants, without allocating: this runs at every
-        // instant of the loop over every node and pod.
+        if let Some(u) = n.not_ready_until {
+            consider(u);
+        }
+        if let Some(s) = n.dark_since {
+            consider(s);
+            consider(
+                heartbeat_at(period, self.start, n, self.now) + grace + Duration::from_millis(1),
+            );
+        }
+        if let Some(u) = n.dark_until {
+            consider(u);
+        }
+        if let Some(t) = n.agent.next_deadline() {
+            consider(t);
+        }
+    }
+
+    /// [`World::next_deadline`] by a scan of every node and pod (while the indexes are stale).
+    fn next_deadline_scan(&self) -> Option<Timestamp> {
+        let now = self.now;
         let mut next: Option<Timestamp> = None;
         let mut consider = |t: Timestamp| {
             if t > now && next.is_none_or(|n| t < n) {
@@ -745,37 +972,38 @@ impl World {
             .filter_map(|p| p.terminating_until)
             .for_each(&mut consider);
         for n in self.nodes.values() {
-            if let Some(u) = n.not_ready_until {
-                consider(u);
-            }
-            if let Some(s) = n.dark_since {
-                consider(s);
-                consider(
-                    heartbeat_at(period, self.start, n, now) + grace + Duration::from_millis(1),
-                );
-            }
-            if let Some(u) = n.dark_until {
-                consider(u);
-            }
-            if let Some(t) = n.agent.next_deadline() {
-                consider(t);
-            }
+            self.node_deadlines(n, &mut consider);
         }
         next
+    }
+
+    /// Takes the pods whose termination ended by now out of the index, in key order.
+    fn take_terminated(&mut self, now: Timestamp) -> BTreeSet<String> {
+        let later = self
+            .index
+            .terminating
+            .split_off(&(now + Duration::from_millis(1), String::new()));
+        let due = std::mem::replace(&mut self.index.terminating, later);
+        due.into_iter()
+            .filter(|(t, key)| {
+                self.pods
+                    .get(key)
+                    .is_some_and(|p| p.terminating_until == Some(*t))
+            })
+            .map(|(_, key)| key)
+            .collect()
     }
 
     /// Runs everything the world does by itself at the current time: pods finishing
     /// termination or coming back, replacement nodes appearing, agents, readiness.
     pub fn step(&mut self) {
         let now = self.now;
+        let refresh_all = self.index.stale || !self.readiness_is_local();
+        if self.index.stale {
+            self.rebuild_indexes();
+        }
         // Pods that finished terminating.
-        let done: Vec<String> = self
-            .pods
-            .iter()
-            .filter(|(_, p)| p.terminating_until.is_some_and(|u| u <= now))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in done {
+        for key in self.take_terminated(now) {
             self.remove_pod(&key);
         }
         // Replacement machines.
@@ -792,9 +1020,32 @@ impl World {
                 );
             }
         }
-        self.refresh_nodes();
-        self.step_agents();
-        self.refresh_nodes();
+        self.renew_heartbeats();
+        // The agents that act now: woken ones and those whose deadline came.
+        let woken: BTreeSet<String> = self
+            .agenda
+            .iter()
+            .take_while(|(t, _)| *t <= now)
+            .map(|(_, n)| n.clone())
+            .collect();
+        self.agenda.retain(|(t, _)| *t > now);
+        let mut due = woken.clone();
+        due.extend(
+            self.index
+                .agent_due
+                .iter()
+                .take_while(|(t, _)| *t <= now)
+                .map(|(_, n)| n.clone()),
+        );
+        // Only the acting agents' nodes, scripted ones and new ones can change readiness
+        // (see `readiness_is_local`).
+        let mut changing = due.clone();
+        changing.extend(self.index.special.iter().cloned());
+        changing.extend(std::mem::take(&mut self.index.fresh));
+        let only = (!refresh_all).then_some(&changing);
+        self.refresh_readiness(only);
+        self.step_agents(&due, &woken);
+        self.refresh_readiness(only);
         // Pods coming back (unless a scheduler controller takes them).
         if self.scheduler_external {
             return;
@@ -885,6 +1136,46 @@ fn base36(mut n: u64) -> String {
     }
     out.reverse();
     String::from_utf8(out).unwrap_or_default()
+}
+
+/// Whether the node has scripted readiness or darkness (looked at at every instant).
+fn is_special(n: &SimNode) -> bool {
+    n.not_ready_until.is_some() || n.dark_since.is_some() || n.dark_until.is_some()
+}
+
+/// Recomputes one node's heartbeat and Ready condition at `now`; the transition (new
+/// readiness and why) when it changed.
+fn refresh_node(
+    period: Duration,
+    grace: Duration,
+    start: Timestamp,
+    now: Timestamp,
+    n: &mut SimNode,
+) -> Option<(bool, String)> {
+    let hb = heartbeat_at(period, start, n, now);
+    let restarting = n.agent.restarting(now);
+    let scripted = n.not_ready_until.is_some_and(|u| now < u);
+    let silent = now.saturating_since(hb) > grace;
+    let ready = !(restarting || scripted || silent);
+    let was = n.node.ready;
+    n.node.last_heartbeat = Some(hb);
+    n.node.ready = ready;
+    if was == ready {
+        return None;
+    }
+    let why = if ready {
+        "Ready".to_owned()
+    } else if silent {
+        format!(
+            "NotReady: no heartbeat for more than {}s (Ready=Unknown)",
+            grace.as_secs()
+        )
+    } else if restarting {
+        "NotReady: the agent restarts it".to_owned()
+    } else {
+        "NotReady (injected)".to_owned()
+    };
+    Some((ready, why))
 }
 
 /// The node's last Lease renewal at `now`: renewals every `period` at the node's phase, none
