@@ -291,6 +291,9 @@ struct Estimate {
 /// packing would have compared worse.
 const CUT_MARGIN: f64 = 1e-9;
 
+/// How many pods a trial packs between two tests of its lower bound.
+const CHECK_EVERY: u32 = 8;
+
 /// The least idle share that a set of new nodes of capacity at least `cap` can end with when
 /// the pods on them request at most `most`: `1 - min(1, most / cap)` (0 without capacity).
 fn least_idle(cap: i128, most: i128) -> f64 {
@@ -1029,6 +1032,7 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         let mut cut: Option<(f64, f64)> = None;
         let (mut cap_cpu, mut cap_mem, mut used_cpu, mut used_mem) = (0i128, 0i128, 0i128, 0i128);
         let (mut pending_cpu, mut pending_mem) = (0i128, 0i128);
+        let mut since_check = 0u32;
         if beat.is_some() {
             for (c, class) in self.classes.iter().enumerate() {
                 if remaining[c].is_empty() || !ts.iter().any(|&t| self.feasible[c][t]) {
@@ -1049,7 +1053,10 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
             );
             for &m in &remaining[c] {
                 if let Some(best) = beat {
-                    if cap_cpu > 0 || cap_mem > 0 {
+                    // The bound only grows: testing it every few pods stops as surely.
+                    since_check += 1;
+                    if since_check >= CHECK_EVERY && (cap_cpu > 0 || cap_mem > 0) {
+                        since_check = 0;
                         let lower = (
                             least_idle(cap_cpu, used_cpu + pending_cpu),
                             least_idle(cap_mem, used_mem + pending_mem),
@@ -1198,15 +1205,20 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         let mut no_fit: Vec<Option<usize>> = vec![None; self.classes.len()];
         let mut removed = 0;
         let topology = planned.placer.bins.has_topology();
+        // Whether pods of each class may move, once per class: the answer reads only what
+        // every member of a class shares (namespace, labels, anti-affinity terms).
+        let free: Vec<bool> = if topology {
+            self.classes
+                .iter()
+                .map(|k| planned.placer.bins.is_free(k.rep))
+                .collect()
+        } else {
+            Vec::new()
+        };
         loop {
             let mut order: Vec<usize> = (planned.first..planned.members.len())
                 .filter(|&b| !planned.members[b].is_empty())
-                .filter(|&b| {
-                    !topology
-                        || planned.members[b]
-                            .iter()
-                            .all(|&(_, m)| planned.placer.bins.is_free(&self.pods[m]))
-                })
+                .filter(|&b| !topology || planned.members[b].iter().all(|&(c, _)| free[c]))
                 .collect();
             order.sort_by_key(|&b| (planned.members[b].len(), b));
             let mut removed_any = false;
