@@ -31,7 +31,12 @@ fn canonical(w: &ScalingWorld, plan: &ScaleUpPlan) -> String {
     let names = |v: &[usize]| v.iter().map(|&i| name(i)).collect::<Vec<_>>().join(",");
     let mut out = String::new();
     for n in &plan.new_nodes {
-        out.push_str(&format!("node {} {} [{}]\n", n.group, n.zone, names(&n.pods)));
+        out.push_str(&format!(
+            "node {} {} [{}]\n",
+            n.group,
+            n.zone,
+            names(&n.pods)
+        ));
     }
     for (i, t) in &plan.fits_existing {
         out.push_str(&format!("existing {} {t}\n", name(*i)));
@@ -40,7 +45,10 @@ fn canonical(w: &ScalingWorld, plan: &ScaleUpPlan) -> String {
     for u in &plan.unplaceable {
         out.push_str(&format!("unplaceable [{}]\n", names(&u.pods)));
     }
-    out.push_str(&format!("waiting [{}]\n", names(&plan.waiting_for_capacity)));
+    out.push_str(&format!(
+        "waiting [{}]\n",
+        names(&plan.waiting_for_capacity)
+    ));
     out.push_str(&format!("constrained [{}]\n", names(&plan.constrained)));
     out.push_str(&format!("order [{}]\n", names(&plan.placement_order)));
     for r in &plan.reasons {
@@ -52,7 +60,8 @@ fn canonical(w: &ScalingWorld, plan: &ScaleUpPlan) -> String {
 
 fn digest(pods: usize) -> (u64, ScaleUpPlan) {
     let w = mix_world(50, pods, 0x6b61_7270);
-    let snapshot = ClusterSnapshot::new(&w.nodes, &w.pods, &w.pdbs, &w.groups, &w.classes, &w.zones);
+    let snapshot =
+        ClusterSnapshot::new(&w.nodes, &w.pods, &w.pdbs, &w.groups, &w.classes, &w.zones);
     let plan = plan_scale_up(
         &snapshot,
         &ScalingConfig::default(),
@@ -64,15 +73,29 @@ fn digest(pods: usize) -> (u64, ScaleUpPlan) {
 #[test]
 fn mix_plan_1k_is_pinned() {
     let (d, plan) = digest(1_000);
-    assert!(plan.placement_order.len() >= 800, "{}", plan.placement_order.len());
-    assert_eq!(d, 0x7758_4a93_f792_771f, "digest of the 1,000-pod plan changed: {d:#018x}");
+    assert!(
+        plan.placement_order.len() >= 800,
+        "{}",
+        plan.placement_order.len()
+    );
+    assert_eq!(
+        d, 0x7758_4a93_f792_771f,
+        "digest of the 1,000-pod plan changed: {d:#018x}"
+    );
 }
 
 #[test]
 fn mix_plan_5k_is_pinned() {
     let (d, plan) = digest(5_000);
-    assert!(plan.placement_order.len() >= 4_000, "{}", plan.placement_order.len());
-    assert_eq!(d, 0x9d15_1645_e73f_32cb, "digest of the 5,000-pod plan changed: {d:#018x}");
+    assert!(
+        plan.placement_order.len() >= 4_000,
+        "{}",
+        plan.placement_order.len()
+    );
+    assert_eq!(
+        d, 0x9d15_1645_e73f_32cb,
+        "digest of the 5,000-pod plan changed: {d:#018x}"
+    );
 }
 
 /// The benchmark's largest world: slow in a debug build (about a minute), so run on demand:
@@ -81,6 +104,13 @@ fn mix_plan_5k_is_pinned() {
 #[ignore = "slow in a debug build; run with --release -- --ignored"]
 fn mix_plan_20k_is_pinned() {
     let (d, plan) = digest(20_000);
-    assert!(plan.placement_order.len() >= 16_000, "{}", plan.placement_order.len());
-    assert_eq!(d, 0xd654_97af_ebd7_ebe4, "digest of the 20,000-pod plan changed: {d:#018x}");
+    assert!(
+        plan.placement_order.len() >= 16_000,
+        "{}",
+        plan.placement_order.len()
+    );
+    assert_eq!(
+        d, 0xd654_97af_ebd7_ebe4,
+        "digest of the 20,000-pod plan changed: {d:#018x}"
+    );
 }

@@ -1158,7 +1158,8 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
             p.template.truncate(first_new - p.first);
             p.members.truncate(first_new);
         }
-        let (cpu_waste, memory_waste) = cut.unwrap_or((idle(cap_cpu, used_cpu), idle(cap_mem, used_mem)));
+        let (cpu_waste, memory_waste) =
+            cut.unwrap_or((idle(cap_cpu, used_cpu), idle(cap_mem, used_mem)));
         Estimate {
             group: group.to_owned(),
             priority: ts.first().map_or(0, |&t| self.templates[t].priority),
