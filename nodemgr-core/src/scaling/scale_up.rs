@@ -23,7 +23,9 @@
 //!    and the **least waste** wins (idle cpu + idle memory share of the new nodes), then the
 //!    most pods placed, then the name (Deckhouse picks randomly among equals; nodemgr is
 //!    deterministic). The winner's estimate is committed and the loop repeats with the pods it
-//!    could not take.
+//!    could not take. An estimate stops early once a lower bound of its waste exceeds the best
+//!    complete estimate so far, so it could not have won; likely winners are tried first. The
+//!    winner, and so the plan, is the same (docs/scheduling.md §6).
 //! 4. **Zones balanced.** Within a group, pods go first-fit onto the nodes the plan already
 //!    opened; a new node opens in a zone that the pod fits, that has headroom and where its
 //!    topology rules admit it on an empty node: the fewest nodes of the group, existing and
@@ -315,6 +317,18 @@ pub fn plan_scale_up(
     snapshot: &ClusterSnapshot<'_>,
     config: &ScalingConfig,
     now: Timestamp,
+) -> ScaleUpPlan {
+    plan(snapshot, config, now, true)
+}
+
+/// [`plan_scale_up`]; without `cut_off`, every group's estimate packs every pod and groups are
+/// tried by name (the plain reading the property `cut_off_never_changes_the_plan` holds the
+/// fast path to).
+fn plan(
+    snapshot: &ClusterSnapshot<'_>,
+    config: &ScalingConfig,
+    now: Timestamp,
+    cut_off: bool,
 ) -> ScaleUpPlan {
     let pods = snapshot.pods;
     let mut plan = ScaleUpPlan::default();
@@ -714,10 +728,14 @@ pub fn plan_scale_up(
                 .iter()
                 .filter(|(_, ts)| templates[ts[0]].priority == top)
                 .map(|&(g, ts)| {
-                    let hint = last_waste
-                        .get(g)
-                        .copied()
-                        .unwrap_or_else(|| ctx.ideal_waste(ts, &remaining));
+                    let hint = if cut_off {
+                        last_waste
+                            .get(g)
+                            .copied()
+                            .unwrap_or_else(|| ctx.ideal_waste(ts, &remaining))
+                    } else {
+                        0.0
+                    };
                     (hint, g, ts)
                 })
                 .collect();
@@ -726,7 +744,7 @@ pub fn plan_scale_up(
                 // The best complete estimate so far: a trial that provably cannot beat it stops.
                 let beat = estimates
                     .iter()
-                    .filter(|e| !e.bounded)
+                    .filter(|e| cut_off && !e.bounded)
                     .min_by(|a, b| better(a, b))
                     .map(Estimate::waste);
                 let e = if fork {
@@ -1844,6 +1862,27 @@ mod tests {
         Ok(())
     }
 
+    /// Guards `cut_off_never_changes_the_plan` against passing vacuously: in its worlds some
+    /// group estimates do stop early (their reasons report a bound, `idle ≥ …`).
+    #[test]
+    fn cut_off_worlds_stop_some_estimates() {
+        let mut stopped = 0;
+        for seed in 0..60 {
+            let w = testkit::world(
+                seed,
+                Sizes {
+                    groups: 5,
+                    nodes_per_zone: 1,
+                    deployments: 24,
+                    max_per_zone: 5,
+                },
+            );
+            let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+            stopped += plan.reasons.iter().filter(|r| r.contains("idle ≥")).count();
+        }
+        assert!(stopped > 5, "only {stopped} estimates stopped early");
+    }
+
     /// Guards the constrained properties against passing vacuously: their worlds place pods
     /// carrying each kind of constraint, on new and existing nodes, and report constrained
     /// pods.
@@ -1896,6 +1935,25 @@ mod tests {
             for i in (1..v.nodes.len()).rev() { let j = rng.below(i as u64 + 1) as usize; v.nodes.swap(i, j); }
             let shuffled = plan_scale_up(&snapshot(&v), &ScalingConfig::default(), now());
             prop_assert_eq!(keyed(&w, &plan), keyed(&v, &shuffled));
+        }
+
+        /// The early cut-off of group estimates (docs/scheduling.md §6) never changes the
+        /// plan: with and without it, the same nodes, pods, outcomes, placement order and
+        /// winners (only the losers' figures in the reasons may be bounds).
+        #[test]
+        fn cut_off_never_changes_the_plan(seed in any::<u64>(), groups in 1usize..6, deployments in 0usize..25, per_zone in 0u64..3, max in 0u64..6, constrain in any::<bool>()) {
+            let mut w = testkit::world(seed, Sizes { groups, nodes_per_zone: per_zone, deployments, max_per_zone: max });
+            if constrain {
+                testkit::constrain(&mut w, seed);
+            }
+            let fast = plan(&snapshot(&w), &ScalingConfig::default(), now(), true);
+            let plain = plan(&snapshot(&w), &ScalingConfig::default(), now(), false);
+            let winners = |p: &ScaleUpPlan| -> Vec<String> {
+                p.reasons.iter().map(|r| r.split("; more waste:").next().unwrap_or(r).to_owned()).collect()
+            };
+            prop_assert_eq!(winners(&fast), winners(&plain));
+            let strip = |p: &ScaleUpPlan| ScaleUpPlan { reasons: Vec::new(), ..p.clone() };
+            prop_assert_eq!(strip(&fast), strip(&plain));
         }
 
         /// Completeness, validity, bounds, unplaceable/waiting honesty and minimality (see
