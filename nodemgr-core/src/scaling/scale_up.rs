@@ -293,9 +293,6 @@ struct Estimate {
 /// packing would have compared worse.
 const CUT_MARGIN: f64 = 1e-9;
 
-/// How many pods a trial packs between two tests of its lower bound.
-const CHECK_EVERY: u32 = 8;
-
 /// The least idle share that a set of new nodes of capacity at least `cap` can end with when
 /// the pods on them request at most `most`: `1 - min(1, most / cap)` (0 without capacity).
 fn least_idle(cap: i128, most: i128) -> f64 {
@@ -1050,7 +1047,6 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         let mut cut: Option<(f64, f64)> = None;
         let (mut cap_cpu, mut cap_mem, mut used_cpu, mut used_mem) = (0i128, 0i128, 0i128, 0i128);
         let (mut pending_cpu, mut pending_mem) = (0i128, 0i128);
-        let mut since_check = 0u32;
         if beat.is_some() {
             for (c, class) in self.classes.iter().enumerate() {
                 if remaining[c].is_empty() || !ts.iter().any(|&t| self.feasible[c][t]) {
@@ -1071,10 +1067,7 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
             );
             for &m in &remaining[c] {
                 if let Some(best) = beat {
-                    // The bound only grows: testing it every few pods stops as surely.
-                    since_check += 1;
-                    if since_check >= CHECK_EVERY && (cap_cpu > 0 || cap_mem > 0) {
-                        since_check = 0;
+                    if cap_cpu > 0 || cap_mem > 0 {
                         let lower = (
                             least_idle(cap_cpu, used_cpu + pending_cpu),
                             least_idle(cap_mem, used_mem + pending_mem),
