@@ -23,7 +23,9 @@
 //!    and the **least waste** wins (idle cpu + idle memory share of the new nodes), then the
 //!    most pods placed, then the name (Deckhouse picks randomly among equals; nodemgr is
 //!    deterministic). The winner's estimate is committed and the loop repeats with the pods it
-//!    could not take.
+//!    could not take. An estimate stops early once a lower bound of its waste exceeds the best
+//!    complete estimate so far, so it could not have won; likely winners are tried first. The
+//!    winner, and so the plan, is the same (docs/scheduling.md §6).
 //! 4. **Zones balanced.** Within a group, pods go first-fit onto the nodes the plan already
 //!    opened; a new node opens in a zone that the pod fits, that has headroom and where its
 //!    topology rules admit it on an empty node: the fewest nodes of the group, existing and
@@ -280,6 +282,25 @@ struct Estimate {
     placed: usize,
     cpu_waste: f64,
     memory_waste: f64,
+    /// The packing stopped once it provably could not beat the best estimate so far: the
+    /// wastes are lower bounds of what the full packing would leave idle, `placed` and
+    /// `opened` what it did before it stopped (docs/scheduling.md §6).
+    bounded: bool,
+}
+
+/// How far above the best waste so far a lower bound must be before a trial stops: far more
+/// than the rounding of the f64 sums (about 1e-15), so that a trial stops only when its full
+/// packing would have compared worse.
+const CUT_MARGIN: f64 = 1e-9;
+
+/// The least idle share that a set of new nodes of capacity at least `cap` can end with when
+/// the pods on them request at most `most`: `1 - min(1, most / cap)` (0 without capacity).
+fn least_idle(cap: i128, most: i128) -> f64 {
+    if cap <= 0 {
+        0.0
+    } else {
+        (cap - most.min(cap)) as f64 / cap as f64
+    }
 }
 
 impl Estimate {
@@ -325,6 +346,18 @@ pub fn plan_scale_up(
     snapshot: &ClusterSnapshot<'_>,
     config: &ScalingConfig,
     now: Timestamp,
+) -> ScaleUpPlan {
+    plan(snapshot, config, now, true)
+}
+
+/// [`plan_scale_up`]; without `cut_off`, every group's estimate packs every pod and groups are
+/// tried by name (the plain reading the property `cut_off_never_changes_the_plan` holds the
+/// fast path to).
+fn plan(
+    snapshot: &ClusterSnapshot<'_>,
+    config: &ScalingConfig,
+    now: Timestamp,
+    cut_off: bool,
 ) -> ScaleUpPlan {
     let pods = snapshot.pods;
     let mut plan = ScaleUpPlan::default();
@@ -670,6 +703,8 @@ pub fn plan_scale_up(
         members: vec![Vec::new(); first],
     };
     let mut exhausted: Vec<&str> = Vec::new();
+    // Each group's waste in the last round, to try the likely winners first.
+    let mut last_waste: HashMap<String, f64, FastHash> = HashMap::default();
     loop {
         // Priority rounds until no group can take a remaining pod.
         loop {
@@ -714,10 +749,33 @@ pub fn plan_scale_up(
                     .then_with(|| b.placed.cmp(&a.placed))
                     .then_with(|| a.group.cmp(&b.group))
             };
-            for (g, ts) in options
+            // Any order gives the same winner (`better` is a total order); trying the likely
+            // winners first lets the others stop early (`Ctx::estimate`'s cut-off): the least
+            // waste of the last round first, then the least waste of an ideal fractional
+            // packing (docs/scheduling.md §6).
+            let mut contenders: Vec<(f64, &str, &Vec<usize>)> = options
                 .iter()
                 .filter(|(_, ts)| templates[ts[0]].priority == top)
-            {
+                .map(|&(g, ts)| {
+                    let hint = if cut_off {
+                        last_waste
+                            .get(g)
+                            .copied()
+                            .unwrap_or_else(|| ctx.ideal_waste(ts, &remaining))
+                    } else {
+                        0.0
+                    };
+                    (hint, g, ts)
+                })
+                .collect();
+            contenders.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+            for &(_, g, ts) in &contenders {
+                // The best complete estimate so far: a trial that provably cannot beat it stops.
+                let beat = estimates
+                    .iter()
+                    .filter(|e| cut_off && !e.bounded)
+                    .min_by(|a, b| better(a, b))
+                    .map(Estimate::waste);
                 let e = if fork {
                     let mut copy = planned.clone();
                     let mut seq = Vec::new();
@@ -729,6 +787,7 @@ pub fn plan_scale_up(
                         &headroom,
                         &zone_nodes,
                         Some(&mut seq),
+                        beat,
                     );
                     let wins = e.placed > 0
                         && kept.as_ref().is_none_or(|(k, ..)| {
@@ -747,6 +806,7 @@ pub fn plan_scale_up(
                         &headroom,
                         &zone_nodes,
                         None,
+                        beat,
                     )
                 };
                 if e.placed > 0 {
@@ -756,6 +816,10 @@ pub fn plan_scale_up(
                     // guards the loop's termination all the same.
                     exhausted.push(g);
                 }
+            }
+            last_waste.clear();
+            for e in &estimates {
+                last_waste.insert(e.group.clone(), e.waste());
             }
             let kept = kept.map(|(k, copy, seq)| (estimates[k].group.clone(), copy, seq));
             estimates.sort_by(&better);
@@ -780,6 +844,7 @@ pub fn plan_scale_up(
                             &headroom,
                             &zone_nodes,
                             Some(&mut sequence),
+                            None,
                         );
                     }
                 }
@@ -787,7 +852,10 @@ pub fn plan_scale_up(
             estimates.sort_by(|a, b| a.group.cmp(&b.group));
             let others: Vec<String> = estimates
                 .iter()
-                .map(|e| format!("{} (idle {:.1}%)", e.group, 50.0 * e.waste()))
+                .map(|e| {
+                    let at_least = if e.bounded { "≥ " } else { "" };
+                    format!("{} (idle {at_least}{:.1}%)", e.group, 50.0 * e.waste())
+                })
                 .collect();
             let opened: u32 = best.opened.values().sum();
             plan.reasons.push(format!(
@@ -987,6 +1055,7 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         headroom: &[u32],
         zone_nodes: &[u32],
         mut keep: Option<&mut Vec<usize>>,
+        beat: Option<f64>,
     ) -> Estimate {
         let mut left: Vec<u32> = ts.iter().map(|&t| headroom[t]).collect();
         let mut count: Vec<u32> = ts.iter().map(|&t| zone_nodes[t]).collect();
@@ -1002,13 +1071,58 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         // Nodes planned before this estimate that received a member, in order.
         let mut touched: Vec<usize> = Vec::new();
         let mut placed = 0usize;
-        for (c, class) in self.classes.iter().enumerate() {
+        // The early cut-off (docs/scheduling.md §6): capacity and requests of the new nodes
+        // holding pods so far, and the requests of the pods still to try. The final packing's
+        // new nodes have at least this capacity and hold at most `used + pending` of requests,
+        // so `least_idle` of those is a lower bound of its waste, which only grows as the
+        // packing goes on; once it exceeds the best waste so far, this group cannot win.
+        let mut cut: Option<(f64, f64)> = None;
+        let (mut cap_cpu, mut cap_mem, mut used_cpu, mut used_mem) = (0i128, 0i128, 0i128, 0i128);
+        let (mut pending_cpu, mut pending_mem) = (0i128, 0i128);
+        if beat.is_some() {
+            for (c, class) in self.classes.iter().enumerate() {
+                if remaining[c].is_empty() || !ts.iter().any(|&t| self.feasible[c][t]) {
+                    continue;
+                }
+                let n = remaining[c].len() as i128;
+                pending_cpu += n * i128::from(class.demand.core[CPU]);
+                pending_mem += n * i128::from(class.demand.core[MEMORY]);
+            }
+        }
+        'classes: for (c, class) in self.classes.iter().enumerate() {
             if remaining[c].is_empty() || !ts.iter().any(|&t| self.feasible[c][t]) {
                 continue;
             }
+            let (cpu, mem) = (
+                i128::from(class.demand.core[CPU]),
+                i128::from(class.demand.core[MEMORY]),
+            );
             for &m in &remaining[c] {
+                if let Some(best) = beat {
+                    if cap_cpu > 0 || cap_mem > 0 {
+                        let lower = (
+                            least_idle(cap_cpu, used_cpu + pending_cpu),
+                            least_idle(cap_mem, used_mem + pending_mem),
+                        );
+                        if lower.0 + lower.1 > best + CUT_MARGIN {
+                            cut = Some(lower);
+                            break 'classes;
+                        }
+                    }
+                    pending_cpu -= cpu;
+                    pending_mem -= mem;
+                }
                 let pod = &self.pods[m];
                 if let Some(at) = p.placer.place(c, pod, &class.demand, false) {
+                    if at.bin >= first_new {
+                        if p.members[at.bin].is_empty() {
+                            let t = p.template[at.bin - p.first];
+                            cap_cpu += i128::from(self.caps[t].0[CPU]);
+                            cap_mem += i128::from(self.caps[t].0[MEMORY]);
+                        }
+                        used_cpu += cpu;
+                        used_mem += mem;
+                    }
                     p.members[at.bin].push((c, m));
                     if at.bin < first_new {
                         touched.push(at.bin);
@@ -1050,6 +1164,10 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 count[k] += 1;
                 match p.placer.place_on(c, pod, &class.demand, bin) {
                     Some(at) => {
+                        cap_cpu += i128::from(self.caps[t].0[CPU]);
+                        cap_mem += i128::from(self.caps[t].0[MEMORY]);
+                        used_cpu += cpu;
+                        used_mem += mem;
                         p.members[at].push((c, m));
                         if let Some(seq) = keep.as_deref_mut() {
                             seq.push(m);
@@ -1060,19 +1178,12 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 }
             }
         }
+        // The new nodes holding pods, per template (their capacity and requests were summed
+        // as the pods landed).
         let mut opened: BTreeMap<usize, u32> = BTreeMap::new();
-        let (mut cap_cpu, mut cap_mem, mut used_cpu, mut used_mem) = (0i128, 0i128, 0i128, 0i128);
         for b in first_new..p.members.len() {
-            if p.members[b].is_empty() {
-                continue;
-            }
-            let t = p.template[b - p.first];
-            *opened.entry(t).or_insert(0) += 1;
-            cap_cpu += i128::from(self.caps[t].0[CPU]);
-            cap_mem += i128::from(self.caps[t].0[MEMORY]);
-            for &(c, _) in &p.members[b] {
-                used_cpu += i128::from(self.classes[c].demand.core[CPU]);
-                used_mem += i128::from(self.classes[c].demand.core[MEMORY]);
+            if !p.members[b].is_empty() {
+                *opened.entry(p.template[b - p.first]).or_insert(0) += 1;
             }
         }
         let idle = |cap: i128, used: i128| {
@@ -1090,14 +1201,44 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
             p.template.truncate(first_new - p.first);
             p.members.truncate(first_new);
         }
+        let (cpu_waste, memory_waste) =
+            cut.unwrap_or((idle(cap_cpu, used_cpu), idle(cap_mem, used_mem)));
         Estimate {
             group: group.to_owned(),
             priority: ts.first().map_or(0, |&t| self.templates[t].priority),
             opened,
             placed,
-            cpu_waste: idle(cap_cpu, used_cpu),
-            memory_waste: idle(cap_mem, used_mem),
+            cpu_waste,
+            memory_waste,
+            bounded: cut.is_some(),
         }
+    }
+
+    /// The waste of an ideal fractional packing of the remaining pods the group's templates
+    /// `ts` admit onto nodes of its first template: only a hint of which group may win, to try
+    /// it first.
+    fn ideal_waste(&self, ts: &[usize], remaining: &[Vec<usize>]) -> f64 {
+        let Some(&t) = ts.first() else {
+            return f64::INFINITY;
+        };
+        let (mut cpu, mut mem) = (0f64, 0f64);
+        for (c, class) in self.classes.iter().enumerate() {
+            if remaining[c].is_empty() || !ts.iter().any(|&t| self.feasible[c][t]) {
+                continue;
+            }
+            let n = remaining[c].len() as f64;
+            cpu += n * class.demand.core[CPU] as f64;
+            mem += n * class.demand.core[MEMORY] as f64;
+        }
+        let (cap_cpu, cap_mem) = (self.caps[t].0[CPU] as f64, self.caps[t].0[MEMORY] as f64);
+        if cap_cpu <= 0.0 || cap_mem <= 0.0 {
+            return f64::INFINITY;
+        }
+        let nodes = (cpu / cap_cpu).max(mem / cap_mem);
+        if nodes <= 0.0 {
+            return f64::INFINITY;
+        }
+        2.0 - cpu / (nodes * cap_cpu) - mem / (nodes * cap_mem)
     }
 
     /// Takes planned nodes out, emptiest first, while the first-fit simulation moves all their
@@ -1108,15 +1249,20 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         let mut no_fit: Vec<Option<usize>> = vec![None; self.classes.len()];
         let mut removed = 0;
         let topology = planned.placer.bins.has_topology();
+        // Whether pods of each class may move, once per class: the answer reads only what
+        // every member of a class shares (namespace, labels, anti-affinity terms).
+        let free: Vec<bool> = if topology {
+            self.classes
+                .iter()
+                .map(|k| planned.placer.bins.is_free(k.rep))
+                .collect()
+        } else {
+            Vec::new()
+        };
         loop {
             let mut order: Vec<usize> = (planned.first..planned.members.len())
                 .filter(|&b| !planned.members[b].is_empty())
-                .filter(|&b| {
-                    !topology
-                        || planned.members[b]
-                            .iter()
-                            .all(|&(_, m)| planned.placer.bins.is_free(&self.pods[m]))
-                })
+                .filter(|&b| !topology || planned.members[b].iter().all(|&(c, _)| free[c]))
                 .collect();
             order.sort_by_key(|&b| (planned.members[b].len(), b));
             let mut removed_any = false;
@@ -1741,6 +1887,27 @@ mod tests {
         Ok(())
     }
 
+    /// Guards `cut_off_never_changes_the_plan` against passing vacuously: in its worlds some
+    /// group estimates do stop early (their reasons report a bound, `idle ≥ …`).
+    #[test]
+    fn cut_off_worlds_stop_some_estimates() {
+        let mut stopped = 0;
+        for seed in 0..60 {
+            let w = testkit::world(
+                seed,
+                Sizes {
+                    groups: 5,
+                    nodes_per_zone: 1,
+                    deployments: 24,
+                    max_per_zone: 5,
+                },
+            );
+            let plan = plan_scale_up(&snapshot(&w), &ScalingConfig::default(), now());
+            stopped += plan.reasons.iter().filter(|r| r.contains("idle ≥")).count();
+        }
+        assert!(stopped > 5, "only {stopped} estimates stopped early");
+    }
+
     /// Guards the constrained properties against passing vacuously: their worlds place pods
     /// carrying each kind of constraint, on new and existing nodes, and report constrained
     /// pods.
@@ -1793,6 +1960,25 @@ mod tests {
             for i in (1..v.nodes.len()).rev() { let j = rng.below(i as u64 + 1) as usize; v.nodes.swap(i, j); }
             let shuffled = plan_scale_up(&snapshot(&v), &ScalingConfig::default(), now());
             prop_assert_eq!(keyed(&w, &plan), keyed(&v, &shuffled));
+        }
+
+        /// The early cut-off of group estimates (docs/scheduling.md §6) never changes the
+        /// plan: with and without it, the same nodes, pods, outcomes, placement order and
+        /// winners (only the losers' figures in the reasons may be bounds).
+        #[test]
+        fn cut_off_never_changes_the_plan(seed in any::<u64>(), groups in 1usize..6, deployments in 0usize..25, per_zone in 0u64..3, max in 0u64..6, constrain in any::<bool>()) {
+            let mut w = testkit::world(seed, Sizes { groups, nodes_per_zone: per_zone, deployments, max_per_zone: max });
+            if constrain {
+                testkit::constrain(&mut w, seed);
+            }
+            let fast = plan(&snapshot(&w), &ScalingConfig::default(), now(), true);
+            let plain = plan(&snapshot(&w), &ScalingConfig::default(), now(), false);
+            let winners = |p: &ScaleUpPlan| -> Vec<String> {
+                p.reasons.iter().map(|r| r.split("; more waste:").next().unwrap_or(r).to_owned()).collect()
+            };
+            prop_assert_eq!(winners(&fast), winners(&plain));
+            let strip = |p: &ScaleUpPlan| ScaleUpPlan { reasons: Vec::new(), ..p.clone() };
+            prop_assert_eq!(strip(&fast), strip(&plain));
         }
 
         /// Completeness, validity, bounds, unplaceable/waiting honesty and minimality (see
