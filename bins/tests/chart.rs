@@ -560,16 +560,19 @@ async fn the_chart_with_every_option_applies_to_an_empty_cluster() {
     .await;
 }
 
-/// The `[[bin]]` names of `bins/Cargo.toml`.
+/// The `[[bin]]` names of the crates whose binaries the image carries: the daemons
+/// (`bins/Cargo.toml`) and the CLI (`cli/Cargo.toml`).
 fn binaries() -> Vec<String> {
-    let manifest = std::fs::read_to_string(repo().join("bins/Cargo.toml")).unwrap();
     let mut names = Vec::new();
-    let mut in_bin = false;
-    for line in manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_bin = line == "[[bin]]";
-        } else if in_bin && let Some(value) = line.strip_prefix("name = ") {
-            names.push(value.trim_matches('"').to_owned());
+    for crate_dir in ["bins", "cli"] {
+        let manifest = std::fs::read_to_string(repo().join(crate_dir).join("Cargo.toml")).unwrap();
+        let mut in_bin = false;
+        for line in manifest.lines().map(str::trim) {
+            if line.starts_with('[') {
+                in_bin = line == "[[bin]]";
+            } else if in_bin && let Some(value) = line.strip_prefix("name = ") {
+                names.push(value.trim_matches('"').to_owned());
+            }
         }
     }
     names
