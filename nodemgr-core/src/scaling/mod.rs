@@ -9,7 +9,7 @@
 //! | [`bounds`] | per-zone min/max, fixed counts, failed-node replacement |
 //! | [`placement`] | whether a pod fits a node; the fast first-fit engine the others use |
 //! | `topology` | topology spread and pod (anti-)affinity as incremental counters (docs/scheduling.md §2) |
-//! | [`reference`] | the slow reading of every scheduling rule, and replays that check plans against it |
+//! | [`reference`](mod@reference) | the slow reading of every scheduling rule, and replays that check plans against it |
 //! | [`scale_up`] | which new nodes the pending pods need, by priority, least waste, balanced zones |
 //! | [`scale_down`] | which underutilized nodes to drain and delete |
 //! | [`standby`] | how many warm standby nodes, and the holder pods that keep them |

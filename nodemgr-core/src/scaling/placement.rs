@@ -22,7 +22,7 @@
 //! * **Topology spread, pod affinity and the other anti-affinity terms** on the hostname and zone
 //!   keys (docs/scheduling.md §1): these depend on the whole cluster, not one node, so
 //!   [`check_fit`] does not read them; [`super::reference::Cluster::check`] adds them to it, and
-//!   the engine evaluates them with incremental counters ([`super::topology`]).
+//!   the engine evaluates them with incremental counters (`scaling::topology`).
 //!
 //! Not modelled: volume topology, host ports, and preemption of anything but standby-holder
 //! pods.

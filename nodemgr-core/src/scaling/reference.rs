@@ -3,7 +3,7 @@
 //!
 //! [`Cluster`] is a list of nodes, each with the pods on it, and nothing else: every question
 //! is answered by looking at every node and every pod again. It is the specification the fast
-//! engine ([`super::placement`], [`super::topology`]) is held to by the properties, and what
+//! engine ([`super::placement`], `scaling::topology`) is held to by the properties, and what
 //! tests and benchmarks use to prove a plan honours every constraint:
 //!
 //! * [`replay_scale_up`] places the plan's pods, one by one in

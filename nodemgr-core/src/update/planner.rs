@@ -1,0 +1,223 @@
+//! The update planner: one group's next steps ([`plan_group_update`]) by the phases and
+//! guarantees of the module docs of [`crate::update`], and every group at once
+//! ([`plan_updates`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{UpdateCommand, UpdateMarks, UpdatePlan, max_concurrent};
+use crate::disruption::{Action, DisruptionSnapshot, METHODS, Stage, UpdateView, plan_stage};
+use crate::model::{Node, NodeGroup, NodeType, Timestamp};
+
+/// Everything the planner needs about one group.
+#[derive(Debug, Clone)]
+pub struct GroupSnapshot<'a> {
+    /// The group (spec: `update.maxConcurrent`, `disruptions`).
+    pub group: &'a NodeGroup,
+    /// The configuration checksum the group's nodes should report; empty when unknown (then no
+    /// node is finished). It is the group's [`crate::bashible::Bundle::checksum`]: the value the
+    /// bootstrap script writes into the node's `node.deckhouse.io/configuration-checksum`
+    /// annotation ([`crate::bashible::desired_checksums`] computes it for many groups).
+    pub desired_checksum: &'a str,
+    /// The group's existing nodes.
+    pub nodes: Vec<&'a Node>,
+}
+
+/// Deckhouse's whole-group gate for CloudEphemeral groups: no update step while the group's
+/// `status.desired` differs from its Ready nodes (still scaling, or a machine never joined).
+/// Called once every node of the snapshot is Ready, so `ready` is the snapshot's node count.
+/// A group whose status carries no `desired` yet (the status controller has not counted it,
+/// or the reader's cache has not seen that write) is held too: nothing says it is whole
+/// (docs/deckhouse.md §3.2). Returns the reason it blocks, if it does.
+pub(super) fn scaling_gate(group: &NodeGroup, ready: usize) -> Option<String> {
+    if group.spec.node_type != Some(NodeType::CloudEphemeral) {
+        return None;
+    }
+    let Some(desired) = group.status.as_ref().and_then(|s| s.desired) else {
+        return Some("group is not counted yet: its status carries no desired".to_owned());
+    };
+    let ready_count = i64::try_from(ready).unwrap_or(i64::MAX);
+    (desired != ready_count).then(|| {
+        format!("group is scaling: status.desired is {desired}, {ready_count} nodes are Ready")
+    })
+}
+
+/// Plans the next update steps of one group at `now` (see the module docs for the phases and
+/// guarantees).
+pub fn plan_group_update(snapshot: &GroupSnapshot<'_>, now: Timestamp) -> UpdatePlan {
+    let group = snapshot.group;
+    let desired = snapshot.desired_checksum;
+    let mut nodes: Vec<(&Node, UpdateMarks)> = snapshot
+        .nodes
+        .iter()
+        .map(|n| (*n, UpdateMarks::of(n)))
+        .collect();
+    nodes.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+
+    let limit = max_concurrent(group, nodes.len());
+    let mut occupied = nodes.iter().filter(|(_, m)| m.occupies_slot()).count();
+    let not_ready: Vec<&str> = nodes
+        .iter()
+        .filter(|(n, _)| !n.ready)
+        .map(|(n, _)| n.name.as_str())
+        .collect();
+    let all_ready = not_ready.is_empty();
+    let mut plan = UpdatePlan::default();
+
+    // Phase 1: finish nodes that run the desired configuration.
+    for (node, marks) in &nodes {
+        if node.ready && !desired.is_empty() && node.checksum() == Some(desired) && marks.ours() {
+            plan.commands.push(UpdateCommand::Finish {
+                node: node.name.clone(),
+                uncordon: marks.cordoned_by_us(),
+            });
+        }
+    }
+    let finishing: BTreeSet<&str> = plan.commands.iter().map(UpdateCommand::node).collect();
+
+    // Who wants to move.
+    let disruption_candidates: Vec<&(&Node, UpdateMarks)> = nodes
+        .iter()
+        .filter(|(n, m)| {
+            m.wants_disruption()
+                && !m.disruption_approved
+                && m.draining.is_none()
+                && !finishing.contains(n.name.as_str())
+        })
+        .collect();
+    let waiting: Vec<&(&Node, UpdateMarks)> = nodes
+        .iter()
+        .filter(|(n, m)| {
+            m.waiting
+                && !m.occupies_slot()
+                && !m.wants_disruption()
+                && !finishing.contains(n.name.as_str())
+        })
+        .collect();
+    if disruption_candidates.is_empty() && waiting.is_empty() {
+        return plan;
+    }
+    if !all_ready {
+        for name in not_ready {
+            plan.blocked.push(format!("node {name} is not Ready"));
+        }
+        return plan;
+    }
+    if let Some(reason) = scaling_gate(group, nodes.len()) {
+        plan.blocked.push(reason);
+        return plan;
+    }
+
+    // Phase 2: disruptions, first for nodes that already hold a slot, by the disruption
+    // methods of the update stage in list order (docs/executors.md §6).
+    let mut full = false;
+    let mut approved_now: Vec<&str> = Vec::new();
+    let asking: Vec<(&Node, UpdateMarks)> = disruption_candidates
+        .iter()
+        .filter(|(_, m)| m.occupies_slot())
+        .map(|c| **c)
+        .collect();
+    if !asking.is_empty() {
+        let snapshot = DisruptionSnapshot {
+            now,
+            scaling: None,
+            update: Some(UpdateView {
+                group,
+                group_size: nodes.len(),
+                asking: &asking,
+            }),
+        };
+        let planned = plan_stage(&METHODS, Stage::Update, &snapshot, &BTreeSet::new());
+        plan.blocked.extend(planned.blocked);
+        for p in planned.disruptions {
+            if let Action::Update(command) = p.disruption.action {
+                plan.commands.push(command);
+            }
+        }
+    }
+    // Nodes asking for a disruption without a slot get one first (phase 3 semantics).
+    for (node, _) in disruption_candidates
+        .iter()
+        .filter(|(_, m)| !m.occupies_slot())
+    {
+        if occupied < limit {
+            occupied += 1;
+            approved_now.push(&node.name);
+            plan.commands.push(UpdateCommand::Approve {
+                node: node.name.clone(),
+            });
+        } else {
+            full = true;
+        }
+    }
+
+    // Phase 3: approvals into the free slots.
+    for (node, _) in &waiting {
+        if occupied < limit {
+            occupied += 1;
+            approved_now.push(&node.name);
+            plan.commands.push(UpdateCommand::Approve {
+                node: node.name.clone(),
+            });
+        } else {
+            full = true;
+        }
+    }
+    if full {
+        let mut updating: Vec<&str> = nodes
+            .iter()
+            .filter(|(_, m)| m.occupies_slot())
+            .map(|(n, _)| n.name.as_str())
+            .chain(approved_now)
+            .collect();
+        updating.sort_unstable();
+        plan.blocked.push(format!(
+            "maxConcurrent {limit} reached (updating: {})",
+            updating.join(", ")
+        ));
+    }
+    plan
+}
+
+/// Plans every group at once: nodes are matched to groups by their `node.deckhouse.io/group`
+/// label; a group without an entry in `desired_checksums` is skipped (its checksum is not known
+/// yet). Commands come group by group, in the order of `groups`. `desired_checksums` is
+/// [`crate::bashible::DesiredChecksums::checksums`].
+pub fn plan_updates(
+    groups: &[NodeGroup],
+    desired_checksums: &BTreeMap<String, String>,
+    nodes: &[Node],
+    now: Timestamp,
+) -> Vec<UpdateCommand> {
+    plan_updates_detailed(groups, desired_checksums, nodes, now)
+        .into_iter()
+        .flat_map(|(_, plan)| plan.commands)
+        .collect()
+}
+
+/// As [`plan_updates`], keeping each group's [`UpdatePlan`] (with its blocked reasons), in the
+/// order of `groups`.
+pub fn plan_updates_detailed(
+    groups: &[NodeGroup],
+    desired_checksums: &BTreeMap<String, String>,
+    nodes: &[Node],
+    now: Timestamp,
+) -> Vec<(String, UpdatePlan)> {
+    let mut by_group: BTreeMap<&str, Vec<&Node>> = BTreeMap::new();
+    for node in nodes {
+        if let Some(group) = node.group() {
+            by_group.entry(group).or_default().push(node);
+        }
+    }
+    groups
+        .iter()
+        .filter_map(|group| {
+            let desired = desired_checksums.get(group.name())?;
+            let snapshot = GroupSnapshot {
+                group,
+                desired_checksum: desired,
+                nodes: by_group.remove(group.name()).unwrap_or_default(),
+            };
+            Some((group.name().to_owned(), plan_group_update(&snapshot, now)))
+        })
+        .collect()
+}
