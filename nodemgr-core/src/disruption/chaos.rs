@@ -3,11 +3,9 @@
 //! with reason [`DisruptionReason::Chaos`]. Runs first, before bounds, so the group's bounds
 //! order its replacement in the same step (docs/executors.md §2.4).
 
-use crate::scaling::{ScalingCommand, plan_chaos};
+use crate::scaling::plan_chaos;
 
-use super::{
-    Action, Disruption, DisruptionMethod, DisruptionReason, DisruptionSnapshot, Proposal, Stage,
-};
+use super::{DisruptionMethod, DisruptionReason, DisruptionSnapshot, Proposal, Stage, removals};
 
 /// The chaos monkey.
 #[derive(Debug, Clone, Copy, Default)]
@@ -33,20 +31,7 @@ impl DisruptionMethod for Chaos {
             view.config,
             snapshot.now,
         );
-        let disruptions = decision
-            .commands
-            .into_iter()
-            .filter_map(|command| match command {
-                ScalingCommand::RemoveNode {
-                    node, group, zone, ..
-                } => Some(Disruption {
-                    node,
-                    group,
-                    action: Action::Remove { zone },
-                }),
-                ScalingCommand::CreateNodes { .. } => None,
-            })
-            .collect();
+        let disruptions = removals(decision.commands);
         Proposal {
             disruptions,
             blocked: Vec::new(),

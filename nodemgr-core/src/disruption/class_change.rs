@@ -2,11 +2,9 @@
 //! go (`maxUnavailablePerZone` kept, new before old, docs/deckhouse.md §10) are removed with
 //! reason [`DisruptionReason::ClassChange`]. Runs after bounds, which ordered the new machines.
 
-use crate::scaling::{ScalingCommand, plan_surge};
+use crate::scaling::plan_surge;
 
-use super::{
-    Action, Disruption, DisruptionMethod, DisruptionReason, DisruptionSnapshot, Proposal, Stage,
-};
+use super::{DisruptionMethod, DisruptionReason, DisruptionSnapshot, Proposal, Stage, removals};
 
 /// The instance class rollout.
 #[derive(Debug, Clone, Copy, Default)]
@@ -26,20 +24,7 @@ impl DisruptionMethod for ClassChange {
             return Proposal::default();
         };
         let decision = plan_surge(view.cluster, view.config, snapshot.now);
-        let disruptions = decision
-            .commands
-            .into_iter()
-            .filter_map(|command| match command {
-                ScalingCommand::RemoveNode {
-                    node, group, zone, ..
-                } => Some(Disruption {
-                    node,
-                    group,
-                    action: Action::Remove { zone },
-                }),
-                ScalingCommand::CreateNodes { .. } => None,
-            })
-            .collect();
+        let disruptions = removals(decision.commands);
         Proposal {
             disruptions,
             blocked: Vec::new(),

@@ -42,14 +42,7 @@ impl DisruptionMethod for Drift {
         let mut proposal = Proposal::default();
         match group.spec.approval_mode() {
             ApprovalMode::Automatic => {
-                let windows = group
-                    .spec
-                    .disruptions
-                    .as_ref()
-                    .and_then(|d| d.automatic.as_ref())
-                    .and_then(|a| a.windows.as_deref())
-                    .unwrap_or_default();
-                let open = window_open(windows, snapshot.now);
+                let open = window_open(group.spec.automatic_windows(), snapshot.now);
                 let drain = needs_drain(group, view.group_size);
                 for (node, marks) in view.asking {
                     let name = node.name.clone();

@@ -185,6 +185,25 @@ pub struct Proposal {
     pub chaos: Option<ChaosState>,
 }
 
+/// The removals among a scaling policy's commands, as disruptions (its orders are the sizing
+/// phases' business). Shared by the methods that wrap a scaling policy ([`Chaos`],
+/// [`ClassChange`]).
+fn removals(commands: Vec<crate::scaling::ScalingCommand>) -> Vec<Disruption> {
+    commands
+        .into_iter()
+        .filter_map(|command| match command {
+            crate::scaling::ScalingCommand::RemoveNode {
+                node, group, zone, ..
+            } => Some(Disruption {
+                node,
+                group,
+                action: Action::Remove { zone },
+            }),
+            crate::scaling::ScalingCommand::CreateNodes { .. } => None,
+        })
+        .collect()
+}
+
 /// A disruption a method won.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Planned {

@@ -32,14 +32,7 @@ impl DisruptionMethod for RollingUpdate {
         let mut proposal = Proposal::default();
         match group.spec.approval_mode() {
             ApprovalMode::RollingUpdate => {
-                let windows = group
-                    .spec
-                    .disruptions
-                    .as_ref()
-                    .and_then(|d| d.rolling_update.as_ref())
-                    .and_then(|r| r.windows.as_deref())
-                    .unwrap_or_default();
-                let open = window_open(windows, snapshot.now);
+                let open = window_open(group.spec.rolling_update_windows(), snapshot.now);
                 for (node, _) in view.asking {
                     let name = node.name.clone();
                     if open {

@@ -355,6 +355,24 @@ impl NodeGroupSpec {
             .unwrap_or(true)
     }
 
+    /// `disruptions.automatic.windows` (none: always open).
+    pub fn automatic_windows(&self) -> &[DisruptionWindow] {
+        self.disruptions
+            .as_ref()
+            .and_then(|d| d.automatic.as_ref())
+            .and_then(|a| a.windows.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// `disruptions.rollingUpdate.windows` (none: always open).
+    pub fn rolling_update_windows(&self) -> &[DisruptionWindow] {
+        self.disruptions
+            .as_ref()
+            .and_then(|d| d.rolling_update.as_ref())
+            .and_then(|r| r.windows.as_deref())
+            .unwrap_or_default()
+    }
+
     /// The effective CRI type (`Containerd` when unset, as the cluster default).
     pub fn cri_type(&self) -> CriType {
         self.cri
