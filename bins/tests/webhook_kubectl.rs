@@ -517,7 +517,7 @@ spec:
   update: {}
 "#;
 
-/// The CRD's API-server defaults (written from `nodemgr_core::impact::defaults`) are filled in
+/// The CRD's API-server defaults (written from `nodemgr_core::model::spec_facts::defaults`) are filled in
 /// where the parent object is given, and only there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_server_fills_in_the_crds_defaults() {

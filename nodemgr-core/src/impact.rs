@@ -385,89 +385,7 @@ pub fn rule_for(path: &str) -> Option<&'static Rule> {
     RULES.iter().find(|rule| rule.covers(path))
 }
 
-/// A scalar default value, as the API documents it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(untagged)]
-pub enum Literal {
-    /// A boolean.
-    Bool(bool),
-    /// An integer.
-    Int(i64),
-    /// A string.
-    Str(&'static str),
-}
-
-impl Literal {
-    /// The JSON value of the literal.
-    pub fn to_value(self) -> Value {
-        match self {
-            Self::Bool(b) => Value::Bool(b),
-            Self::Int(n) => Value::from(n),
-            Self::Str(s) => Value::from(s),
-        }
-    }
-}
-
-/// A documented default: an absent field at `path` compares equal to `value`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub struct FieldDefault {
-    /// Dotted path without the `spec.` prefix.
-    pub path: &'static str,
-    /// The value the field takes when absent.
-    pub value: Literal,
-}
-
-const fn default(path: &'static str, value: Literal) -> FieldDefault {
-    FieldDefault { path, value }
-}
-
-/// Defaults from the CRD (docs/deckhouse.md §1.1) and the model's accessors. Fields whose default is not a
-/// constant (`kubelet.maxPods`, derived from the pod subnet) or that have none are not listed.
-const DEFAULTS: &[FieldDefault] = &[
-    default("chaos.mode", Literal::Str("Disabled")),
-    default("chaos.period", Literal::Str("6h")),
-    default("cloudInstances.maxSurgePerZone", Literal::Int(1)),
-    default("cloudInstances.maxUnavailablePerZone", Literal::Int(0)),
-    default(
-        "cloudInstances.standbyHolder.overprovisioningRate",
-        Literal::Int(50),
-    ),
-    default("cri.containerd.maxConcurrentDownloads", Literal::Int(3)),
-    default("cri.containerdV2.maxConcurrentDownloads", Literal::Int(3)),
-    default("cri.docker.manage", Literal::Bool(true)),
-    default("cri.docker.maxConcurrentDownloads", Literal::Int(3)),
-    // The model's `cri_type()`: the cluster's default CRI, taken as Containerd.
-    default("cri.type", Literal::Str("Containerd")),
-    default("disruptions.approvalMode", Literal::Str("Automatic")),
-    default(
-        "disruptions.automatic.drainBeforeApproval",
-        Literal::Bool(true),
-    ),
-    default("fencing.watchdog.timeout", Literal::Str("60s")),
-    default("gpu.mig.partedConfig", Literal::Str("all-1g.5gb")),
-    default("gpu.timeSlicing.partitionCount", Literal::Int(4)),
-    default("kubelet.containerLogMaxFiles", Literal::Int(4)),
-    default("kubelet.containerLogMaxSize", Literal::Str("50Mi")),
-    default("kubelet.memorySwap.swappiness", Literal::Int(60)),
-    default("kubelet.resourceReservation.mode", Literal::Str("Auto")),
-    default("kubelet.rootDir", Literal::Str("/var/lib/kubelet")),
-    // Not in the CRD; the kubelet's own default, used when nodemgr writes nothing.
-    default("kubelet.seccompDefault", Literal::Bool(false)),
-    default("kubelet.topologyManager.enabled", Literal::Bool(false)),
-    default("kubelet.topologyManager.policy", Literal::Str("None")),
-    default("kubelet.topologyManager.scope", Literal::Str("Container")),
-    default("operatingSystem.manageKernel", Literal::Bool(true)),
-    default("staticInstances.count", Literal::Int(0)),
-    default(
-        "update.maxConcurrent",
-        Literal::Int(crate::model::spec_facts::MAX_CONCURRENT_DEFAULT as i64),
-    ),
-];
-
-/// The documented defaults the comparison fills in for absent fields.
-pub fn defaults() -> &'static [FieldDefault] {
-    DEFAULTS
-}
+pub use crate::model::spec_facts::{FieldDefault, Literal, defaults};
 
 /// Int-or-string fields: a string of digits equals the integer.
 const INT_OR_STRING: &[&str] = &["cloudInstances.standby", "update.maxConcurrent"];
@@ -691,7 +609,7 @@ fn normalized(spec: &NodeGroupSpec) -> Value {
         Value::Object(Map::new())
     });
     prune(&mut value);
-    for field in DEFAULTS {
+    for field in defaults() {
         insert_absent(&mut value, field.path, field.value.to_value());
     }
     for path in INT_OR_STRING {
@@ -1095,14 +1013,14 @@ TOTAL            yes         no           yes
             serde_json::json!({"unlessNewValueIs": "NotManaged"})
         );
         assert_eq!(json["kubeletRestart"], "never");
-        let defaults = serde_json::to_value(defaults()).expect("serializes");
+        let listed = serde_json::to_value(defaults()).expect("serializes");
         assert!(
-            defaults
+            listed
                 .as_array()
-                .is_some_and(|d| d.len() == DEFAULTS.len())
+                .is_some_and(|d| d.len() == defaults().len())
         );
         assert_eq!(
-            serde_json::to_value(DEFAULTS[0]).expect("serializes"),
+            serde_json::to_value(defaults()[0]).expect("serializes"),
             serde_json::json!({"path": "chaos.mode", "value": "Disabled"})
         );
     }
@@ -1169,7 +1087,7 @@ TOTAL            yes         no           yes
 
     #[test]
     fn defaults_lie_inside_rules() {
-        for field in DEFAULTS {
+        for field in defaults() {
             assert_eq!(
                 RULES.iter().filter(|r| r.covers(field.path)).count(),
                 1,
@@ -1385,7 +1303,7 @@ TOTAL            yes         no           yes
             remove_path(&mut without, rule.path);
             let got = impact_of(&spec(without), &full_spec());
             // Removing a field that equals its default is no change; all others are reported.
-            let defaulted = DEFAULTS
+            let defaulted = defaults()
                 .iter()
                 .any(|d| d.path == rule.path && lookup(&full, d.path) == Some(&d.value.to_value()));
             if defaulted {
@@ -1427,7 +1345,7 @@ TOTAL            yes         no           yes
 
     fn with_explicit_defaults(s: &NodeGroupSpec) -> NodeGroupSpec {
         let mut json = serde_json::to_value(s).expect("serializes");
-        for field in DEFAULTS {
+        for field in defaults() {
             insert_absent(&mut json, field.path, field.value.to_value());
         }
         serde_json::from_value(json).expect("defaulted spec parses")

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::RenderError;
+use crate::model::spec_facts;
 use crate::model::{
     CriType, NodeGroup, Quantity, ResourceReservationMode, SwapBehavior, TaintEffect,
     TopologyManagerPolicy, TopologyManagerScope, keys,
@@ -382,7 +383,7 @@ pub(super) fn derive(
         let n = settings
             .as_ref()
             .and_then(|s| s.max_concurrent_downloads)
-            .unwrap_or(3);
+            .unwrap_or(spec_facts::MAX_CONCURRENT_DOWNLOADS_DEFAULT);
         if n < 1 {
             return Err(field_error(field, format!("{n} is not a positive number")));
         }
@@ -454,16 +455,18 @@ pub(super) fn derive(
         kubelet_spec
             .root_dir
             .as_deref()
-            .unwrap_or("/var/lib/kubelet"),
+            .unwrap_or(spec_facts::KUBELET_ROOT_DIR_DEFAULT),
     )?;
     let container_log_max_size = quantity(
         "spec.kubelet.containerLogMaxSize",
         kubelet_spec
             .container_log_max_size
             .as_deref()
-            .unwrap_or("50Mi"),
+            .unwrap_or(spec_facts::CONTAINER_LOG_MAX_SIZE_DEFAULT),
     )?;
-    let container_log_max_files = kubelet_spec.container_log_max_files.unwrap_or(4);
+    let container_log_max_files = kubelet_spec
+        .container_log_max_files
+        .unwrap_or(spec_facts::CONTAINER_LOG_MAX_FILES_DEFAULT);
     if !(1..=20).contains(&container_log_max_files) {
         return Err(field_error(
             "spec.kubelet.containerLogMaxFiles",
@@ -475,10 +478,9 @@ pub(super) fn derive(
         .resource_reservation
         .clone()
         .unwrap_or_default();
-    let mode = reservation_spec
-        .mode
-        .clone()
-        .unwrap_or(ResourceReservationMode::Auto);
+    let mode = reservation_spec.mode.clone().unwrap_or_else(|| {
+        ResourceReservationMode::from_spelling(spec_facts::RESOURCE_RESERVATION_MODE_DEFAULT)
+    });
     let mut static_reserved = BTreeMap::new();
     match &mode {
         ResourceReservationMode::Static => {
@@ -520,11 +522,9 @@ pub(super) fn derive(
     }
 
     let topology = kubelet_spec.topology_manager.clone().unwrap_or_default();
-    let topology_policy = match topology
-        .policy
-        .clone()
-        .unwrap_or(TopologyManagerPolicy::None)
-    {
+    let topology_policy = match topology.policy.clone().unwrap_or_else(|| {
+        TopologyManagerPolicy::from_spelling(spec_facts::TOPOLOGY_MANAGER_POLICY_DEFAULT)
+    }) {
         TopologyManagerPolicy::None => "none",
         TopologyManagerPolicy::BestEffort => "best-effort",
         TopologyManagerPolicy::Restricted => "restricted",
@@ -537,11 +537,9 @@ pub(super) fn derive(
             ));
         }
     };
-    let topology_scope = match topology
-        .scope
-        .clone()
-        .unwrap_or(TopologyManagerScope::Container)
-    {
+    let topology_scope = match topology.scope.clone().unwrap_or_else(|| {
+        TopologyManagerScope::from_spelling(spec_facts::TOPOLOGY_MANAGER_SCOPE_DEFAULT)
+    }) {
         TopologyManagerScope::Container => "container",
         TopologyManagerScope::Pod => "pod",
         TopologyManagerScope::Unknown(other) => {
@@ -554,7 +552,7 @@ pub(super) fn derive(
     };
 
     let swap = kubelet_spec.memory_swap.clone().unwrap_or_default();
-    let swappiness = swap.swappiness.unwrap_or(60);
+    let swappiness = swap.swappiness.unwrap_or(spec_facts::SWAPPINESS_DEFAULT);
     if !(0..=100).contains(&swappiness) {
         return Err(field_error(
             "spec.kubelet.memorySwap.swappiness",
@@ -619,12 +617,16 @@ pub(super) fn derive(
             root_dir,
             container_log_max_size,
             container_log_max_files,
-            seccomp_default: kubelet_spec.seccomp_default.unwrap_or(false),
+            seccomp_default: kubelet_spec
+                .seccomp_default
+                .unwrap_or(spec_facts::SECCOMP_DEFAULT_DEFAULT),
             reservation: ReservationConfig {
                 mode: mode.as_str().to_owned(),
                 static_reserved,
             },
-            topology_enabled: topology.enabled.unwrap_or(false),
+            topology_enabled: topology
+                .enabled
+                .unwrap_or(spec_facts::TOPOLOGY_MANAGER_ENABLED_DEFAULT),
             topology_policy: topology_policy.into(),
             topology_scope: topology_scope.into(),
             swap_behavior: swap_behavior.into(),

@@ -87,7 +87,7 @@ impl Default for AgentConfig {
             feed_interval: Duration::from_secs(5),
             api_check_interval: Duration::from_secs(5),
             api_timeout: Duration::from_secs(10),
-            watchdog_timeout: Duration::from_secs(60),
+            watchdog_timeout: crate::model::spec_facts::WATCHDOG_TIMEOUT_DEFAULT_DURATION,
             kubelet_stale_after: Duration::from_secs(30),
         }
     }

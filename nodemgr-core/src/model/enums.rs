@@ -28,6 +28,14 @@ macro_rules! string_enum {
                 }
             }
 
+            /// The value spelled `text` (`Unknown` for a spelling the API does not accept).
+            pub fn from_spelling(text: &str) -> Self {
+                match text {
+                    $($text => Self::$variant,)+
+                    other => Self::Unknown(other.to_owned()),
+                }
+            }
+
             /// Whether the value is one the API accepts.
             pub fn is_known(&self) -> bool {
                 !matches!(self, Self::Unknown(_))
@@ -48,10 +56,7 @@ macro_rules! string_enum {
         impl ::std::str::FromStr for $name {
             type Err = ::std::convert::Infallible;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
-                Ok(match s {
-                    $($text => Self::$variant,)+
-                    other => Self::Unknown(other.to_owned()),
-                })
+                Ok(Self::from_spelling(s))
             }
         }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::meta::{LabelSelector, ObjectMeta};
+use super::spec_facts;
 use crate::string_enum;
 
 string_enum! {
@@ -343,7 +344,7 @@ impl NodeGroupSpec {
         self.disruptions
             .as_ref()
             .and_then(|d| d.approval_mode.clone())
-            .unwrap_or(ApprovalMode::Automatic)
+            .unwrap_or_else(|| ApprovalMode::from_spelling(spec_facts::APPROVAL_MODE_DEFAULT))
     }
 
     /// Whether Automatic mode drains before approving (`true` when unset).
@@ -352,7 +353,7 @@ impl NodeGroupSpec {
             .as_ref()
             .and_then(|d| d.automatic.as_ref())
             .and_then(|a| a.drain_before_approval)
-            .unwrap_or(true)
+            .unwrap_or(spec_facts::DRAIN_BEFORE_APPROVAL_DEFAULT)
     }
 
     /// `disruptions.automatic.windows` (none: always open).
@@ -378,7 +379,7 @@ impl NodeGroupSpec {
         self.cri
             .as_ref()
             .and_then(|c| c.type_.clone())
-            .unwrap_or(CriType::Containerd)
+            .unwrap_or_else(|| CriType::from_spelling(spec_facts::CRI_TYPE_DEFAULT))
     }
 }
 
@@ -562,11 +563,13 @@ pub struct CloudInstances {
 impl CloudInstances {
     /// `maxSurgePerZone`, default 1.
     pub fn max_surge_per_zone(&self) -> i64 {
-        self.max_surge_per_zone.unwrap_or(1)
+        self.max_surge_per_zone
+            .unwrap_or(spec_facts::MAX_SURGE_PER_ZONE_DEFAULT)
     }
     /// `maxUnavailablePerZone`, default 0.
     pub fn max_unavailable_per_zone(&self) -> i64 {
-        self.max_unavailable_per_zone.unwrap_or(0)
+        self.max_unavailable_per_zone
+            .unwrap_or(spec_facts::MAX_UNAVAILABLE_PER_ZONE_DEFAULT)
     }
 }
 

@@ -15,6 +15,12 @@
 //!   hook code uses 10, docs/deckhouse.md §3.3). 0 does not mean "delete at once": nobody writes
 //!   it to ask for that, and Deckhouse's schema has no default, so an explicit 0 is how tools
 //!   spell "unset". A negative value is refused by validation and treated as unset.
+//! - Every other field with a constant default: one `*_DEFAULT` constant each, gathered by
+//!   [`defaults`]. The model's accessors (`NodeGroupSpec::approval_mode`, `cri_type`, …), the
+//!   bundle renderer, the scaling policies, the fencing agent and validation read the
+//!   constants; the impact comparison fills [`defaults`] into absent fields, and the CRD schema
+//!   publishes them as API-server defaults, so what the API server writes and what nodemgr
+//!   assumes for an absent field cannot drift apart.
 
 use std::time::Duration;
 
@@ -141,6 +147,209 @@ pub fn drain_timeout(seconds: Option<i64>) -> Duration {
         .map_or(DRAIN_TIMEOUT_DEFAULT, Duration::from_secs)
 }
 
+// ---------------------------------------------------------------------------------------------
+// Defaults: the value a field takes when the manifest leaves it out. Each is declared once
+// here; the model's accessors, the bundle renderer, the scaling policies and validation read
+// these constants, the impact matrix compares specs with [`defaults`] filled in, and the CRD
+// schema publishes [`defaults`] as API-server defaults (docs/deckhouse.md §1.1).
+// ---------------------------------------------------------------------------------------------
+
+/// `chaos.mode` when unset.
+pub const CHAOS_MODE_DEFAULT: &str = "Disabled";
+/// `chaos.period` when unset: one victim every 6 hours.
+pub const CHAOS_PERIOD_DEFAULT: &str = "6h";
+/// [`CHAOS_PERIOD_DEFAULT`] as a duration (a test checks that they agree).
+pub const CHAOS_PERIOD_DEFAULT_DURATION: Duration = Duration::from_secs(6 * 3600);
+/// `cloudInstances.maxSurgePerZone` when unset: one extra machine per zone during a
+/// replacement.
+pub const MAX_SURGE_PER_ZONE_DEFAULT: i64 = 1;
+/// `cloudInstances.maxUnavailablePerZone` when unset: no zone goes below its desired count.
+pub const MAX_UNAVAILABLE_PER_ZONE_DEFAULT: i64 = 0;
+/// `cloudInstances.standbyHolder.overprovisioningRate` when unset (or outside 1..=100): a
+/// standby holder requests half of a node.
+pub const OVERPROVISIONING_RATE_DEFAULT: i64 = 50;
+/// `cri.{containerd,containerdV2,docker}.maxConcurrentDownloads` when unset.
+pub const MAX_CONCURRENT_DOWNLOADS_DEFAULT: i64 = 3;
+/// `cri.docker.manage` when unset.
+pub const DOCKER_MANAGE_DEFAULT: bool = true;
+/// `cri.type` when unset: the cluster's default CRI, taken as Containerd.
+pub const CRI_TYPE_DEFAULT: &str = "Containerd";
+/// `disruptions.approvalMode` when unset.
+pub const APPROVAL_MODE_DEFAULT: &str = "Automatic";
+/// `disruptions.automatic.drainBeforeApproval` when unset.
+pub const DRAIN_BEFORE_APPROVAL_DEFAULT: bool = true;
+/// `fencing.watchdog.timeout` when unset.
+pub const WATCHDOG_TIMEOUT_DEFAULT: &str = "60s";
+/// [`WATCHDOG_TIMEOUT_DEFAULT`] as a duration (a test checks that they agree).
+pub const WATCHDOG_TIMEOUT_DEFAULT_DURATION: Duration = Duration::from_secs(60);
+/// `gpu.mig.partedConfig` when unset.
+pub const MIG_PARTED_CONFIG_DEFAULT: &str = "all-1g.5gb";
+/// `gpu.timeSlicing.partitionCount` when unset.
+pub const TIME_SLICING_PARTITION_COUNT_DEFAULT: i64 = 4;
+/// `kubelet.containerLogMaxFiles` when unset.
+pub const CONTAINER_LOG_MAX_FILES_DEFAULT: i64 = 4;
+/// `kubelet.containerLogMaxSize` when unset.
+pub const CONTAINER_LOG_MAX_SIZE_DEFAULT: &str = "50Mi";
+/// `kubelet.memorySwap.swappiness` when unset.
+pub const SWAPPINESS_DEFAULT: i64 = 60;
+/// `kubelet.resourceReservation.mode` when unset.
+pub const RESOURCE_RESERVATION_MODE_DEFAULT: &str = "Auto";
+/// `kubelet.rootDir` when unset.
+pub const KUBELET_ROOT_DIR_DEFAULT: &str = "/var/lib/kubelet";
+/// `kubelet.seccompDefault` when unset: not in the CRD; the kubelet's own default, which
+/// nodemgr keeps by writing nothing.
+pub const SECCOMP_DEFAULT_DEFAULT: bool = false;
+/// `kubelet.topologyManager.enabled` when unset.
+pub const TOPOLOGY_MANAGER_ENABLED_DEFAULT: bool = false;
+/// `kubelet.topologyManager.policy` when unset.
+pub const TOPOLOGY_MANAGER_POLICY_DEFAULT: &str = "None";
+/// `kubelet.topologyManager.scope` when unset.
+pub const TOPOLOGY_MANAGER_SCOPE_DEFAULT: &str = "Container";
+/// `operatingSystem.manageKernel` when unset.
+pub const MANAGE_KERNEL_DEFAULT: bool = true;
+/// `staticInstances.count` when unset.
+pub const STATIC_INSTANCES_COUNT_DEFAULT: i64 = 0;
+
+/// A scalar default value, as the API documents it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(untagged)]
+pub enum Literal {
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A string.
+    Str(&'static str),
+}
+
+impl Literal {
+    /// The JSON value of the literal.
+    pub fn to_value(self) -> serde_json::Value {
+        match self {
+            Self::Bool(b) => serde_json::Value::Bool(b),
+            Self::Int(n) => serde_json::Value::from(n),
+            Self::Str(s) => serde_json::Value::from(s),
+        }
+    }
+}
+
+/// A documented default: an absent field at `path` takes `value`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct FieldDefault {
+    /// Dotted path without the `spec.` prefix.
+    pub path: &'static str,
+    /// The value the field takes when absent.
+    pub value: Literal,
+}
+
+const fn default(path: &'static str, value: Literal) -> FieldDefault {
+    FieldDefault { path, value }
+}
+
+/// The constants above by path. Fields whose default is not a constant (`kubelet.maxPods`,
+/// derived from the pod subnet) or that have none are not listed.
+const DEFAULTS: &[FieldDefault] = &[
+    default("chaos.mode", Literal::Str(CHAOS_MODE_DEFAULT)),
+    default("chaos.period", Literal::Str(CHAOS_PERIOD_DEFAULT)),
+    default(
+        "cloudInstances.maxSurgePerZone",
+        Literal::Int(MAX_SURGE_PER_ZONE_DEFAULT),
+    ),
+    default(
+        "cloudInstances.maxUnavailablePerZone",
+        Literal::Int(MAX_UNAVAILABLE_PER_ZONE_DEFAULT),
+    ),
+    default(
+        "cloudInstances.standbyHolder.overprovisioningRate",
+        Literal::Int(OVERPROVISIONING_RATE_DEFAULT),
+    ),
+    default(
+        "cri.containerd.maxConcurrentDownloads",
+        Literal::Int(MAX_CONCURRENT_DOWNLOADS_DEFAULT),
+    ),
+    default(
+        "cri.containerdV2.maxConcurrentDownloads",
+        Literal::Int(MAX_CONCURRENT_DOWNLOADS_DEFAULT),
+    ),
+    default("cri.docker.manage", Literal::Bool(DOCKER_MANAGE_DEFAULT)),
+    default(
+        "cri.docker.maxConcurrentDownloads",
+        Literal::Int(MAX_CONCURRENT_DOWNLOADS_DEFAULT),
+    ),
+    default("cri.type", Literal::Str(CRI_TYPE_DEFAULT)),
+    default(
+        "disruptions.approvalMode",
+        Literal::Str(APPROVAL_MODE_DEFAULT),
+    ),
+    default(
+        "disruptions.automatic.drainBeforeApproval",
+        Literal::Bool(DRAIN_BEFORE_APPROVAL_DEFAULT),
+    ),
+    default(
+        "fencing.watchdog.timeout",
+        Literal::Str(WATCHDOG_TIMEOUT_DEFAULT),
+    ),
+    default(
+        "gpu.mig.partedConfig",
+        Literal::Str(MIG_PARTED_CONFIG_DEFAULT),
+    ),
+    default(
+        "gpu.timeSlicing.partitionCount",
+        Literal::Int(TIME_SLICING_PARTITION_COUNT_DEFAULT),
+    ),
+    default(
+        "kubelet.containerLogMaxFiles",
+        Literal::Int(CONTAINER_LOG_MAX_FILES_DEFAULT),
+    ),
+    default(
+        "kubelet.containerLogMaxSize",
+        Literal::Str(CONTAINER_LOG_MAX_SIZE_DEFAULT),
+    ),
+    default(
+        "kubelet.memorySwap.swappiness",
+        Literal::Int(SWAPPINESS_DEFAULT),
+    ),
+    default(
+        "kubelet.resourceReservation.mode",
+        Literal::Str(RESOURCE_RESERVATION_MODE_DEFAULT),
+    ),
+    default("kubelet.rootDir", Literal::Str(KUBELET_ROOT_DIR_DEFAULT)),
+    default(
+        "kubelet.seccompDefault",
+        Literal::Bool(SECCOMP_DEFAULT_DEFAULT),
+    ),
+    default(
+        "kubelet.topologyManager.enabled",
+        Literal::Bool(TOPOLOGY_MANAGER_ENABLED_DEFAULT),
+    ),
+    default(
+        "kubelet.topologyManager.policy",
+        Literal::Str(TOPOLOGY_MANAGER_POLICY_DEFAULT),
+    ),
+    default(
+        "kubelet.topologyManager.scope",
+        Literal::Str(TOPOLOGY_MANAGER_SCOPE_DEFAULT),
+    ),
+    default(
+        "operatingSystem.manageKernel",
+        Literal::Bool(MANAGE_KERNEL_DEFAULT),
+    ),
+    default(
+        "staticInstances.count",
+        Literal::Int(STATIC_INSTANCES_COUNT_DEFAULT),
+    ),
+    default(
+        "update.maxConcurrent",
+        Literal::Int(MAX_CONCURRENT_DEFAULT as i64),
+    ),
+];
+
+/// Every documented constant default, by dotted path without `spec.`: what the impact
+/// comparison fills in for absent fields and what the CRD schema publishes.
+pub fn defaults() -> &'static [FieldDefault] {
+    DEFAULTS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,6 +403,44 @@ mod tests {
                     .into()
             )
         );
+    }
+
+    #[test]
+    fn duration_defaults_agree_with_their_spelling() {
+        use crate::model::parse_duration;
+        assert_eq!(
+            parse_duration(CHAOS_PERIOD_DEFAULT),
+            Some(CHAOS_PERIOD_DEFAULT_DURATION)
+        );
+        assert_eq!(
+            parse_duration(WATCHDOG_TIMEOUT_DEFAULT),
+            Some(WATCHDOG_TIMEOUT_DEFAULT_DURATION)
+        );
+    }
+
+    #[test]
+    fn enum_defaults_are_spellings_the_model_knows() {
+        use crate::model::{
+            ApprovalMode, ChaosMode, CriType, ResourceReservationMode, TopologyManagerPolicy,
+            TopologyManagerScope,
+        };
+        assert!(ApprovalMode::from_spelling(APPROVAL_MODE_DEFAULT).is_known());
+        assert!(ChaosMode::from_spelling(CHAOS_MODE_DEFAULT).is_known());
+        assert!(CriType::from_spelling(CRI_TYPE_DEFAULT).is_known());
+        assert!(
+            ResourceReservationMode::from_spelling(RESOURCE_RESERVATION_MODE_DEFAULT).is_known()
+        );
+        assert!(TopologyManagerPolicy::from_spelling(TOPOLOGY_MANAGER_POLICY_DEFAULT).is_known());
+        assert!(TopologyManagerScope::from_spelling(TOPOLOGY_MANAGER_SCOPE_DEFAULT).is_known());
+    }
+
+    #[test]
+    fn every_default_has_one_path() {
+        let mut paths: Vec<_> = defaults().iter().map(|d| d.path).collect();
+        paths.sort_unstable();
+        let before = paths.len();
+        paths.dedup();
+        assert_eq!(paths.len(), before);
     }
 
     proptest! {

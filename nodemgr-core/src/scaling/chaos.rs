@@ -27,16 +27,13 @@ use std::hash::Hasher;
 use std::time::Duration;
 
 use crate::disruption::DisruptionReason;
-use crate::model::{ChaosMode, Node, Timestamp, keys, parse_duration};
+use crate::model::{ChaosMode, Node, Timestamp, keys, parse_duration, spec_facts};
 
 use super::bounds::zone_states;
 use super::command::{ScalingCommand, Why};
 use super::config::ScalingConfig;
 use super::snapshot::{ClusterSnapshot, ScalingGroup};
 use crate::hash::{Fnv, mix64};
-
-/// Default `chaos.period`: 6 h.
-pub const DEFAULT_PERIOD: Duration = Duration::from_secs(6 * 3600);
 
 /// What the chaos monkey remembers between passes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -66,7 +63,7 @@ fn chaos_period(group: &ScalingGroup<'_>) -> Option<Result<Duration, String>> {
         return None;
     }
     Some(match chaos.period.as_deref() {
-        None => Ok(DEFAULT_PERIOD),
+        None => Ok(spec_facts::CHAOS_PERIOD_DEFAULT_DURATION),
         Some(p) => parse_duration(p)
             .filter(|d| !d.is_zero())
             .ok_or_else(|| format!("chaos.period {p:?} is not a duration such as 6h or 30m")),

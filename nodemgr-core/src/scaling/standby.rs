@@ -40,9 +40,6 @@ use super::snapshot::{ClusterSnapshot, ScalingGroup};
 /// priority class value; nodemgr uses −1000 (docs/deckhouse.md §8).
 pub const STANDBY_PRIORITY: i32 = -1000;
 
-/// Default `standbyHolder.overprovisioningRate`: 50 % of a node's capacity.
-pub const DEFAULT_OVERPROVISIONING_RATE: i64 = 50;
-
 /// The group's standby node count (see the module docs); 0 when `standby` is unset.
 ///
 /// # Errors
@@ -104,7 +101,7 @@ pub fn holder_template(group: &ScalingGroup<'_>) -> Option<Pod> {
         .and_then(|c| c.standby_holder.as_ref())
         .and_then(|h| h.overprovisioning_rate)
         .filter(|r| (1..=100).contains(r))
-        .unwrap_or(DEFAULT_OVERPROVISIONING_RATE);
+        .unwrap_or(crate::model::spec_facts::OVERPROVISIONING_RATE_DEFAULT);
     let share = |key: &str| {
         let cap = shape.capacity.get(key).map_or(0, |q| q.0);
         Quantity(i64::try_from(i128::from(cap) * i128::from(rate) / 100).unwrap_or(0))

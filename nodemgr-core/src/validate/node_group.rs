@@ -392,7 +392,10 @@ fn check_gpu(e: &mut Errors, gpu: &Gpu) {
         );
     }
     if let Some(mig) = &gpu.mig {
-        let parted = mig.parted_config.as_deref().unwrap_or("all-1g.5gb");
+        let parted = mig
+            .parted_config
+            .as_deref()
+            .unwrap_or(spec_facts::MIG_PARTED_CONFIG_DEFAULT);
         if !syntax::is_mig_parted_config(parted) {
             e.push(
                 "spec.gpu.mig.partedConfig",

@@ -230,7 +230,7 @@ fn windows() -> Value {
 fn containerd() -> Value {
     object(vec![(
         "maxConcurrentDownloads",
-        describe(integer(), "Parallel image layer downloads (default 3)."),
+        describe(integer(), "Parallel image layer downloads."),
     )])
 }
 
@@ -238,14 +238,11 @@ fn docker() -> Value {
     object(vec![
         (
             "maxConcurrentDownloads",
-            describe(integer(), "Parallel image layer downloads (default 3)."),
+            describe(integer(), "Parallel image layer downloads."),
         ),
         (
             "manage",
-            describe(
-                boolean(),
-                "Whether Docker is installed and configured (default true).",
-            ),
+            describe(boolean(), "Whether Docker is installed and configured."),
         ),
     ])
 }
@@ -277,10 +274,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
         ("sharing", one_of(&["TimeSlicing", "MIG", "Exclusive"])),
         (
             "timeSlicing",
-            object(vec![(
-                "partitionCount",
-                default(integer_in(Some(1), Some(100)), json!(4)),
-            )]),
+            object(vec![("partitionCount", integer_in(Some(1), Some(100)))]),
         ),
         (
             "mig",
@@ -509,12 +503,12 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
     spec
 }
 
-/// Writes the documented defaults of `nodemgr_core::impact::defaults` (the one list of them)
+/// Writes the documented defaults of `nodemgr_core::model::spec_facts::defaults` (the one list of them)
 /// into the spec schema as API-server defaults, on every field the schema has: the API server
 /// then fills them in where the field's parent object is given, as Deckhouse's CRD does, and
 /// nodemgr's own reading of an absent field gives the same value.
 fn apply_defaults(spec: &mut Value) {
-    for field in nodemgr_core::impact::defaults() {
+    for field in nodemgr_core::model::spec_facts::defaults() {
         let mut node = Some(&mut *spec);
         for key in field.path.split('.') {
             node = node
@@ -606,7 +600,7 @@ mod tests {
             SchemaVersion::V1,
         ] {
             let spec = spec_schema(version);
-            for field in nodemgr_core::impact::defaults() {
+            for field in nodemgr_core::model::spec_facts::defaults() {
                 if not_in_crd.contains(&field.path) {
                     continue;
                 }
