@@ -263,6 +263,14 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
+        /// The one parser of window times, used by validation too, accepts exactly the clock
+        /// times (`H:MM` and `HH:MM`, 0:00 to 23:59).
+        #[test]
+        fn window_times_accept_exactly_the_clock(h in 0u32..30, m in 0u32..70, pad in any::<bool>()) {
+            let text = if pad || h >= 10 { format!("{h:02}:{m:02}") } else { format!("{h}:{m:02}") };
+            prop_assert_eq!(parse_time_of_day(&text).is_ok(), h < 24 && m < 60);
+        }
+
         #[test]
         fn window_open_matches_brute_force(
             specs in proptest::collection::vec(window_strategy(), 0..3),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::FencingError;
 use super::agent::{AgentConfig, is_maintenance};
 use crate::lifecycle::{ZoneState, zone_state};
-use crate::model::{FencingMode, Node, NodeType, Timestamp, parse_duration};
+use crate::model::{FencingMode, Node, NodeType, Timestamp};
 
 /// The controller's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,10 +139,9 @@ pub fn heartbeat_token(node: &Node, lease_renew: Option<Timestamp>) -> Option<Ti
 pub fn watchdog_timeout(fencing: &crate::model::Fencing) -> Result<Option<Duration>, FencingError> {
     match fencing.watchdog.as_ref().and_then(|w| w.timeout.as_deref()) {
         None => Ok(None),
-        Some(text) => parse_duration(text)
-            .filter(|d| !d.is_zero())
+        Some(text) => crate::model::spec_facts::parse_watchdog_timeout(text)
             .map(Some)
-            .ok_or_else(|| FencingError::InvalidTimeout(text.to_owned())),
+            .map_err(|_| FencingError::InvalidTimeout(text.to_owned())),
     }
 }
 

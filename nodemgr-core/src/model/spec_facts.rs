@@ -15,6 +15,12 @@
 //!   hook code uses 10, docs/deckhouse.md §3.3). 0 does not mean "delete at once": nobody writes
 //!   it to ask for that, and Deckhouse's schema has no default, so an explicit 0 is how tools
 //!   spell "unset". A negative value is refused by validation and treated as unset.
+//! - `chaos.period` (hours and/or minutes, `6h`), `fencing.watchdog.timeout` (a number and one
+//!   unit, `60s`) and `cloudInstances.standby` (a count or a percentage): one parser each,
+//!   which both validation and the policy that uses the value call, so nothing the webhook
+//!   refuses is quietly read another way by a policy. A zero period or timeout is refused (a
+//!   victim at every instant, a watchdog that fires at once). A disruption window's times are
+//!   read by `window::parse_time_of_day`, for validation as for the window check.
 //! - Every other field with a constant default: one `*_DEFAULT` constant each, gathered by
 //!   [`defaults`]. The model's accessors (`NodeGroupSpec::approval_mode`, `cri_type`, …), the
 //!   bundle renderer, the scaling policies, the fencing agent and validation read the
@@ -94,14 +100,121 @@ pub fn max_concurrent_limit(value: Option<&IntOrString>, group_size: usize) -> u
 
 /// The grammar of `chaos.period`: hours and/or minutes (`6h`, `1h30m`, `45m`).
 pub const CHAOS_PERIOD_PATTERN: &str = "^([0-9]+h([0-9]+m)?|[0-9]+m)$";
+
+/// Why a `chaos.period` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not a period; use hours and/or minutes such as \"6h\", \"1h30m\" or \"45m\", \
+     longer than 0 (pattern {pattern})",
+    pattern = CHAOS_PERIOD_PATTERN
+)]
+pub struct ChaosPeriodError(pub String);
+
+/// Reads `chaos.period` by its grammar ([`CHAOS_PERIOD_PATTERN`]); a zero period (`0m`) is
+/// refused too, since it would ask for a victim at every instant.
+///
+/// # Errors
+/// [`ChaosPeriodError`] for anything else.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use nodemgr_core::model::spec_facts::parse_chaos_period;
+///
+/// assert_eq!(parse_chaos_period("1h30m"), Ok(Duration::from_secs(5400)));
+/// assert!(parse_chaos_period("30s").is_err());
+/// assert!(parse_chaos_period("0m").is_err());
+/// ```
+pub fn parse_chaos_period(text: &str) -> Result<Duration, ChaosPeriodError> {
+    let refused = || ChaosPeriodError(text.to_owned());
+    let (hours, minutes) = match text.split_once('h') {
+        Some((hours, "")) => (hours, "0"),
+        Some((hours, rest)) => (hours, rest.strip_suffix('m').ok_or_else(refused)?),
+        None => ("0", text.strip_suffix('m').ok_or_else(refused)?),
+    };
+    let number = |digits: &str| -> Result<u64, ChaosPeriodError> {
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(refused());
+        }
+        digits.parse().map_err(|_| refused())
+    };
+    let seconds = number(hours)?
+        .checked_mul(3600)
+        .and_then(|h| number(minutes).ok()?.checked_mul(60)?.checked_add(h))
+        .ok_or_else(refused)?;
+    if seconds == 0 {
+        return Err(refused());
+    }
+    Ok(Duration::from_secs(seconds))
+}
 /// The grammar of a disruption window's `from` and `to`: a UTC time of day, `H:MM` or `HH:MM`.
 pub const WINDOW_TIME_PATTERN: &str = "^(?:\\d|[01]\\d|2[0-3]):[0-5]\\d$";
 /// The grammar of `fencing.watchdog.timeout`: a number and one unit (`60s`).
 pub const WATCHDOG_TIMEOUT_PATTERN: &str = "^[0-9]+[smh]{1}$";
+
+/// Why a `fencing.watchdog.timeout` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not a timeout; use a number and one unit s, m or h such as \"60s\", longer \
+     than 0 (pattern {pattern})",
+    pattern = WATCHDOG_TIMEOUT_PATTERN
+)]
+pub struct WatchdogTimeoutError(pub String);
+
+/// Reads `fencing.watchdog.timeout` by its grammar ([`WATCHDOG_TIMEOUT_PATTERN`]); zero is
+/// refused too (a watchdog that fires at once would reboot the node in a loop).
+///
+/// # Errors
+/// [`WatchdogTimeoutError`] for anything else.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use nodemgr_core::model::spec_facts::parse_watchdog_timeout;
+///
+/// assert_eq!(parse_watchdog_timeout("2m"), Ok(Duration::from_secs(120)));
+/// assert!(parse_watchdog_timeout("60").is_err());
+/// assert!(parse_watchdog_timeout("0s").is_err());
+/// ```
+pub fn parse_watchdog_timeout(text: &str) -> Result<Duration, WatchdogTimeoutError> {
+    let refused = || WatchdogTimeoutError(text.to_owned());
+    let (digits, unit) = [('s', 1), ('m', 60), ('h', 3600)]
+        .into_iter()
+        .find_map(|(suffix, unit)| Some((text.strip_suffix(suffix)?, unit)))
+        .ok_or_else(refused)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(refused());
+    }
+    let seconds = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .filter(|s| *s > 0)
+        .ok_or_else(refused)?;
+    Ok(Duration::from_secs(seconds))
+}
 /// The grammar of a MIG profile (`gpu.mig.customConfigs[].profile`): `1g.5gb`, `1g.5gb.me`.
 pub const MIG_PROFILE_PATTERN: &str = "^[0-9]+g\\.[0-9]+gb(\\.me)?$";
 /// The grammar of `cloudInstances.standby` as a string: a count or a percentage.
 pub const STANDBY_PATTERN: &str = "^[0-9]+%?$";
+
+/// Why a `cloudInstances.standby` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not accepted; use a node count >= 0 or a percentage such as \"10%\" (pattern \
+     {pattern})",
+    pattern = STANDBY_PATTERN
+)]
+pub struct StandbyError(pub String);
+
+/// Reads `cloudInstances.standby`: an integer >= 0, or digits with an optional `%`
+/// ([`STANDBY_PATTERN`]).
+///
+/// # Errors
+/// [`StandbyError`] for anything else.
+pub fn parse_standby(value: &IntOrString) -> Result<Amount, StandbyError> {
+    value.amount().map_err(|_| StandbyError(value.to_string()))
+}
 /// The grammar of `kubelet.memorySwap.limitedSwap.size`: whole gigabytes (`4G`).
 pub const SWAP_SIZE_PATTERN: &str = "^\\d+G$";
 
@@ -406,15 +519,55 @@ mod tests {
     }
 
     #[test]
+    fn chaos_periods_follow_the_crd_pattern() {
+        assert_eq!(parse_chaos_period("6h"), Ok(Duration::from_secs(6 * 3600)));
+        assert_eq!(parse_chaos_period("45m"), Ok(Duration::from_secs(45 * 60)));
+        for bad in [
+            "", "h", "m", "1h30", "30s", "1d", "1h30m5s", "1m30m", "0m", "0h0m", "h30m",
+        ] {
+            assert!(parse_chaos_period(bad).is_err(), "{bad}");
+        }
+        assert!(parse_chaos_period("99999999999999999999h").is_err());
+    }
+
+    #[test]
+    fn watchdog_timeouts_follow_the_crd_pattern() {
+        assert_eq!(parse_watchdog_timeout("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_watchdog_timeout("1h"), Ok(Duration::from_secs(3600)));
+        for bad in [
+            "60",
+            "s",
+            "1ms",
+            "",
+            "0s",
+            "-1s",
+            "1.5m",
+            "99999999999999999999h",
+        ] {
+            assert!(parse_watchdog_timeout(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn standby_follows_the_crd_pattern() {
+        assert_eq!(parse_standby(&s("0")), Ok(Amount::Absolute(0)));
+        assert_eq!(parse_standby(&s("10%")), Ok(Amount::Percent(10)));
+        assert_eq!(parse_standby(&IntOrString::Int(3)), Ok(Amount::Absolute(3)));
+        for bad in ["%", "-1", "x", ""] {
+            assert!(parse_standby(&s(bad)).is_err(), "{bad}");
+        }
+        assert!(parse_standby(&IntOrString::Int(-1)).is_err());
+    }
+
+    #[test]
     fn duration_defaults_agree_with_their_spelling() {
-        use crate::model::parse_duration;
         assert_eq!(
-            parse_duration(CHAOS_PERIOD_DEFAULT),
-            Some(CHAOS_PERIOD_DEFAULT_DURATION)
+            parse_chaos_period(CHAOS_PERIOD_DEFAULT),
+            Ok(CHAOS_PERIOD_DEFAULT_DURATION)
         );
         assert_eq!(
-            parse_duration(WATCHDOG_TIMEOUT_DEFAULT),
-            Some(WATCHDOG_TIMEOUT_DEFAULT_DURATION)
+            parse_watchdog_timeout(WATCHDOG_TIMEOUT_DEFAULT),
+            Ok(WATCHDOG_TIMEOUT_DEFAULT_DURATION)
         );
     }
 

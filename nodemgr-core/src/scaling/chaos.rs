@@ -27,7 +27,7 @@ use std::hash::Hasher;
 use std::time::Duration;
 
 use crate::disruption::DisruptionReason;
-use crate::model::{ChaosMode, Node, Timestamp, keys, parse_duration, spec_facts};
+use crate::model::{ChaosMode, Node, Timestamp, keys, spec_facts};
 
 use super::bounds::zone_states;
 use super::command::{ScalingCommand, Why};
@@ -64,9 +64,7 @@ fn chaos_period(group: &ScalingGroup<'_>) -> Option<Result<Duration, String>> {
     }
     Some(match chaos.period.as_deref() {
         None => Ok(spec_facts::CHAOS_PERIOD_DEFAULT_DURATION),
-        Some(p) => parse_duration(p)
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| format!("chaos.period {p:?} is not a duration such as 6h or 30m")),
+        Some(p) => spec_facts::parse_chaos_period(p).map_err(|e| format!("chaos.period {e}")),
     })
 }
 

@@ -144,40 +144,6 @@ pub fn deckhouse_domain_prefix(key: &str) -> Option<&str> {
     (prefix == "deckhouse.io" || prefix.ends_with(".deckhouse.io")).then_some(prefix)
 }
 
-/// A disruption window bound: `^(?:\d|[01]\d|2[0-3]):[0-5]\d$` (`H:MM` or `HH:MM`, UTC).
-pub fn is_window_time(s: &str) -> bool {
-    let Some((h, m)) = s.split_once(':') else {
-        return false;
-    };
-    let hour_ok = match h.as_bytes() {
-        [d] => d.is_ascii_digit(),
-        [a, b] => b.is_ascii_digit() && (matches!(a, b'0' | b'1') || (*a == b'2' && *b <= b'3')),
-        _ => false,
-    };
-    let minute_ok =
-        matches!(m.as_bytes(), [a, b] if (b'0'..=b'5').contains(a) && b.is_ascii_digit());
-    hour_ok && minute_ok
-}
-
-/// `chaos.period`: `^([0-9]+h([0-9]+m)?|[0-9]+m)$` (`6h`, `1h30m`, `45m`).
-pub fn is_chaos_period(s: &str) -> bool {
-    if let Some((hours, rest)) = s.split_once('h') {
-        all_digits(hours) && (rest.is_empty() || rest.strip_suffix('m').is_some_and(all_digits))
-    } else {
-        s.strip_suffix('m').is_some_and(all_digits)
-    }
-}
-
-/// `fencing.watchdog.timeout`: `^[0-9]+[smh]{1}$` (`60s`, `2m`, `1h`).
-pub fn is_watchdog_timeout(s: &str) -> bool {
-    s.strip_suffix(['s', 'm', 'h']).is_some_and(all_digits)
-}
-
-/// `cloudInstances.standby` as a string: `^[0-9]+%?$`.
-pub fn is_standby(s: &str) -> bool {
-    all_digits(s.strip_suffix('%').unwrap_or(s))
-}
-
 /// `kubelet.memorySwap.limitedSwap.size`: `^\d+G$`.
 pub fn is_swap_size(s: &str) -> bool {
     s.strip_suffix('G').is_some_and(all_digits)
@@ -328,17 +294,6 @@ mod tests {
 
     #[test]
     fn small_patterns() {
-        assert!(is_chaos_period("6h") && is_chaos_period("1h30m") && is_chaos_period("45m"));
-        for bad in ["", "h", "m", "1h30", "30s", "1d", "1h30m5s", "1m30m"] {
-            assert!(!is_chaos_period(bad), "{bad}");
-        }
-        assert!(
-            is_watchdog_timeout("60s") && is_watchdog_timeout("2m") && is_watchdog_timeout("1h")
-        );
-        assert!(
-            !is_watchdog_timeout("60") && !is_watchdog_timeout("s") && !is_watchdog_timeout("1ms")
-        );
-        assert!(is_standby("0") && is_standby("10%") && !is_standby("%") && !is_standby("-1"));
         assert!(is_swap_size("4G") && !is_swap_size("4Gi") && !is_swap_size("G"));
         assert!(is_mig_profile("1g.5gb") && is_mig_profile("3g.20gb.me"));
         assert!(!is_mig_profile("1g5gb") && !is_mig_profile("g.5gb") && !is_mig_profile("1g.5g"));
@@ -361,12 +316,6 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
-
-        #[test]
-        fn window_times_accept_exactly_the_clock(h in 0u32..30, m in 0u32..70, pad in any::<bool>()) {
-            let text = if pad || h >= 10 { format!("{h:02}:{m:02}") } else { format!("{h}:{m:02}") };
-            prop_assert_eq!(is_window_time(&text), h < 24 && m < 60);
-        }
 
         #[test]
         fn generated_names_are_valid(name in "[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?") {
