@@ -18,7 +18,9 @@ use crate::model::{
 /// `kubernetesVersion` values `v1alpha1`/`v1alpha2` accept (docs/deckhouse.md §1.1; `v1` has no such field).
 pub const ACCEPTED_KUBERNETES_VERSIONS: &[&str] = &["1.32", "1.33", "1.34", "1.35", "1.36"];
 
-/// Kinds `cloudInstances.classReference.kind` accepts: one instance class per provider.
+/// Kinds `cloudInstances.classReference.kind` accepts: one instance class per provider, and the
+/// generic `InstanceClass` Deckhouse's schema admits besides them (docs/deckhouse.md §1.1), the
+/// kind nodemgr's simulator and examples use. Validation and the CRD schema read this one list.
 pub const INSTANCE_CLASS_KINDS: &[&str] = &[
     "OpenStackInstanceClass",
     "GCPInstanceClass",
@@ -31,6 +33,7 @@ pub const INSTANCE_CLASS_KINDS: &[&str] = &[
     "DynamixInstanceClass",
     "HuaweiCloudInstanceClass",
     "DVPInstanceClass",
+    "InstanceClass",
 ];
 
 /// Taint keys every Deckhouse component tolerates without configuration (webhook rule 7):
@@ -1208,6 +1211,21 @@ mod tests {
         };
         let g = ng("nodeType: Static\nnodeTemplate:\n  taints: [{key: mine, effect: NoSchedule}]");
         assert_eq!(validate_node_group(&g, &ctx), vec![]);
+    }
+
+    #[test]
+    fn the_generic_instance_class_kind_is_accepted_as_the_schema_admits_it() {
+        let spec = |kind: &str| {
+            format!(
+                "nodeType: CloudEphemeral\ncloudInstances:\n  classReference: {{kind: {kind}, name: medium}}\n  minPerZone: 1\n  maxPerZone: 2\n  zones: [a]"
+            )
+        };
+        assert_eq!(check(&spec("InstanceClass")), vec![]);
+        assert_eq!(check(&spec("AWSInstanceClass")), vec![]);
+        assert_eq!(
+            paths(&check(&spec("FooInstanceClass"))),
+            vec!["spec.cloudInstances.classReference.kind"]
+        );
     }
 
     #[test]

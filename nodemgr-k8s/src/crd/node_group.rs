@@ -152,14 +152,6 @@ pub const DISRUPTIONS_RULE: &str = "(!has(self.approvalMode) || self.approvalMod
 /// CEL: the CRI type's own settings object only.
 pub const CRI_RULE: &str = "!has(self.type) || ((self.type == 'Containerd' || !has(self.containerd)) && (self.type == 'ContainerdV2' || !has(self.containerdV2)) && (self.type == 'Docker' || !has(self.docker)) && (self.type == 'NotManaged' || !has(self.notManaged)))";
 const DAYS: &[&str] = &["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
-/// The kinds the schema lets `cloudInstances.classReference.kind` name: the providers' instance
-/// classes, declared once in validation ([`nodemgr_core::validate::INSTANCE_CLASS_KINDS`]), and
-/// the generic `InstanceClass` the schema has always admitted besides.
-fn instance_class_kinds() -> Vec<&'static str> {
-    let mut kinds = nodemgr_core::validate::INSTANCE_CLASS_KINDS.to_vec();
-    kinds.push("InstanceClass");
-    kinds
-}
 
 /// Description of `.spec` (`kubectl explain nodegroup.spec`).
 const SPEC_DESCRIPTION: &str = "What the group should be: the type of its nodes (nodeType), how \
@@ -358,7 +350,7 @@ pub fn spec_schema(version: SchemaVersion) -> Value {
             (
                 "classReference",
                 object(vec![
-                    ("kind", one_of(&instance_class_kinds())),
+                    ("kind", one_of(nodemgr_core::validate::INSTANCE_CLASS_KINDS)),
                     ("name", string()),
                 ]),
             ),
