@@ -3,7 +3,7 @@
 //!
 //! Every NodeGroup keeps one token of its own: a `bootstrap.kubernetes.io/token` Secret
 //! `bootstrap-token-<id>` in `kube-system`, labelled [`LABEL_NODE_GROUP`]`=<group>`, with an
-//! `expiration`. [`plan`] looks at the labelled Secrets and the groups at `now` and decides:
+//! `expiration`. [`plan_bootstrap_tokens`] looks at the labelled Secrets and the groups at `now` and decides:
 //!
 //! - **Current token**: of a group's usable tokens (a well-formed id and secret, an expiration
 //!   after `now`), the one expiring last.
@@ -132,7 +132,7 @@ pub enum DeleteReason {
     Expired,
 }
 
-/// One change [`plan`] decides.
+/// One change [`plan_bootstrap_tokens`] decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenCommand {
     /// Mint a new random token for `group`, expiring at `expires`.
@@ -169,7 +169,7 @@ impl std::fmt::Display for TokenCommand {
     }
 }
 
-/// What [`plan`] decided.
+/// What [`plan_bootstrap_tokens`] decided.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TokenPlan {
     /// Changes to carry out: at most one `Create` per group, then the deletes.
@@ -243,7 +243,7 @@ pub fn authenticate<'a>(
 ///
 /// Call it on every pass with fresh lists; carrying out its commands and calling it again
 /// decides nothing new until [`TokenPlan::next_deadline`].
-pub fn plan<'g>(
+pub fn plan_bootstrap_tokens<'g>(
     groups: impl IntoIterator<Item = &'g str>,
     tokens: &[ObservedToken],
     now: Timestamp,
@@ -320,7 +320,7 @@ mod tests {
     fn a_group_without_a_token_gets_one_and_a_fresh_token_is_kept() {
         let now = Timestamp::from_secs(1_000_000);
         let p = TokenPolicy::default();
-        let plan1 = plan(["worker"], &[], now, &p);
+        let plan1 = plan_bootstrap_tokens(["worker"], &[], now, &p);
         assert_eq!(
             plan1.commands,
             [TokenCommand::Create {
@@ -340,7 +340,7 @@ mod tests {
             1,
             Some(now + 4 * HOUR),
         )];
-        let plan2 = plan(["worker"], &tokens, now, &p);
+        let plan2 = plan_bootstrap_tokens(["worker"], &tokens, now, &p);
         assert!(plan2.commands.is_empty());
         assert_eq!(plan2.current.len(), 1);
         assert_eq!(plan2.next_deadline, Some(now + HOUR));
@@ -354,7 +354,7 @@ mod tests {
             token("old", "worker", 1, Some(now)),
             token("renewing", "worker", 2, Some(now + 3 * HOUR)),
         ];
-        let plan = plan(["worker"], &tokens, now, &p);
+        let plan = plan_bootstrap_tokens(["worker"], &tokens, now, &p);
         assert_eq!(
             plan.commands,
             [
@@ -382,7 +382,7 @@ mod tests {
         let mut bad = token("bad", "worker", 1, Some(now + HOUR * 4));
         bad.token = None;
         let forever = token("forever", "worker", 2, None);
-        let plan = plan(["worker"], &[bad, forever], now, &TokenPolicy::default());
+        let plan = plan_bootstrap_tokens(["worker"], &[bad, forever], now, &TokenPolicy::default());
         assert_eq!(plan.commands.len(), 1, "only a create: {:?}", plan.commands);
         assert_eq!(plan.unusable.len(), 2);
         assert!(plan.current.is_empty());
@@ -507,7 +507,7 @@ mod tests {
         ) {
             let now = Timestamp::from_secs(50_000);
             let groups = ["a", "b"];
-            let decided = plan(groups, &tokens, now, &policy);
+            let decided = plan_bootstrap_tokens(groups, &tokens, now, &policy);
             let creates = decided.commands.iter().filter(|c| matches!(c, TokenCommand::Create { .. })).count();
             prop_assert!(creates <= groups.len());
             for command in &decided.commands {
@@ -541,9 +541,9 @@ mod tests {
             let mut serial = 0;
             let groups = ["a", "b"];
             for step in steps {
-                let decided = plan(groups, &tokens, now, &policy);
+                let decided = plan_bootstrap_tokens(groups, &tokens, now, &policy);
                 apply(&mut tokens, &decided, &mut serial);
-                let again = plan(groups, &tokens, now, &policy);
+                let again = plan_bootstrap_tokens(groups, &tokens, now, &policy);
                 prop_assert!(again.commands.is_empty(), "second pass: {:?}", again.commands);
                 let step = Duration::from_secs(step).min(policy.renew_margin);
                 now = now + step;
@@ -577,7 +577,7 @@ mod tests {
         #[test]
         fn tokens_never_show_in_debug_output(tokens in arb_tokens(50_000)) {
             let now = Timestamp::from_secs(50_000);
-            let decided = plan(["a", "b"], &tokens, now, &TokenPolicy::default());
+            let decided = plan_bootstrap_tokens(["a", "b"], &tokens, now, &TokenPolicy::default());
             let text = format!("{tokens:?} {decided:?}");
             for t in tokens.iter().filter_map(|t| t.token.as_ref()) {
                 let secret = t.as_str().split('.').nth(1).unwrap_or_default();

@@ -6,6 +6,22 @@
 //! snapshot and return decisions as data, which adapters (`nodemgr-k8s`, `nodemgr-ssh`,
 //! `nodemgr-cloud`) or the simulator (`nodemgr-sim`) carry out.
 //!
+//! # Entry points
+//!
+//! Every policy is entered by one of five kinds of name:
+//!
+//! - `plan_*`: a pure decision over a snapshot at `now`, with no state kept between calls
+//!   ([`update::plan_updates`], [`scaling::scale_up::plan_scale_up`], [`fencing::plan_fencing`],
+//!   [`bootstrap_tokens::plan_bootstrap_tokens`], [`serving_certificates::plan_serving_certificate`],
+//!   [`oom::plan_victim`], …);
+//! - `step`: one pass of a state machine that keeps state between passes (back-offs, operations
+//!   in flight) and returns that pass's decisions ([`machines::Machines::step`],
+//!   [`static_nodes::StaticNodes::step`]), or of an executor that also carries them out over the
+//!   ports ([`executor::UpdateExecutor::step`]);
+//! - `handle_*`: an event fed into a state machine (an answer, a sample, a timer that fired);
+//! - `poll_*`: the next thing a state machine wants done, until it returns `None`;
+//! - `next_deadline`: when the state machine should next be woken if nothing else happens.
+//!
 //! # Examples
 //!
 //! Validate a NodeGroup the way Deckhouse's schema and webhook would

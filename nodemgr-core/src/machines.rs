@@ -1,6 +1,6 @@
 //! The machines of CloudEphemeral groups: which cloud machines to create and delete,
 //! what each machine's `Instance` resource says, which machines failed, and which Nodes lost
-//! their machine (the cloud node controller of kube-controller-manager). Sans-I/O: [`Machines::plan`] takes
+//! their machine (the cloud node controller of kube-controller-manager). Sans-I/O: [`Machines::step`] takes
 //! a [`MachineSnapshot`], the scaling layer's [`MachineRequests`] and `now`, and returns
 //! [`MachineCommand`]s; the executor reports cloud call results back
 //! ([`Machines::handle_create`], [`Machines::handle_delete`]).
@@ -481,7 +481,7 @@ impl Machines {
 
     /// Decides this pass's commands. See the module docs for the rules.
     #[must_use = "the plan's commands must be applied"]
-    pub fn plan(
+    pub fn step(
         &mut self,
         snapshot: &MachineSnapshot<'_>,
         requests: &MachineRequests,

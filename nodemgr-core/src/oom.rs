@@ -24,7 +24,7 @@
 //!
 //! # Victim
 //!
-//! [`choose_victim`]: never a pod of priority class `system-node-critical` or
+//! [`plan_victim`]: never a pod of priority class `system-node-critical` or
 //! `system-cluster-critical` (or any priority in the system range ≥ 2 000 000 000), never a
 //! DaemonSet pod, never a mirror pod; among the rest the lowest priority first, then the largest
 //! working set, then `namespace/name` ascending so that the choice is deterministic.
@@ -363,7 +363,7 @@ impl OomCandidate {
 }
 
 /// The victim among `pods` (see the module doc for the rule); `None` when all are protected.
-pub fn choose_victim(pods: &[OomCandidate]) -> Option<&OomCandidate> {
+pub fn plan_victim(pods: &[OomCandidate]) -> Option<&OomCandidate> {
     pods.iter().filter(|p| !p.is_protected()).min_by(|a, b| {
         a.priority
             .cmp(&b.priority)
@@ -515,7 +515,7 @@ impl PressureMonitor {
         }
         self.undecided = false;
         let reason = self.breach?;
-        match choose_victim(candidates) {
+        match plan_victim(candidates) {
             Some(victim) => {
                 self.armed = false;
                 self.last_kill = Some((now, reason));
@@ -752,12 +752,9 @@ mod tests {
             ..pod("mirror", -10, 1 << 40)
         });
         pods.push(pod("sys", SYSTEM_PRIORITY_FLOOR, 1 << 40));
-        assert_eq!(
-            choose_victim(&pods).map(|p| p.name.as_str()),
-            Some("big-low")
-        );
+        assert_eq!(plan_victim(&pods).map(|p| p.name.as_str()), Some("big-low"));
         pods.retain(|p| p.is_protected());
-        assert_eq!(choose_victim(&pods), None);
+        assert_eq!(plan_victim(&pods), None);
     }
 
     #[test]
@@ -827,7 +824,7 @@ mod tests {
 
         #[test]
         fn victim_is_never_protected_and_order_free(mut pods in prop::collection::vec(arb_candidate(), 0..12), rot in 0usize..12) {
-            let first = choose_victim(&pods).cloned();
+            let first = plan_victim(&pods).cloned();
             if let Some(v) = &first {
                 prop_assert!(!v.is_protected());
                 for p in pods.iter().filter(|p| !p.is_protected()) {
@@ -844,7 +841,7 @@ mod tests {
                 pods.rotate_left(k);
                 pods.reverse();
             }
-            prop_assert_eq!(choose_victim(&pods).cloned(), first);
+            prop_assert_eq!(plan_victim(&pods).cloned(), first);
         }
 
         #[test]

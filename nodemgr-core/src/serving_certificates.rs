@@ -2,7 +2,7 @@
 //! CertificateSigningRequest is approved or denied (see `docs/bootstrap.md`).
 //!
 //! A kubelet with `serverTLSBootstrap: true` asks for its serving certificate with a CSR; the
-//! signer issues it only once someone approves. [`decide`] approves a request only when all of
+//! signer issues it only once someone approves. [`plan_serving_certificate`] approves a request only when all of
 //! these hold, and denies it naming the first that does not:
 //!
 //! 1. the requester (`spec.username`) is `system:node:<name>` and is in `system:nodes`;
@@ -45,7 +45,7 @@ pub struct CertificateRequest {
     pub other_names: Vec<String>,
 }
 
-/// A CertificateSigningRequest as [`decide`] needs it.
+/// A CertificateSigningRequest as [`plan_serving_certificate`] needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServingRequest {
     /// Name of the CSR.
@@ -175,7 +175,7 @@ fn deny(reason: DenyReason, message: String) -> CsrDecision {
 
 /// Decides a kubelet serving CSR given the Node its requester names (`None` when no such Node
 /// exists; look it up with [`ServingRequest::node_name`]). See the module docs for the rules.
-pub fn decide(csr: &ServingRequest, node: Option<&NodeAddresses>) -> CsrDecision {
+pub fn plan_serving_certificate(csr: &ServingRequest, node: Option<&NodeAddresses>) -> CsrDecision {
     if csr.signer_name != SIGNER_KUBELET_SERVING || csr.decided {
         return CsrDecision::Skip;
     }
@@ -320,7 +320,7 @@ mod tests {
 
     #[test]
     fn a_kubelet_asking_for_its_own_addresses_is_approved() {
-        let d = decide(
+        let d = plan_serving_certificate(
             &csr(&["w1", "W1.internal"], &["10.0.0.5", "2001:db8::5"]),
             Some(&node()),
         );
@@ -328,7 +328,7 @@ mod tests {
         let mut two = csr(&["w1"], &["10.0.0.5"]);
         two.usages.retain(|u| u != "key encipherment");
         assert!(matches!(
-            decide(&two, Some(&node())),
+            plan_serving_certificate(&two, Some(&node())),
             CsrDecision::Approve { .. }
         ));
     }
@@ -340,31 +340,31 @@ mod tests {
         let mut c = base.clone();
         c.username = "alice".into();
         assert_eq!(
-            reason(&decide(&c, Some(&n))),
+            reason(&plan_serving_certificate(&c, Some(&n))),
             Some(DenyReason::RequesterNotANode)
         );
         let mut c = base.clone();
         c.groups = vec!["system:authenticated".into()];
         assert_eq!(
-            reason(&decide(&c, Some(&n))),
+            reason(&plan_serving_certificate(&c, Some(&n))),
             Some(DenyReason::RequesterNotANode)
         );
         let mut c = base.clone();
         c.usages.push("client auth".into());
         assert_eq!(
-            reason(&decide(&c, Some(&n))),
+            reason(&plan_serving_certificate(&c, Some(&n))),
             Some(DenyReason::UsagesNotServing)
         );
         let mut c = base.clone();
         c.request = Err("no PEM block".into());
         assert_eq!(
-            reason(&decide(&c, Some(&n))),
+            reason(&plan_serving_certificate(&c, Some(&n))),
             Some(DenyReason::RequestUnreadable)
         );
         let mut c = base.clone();
         c.username = "system:node:w2".into();
         assert_eq!(
-            reason(&decide(&c, Some(&n))),
+            reason(&plan_serving_certificate(&c, Some(&n))),
             Some(DenyReason::SubjectMismatch)
         );
         let mut c = base.clone();
@@ -372,19 +372,25 @@ mod tests {
             r.other_names.push("email:a@b".into());
         }
         assert_eq!(
-            reason(&decide(&c, Some(&n))),
+            reason(&plan_serving_certificate(&c, Some(&n))),
             Some(DenyReason::UnsupportedNames)
         );
         assert_eq!(
-            reason(&decide(&csr(&[], &[]), Some(&n))),
+            reason(&plan_serving_certificate(&csr(&[], &[]), Some(&n))),
             Some(DenyReason::UnsupportedNames)
         );
-        assert_eq!(reason(&decide(&base, None)), Some(DenyReason::UnknownNode));
-        let d = decide(&csr(&["w1", "evil.example"], &[]), Some(&n));
+        assert_eq!(
+            reason(&plan_serving_certificate(&base, None)),
+            Some(DenyReason::UnknownNode)
+        );
+        let d = plan_serving_certificate(&csr(&["w1", "evil.example"], &[]), Some(&n));
         assert_eq!(reason(&d), Some(DenyReason::NameNotOfNode));
         assert!(d.to_string().contains("evil.example"), "{d}");
         assert_eq!(
-            reason(&decide(&csr(&[], &["10.0.0.6"]), Some(&n))),
+            reason(&plan_serving_certificate(
+                &csr(&[], &["10.0.0.6"]),
+                Some(&n)
+            )),
             Some(DenyReason::NameNotOfNode)
         );
     }
@@ -393,10 +399,10 @@ mod tests {
     fn other_signers_and_decided_requests_are_left_alone() {
         let mut c = csr(&["evil"], &[]);
         c.signer_name = "kubernetes.io/kube-apiserver-client-kubelet".into();
-        assert_eq!(decide(&c, None), CsrDecision::Skip);
+        assert_eq!(plan_serving_certificate(&c, None), CsrDecision::Skip);
         let mut c = csr(&["evil"], &[]);
         c.decided = true;
-        assert_eq!(decide(&c, None), CsrDecision::Skip);
+        assert_eq!(plan_serving_certificate(&c, None), CsrDecision::Skip);
     }
 
     fn arb_ip() -> impl Strategy<Value = IpAddr> {
@@ -429,7 +435,7 @@ mod tests {
                 r.dns_names = asked_dns.clone();
                 r.ip_addresses = asked_ips.clone();
             }
-            let d = decide(&c, exists.then_some(&node));
+            let d = plan_serving_certificate(&c, exists.then_some(&node));
             let well_formed = username == "system:node:w1"
                 && extra_usage.is_none_or(|u| u == "key encipherment")
                 && !(asked_dns.is_empty() && asked_ips.is_empty());

@@ -235,7 +235,7 @@ impl World {
             Op::ChangeBundle { seed, wake } => {
                 self.desired = bundle_of(*seed, self.desired.rolling_update);
                 if *wake {
-                    self.agent.wake(self.now);
+                    self.agent.handle_wake(self.now);
                 }
             }
             Op::Restart => self.restart(),
@@ -257,14 +257,14 @@ impl World {
     /// Carries out one action of the agent, answering a request at once.
     fn drive(&mut self, fault: u8) -> Result<(), TestCaseError> {
         let Some(action) = self.agent.poll_action() else {
-            match self.agent.poll_timeout() {
+            match self.agent.next_deadline() {
                 Some(t) => {
                     self.now = self.now.max(t);
                     self.agent.handle_timeout(self.now);
                 }
                 None => {
                     self.now = self.now + Duration::from_secs(60);
-                    self.agent.wake(self.now);
+                    self.agent.handle_wake(self.now);
                 }
             }
             return Ok(());
@@ -286,7 +286,7 @@ impl World {
                     }
                     _ => Ok(self.desired.clone()),
                 };
-                self.agent.handle(AgentInput::Bundle(answer), now);
+                self.agent.handle_input(AgentInput::Bundle(answer), now);
             }
             AgentAction::ReadNode => {
                 let answer = if fault.is_multiple_of(8) {
@@ -300,7 +300,7 @@ impl World {
                 if let Ok(view) = &answer {
                     self.seen = view.as_ref().map(|v| v.annotations.clone());
                 }
-                self.agent.handle(AgentInput::Node(answer), now);
+                self.agent.handle_input(AgentInput::Node(answer), now);
             }
             AgentAction::PatchNode(patch) => {
                 if fault % 8 == 1 {
@@ -336,7 +336,7 @@ impl World {
                         }
                     }
                 };
-                self.agent.handle(AgentInput::Patched(outcome), now);
+                self.agent.handle_input(AgentInput::Patched(outcome), now);
             }
             AgentAction::RunStep { name } => {
                 let stored = self.stored.as_ref().map(|(c, _)| c.clone());
@@ -361,7 +361,7 @@ impl World {
                     self.step_succeeded(&name);
                 }
                 self.now = self.now + Duration::from_secs(u64::from(fault % 5));
-                self.agent.handle(
+                self.agent.handle_input(
                     AgentInput::StepFinished(StepOutcome {
                         step: name,
                         exit_code: Some(if ok { 0 } else { 1 }),
@@ -509,7 +509,7 @@ impl World {
             self.rv += 1;
             self.node = Some((self.rv, BTreeMap::new()));
         }
-        self.agent.wake(self.now);
+        self.agent.handle_wake(self.now);
         for _ in 0..2_000 {
             if self.agent.is_up_to_date() {
                 if self.files.configuration_checksum.as_ref() == Some(&self.desired.checksum) {
@@ -517,7 +517,7 @@ impl World {
                 }
                 // Up to date with a bundle fetched before the last change: the driver's
                 // watch sees the change and wakes it.
-                self.agent.wake(self.now);
+                self.agent.handle_wake(self.now);
             }
             self.apply(&Op::Approve, true)?;
             self.apply(&Op::ApproveDisruption, true)?;

@@ -330,7 +330,7 @@ impl Sim {
     }
 
     fn reconcile(&mut self) -> Vec<StaticCommand> {
-        let plan = self.controller.reconcile(
+        let plan = self.controller.step(
             &StaticSnapshot {
                 groups: &self.groups,
                 instances: &self.instances,

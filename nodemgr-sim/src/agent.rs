@@ -92,7 +92,7 @@ impl SimAgent {
                 r.applied_at
             }
         });
-        match (step, self.machine.poll_timeout()) {
+        match (step, self.machine.next_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -122,7 +122,7 @@ impl World {
                 continue;
             }
             if woken.contains(name) {
-                n.agent.machine.wake(now);
+                n.agent.machine.handle_wake(now);
             }
             n.agent.machine.handle_timeout(now);
             self.advance_step(name);
@@ -157,7 +157,7 @@ impl World {
             && let Some(n) = self.nodes.get_mut(name)
         {
             n.agent.running = None;
-            n.agent.machine.handle(
+            n.agent.machine.handle_input(
                 AgentInput::StepFinished(StepOutcome {
                     step: r.name,
                     exit_code: Some(0),
@@ -247,7 +247,7 @@ impl World {
     fn answer(&mut self, name: &str, input: AgentInput) {
         let now = self.now;
         if let Some(n) = self.nodes.get_mut(name) {
-            n.agent.machine.handle(input, now);
+            n.agent.machine.handle_input(input, now);
         }
     }
 

@@ -233,7 +233,7 @@ impl World {
         }
         let requests = Self::requests(&view_instances, targets);
         let now = self.controller_now();
-        let plan = self.machines.plan(
+        let plan = self.machines.step(
             &MachineSnapshot {
                 instances: &instances,
                 cloud: &listed,

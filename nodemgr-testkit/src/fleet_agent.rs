@@ -113,7 +113,7 @@ impl FleetAgent {
         );
         if seen != self.seen {
             self.seen = seen;
-            self.machine.wake(ts);
+            self.machine.handle_wake(ts);
         }
         self.machine.handle_timeout(ts);
         if let Some(r) = self.running.as_mut() {
@@ -127,7 +127,7 @@ impl FleetAgent {
             if r.done_at <= now {
                 let step = r.name.clone();
                 self.running = None;
-                self.machine.handle(
+                self.machine.handle_input(
                     AgentInput::StepFinished(StepOutcome {
                         step,
                         exit_code: Some(0),
@@ -260,7 +260,7 @@ impl FleetAgent {
                 }
             };
             if let Some(input) = input {
-                self.machine.handle(input, ts);
+                self.machine.handle_input(input, ts);
             }
         }
     }

@@ -230,7 +230,7 @@ mod tests {
         let now = nodemgr_core::model::Timestamp::EPOCH;
         let mut agent = Agent::new(AgentConfig::new("n1"), StateFiles::first_run(), now);
         assert_eq!(agent.poll_action(), Some(AgentAction::FetchBundle));
-        agent.handle(
+        agent.handle_input(
             AgentInput::Bundle(Ok(DesiredBundle {
                 checksum: fetched.checksum,
                 steps: fetched.steps,

@@ -140,7 +140,7 @@ impl Driver {
         loop {
             while let Some(action) = agent.poll_action() {
                 if let Some(input) = self.carry_out(action, &mut group).await? {
-                    agent.handle(input, wall_clock());
+                    agent.handle_input(input, wall_clock());
                 }
             }
             if self.one_pass && agent.is_up_to_date() {
@@ -148,7 +148,7 @@ impl Driver {
                 return Ok(());
             }
             let now = wall_clock();
-            match agent.poll_timeout() {
+            match agent.next_deadline() {
                 Some(deadline) => {
                     tokio::time::sleep(until(deadline, now)).await;
                     agent.handle_timeout(wall_clock());
@@ -156,7 +156,7 @@ impl Driver {
                 None => {
                     // Up to date without a pass interval, in loop mode: wake every minute.
                     tokio::time::sleep(Duration::from_secs(60)).await;
-                    agent.wake(wall_clock());
+                    agent.handle_wake(wall_clock());
                 }
             }
         }

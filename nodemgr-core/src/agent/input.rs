@@ -1,5 +1,5 @@
 //! What the node agent observes: the answers to its requests, handed in with
-//! [`super::Agent::handle`].
+//! [`super::Agent::handle_input`].
 
 use std::collections::BTreeMap;
 

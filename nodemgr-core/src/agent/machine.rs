@@ -40,7 +40,7 @@ pub struct AgentConfig {
     /// Longest pause after failed requests. Default 5 min.
     pub error_backoff_max: Duration,
     /// Time from a finished pass (up to date) to the next one; `None`: the next pass starts
-    /// only when the driver calls [`Agent::wake`] (a simulator that wakes it on changes, or a
+    /// only when the driver calls [`Agent::handle_wake`] (a simulator that wakes it on changes, or a
     /// one-shot run). Default `None`; Deckhouse's timer is one minute.
     pub pass_interval: Option<Duration>,
 }
@@ -165,7 +165,7 @@ enum Awaiting {
 /// The agent's timer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Sleep {
-    /// `None`: until [`Agent::wake`].
+    /// `None`: until [`Agent::handle_wake`].
     until: Option<Timestamp>,
 }
 
@@ -216,7 +216,7 @@ impl Agent {
     }
 
     /// The next action to carry out, or `None` when the agent waits for an answer or its
-    /// timer. Call it after [`Agent::new`] and after every `handle*`/`wake` until it returns
+    /// timer. Call it after [`Agent::new`] and after every `handle_*` until it returns
     /// `None`.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<AgentAction> {
@@ -225,13 +225,13 @@ impl Agent {
 
     /// When the agent wants [`Agent::handle_timeout`] called; `None` while it waits for an
     /// answer, or when it is up to date without a pass interval (it then waits for
-    /// [`Agent::wake`]).
+    /// [`Agent::handle_wake`]).
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Timestamp> {
+    pub fn next_deadline(&self) -> Option<Timestamp> {
         self.sleep.and_then(|s| s.until)
     }
 
-    /// The timer fired. Before [`Agent::poll_timeout`]'s deadline (or without a timer) this is a
+    /// The timer fired. Before [`Agent::next_deadline`]'s deadline (or without a timer) this is a
     /// no-op.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         if let Some(Sleep { until: Some(until) }) = self.sleep
@@ -245,7 +245,7 @@ impl Agent {
     /// annotations changed, the pass timer of a one-shot driver fired): if it sleeps, it starts
     /// over now (re-fetching the bundle, re-reading the Node). While a request is outstanding,
     /// and during the pause between the runs of a failing step, this is a no-op.
-    pub fn wake(&mut self, now: Timestamp) {
+    pub fn handle_wake(&mut self, now: Timestamp) {
         if self.sleep.is_some() && !matches!(self.status, AgentStatus::RetryingStep { .. }) {
             self.end_sleep(now);
         }
@@ -253,7 +253,7 @@ impl Agent {
 
     /// Hands in the answer to the outstanding request. An input that answers no outstanding
     /// request (a stray or repeated answer) is ignored.
-    pub fn handle(&mut self, input: AgentInput, now: Timestamp) {
+    pub fn handle_input(&mut self, input: AgentInput, now: Timestamp) {
         let awaiting = self.awaiting.take();
         match (awaiting, input) {
             (Some(Awaiting::Bundle), AgentInput::Bundle(result)) => self.on_bundle(result, now),
@@ -803,7 +803,7 @@ mod tests {
         let files = StateFiles::applied("old", Default::default(), Default::default());
         let mut agent = Agent::new(AgentConfig::new("n1"), files, Timestamp::EPOCH);
         assert_eq!(agent.poll_action(), Some(AgentAction::FetchBundle));
-        agent.handle(AgentInput::Bundle(Ok(bundle.clone())), Timestamp::EPOCH);
+        agent.handle_input(AgentInput::Bundle(Ok(bundle.clone())), Timestamp::EPOCH);
         agent
     }
 
@@ -819,7 +819,7 @@ mod tests {
         assert_eq!(actions[0], AgentAction::RemoveChecksumFile);
         assert!(matches!(actions[1], AgentAction::StoreBundle { .. }));
         assert_eq!(actions.last(), Some(&AgentAction::ReadNode));
-        agent.handle(AgentInput::Node(Ok(Some(view("5", &[])))), Timestamp::EPOCH);
+        agent.handle_input(AgentInput::Node(Ok(Some(view("5", &[])))), Timestamp::EPOCH);
         let Some(AgentAction::PatchNode(patch)) = agent.poll_action() else {
             panic!("expected a patch");
         };
@@ -833,12 +833,12 @@ mod tests {
             patch.remove,
             vec![keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned()]
         );
-        agent.handle(
+        agent.handle_input(
             AgentInput::Patched(PatchOutcome::Conflict),
             Timestamp::EPOCH,
         );
         assert_eq!(agent.poll_action(), Some(AgentAction::ReadNode));
-        agent.handle(AgentInput::Node(Ok(Some(view("6", &[])))), Timestamp::EPOCH);
+        agent.handle_input(AgentInput::Node(Ok(Some(view("6", &[])))), Timestamp::EPOCH);
         let Some(AgentAction::PatchNode(again)) = agent.poll_action() else {
             panic!("expected the patch again");
         };
@@ -852,7 +852,7 @@ mod tests {
         let bundle = DesiredBundle::of_steps(vec![step], true);
         let mut agent = applied_agent(&bundle);
         drain(&mut agent);
-        agent.handle(
+        agent.handle_input(
             AgentInput::Node(Ok(Some(view("1", &[(keys::ANNOTATION_APPROVED, "")])))),
             Timestamp::EPOCH,
         );
@@ -871,7 +871,7 @@ mod tests {
         let bundle = DesiredBundle::of_steps(vec![Step::new("030_kubelet.sh", "false")], false);
         let mut agent = applied_agent(&bundle);
         drain(&mut agent);
-        agent.handle(
+        agent.handle_input(
             AgentInput::Node(Ok(Some(view("1", &[(keys::ANNOTATION_APPROVED, "")])))),
             Timestamp::EPOCH,
         );
@@ -880,7 +880,7 @@ mod tests {
             Some(AgentAction::RunStep { .. })
         ));
         let stderr = format!("{}END", "é".repeat(400));
-        agent.handle(
+        agent.handle_input(
             AgentInput::StepFinished(StepOutcome {
                 step: "030_kubelet.sh".into(),
                 exit_code: Some(2),
@@ -894,7 +894,7 @@ mod tests {
         assert_eq!(event.reason, REASON_STEP_FAILED);
         assert_eq!(event.name, "bashible-error-n1-030-kubelet.sh");
         assert!(event.note.ends_with("END") && event.note.contains("exited with 2"));
-        assert_eq!(agent.poll_timeout(), Some(Timestamp::from_secs(10)));
+        assert_eq!(agent.next_deadline(), Some(Timestamp::from_secs(10)));
         agent.handle_timeout(Timestamp::from_secs(9));
         assert_eq!(agent.poll_action(), None);
         agent.handle_timeout(Timestamp::from_secs(10));
@@ -915,7 +915,7 @@ mod tests {
             agent.last_error(),
             Some(AgentError::BundleRejected { .. })
         ));
-        assert_eq!(agent.poll_timeout(), Some(Timestamp::from_secs(5)));
+        assert_eq!(agent.next_deadline(), Some(Timestamp::from_secs(5)));
         assert_eq!(agent.files().configuration_checksum.as_deref(), Some("old"));
     }
 

@@ -48,9 +48,9 @@
 //! # Driving it
 //! quinn-proto's vocabulary: build with [`Agent::new`], drain [`Agent::poll_action`] and carry
 //! the [`AgentAction`]s out in order. A request (`FetchBundle`, `ReadNode`, `PatchNode`,
-//! `RunStep`) is answered with [`Agent::handle`] and an [`AgentInput`]; then drain again. When
-//! nothing is left, sleep until [`Agent::poll_timeout`] and call [`Agent::handle_timeout`].
-//! [`Agent::wake`] cuts a sleep short (a watch saw the Node or the bundle change). Time is
+//! `RunStep`) is answered with [`Agent::handle_input`] and an [`AgentInput`]; then drain again. When
+//! nothing is left, sleep until [`Agent::next_deadline`] and call [`Agent::handle_timeout`].
+//! [`Agent::handle_wake`] cuts a sleep short (a watch saw the Node or the bundle change). Time is
 //! always passed in; the agent never reads a clock and does no I/O.
 //!
 //! ```
@@ -62,7 +62,7 @@
 //! let now = Timestamp::EPOCH;
 //! let mut agent = Agent::new(AgentConfig::new("node-1"), StateFiles::first_run(), now);
 //! assert_eq!(agent.poll_action(), Some(AgentAction::FetchBundle));
-//! agent.handle(AgentInput::Bundle(Ok(bundle)), now);
+//! agent.handle_input(AgentInput::Bundle(Ok(bundle)), now);
 //! // First run: the steps are stored and run without asking for approval.
 //! assert!(matches!(agent.poll_action(), Some(AgentAction::StoreBundle { .. })));
 //! ```

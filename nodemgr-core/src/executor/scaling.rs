@@ -28,7 +28,7 @@
 //!    victim also gets `node.deckhouse.io/chaos-monkey-victim` in the same patch). The update
 //!    executor drains it and marks it `drained`; the next step asks the machine layer to delete
 //!    its machine.
-//! 5. **Machines** ([`Machines::plan`]): the orders and the drained removals become Instance
+//! 5. **Machines** ([`Machines::step`]): the orders and the drained removals become Instance
 //!    and cloud calls — Instances first, then the machines (up to
 //!    [`ScalingSettings::concurrency`] cloud calls at once, with the group's bootstrap script as
 //!    user data), phases, failures, deletions of machines, Instances and Nodes whose machine is
@@ -548,7 +548,7 @@ impl ScalingExecutor {
             }
         }
         let orders = std::mem::take(&mut pass.orders);
-        let plan = self.machines.plan(
+        let plan = self.machines.step(
             &MachineSnapshot {
                 instances: &instances,
                 cloud: &listed,

@@ -12,7 +12,7 @@
 //!    ([`StaticNodes::handle_finished`]); then read the Nodes (after the ends, so a bootstrap
 //!    that just ended finds the Node it made). A failed Node read ends the step with an error;
 //!    the ends taken are kept by the policy for the next step.
-//! 3. **Plan** ([`StaticNodes::reconcile`] at `now`) and **apply** the commands in order
+//! 3. **Plan** ([`StaticNodes::step`] at `now`) and **apply** the commands in order
 //!    through the port. A command the port could not persist is reported
 //!    ([`StaticReport::errors`]) and the others still run; the next step decides again (the
 //!    policy keeps the operations it started, so nothing starts twice).
@@ -144,7 +144,7 @@ impl StaticInstancesExecutor {
             credentials: &credentials,
             nodes: &nodes,
         };
-        let plan = self.policy.reconcile(&snapshot, now);
+        let plan = self.policy.step(&snapshot, now);
         report.waiting = plan.waiting;
         for command in plan.commands {
             match port.apply(&command, &snapshot, now).await {

@@ -74,7 +74,7 @@ impl World {
     }
 
     fn plan(&self, m: &mut Machines, requests: &MachineRequests, now: i64) -> Vec<MachineCommand> {
-        m.plan(
+        m.step(
             &MachineSnapshot {
                 instances: &self.instances,
                 cloud: &self.cloud,

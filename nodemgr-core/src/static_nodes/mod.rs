@@ -14,7 +14,7 @@
 //! to no group.
 //!
 //! # Using it
-//! [`StaticNodes::reconcile`] takes a [`StaticSnapshot`] (groups, instances, credentials, nodes)
+//! [`StaticNodes::step`] takes a [`StaticSnapshot`] (groups, instances, credentials, nodes)
 //! and `now`, and returns a [`StaticPlan`] of [`StaticCommand`]s to apply in order. The executor
 //! persists each command's status change first, then runs the SSH operation of a
 //! [`StaticCommand::Bootstrap`] or [`StaticCommand::Cleanup`] and reports its end with
@@ -838,7 +838,7 @@ impl StaticNodes {
 
     /// Decides what happens next to every StaticInstance. See the module docs for the rules.
     #[must_use = "the plan's commands must be applied"]
-    pub fn reconcile(&mut self, snapshot: &StaticSnapshot<'_>, now: Timestamp) -> StaticPlan {
+    pub fn step(&mut self, snapshot: &StaticSnapshot<'_>, now: Timestamp) -> StaticPlan {
         let mut plan = StaticPlan::default();
         let credentials: BTreeMap<&str, &SshCredentials> = snapshot
             .credentials

@@ -124,7 +124,7 @@ impl World {
     }
 
     fn plan(&self, c: &mut StaticNodes, now: i64) -> StaticPlan {
-        c.reconcile(
+        c.step(
             &StaticSnapshot {
                 groups: &self.groups,
                 instances: &self.instances,

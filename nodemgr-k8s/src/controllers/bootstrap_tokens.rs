@@ -1,5 +1,5 @@
 //! The bootstrap token controller: keeps one bootstrap token per NodeGroup in `kube-system`
-//! with the core's [`nodemgr_core::bootstrap_tokens::plan`] (create before expiry, delete the
+//! with the core's [`nodemgr_core::bootstrap_tokens::plan_bootstrap_tokens`] (create before expiry, delete the
 //! expired), generates the random tokens, and publishes each group's current token in a
 //! [`CurrentTokens`] that the static instance and machine controllers read through a
 //! [`TokenSource`] (see `docs/bootstrap.md`).
@@ -21,7 +21,7 @@ use kube::{Api, Client, ResourceExt};
 use nodemgr_core::bashible::BootstrapToken;
 use nodemgr_core::bootstrap_tokens::{
     AUTH_EXTRA_GROUP, LABEL_NODE_GROUP, NAMESPACE, ObservedToken, SECRET_TYPE, TokenCommand,
-    TokenPolicy, plan, secret_name,
+    TokenPolicy, plan_bootstrap_tokens, secret_name,
 };
 use nodemgr_core::model::Timestamp;
 use tokio::sync::watch;
@@ -336,7 +336,7 @@ impl BootstrapTokenController {
         let names: Vec<String> = groups.items.iter().map(ResourceExt::name_any).collect();
         let listed = list_token_secrets(&self.client).await?;
         let tokens: Vec<ObservedToken> = listed.iter().filter_map(observe).collect();
-        let decided = plan(
+        let decided = plan_bootstrap_tokens(
             names.iter().map(String::as_str),
             &tokens,
             now,

@@ -1,6 +1,6 @@
 //! The kubelet serving certificate controller: approves or denies pending
 //! `kubernetes.io/kubelet-serving` CertificateSigningRequests as
-//! [`nodemgr_core::serving_certificates::decide`] says, through the `approval` subresource
+//! [`nodemgr_core::serving_certificates::plan_serving_certificate`] says, through the `approval` subresource
 //! (see `docs/bootstrap.md`).
 //!
 //! A kube-runtime `Controller` over CertificateSigningRequests: each pending request of the
@@ -21,7 +21,8 @@ use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, ResourceExt};
 use nodemgr_core::model::Timestamp;
 use nodemgr_core::serving_certificates::{
-    APPROVED_REASON, CsrDecision, NodeAddresses, SIGNER_KUBELET_SERVING, ServingRequest, decide,
+    APPROVED_REASON, CsrDecision, NodeAddresses, SIGNER_KUBELET_SERVING, ServingRequest,
+    plan_serving_certificate,
 };
 use serde_json::json;
 use tokio::sync::watch;
@@ -133,7 +134,7 @@ pub async fn reconcile_request(
             })?,
         None => None,
     };
-    let decision = decide(&request, node.as_ref().map(node_addresses).as_ref());
+    let decision = plan_serving_certificate(&request, node.as_ref().map(node_addresses).as_ref());
     let (condition, reason, message) = match &decision {
         CsrDecision::Skip => return Ok(decision),
         CsrDecision::Approve { message } => ("Approved", APPROVED_REASON, message.as_str()),
