@@ -241,11 +241,10 @@ impl StaticController {
     /// # Errors
     /// When the cluster cannot be read (nothing was done).
     pub async fn pass(&mut self) -> Result<Option<Timestamp>, ClusterError> {
-        let report = self
-            .executor
-            .step(&self.port, now())
-            .await
-            .map_err(|e| ClusterError::Unavailable(format!("{e}: {}", e.source)))?;
+        let report =
+            self.executor.step(&self.port, now()).await.map_err(|e| {
+                ClusterError::unavailable(format!("{e}: {}", e.source)).with_source(e)
+            })?;
         for end in &report.ended {
             let result = if end.outcome.is_ok() {
                 "succeeded"
@@ -386,7 +385,10 @@ impl KubeStaticInstances {
             .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map(|_| ())
-            .map_err(|e| ClusterError::Unavailable(format!("StaticInstance {name} status: {e}")))
+            .map_err(|e| {
+                ClusterError::unavailable(format!("StaticInstance {name} status: {e}"))
+                    .with_source(e)
+            })
     }
 
     /// Writes the instance's phase (with `extra` status fields) and records an event.
@@ -412,7 +414,9 @@ impl KubeStaticInstances {
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map(|_| ())
-            .map_err(|e| ClusterError::Unavailable(format!("StaticInstance {name}: {e}")))
+            .map_err(|e| {
+                ClusterError::unavailable(format!("StaticInstance {name}: {e}")).with_source(e)
+            })
     }
 
     async fn set_finalizer(
@@ -870,7 +874,9 @@ impl StaticInstanceApi for KubeStaticInstances {
             .instances()
             .list(&ListParams::default())
             .await
-            .map_err(|e| ClusterError::Unavailable(format!("listing StaticInstances: {e}")))?
+            .map_err(|e| {
+                ClusterError::unavailable(format!("listing StaticInstances: {e}")).with_source(e)
+            })?
             .items
             .iter()
             .map(crd::StaticInstance::to_core)
@@ -882,7 +888,9 @@ impl StaticInstanceApi for KubeStaticInstances {
             Api::<crd::SSHCredentials>::all(self.cluster.client().clone())
                 .list(&ListParams::default())
                 .await
-                .map_err(|e| ClusterError::Unavailable(format!("listing SSHCredentials: {e}")))?
+                .map_err(|e| {
+                    ClusterError::unavailable(format!("listing SSHCredentials: {e}")).with_source(e)
+                })?
                 .items
                 .iter()
                 .map(crd::SSHCredentials::to_core)
