@@ -535,3 +535,55 @@ impl RemoteShell for SshShell {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemgr_core::ports::Sensitive;
+
+    fn target() -> SshTarget {
+        SshTarget {
+            host: "192.0.2.1".into(),
+            port: 22,
+            user: "root".into(),
+            private_key: Sensitive::new(String::new()),
+            sudo_password: None,
+            host_key: None,
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn an_os_error_is_kept_as_the_source() {
+        let error = io_error(
+            &target(),
+            io::Error::new(io::ErrorKind::HostUnreachable, "no route to host"),
+        );
+        assert!(
+            matches!(&error, RemoteShellError::Unreachable { message, .. } if message == "no route to host"),
+            "{error:?}"
+        );
+        let os = std::error::Error::source(&error)
+            .and_then(|e| e.downcast_ref::<Cause>())
+            .and_then(|c| c.get().downcast_ref::<io::Error>());
+        assert_eq!(
+            os.map(io::Error::kind),
+            Some(io::ErrorKind::HostUnreachable)
+        );
+    }
+
+    #[test]
+    fn a_protocol_error_is_kept_as_the_source() {
+        let error = protocol_error(
+            &target(),
+            "cannot open an SSH channel",
+            russh::Error::Disconnect,
+            Some("SHA256:x"),
+        );
+        assert_eq!(error.host_key(), Some("SHA256:x"));
+        let russh = std::error::Error::source(&error)
+            .and_then(|e| e.downcast_ref::<Cause>())
+            .and_then(|c| c.get().downcast_ref::<russh::Error>());
+        assert!(matches!(russh, Some(russh::Error::Disconnect)), "{error:?}");
+    }
+}
