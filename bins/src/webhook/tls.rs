@@ -40,6 +40,9 @@ pub enum TlsError {
         path: PathBuf,
         /// What was looked for.
         what: &'static str,
+        /// The PEM parser's error (`None` when the file parses but holds no such block).
+        #[source]
+        source: Option<rustls::pki_types::pem::Error>,
     },
     /// rustls refused the key or the pair.
     #[error("the key in {path} cannot be used: {source}")]
@@ -83,18 +86,27 @@ fn load(cert_file: &Path, key_file: &Path) -> Result<Loaded, TlsError> {
     let stamps = [stamp(cert_file), stamp(key_file)];
     let cert_pem = read(cert_file)?;
     let key_pem = read(key_file)?;
+    let mut first_error = None;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
-        .filter_map(Result::ok)
+        .filter_map(|block| match block {
+            Ok(cert) => Some(cert),
+            Err(e) => {
+                first_error.get_or_insert(e);
+                None
+            }
+        })
         .collect();
     if chain.is_empty() {
         return Err(TlsError::Pem {
             path: cert_file.to_owned(),
             what: "CERTIFICATE",
+            source: first_error,
         });
     }
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| TlsError::Pem {
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Pem {
         path: key_file.to_owned(),
         what: "PRIVATE KEY",
+        source: Some(e),
     })?;
     let signer =
         rustls::crypto::ring::sign::any_supported_type(&key).map_err(|source| TlsError::Key {

@@ -33,11 +33,22 @@ impl Cause {
         Self(Arc::from(error))
     }
 
+    /// A cause that is only a message: a failure reported by a simulator, a test double or an
+    /// embedder that has no error type of its own.
+    pub fn msg(message: impl Into<String>) -> Self {
+        Self::new(Message(message.into()))
+    }
+
     /// The wrapped error, to downcast it (`cause.get().downcast_ref::<kube::Error>()`).
     pub fn get(&self) -> &(dyn StdError + Send + Sync + 'static) {
         &*self.0
     }
 }
+
+/// The error of [`Cause::msg`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Message(String);
 
 impl fmt::Debug for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
