@@ -14,7 +14,9 @@ use aws_sigv4::sign::v4;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use nodemgr_core::ports::cloud::{AwsProviderId, TAG_GROUP, TAG_MACHINE};
-use nodemgr_core::ports::{CloudApi, CloudError, CloudInstance, CreateInstance, InstanceState};
+use nodemgr_core::ports::{
+    Cause, CloudApi, CloudError, CloudInstance, CreateInstance, InstanceState,
+};
 use tokio::sync::Semaphore;
 
 use crate::config::{ConfigError, Ec2Config};
@@ -132,6 +134,7 @@ impl Ec2Client {
             .map_err(|e| ConfigError::Invalid {
                 setting: "endpoint".to_owned(),
                 message: format!("cannot build an HTTP client: {}", error_chain(&e)),
+                source: Some(Cause::new(e)),
             })?;
         let mut url = config.endpoint.clone();
         if !url.ends_with('/') {
