@@ -54,6 +54,7 @@ use crate::bashible_sources::ContextSource;
 use crate::cluster::{KubeCluster, map_error};
 use crate::crd;
 use crate::metrics::Metrics;
+use nodemgr_core::ports::ErrorChain;
 
 pub use nodemgr_core::executor::scaling::{DRAIN_SOURCE_SCALE_DOWN, MachineClass};
 pub use nodemgr_core::scaling::standby::STANDBY_PRIORITY;
@@ -391,14 +392,14 @@ impl MachineApi for KubeMachines {
         let token = match bootstrap.tokens.for_group(group.name()) {
             Ok(token) => token,
             Err(error) => {
-                tracing::warn!(group = %group.name(), %error, "machine created without user data");
+                tracing::warn!(group = %group.name(), error = %ErrorChain(&error), "machine created without user data");
                 return String::new();
             }
         };
         let cluster = match bootstrap.cluster.current() {
             Ok(cluster) => cluster,
             Err(error) => {
-                tracing::warn!(group = %group.name(), %error, "machine created without user data");
+                tracing::warn!(group = %group.name(), error = %ErrorChain(&error), "machine created without user data");
                 return String::new();
             }
         };
@@ -412,7 +413,7 @@ impl MachineApi for KubeMachines {
         ) {
             Ok(rendered) => rendered.bootstrap_script,
             Err(error) => {
-                tracing::warn!(group = %group.name(), %error, "cannot render the bootstrap script; machine created without user data");
+                tracing::warn!(group = %group.name(), error = %ErrorChain(&error), "cannot render the bootstrap script; machine created without user data");
                 String::new()
             }
         }
@@ -576,7 +577,7 @@ impl MachineController {
             tracing::debug!("{note}");
         }
         for error in &report.errors {
-            tracing::warn!(%error, cause = %error.source, "machine action failed; retried next pass");
+            tracing::warn!(error = %ErrorChain(&error), cause = %ErrorChain(&error.source), "machine action failed; retried next pass");
         }
         Ok(self.executor.next_deadline())
     }

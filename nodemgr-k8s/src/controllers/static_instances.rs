@@ -62,6 +62,7 @@ use crate::bashible_sources::ContextSource;
 use crate::cluster::KubeCluster;
 use crate::crd;
 use crate::metrics::Metrics;
+use nodemgr_core::ports::ErrorChain;
 
 /// Annotation holding the pinned SSH host key fingerprint (`SHA256:…`) of a StaticInstance.
 pub const ANNOTATION_SSH_HOST_KEY: &str = "node-manager.deckhouse.io/ssh-host-key";
@@ -272,7 +273,7 @@ impl StaticController {
             tracing::info!("{command}");
         }
         for error in &report.errors {
-            tracing::warn!(command = %error.command, error = %error.source, "could not apply; the next pass decides again");
+            tracing::warn!(command = %error.command, error = %ErrorChain(&error.source), "could not apply; the next pass decides again");
         }
         Ok(self.executor.next_deadline())
     }
@@ -375,7 +376,7 @@ impl KubeStaticInstances {
                 annotations.insert(ANNOTATION_SSH_HOST_KEY.into(), host_key.to_owned());
             }
             Err(error) => {
-                tracing::warn!(instance = %name, %error, "could not pin the host key; it is pinned at the next contact");
+                tracing::warn!(instance = %name, error = %ErrorChain(&error), "could not pin the host key; it is pinned at the next contact");
             }
         }
     }
