@@ -6,7 +6,7 @@
 //! [`super::RemoteShellError`]) keep their kinds (callers decide on the kind) and carry the
 //! adapter's error as their [`std::error::Error::source`] when there is one. Their `Display`
 //! stays the one-line message users see; [`ErrorChain`] prints the message followed by every
-//! cause that adds something to it (`docs/operations.md` §"How errors are reported").
+//! cause that adds something to it (`docs/observability.md` §6.1).
 
 use std::error::Error as StdError;
 use std::fmt;
