@@ -326,3 +326,25 @@ impl NodeApi {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreadable_kubeconfig_keeps_the_kubeconfig_error() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let Err(error) = client_from_kubeconfig(&dir.path().join("absent.conf")).await else {
+            panic!("a client from a kubeconfig that does not exist");
+        };
+        assert!(
+            error
+                .to_string()
+                .starts_with("cannot use the API credentials: kubeconfig "),
+            "{error}"
+        );
+        let kubeconfig = std::error::Error::source(&error)
+            .and_then(|e| e.downcast_ref::<kube::config::KubeconfigError>());
+        assert!(kubeconfig.is_some(), "{error:?}");
+    }
+}

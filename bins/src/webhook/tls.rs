@@ -221,3 +221,35 @@ pub async fn serve_tls(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_file_that_is_not_pem_keeps_the_parser_error() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let pair = nodemgr_k8s::tls::self_signed(&["localhost".to_owned()]).expect("a pair");
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        std::fs::write(&cert, &pair.cert_pem).expect("writable");
+        std::fs::write(
+            &key,
+            "-----BEGIN PRIVATE KEY-----\n%%%\n-----END PRIVATE KEY-----\n",
+        )
+        .expect("writable");
+        let error = load(&cert, &key).expect_err("not a key");
+        assert!(
+            matches!(
+                &error,
+                TlsError::Pem {
+                    what: "PRIVATE KEY",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let pem = std::error::Error::source(&error)
+            .and_then(|e| e.downcast_ref::<rustls::pki_types::pem::Error>());
+        assert!(pem.is_some(), "{error:?}");
+    }
+}
