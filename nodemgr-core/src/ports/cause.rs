@@ -160,6 +160,70 @@ mod tests {
         assert_eq!(ErrorChain(&error).to_string(), "listing nodes: timed out");
     }
 
+    /// A chain of errors, each with the next as its source.
+    #[derive(Debug)]
+    struct Link(String, Option<Box<Link>>);
+
+    impl fmt::Display for Link {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl StdError for Link {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            self.1.as_deref().map(|l| l as &(dyn StdError + 'static))
+        }
+    }
+
+    fn chain(texts: &[String]) -> Option<Link> {
+        texts.iter().rev().fold(None, |next, text| {
+            Some(Link(text.clone(), next.map(Box::new)))
+        })
+    }
+
+    proptest::proptest! {
+        /// The chain starts with the error's own text and holds the text of every cause.
+        #[test]
+        fn the_chain_shows_the_error_and_every_cause(
+            texts in proptest::collection::vec("[a-z ]{0,12}", 1..6),
+        ) {
+            let Some(top) = chain(&texts) else { return Ok(()) };
+            let line = ErrorChain(&top).to_string();
+            proptest::prop_assert!(line.starts_with(&texts[0]), "{line}");
+            for text in &texts {
+                proptest::prop_assert!(line.contains(text.as_str()), "{text:?} in {line:?}");
+            }
+        }
+
+        /// Keeping a cause changes neither the kind nor the text of a port error: callers
+        /// decide and users read exactly as before (`docs/observability.md` §6.1).
+        #[test]
+        fn a_source_changes_neither_kind_nor_text(kind in 0usize..5, message in ".{0,20}", cause in ".{0,20}") {
+            let plain = [
+                super::super::ClusterError::not_found(message.clone()),
+                super::super::ClusterError::conflict(message.clone()),
+                super::super::ClusterError::too_many_requests(message.clone()),
+                super::super::ClusterError::unavailable(message.clone()),
+                super::super::ClusterError::other(message.clone()),
+            ][kind].clone();
+            let caused = plain.clone().with_source(std::io::Error::other(cause.clone()));
+            proptest::prop_assert_eq!(plain.to_string(), caused.to_string());
+            proptest::prop_assert_eq!(plain.is_retryable(), caused.is_retryable());
+            proptest::prop_assert_eq!(plain.is_not_found(), caused.is_not_found());
+            proptest::prop_assert_eq!(plain.message(), caused.message());
+            proptest::prop_assert!(plain.source().is_none());
+            proptest::prop_assert_eq!(
+                caused.source().map(ToString::to_string),
+                Some(cause.clone())
+            );
+            let cloud = super::super::CloudError::unavailable(message.clone());
+            let caused = cloud.clone().with_source(std::io::Error::other(cause));
+            proptest::prop_assert_eq!(cloud.to_string(), caused.to_string());
+            proptest::prop_assert_eq!(cloud.is_retryable(), caused.is_retryable());
+        }
+    }
+
     #[test]
     fn causes_compare_by_text() {
         let a = Cause::new(std::io::Error::other("same"));
