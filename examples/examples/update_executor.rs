@@ -73,14 +73,14 @@ impl NodeApi for InMemory {
             .nodes
             .iter_mut()
             .find(|n| n.name == name)
-            .ok_or_else(|| ClusterError::NotFound(format!("node {name}")))?;
+            .ok_or_else(|| ClusterError::not_found(format!("node {name}")))?;
         // The precondition: write only onto the version the planner saw.
         if patch
             .resource_version
             .as_ref()
             .is_some_and(|rv| *rv != node.resource_version)
         {
-            return Err(ClusterError::Conflict(format!("node {name} changed")));
+            return Err(ClusterError::conflict(format!("node {name} changed")));
         }
         patch.apply_to(node);
         node.resource_version = version;

@@ -14,7 +14,9 @@ use aws_sigv4::sign::v4;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use nodemgr_core::ports::cloud::{AwsProviderId, TAG_GROUP, TAG_MACHINE};
-use nodemgr_core::ports::{CloudApi, CloudError, CloudInstance, CreateInstance, InstanceState};
+use nodemgr_core::ports::{
+    Cause, CloudApi, CloudError, CloudInstance, CreateInstance, InstanceState,
+};
 use tokio::sync::Semaphore;
 
 use crate::config::{ConfigError, Ec2Config};
@@ -132,6 +134,7 @@ impl Ec2Client {
             .map_err(|e| ConfigError::Invalid {
                 setting: "endpoint".to_owned(),
                 message: format!("cannot build an HTTP client: {}", error_chain(&e)),
+                source: Some(Cause::new(e)),
             })?;
         let mut url = config.endpoint.clone();
         if !url.ends_with('/') {
@@ -205,7 +208,7 @@ impl Ec2Client {
             let mut lookups = self
                 .lookups
                 .lock()
-                .map_err(|_| CloudError::Other("look-up table poisoned".to_owned()))?;
+                .map_err(|_| CloudError::other("look-up table poisoned".to_owned()))?;
             let entry = lookups.entry(group.to_owned()).or_default();
             let joined = entry.open.as_ref().and_then(|batch| {
                 let mut names = batch.names.lock().ok()?;
@@ -251,7 +254,7 @@ async fn lookup(
     let _lane = lane.lock().await;
     let names = names
         .lock()
-        .map_err(|_| CloudError::Other("look-up batch poisoned".to_owned()))?
+        .map_err(|_| CloudError::other("look-up batch poisoned".to_owned()))?
         .take()
         .unwrap_or_default();
     let mut found = Vec::new();
@@ -283,7 +286,7 @@ impl Transport {
             let q = query::describe_instances(filters, self.config.page_size, token.as_deref());
             let body = self.send(&q).await?;
             let page = response::describe_instances(&body)
-                .map_err(|e| CloudError::Other(e.to_string()))?;
+                .map_err(|e| CloudError::other(e.to_string()).with_source(e))?;
             instances.extend(page.instances);
             match page.next_token {
                 // A server repeating the token would loop forever; stop instead.
@@ -303,11 +306,11 @@ impl Transport {
     ) -> Result<Option<Ec2Instance>, CloudError> {
         match self.send(&query::describe_instance(instance_id)).await {
             Ok(body) => Ok(response::describe_instances(&body)
-                .map_err(|e| CloudError::Other(e.to_string()))?
+                .map_err(|e| CloudError::other(e.to_string()).with_source(e))?
                 .instances
                 .into_iter()
                 .find(|i| i.instance_id == instance_id)),
-            Err(CloudError::NotFound(_)) => Ok(None),
+            Err(CloudError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -342,11 +345,9 @@ impl Transport {
     }
 
     async fn attempt(&self, action: Action, body: &str) -> Result<String, CloudError> {
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|e| CloudError::Other(format!("request limiter closed: {e}")))?;
+        let _permit = self.permits.acquire().await.map_err(|e| {
+            CloudError::other(format!("request limiter closed: {e}")).with_source(e)
+        })?;
         self.calls[action_index(action)].fetch_add(1, Ordering::Relaxed);
         let content_type = "application/x-www-form-urlencoded; charset=utf-8";
         let signed = self.sign(body, content_type)?;
@@ -359,12 +360,13 @@ impl Transport {
             request = request.header(name, value);
         }
         let unavailable = |what: &str, e: reqwest::Error| {
-            CloudError::Unavailable(format!(
+            CloudError::unavailable(format!(
                 "{} {what} {}: {}",
                 action.name(),
                 self.config.endpoint,
                 error_chain(&e)
             ))
+            .with_source(e)
         };
         let answer = request.send().await.map_err(|e| unavailable("to", e))?;
         let status = answer.status();
@@ -398,7 +400,7 @@ impl Transport {
             .time(SystemTime::now())
             .settings(SigningSettings::default())
             .build()
-            .map_err(|e| CloudError::Other(format!("cannot sign the request: {e}")))?
+            .map_err(|e| CloudError::other(format!("cannot sign the request: {e}")).with_source(e))?
             .into();
         let headers = [("content-type", content_type)];
         let signable = SignableRequest::new(
@@ -407,9 +409,9 @@ impl Transport {
             headers.into_iter(),
             SignableBody::Bytes(body.as_bytes()),
         )
-        .map_err(|e| CloudError::Other(format!("cannot sign the request: {e}")))?;
+        .map_err(|e| CloudError::other(format!("cannot sign the request: {e}")).with_source(e))?;
         let (instructions, _signature) = sign(signable, &params)
-            .map_err(|e| CloudError::Other(format!("cannot sign the request: {e}")))?
+            .map_err(|e| CloudError::other(format!("cannot sign the request: {e}")).with_source(e))?
             .into_parts();
         Ok(instructions
             .headers()
@@ -422,11 +424,13 @@ impl Ec2Client {
     fn instance_id_of(provider_id: &str) -> Result<String, CloudError> {
         AwsProviderId::parse(provider_id)
             .map(|id| id.instance_id)
-            .ok_or_else(|| CloudError::InvalidRequest {
-                code: "InvalidProviderID".to_owned(),
-                message: format!(
-                    "{provider_id:?} is not an AWS provider ID (aws:///<zone>/<instance-id>)"
-                ),
+            .ok_or_else(|| {
+                CloudError::invalid_request(
+                    "InvalidProviderID",
+                    format!(
+                        "{provider_id:?} is not an AWS provider ID (aws:///<zone>/<instance-id>)"
+                    ),
+                )
             })
     }
 }
@@ -441,7 +445,7 @@ impl CloudApi for Ec2Client {
             let mut creating = self
                 .creating
                 .lock()
-                .map_err(|_| CloudError::Other("creation table poisoned".to_owned()))?;
+                .map_err(|_| CloudError::other("creation table poisoned".to_owned()))?;
             creating.entry(request.machine.clone()).or_default().clone()
         };
         let result = {
@@ -497,11 +501,11 @@ impl Ec2Client {
             }
         };
         let created = response::run_instances(&body)
-            .map_err(|e| CloudError::Other(e.to_string()))?
+            .map_err(|e| CloudError::other(e.to_string()).with_source(e))?
             .into_iter()
             .next()
             .ok_or_else(|| {
-                CloudError::Other("RunInstances answered without an instance".to_owned())
+                CloudError::other("RunInstances answered without an instance".to_owned())
             })?;
         let zone = if created.zone.is_empty() {
             request.zone.clone()
@@ -534,7 +538,7 @@ impl Ec2Client {
                 tracing::info!(%provider_id, "machine terminating");
                 Ok(())
             }
-            Err(CloudError::NotFound(_)) => Ok(()),
+            Err(CloudError::NotFound { .. }) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -631,8 +635,14 @@ mod tests {
         };
         let client = Ec2Client::new(config).unwrap();
         let err = client.list_group_instances("g").await.unwrap_err();
-        assert!(matches!(err, CloudError::Unavailable(_)), "{err}");
+        assert!(matches!(err, CloudError::Unavailable { .. }), "{err}");
         assert!(err.to_string().contains(&port.to_string()), "{err}");
+        // The HTTP client's error is the source, not only pasted into the message.
+        let http = err
+            .cause()
+            .and_then(|c| c.get().downcast_ref::<reqwest::Error>());
+        assert!(http.is_some_and(reqwest::Error::is_connect), "{err:?}");
+        assert!(std::error::Error::source(&err).is_some());
         assert_eq!(client.api_calls().describe_instances, 3);
     }
 }

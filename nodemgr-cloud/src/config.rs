@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use nodemgr_core::ports::Cause;
+
 use crate::retry::Backoff;
 
 /// The Secret through which a Deckhouse cloud provider module hands node-manager its cloud
@@ -72,6 +74,9 @@ pub enum ConfigError {
         setting: String,
         /// What is wrong with it.
         message: String,
+        /// The parser's or the HTTP client's error, when there is one.
+        #[source]
+        source: Option<Cause>,
     },
 }
 
@@ -187,6 +192,7 @@ impl Ec2Config {
                 message: format!(
                     "profile {name:?} is in neither {credentials_path} nor {config_path}"
                 ),
+                source: None,
             });
         }
         let file = |key: &str| {
@@ -261,6 +267,7 @@ impl Ec2Config {
             Some(bytes) => serde_json::from_slice(bytes).map_err(|e| ConfigError::Invalid {
                 setting: format!("{CLOUD_PROVIDER_SECRET} key {provider}"),
                 message: format!("not a JSON object: {e}"),
+                source: Some(Cause::new(e)),
             })?,
             None => BTreeMap::new(),
         };
@@ -271,6 +278,7 @@ impl Ec2Config {
                         return Err(ConfigError::Invalid {
                             setting: format!("{CLOUD_PROVIDER_SECRET} key {key}"),
                             message: "not UTF-8".to_owned(),
+                            source: None,
                         });
                     }
                     let text = secret_text(bytes);
@@ -323,9 +331,13 @@ impl Ec2Config {
         let invalid = |setting: &str, message: String| ConfigError::Invalid {
             setting: setting.to_owned(),
             message,
+            source: None,
         };
-        let url = reqwest::Url::parse(&self.endpoint)
-            .map_err(|e| invalid("endpoint", format!("{:?} is not a URL: {e}", self.endpoint)))?;
+        let url = reqwest::Url::parse(&self.endpoint).map_err(|e| ConfigError::Invalid {
+            setting: "endpoint".to_owned(),
+            message: format!("{:?} is not a URL: {e}", self.endpoint),
+            source: Some(Cause::new(e)),
+        })?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(invalid(
                 "endpoint",
@@ -393,6 +405,7 @@ fn parse_positive(setting: &str, text: &str) -> Result<u32, ConfigError> {
         _ => Err(ConfigError::Invalid {
             setting: setting.to_owned(),
             message: format!("{text:?} is not a positive whole number"),
+            source: None,
         }),
     }
 }
@@ -526,6 +539,28 @@ mod tests {
         );
         let err = Ec2Config::from_sources(lookup(&[("HOME", "/nowhere")]), read).unwrap_err();
         assert!(err.to_string().contains("AWS_REGION"), "{err}");
+    }
+
+    #[test]
+    fn unparsable_settings_keep_the_parser_error_as_the_source() {
+        let data: BTreeMap<String, Vec<u8>> = [
+            ("type".to_owned(), b"aws".to_vec()),
+            ("aws".to_owned(), b"{not json".to_vec()),
+        ]
+        .into_iter()
+        .collect();
+        let err = Ec2Config::from_secret(&data).unwrap_err();
+        assert!(err.to_string().contains("not a JSON object"), "{err}");
+        let json = std::error::Error::source(&err)
+            .and_then(|e| e.downcast_ref::<Cause>())
+            .and_then(|c| c.get().downcast_ref::<serde_json::Error>());
+        assert!(json.is_some(), "{err:?}");
+
+        let mut config = Ec2Config::new("r", Credentials::new("a", "b"));
+        config.endpoint = "not a url".into();
+        let err = config.validate().unwrap_err();
+        assert!(err.to_string().contains("is not a URL"), "{err}");
+        assert!(std::error::Error::source(&err).is_some(), "{err:?}");
     }
 
     #[test]

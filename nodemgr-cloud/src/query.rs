@@ -145,10 +145,10 @@ pub const MAX_USER_DATA_BYTES: usize = 16 * 1024;
 /// [`CloudError::InvalidRequest`] with code `InvalidParameterValue` naming the field.
 pub fn check_run_instances(request: &CreateInstance) -> Result<(), CloudError> {
     let invalid = |message: String| {
-        Err(CloudError::InvalidRequest {
-            code: "InvalidParameterValue".to_owned(),
+        Err(CloudError::invalid_request(
+            "InvalidParameterValue",
             message,
-        })
+        ))
     };
     for (field, value) in [
         ("instance class image", &request.class.image_id),

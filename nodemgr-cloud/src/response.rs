@@ -81,9 +81,9 @@ pub struct ApiError {
 }
 
 /// Why a body could not be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("unreadable EC2 response: {0}")]
-pub struct ParseError(pub String);
+pub struct ParseError(#[from] pub quick_xml::DeError);
 
 #[derive(Debug, Deserialize, Default)]
 struct Items<T> {
@@ -199,7 +199,7 @@ impl From<RawInstance> for Ec2Instance {
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(body: &str) -> Result<T, ParseError> {
-    quick_xml::de::from_str(body).map_err(|e| ParseError(e.to_string()))
+    Ok(quick_xml::de::from_str(body)?)
 }
 
 /// Instances and the next token of a `DescribeInstancesResponse`.

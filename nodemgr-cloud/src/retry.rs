@@ -57,42 +57,36 @@ pub fn classify(status: u16, api: Option<&ApiError>) -> CloudError {
     let Some(api) = api else {
         let text = format!("HTTP {status} without an API error body");
         return match status {
-            429 => CloudError::Throttled(text),
-            500.. => CloudError::Unavailable(text),
-            401 | 403 => CloudError::AuthFailed {
-                code: format!("HTTP{status}"),
-                message: text,
-            },
-            _ => CloudError::Other(text),
+            429 => CloudError::throttled(text),
+            500.. => CloudError::unavailable(text),
+            401 | 403 => CloudError::auth_failed(format!("HTTP{status}"), text),
+            _ => CloudError::other(text),
         };
     };
     let code = api.code.as_str();
     let text = format!("{}: {}", api.code, api.message);
     if THROTTLE_CODES.contains(&code) {
-        CloudError::Throttled(text)
+        CloudError::throttled(text)
     } else if AUTH_CODES.contains(&code) {
-        CloudError::AuthFailed {
-            code: api.code.clone(),
-            message: api.message.clone(),
-        }
+        CloudError::auth_failed(api.code.clone(), api.message.clone())
     } else if CAPACITY_CODES.contains(&code) {
-        CloudError::InsufficientCapacity(text)
+        CloudError::insufficient_capacity(text)
     } else if code.ends_with(".NotFound") && code.starts_with("InvalidInstanceID") {
-        CloudError::NotFound(text)
+        CloudError::not_found(text)
     } else if SERVER_CODES.contains(&code) || status >= 500 {
-        CloudError::Unavailable(text)
+        CloudError::unavailable(text)
     } else {
-        CloudError::InvalidRequest {
-            code: api.code.clone(),
-            message: api.message.clone(),
-        }
+        CloudError::invalid_request(api.code.clone(), api.message.clone())
     }
 }
 
 /// Whether the adapter tries a call again by itself: throttling and unavailability only
 /// (capacity and everything else go back to the caller, who may choose another zone).
 pub fn retried_here(error: &CloudError) -> bool {
-    matches!(error, CloudError::Throttled(_) | CloudError::Unavailable(_))
+    matches!(
+        error,
+        CloudError::Throttled { .. } | CloudError::Unavailable { .. }
+    )
 }
 
 #[cfg(test)]
@@ -122,11 +116,11 @@ mod tests {
     fn codes_become_typed_errors_with_the_message() {
         assert_eq!(
             classify(503, Some(&api("RequestLimitExceeded"))),
-            CloudError::Throttled("RequestLimitExceeded: RequestLimitExceeded happened".into())
+            CloudError::throttled("RequestLimitExceeded: RequestLimitExceeded happened")
         );
         assert!(matches!(
             classify(401, Some(&api("AuthFailure"))),
-            CloudError::AuthFailed { code, message } if code == "AuthFailure" && message == "AuthFailure happened"
+            CloudError::AuthFailed { code, message, .. } if code == "AuthFailure" && message == "AuthFailure happened"
         ));
         assert!(matches!(
             classify(400, Some(&api("InvalidAMIID.NotFound"))),
@@ -134,19 +128,22 @@ mod tests {
         ));
         assert!(matches!(
             classify(400, Some(&api("InvalidInstanceID.NotFound"))),
-            CloudError::NotFound(_)
+            CloudError::NotFound { .. }
         ));
         assert!(matches!(
             classify(500, Some(&api("InsufficientInstanceCapacity"))),
-            CloudError::InsufficientCapacity(_)
+            CloudError::InsufficientCapacity { .. }
         ));
         assert!(matches!(
             classify(500, Some(&api("Weird"))),
-            CloudError::Unavailable(_)
+            CloudError::Unavailable { .. }
         ));
-        assert!(matches!(classify(502, None), CloudError::Unavailable(_)));
-        assert!(matches!(classify(429, None), CloudError::Throttled(_)));
-        assert!(matches!(classify(404, None), CloudError::Other(_)));
+        assert!(matches!(
+            classify(502, None),
+            CloudError::Unavailable { .. }
+        ));
+        assert!(matches!(classify(429, None), CloudError::Throttled { .. }));
+        assert!(matches!(classify(404, None), CloudError::Other { .. }));
         assert!(retried_here(&classify(503, None)));
         assert!(!retried_here(&classify(
             400,

@@ -21,7 +21,7 @@ pub enum MotoError {
     #[error(
         "{0} cannot run ({1}); install it with scripts/install.d/20-moto.sh or set NODEMGR_MOTO_SERVER"
     )]
-    Missing(String, io::Error),
+    Missing(String, #[source] io::Error),
     /// It did not come up.
     #[error("moto_server did not start: {0}")]
     Start(String),

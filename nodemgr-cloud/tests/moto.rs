@@ -181,7 +181,7 @@ async fn wrong_credentials_are_auth_failed_with_the_api_message() {
     let ec2 = client(moto.config());
     let err = ec2.list_group_instances("worker").await.unwrap_err();
     match &err {
-        CloudError::AuthFailed { code, message } => {
+        CloudError::AuthFailed { code, message, .. } => {
             assert_eq!(code, "AuthFailure");
             assert!(message.contains("not able to validate"), "{message}");
         }
@@ -205,7 +205,7 @@ async fn invalid_requests_carry_code_and_message() {
         .insert(zone("a"), "subnet-doesnotexist".into());
     let err = ec2.create_instance(&req).await.unwrap_err();
     match &err {
-        CloudError::InvalidRequest { code, message } => {
+        CloudError::InvalidRequest { code, message, .. } => {
             assert_eq!(code, "InvalidSubnetID.NotFound");
             assert!(message.contains("subnet-doesnotexist"), "{message}");
         }
@@ -418,7 +418,7 @@ async fn throttled_beyond_max_attempts_is_throttled() {
         .await
         .unwrap_err();
     match &err {
-        CloudError::Throttled(message) => {
+        CloudError::Throttled { message, .. } => {
             assert!(message.contains("RequestLimitExceeded"), "{message}");
             assert!(message.contains("Request limit exceeded."), "{message}");
         }
@@ -564,7 +564,7 @@ async fn a_hung_request_times_out_and_is_retried() {
         .list_group_instances("worker")
         .await
         .unwrap_err();
-    assert!(matches!(err, CloudError::Unavailable(_)), "{err}");
+    assert!(matches!(err, CloudError::Unavailable { .. }), "{err}");
     assert!(err.to_string().contains(&port.to_string()), "{err}");
 }
 

@@ -15,6 +15,7 @@ use nodemgr_core::agent::{
 };
 use nodemgr_core::bashible::{Step, configuration_checksum};
 use nodemgr_core::model::{Timestamp, keys};
+use nodemgr_core::ports::Cause;
 use proptest::prelude::*;
 
 /// One move of the schedule.
@@ -276,7 +277,7 @@ impl World {
         match action {
             AgentAction::FetchBundle => {
                 let answer = match fault % 8 {
-                    0 => Err("connection refused".to_owned()),
+                    0 => Err(Cause::msg("connection refused")),
                     1 => {
                         let mut bad = self.desired.clone();
                         if let Some(s) = bad.steps.first_mut() {
@@ -290,7 +291,7 @@ impl World {
             }
             AgentAction::ReadNode => {
                 let answer = if fault.is_multiple_of(8) {
-                    Err("503 Service Unavailable".to_owned())
+                    Err(Cause::msg("503 Service Unavailable"))
                 } else {
                     Ok(self.node.as_ref().map(|(rv, a)| NodeView {
                         resource_version: rv.to_string(),
@@ -310,7 +311,7 @@ impl World {
                 let outcome = match self.node.as_mut() {
                     None => PatchOutcome::NotFound,
                     Some(_) if fault.is_multiple_of(8) => {
-                        PatchOutcome::Failed("500 etcd timeout".into())
+                        PatchOutcome::Failed(Cause::msg("500 etcd timeout"))
                     }
                     Some((rv, _)) if rv.to_string() != patch.resource_version => {
                         PatchOutcome::Conflict

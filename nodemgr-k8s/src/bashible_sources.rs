@@ -26,7 +26,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use nodemgr_core::bashible::{ClusterContext, Customisations};
+use nodemgr_core::bashible::{ClusterContext, Customisations, RenderError};
 use nodemgr_core::bootstrap_tokens::{
     LABEL_NODE_GROUP, NAMESPACE as TOKEN_NAMESPACE, ObservedToken, SECRET_TYPE as TOKEN_SECRET_TYPE,
 };
@@ -53,14 +53,15 @@ pub const KUBERNETES_SERVICE_SELECTOR: &str = "kubernetes.io/service-name=kubern
 pub enum SourcesError {
     /// The settings ConfigMap does not parse.
     #[error(
-        "ConfigMap {namespace}/{SETTINGS_CONFIGMAP} key {SETTINGS_KEY}: {message} (fix it; \
+        "ConfigMap {namespace}/{SETTINGS_CONFIGMAP} key {SETTINGS_KEY}: {source} (fix it; \
          the last good bundles stay served meanwhile)"
     )]
     Settings {
         /// Its namespace.
         namespace: String,
-        /// What is wrong.
-        message: String,
+        /// What is wrong (the parser's error is its source).
+        #[source]
+        source: RenderError,
     },
     /// A watch ended before its first list (the runtime is shutting down).
     #[error("a watch stopped before its first list")]
@@ -183,9 +184,9 @@ impl ContextStores {
             &api_endpoints(&self.endpoints.state()),
             root_ca.as_deref(),
         )
-        .map_err(|message| SourcesError::Settings {
+        .map_err(|source| SourcesError::Settings {
             namespace: self.namespace.clone(),
-            message,
+            source,
         })
     }
 }
@@ -597,14 +598,14 @@ pub fn api_endpoints(slices: &[Arc<EndpointSlice>]) -> Vec<String> {
 /// the cluster where the settings leave them empty.
 ///
 /// # Errors
-/// Settings that do not parse, as a message.
+/// [`RenderError::Cluster`] for settings that do not parse (the parser's error is its source).
 pub fn cluster_context(
     settings: Option<&str>,
     endpoints: &[String],
     root_ca: Option<&str>,
-) -> Result<ClusterContext, String> {
+) -> Result<ClusterContext, RenderError> {
     let mut cluster = match settings {
-        Some(text) => ClusterContext::from_yaml(text).map_err(|e| e.to_string())?,
+        Some(text) => ClusterContext::from_yaml(text)?,
         None => ClusterContext::default(),
     };
     if cluster.api_endpoints.is_empty() {
@@ -711,6 +712,8 @@ mod tests {
         assert_eq!(pinned.api_endpoints, ["lb.example:6443"]);
         assert_eq!(pinned.ca_cert, "MINE");
         let err = cluster_context(Some("clusterDomian: x\n"), &[], None).expect_err("typo");
-        assert!(err.contains("clusterDomian"), "{err}");
+        assert!(err.to_string().contains("clusterDomian"), "{err}");
+        // The YAML parser's error is kept as the source.
+        assert!(std::error::Error::source(&err).is_some(), "{err:?}");
     }
 }

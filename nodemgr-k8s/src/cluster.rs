@@ -60,21 +60,23 @@ pub const CHECKSUMS_SECRET: &str = "configuration-checksums";
 /// Page size of the fresh node lists ([`ClusterRead::list_nodes_fresh`]).
 const FRESH_LIST_PAGE: u32 = 500;
 
-/// Maps a kube error to the port's error (see the module docs).
+/// Maps a kube error to the port's error (see the module docs); the kube error is kept as the
+/// port error's source.
 pub fn map_error(what: &str, error: kube::Error) -> ClusterError {
-    match &error {
+    let mapped = match &error {
         kube::Error::Api(status) => {
             let message = format!("{what}: {} ({})", status.message, status.reason);
             match status.code {
-                404 => ClusterError::NotFound(message),
-                409 => ClusterError::Conflict(message),
-                429 => ClusterError::TooManyRequests(message),
-                c if c >= 500 => ClusterError::Unavailable(message),
-                _ => ClusterError::Other(message),
+                404 => ClusterError::not_found(message),
+                409 => ClusterError::conflict(message),
+                429 => ClusterError::too_many_requests(message),
+                c if c >= 500 => ClusterError::unavailable(message),
+                _ => ClusterError::other(message),
             }
         }
-        _ => ClusterError::Unavailable(format!("{what}: {error}")),
-    }
+        _ => ClusterError::unavailable(format!("{what}: {error}")),
+    };
+    mapped.with_source(error)
 }
 
 /// The node as the port shows it: its heartbeat is its Lease's `renewTime` when it has a
@@ -388,14 +390,15 @@ impl KubeCluster {
     /// When a watch task ended before that (the runtime is shutting down).
     pub async fn wait_ready(&self) -> Result<(), ClusterError> {
         let s = &self.stores;
-        let gone = |_| ClusterError::Unavailable("a watch stopped before its first list".into());
+        let gone =
+            |e| ClusterError::unavailable("a watch stopped before its first list").with_source(e);
         s.groups.wait_until_ready().await.map_err(gone)?;
         s.nodes.wait_until_ready().await.map_err(gone)?;
         s.leases.wait_until_ready().await.map_err(gone)?;
         s.pods
             .wait_until_ready()
             .await
-            .map_err(|e| ClusterError::Unavailable(e.to_string()))?;
+            .map_err(|e| ClusterError::unavailable(e.to_string()).with_source(e))?;
         s.pdbs.wait_until_ready().await.map_err(gone)?;
         Ok(())
     }
@@ -682,7 +685,7 @@ impl NodeApi for KubeCluster {
                 if let Some(expected) = &patch.resource_version
                     && *expected != current
                 {
-                    return Err(ClusterError::Conflict(format!(
+                    return Err(ClusterError::conflict(format!(
                         "{what}: the node is at resourceVersion {current}, not {expected}"
                     )));
                 }
@@ -702,7 +705,7 @@ impl NodeApi for KubeCluster {
                     Err(e) => return Err(map_error(&what, e)),
                 }
             }
-            return Err(ClusterError::Conflict(format!(
+            return Err(ClusterError::conflict(format!(
                 "{what}: the node kept changing while its taints were updated"
             )));
         }
@@ -928,21 +931,60 @@ mod tests {
         };
         assert!(matches!(
             map_error("x", api(404)),
-            ClusterError::NotFound(_)
+            ClusterError::NotFound { .. }
         ));
         assert!(matches!(
             map_error("x", api(409)),
-            ClusterError::Conflict(_)
+            ClusterError::Conflict { .. }
         ));
         assert!(matches!(
             map_error("x", api(429)),
-            ClusterError::TooManyRequests(_)
+            ClusterError::TooManyRequests { .. }
         ));
         assert!(matches!(
             map_error("x", api(503)),
-            ClusterError::Unavailable(_)
+            ClusterError::Unavailable { .. }
         ));
-        assert!(matches!(map_error("x", api(403)), ClusterError::Other(_)));
+        assert!(matches!(
+            map_error("x", api(403)),
+            ClusterError::Other { .. }
+        ));
+    }
+
+    #[test]
+    fn mapped_errors_keep_the_kube_error_as_their_source() {
+        let status =
+            kube::core::Status::failure("nodes \"n\" not found", "NotFound").with_code(404);
+        let error = map_error("get node n", kube::Error::Api(status.boxed()));
+        // The message users know is unchanged.
+        assert_eq!(
+            error.to_string(),
+            "not found: get node n: nodes \"n\" not found (NotFound)"
+        );
+        let kube_error = error
+            .cause()
+            .and_then(|c| c.get().downcast_ref::<kube::Error>());
+        assert!(
+            matches!(kube_error, Some(kube::Error::Api(s)) if s.code == 404),
+            "{error:?}"
+        );
+        assert!(std::error::Error::source(&error).is_some());
+
+        // A transport failure: the kube error and its own causes stay reachable.
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let error = map_error("list nodes", kube::Error::Service(Box::new(io)));
+        assert!(error.is_retryable());
+        let chain = nodemgr_core::ports::ErrorChain(&error).to_string();
+        assert!(
+            chain.starts_with("cluster API unavailable: list nodes: "),
+            "{chain}"
+        );
+        assert!(chain.contains("connection refused"), "{chain}");
+        assert!(
+            error
+                .cause()
+                .is_some_and(|c| c.get().downcast_ref::<kube::Error>().is_some())
+        );
     }
 
     #[test]

@@ -20,9 +20,15 @@ const OID_SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
 /// A request that cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum Pkcs10Error {
-    /// Not a PEM `CERTIFICATE REQUEST` block.
+    /// Not PEM at all.
     #[error("not a PEM CERTIFICATE REQUEST block: {0}")]
-    Pem(String),
+    Pem(#[source] der::pem::Error),
+    /// A PEM block of another kind.
+    #[error("not a PEM CERTIFICATE REQUEST block: the block is a {label:?}")]
+    Label {
+        /// The block's label.
+        label: String,
+    },
     /// The DER inside does not have the PKCS#10 shape.
     #[error("not a PKCS#10 request: {what}")]
     Shape {
@@ -75,9 +81,11 @@ fn text(any: &AnyRef<'_>) -> String {
 /// # Errors
 /// Not PEM, not a `CERTIFICATE REQUEST`, or not PKCS#10-shaped DER.
 pub fn parse_pem(pem: &[u8]) -> Result<CertificateRequest, Pkcs10Error> {
-    let (label, der) = der::pem::decode_vec(pem).map_err(|e| Pkcs10Error::Pem(e.to_string()))?;
+    let (label, der) = der::pem::decode_vec(pem).map_err(Pkcs10Error::Pem)?;
     if label != "CERTIFICATE REQUEST" && label != "NEW CERTIFICATE REQUEST" {
-        return Err(Pkcs10Error::Pem(format!("the block is a {label:?}")));
+        return Err(Pkcs10Error::Label {
+            label: label.to_owned(),
+        });
     }
     parse_der(&der)
 }
@@ -237,6 +245,9 @@ mod tests {
     fn garbage_is_an_error_naming_what_is_wrong() {
         let e = parse_pem(b"hello").unwrap_err();
         assert!(e.to_string().contains("PEM"), "{e}");
+        // The PEM decoder's error is the source.
+        assert!(matches!(e, Pkcs10Error::Pem(_)), "{e:?}");
+        assert!(std::error::Error::source(&e).is_some(), "{e:?}");
         let e = parse_pem(b"-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n")
             .unwrap_err();
         assert!(e.to_string().contains("CERTIFICATE"), "{e}");

@@ -120,7 +120,7 @@ async fn reads_come_from_the_stores_and_patches_land() {
         .replace_node_taints("w-0", &mine, Some(&version))
         .await
         .unwrap_err();
-    assert!(matches!(err, ClusterError::Conflict(_)), "{err:?}");
+    assert!(matches!(err, ClusterError::Conflict { .. }), "{err:?}");
     let fresh = e.get("v1", "Node", "", "w-0").unwrap();
     port.replace_node_taints("w-0", &mine, fresh["metadata"]["resourceVersion"].as_str())
         .await
@@ -142,7 +142,7 @@ async fn deletes_honour_the_uid_precondition() {
         .delete_node("w-0", &Precondition::Uid(old_uid))
         .await
         .unwrap_err();
-    assert!(matches!(err, ClusterError::Conflict(_)), "{err:?}");
+    assert!(matches!(err, ClusterError::Conflict { .. }), "{err:?}");
     assert!(e.get("v1", "Node", "", "w-0").is_some());
     let new_uid = second["metadata"]["uid"].as_str().unwrap().to_owned();
     port.delete_node("w-0", &Precondition::Uid(new_uid))
@@ -164,7 +164,7 @@ async fn deletes_honour_the_uid_precondition() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, ClusterError::Conflict(_)), "{err:?}");
+    assert!(matches!(err, ClusterError::Conflict { .. }), "{err:?}");
     port.delete_pod(
         &PodRef::new("default", "p"),
         Some(Duration::ZERO),
@@ -200,7 +200,7 @@ async fn evictions_respect_budgets_and_api_codes_become_typed_errors() {
     ));
     e.inject_fault(Fault::new(503).verb("create").resource("pods/eviction"));
     let err = port.evict_pod(&db0).await.unwrap_err();
-    assert!(matches!(err, ClusterError::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, ClusterError::Unavailable { .. }), "{err:?}");
 
     e.seed(node("w-0")).unwrap();
     let patch = NodePatch::new().set_label("x", "y");
@@ -208,10 +208,10 @@ async fn evictions_respect_budgets_and_api_codes_become_typed_errors() {
         e.inject_fault(Fault::new(code).verb("patch").resource("nodes"));
         let err = port.patch_node("w-0", &patch).await.unwrap_err();
         let expected = match code {
-            409 => matches!(err, ClusterError::Conflict(_)),
-            429 => matches!(err, ClusterError::TooManyRequests(_)),
-            500 => matches!(err, ClusterError::Unavailable(_)),
-            _ => matches!(err, ClusterError::Other(_)),
+            409 => matches!(err, ClusterError::Conflict { .. }),
+            429 => matches!(err, ClusterError::TooManyRequests { .. }),
+            500 => matches!(err, ClusterError::Unavailable { .. }),
+            _ => matches!(err, ClusterError::Other { .. }),
         };
         assert!(expected, "{code} became {err:?}");
         assert_eq!(err.is_retryable(), retryable, "{code}");

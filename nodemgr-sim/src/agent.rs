@@ -26,6 +26,7 @@ use nodemgr_core::agent::{
     StateFiles, StepOutcome,
 };
 use nodemgr_core::model::{ApprovalMode, Node, Timestamp, keys};
+use nodemgr_core::ports::Cause;
 
 use crate::world::World;
 
@@ -188,7 +189,7 @@ impl World {
                                 g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
                             g.generations.desired().bundle(rolling)
                         })
-                        .ok_or_else(|| format!("no group {group}"));
+                        .ok_or_else(|| Cause::msg(format!("no group {group}")));
                     self.answer(name, AgentInput::Bundle(answer));
                 }
                 AgentAction::ReadNode => {

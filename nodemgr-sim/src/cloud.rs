@@ -183,9 +183,7 @@ impl SimCloud {
         s.calls += 1;
         let faults = s.faults;
         if s.rng.chance(faults.refuse) {
-            return Err(CloudError::Throttled(
-                "RequestLimitExceeded (simulated)".into(),
-            ));
+            return Err(CloudError::throttled("RequestLimitExceeded (simulated)"));
         }
         Ok(s.rng.chance(faults.lose_answer))
     }
@@ -203,7 +201,7 @@ impl SimCloud {
 }
 
 fn lost() -> CloudError {
-    CloudError::Unavailable("the request timed out (simulated; it was applied)".into())
+    CloudError::unavailable("the request timed out (simulated; it was applied)")
 }
 
 #[async_trait]

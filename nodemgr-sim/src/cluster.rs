@@ -63,10 +63,10 @@ impl<'w> SimCluster<'w> {
                 world.stats.api_errors += 1;
                 let message = format!("injected failure of {what}");
                 Err(match kind {
-                    ErrorKind::Unavailable => ClusterError::Unavailable(message),
-                    ErrorKind::TooManyRequests => ClusterError::TooManyRequests(message),
-                    ErrorKind::Conflict => ClusterError::Conflict(message),
-                    ErrorKind::Other => ClusterError::Other(message),
+                    ErrorKind::Unavailable => ClusterError::unavailable(message),
+                    ErrorKind::TooManyRequests => ClusterError::too_many_requests(message),
+                    ErrorKind::Conflict => ClusterError::conflict(message),
+                    ErrorKind::Other => ClusterError::other(message),
                 })
             }
         }
@@ -168,12 +168,12 @@ impl NodeApi for SimCluster<'_> {
         Self::check(&mut guard, Operation::Patch, &format!("patch node {name}"))?;
         let w: &mut World = &mut guard;
         let Some(n) = w.nodes.get_mut(name) else {
-            return Err(ClusterError::NotFound(format!("node {name}")));
+            return Err(ClusterError::not_found(format!("node {name}")));
         };
         if let Some(expected) = &patch.resource_version {
             let current = w.api.version_of(&n.node);
             if current != *expected {
-                return Err(ClusterError::Conflict(format!(
+                return Err(ClusterError::conflict(format!(
                     "node {name}: the object has been modified (resourceVersion {current}, not {expected}); please apply your changes to the latest version and try again"
                 )));
             }
@@ -193,12 +193,12 @@ impl NodeApi for SimCluster<'_> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::Delete, &format!("delete node {name}"))?;
         let Some(n) = w.nodes.get(name) else {
-            return Err(ClusterError::NotFound(format!("node {name}")));
+            return Err(ClusterError::not_found(format!("node {name}")));
         };
         if let Precondition::Uid(uid) = precondition
             && *uid != n.node.uid
         {
-            return Err(ClusterError::Conflict(format!(
+            return Err(ClusterError::conflict(format!(
                 "node {name} has UID {}, not {uid}",
                 n.node.uid
             )));
@@ -275,12 +275,12 @@ impl PodApi for SimCluster<'_> {
         Self::check(&mut w, Operation::Delete, &format!("delete pod {pod}"))?;
         let key = pod.to_string();
         let Some(sp) = w.pods.get(&key) else {
-            return Err(ClusterError::NotFound(format!("pod {key}")));
+            return Err(ClusterError::not_found(format!("pod {key}")));
         };
         if let Precondition::Uid(uid) = precondition
             && *uid != sp.pod.uid
         {
-            return Err(ClusterError::Conflict(format!(
+            return Err(ClusterError::conflict(format!(
                 "pod {key} has UID {}, not {uid}",
                 sp.pod.uid
             )));
@@ -406,7 +406,7 @@ impl MachineApi for SimCluster<'_> {
             &format!("update Instance {machine}"),
         )?;
         let Some(i) = w.instances.get_mut(machine) else {
-            return Err(ClusterError::NotFound(format!("Instance {machine}")));
+            return Err(ClusterError::not_found(format!("Instance {machine}")));
         };
         i.status.current_status = Some(InstanceCurrentStatus {
             phase: Some(phase.as_str().to_owned()),
@@ -450,7 +450,7 @@ impl MachineApi for SimCluster<'_> {
             &format!("update status of {group}"),
         )?;
         let Some(g) = w.groups.get_mut(group) else {
-            return Err(ClusterError::NotFound(format!("NodeGroup {group}")));
+            return Err(ClusterError::not_found(format!("NodeGroup {group}")));
         };
         let status = g.group.status.get_or_insert_with(NodeGroupStatus::default);
         let failures = status.last_machine_failures.get_or_insert_with(Vec::new);
@@ -497,7 +497,7 @@ impl MachineApi for SimCluster<'_> {
             &format!("update status of {group}"),
         )?;
         let Some(g) = w.groups.get_mut(group) else {
-            return Err(ClusterError::NotFound(format!("NodeGroup {group}")));
+            return Err(ClusterError::not_found(format!("NodeGroup {group}")));
         };
         g.group
             .status

@@ -40,7 +40,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use nodemgr_core::ports::remote_shell::OutputTail;
-use nodemgr_core::ports::{RemoteScript, RemoteShell, RemoteShellError, ScriptRun, SshTarget};
+use nodemgr_core::ports::{
+    Cause, RemoteScript, RemoteShell, RemoteShellError, ScriptRun, SshTarget,
+};
 use russh::client::{self, Handle};
 use russh::keys::{HashAlg, PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use russh::{ChannelMsg, Disconnect};
@@ -121,7 +123,7 @@ impl client::Handler for PinningHandler {
     }
 }
 
-fn io_error(target: &SshTarget, error: &io::Error) -> RemoteShellError {
+fn io_error(target: &SshTarget, error: io::Error) -> RemoteShellError {
     match error.kind() {
         io::ErrorKind::ConnectionRefused => RemoteShellError::Refused {
             target: target.display(),
@@ -135,6 +137,7 @@ fn io_error(target: &SshTarget, error: &io::Error) -> RemoteShellError {
         _ => RemoteShellError::Unreachable {
             target: target.display(),
             message: error.to_string(),
+            source: Some(Cause::new(error)),
         },
     }
 }
@@ -143,15 +146,16 @@ fn io_error(target: &SshTarget, error: &io::Error) -> RemoteShellError {
 fn protocol_error(
     target: &SshTarget,
     what: &str,
-    error: &russh::Error,
+    error: russh::Error,
     host_key: Option<&str>,
 ) -> RemoteShellError {
     match (error, host_key) {
         (russh::Error::IO(e), None) => io_error(target, e),
-        _ => RemoteShellError::Other {
+        (error, _) => RemoteShellError::Other {
             target: target.display(),
             message: format!("{what}: {error}"),
             host_key: host_key.map(str::to_owned),
+            source: Some(Cause::new(error)),
         },
     }
 }
@@ -232,7 +236,7 @@ impl SshShell {
         };
         let stream = TcpStream::connect((target.host.as_str(), target.port))
             .await
-            .map_err(|e| io_error(target, &e))?;
+            .map_err(|e| io_error(target, e))?;
         let mut handle = match client::connect_stream(self.config.clone(), stream, handler).await {
             Ok(handle) => handle,
             Err(russh::Error::UnknownKey) => {
@@ -242,7 +246,7 @@ impl SshShell {
                     presented: seen_key(&presented).unwrap_or_else(|| "unknown".into()),
                 });
             }
-            Err(e) => return Err(protocol_error(target, "SSH handshake failed", &e, None)),
+            Err(e) => return Err(protocol_error(target, "SSH handshake failed", e, None)),
         };
         let host_key = seen_key(&presented).unwrap_or_default();
         host_key_seen(host_key.clone());
@@ -257,13 +261,14 @@ impl SshShell {
                      unencrypted OpenSSH or PEM ed25519 or RSA key"
                     ),
                     host_key: Some(host_key.clone()),
+                    source: Some(Cause::new(e)),
                 }
             })?;
         let hash = if key.algorithm().is_rsa() {
             handle
                 .best_supported_rsa_hash()
                 .await
-                .map_err(|e| protocol_error(target, "RSA hash negotiation failed", &e, known))?
+                .map_err(|e| protocol_error(target, "RSA hash negotiation failed", e, known))?
                 .flatten()
         } else {
             None
@@ -274,7 +279,7 @@ impl SshShell {
                 PrivateKeyWithHashAlg::new(Arc::new(key), hash),
             )
             .await
-            .map_err(|e| protocol_error(target, "authentication failed", &e, known))?;
+            .map_err(|e| protocol_error(target, "authentication failed", e, known))?;
         if !auth.success() {
             return Err(RemoteShellError::AuthFailed {
                 target: target.display(),
@@ -293,26 +298,26 @@ impl SshShell {
         host_key: &str,
         options: ExecOptions<'_>,
     ) -> Result<ChannelOutput, RemoteShellError> {
-        let failed = |what: &str, e: &russh::Error| protocol_error(target, what, e, Some(host_key));
+        let failed = |what: &str, e: russh::Error| protocol_error(target, what, e, Some(host_key));
         let mut channel = handle
             .channel_open_session()
             .await
-            .map_err(|e| failed("cannot open an SSH channel", &e))?;
+            .map_err(|e| failed("cannot open an SSH channel", e))?;
         channel
             .exec(true, options.command)
             .await
-            .map_err(|e| failed("cannot start the command", &e))?;
+            .map_err(|e| failed("cannot start the command", e))?;
         if !options.stdin.is_empty() {
             channel
                 .data(options.stdin)
                 .await
-                .map_err(|e| failed("cannot send the input", &e))?;
+                .map_err(|e| failed("cannot send the input", e))?;
         }
         if options.close_input {
             channel
                 .eof()
                 .await
-                .map_err(|e| failed("cannot close the input", &e))?;
+                .map_err(|e| failed("cannot close the input", e))?;
         }
 
         let mut out = ChannelOutput {
@@ -393,6 +398,7 @@ impl SshShell {
                 target: target.display(),
                 message: format!("the lock file {lock:?} is not an absolute path"),
                 host_key: Some(host_key.to_owned()),
+                source: None,
             });
         }
 
@@ -424,6 +430,7 @@ impl SshShell {
                     upload.tail.text()
                 ),
                 host_key: Some(host_key.to_owned()),
+                source: None,
             });
         }
 
@@ -526,5 +533,57 @@ impl RemoteShell for SshShell {
             .disconnect(Disconnect::ByApplication, "done", "en")
             .await;
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemgr_core::ports::Sensitive;
+
+    fn target() -> SshTarget {
+        SshTarget {
+            host: "192.0.2.1".into(),
+            port: 22,
+            user: "root".into(),
+            private_key: Sensitive::new(String::new()),
+            sudo_password: None,
+            host_key: None,
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn an_os_error_is_kept_as_the_source() {
+        let error = io_error(
+            &target(),
+            io::Error::new(io::ErrorKind::HostUnreachable, "no route to host"),
+        );
+        assert!(
+            matches!(&error, RemoteShellError::Unreachable { message, .. } if message == "no route to host"),
+            "{error:?}"
+        );
+        let os = std::error::Error::source(&error)
+            .and_then(|e| e.downcast_ref::<Cause>())
+            .and_then(|c| c.get().downcast_ref::<io::Error>());
+        assert_eq!(
+            os.map(io::Error::kind),
+            Some(io::ErrorKind::HostUnreachable)
+        );
+    }
+
+    #[test]
+    fn a_protocol_error_is_kept_as_the_source() {
+        let error = protocol_error(
+            &target(),
+            "cannot open an SSH channel",
+            russh::Error::Disconnect,
+            Some("SHA256:x"),
+        );
+        assert_eq!(error.host_key(), Some("SHA256:x"));
+        let russh = std::error::Error::source(&error)
+            .and_then(|e| e.downcast_ref::<Cause>())
+            .and_then(|c| c.get().downcast_ref::<russh::Error>());
+        assert!(matches!(russh, Some(russh::Error::Disconnect)), "{error:?}");
     }
 }

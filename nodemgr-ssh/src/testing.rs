@@ -27,6 +27,15 @@ pub enum SshdError {
     /// Something is not installed or not allowed.
     #[error("{0}; run scripts/install.d/10-sshd.sh as root first")]
     Missing(String),
+    /// Something is not installed or not allowed, as the OS said.
+    #[error("{what}: {source}; run scripts/install.d/10-sshd.sh as root first")]
+    Unusable {
+        /// What could not be done.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// A step failed.
     #[error("{what}: {source}")]
     Io {
@@ -75,7 +84,10 @@ fn keygen(kind: &str, bits: Option<&str>, path: &Path) -> Result<(), SshdError> 
         .arg(path)
         .stdin(Stdio::null())
         .status()
-        .map_err(|e| SshdError::Missing(format!("ssh-keygen cannot run: {e}")))?;
+        .map_err(|source| SshdError::Unusable {
+            what: "ssh-keygen cannot run".into(),
+            source,
+        })?;
     if !status.success() {
         return Err(SshdError::Start(format!(
             "ssh-keygen -t {kind} failed: {status}"
@@ -119,7 +131,10 @@ impl Sshd {
             ));
         }
         let sudo_password = fs::read_to_string(SUDO_PASSWORD_FILE)
-            .map_err(|e| SshdError::Missing(format!("cannot read {SUDO_PASSWORD_FILE}: {e}")))?
+            .map_err(|source| SshdError::Unusable {
+                what: format!("cannot read {SUDO_PASSWORD_FILE}"),
+                source,
+            })?
             .trim()
             .to_owned();
         let dir = tempfile::Builder::new()
@@ -187,7 +202,10 @@ impl Sshd {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| SshdError::Missing(format!("cannot start sshd: {e}")))?;
+            .map_err(|source| SshdError::Unusable {
+                what: "cannot start sshd".into(),
+                source,
+            })?;
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         for address in self.addresses.clone() {
@@ -285,7 +303,10 @@ impl Sshd {
             .arg("-lf")
             .arg(self.dir.path().join("host_ed25519.pub"))
             .output()
-            .map_err(|e| SshdError::Missing(format!("ssh-keygen cannot run: {e}")))?;
+            .map_err(|source| SshdError::Unusable {
+                what: "ssh-keygen cannot run".into(),
+                source,
+            })?;
         String::from_utf8_lossy(&out.stdout)
             .split_whitespace()
             .nth(1)

@@ -5,7 +5,7 @@
 use std::net::{Ipv4Addr, TcpListener};
 use std::time::Duration;
 
-use nodemgr_core::ports::{RemoteScript, RemoteShell, RemoteShellError, Sensitive};
+use nodemgr_core::ports::{Cause, RemoteScript, RemoteShell, RemoteShellError, Sensitive};
 use nodemgr_ssh::SshShell;
 use nodemgr_ssh::testing::{KeyKind, Sshd};
 
@@ -134,6 +134,12 @@ async fn a_key_that_is_not_a_key_is_a_clear_error() {
     assert!(
         error.to_string().contains("cannot read the private key"),
         "{error}"
+    );
+    // The key parser's error is the source, not only pasted into the message.
+    let parser = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<Cause>());
+    assert!(
+        parser.is_some_and(|c| c.get().downcast_ref::<russh::keys::Error>().is_some()),
+        "{error:?}"
     );
 }
 

@@ -15,6 +15,7 @@ use nodemgr_core::agent::{
     SimulatedGenerations, StateFiles, StepOutcome,
 };
 use nodemgr_core::model::Timestamp;
+use nodemgr_core::ports::Cause;
 use serde_json::Value;
 
 use crate::emulator::Emulator;
@@ -142,7 +143,7 @@ impl FleetAgent {
                 AgentAction::FetchBundle => Some(AgentInput::Bundle(
                     published
                         .map(|p| p.generations.desired().bundle(p.rolling))
-                        .ok_or_else(|| "no configuration published for the group".to_owned()),
+                        .ok_or_else(|| Cause::msg("no configuration published for the group")),
                 )),
                 AgentAction::ReadNode => {
                     let view = emulator.get("v1", "Node", "", node).map(|o| NodeView {
@@ -182,7 +183,7 @@ impl FleetAgent {
                         },
                         Err(e) if e.code == 409 => PatchOutcome::Conflict,
                         Err(e) if e.code == 404 => PatchOutcome::NotFound,
-                        Err(e) => PatchOutcome::Failed(e.message),
+                        Err(e) => PatchOutcome::Failed(Cause::new(e)),
                     };
                     if matches!(outcome, PatchOutcome::Applied { .. }) {
                         for (key, what) in [

@@ -17,8 +17,9 @@ use nodemgr_core::agent::{
     StateFiles, StepOutcome,
 };
 use nodemgr_core::model::Timestamp;
+use nodemgr_core::ports::{Cause, ErrorChain};
 
-use super::bundle_source::BundleServer;
+use super::bundle_source::{BundleServer, FetchError};
 use super::layout::Layout;
 use super::node_api::{ApiError, NodeApi};
 use super::state_files::{self, StateFileError};
@@ -30,6 +31,17 @@ pub use nodemgr_core::agent::state::PROGRESS_FILE;
 
 /// Marker of the running step's process group, in the state directory.
 pub const RUNNING_STEP_FILE: &str = "nodemgr_running_step";
+
+/// Why the node's group is not known (without `--group`).
+#[derive(Debug, thiserror::Error)]
+enum GroupError {
+    /// The Node could not be read.
+    #[error("cannot learn the node's group from its label node.deckhouse.io/group: {0}")]
+    Read(#[source] ApiError),
+    /// The Node has no group label.
+    #[error("Node {0} has no label node.deckhouse.io/group; pass --group")]
+    Unlabelled(String),
+}
 
 /// What the driver needs besides the agent.
 pub struct Driver {
@@ -162,23 +174,16 @@ impl Driver {
         }
     }
 
-    async fn group(&self, group: &mut Option<String>) -> Result<String, String> {
+    async fn group(&self, group: &mut Option<String>) -> Result<String, GroupError> {
         if let Some(g) = group {
             return Ok(g.clone());
         }
-        let node = self.api.node().await.map_err(|e| {
-            format!("cannot learn the node's group from its label node.deckhouse.io/group: {e}")
-        })?;
+        let node = self.api.node().await.map_err(GroupError::Read)?;
         let label = node
             .labels
             .get(nodemgr_core::model::keys::LABEL_NODE_GROUP)
             .cloned()
-            .ok_or_else(|| {
-                format!(
-                    "Node {} has no label node.deckhouse.io/group; pass --group",
-                    self.node
-                )
-            })?;
+            .ok_or_else(|| GroupError::Unlabelled(self.node.clone()))?;
         tracing::info!(group = %label, "group from the Node's label");
         *group = Some(label.clone());
         Ok(label)
@@ -192,11 +197,11 @@ impl Driver {
         match action {
             AgentAction::FetchBundle => {
                 let fetched = match self.group(group).await {
-                    Err(e) => Err(e),
-                    Ok(g) => self.fetch(&g).await,
+                    Err(e) => Err(Cause::new(e)),
+                    Ok(g) => self.fetch(&g).await.map_err(Cause::new),
                 };
                 if let Err(error) = &fetched {
-                    tracing::warn!(%error, "bundle not fetched; retrying with backoff");
+                    tracing::warn!(error = %ErrorChain(error), "bundle not fetched; retrying with backoff");
                 }
                 Ok(Some(AgentInput::Bundle(fetched)))
             }
@@ -211,8 +216,8 @@ impl Driver {
                         Ok(None)
                     }
                     Err(error) => {
-                        tracing::warn!(%error, "cannot read the Node; retrying with backoff");
-                        Err(error.to_string())
+                        tracing::warn!(error = %ErrorChain(&error), "cannot read the Node; retrying with backoff");
+                        Err(Cause::new(error))
                     }
                 };
                 Ok(Some(AgentInput::Node(read)))
@@ -241,8 +246,8 @@ impl Driver {
                     }
                     Err(ApiError::NodeGone(_)) => PatchOutcome::NotFound,
                     Err(error) => {
-                        tracing::warn!(%error, "cannot patch the Node; retrying with backoff");
-                        PatchOutcome::Failed(error.to_string())
+                        tracing::warn!(error = %ErrorChain(&error), "cannot patch the Node; retrying with backoff");
+                        PatchOutcome::Failed(Cause::new(error))
                     }
                 };
                 Ok(Some(AgentInput::Patched(outcome)))
@@ -293,17 +298,15 @@ impl Driver {
         }
     }
 
-    async fn fetch(&self, group: &str) -> Result<DesiredBundle, String> {
-        match self.server.fetch(group).await {
-            Ok(bundle) => Ok(DesiredBundle {
-                checksum: bundle.checksum,
-                steps: bundle.steps,
-                // Not served by bashible-apiserver yet: RollingUpdate groups ask with
-                // disruption-required, which node-manager also answers.
-                rolling_update: false,
-            }),
-            Err(e) => Err(e.to_string()),
-        }
+    async fn fetch(&self, group: &str) -> Result<DesiredBundle, FetchError> {
+        let bundle = self.server.fetch(group).await?;
+        Ok(DesiredBundle {
+            checksum: bundle.checksum,
+            steps: bundle.steps,
+            // Not served by bashible-apiserver yet: RollingUpdate groups ask with
+            // disruption-required, which node-manager also answers.
+            rolling_update: false,
+        })
     }
 
     async fn run_step(&self, name: &str) -> Result<StepOutcome, Stop> {

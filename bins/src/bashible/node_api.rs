@@ -32,8 +32,14 @@ pub enum ApiError {
         token: String,
     },
     /// The credentials are there but unusable.
-    #[error("cannot use the API credentials: {0}")]
-    Credentials(String),
+    #[error("cannot use the API credentials: {message}")]
+    Credentials {
+        /// What is wrong (the cause's text included, as operators know it).
+        message: String,
+        /// The error reading or using them (I/O, kubeconfig, kube client), when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// The resourceVersion precondition failed (409): the node changed meanwhile.
     #[error("the Node changed while the agent patched it (resourceVersion conflict)")]
     Conflict,
@@ -78,45 +84,62 @@ impl NodeApi {
     }
 }
 
+impl ApiError {
+    /// [`ApiError::Credentials`] caused by `source`.
+    fn credentials(
+        message: String,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Credentials {
+            message,
+            source: Some(Box::new(source)),
+        }
+    }
+}
+
 async fn client_from_kubeconfig(path: &Path) -> Result<Client, ApiError> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let bad = |e: kube::config::KubeconfigError| {
-        ApiError::Credentials(format!("kubeconfig {}: {e}", path.display()))
+        ApiError::credentials(format!("kubeconfig {}: {e}", path.display()), e)
     };
     let file = Kubeconfig::read_from(path).map_err(bad)?;
     let mut config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
         .await
         .map_err(bad)?;
     config.default_retry = false;
-    Client::try_from(config).map_err(|e| ApiError::Credentials(e.to_string()))
+    Client::try_from(config).map_err(|e| ApiError::credentials(e.to_string(), e))
 }
 
 async fn client_from_bootstrap_token(layout: &Layout) -> Result<Client, ApiError> {
     use base64::Engine as _;
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let token = Secret::read_from(&layout.bootstrap_token())
-        .map_err(|e| ApiError::Credentials(e.to_string()))?;
+        .map_err(|e| ApiError::credentials(e.to_string(), e))?;
     let endpoints = std::fs::read_to_string(layout.api_endpoints()).map_err(|e| {
-        ApiError::Credentials(format!(
-            "cannot read the API endpoints {}: {e}",
-            layout.api_endpoints().display()
-        ))
+        ApiError::credentials(
+            format!(
+                "cannot read the API endpoints {}: {e}",
+                layout.api_endpoints().display()
+            ),
+            e,
+        )
     })?;
     let endpoint = endpoints
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
-        .ok_or_else(|| {
-            ApiError::Credentials(format!(
-                "{} lists no API endpoint",
-                layout.api_endpoints().display()
-            ))
+        .ok_or_else(|| ApiError::Credentials {
+            message: format!("{} lists no API endpoint", layout.api_endpoints().display()),
+            source: None,
         })?;
     let ca = std::fs::read(layout.ca_cert()).map_err(|e| {
-        ApiError::Credentials(format!(
-            "cannot read the cluster CA {}: {e}",
-            layout.ca_cert().display()
-        ))
+        ApiError::credentials(
+            format!(
+                "cannot read the cluster CA {}: {e}",
+                layout.ca_cert().display()
+            ),
+            e,
+        )
     })?;
     // Built in memory only: the token never reaches a file or a command line.
     let kubeconfig = json!({
@@ -131,14 +154,17 @@ async fn client_from_bootstrap_token(layout: &Layout) -> Result<Client, ApiError
         "current-context": "bootstrap",
     });
     let bad = |e: kube::config::KubeconfigError| {
-        ApiError::Credentials(format!("bootstrap credentials (endpoint {endpoint}): {e}"))
+        ApiError::credentials(
+            format!("bootstrap credentials (endpoint {endpoint}): {e}"),
+            e,
+        )
     };
     let file = Kubeconfig::from_yaml(&kubeconfig.to_string()).map_err(bad)?;
     let mut config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
         .await
         .map_err(bad)?;
     config.default_retry = false;
-    Client::try_from(config).map_err(|e| ApiError::Credentials(e.to_string()))
+    Client::try_from(config).map_err(|e| ApiError::credentials(e.to_string(), e))
 }
 
 fn call(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
@@ -298,5 +324,27 @@ impl NodeApi {
             }
             Err(e) => Err(call(format!("record Event {reason}"))(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreadable_kubeconfig_keeps_the_kubeconfig_error() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let Err(error) = client_from_kubeconfig(&dir.path().join("absent.conf")).await else {
+            panic!("a client from a kubeconfig that does not exist");
+        };
+        assert!(
+            error
+                .to_string()
+                .starts_with("cannot use the API credentials: kubeconfig "),
+            "{error}"
+        );
+        let kubeconfig = std::error::Error::source(&error)
+            .and_then(|e| e.downcast_ref::<kube::config::KubeconfigError>());
+        assert!(kubeconfig.is_some(), "{error:?}");
     }
 }

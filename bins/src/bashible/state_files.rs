@@ -161,9 +161,11 @@ mod tests {
         // A directory where the temporary file must go: the write fails like a full disk would.
         std::fs::create_dir(dir.path().join("configuration_checksum.nodemgr-new"))
             .expect("a directory");
-        let error = write_atomic(&path, b"new")
-            .expect_err("unwritable")
-            .to_string();
+        let error = write_atomic(&path, b"new").expect_err("unwritable");
+        // The OS error is the source, not only pasted into the message.
+        let io = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<std::io::Error>());
+        assert!(io.is_some(), "{error:?}");
+        let error = error.to_string();
         assert!(error.contains("configuration_checksum"), "{error}");
         assert_eq!(read(&path).expect("readable").as_deref(), Some("old"));
     }

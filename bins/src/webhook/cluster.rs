@@ -11,9 +11,9 @@ use k8s_openapi::api::core::v1::{Endpoints, Node, Secret};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
 use nodemgr_core::admission::{ClusterInputs, Needs, NodeLabels};
-use nodemgr_core::conversion::{ConversionContext, PROVIDER_CONFIGURATION_KEY};
+use nodemgr_core::conversion::{ConversionContext, ConversionError, PROVIDER_CONFIGURATION_KEY};
 use nodemgr_core::model::keys;
-use nodemgr_k8s::settings::{Settings, SettingsSource};
+use nodemgr_k8s::settings::{Settings, SettingsError, SettingsSource};
 
 /// What the reviews read about the cluster.
 #[async_trait]
@@ -21,15 +21,60 @@ pub trait ClusterSource: Send + Sync {
     /// The inputs an admission review with these `needs` decides by.
     ///
     /// # Errors
-    /// A message saying what could not be read; the review then fails (HTTP 500) and the API
-    /// server applies the webhook's failurePolicy.
-    async fn admission_inputs(&self, needs: &Needs) -> Result<ClusterInputs, String>;
+    /// [`SourceError`] saying what could not be read; the review then fails (HTTP 500) and the
+    /// API server applies the webhook's failurePolicy.
+    async fn admission_inputs(&self, needs: &Needs) -> Result<ClusterInputs, SourceError>;
 
     /// What conversions need (the provider configuration's node groups).
     ///
     /// # Errors
     /// As [`Self::admission_inputs`].
-    async fn conversion_context(&self) -> Result<ConversionContext, String>;
+    async fn conversion_context(&self) -> Result<ConversionContext, SourceError>;
+}
+
+/// What the webhook could not read about the cluster; the message is what the review answers.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The settings (flags and the settings ConfigMap) could not be read.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// An API call failed.
+    #[error("failed to {what}: {source}")]
+    Api {
+        /// What was being done (`list StaticInstances`).
+        what: String,
+        /// kube's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The provider cluster configuration is not text.
+    #[error("Secret {namespace}/{name} key {PROVIDER_CONFIGURATION_KEY} is not UTF-8")]
+    NotUtf8 {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// The decoding error.
+        #[source]
+        source: std::string::FromUtf8Error,
+    },
+    /// The provider cluster configuration does not parse.
+    #[error("Secret {namespace}/{name}: {source}")]
+    ProviderConfiguration {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: ConversionError,
+    },
+}
+
+/// [`SourceError::Api`] for `what`.
+fn api_failed(what: impl Into<String>) -> impl FnOnce(kube::Error) -> SourceError {
+    let what = what.into();
+    move |source| SourceError::Api { what, source }
 }
 
 /// Reads the cluster through the API.
@@ -49,11 +94,8 @@ fn static_instances(client: &Client) -> Api<DynamicObject> {
 }
 
 impl KubeSource {
-    async fn settings(&self) -> Result<Settings, String> {
-        self.settings
-            .read(&self.client)
-            .await
-            .map_err(|e| e.to_string())
+    async fn settings(&self) -> Result<Settings, SourceError> {
+        Ok(self.settings.read(&self.client).await?)
     }
 
     async fn api_endpoints(&self) -> Option<usize> {
@@ -73,7 +115,7 @@ impl KubeSource {
 
 #[async_trait]
 impl ClusterSource for KubeSource {
-    async fn admission_inputs(&self, needs: &Needs) -> Result<ClusterInputs, String> {
+    async fn admission_inputs(&self, needs: &Needs) -> Result<ClusterInputs, SourceError> {
         let settings = self.settings().await?;
         let mut inputs = ClusterInputs {
             settings: settings.validation,
@@ -85,7 +127,7 @@ impl ClusterSource for KubeSource {
             let nodes = Api::<Node>::all(self.client.clone())
                 .list(&ListParams::default().labels(&selector))
                 .await
-                .map_err(|e| format!("failed to list the nodes of group {group}: {e}"))?;
+                .map_err(api_failed(format!("list the nodes of group {group}")))?;
             inputs.group_nodes = nodes
                 .items
                 .into_iter()
@@ -102,7 +144,7 @@ impl ClusterSource for KubeSource {
             let list = static_instances(&self.client)
                 .list(&ListParams::default())
                 .await
-                .map_err(|e| format!("failed to list StaticInstances: {e}"))?;
+                .map_err(api_failed("list StaticInstances"))?;
             inputs.static_instance_addresses = list
                 .items
                 .into_iter()
@@ -115,14 +157,14 @@ impl ClusterSource for KubeSource {
         Ok(inputs)
     }
 
-    async fn conversion_context(&self) -> Result<ConversionContext, String> {
+    async fn conversion_context(&self) -> Result<ConversionContext, SourceError> {
         let Some((namespace, name)) = &self.provider_secret else {
             return Ok(ConversionContext::default());
         };
         let secret = Api::<Secret>::namespaced(self.client.clone(), namespace)
             .get_opt(name)
             .await
-            .map_err(|e| format!("failed to read Secret {namespace}/{name}: {e}"))?;
+            .map_err(api_failed(format!("read Secret {namespace}/{name}")))?;
         let Some(bytes) = secret
             .and_then(|s| s.data)
             .and_then(|mut d| d.remove(PROVIDER_CONFIGURATION_KEY))
@@ -131,10 +173,17 @@ impl ClusterSource for KubeSource {
             // is CloudStatic.
             return Ok(ConversionContext::default());
         };
-        let text = String::from_utf8(bytes.0).map_err(|_| {
-            format!("Secret {namespace}/{name} key {PROVIDER_CONFIGURATION_KEY} is not UTF-8")
+        let text = String::from_utf8(bytes.0).map_err(|source| SourceError::NotUtf8 {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            source,
         })?;
-        ConversionContext::from_provider_cluster_configuration(&text)
-            .map_err(|e| format!("Secret {namespace}/{name}: {e}"))
+        ConversionContext::from_provider_cluster_configuration(&text).map_err(|source| {
+            SourceError::ProviderConfiguration {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                source,
+            }
+        })
     }
 }

@@ -6,6 +6,7 @@
 //! cluster inputs cannot be read is answered 500, so the API server applies the webhook's
 //! failurePolicy instead of taking a refusal the webhook never decided.
 
+use nodemgr_core::ports::ErrorChain;
 use std::sync::Arc;
 
 use axum::Json;
@@ -73,8 +74,9 @@ async fn validate(State(source): State<Source>, Json(body): Json<Value>) -> Resp
     };
     let inputs = match source.admission_inputs(&needs(&review)).await {
         Ok(inputs) => inputs,
-        Err(message) => {
-            tracing::warn!(%message, kind, "cannot decide a review");
+        Err(error) => {
+            let message = error.to_string();
+            tracing::warn!(%message, error = %ErrorChain(&error), kind, "cannot decide a review");
             return (StatusCode::INTERNAL_SERVER_ERROR, message).into_response();
         }
     };
@@ -129,8 +131,9 @@ async fn convert_review(State(source): State<Source>, Json(body): Json<Value>) -
     };
     let ctx = match source.conversion_context().await {
         Ok(ctx) => ctx,
-        Err(message) => {
-            tracing::warn!(%message, "cannot convert");
+        Err(error) => {
+            let message = error.to_string();
+            tracing::warn!(%message, error = %ErrorChain(&error), "cannot convert");
             return answer(json!({"status": "Failure", "message": message}), vec![]);
         }
     };

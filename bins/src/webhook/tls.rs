@@ -40,6 +40,9 @@ pub enum TlsError {
         path: PathBuf,
         /// What was looked for.
         what: &'static str,
+        /// The PEM parser's error (`None` when the file parses but holds no such block).
+        #[source]
+        source: Option<rustls::pki_types::pem::Error>,
     },
     /// rustls refused the key or the pair.
     #[error("the key in {path} cannot be used: {source}")]
@@ -83,18 +86,27 @@ fn load(cert_file: &Path, key_file: &Path) -> Result<Loaded, TlsError> {
     let stamps = [stamp(cert_file), stamp(key_file)];
     let cert_pem = read(cert_file)?;
     let key_pem = read(key_file)?;
+    let mut first_error = None;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
-        .filter_map(Result::ok)
+        .filter_map(|block| match block {
+            Ok(cert) => Some(cert),
+            Err(e) => {
+                first_error.get_or_insert(e);
+                None
+            }
+        })
         .collect();
     if chain.is_empty() {
         return Err(TlsError::Pem {
             path: cert_file.to_owned(),
             what: "CERTIFICATE",
+            source: first_error,
         });
     }
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| TlsError::Pem {
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Pem {
         path: key_file.to_owned(),
         what: "PRIVATE KEY",
+        source: Some(e),
     })?;
     let signer =
         rustls::crypto::ring::sign::any_supported_type(&key).map_err(|source| TlsError::Key {
@@ -207,5 +219,37 @@ pub async fn serve_tls(
                 tracing::debug!(%error, "connection ended");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_file_that_is_not_pem_keeps_the_parser_error() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let pair = nodemgr_k8s::tls::self_signed(&["localhost".to_owned()]).expect("a pair");
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        std::fs::write(&cert, &pair.cert_pem).expect("writable");
+        std::fs::write(
+            &key,
+            "-----BEGIN PRIVATE KEY-----\n%%%\n-----END PRIVATE KEY-----\n",
+        )
+        .expect("writable");
+        let error = load(&cert, &key).expect_err("not a key");
+        assert!(
+            matches!(
+                &error,
+                TlsError::Pem {
+                    what: "PRIVATE KEY",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let pem = std::error::Error::source(&error)
+            .and_then(|e| e.downcast_ref::<rustls::pki_types::pem::Error>());
+        assert!(pem.is_some(), "{error:?}");
     }
 }

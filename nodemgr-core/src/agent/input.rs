@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::bashible::Step;
+use crate::ports::Cause;
 
 /// The bundle the node should run, as fetched from the bundle server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,8 +54,9 @@ pub enum PatchOutcome {
     Conflict,
     /// 404: the Node is gone.
     NotFound,
-    /// Any other failure (network, 5xx, 403…); the agent retries after a backoff.
-    Failed(String),
+    /// Any other failure (network, 5xx, 403…), with the driver's error; the agent retries
+    /// after a backoff.
+    Failed(Cause),
 }
 
 /// How a step's run ended.
@@ -82,11 +84,12 @@ impl StepOutcome {
 /// one input of the matching kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentInput {
-    /// Answer to `FetchBundle`: the bundle, or why it could not be fetched.
-    Bundle(Result<DesiredBundle, String>),
-    /// Answer to `ReadNode`: the Node, `Ok(None)` when it does not exist, or why it could not
-    /// be read.
-    Node(Result<Option<NodeView>, String>),
+    /// Answer to `FetchBundle`: the bundle, or the driver's error saying why it could not be
+    /// fetched.
+    Bundle(Result<DesiredBundle, Cause>),
+    /// Answer to `ReadNode`: the Node, `Ok(None)` when it does not exist, or the driver's error
+    /// saying why it could not be read.
+    Node(Result<Option<NodeView>, Cause>),
     /// Answer to `PatchNode`.
     Patched(PatchOutcome),
     /// Answer to `RunStep`.

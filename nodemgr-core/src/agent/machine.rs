@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::bashible::{Step, configuration_checksum};
 use crate::model::{Timestamp, keys};
+use crate::ports::{Cause, ErrorChain};
 
 use super::action::{AgentAction, AgentEvent, NodePatch};
 use super::input::{AgentInput, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
@@ -63,9 +64,9 @@ impl AgentConfig {
 /// [`Agent::last_error`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AgentError {
-    /// The bundle could not be fetched.
+    /// The bundle could not be fetched; the driver's error is the source.
     #[error("failed to fetch the bundle: {0}")]
-    Fetch(String),
+    Fetch(#[source] Cause),
     /// The bundle's steps do not hash to its checksum (or are malformed): nothing of it runs.
     #[error("refused the bundle {checksum}: {reason}")]
     BundleRejected {
@@ -75,23 +76,25 @@ pub enum AgentError {
         reason: String,
     },
     /// The Node could not be read.
-    #[error("failed to read Node {node}: {message}")]
+    #[error("failed to read Node {node}: {source}")]
     ReadNode {
         /// The node.
         node: String,
         /// The API's error.
-        message: String,
+        #[source]
+        source: Cause,
     },
     /// The Node does not exist (deleted under the agent, or not registered yet).
     #[error("Node {0} does not exist; waiting for it to be registered again")]
     NodeGone(String),
     /// A patch of the Node failed for another reason than a conflict.
-    #[error("failed to patch Node {node}: {message}")]
+    #[error("failed to patch Node {node}: {source}")]
     Patch {
         /// The node.
         node: String,
         /// The API's error.
-        message: String,
+        #[source]
+        source: Cause,
     },
 }
 
@@ -327,7 +330,7 @@ impl Agent {
     }
 
     fn fail(&mut self, error: AgentError, now: Timestamp) {
-        tracing::warn!(node = %self.config.node, %error, "node agent");
+        tracing::warn!(node = %self.config.node, error = %ErrorChain(&error), "node agent");
         self.errors_in_row = self.errors_in_row.saturating_add(1);
         let backoff =
             crate::backoff::Backoff::new(self.config.error_backoff, self.config.error_backoff_max)
@@ -349,10 +352,10 @@ impl Agent {
         }));
     }
 
-    fn on_bundle(&mut self, result: Result<DesiredBundle, String>, now: Timestamp) {
+    fn on_bundle(&mut self, result: Result<DesiredBundle, Cause>, now: Timestamp) {
         let desired = match result {
             Ok(b) => b,
-            Err(message) => return self.fail(AgentError::Fetch(message), now),
+            Err(cause) => return self.fail(AgentError::Fetch(cause), now),
         };
         let verified = match verify(desired) {
             Ok(v) => v,
@@ -381,7 +384,7 @@ impl Agent {
         self.decide(now);
     }
 
-    fn on_node(&mut self, result: Result<Option<NodeView>, String>, now: Timestamp) {
+    fn on_node(&mut self, result: Result<Option<NodeView>, Cause>, now: Timestamp) {
         match result {
             Ok(Some(view)) => {
                 self.errors_in_row = 0;
@@ -390,9 +393,9 @@ impl Agent {
                 self.decide(now);
             }
             Ok(None) => self.fail(AgentError::NodeGone(self.config.node.clone()), now),
-            Err(message) => {
+            Err(source) => {
                 let node = self.config.node.clone();
-                self.fail(AgentError::ReadNode { node, message }, now);
+                self.fail(AgentError::ReadNode { node, source }, now);
             }
         }
     }
@@ -416,9 +419,9 @@ impl Agent {
             PatchOutcome::NotFound => {
                 self.fail(AgentError::NodeGone(self.config.node.clone()), now)
             }
-            PatchOutcome::Failed(message) => {
+            PatchOutcome::Failed(source) => {
                 let node = self.config.node.clone();
-                self.fail(AgentError::Patch { node, message }, now);
+                self.fail(AgentError::Patch { node, source }, now);
             }
         }
     }
@@ -809,6 +812,28 @@ mod tests {
 
     fn drain(agent: &mut Agent) -> Vec<AgentAction> {
         std::iter::from_fn(|| agent.poll_action()).collect()
+    }
+
+    #[test]
+    fn a_failed_fetch_keeps_the_driver_error_as_its_source() {
+        let files = StateFiles::applied("old", Default::default(), Default::default());
+        let mut agent = Agent::new(AgentConfig::new("n1"), files, Timestamp::EPOCH);
+        assert_eq!(agent.poll_action(), Some(AgentAction::FetchBundle));
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        agent.handle(AgentInput::Bundle(Err(Cause::new(io))), Timestamp::EPOCH);
+        let error = agent.last_error().cloned();
+        let Some(error @ AgentError::Fetch(_)) = error else {
+            panic!("expected a fetch error, got {error:?}");
+        };
+        // The text is as before; the io error is reachable as the source.
+        assert_eq!(error.to_string(), "failed to fetch the bundle: refused");
+        let io = std::error::Error::source(&error)
+            .and_then(|e| e.downcast_ref::<Cause>())
+            .and_then(|c| c.get().downcast_ref::<std::io::Error>());
+        assert_eq!(
+            io.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::ConnectionRefused)
+        );
     }
 
     #[test]

@@ -61,6 +61,7 @@ impl AgentInstall {
                     "{bundle_server:?} is not a plain http:// or https:// URL (host, port, path; \
                      no spaces, quotes or query)"
                 ),
+                source: None,
             });
         }
         if bundle_token.is_empty() || !bundle_token.bytes().all(|b| b.is_ascii_graphic()) {
@@ -68,6 +69,7 @@ impl AgentInstall {
                 field: "bundleToken".into(),
                 message: "the bundle server's token must be printable characters without spaces"
                     .into(),
+                source: None,
             });
         }
         Ok(Self {
@@ -93,6 +95,7 @@ impl AgentInstall {
                 message: "the bundle server's CA must be PEM certificates \
                           (`-----BEGIN CERTIFICATE-----` blocks)"
                     .into(),
+                source: None,
             });
         }
         let mut pem = ca.replace("\r\n", "\n");

@@ -14,6 +14,7 @@ use crate::model::{
     CriType, NodeGroup, Quantity, ResourceReservationMode, SwapBehavior, TaintEffect,
     TopologyManagerPolicy, TopologyManagerScope, keys,
 };
+use crate::ports::Cause;
 use crate::validate::syntax;
 
 /// The cluster-wide settings the scripts need, which no NodeGroup holds (Deckhouse keeps them
@@ -64,6 +65,7 @@ impl ClusterContext {
         serde_saphyr::from_str(text).map_err(|e| RenderError::Cluster {
             field: "clusterContext".into(),
             message: format!("cannot read the cluster context: {e}"),
+            source: Some(Cause::new(e)),
         })
     }
 }
@@ -301,6 +303,7 @@ fn check_cluster(cluster: &ClusterContext) -> Result<(), RenderError> {
     let err = |field: &str, message: String| RenderError::Cluster {
         field: field.into(),
         message,
+        source: None,
     };
     if cluster.api_endpoints.is_empty() {
         return Err(err(

@@ -79,6 +79,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::model::{NodeGroup, keys};
+use crate::ports::Cause;
 
 pub use agent_install::AgentInstall;
 pub use config::{
@@ -104,6 +105,9 @@ pub enum RenderError {
         field: String,
         /// What is wrong and what to do.
         message: String,
+        /// The parser's error, when the context does not parse.
+        #[source]
+        source: Option<Cause>,
     },
     /// The bootstrap token is not of the form Kubernetes accepts.
     #[error("bootstrap token: {0}")]
@@ -118,6 +122,9 @@ pub enum RenderError {
         template: String,
         /// minijinja's message.
         message: String,
+        /// minijinja's error.
+        #[source]
+        source: Cause,
     },
 }
 
@@ -512,6 +519,7 @@ impl Renderer {
         let template_error = |e: minijinja::Error| RenderError::Template {
             template: name.to_owned(),
             message: format!("{e:#}"),
+            source: Cause::new(e),
         };
         let template = self.env.get_template(name).map_err(template_error)?;
         template

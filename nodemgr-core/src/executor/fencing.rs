@@ -539,7 +539,7 @@ mod tests {
     #[async_trait]
     impl NodeApi for Fake {
         async fn patch_node(&self, name: &str, _: &NodePatch) -> Result<Node, ClusterError> {
-            Err(ClusterError::NotFound(name.into()))
+            Err(ClusterError::not_found(name))
         }
         async fn delete_node(&self, name: &str, p: &Precondition) -> Result<(), ClusterError> {
             let mut s = self.0.lock().unwrap();

@@ -263,7 +263,7 @@ mod tests {
         async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
             let s = self.state();
             if s.fail_list_nodes {
-                return Err(ClusterError::Unavailable("nodes".into()));
+                return Err(ClusterError::unavailable("nodes"));
             }
             Ok(s.nodes.clone())
         }
@@ -278,11 +278,11 @@ mod tests {
         ) -> Result<(), ClusterError> {
             let mut s = self.state();
             if s.fail_apply {
-                return Err(ClusterError::Unavailable("write".into()));
+                return Err(ClusterError::unavailable("write"));
             }
             let name = command.instance().to_owned();
             let Some(i) = s.instances.get_mut(&name) else {
-                return Err(ClusterError::NotFound(name));
+                return Err(ClusterError::not_found(name));
             };
             let mut start = None;
             match command {

@@ -339,7 +339,7 @@ impl UpdateExecutor {
     /// # impl ClusterRead for MyCluster {
     /// #     async fn list_node_groups(&self) -> Result<Vec<NodeGroup>, ClusterError> { Ok(self.groups.clone()) }
     /// #     async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
-    /// #         Ok(self.nodes.lock().map_err(|e| ClusterError::Other(e.to_string()))?.clone())
+    /// #         Ok(self.nodes.lock().map_err(|e| ClusterError::other(e.to_string()))?.clone())
     /// #     }
     /// #     async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> { Ok(Vec::new()) }
     /// #     async fn list_pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> { Ok(Vec::new()) }
@@ -350,9 +350,9 @@ impl UpdateExecutor {
     /// # #[async_trait::async_trait]
     /// # impl NodeApi for MyCluster {
     /// #     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError> {
-    /// #         let mut nodes = self.nodes.lock().map_err(|e| ClusterError::Other(e.to_string()))?;
+    /// #         let mut nodes = self.nodes.lock().map_err(|e| ClusterError::other(e.to_string()))?;
     /// #         let node = nodes.iter_mut().find(|n| n.name == name)
-    /// #             .ok_or_else(|| ClusterError::NotFound(name.to_owned()))?;
+    /// #             .ok_or_else(|| ClusterError::not_found(name.to_owned()))?;
     /// #         patch.apply_to(node);
     /// #         Ok(node.clone())
     /// #     }
@@ -489,7 +489,7 @@ impl UpdateExecutor {
                                 nodes[i] = updated;
                             }
                         }
-                        Err(source @ ClusterError::Conflict(_)) => {
+                        Err(source @ ClusterError::Conflict { .. }) => {
                             tracing::debug!(node = %name, %command, error = %source, "node changed since it was read; planning again");
                             return Some(ActionError {
                                 node: name,
@@ -765,7 +765,7 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
         let results = futures::future::join_all(evictions.iter().map(|key| async move {
             match PodRef::parse(key) {
                 Some(pod) => cluster.evict_pod(&pod).await,
-                None => Err(ClusterError::Other(format!("malformed pod key {key}"))),
+                None => Err(ClusterError::other(format!("malformed pod key {key}"))),
             }
         }))
         .await;
@@ -780,7 +780,7 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
                     });
                     EvictionOutcome::Evicted
                 }
-                Ok(EvictionResult::Gone) | Err(ClusterError::NotFound(_)) => {
+                Ok(EvictionResult::Gone) | Err(ClusterError::NotFound { .. }) => {
                     EvictionOutcome::NotFound
                 }
                 Ok(EvictionResult::RefusedByBudget(reason)) => {
@@ -851,7 +851,7 @@ async fn force_delete<C: ClusterApi + ?Sized>(
             active.drain.handle_pod_deleted(key, now);
         }
         // Gone, or replaced by another pod of the same name: the one we drained is gone.
-        Err(ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {
+        Err(ClusterError::NotFound { .. } | ClusterError::Conflict { .. }) => {
             active.drain.handle_pod_deleted(key, now);
         }
         Err(source) => {
@@ -981,7 +981,7 @@ mod tests {
             let node = nodes
                 .iter_mut()
                 .find(|n| n.name == name)
-                .ok_or_else(|| ClusterError::NotFound(format!("node {name}")))?;
+                .ok_or_else(|| ClusterError::not_found(format!("node {name}")))?;
             if races.remove(name) {
                 *version += 1;
                 node.resource_version = version.to_string();
@@ -990,7 +990,7 @@ mod tests {
             if let Some(rv) = &patch.resource_version
                 && *rv != node.resource_version
             {
-                return Err(ClusterError::Conflict(format!("node {name} changed")));
+                return Err(ClusterError::conflict(format!("node {name} changed")));
             }
             patch.apply_to(node);
             *version += 1;

@@ -173,7 +173,7 @@ fn failed_create_calls_back_off() {
     w.instances
         .push(instance("worker-aaaaa-00001", "Pending", 0, None));
     assert_eq!(w.plan(&mut m, &MachineRequests::default(), 0).len(), 1);
-    let error = CloudError::Throttled("slow down".into());
+    let error = CloudError::throttled("slow down");
     m.handle_create("worker-aaaaa-00001", Err(&error), Timestamp::from_secs(0));
     m.handle_create("worker-aaaaa-00001", Err(&error), Timestamp::from_secs(0));
     // Two failures: 20 s.

@@ -19,6 +19,7 @@ use std::fmt;
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
+use super::Cause;
 use crate::model::Timestamp;
 
 /// Tag naming the NodeGroup of a machine.
@@ -122,17 +123,40 @@ pub struct CloudInstance {
 }
 
 /// What went wrong talking to the cloud.
+///
+/// The kind decides what the caller does ([`CloudError::is_retryable`]); the message is the
+/// API's; `source` is the adapter's own error when there is one (the HTTP client's, the
+/// signer's), so logs can print the whole chain ([`super::ErrorChain`]). Build one with the
+/// constructors ([`CloudError::unavailable`], …) and [`CloudError::with_source`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CloudError {
     /// The provider throttles us (`RequestLimitExceeded`): retry later.
-    #[error("throttled by the cloud API: {0}")]
-    Throttled(String),
+    #[error("throttled by the cloud API: {message}")]
+    Throttled {
+        /// The API's code and message.
+        message: String,
+        /// The adapter's error.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The API cannot be reached or answered 5xx.
-    #[error("cloud API unavailable: {0}")]
-    Unavailable(String),
+    #[error("cloud API unavailable: {message}")]
+    Unavailable {
+        /// What failed.
+        message: String,
+        /// The adapter's error (the connection's, the timeout's).
+        #[source]
+        source: Option<Cause>,
+    },
     /// The machine does not exist.
-    #[error("no such machine: {0}")]
-    NotFound(String),
+    #[error("no such machine: {message}")]
+    NotFound {
+        /// The API's code and message.
+        message: String,
+        /// The adapter's error.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The credentials are wrong or lack a permission.
     #[error(
         "cloud API refused the credentials: {code}: {message}; check the access key and its permissions"
@@ -142,10 +166,19 @@ pub enum CloudError {
         code: String,
         /// The API's message.
         message: String,
+        /// The adapter's error.
+        #[source]
+        source: Option<Cause>,
     },
     /// No capacity for the instance type in the zone.
-    #[error("no capacity: {0}; try another instance type or zone")]
-    InsufficientCapacity(String),
+    #[error("no capacity: {message}; try another instance type or zone")]
+    InsufficientCapacity {
+        /// The API's code and message.
+        message: String,
+        /// The adapter's error.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The request is wrong (bad image, subnet, parameter).
     #[error("cloud API rejected the request: {code}: {message}")]
     InvalidRequest {
@@ -153,18 +186,132 @@ pub enum CloudError {
         code: String,
         /// The API's message.
         message: String,
+        /// The adapter's error.
+        #[source]
+        source: Option<Cause>,
     },
     /// Anything else.
-    #[error("cloud API error: {0}")]
-    Other(String),
+    #[error("cloud API error: {message}")]
+    Other {
+        /// What failed.
+        message: String,
+        /// The adapter's error.
+        #[source]
+        source: Option<Cause>,
+    },
 }
 
 impl CloudError {
+    /// [`CloudError::Throttled`] without a cause.
+    pub fn throttled(message: impl Into<String>) -> Self {
+        Self::Throttled {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`CloudError::Unavailable`] without a cause.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`CloudError::NotFound`] without a cause.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::NotFound {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`CloudError::AuthFailed`] without a cause.
+    pub fn auth_failed(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::AuthFailed {
+            code: code.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`CloudError::InsufficientCapacity`] without a cause.
+    pub fn insufficient_capacity(message: impl Into<String>) -> Self {
+        Self::InsufficientCapacity {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`CloudError::InvalidRequest`] without a cause.
+    pub fn invalid_request(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::InvalidRequest {
+            code: code.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`CloudError::Other`] without a cause.
+    pub fn other(message: impl Into<String>) -> Self {
+        Self::Other {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error caused by `error` (its [`std::error::Error::source`]).
+    #[must_use]
+    pub fn with_source(self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.with_cause(Cause::new(error))
+    }
+
+    /// The same error caused by `cause`.
+    #[must_use]
+    pub fn with_cause(mut self, cause: Cause) -> Self {
+        match &mut self {
+            Self::Throttled { source, .. }
+            | Self::Unavailable { source, .. }
+            | Self::NotFound { source, .. }
+            | Self::AuthFailed { source, .. }
+            | Self::InsufficientCapacity { source, .. }
+            | Self::InvalidRequest { source, .. }
+            | Self::Other { source, .. } => *source = Some(cause),
+        }
+        self
+    }
+
+    /// The API's message (or what failed), without the kind's prefix and the code.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Throttled { message, .. }
+            | Self::Unavailable { message, .. }
+            | Self::NotFound { message, .. }
+            | Self::AuthFailed { message, .. }
+            | Self::InsufficientCapacity { message, .. }
+            | Self::InvalidRequest { message, .. }
+            | Self::Other { message, .. } => message,
+        }
+    }
+
+    /// The adapter's error, when it kept one.
+    pub fn cause(&self) -> Option<&Cause> {
+        match self {
+            Self::Throttled { source, .. }
+            | Self::Unavailable { source, .. }
+            | Self::NotFound { source, .. }
+            | Self::AuthFailed { source, .. }
+            | Self::InsufficientCapacity { source, .. }
+            | Self::InvalidRequest { source, .. }
+            | Self::Other { source, .. } => source.as_ref(),
+        }
+    }
+
     /// Whether the same call may succeed later.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Self::Throttled(_) | Self::Unavailable(_) | Self::InsufficientCapacity(_)
+            Self::Throttled { .. } | Self::Unavailable { .. } | Self::InsufficientCapacity { .. }
         )
     }
 }
@@ -280,7 +427,7 @@ mod tests {
             InstanceState::parse("weird"),
             InstanceState::Other("weird".into())
         );
-        assert!(CloudError::Throttled("x".into()).is_retryable());
-        assert!(!CloudError::NotFound("x".into()).is_retryable());
+        assert!(CloudError::throttled("x").is_retryable());
+        assert!(!CloudError::not_found("x").is_retryable());
     }
 }

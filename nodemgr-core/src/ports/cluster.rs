@@ -23,33 +23,156 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::Cause;
 use crate::model::{Node, NodeGroup, Pod, PodDisruptionBudget, Taint, Timestamp};
 
 /// What went wrong talking to the cluster.
+///
+/// The kind decides what the caller does ([`ClusterError::is_not_found`],
+/// [`ClusterError::is_retryable`]); `message` says what was attempted and what the server
+/// answered; `source` is the adapter's own error when there is one (a `kube::Error`), so
+/// logs can print the whole chain ([`super::ErrorChain`]). Build one with the constructors
+/// ([`ClusterError::unavailable`], …) and [`ClusterError::with_source`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
     /// The object does not exist (any more). Callers that wanted it gone treat this as success.
-    #[error("not found: {0}")]
-    NotFound(String),
+    #[error("not found: {message}")]
+    NotFound {
+        /// What was not found.
+        message: String,
+        /// The adapter's error.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The object changed under us, or a precondition (UID, resourceVersion) failed: re-read and
     /// decide again.
-    #[error("conflict: {0}")]
-    Conflict(String),
+    #[error("conflict: {message}")]
+    Conflict {
+        /// What conflicted.
+        message: String,
+        /// The adapter's error.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The API server throttles us (HTTP 429 outside the eviction subresource): retry later.
-    #[error("too many requests: {0}")]
-    TooManyRequests(String),
+    #[error("too many requests: {message}")]
+    TooManyRequests {
+        /// What was throttled.
+        message: String,
+        /// The adapter's error.
+        #[source]
+        source: Option<Cause>,
+    },
     /// The API server cannot be reached or answered 5xx / timed out: retry later.
-    #[error("cluster API unavailable: {0}")]
-    Unavailable(String),
+    #[error("cluster API unavailable: {message}")]
+    Unavailable {
+        /// What was attempted.
+        message: String,
+        /// The adapter's error (the connection's, the timeout's).
+        #[source]
+        source: Option<Cause>,
+    },
     /// Anything else (forbidden, invalid request, …), with the server's message.
-    #[error("cluster API error: {0}")]
-    Other(String),
+    #[error("cluster API error: {message}")]
+    Other {
+        /// What was attempted and the server's message.
+        message: String,
+        /// The adapter's error.
+        #[source]
+        source: Option<Cause>,
+    },
 }
 
 impl ClusterError {
+    /// [`ClusterError::NotFound`] without a cause.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::NotFound {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`ClusterError::Conflict`] without a cause.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::Conflict {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`ClusterError::TooManyRequests`] without a cause.
+    pub fn too_many_requests(message: impl Into<String>) -> Self {
+        Self::TooManyRequests {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`ClusterError::Unavailable`] without a cause.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`ClusterError::Other`] without a cause.
+    pub fn other(message: impl Into<String>) -> Self {
+        Self::Other {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error caused by `error` (its [`std::error::Error::source`]).
+    #[must_use]
+    pub fn with_source(self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.with_cause(Cause::new(error))
+    }
+
+    /// The same error caused by `cause`.
+    #[must_use]
+    pub fn with_cause(mut self, cause: Cause) -> Self {
+        match &mut self {
+            Self::NotFound { source, .. }
+            | Self::Conflict { source, .. }
+            | Self::TooManyRequests { source, .. }
+            | Self::Unavailable { source, .. }
+            | Self::Other { source, .. } => *source = Some(cause),
+        }
+        self
+    }
+
+    /// The message, without the kind's prefix.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::NotFound { message, .. }
+            | Self::Conflict { message, .. }
+            | Self::TooManyRequests { message, .. }
+            | Self::Unavailable { message, .. }
+            | Self::Other { message, .. } => message,
+        }
+    }
+
+    /// The adapter's error, when it kept one.
+    pub fn cause(&self) -> Option<&Cause> {
+        match self {
+            Self::NotFound { source, .. }
+            | Self::Conflict { source, .. }
+            | Self::TooManyRequests { source, .. }
+            | Self::Unavailable { source, .. }
+            | Self::Other { source, .. } => source.as_ref(),
+        }
+    }
+
     /// Whether the error says the object is gone.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, Self::NotFound(_))
+        matches!(self, Self::NotFound { .. })
+    }
+
+    /// Whether the object changed under us (or a precondition failed).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Conflict { .. })
     }
 
     /// Whether retrying the same request later may succeed (`TooManyRequests`, `Unavailable`,
@@ -57,7 +180,7 @@ impl ClusterError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Self::TooManyRequests(_) | Self::Unavailable(_) | Self::Conflict(_)
+            Self::TooManyRequests { .. } | Self::Unavailable { .. } | Self::Conflict { .. }
         )
     }
 }
@@ -502,11 +625,11 @@ mod tests {
 
     #[test]
     fn errors_say_what_to_do() {
-        assert!(ClusterError::NotFound("node n".into()).is_not_found());
-        assert!(ClusterError::Unavailable("timeout".into()).is_retryable());
-        assert!(!ClusterError::Other("forbidden".into()).is_retryable());
+        assert!(ClusterError::not_found("node n").is_not_found());
+        assert!(ClusterError::unavailable("timeout").is_retryable());
+        assert!(!ClusterError::other("forbidden").is_retryable());
         assert_eq!(
-            ClusterError::Conflict("uid changed".into()).to_string(),
+            ClusterError::conflict("uid changed").to_string(),
             "conflict: uid changed"
         );
     }

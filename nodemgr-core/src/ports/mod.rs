@@ -12,6 +12,7 @@
 //!
 //! Each method's doc states its contract (idempotence, preconditions, not-found behaviour).
 
+pub mod cause;
 pub mod cloud;
 pub mod cluster;
 pub mod machines;
@@ -40,6 +41,7 @@ pub fn block_on_ready<F: std::future::Future>(future: F) -> Option<F::Output> {
     None
 }
 
+pub use cause::{Cause, ErrorChain};
 pub use cloud::{
     CloudApi, CloudError, CloudInstance, CreateInstance, InstanceClass, InstanceState,
 };

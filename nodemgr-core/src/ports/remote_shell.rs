@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::Cause;
 use crate::model::SshCredentials;
 use crate::validate::syntax::decode_base64;
 
@@ -217,6 +218,9 @@ pub enum RemoteShellError {
         target: String,
         /// The OS error.
         message: String,
+        /// The OS error itself, when the adapter kept it.
+        #[source]
+        source: Option<Cause>,
     },
     /// Nothing listens on the port.
     #[error("{target} refused the connection; check that sshd runs and SSHCredentials sshPort")]
@@ -311,6 +315,9 @@ pub enum RemoteShellError {
         message: String,
         /// The host key seen, when the handshake succeeded.
         host_key: Option<String>,
+        /// The adapter's error (the SSH library's, the key parser's), when there is one.
+        #[source]
+        source: Option<Cause>,
     },
 }
 

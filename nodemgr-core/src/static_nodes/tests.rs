@@ -722,6 +722,7 @@ fn remote_errors_map_to_causes() {
             RemoteShellError::Unreachable {
                 target: t(),
                 message: "no route".into(),
+                source: None,
             },
             Cause::Unreachable,
         ),

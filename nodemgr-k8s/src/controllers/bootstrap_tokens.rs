@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use super::{Backoff, RETRY_FIRST, after_pass, now, wait};
 use crate::crd;
 use crate::metrics::Metrics;
+use nodemgr_core::ports::ErrorChain;
 
 /// The controller's name in metrics and logs.
 const CONTROLLER: &str = "bootstrap-tokens";
@@ -394,7 +395,7 @@ impl BootstrapTokenController {
                 }
             };
             if let Err(error) = result {
-                tracing::warn!(%error, "bootstrap token change failed; retried next pass");
+                tracing::warn!(error = %ErrorChain(&error), "bootstrap token change failed; retried next pass");
                 first_error.get_or_insert(error);
             }
         }

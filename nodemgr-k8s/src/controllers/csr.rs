@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use super::{Backoff, RETRY_FIRST, RETRY_MAX, now};
 use crate::metrics::Metrics;
 use crate::pkcs10;
+use nodemgr_core::ports::ErrorChain;
 
 /// The controller's name in metrics and logs.
 const CONTROLLER: &str = "csr";
@@ -196,7 +197,7 @@ fn error_policy(
     ctx: Arc<Context>,
 ) -> Action {
     let delay: Duration = ctx.backoff.failed(&csr.name_any());
-    tracing::warn!(controller = CONTROLLER, csr = %csr.name_any(), %error, retry_in = ?delay, "reconcile failed; retrying");
+    tracing::warn!(controller = CONTROLLER, csr = %csr.name_any(), error = %ErrorChain(&error), retry_in = ?delay, "reconcile failed; retrying");
     Action::requeue(delay)
 }
 

@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use super::{Backoff, RETRY_FIRST, now, wait};
 use crate::cluster::KubeCluster;
 use crate::metrics::{Metrics, ZoneLabels};
+use nodemgr_core::ports::ErrorChain;
 
 pub use nodemgr_core::executor::fencing::CLUSTER_SCOPE;
 
@@ -126,7 +127,7 @@ pub async fn pass(
             .set(1);
     }
     for error in &report.errors {
-        tracing::warn!(%error, cause = %error.source, "fencing action failed; retried next pass");
+        tracing::warn!(error = %ErrorChain(&error), cause = %ErrorChain(&error.source), "fencing action failed; retried next pass");
     }
     Ok(executor.next_deadline())
 }
@@ -148,7 +149,7 @@ pub async fn run(
         let deadline = match &result {
             Ok(deadline) => *deadline,
             Err(error) => {
-                tracing::warn!(%error, "fencing pass could not read the cluster; retrying");
+                tracing::warn!(error = %ErrorChain(&error), "fencing pass could not read the cluster; retrying");
                 None
             }
         };

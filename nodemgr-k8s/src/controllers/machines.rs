@@ -54,6 +54,7 @@ use crate::bashible_sources::ContextSource;
 use crate::cluster::{KubeCluster, map_error};
 use crate::crd;
 use crate::metrics::Metrics;
+use nodemgr_core::ports::ErrorChain;
 
 pub use nodemgr_core::executor::scaling::{DRAIN_SOURCE_SCALE_DOWN, MachineClass};
 pub use nodemgr_core::scaling::standby::STANDBY_PRIORITY;
@@ -147,7 +148,7 @@ impl KubeMachines {
             "preemptionPolicy": "Never",
             "description": "standby-holder pods of NodeGroups with cloudInstances.standby: any other pod preempts them",
         }))
-        .map_err(|e| ClusterError::Other(format!("PriorityClass standby: {e}")))?;
+        .map_err(|e| ClusterError::other(format!("PriorityClass standby: {e}")).with_source(e))?;
         match api.create(&PostParams::default(), &class).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
@@ -282,7 +283,7 @@ impl MachineApi for KubeMachines {
             },
             "status": {"classReference": {"kind": class_kind, "name": class_name}},
         }))
-        .map_err(|e| ClusterError::Other(format!("Instance {machine}: {e}")))?;
+        .map_err(|e| ClusterError::other(format!("Instance {machine}: {e}")).with_source(e))?;
         match self.instances().create(&PostParams::default(), &body).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
@@ -366,10 +367,10 @@ impl MachineApi for KubeMachines {
             .iter()
             .filter_map(|f| serde_json::to_value(f).ok())
             .collect();
-        failures.push(
-            serde_json::to_value(failure)
-                .map_err(|e| ClusterError::Other(format!("machine failure: {e}")))?,
-        );
+        failures
+            .push(serde_json::to_value(failure).map_err(|e| {
+                ClusterError::other(format!("machine failure: {e}")).with_source(e)
+            })?);
         let keep = keep.max(1);
         if failures.len() > keep {
             failures.drain(..failures.len() - keep);
@@ -391,14 +392,14 @@ impl MachineApi for KubeMachines {
         let token = match bootstrap.tokens.for_group(group.name()) {
             Ok(token) => token,
             Err(error) => {
-                tracing::warn!(group = %group.name(), %error, "machine created without user data");
+                tracing::warn!(group = %group.name(), error = %ErrorChain(&error), "machine created without user data");
                 return String::new();
             }
         };
         let cluster = match bootstrap.cluster.current() {
             Ok(cluster) => cluster,
             Err(error) => {
-                tracing::warn!(group = %group.name(), %error, "machine created without user data");
+                tracing::warn!(group = %group.name(), error = %ErrorChain(&error), "machine created without user data");
                 return String::new();
             }
         };
@@ -412,7 +413,7 @@ impl MachineApi for KubeMachines {
         ) {
             Ok(rendered) => rendered.bootstrap_script,
             Err(error) => {
-                tracing::warn!(group = %group.name(), %error, "cannot render the bootstrap script; machine created without user data");
+                tracing::warn!(group = %group.name(), error = %ErrorChain(&error), "cannot render the bootstrap script; machine created without user data");
                 String::new()
             }
         }
@@ -468,8 +469,9 @@ impl MachineApi for KubeMachines {
                 .map(|_| ())
                 .map_err(|e| map_error(&format!("update Deployment {name}"), e))
         } else {
-            let deployment: Deployment = serde_json::from_value(body)
-                .map_err(|e| ClusterError::Other(format!("Deployment {name}: {e}")))?;
+            let deployment: Deployment = serde_json::from_value(body).map_err(|e| {
+                ClusterError::other(format!("Deployment {name}: {e}")).with_source(e)
+            })?;
             match api.create(&PostParams::default(), &deployment).await {
                 Ok(_) => Ok(()),
                 // Created meanwhile: the next step compares it again.
@@ -566,7 +568,7 @@ impl MachineController {
             .executor
             .step(&self.cluster, &self.records, &*self.cloud, now())
             .await
-            .map_err(|e| ClusterError::Unavailable(format!("{e}: {}", e.source)))?;
+            .map_err(|e| ClusterError::unavailable(format!("{e}: {}", e.source)).with_source(e))?;
         for event in &report.events {
             tracing::info!(group = event.group().unwrap_or_default(), "{event}");
             self.count(event);
@@ -575,7 +577,7 @@ impl MachineController {
             tracing::debug!("{note}");
         }
         for error in &report.errors {
-            tracing::warn!(%error, cause = %error.source, "machine action failed; retried next pass");
+            tracing::warn!(error = %ErrorChain(&error), cause = %ErrorChain(&error.source), "machine action failed; retried next pass");
         }
         Ok(self.executor.next_deadline())
     }

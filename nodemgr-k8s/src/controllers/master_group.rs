@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use crate::crd::NodeGroup;
 use crate::metrics::Metrics;
+use nodemgr_core::ports::ErrorChain;
 
 /// The controller's name in metrics and logs.
 const CONTROLLER: &str = "master-group";
@@ -84,7 +85,7 @@ pub async fn run(
         let result = ensure_master_group(&client, node_type.clone()).await;
         metrics.reconciled(CONTROLLER, started.elapsed().as_secs_f64(), result.is_err());
         if let Err(error) = result {
-            tracing::warn!(controller = CONTROLLER, %error, "retrying at the next resync");
+            tracing::warn!(controller = CONTROLLER, error = %ErrorChain(&error), "retrying at the next resync");
         }
         tokio::select! {
             () = tokio::time::sleep(resync) => {}

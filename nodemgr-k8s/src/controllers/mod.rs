@@ -49,6 +49,7 @@ use tokio::sync::watch;
 use crate::cluster::KubeCluster;
 use crate::metrics::Metrics;
 use crate::supervisor::{TaskEnded, TaskGroup};
+use nodemgr_core::ports::ErrorChain;
 
 /// Which controllers run and how often.
 #[derive(Debug, Clone)]
@@ -153,7 +154,7 @@ pub fn now() -> Timestamp {
 /// Books a periodic controller's pass (duration and failure in the metrics, the backoff of
 /// failing passes) and says how long to wait before the next one and until which core
 /// deadline: `period` after a success, a growing backoff after a failure.
-pub(crate) fn after_pass<E: std::fmt::Display>(
+pub(crate) fn after_pass<E: std::error::Error>(
     controller: &str,
     metrics: &Metrics,
     backoff: &Backoff,
@@ -168,7 +169,7 @@ pub(crate) fn after_pass<E: std::fmt::Display>(
             (period, deadline)
         }
         Err(error) => {
-            tracing::warn!(controller, %error, "pass failed, nothing was decided; retrying");
+            tracing::warn!(controller, error = %ErrorChain(&error), "pass failed, nothing was decided; retrying");
             (backoff.failed(controller), None)
         }
     }
@@ -267,7 +268,7 @@ pub async fn run(
     tokio::select! {
         ready = cluster.wait_ready() => {
             if let Err(error) = ready {
-                tracing::error!(%error, "the caches never filled; controllers not started");
+                tracing::error!(error = %ErrorChain(&error), "the caches never filled; controllers not started");
                 return Err(TaskEnded::Returned { name: "caches".into() });
             }
         }
@@ -455,7 +456,7 @@ pub(crate) fn group_error_policy(
 ) -> kube::runtime::controller::Action {
     use kube::ResourceExt;
     let delay = ctx.backoff.failed(&group.name_any());
-    tracing::warn!(controller = ctx.name, group = %group.name_any(), %error, retry_in = ?delay, "reconcile failed; retrying");
+    tracing::warn!(controller = ctx.name, group = %group.name_any(), error = %ErrorChain(&error), retry_in = ?delay, "reconcile failed; retrying");
     kube::runtime::controller::Action::requeue(delay)
 }
 

@@ -26,6 +26,7 @@ use super::{Backoff, RETRY_FIRST, RETRY_MAX};
 use crate::cluster::{KubeCluster, map_error};
 use crate::convert::node_to_core;
 use crate::metrics::Metrics;
+use nodemgr_core::ports::ErrorChain;
 
 /// The controller's name in metrics and logs.
 const CONTROLLER: &str = "node-duties";
@@ -105,7 +106,7 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Cluster
 
 fn error_policy(node: Arc<Node>, error: &ClusterError, ctx: Arc<Context>) -> Action {
     let delay = ctx.backoff.failed(&node.name_any());
-    tracing::warn!(controller = CONTROLLER, node = %node.name_any(), %error, retry_in = ?delay, "node duties failed; retrying");
+    tracing::warn!(controller = CONTROLLER, node = %node.name_any(), error = %ErrorChain(&error), retry_in = ?delay, "node duties failed; retrying");
     Action::requeue(delay)
 }
 

@@ -62,6 +62,7 @@ use crate::bashible_sources::ContextSource;
 use crate::cluster::KubeCluster;
 use crate::crd;
 use crate::metrics::Metrics;
+use nodemgr_core::ports::ErrorChain;
 
 /// Annotation holding the pinned SSH host key fingerprint (`SHA256:…`) of a StaticInstance.
 pub const ANNOTATION_SSH_HOST_KEY: &str = "node-manager.deckhouse.io/ssh-host-key";
@@ -241,11 +242,10 @@ impl StaticController {
     /// # Errors
     /// When the cluster cannot be read (nothing was done).
     pub async fn pass(&mut self) -> Result<Option<Timestamp>, ClusterError> {
-        let report = self
-            .executor
-            .step(&self.port, now())
-            .await
-            .map_err(|e| ClusterError::Unavailable(format!("{e}: {}", e.source)))?;
+        let report =
+            self.executor.step(&self.port, now()).await.map_err(|e| {
+                ClusterError::unavailable(format!("{e}: {}", e.source)).with_source(e)
+            })?;
         for end in &report.ended {
             let result = if end.outcome.is_ok() {
                 "succeeded"
@@ -273,7 +273,7 @@ impl StaticController {
             tracing::info!("{command}");
         }
         for error in &report.errors {
-            tracing::warn!(command = %error.command, error = %error.source, "could not apply; the next pass decides again");
+            tracing::warn!(command = %error.command, error = %ErrorChain(&error.source), "could not apply; the next pass decides again");
         }
         Ok(self.executor.next_deadline())
     }
@@ -376,7 +376,7 @@ impl KubeStaticInstances {
                 annotations.insert(ANNOTATION_SSH_HOST_KEY.into(), host_key.to_owned());
             }
             Err(error) => {
-                tracing::warn!(instance = %name, %error, "could not pin the host key; it is pinned at the next contact");
+                tracing::warn!(instance = %name, error = %ErrorChain(&error), "could not pin the host key; it is pinned at the next contact");
             }
         }
     }
@@ -386,7 +386,10 @@ impl KubeStaticInstances {
             .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map(|_| ())
-            .map_err(|e| ClusterError::Unavailable(format!("StaticInstance {name} status: {e}")))
+            .map_err(|e| {
+                ClusterError::unavailable(format!("StaticInstance {name} status: {e}"))
+                    .with_source(e)
+            })
     }
 
     /// Writes the instance's phase (with `extra` status fields) and records an event.
@@ -412,7 +415,9 @@ impl KubeStaticInstances {
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map(|_| ())
-            .map_err(|e| ClusterError::Unavailable(format!("StaticInstance {name}: {e}")))
+            .map_err(|e| {
+                ClusterError::unavailable(format!("StaticInstance {name}: {e}")).with_source(e)
+            })
     }
 
     async fn set_finalizer(
@@ -870,7 +875,9 @@ impl StaticInstanceApi for KubeStaticInstances {
             .instances()
             .list(&ListParams::default())
             .await
-            .map_err(|e| ClusterError::Unavailable(format!("listing StaticInstances: {e}")))?
+            .map_err(|e| {
+                ClusterError::unavailable(format!("listing StaticInstances: {e}")).with_source(e)
+            })?
             .items
             .iter()
             .map(crd::StaticInstance::to_core)
@@ -882,7 +889,9 @@ impl StaticInstanceApi for KubeStaticInstances {
             Api::<crd::SSHCredentials>::all(self.cluster.client().clone())
                 .list(&ListParams::default())
                 .await
-                .map_err(|e| ClusterError::Unavailable(format!("listing SSHCredentials: {e}")))?
+                .map_err(|e| {
+                    ClusterError::unavailable(format!("listing SSHCredentials: {e}")).with_source(e)
+                })?
                 .items
                 .iter()
                 .map(crd::SSHCredentials::to_core)

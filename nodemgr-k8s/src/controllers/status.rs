@@ -32,6 +32,7 @@ use crate::convert::node_to_core;
 use crate::crd::{Instance, NodeGroup};
 use crate::metrics::{DeckhouseGroupLabels, GroupLabels, Metrics, UpdateStateLabels};
 use crate::settings::SettingsSource;
+use nodemgr_core::ports::ErrorChain;
 use nodemgr_core::update::node_update_status;
 
 /// The update states `nodemgr_update_nodes` counts, by the node annotation that marks each.
@@ -97,7 +98,7 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
     let settings = match ctx.cluster_settings.read(ctx.cluster.client()).await {
         Ok(settings) => settings,
         Err(error) => {
-            tracing::warn!(%error, "cluster settings unreadable; validating with the flags'");
+            tracing::warn!(error = %ErrorChain(&error), "cluster settings unreadable; validating with the flags'");
             ctx.cluster_settings.flags.clone()
         }
     };

@@ -24,6 +24,7 @@ use crate::cluster::KubeCluster;
 use crate::convert::node_to_core;
 use crate::crd::NodeGroup;
 use crate::metrics::Metrics;
+use nodemgr_core::ports::ErrorChain;
 
 fn fencing_mode_label(mode: Option<&FencingMode>) -> String {
     match mode {
@@ -53,7 +54,7 @@ async fn reconcile_inner(group: &NodeGroup, ctx: &GroupContext) -> Result<Action
         let change = match plan_node_template(&core, &node) {
             Ok(change) => change,
             Err(error) => {
-                tracing::warn!(node = %node.name, group = %name, %error, "node template not applied");
+                tracing::warn!(node = %node.name, group = %name, error = %ErrorChain(&error), "node template not applied");
                 continue;
             }
         };

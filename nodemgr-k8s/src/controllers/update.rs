@@ -27,6 +27,7 @@ use super::machines::DRAIN_SOURCE_SCALE_DOWN;
 use super::{Backoff, RETRY_FIRST, Woken, debounce, now, wait_or_change};
 use crate::cluster::KubeCluster;
 use crate::metrics::Metrics;
+use nodemgr_core::ports::ErrorChain;
 
 fn action_name(event: &ExecutorEvent) -> &'static str {
     match event {
@@ -104,7 +105,7 @@ async fn hand_over_replacements(
                 DisruptionReason::RollingUpdate,
             ),
             Err(error) => {
-                tracing::warn!(node = %node.name, %error, "could not hand the node over for replacement; retried");
+                tracing::warn!(node = %node.name, error = %ErrorChain(&error), "could not hand the node over for replacement; retried");
             }
         }
     }
@@ -163,12 +164,12 @@ pub async fn run(
                 }
                 hand_over_replacements(&cluster, &metrics, &report.events).await;
                 for error in &report.errors {
-                    tracing::warn!(%error, cause = %error.source, "update action failed; retried next step");
+                    tracing::warn!(error = %ErrorChain(&error), cause = %ErrorChain(&error.source), "update action failed; retried next step");
                 }
                 !report.errors.is_empty()
             }
             Err(error) => {
-                tracing::warn!(%error, "update step could not read the cluster; retrying");
+                tracing::warn!(error = %ErrorChain(&error), "update step could not read the cluster; retrying");
                 true
             }
         };

@@ -67,12 +67,13 @@ pub enum CrdError {
         source: kube::core::crd::MergeError,
     },
     /// A CRD could not be printed as YAML.
-    #[error("failed to print CRD {name} as YAML: {message}")]
+    #[error("failed to print CRD {name} as YAML: {source}")]
     Yaml {
         /// The CRD.
         name: String,
         /// What the YAML writer reported.
-        message: String,
+        #[source]
+        source: serde_saphyr::ser::Error,
     },
 }
 
@@ -153,9 +154,9 @@ pub fn definitions_yaml() -> Result<String, CrdError> {
     let mut out = String::new();
     for crd in definitions()? {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        let text = serde_saphyr::to_string(&crd).map_err(|e| CrdError::Yaml {
+        let text = serde_saphyr::to_string(&crd).map_err(|source| CrdError::Yaml {
             name: name.clone(),
-            message: e.to_string(),
+            source,
         })?;
         out.push_str("---\n");
         out.push_str(&text);

@@ -63,12 +63,18 @@ pub enum TlsError {
     Certificate {
         /// Where the PEM came from.
         what: String,
+        /// The PEM parser's error (`None` when the PEM parses but holds no certificate).
+        #[source]
+        source: Option<rustls::pki_types::pem::Error>,
     },
     /// The key PEM holds no private key or does not parse.
     #[error("{what}: no usable PEM private key (PKCS#8, PKCS#1 or SEC1)")]
     Key {
         /// Where the PEM came from.
         what: String,
+        /// The PEM parser's error.
+        #[source]
+        source: Option<rustls::pki_types::pem::Error>,
     },
     /// rustls refused the pair (a key that does not match the certificate, say).
     #[error("rustls refused the certificate and key")]
@@ -112,12 +118,21 @@ pub fn parse_pair(
     let certs: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(pair.cert_pem.as_bytes())
             .collect::<Result<_, _>>()
-            .map_err(|_| TlsError::Certificate { what: what.into() })?;
+            .map_err(|e| TlsError::Certificate {
+                what: what.into(),
+                source: Some(e),
+            })?;
     if certs.is_empty() {
-        return Err(TlsError::Certificate { what: what.into() });
+        return Err(TlsError::Certificate {
+            what: what.into(),
+            source: None,
+        });
     }
-    let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes())
-        .map_err(|_| TlsError::Key { what: what.into() })?;
+    let key =
+        PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).map_err(|e| TlsError::Key {
+            what: what.into(),
+            source: Some(e),
+        })?;
     Ok((certs, key))
 }
 
@@ -170,6 +185,11 @@ mod tests {
             cert_pem: a.cert_pem,
             key_pem: String::new(),
         };
-        assert!(matches!(server_config(&no_key), Err(TlsError::Key { .. })));
+        let err = server_config(&no_key).expect_err("no key");
+        assert!(matches!(err, TlsError::Key { .. }), "{err:?}");
+        // The PEM parser's error is kept as the source.
+        let pem = std::error::Error::source(&err)
+            .and_then(|e| e.downcast_ref::<rustls::pki_types::pem::Error>());
+        assert!(pem.is_some(), "{err:?}");
     }
 }

@@ -71,7 +71,7 @@ impl NodeApi for Fake {
             .nodes
             .iter_mut()
             .find(|n| n.name == name)
-            .ok_or_else(|| ClusterError::NotFound(name.into()))?;
+            .ok_or_else(|| ClusterError::not_found(name))?;
         patch.apply_to(node);
         Ok(node.clone())
     }
@@ -141,7 +141,7 @@ impl MachineApi for Fake {
         let i = s
             .instances
             .get_mut(machine)
-            .ok_or_else(|| ClusterError::NotFound(machine.into()))?;
+            .ok_or_else(|| ClusterError::not_found(machine))?;
         i.status.current_status = Some(crate::model::InstanceCurrentStatus {
             phase: Some(phase.as_str().into()),
             last_update_time: None,
@@ -221,7 +221,7 @@ impl CloudApi for Fake {
     async fn list_group_instances(&self, group: &str) -> Result<Vec<CloudInstance>, CloudError> {
         let s = self.s();
         if s.cloud_down {
-            return Err(CloudError::Unavailable("down".into()));
+            return Err(CloudError::unavailable("down"));
         }
         Ok(s.machines
             .values()
