@@ -820,7 +820,7 @@ mod tests {
         let mut agent = Agent::new(AgentConfig::new("n1"), files, Timestamp::EPOCH);
         assert_eq!(agent.poll_action(), Some(AgentAction::FetchBundle));
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
-        agent.handle(AgentInput::Bundle(Err(Cause::new(io))), Timestamp::EPOCH);
+        agent.handle_input(AgentInput::Bundle(Err(Cause::new(io))), Timestamp::EPOCH);
         let error = agent.last_error().cloned();
         let Some(error @ AgentError::Fetch(_)) = error else {
             panic!("expected a fetch error, got {error:?}");
