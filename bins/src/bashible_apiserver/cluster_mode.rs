@@ -262,17 +262,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     publish(&client, &shared.current()).await;
     report_failures(&client, &watched, &shared.current()).await;
 
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let address = listener.local_addr().context("no local address")?;
-    {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "listening on {address}")
-            .and_then(|()| out.flush())
-            .context("cannot write to stdout")?;
-    }
+    let (listener, address) = super::listen_announced(config.listen).await?;
     tracing::info!(%address, "serving bashible bundles over TLS");
 
     let metrics_client = client.clone();

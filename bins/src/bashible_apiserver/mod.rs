@@ -551,17 +551,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         "loaded"
     );
     let shared = Arc::new(Shared::new(served));
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let address = listener.local_addr().context("no local address")?;
-    {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "listening on {address}")
-            .and_then(|()| out.flush())
-            .context("cannot write to stdout")?;
-    }
+    let (listener, address) = listen_announced(config.listen).await?;
     tracing::info!(%address, "serving bashible bundles over plain HTTP");
     let watcher = tokio::spawn(watch(
         Arc::clone(&shared),
@@ -581,6 +571,26 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     .context("the HTTP server failed");
     watcher.abort();
     served
+}
+
+/// Binds `listen` and prints `listening on <address>` on stdout (the address actually bound,
+/// for a port 0), which tests and wrappers wait for.
+///
+/// # Errors
+/// The address cannot be bound, or stdout cannot be written.
+pub(crate) async fn listen_announced(
+    listen: std::net::SocketAddr,
+) -> anyhow::Result<(tokio::net::TcpListener, std::net::SocketAddr)> {
+    use std::io::Write;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let address = listener.local_addr().context("no local address")?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "listening on {address}")
+        .and_then(|()| out.flush())
+        .context("cannot write to stdout")?;
+    Ok((listener, address))
 }
 
 #[cfg(test)]

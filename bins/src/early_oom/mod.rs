@@ -287,19 +287,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     });
     let m = Arc::new(metrics());
     let (_healthy, health) = tokio::sync::watch::channel(Ok(()));
-    let _stop_server = match config.metrics_address {
-        Some(address) => Some(
-            crate::observability::server::spawn_agent_server(
-                address,
-                &config.metrics_serve,
-                m.registry.clone(),
-                health,
-                &client,
-            )
-            .await?,
-        ),
-        None => None,
-    };
+    let _stop_server = crate::observability::server::spawn_agent_server(
+        config.metrics_address,
+        &config.metrics_serve,
+        m.registry.clone(),
+        health,
+        &client,
+    )
+    .await?;
     if let Err(why) = psi_available(&config.psi_file) {
         m.psi_unavailable.set(1);
         tracing::warn!(

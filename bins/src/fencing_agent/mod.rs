@@ -209,19 +209,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .context("no Kubernetes configuration: pass --kubeconfig or run in a pod")?;
     let metrics = AgentMetrics::new();
     let (_healthy, health) = tokio::sync::watch::channel(Ok(()));
-    let _stop_server = match config.metrics_address {
-        Some(address) => Some(
-            crate::observability::server::spawn_agent_server(
-                address,
-                &config.metrics_serve,
-                metrics.registry.clone(),
-                health,
-                &client,
-            )
-            .await?,
-        ),
-        None => None,
-    };
+    let _stop_server = crate::observability::server::spawn_agent_server(
+        config.metrics_address,
+        &config.metrics_serve,
+        metrics.registry.clone(),
+        health,
+        &client,
+    )
+    .await?;
     let nodes = Api::<Node>::all(client.clone());
     let leases = Api::<Lease>::namespaced(client, keys::NODE_LEASE_NAMESPACE);
     let name = config.node_name.clone();

@@ -121,18 +121,22 @@ pub async fn serve(
 }
 
 /// Starts serving the node agents' `/metrics` and `/healthz` ([`agent_router`], behind
-/// `serve_args`' authorization) on `address` in the background. The server stops when the
-/// returned sender is dropped or used.
+/// `serve_args`' authorization) on `address` in the background; `None` (no
+/// `--metrics-address`) serves nothing. The server stops when the returned sender is dropped
+/// or used.
 ///
 /// # Errors
 /// An unusable certificate or an address that cannot be bound.
 pub async fn spawn_agent_server(
-    address: std::net::SocketAddr,
+    address: Option<std::net::SocketAddr>,
     serve_args: &MetricsServeArgs,
     registry: Arc<Registry>,
     healthy: watch::Receiver<Result<(), String>>,
     client: &kube::Client,
-) -> anyhow::Result<tokio::sync::oneshot::Sender<()>> {
+) -> anyhow::Result<Option<tokio::sync::oneshot::Sender<()>>> {
+    let Some(address) = address else {
+        return Ok(None);
+    };
     let tls = serve_args.tls()?;
     let listener = bind(address).await?;
     tracing::info!(address = %listener.local_addr()?, "serving /metrics and /healthz");
@@ -146,7 +150,7 @@ pub async fn spawn_agent_server(
             tracing::error!(%error, "the metrics server stopped");
         }
     });
-    Ok(stop)
+    Ok(Some(stop))
 }
 
 /// Binds `address` for [`serve`], naming the flag in the error.
