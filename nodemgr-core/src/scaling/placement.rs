@@ -850,7 +850,9 @@ impl<'a> Bins<'a> {
         if self.track_all_pods {
             self.pods[bin].push(pod);
         }
-        if !pod.hostname_anti_affinity.is_empty() && self.topo.is_none() {
+        // The topology counters answer for anti-affinity when kept: then the pod itself is
+        // not read (one cache miss per placement, a tenth of a plan's time).
+        if self.topo.is_none() && !pod.hostname_anti_affinity.is_empty() {
             self.anti_pods[bin].push(pod);
         }
         if let Some(t) = &mut self.topo {
@@ -877,7 +879,8 @@ impl<'a> Bins<'a> {
         {
             self.pods[bin].remove(i);
         }
-        if !pod.hostname_anti_affinity.is_empty()
+        if self.topo.is_none()
+            && !pod.hostname_anti_affinity.is_empty()
             && let Some(i) = self.anti_pods[bin]
                 .iter()
                 .rposition(|p| std::ptr::eq(*p, pod))
