@@ -563,6 +563,10 @@ pub(crate) struct Bins<'a> {
     run: Vec<u32>,
     run_end: Vec<usize>,
     sigs: Rc<RefCell<SigTable<'a>>>,
+    /// A bin pushed with each label set (by address), shared by clones: a new bin with the
+    /// same labels copies its zone and node-filter answers (checked to be the same labels
+    /// still, so a stale entry is only a miss).
+    like: Rc<RefCell<HashMap<usize, usize, FastHash>>>,
     /// Topology spread and pod (anti-)affinity counters, when some pod has such constraints.
     topo: Option<TopoState>,
 }
@@ -665,6 +669,7 @@ impl<'a> Bins<'a> {
             run: Vec::new(),
             run_end: Vec::new(),
             sigs: Rc::default(),
+            like: Rc::default(),
             topo: universe.map(TopoState::new),
         }
     }
@@ -728,7 +733,17 @@ impl<'a> Bins<'a> {
         self.anti_pods.push(Vec::new());
         self.tree.push(if enabled { core } else { EMPTY });
         if let Some(t) = &mut self.topo {
-            t.push_bin(labels, true);
+            let key = std::ptr::from_ref(labels).addr();
+            let mut like = self.like.borrow_mut();
+            match like.get(&key) {
+                Some(&b) if b < i && std::ptr::eq(self.labels[b], labels) => {
+                    t.push_bin_like(b, true);
+                }
+                _ => {
+                    t.push_bin(labels, true);
+                    like.insert(key, i);
+                }
+            }
         }
         i
     }
