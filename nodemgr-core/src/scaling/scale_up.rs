@@ -1199,7 +1199,9 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         // as the pods landed).
         let mut opened: BTreeMap<usize, u32> = BTreeMap::new();
         for (k, _) in holds.iter().enumerate().filter(|(_, h)| **h) {
-            *opened.entry(p.template[first_new + k - p.first]).or_insert(0) += 1;
+            *opened
+                .entry(p.template[first_new + k - p.first])
+                .or_insert(0) += 1;
         }
         let idle = |cap: i128, used: i128| {
             if cap <= 0 {
