@@ -506,18 +506,14 @@ fn plan(
     // Every placement, in order (a pod placed again later is listed again).
     let mut sequence: Vec<usize> = Vec::new();
     // Workload first, standby holders (lowest priority) last, as the scheduler's queue does.
+    let holder: Vec<bool> = classes.iter().map(|k| is_standby_holder(k.rep)).collect();
     let by_priority = classes
         .iter()
         .enumerate()
-        .filter(|(_, k)| !is_standby_holder(k.rep))
-        .chain(
-            classes
-                .iter()
-                .enumerate()
-                .filter(|(_, k)| is_standby_holder(k.rep)),
-        );
+        .filter(|&(c, _)| !holder[c])
+        .chain(classes.iter().enumerate().filter(|&(c, _)| holder[c]));
     for (c, class) in by_priority {
-        let may_preempt = !is_standby_holder(class.rep);
+        let may_preempt = !holder[c];
         for &m in &class.members {
             match placer.place(c, &pods[m], &class.demand, may_preempt) {
                 Some(placed) => {
@@ -817,9 +813,18 @@ fn plan(
                     exhausted.push(g);
                 }
             }
-            last_waste.clear();
-            for e in &estimates {
-                last_waste.insert(e.group.clone(), e.waste());
+            // A round whose winner opens no node (it only fills room on nodes already
+            // planned, waste 0) says little about the next one: its losers stopped at bounds
+            // near 0. The wastes of the last round that opened nodes order the next instead.
+            if estimates
+                .iter()
+                .min_by(|a, b| better(a, b))
+                .is_some_and(|e| !e.opened.is_empty())
+            {
+                last_waste.clear();
+                for e in &estimates {
+                    last_waste.insert(e.group.clone(), e.waste());
+                }
             }
             let kept = kept.map(|(k, copy, seq)| (estimates[k].group.clone(), copy, seq));
             estimates.sort_by(&better);
@@ -1070,6 +1075,9 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         let first_new = p.members.len();
         // Nodes planned before this estimate that received a member, in order.
         let mut touched: Vec<usize> = Vec::new();
+        // Whether each new node holds a pod (a trial keeps no member lists for new nodes:
+        // they are dropped with the trial).
+        let mut holds: Vec<bool> = Vec::new();
         let mut placed = 0usize;
         // The early cut-off (docs/scheduling.md §6): capacity and requests of the new nodes
         // holding pods so far, and the requests of the pods still to try. The final packing's
@@ -1079,27 +1087,29 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         let mut cut: Option<(f64, f64)> = None;
         let (mut cap_cpu, mut cap_mem, mut used_cpu, mut used_mem) = (0i128, 0i128, 0i128, 0i128);
         let (mut pending_cpu, mut pending_mem) = (0i128, 0i128);
+        // The classes with pods to try that some template of the group admits, in order.
+        let todo: Vec<usize> = (0..self.classes.len())
+            .filter(|&c| !remaining[c].is_empty() && ts.iter().any(|&t| self.feasible[c][t]))
+            .collect();
         if beat.is_some() {
-            for (c, class) in self.classes.iter().enumerate() {
-                if remaining[c].is_empty() || !ts.iter().any(|&t| self.feasible[c][t]) {
-                    continue;
-                }
+            for &c in &todo {
+                let class = &self.classes[c];
                 let n = remaining[c].len() as i128;
                 pending_cpu += n * i128::from(class.demand.core[CPU]);
                 pending_mem += n * i128::from(class.demand.core[MEMORY]);
             }
         }
-        'classes: for (c, class) in self.classes.iter().enumerate() {
-            if remaining[c].is_empty() || !ts.iter().any(|&t| self.feasible[c][t]) {
-                continue;
-            }
+        'classes: for &c in &todo {
+            let class = &self.classes[c];
             let (cpu, mem) = (
                 i128::from(class.demand.core[CPU]),
                 i128::from(class.demand.core[MEMORY]),
             );
             for &m in &remaining[c] {
                 if let Some(best) = beat {
-                    if cap_cpu > 0 || cap_mem > 0 {
+                    // Both bounds are 0 (no better than any waste) while the pods still to try
+                    // could fill the capacity in each resource: no need to divide.
+                    if used_cpu + pending_cpu < cap_cpu || used_mem + pending_mem < cap_mem {
                         let lower = (
                             least_idle(cap_cpu, used_cpu + pending_cpu),
                             least_idle(cap_mem, used_mem + pending_mem),
@@ -1115,16 +1125,19 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 let pod = &self.pods[m];
                 if let Some(at) = p.placer.place(c, pod, &class.demand, false) {
                     if at.bin >= first_new {
-                        if p.members[at.bin].is_empty() {
+                        if !holds[at.bin - first_new] {
+                            holds[at.bin - first_new] = true;
                             let t = p.template[at.bin - p.first];
                             cap_cpu += i128::from(self.caps[t].0[CPU]);
                             cap_mem += i128::from(self.caps[t].0[MEMORY]);
                         }
                         used_cpu += cpu;
                         used_mem += mem;
-                    }
-                    p.members[at.bin].push((c, m));
-                    if at.bin < first_new {
+                        if keeping {
+                            p.members[at.bin].push((c, m));
+                        }
+                    } else {
+                        p.members[at.bin].push((c, m));
                         touched.push(at.bin);
                     }
                     if let Some(seq) = keep.as_deref_mut() {
@@ -1160,6 +1173,7 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                 }
                 p.template.push(t);
                 p.members.push(Vec::new());
+                holds.push(false);
                 left[k] -= 1;
                 count[k] += 1;
                 match p.placer.place_on(c, pod, &class.demand, bin) {
@@ -1168,7 +1182,10 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
                         cap_mem += i128::from(self.caps[t].0[MEMORY]);
                         used_cpu += cpu;
                         used_mem += mem;
-                        p.members[at].push((c, m));
+                        holds[at - first_new] = true;
+                        if keeping {
+                            p.members[at].push((c, m));
+                        }
                         if let Some(seq) = keep.as_deref_mut() {
                             seq.push(m);
                         }
@@ -1181,10 +1198,10 @@ impl<'c, 'a: 'c> Ctx<'c, 'a> {
         // The new nodes holding pods, per template (their capacity and requests were summed
         // as the pods landed).
         let mut opened: BTreeMap<usize, u32> = BTreeMap::new();
-        for b in first_new..p.members.len() {
-            if !p.members[b].is_empty() {
-                *opened.entry(p.template[b - p.first]).or_insert(0) += 1;
-            }
+        for (k, _) in holds.iter().enumerate().filter(|(_, h)| **h) {
+            *opened
+                .entry(p.template[first_new + k - p.first])
+                .or_insert(0) += 1;
         }
         let idle = |cap: i128, used: i128| {
             if cap <= 0 {

@@ -495,7 +495,9 @@ impl CountTree {
                     .to_vec(),
             );
             self.cap = cap;
-            self.min = vec![u32::MAX; 2 * cap];
+            // Leaves not pushed yet hold 0, the count of a new bin: pushing one is then free
+            // (see `set`). They are never answered (`first` checks `len`).
+            self.min = vec![0; 2 * cap];
             self.max = vec![0; 2 * cap];
             self.min[cap..cap + old_min.len()].copy_from_slice(&old_min);
             self.max[cap..cap + old_max.len()].copy_from_slice(&old_max);
@@ -517,6 +519,10 @@ impl CountTree {
 
     fn set(&mut self, i: usize, v: u32) {
         let mut n = self.cap + i;
+        if self.min[n] == v && self.max[n] == v {
+            // The leaf holds `v` already, so every node above is up to date.
+            return;
+        }
         self.min[n] = v;
         self.max[n] = v;
         while n > 1 {
@@ -946,6 +952,24 @@ impl TopoState {
     /// Adds a bin (empty) with `labels`; `present` when it exists as a domain.
     pub(crate) fn push_bin(&mut self, labels: &BTreeMap<String, String>, present: bool) {
         let z = self.zone_id(labels);
+        let u = Rc::clone(&self.u);
+        self.filter_ok
+            .extend(u.filters.iter().map(|f| f.admits(labels)));
+        self.push_counts(z, present);
+    }
+
+    /// [`TopoState::push_bin`] for a bin whose labels are those of bin `like`: the zone and
+    /// the node filters' answers are copied from it instead of read from the labels again.
+    pub(crate) fn push_bin_like(&mut self, like: usize, present: bool) {
+        let z = self.bin_zone[like];
+        let row = like * self.n_filters;
+        self.filter_ok.extend_from_within(row..row + self.n_filters);
+        self.push_counts(z, present);
+    }
+
+    /// The rest of a push, once the new bin's filter answers are recorded: its zone `z` and
+    /// empty counts.
+    fn push_counts(&mut self, z: u32, present: bool) {
         self.bin_zone.push(z);
         self.present.push(false);
         self.bin_pods.push(0);
@@ -955,9 +979,6 @@ impl TopoState {
         for t in &mut self.trees {
             t.push();
         }
-        let u = Rc::clone(&self.u);
-        self.filter_ok
-            .extend(u.filters.iter().map(|f| f.admits(labels)));
         if present {
             let b = self.present.len() - 1;
             self.set_present(b, true);

@@ -1,0 +1,162 @@
+//! The free-room search tree: a max-tree over bins whose inner nodes hold the per-resource
+//! maxima of the bins below, so that the first bin at or after a cursor with room for a demand
+//! is found in O(log bins) instead of by a scan.
+
+/// A max-tree over bins: each inner node holds the per-dimension maximum of the free
+/// (including preemptible) cpu, memory and pods of the bins below, so a first-fit search skips
+/// whole ranges that cannot hold a demand.
+#[derive(Debug, Clone)]
+pub(super) struct MaxTree {
+    pub(super) cap: usize,
+    pub(super) len: usize,
+    pub(super) vals: Vec<[i64; 3]>,
+}
+
+pub(super) const EMPTY: [i64; 3] = [i64::MIN; 3];
+
+impl MaxTree {
+    pub(super) fn new() -> Self {
+        Self {
+            cap: 1,
+            len: 0,
+            vals: vec![EMPTY; 2],
+        }
+    }
+
+    pub(super) fn push(&mut self, v: [i64; 3]) {
+        if self.len == self.cap {
+            let leaves: Vec<[i64; 3]> = self.vals[self.cap..self.cap + self.len].to_vec();
+            self.cap *= 2;
+            self.vals = vec![EMPTY; 2 * self.cap];
+            self.vals[self.cap..self.cap + leaves.len()].copy_from_slice(&leaves);
+            for i in (1..self.cap).rev() {
+                self.vals[i] = max3(self.vals[2 * i], self.vals[2 * i + 1]);
+            }
+        }
+        let i = self.len;
+        self.len += 1;
+        self.set(i, v);
+    }
+
+    /// Removes the last bin.
+    ///
+    /// The leaf keeps its value: the tree stays a consistent max-tree over all its leaves,
+    /// and [`MaxTree::find`] never answers a leaf at or past `len` (every leaf left of such a
+    /// leaf's match failed, and every leaf right of it is past `len` too), so the stale leaf is
+    /// never seen; the next push overwrites it.
+    pub(super) fn pop(&mut self) {
+        self.len = self.len.saturating_sub(1);
+    }
+
+    pub(super) fn set(&mut self, i: usize, v: [i64; 3]) {
+        let mut n = self.cap + i;
+        self.vals[n] = v;
+        while n > 1 {
+            n /= 2;
+            let m = max3(self.vals[2 * n], self.vals[2 * n + 1]);
+            if self.vals[n] == m {
+                // Unchanged here, so unchanged above.
+                break;
+            }
+            self.vals[n] = m;
+        }
+    }
+
+    /// The first bin at or after `start` whose vector covers `need` in every dimension: a
+    /// depth-first walk in bin order without recursion, from the leaf `start` up to the first
+    /// right sibling that may hold one, then down to its leftmost covering leaf (climbing on
+    /// when a subtree's per-dimension maxima cover `need` but none of its leaves does).
+    pub(super) fn find(&self, start: usize, need: &[i64; 3]) -> Option<usize> {
+        if start >= self.len {
+            return None;
+        }
+        let mut node = self.cap + start;
+        if covers(&self.vals[node], need) {
+            return Some(start);
+        }
+        loop {
+            // Up: to the nearest right sibling (of `node` or an ancestor) that may cover.
+            loop {
+                if node <= 1 {
+                    return None;
+                }
+                if node.is_multiple_of(2) && covers(&self.vals[node + 1], need) {
+                    node += 1;
+                    break;
+                }
+                node /= 2;
+            }
+            // Down: leftmost child that may cover, until a leaf or a dead end.
+            while node < self.cap {
+                let left = 2 * node;
+                if covers(&self.vals[left], need) {
+                    node = left;
+                } else if covers(&self.vals[left + 1], need) {
+                    node = left + 1;
+                } else {
+                    break;
+                }
+            }
+            if node >= self.cap {
+                let i = node - self.cap;
+                return (i < self.len).then_some(i);
+            }
+        }
+    }
+}
+
+fn max3(a: [i64; 3], b: [i64; 3]) -> [i64; 3] {
+    [a[0].max(b[0]), a[1].max(b[1]), a[2].max(b[2])]
+}
+
+pub(super) fn covers(have: &[i64; 3], need: &[i64; 3]) -> bool {
+    have[0] >= need[0] && have[1] >= need[1] && have[2] >= need[2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn max_tree_finds_first_fit() {
+        let mut t = MaxTree::new();
+        for v in [[1, 1, 1], [5, 1, 1], [5, 5, 1], [9, 9, 9]] {
+            t.push(v);
+        }
+        assert_eq!(t.find(0, &[5, 5, 1]), Some(2));
+        assert_eq!(t.find(3, &[5, 5, 1]), Some(3));
+        assert_eq!(t.find(0, &[10, 0, 0]), None);
+        t.set(2, EMPTY);
+        assert_eq!(t.find(0, &[5, 5, 1]), Some(3));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// The max-tree's first fit is the first bin at or after `start` covering the need,
+        /// as a linear scan finds it, after any updates.
+        #[test]
+        fn max_tree_find_is_a_linear_scan(
+            vals in prop::collection::vec(prop::array::uniform3(0i64..6), 1..40),
+            updates in prop::collection::vec((0usize..40, prop::array::uniform3(-1i64..6)), 0..10),
+            need in prop::array::uniform3(0i64..6),
+            start in 0usize..45,
+        ) {
+            let mut t = MaxTree::new();
+            let mut v = vals.clone();
+            for x in &vals {
+                t.push(*x);
+            }
+            for (i, x) in updates {
+                if i < v.len() {
+                    let x = if x[0] < 0 { EMPTY } else { x };
+                    t.set(i, x);
+                    v[i] = x;
+                }
+            }
+            let expected = (start..v.len()).find(|&i| covers(&v[i], &need));
+            prop_assert_eq!(t.find(start, &need), expected);
+        }
+    }
+}
