@@ -56,6 +56,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::scaling::disruption_event;
@@ -67,7 +68,7 @@ use crate::ports::{
     Precondition, RecordedEvent,
 };
 use crate::read_your_writes::KnownVersions;
-use crate::update::{DrainSource, UpdateCommand, plan_updates_detailed};
+use crate::update::{DrainSource, GroupSnapshot, UpdateCommand, UpdatePlan, plan_group_update};
 
 /// How many times one step plans again after a decision met a changed node (HTTP 409).
 pub const MAX_REPLANS: usize = 3;
@@ -231,11 +232,133 @@ pub struct StepReport {
 }
 
 /// The update executor (see the module docs). Keeps drain state and the node versions it
-/// knows of between steps.
+/// knows of between steps, and what it needs to skip the work an unchanged cluster asks for
+/// (the groups planned with no command and their inputs, the nodes carrying drain marks).
 #[derive(Debug, Clone, Default)]
 pub struct UpdateExecutor {
     drains: BTreeMap<String, ActiveDrain>,
     known: KnownVersions,
+    /// Groups whose last plan had no command, by name, with the inputs it came from.
+    planned: BTreeMap<String, PlannedGroup>,
+    /// Plan every group at every step (see [`UpdateExecutor::set_skip_unchanged`]).
+    plan_every_group: bool,
+    /// The nodes carrying `draining` or `drained`, kept from one step's nodes to the next.
+    marks: DrainMarks,
+}
+
+/// A group whose plan had no command, with the inputs it was planned from. The planner is a
+/// pure function of the group, its desired checksum, its nodes and — only through the
+/// disruption windows — `now`; a group without windows planned again from the very same
+/// inputs gets the very same plan, so it is not planned again.
+#[derive(Debug, Clone)]
+struct PlannedGroup {
+    group: NodeGroup,
+    desired: String,
+    /// The group's nodes as the port listed them; the same `Arc`s mean the same nodes.
+    nodes: Vec<Arc<Node>>,
+    blocked: Vec<String>,
+}
+
+impl PlannedGroup {
+    /// Whether planning `group` from these inputs repeats this plan.
+    fn same_inputs(&self, group: &NodeGroup, desired: &str, nodes: &[&Arc<Node>]) -> bool {
+        self.desired == desired
+            && self.nodes.len() == nodes.len()
+            && self.nodes.iter().zip(nodes).all(|(a, b)| Arc::ptr_eq(a, b))
+            && self.group == *group
+    }
+}
+
+/// Whether a group's plan depends on `now`: only through its disruption windows
+/// (`disruptions.automatic.windows`, `disruptions.rollingUpdate.windows`, docs/deckhouse.md §3.2).
+fn plan_depends_on_time(group: &NodeGroup) -> bool {
+    !group.spec.automatic_windows().is_empty() || !group.spec.rolling_update_windows().is_empty()
+}
+
+/// Whether a node list is strictly sorted by name (then nodes are found by binary search and
+/// compared with the previous list in one merge walk).
+fn sorted_by_name(nodes: &[Arc<Node>]) -> bool {
+    nodes.windows(2).all(|w| match w {
+        [a, b] => a.name < b.name,
+        _ => true,
+    })
+}
+
+/// Finds nodes of a list by name: binary search in a list sorted by name, a map otherwise.
+struct NodeIndex {
+    map: Option<BTreeMap<String, usize>>,
+}
+
+impl NodeIndex {
+    fn new(nodes: &[Arc<Node>]) -> Self {
+        let map = (!sorted_by_name(nodes)).then(|| {
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.clone(), i))
+                .collect()
+        });
+        Self { map }
+    }
+
+    fn get(&self, nodes: &[Arc<Node>], name: &str) -> Option<usize> {
+        match &self.map {
+            Some(map) => map.get(name).copied(),
+            None => nodes.binary_search_by(|n| n.name.as_str().cmp(name)).ok(),
+        }
+    }
+}
+
+/// Whether a node carries a drain mark (`draining` or `drained`): the only nodes the drain
+/// half of a step looks at.
+fn has_drain_mark(node: &Node) -> bool {
+    node.has_annotation(keys::ANNOTATION_DRAINING) || node.has_annotation(keys::ANNOTATION_DRAINED)
+}
+
+/// The names of the nodes carrying a drain mark, kept from one step's node list to the next:
+/// only the nodes whose `Arc` changed are looked at again when both lists are sorted by name.
+#[derive(Debug, Clone, Default)]
+struct DrainMarks {
+    /// The list the marks were last brought up to date with.
+    nodes: Vec<Arc<Node>>,
+    marked: BTreeSet<String>,
+}
+
+impl DrainMarks {
+    /// Brings the marks up to date with `nodes`.
+    fn update(&mut self, nodes: &[Arc<Node>]) {
+        let set = |marked: &mut BTreeSet<String>, node: &Node| {
+            if has_drain_mark(node) {
+                if !marked.contains(&node.name) {
+                    marked.insert(node.name.clone());
+                }
+            } else {
+                marked.remove(&node.name);
+            }
+        };
+        if self.nodes.is_empty() || !sorted_by_name(nodes) || !sorted_by_name(&self.nodes) {
+            self.marked = nodes
+                .iter()
+                .filter(|n| has_drain_mark(n))
+                .map(|n| n.name.clone())
+                .collect();
+        } else {
+            let mut previous = self.nodes.iter().peekable();
+            for node in nodes {
+                while let Some(gone) = previous.next_if(|p| p.name < node.name) {
+                    self.marked.remove(&gone.name);
+                }
+                match previous.next_if(|p| p.name == node.name) {
+                    Some(p) if Arc::ptr_eq(p, node) => {}
+                    _ => set(&mut self.marked, node),
+                }
+            }
+            for gone in previous {
+                self.marked.remove(&gone.name);
+            }
+        }
+        self.nodes = nodes.to_vec();
+    }
 }
 
 /// The node patch an update command stands for (`None` for `ReplaceMachine`, which patches
@@ -303,6 +426,76 @@ impl UpdateExecutor {
     /// The drains in progress, by node name.
     pub fn drains(&self) -> &BTreeMap<String, ActiveDrain> {
         &self.drains
+    }
+
+    /// Whether a step plans again only the groups whose inputs changed (the default, `true`)
+    /// or every group. A group is skipped when its previous plan had no command, it has no
+    /// disruption window (the only way `now` enters a plan) and the group, its desired
+    /// checksum and its nodes are the same as then — the nodes being the very same `Arc`s,
+    /// which only ports that share unchanged nodes between lists hand out
+    /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared)).
+    /// Its plan is then the previous one (no command, the same blocked reasons); `false` is
+    /// for tests comparing both.
+    pub fn set_skip_unchanged(&mut self, skip: bool) {
+        self.plan_every_group = !skip;
+        self.planned.clear();
+    }
+
+    /// Plans every group with a desired checksum, in the order of `groups`, as
+    /// [`crate::update::plan_updates_detailed`] does, except that a group planned before from the same inputs
+    /// with no command keeps that plan (see [`UpdateExecutor::set_skip_unchanged`]).
+    fn plan(
+        &mut self,
+        groups: &[NodeGroup],
+        checksums: &BTreeMap<String, String>,
+        nodes: &[Arc<Node>],
+        now: Timestamp,
+    ) -> Vec<(String, UpdatePlan)> {
+        let mut by_group: BTreeMap<&str, Vec<&Arc<Node>>> = BTreeMap::new();
+        for node in nodes {
+            if let Some(group) = node.group() {
+                by_group.entry(group).or_default().push(node);
+            }
+        }
+        let mut plans = Vec::with_capacity(groups.len());
+        for group in groups {
+            let Some(desired) = checksums.get(group.name()) else {
+                continue;
+            };
+            let members = by_group.remove(group.name()).unwrap_or_default();
+            if !self.plan_every_group
+                && let Some(previous) = self.planned.get(group.name())
+                && previous.same_inputs(group, desired, &members)
+            {
+                let plan = UpdatePlan {
+                    commands: Vec::new(),
+                    blocked: previous.blocked.clone(),
+                };
+                plans.push((group.name().to_owned(), plan));
+                continue;
+            }
+            let snapshot = GroupSnapshot {
+                group,
+                desired_checksum: desired,
+                nodes: members.iter().map(|n| &***n).collect(),
+            };
+            let plan = plan_group_update(&snapshot, now);
+            if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
+                self.planned.insert(
+                    group.name().to_owned(),
+                    PlannedGroup {
+                        group: group.clone(),
+                        desired: desired.clone(),
+                        nodes: members.into_iter().cloned().collect(),
+                        blocked: plan.blocked.clone(),
+                    },
+                );
+            } else {
+                self.planned.remove(group.name());
+            }
+            plans.push((group.name().to_owned(), plan));
+        }
+        plans
     }
 
     /// When a step next has something to do without new input: the earliest eviction retry or
@@ -394,7 +587,7 @@ impl UpdateExecutor {
         let groups = cluster.list_node_groups().await?;
         let checksums = cluster.configuration_checksums().await?;
         let mut report = StepReport::default();
-        let cached = cluster.list_nodes().await?;
+        let cached = cluster.list_nodes_shared().await?;
         let mut nodes = if self.known.is_satisfied_by(&cached) {
             cached
         } else {
@@ -435,8 +628,8 @@ impl UpdateExecutor {
         &mut self,
         cluster: &C,
         report: &mut StepReport,
-    ) -> Result<Vec<Node>, ClusterError> {
-        let fresh = cluster.list_nodes_fresh().await?;
+    ) -> Result<Vec<Arc<Node>>, ClusterError> {
+        let fresh = cluster.list_nodes_fresh_shared().await?;
         self.known.handle_fresh_read(&fresh);
         report.fresh_reads += 1;
         Ok(fresh)
@@ -454,23 +647,21 @@ impl UpdateExecutor {
         Ok(updated)
     }
 
-    /// Plans every group and applies the commands. Returns the conflict that stopped it when a
-    /// command met a node changed since `nodes` was read (the rest of the plans is dropped).
+    /// Plans every group (as [`crate::update::plan_updates_detailed`] does, skipping the groups whose inputs
+    /// did not change, see [`UpdateExecutor::set_skip_unchanged`]) and applies the commands.
+    /// Returns the conflict that stopped it when a command met a node changed since `nodes`
+    /// was read (the rest of the plans is dropped).
     async fn apply_plans<C: ClusterApi + ?Sized>(
         &mut self,
         cluster: &C,
         groups: &[NodeGroup],
         checksums: &BTreeMap<String, String>,
-        nodes: &mut [Node],
+        nodes: &mut [Arc<Node>],
         now: Timestamp,
         report: &mut StepReport,
     ) -> Option<ActionError> {
-        let plans = plan_updates_detailed(groups, checksums, nodes, now);
-        let index: BTreeMap<String, usize> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.clone(), i))
-            .collect();
+        let plans = self.plan(groups, checksums, nodes, now);
+        let index = NodeIndex::new(nodes);
         report.blocked.clear();
         for (group, plan) in plans {
             if !plan.blocked.is_empty() {
@@ -480,13 +671,13 @@ impl UpdateExecutor {
                 let name = command.node().to_owned();
                 if let Some(patch) = command_patch(&command) {
                     let seen = index
-                        .get(&name)
-                        .map(|&i| nodes[i].resource_version.as_str());
+                        .get(nodes, &name)
+                        .map(|i| nodes[i].resource_version.as_str());
                     let patch = patch.if_resource_version(seen.unwrap_or_default());
                     match Self::patch_node(&mut self.known, cluster, &name, &patch).await {
                         Ok(updated) => {
-                            if let Some(&i) = index.get(&name) {
-                                nodes[i] = updated;
+                            if let Some(i) = index.get(nodes, &name) {
+                                nodes[i] = Arc::new(updated);
                             }
                         }
                         Err(source @ ClusterError::Conflict(_)) => {
@@ -530,17 +721,27 @@ impl UpdateExecutor {
         &mut self,
         cluster: &C,
         groups: &[NodeGroup],
-        nodes: &[Node],
+        nodes: &[Arc<Node>],
         now: Timestamp,
         report: &mut StepReport,
     ) {
-        let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let index = NodeIndex::new(nodes);
+        let find = |name: &str| index.get(nodes, name).map(|i| &*nodes[i]);
+        self.marks.update(nodes);
+        // Only nodes carrying `draining` or `drained` take part below, in list order.
+        let mut marked: Vec<(usize, &Node)> = self
+            .marks
+            .marked
+            .iter()
+            .filter_map(|name| index.get(nodes, name).map(|i| (i, &*nodes[i])))
+            .collect();
+        marked.sort_by_key(|(i, _)| *i);
 
         // Drop drains whose node vanished or is no longer marked `draining`.
         let stale: Vec<(String, String)> = self
             .drains
             .keys()
-            .filter_map(|name| match by_name.get(name.as_str()) {
+            .filter_map(|name| match find(name.as_str()) {
                 None => Some((name.clone(), "the node no longer exists".to_owned())),
                 Some(n) if !n.has_annotation(keys::ANNOTATION_DRAINING) => Some((
                     name.clone(),
@@ -557,7 +758,7 @@ impl UpdateExecutor {
         }
 
         // A person's `drained=user` on a node they made schedulable again is removed.
-        for node in nodes {
+        for &(_, node) in &marked {
             if !node.unschedulable
                 && node
                     .annotations
@@ -583,8 +784,9 @@ impl UpdateExecutor {
             .iter()
             .map(|g| (g.name(), DrainConfig::for_group(g)))
             .collect();
-        let draining: Vec<&Node> = nodes
+        let draining: Vec<&Node> = marked
             .iter()
+            .map(|&(_, n)| n)
             .filter(|n| n.has_annotation(keys::ANNOTATION_DRAINING))
             .collect();
         for node in draining {
