@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
@@ -205,7 +206,7 @@ impl World {
                     let outcome = if resource_version(&n.node) != patch.resource_version {
                         PatchOutcome::Conflict
                     } else {
-                        patch.apply_to(&mut n.node.annotations);
+                        patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);
                         PatchOutcome::Applied {
                             resource_version: resource_version(&n.node),
                         }

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -54,6 +54,20 @@ impl<'w> SimCluster<'w> {
         self.world
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every node versioned, as owned views with current heartbeats.
+    fn owned_views(world: &mut World) -> Vec<Node> {
+        let shared = world.versioned_nodes();
+        shared
+            .iter()
+            .zip(world.nodes.values())
+            .map(|(view, n)| {
+                let mut node = Node::clone(view);
+                node.last_heartbeat = n.last_heartbeat;
+                node
+            })
+            .collect()
     }
 
     fn check(world: &mut World, op: Operation, what: &str) -> Result<(), ClusterError> {
@@ -113,17 +127,28 @@ impl ClusterRead for SimCluster<'_> {
         if let Some(cached) = w.api.cached_nodes(w.now) {
             return Ok(cached);
         }
-        let mut nodes = w.node_views();
-        w.api.version_all(&mut nodes);
-        Ok(nodes)
+        Ok(Self::owned_views(&mut w))
     }
 
     async fn list_nodes_fresh(&self) -> Result<Vec<Node>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, "list nodes")?;
-        let mut nodes = w.node_views();
-        w.api.version_all(&mut nodes);
-        Ok(nodes)
+        Ok(Self::owned_views(&mut w))
+    }
+
+    async fn list_nodes_shared(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list nodes")?;
+        if let Some(cached) = w.api.cached_nodes(w.now) {
+            return Ok(cached.into_iter().map(Arc::new).collect());
+        }
+        Ok(w.versioned_nodes())
+    }
+
+    async fn list_nodes_fresh_shared(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list nodes")?;
+        Ok(w.versioned_nodes())
     }
 
     async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> {
@@ -171,16 +196,16 @@ impl NodeApi for SimCluster<'_> {
             return Err(ClusterError::NotFound(format!("node {name}")));
         };
         if let Some(expected) = &patch.resource_version {
-            let current = w.api.version_of(&n.node);
+            let current = w.api.version_of_shared(&n.node);
             if current != *expected {
                 return Err(ClusterError::Conflict(format!(
                     "node {name}: the object has been modified (resourceVersion {current}, not {expected}); please apply your changes to the latest version and try again"
                 )));
             }
         }
-        patch.apply_to(&mut n.node);
-        let mut view = n.node.clone();
-        view.resource_version = w.api.version_of(&view);
+        patch.apply_to(Arc::make_mut(&mut n.node));
+        let mut view = n.view();
+        view.resource_version = w.api.version_of_shared(&n.node);
         w.wake_agent(name);
         Ok(view)
     }
@@ -333,7 +358,7 @@ impl NodeHealthRead for SimCluster<'_> {
     ) -> Result<Option<(Node, Option<Timestamp>)>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, &format!("get node {name}"))?;
-        Ok(w.nodes.get(name).map(|n| (n.node.clone(), None)))
+        Ok(w.nodes.get(name).map(|n| (n.view(), None)))
     }
 }
 

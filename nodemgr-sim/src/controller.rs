@@ -8,6 +8,7 @@
 //! added with [`crate::Simulation::add_controller`] (see the README).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::drain::DrainOutcome;
@@ -158,11 +159,10 @@ fn hand_over(world: &mut World, node: &str) {
     {
         return;
     }
-    n.node
-        .labels
+    let node = Arc::make_mut(&mut n.node);
+    node.labels
         .insert(keys::LABEL_TERMINATION_IN_PROGRESS.into(), String::new());
-    n.node
-        .annotations
+    node.annotations
         .entry(keys::ANNOTATION_DRAINING.into())
         .or_insert_with(|| DRAIN_SOURCE_SCALE_DOWN.into());
 }

@@ -14,6 +14,7 @@
 //! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
@@ -64,9 +65,14 @@ impl SimGroup {
 /// A node as the simulator keeps it.
 #[derive(Debug, Clone)]
 pub struct SimNode {
-    /// The node view (labels, annotations, taints, `unschedulable`); `ready` and
-    /// `last_heartbeat` are kept current by the run loop.
-    pub node: Node,
+    /// The node view (labels, annotations, taints, `unschedulable`); `ready` is kept current
+    /// by the run loop, the heartbeat is [`SimNode::last_heartbeat`]. Shared with the views
+    /// the simulated API hands out: change it with `Arc::make_mut` (which copies it when it is
+    /// shared), so that an unchanged node stays the same `Arc` ([`crate::api`]).
+    pub node: Arc<Node>,
+    /// The node's last Lease renewal, kept current by the run loop (outside
+    /// [`SimNode::node`]: a renewal is not a change of the Node; views get it folded in).
+    pub last_heartbeat: Option<Timestamp>,
     /// Group name.
     pub group: String,
     /// Zone.
@@ -86,6 +92,13 @@ pub struct SimNode {
 }
 
 impl SimNode {
+    /// The node with its heartbeat folded in (unversioned).
+    pub fn view(&self) -> Node {
+        let mut view = Node::clone(&self.node);
+        view.last_heartbeat = self.last_heartbeat;
+        view
+    }
+
     /// Whether the node is dark at `now`.
     pub fn is_dark(&self, now: Timestamp) -> bool {
         self.dark_since.is_some_and(|s| s <= now) && self.dark_until.is_none_or(|u| now < u)
@@ -452,7 +465,8 @@ impl World {
         self.nodes.insert(
             name.clone(),
             SimNode {
-                node,
+                last_heartbeat: node.last_heartbeat,
+                node: Arc::new(node),
                 group: group.to_owned(),
                 zone,
                 agent: SimAgent::running(&name, &generation, now),
@@ -806,13 +820,13 @@ impl World {
             Some(names) => {
                 for name in names {
                     if let Some(n) = self.nodes.get_mut(&name) {
-                        n.node.last_heartbeat = Some(heartbeat_at(period, start, n, now));
+                        n.last_heartbeat = Some(heartbeat_at(period, start, n, now));
                     }
                 }
             }
             None => {
                 for n in self.nodes.values_mut() {
-                    n.node.last_heartbeat = Some(heartbeat_at(period, start, n, now));
+                    n.last_heartbeat = Some(heartbeat_at(period, start, n, now));
                 }
             }
         }
@@ -1121,9 +1135,18 @@ impl World {
         }
     }
 
-    /// Node views with current readiness (what `list_nodes` returns).
+    /// Node views with current readiness and heartbeats, unversioned, in name order.
     pub fn node_views(&self) -> Vec<Node> {
-        self.nodes.values().map(|n| n.node.clone()).collect()
+        self.nodes.values().map(SimNode::view).collect()
+    }
+
+    /// Every node versioned by the simulated API, in name order (what `list_nodes` returns):
+    /// the shared views of [`crate::api::SimApiServer::list_shared`], the same `Arc` for a node
+    /// as long as it does not change (their heartbeats may be older than
+    /// [`SimNode::last_heartbeat`]).
+    pub fn versioned_nodes(&mut self) -> Vec<Arc<Node>> {
+        let nodes = self.nodes.values().map(|n| (&n.node, n.last_heartbeat));
+        self.api.list_shared(nodes)
     }
 }
 
@@ -1158,8 +1181,10 @@ fn refresh_node(
     let silent = now.saturating_since(hb) > grace;
     let ready = !(restarting || scripted || silent);
     let was = n.node.ready;
-    n.node.last_heartbeat = Some(hb);
-    n.node.ready = ready;
+    n.last_heartbeat = Some(hb);
+    if was != ready {
+        Arc::make_mut(&mut n.node).ready = ready;
+    }
     if was == ready {
         return None;
     }
