@@ -56,6 +56,7 @@ pub struct UpdateController {
     next: Timestamp,
     last_blocked: BTreeMap<String, Vec<String>>,
     clock_skew: ClockOffset,
+    skip_unchanged: bool,
 }
 
 impl UpdateController {
@@ -67,12 +68,22 @@ impl UpdateController {
             next: start,
             last_blocked: BTreeMap::new(),
             clock_skew: ClockOffset::default(),
+            skip_unchanged: true,
         }
     }
 
     /// The executor (its drains).
     pub fn executor(&self) -> &UpdateExecutor {
         &self.executor
+    }
+
+    /// Whether the executor plans again only the groups whose inputs changed (the default) or
+    /// every group at every step ([`UpdateExecutor::set_skip_unchanged`]); kept across
+    /// restarts. For tests that compare both.
+    pub fn skip_unchanged(mut self, skip: bool) -> Self {
+        self.skip_unchanged = skip;
+        self.executor.set_skip_unchanged(skip);
+        self
     }
 }
 
@@ -91,6 +102,7 @@ impl Controller for UpdateController {
 
     fn restart(&mut self, now: Timestamp, clock_skew: ClockOffset) {
         self.executor = UpdateExecutor::new();
+        self.executor.set_skip_unchanged(self.skip_unchanged);
         self.clock_skew = clock_skew;
         self.last_blocked.clear();
         self.next = now;

@@ -325,8 +325,8 @@ struct DrainMarks {
 }
 
 impl DrainMarks {
-    /// Brings the marks up to date with `nodes`.
-    fn update(&mut self, nodes: &[Arc<Node>]) {
+    /// Brings the marks up to date with `nodes`; `rescan` looks at every node.
+    fn update(&mut self, nodes: &[Arc<Node>], rescan: bool) {
         let set = |marked: &mut BTreeSet<String>, node: &Node| {
             if has_drain_mark(node) {
                 if !marked.contains(&node.name) {
@@ -336,7 +336,8 @@ impl DrainMarks {
                 marked.remove(&node.name);
             }
         };
-        if self.nodes.is_empty() || !sorted_by_name(nodes) || !sorted_by_name(&self.nodes) {
+        if rescan || self.nodes.is_empty() || !sorted_by_name(nodes) || !sorted_by_name(&self.nodes)
+        {
             self.marked = nodes
                 .iter()
                 .filter(|n| has_drain_mark(n))
@@ -434,8 +435,9 @@ impl UpdateExecutor {
     /// checksum and its nodes are the same as then — the nodes being the very same `Arc`s,
     /// which only ports that share unchanged nodes between lists hand out
     /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared)).
-    /// Its plan is then the previous one (no command, the same blocked reasons); `false` is
-    /// for tests comparing both.
+    /// Its plan is then the previous one (no command, the same blocked reasons). Likewise the
+    /// drain half looks again only at the nodes that changed for their drain marks. `false`
+    /// plans every group and looks at every node, for tests comparing both.
     pub fn set_skip_unchanged(&mut self, skip: bool) {
         self.plan_every_group = !skip;
         self.planned.clear();
@@ -727,7 +729,7 @@ impl UpdateExecutor {
     ) {
         let index = NodeIndex::new(nodes);
         let find = |name: &str| index.get(nodes, name).map(|i| &*nodes[i]);
-        self.marks.update(nodes);
+        self.marks.update(nodes, self.plan_every_group);
         // Only nodes carrying `draining` or `drained` take part below, in list order.
         let mut marked: Vec<(usize, &Node)> = self
             .marks
