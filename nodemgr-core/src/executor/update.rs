@@ -68,7 +68,9 @@ use crate::ports::{
     Precondition, RecordedEvent,
 };
 use crate::read_your_writes::KnownVersions;
-use crate::update::{DrainSource, GroupSnapshot, UpdateCommand, UpdatePlan, plan_group_update};
+use crate::update::{
+    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_update_marked,
+};
 
 /// How many times one step plans again after a decision met a changed node (HTTP 409).
 pub const MAX_REPLANS: usize = 3;
@@ -242,8 +244,8 @@ pub struct UpdateExecutor {
     planned: BTreeMap<String, PlannedGroup>,
     /// Plan every group at every step (see [`UpdateExecutor::set_skip_unchanged`]).
     plan_every_group: bool,
-    /// The nodes carrying `draining` or `drained`, kept from one step's nodes to the next.
-    marks: DrainMarks,
+    /// What the last step read from each node (groups, update marks, drain marks).
+    cache: NodeCache,
 }
 
 /// A group whose plan had no command, with the inputs it was planned from. The planner is a
@@ -261,7 +263,12 @@ struct PlannedGroup {
 
 impl PlannedGroup {
     /// Whether planning `group` from these inputs repeats this plan.
-    fn same_inputs(&self, group: &NodeGroup, desired: &str, nodes: &[&Arc<Node>]) -> bool {
+    fn same_inputs<'a>(
+        &self,
+        group: &NodeGroup,
+        desired: &str,
+        nodes: impl ExactSizeIterator<Item = &'a Arc<Node>>,
+    ) -> bool {
         self.desired == desired
             && self.nodes.len() == nodes.len()
             && self.nodes.iter().zip(nodes).all(|(a, b)| Arc::ptr_eq(a, b))
@@ -309,56 +316,82 @@ impl NodeIndex {
     }
 }
 
-/// Whether a node carries a drain mark (`draining` or `drained`): the only nodes the drain
-/// half of a step looks at.
-fn has_drain_mark(node: &Node) -> bool {
-    node.has_annotation(keys::ANNOTATION_DRAINING) || node.has_annotation(keys::ANNOTATION_DRAINED)
+/// What a step reads from one node, kept from one step's node list to the next.
+#[derive(Debug, Clone)]
+struct NodeFacts {
+    node: Arc<Node>,
+    /// `node.deckhouse.io/group`.
+    group: Option<String>,
+    marks: UpdateMarks,
 }
 
-/// The names of the nodes carrying a drain mark, kept from one step's node list to the next:
-/// only the nodes whose `Arc` changed are looked at again when both lists are sorted by name.
+impl NodeFacts {
+    fn of(node: &Arc<Node>) -> Self {
+        Self {
+            node: Arc::clone(node),
+            group: node.group().map(str::to_owned),
+            marks: UpdateMarks::of(node),
+        }
+    }
+
+    /// Whether the node carries a drain mark (`draining` or `drained`): the only nodes the
+    /// drain half of a step looks at.
+    fn drain_marked(&self) -> bool {
+        self.marks.draining.is_some() || self.marks.drained.is_some()
+    }
+}
+
+/// The facts of the last node list a step looked at, in its order, and the names of the nodes
+/// carrying a drain mark. When both the last list and the new one are sorted by name, only the
+/// nodes whose `Arc` changed are read again (one merge walk); otherwise every node is.
 #[derive(Debug, Clone, Default)]
-struct DrainMarks {
-    /// The list the marks were last brought up to date with.
-    nodes: Vec<Arc<Node>>,
+struct NodeCache {
+    facts: Vec<NodeFacts>,
+    sorted: bool,
     marked: BTreeSet<String>,
 }
 
-impl DrainMarks {
-    /// Brings the marks up to date with `nodes`; `rescan` looks at every node.
+impl NodeCache {
+    /// Brings the facts up to date with `nodes`; `rescan` reads every node again.
     fn update(&mut self, nodes: &[Arc<Node>], rescan: bool) {
-        let set = |marked: &mut BTreeSet<String>, node: &Node| {
-            if has_drain_mark(node) {
-                if !marked.contains(&node.name) {
-                    marked.insert(node.name.clone());
-                }
-            } else {
-                marked.remove(&node.name);
-            }
-        };
-        if rescan || self.nodes.is_empty() || !sorted_by_name(nodes) || !sorted_by_name(&self.nodes)
-        {
-            self.marked = nodes
+        let sorted = sorted_by_name(nodes);
+        if rescan || !sorted || !self.sorted || self.facts.is_empty() {
+            self.facts = nodes.iter().map(NodeFacts::of).collect();
+            self.marked = self
+                .facts
                 .iter()
-                .filter(|n| has_drain_mark(n))
-                .map(|n| n.name.clone())
+                .filter(|f| f.drain_marked())
+                .map(|f| f.node.name.clone())
                 .collect();
-        } else {
-            let mut previous = self.nodes.iter().peekable();
-            for node in nodes {
-                while let Some(gone) = previous.next_if(|p| p.name < node.name) {
-                    self.marked.remove(&gone.name);
-                }
-                match previous.next_if(|p| p.name == node.name) {
-                    Some(p) if Arc::ptr_eq(p, node) => {}
-                    _ => set(&mut self.marked, node),
-                }
+            self.sorted = sorted;
+            return;
+        }
+        let mut previous = std::mem::take(&mut self.facts).into_iter().peekable();
+        let mut facts = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            while let Some(gone) = previous.next_if(|p| p.node.name < node.name) {
+                self.marked.remove(&gone.node.name);
             }
-            for gone in previous {
-                self.marked.remove(&gone.name);
+            match previous.next_if(|p| p.node.name == node.name) {
+                Some(p) if Arc::ptr_eq(&p.node, node) => facts.push(p),
+                _ => {
+                    let fresh = NodeFacts::of(node);
+                    if fresh.drain_marked() {
+                        if !self.marked.contains(&node.name) {
+                            self.marked.insert(node.name.clone());
+                        }
+                    } else {
+                        self.marked.remove(&node.name);
+                    }
+                    facts.push(fresh);
+                }
             }
         }
-        self.nodes = nodes.to_vec();
+        for gone in previous {
+            self.marked.remove(&gone.node.name);
+        }
+        self.facts = facts;
+        self.sorted = sorted;
     }
 }
 
@@ -453,10 +486,11 @@ impl UpdateExecutor {
         nodes: &[Arc<Node>],
         now: Timestamp,
     ) -> Vec<(String, UpdatePlan)> {
-        let mut by_group: BTreeMap<&str, Vec<&Arc<Node>>> = BTreeMap::new();
-        for node in nodes {
-            if let Some(group) = node.group() {
-                by_group.entry(group).or_default().push(node);
+        self.cache.update(nodes, self.plan_every_group);
+        let mut by_group: BTreeMap<&str, Vec<&NodeFacts>> = BTreeMap::new();
+        for facts in &self.cache.facts {
+            if let Some(group) = &facts.group {
+                by_group.entry(group).or_default().push(facts);
             }
         }
         let mut plans = Vec::with_capacity(groups.len());
@@ -467,7 +501,7 @@ impl UpdateExecutor {
             let members = by_group.remove(group.name()).unwrap_or_default();
             if !self.plan_every_group
                 && let Some(previous) = self.planned.get(group.name())
-                && previous.same_inputs(group, desired, &members)
+                && previous.same_inputs(group, desired, members.iter().map(|f| &f.node))
             {
                 let plan = UpdatePlan {
                     commands: Vec::new(),
@@ -476,19 +510,15 @@ impl UpdateExecutor {
                 plans.push((group.name().to_owned(), plan));
                 continue;
             }
-            let snapshot = GroupSnapshot {
-                group,
-                desired_checksum: desired,
-                nodes: members.iter().map(|n| &***n).collect(),
-            };
-            let plan = plan_group_update(&snapshot, now);
+            let marked = members.iter().map(|f| (&*f.node, f.marks)).collect();
+            let plan = plan_group_update_marked(group, desired, marked, now);
             if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
                 self.planned.insert(
                     group.name().to_owned(),
                     PlannedGroup {
                         group: group.clone(),
                         desired: desired.clone(),
-                        nodes: members.into_iter().cloned().collect(),
+                        nodes: members.iter().map(|f| Arc::clone(&f.node)).collect(),
                         blocked: plan.blocked.clone(),
                     },
                 );
@@ -729,10 +759,10 @@ impl UpdateExecutor {
     ) {
         let index = NodeIndex::new(nodes);
         let find = |name: &str| index.get(nodes, name).map(|i| &*nodes[i]);
-        self.marks.update(nodes, self.plan_every_group);
+        self.cache.update(nodes, self.plan_every_group);
         // Only nodes carrying `draining` or `drained` take part below, in list order.
         let mut marked: Vec<(usize, &Node)> = self
-            .marks
+            .cache
             .marked
             .iter()
             .filter_map(|name| index.get(nodes, name).map(|i| (i, &*nodes[i])))
