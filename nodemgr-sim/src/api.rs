@@ -184,9 +184,9 @@ impl SimApiServer {
         if self.versions.len() == nodes.len()
             && self
                 .versions
-                .keys()
+                .iter()
                 .zip(nodes.clone())
-                .all(|(name, (node, _))| *name == node.name)
+                .all(|((name, v), (node, _))| Arc::ptr_eq(&v.seen, node) || *name == node.name)
         {
             let last_version = &mut self.last_version;
             for (v, (node, heartbeat)) in self.versions.values_mut().zip(nodes) {

@@ -104,9 +104,22 @@ impl ClusterRead for SimCluster<'_> {
         // whole-group gate (docs/deckhouse.md §3.2) reduces to the all-Ready gate, as it did
         // before the gate held groups without `desired`.
         let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+        // Nodes are in name order, mostly `<group>-<n>`: count runs of one group at once.
+        let mut run: Option<(&str, i64)> = None;
         for n in w.nodes.values() {
-            let c = counts.entry(n.group.as_str()).or_insert(0);
-            *c = c.saturating_add(1);
+            match &mut run {
+                Some((group, count)) if *group == n.group => *count = count.saturating_add(1),
+                _ => {
+                    if let Some((group, count)) = run.replace((n.group.as_str(), 1)) {
+                        let c = counts.entry(group).or_insert(0);
+                        *c = c.saturating_add(count);
+                    }
+                }
+            }
+        }
+        if let Some((group, count)) = run {
+            let c = counts.entry(group).or_insert(0);
+            *c = c.saturating_add(count);
         }
         Ok(w.groups
             .iter()

@@ -259,6 +259,8 @@ struct WorldIndex {
     phases: Vec<(i64, String)>,
     /// The instant heartbeats were last brought up to date (`None`: all are due).
     heartbeats_at: Option<Timestamp>,
+    /// Node names by group (`SimNode::group`), for placing a group's pods.
+    by_group: BTreeMap<String, BTreeSet<String>>,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
 }
@@ -495,6 +497,11 @@ impl World {
         let at = self.index.phases.partition_point(|p| *p < key);
         self.index.phases.insert(at, key);
         self.index.fresh.insert(name.clone());
+        self.index
+            .by_group
+            .entry(group.to_owned())
+            .or_default()
+            .insert(name.clone());
         Some(name)
     }
 
@@ -547,8 +554,19 @@ impl World {
     /// Resource requests other than the pod count are not checked.
     pub fn pick_node(&self, wi: usize) -> Option<String> {
         let w = self.workloads.get(wi)?;
-        self.nodes
-            .values()
+        // The group's nodes from the index (in name order, as the map's), unless it is stale.
+        let candidates: Box<dyn Iterator<Item = &SimNode>> = match &w.group {
+            Some(group) if !self.index.stale => Box::new(
+                self.index
+                    .by_group
+                    .get(group)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|name| self.nodes.get(name)),
+            ),
+            _ => Box::new(self.nodes.values()),
+        };
+        candidates
             .filter(|n| {
                 w.group.as_deref().is_none_or(|g| g == n.group)
                     && n.node.ready
@@ -612,6 +630,9 @@ impl World {
         self.index.phases.retain(|(_, n)| n != name);
         self.index.special.remove(name);
         self.index.fresh.remove(name);
+        if let Some(names) = self.index.by_group.get_mut(&node.group) {
+            names.remove(name);
+        }
         let keys: Vec<String> = self
             .pods_by_node
             .remove(name)
@@ -871,6 +892,11 @@ impl World {
             let phase = i64::try_from(n.lease_phase.as_millis()).unwrap_or(i64::MAX);
             index.phases.push((phase, name.clone()));
             index.fresh.insert(name.clone());
+            index
+                .by_group
+                .entry(n.group.clone())
+                .or_default()
+                .insert(name.clone());
         }
         index.phases.sort();
         for (key, p) in &self.pods {

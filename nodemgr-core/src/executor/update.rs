@@ -488,10 +488,24 @@ impl UpdateExecutor {
     ) -> Vec<(String, UpdatePlan)> {
         self.cache.update(nodes, self.plan_every_group);
         let mut by_group: BTreeMap<&str, Vec<&NodeFacts>> = BTreeMap::new();
+        // Lists are mostly in name order, and names mostly start with the group's: nodes of
+        // one group come in runs, gathered before they join the map.
+        let mut run: Option<(&str, Vec<&NodeFacts>)> = None;
         for facts in &self.cache.facts {
-            if let Some(group) = &facts.group {
-                by_group.entry(group).or_default().push(facts);
+            let Some(group) = facts.group.as_deref() else {
+                continue;
+            };
+            match &mut run {
+                Some((current, members)) if *current == group => members.push(facts),
+                _ => {
+                    if let Some((current, members)) = run.replace((group, vec![facts])) {
+                        by_group.entry(current).or_default().extend(members);
+                    }
+                }
             }
+        }
+        if let Some((current, members)) = run {
+            by_group.entry(current).or_default().extend(members);
         }
         let mut plans = Vec::with_capacity(groups.len());
         for group in groups {
