@@ -867,13 +867,29 @@ impl World {
         if old == new {
             return;
         }
+        // The name taken out of the old entry goes into the new one.
+        let mut owned = None;
         if let Some(t) = old {
-            self.index.agent_due.remove(&(t, name.to_owned()));
-            self.index.agent_deadline.remove(name);
+            owned = self
+                .index
+                .agent_due
+                .take(&(t, name.to_owned()))
+                .map(|(_, n)| n);
         }
-        if let Some(t) = new {
-            self.index.agent_due.insert((t, name.to_owned()));
-            self.index.agent_deadline.insert(name.to_owned(), t);
+        match new {
+            Some(t) => {
+                let owned = owned.unwrap_or_else(|| name.to_owned());
+                match self.index.agent_deadline.get_mut(name) {
+                    Some(d) => *d = t,
+                    None => {
+                        self.index.agent_deadline.insert(owned.clone(), t);
+                    }
+                }
+                self.index.agent_due.insert((t, owned));
+            }
+            None => {
+                self.index.agent_deadline.remove(name);
+            }
         }
     }
 
