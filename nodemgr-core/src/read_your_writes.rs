@@ -26,6 +26,7 @@
 //!   remembered version or a later one: never for a cache older than something the decider
 //!   wrote or saw, even one that went back in time.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use crate::model::Node;
@@ -59,21 +60,35 @@ impl KnownVersions {
 
     /// Records a direct read of every Node from the API: each node's version becomes the least
     /// a cache must show, and nodes absent from it are forgotten (they were deleted).
-    pub fn handle_fresh_read(&mut self, nodes: &[Node]) {
-        let present: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    pub fn handle_fresh_read<N: Borrow<Node>>(&mut self, nodes: &[N]) {
+        let present: BTreeMap<&str, &Node> = nodes
+            .iter()
+            .map(|n| (n.borrow().name.as_str(), n.borrow()))
+            .collect();
         self.nodes
             .retain(|name, _| present.contains_key(name.as_str()));
         for node in nodes {
-            self.remember(node);
+            self.remember(node.borrow());
         }
         self.synced = true;
     }
 
     /// Whether `cached` is at least as new as everything remembered. When it is, its versions
     /// are remembered too, so a later cache that goes back behind it is not trusted either.
-    pub fn is_satisfied_by(&mut self, cached: &[Node]) -> bool {
+    ///
+    /// A list sorted by name (as the simulator's and most caches' are) is checked in one merge
+    /// walk over it and the remembered versions; any other in a lookup per node. Both answer
+    /// the same.
+    pub fn is_satisfied_by<N: Borrow<Node>>(&mut self, cached: &[N]) -> bool {
         if !self.synced {
             return false;
+        }
+        let cached: Vec<&Node> = cached.iter().map(Borrow::borrow).collect();
+        if cached.windows(2).all(|w| match w {
+            [a, b] => a.name < b.name,
+            _ => true,
+        }) {
+            return self.is_satisfied_by_sorted(&cached);
         }
         let seen: BTreeMap<&str, &str> = cached
             .iter()
@@ -91,12 +106,64 @@ impl KnownVersions {
         caught_up
     }
 
+    /// [`KnownVersions::is_satisfied_by`] for a list strictly sorted by name: a merge walk.
+    fn is_satisfied_by_sorted(&mut self, cached: &[&Node]) -> bool {
+        let mut i = 0;
+        for (name, known) in &self.nodes {
+            while cached
+                .get(i)
+                .is_some_and(|n| n.name.as_str() < name.as_str())
+            {
+                i += 1;
+            }
+            match cached.get(i) {
+                Some(n)
+                    if n.name == *name
+                        && (n.resource_version == *known
+                            || resource_version_at_least(&n.resource_version, known)) => {}
+                _ => return false,
+            }
+        }
+        let mut new = Vec::new();
+        let mut remembered = self.nodes.iter_mut().peekable();
+        for node in cached {
+            if node.resource_version.is_empty() {
+                continue;
+            }
+            while remembered
+                .peek()
+                .is_some_and(|(name, _)| name.as_str() < node.name.as_str())
+            {
+                remembered.next();
+            }
+            match remembered.peek_mut() {
+                Some((name, known)) if **name == node.name => {
+                    if **known != node.resource_version
+                        && !resource_version_at_least(known, &node.resource_version)
+                    {
+                        known.clone_from(&node.resource_version);
+                    }
+                }
+                _ => new.push(*node),
+            }
+        }
+        for node in new {
+            self.remember(node);
+        }
+        true
+    }
+
     /// The nodes whose versions a cache has yet to show: remembered ones that `cached` misses
     /// or shows older.
-    pub fn behind_in<'a>(&'a self, cached: &[Node]) -> Vec<&'a str> {
+    pub fn behind_in<'a, N: Borrow<Node>>(&'a self, cached: &[N]) -> Vec<&'a str> {
         let seen: BTreeMap<&str, &str> = cached
             .iter()
-            .map(|n| (n.name.as_str(), n.resource_version.as_str()))
+            .map(|n| {
+                (
+                    n.borrow().name.as_str(),
+                    n.borrow().resource_version.as_str(),
+                )
+            })
             .collect();
         self.nodes
             .iter()
@@ -191,7 +258,7 @@ mod tests {
             cached in prop::collection::vec(prop::option::of(0u64..120), 4),
         ) {
             let mut known = KnownVersions::new();
-            known.handle_fresh_read(&[]);
+            known.handle_fresh_read::<Node>(&[]);
             let mut newest: BTreeMap<usize, u64> = BTreeMap::new();
             for (i, rv) in &writes {
                 known.handle_write(&node(&format!("n{i}"), &rv.to_string()));
@@ -207,6 +274,36 @@ mod tests {
                 .iter()
                 .all(|(i, rv)| cached[*i].is_some_and(|seen| seen >= *rv));
             prop_assert_eq!(known.is_satisfied_by(&view), expected);
+        }
+
+        /// A list sorted by name (the merge walk) and the same list in another order (a lookup
+        /// per node) are judged alike and leave the same versions remembered.
+        #[test]
+        fn sorted_and_unsorted_lists_are_judged_alike(
+            fresh in prop::collection::vec(prop::option::of(1u64..50), 5),
+            writes in prop::collection::vec((0usize..5, 1u64..100), 0..8),
+            lists in prop::collection::vec(prop::collection::vec(prop::option::of(0u64..120), 5), 1..5),
+        ) {
+            let list = |versions: &[Option<u64>]| -> Vec<Node> {
+                versions
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, rv)| rv.map(|rv| node(&format!("n{i}"), &rv.to_string())))
+                    .collect()
+            };
+            let mut sorted = KnownVersions::new();
+            sorted.handle_fresh_read(&list(&fresh));
+            for (i, rv) in &writes {
+                sorted.handle_write(&node(&format!("n{i}"), &rv.to_string()));
+            }
+            let mut unsorted = sorted.clone();
+            for versions in &lists {
+                let view = list(versions);
+                let mut reversed = view.clone();
+                reversed.reverse();
+                prop_assert_eq!(sorted.is_satisfied_by(&view), unsorted.is_satisfied_by(&reversed));
+                prop_assert_eq!(&sorted, &unsorted);
+            }
         }
     }
 }

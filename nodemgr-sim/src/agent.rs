@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
@@ -57,6 +58,10 @@ pub struct SimAgent {
     pub applied: Option<String>,
     /// The step being simulated.
     pub running: Option<RunningStep>,
+    /// The node's [`resource_version`] as last computed, for the node it was computed for
+    /// (the world changes a node only through `Arc::make_mut`, so the same `Arc` is the same
+    /// content): the agent re-reads its node every poll interval while it waits.
+    fingerprint: Option<(Arc<Node>, String)>,
 }
 
 impl SimAgent {
@@ -74,6 +79,19 @@ impl SimAgent {
             files,
             applied: Some(generation.checksum.clone()),
             running: None,
+            fingerprint: None,
+        }
+    }
+
+    /// [`resource_version`] of `node`, computed again only when the node changed.
+    pub fn resource_version(&mut self, node: &Arc<Node>) -> String {
+        match &self.fingerprint {
+            Some((seen, version)) if Arc::ptr_eq(seen, node) => version.clone(),
+            _ => {
+                let version = resource_version(node);
+                self.fingerprint = Some((Arc::clone(node), version.clone()));
+                version
+            }
         }
     }
 
@@ -193,8 +211,8 @@ impl World {
                     self.answer(name, AgentInput::Bundle(answer));
                 }
                 AgentAction::ReadNode => {
-                    let view = self.nodes.get(name).map(|n| NodeView {
-                        resource_version: resource_version(&n.node),
+                    let view = self.nodes.get_mut(name).map(|n| NodeView {
+                        resource_version: n.agent.resource_version(&n.node),
                         annotations: n.node.annotations.clone(),
                     });
                     self.answer(name, AgentInput::Node(Ok(view)));
@@ -203,12 +221,12 @@ impl World {
                     let Some(n) = self.nodes.get_mut(name) else {
                         return;
                     };
-                    let outcome = if resource_version(&n.node) != patch.resource_version {
+                    let outcome = if n.agent.resource_version(&n.node) != patch.resource_version {
                         PatchOutcome::Conflict
                     } else {
-                        patch.apply_to(&mut n.node.annotations);
+                        patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);
                         PatchOutcome::Applied {
-                            resource_version: resource_version(&n.node),
+                            resource_version: n.agent.resource_version(&n.node),
                         }
                     };
                     if matches!(outcome, PatchOutcome::Applied { .. }) {

@@ -24,6 +24,7 @@
 //! before a window until it closes; reads outside windows are current.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::model::{Node, Timestamp};
@@ -39,15 +40,70 @@ pub struct WatchLag {
     pub lag: Duration,
 }
 
+/// What a node was last versioned as.
+#[derive(Debug, Clone)]
+struct Versioned {
+    version: u64,
+    /// The content the version was given for (its resourceVersion and heartbeat are not
+    /// compared). When it came from the world it is the world's own `Arc`: the world changes
+    /// a node only through `Arc::make_mut`, which copies a node shared with this one, so the
+    /// same pointer means the same node and no content is compared.
+    seen: Arc<Node>,
+    /// The view lists hand out (`seen` with its resourceVersion), made once per version and
+    /// shared by every list while the node does not change.
+    view: Option<Arc<Node>>,
+}
+
+impl Versioned {
+    fn new(version: u64, seen: Arc<Node>) -> Self {
+        Self {
+            version,
+            seen,
+            view: None,
+        }
+    }
+
+    /// Whether `node` has the content versioned (adopting its `Arc` when it is another one).
+    fn matches(&mut self, node: &Arc<Node>) -> bool {
+        if Arc::ptr_eq(&self.seen, node) {
+            return true;
+        }
+        if same_content(&self.seen, node) {
+            self.seen = Arc::clone(node);
+            return true;
+        }
+        false
+    }
+
+    /// The shared view, with `heartbeat` when it is made now.
+    fn view(&mut self, heartbeat: Option<Timestamp>) -> Arc<Node> {
+        let version = self.version;
+        let seen = &self.seen;
+        Arc::clone(self.view.get_or_insert_with(|| {
+            let mut view = Node::clone(seen);
+            view.resource_version = version.to_string();
+            view.last_heartbeat = heartbeat;
+            Arc::new(view)
+        }))
+    }
+}
+
 /// The simulated API server's state (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct SimApiServer {
     last_version: u64,
     /// Per node: the version and the content it was given for.
-    versions: BTreeMap<String, (u64, Node)>,
+    versions: BTreeMap<String, Versioned>,
     lags: Vec<WatchLag>,
     /// Versioned node lists by the instant they were taken, oldest first.
     history: VecDeque<(Timestamp, Vec<Node>)>,
+}
+
+/// A copy of `node` without its resourceVersion, to compare later views with.
+fn unversioned(node: &Node) -> Arc<Node> {
+    let mut seen = node.clone();
+    seen.resource_version.clear();
+    Arc::new(seen)
 }
 
 /// Whether two node views have the same content, ignoring the version and the heartbeat.
@@ -83,17 +139,87 @@ fn same_content(a: &Node, b: &Node) -> bool {
 impl SimApiServer {
     /// The version of `node` as it is now (a new one if it changed since last observed).
     pub fn version_of(&mut self, node: &Node) -> String {
-        if let Some((version, seen)) = self.versions.get(&node.name)
-            && same_content(seen, node)
+        if let Some(v) = self.versions.get(&node.name)
+            && same_content(&v.seen, node)
         {
-            return version.to_string();
+            return v.version.to_string();
         }
-        self.last_version += 1;
-        let mut seen = node.clone();
-        seen.resource_version.clear();
+        let version = self.next_version();
+        self.versions.insert(
+            node.name.clone(),
+            Versioned::new(version, unversioned(node)),
+        );
+        version.to_string()
+    }
+
+    /// [`SimApiServer::version_of`] for a node the world keeps as an `Arc` (an unchanged one is
+    /// recognised by pointer).
+    pub fn version_of_shared(&mut self, node: &Arc<Node>) -> String {
+        if let Some(v) = self.versions.get_mut(&node.name)
+            && v.matches(node)
+        {
+            return v.version.to_string();
+        }
+        let version = self.next_version();
         self.versions
-            .insert(node.name.clone(), (self.last_version, seen));
-        self.last_version.to_string()
+            .insert(node.name.clone(), Versioned::new(version, Arc::clone(node)));
+        version.to_string()
+    }
+
+    fn next_version(&mut self) -> u64 {
+        self.last_version += 1;
+        self.last_version
+    }
+
+    /// Versions a complete list of the world's nodes, given in name order with their
+    /// heartbeats, forgetting nodes not in it, and returns their shared views: the same `Arc`
+    /// for a node as long as it does not change. Same numbering as
+    /// [`SimApiServer::version_all`].
+    pub fn list_shared<'a>(
+        &mut self,
+        nodes: impl ExactSizeIterator<Item = (&'a Arc<Node>, Option<Timestamp>)> + Clone,
+    ) -> Vec<Arc<Node>> {
+        let mut out = Vec::with_capacity(nodes.len());
+        // The same nodes as last time (the usual case): the versions in place, pairwise.
+        if self.versions.len() == nodes.len()
+            && self
+                .versions
+                .iter()
+                .zip(nodes.clone())
+                .all(|((name, v), (node, _))| Arc::ptr_eq(&v.seen, node) || *name == node.name)
+        {
+            let last_version = &mut self.last_version;
+            for (v, (node, heartbeat)) in self.versions.values_mut().zip(nodes) {
+                if !v.matches(node) {
+                    *last_version += 1;
+                    *v = Versioned::new(*last_version, Arc::clone(node));
+                }
+                out.push(v.view(heartbeat));
+            }
+            return out;
+        }
+        let mut old = std::mem::take(&mut self.versions).into_iter().peekable();
+        let mut kept: Vec<(String, Versioned)> = Vec::with_capacity(nodes.len());
+        for (node, heartbeat) in nodes {
+            while old.next_if(|(name, _)| *name < node.name).is_some() {}
+            let previous = old.next_if(|(name, _)| *name == node.name);
+            let mut entry = match previous {
+                Some((name, mut v)) => {
+                    if !v.matches(node) {
+                        v = Versioned::new(self.next_version(), Arc::clone(node));
+                    }
+                    (name, v)
+                }
+                None => {
+                    let v = Versioned::new(self.next_version(), Arc::clone(node));
+                    (node.name.clone(), v)
+                }
+            };
+            out.push(entry.1.view(heartbeat));
+            kept.push(entry);
+        }
+        self.versions = kept.into_iter().collect();
+        out
     }
 
     /// Sets the version of every node of a complete list, forgetting nodes not in it.
@@ -106,46 +232,23 @@ impl SimApiServer {
             self.version_all_by_lookup(nodes);
             return;
         }
-        // The same nodes as last time (the usual case): the versions in place, pairwise.
-        if self.versions.len() == nodes.len()
-            && self
-                .versions
-                .keys()
-                .zip(nodes.iter())
-                .all(|(name, node)| *name == node.name)
-        {
-            let last_version = &mut self.last_version;
-            for ((_, (version, seen)), node) in self.versions.iter_mut().zip(nodes.iter_mut()) {
-                if !same_content(seen, node) {
-                    *last_version += 1;
-                    *version = *last_version;
-                    seen.clone_from(node);
-                    seen.resource_version.clear();
-                }
-                node.resource_version = version.to_string();
-            }
-            return;
-        }
         // A list in name order (as the world lists): one merge with the versions, also in
         // name order, instead of a lookup per node. Same numbering as `version_of` node by
         // node.
         let mut old = std::mem::take(&mut self.versions).into_iter().peekable();
-        let mut kept: Vec<(String, (u64, Node))> = Vec::with_capacity(nodes.len());
+        let mut kept: Vec<(String, Versioned)> = Vec::with_capacity(nodes.len());
         for node in nodes.iter_mut() {
             while old.next_if(|(name, _)| *name < node.name).is_some() {}
             let seen = old.next_if(|(name, _)| *name == node.name);
             let entry = match seen {
-                Some((name, (version, seen))) if same_content(&seen, node) => {
-                    (name, (version, seen))
-                }
+                Some((name, v)) if same_content(&v.seen, node) => (name, v),
                 _ => {
                     self.last_version += 1;
-                    let mut seen = node.clone();
-                    seen.resource_version.clear();
-                    (node.name.clone(), (self.last_version, seen))
+                    let v = Versioned::new(self.last_version, unversioned(node));
+                    (node.name.clone(), v)
                 }
             };
-            node.resource_version = entry.1.0.to_string();
+            node.resource_version = entry.1.version.to_string();
             kept.push(entry);
         }
         self.versions = kept.into_iter().collect();

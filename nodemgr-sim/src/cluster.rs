@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -56,6 +56,20 @@ impl<'w> SimCluster<'w> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Every node versioned, as owned views with current heartbeats.
+    fn owned_views(world: &mut World) -> Vec<Node> {
+        let shared = world.versioned_nodes();
+        shared
+            .iter()
+            .zip(world.nodes.values())
+            .map(|(view, n)| {
+                let mut node = Node::clone(view);
+                node.last_heartbeat = n.last_heartbeat;
+                node
+            })
+            .collect()
+    }
+
     fn check(world: &mut World, op: Operation, what: &str) -> Result<(), ClusterError> {
         match world.fault(op) {
             None => Ok(()),
@@ -90,9 +104,22 @@ impl ClusterRead for SimCluster<'_> {
         // whole-group gate (docs/deckhouse.md §3.2) reduces to the all-Ready gate, as it did
         // before the gate held groups without `desired`.
         let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+        // Nodes are in name order, mostly `<group>-<n>`: count runs of one group at once.
+        let mut run: Option<(&str, i64)> = None;
         for n in w.nodes.values() {
-            let c = counts.entry(n.group.as_str()).or_insert(0);
-            *c = c.saturating_add(1);
+            match &mut run {
+                Some((group, count)) if *group == n.group => *count = count.saturating_add(1),
+                _ => {
+                    if let Some((group, count)) = run.replace((n.group.as_str(), 1)) {
+                        let c = counts.entry(group).or_insert(0);
+                        *c = c.saturating_add(count);
+                    }
+                }
+            }
+        }
+        if let Some((group, count)) = run {
+            let c = counts.entry(group).or_insert(0);
+            *c = c.saturating_add(count);
         }
         Ok(w.groups
             .iter()
@@ -113,17 +140,28 @@ impl ClusterRead for SimCluster<'_> {
         if let Some(cached) = w.api.cached_nodes(w.now) {
             return Ok(cached);
         }
-        let mut nodes = w.node_views();
-        w.api.version_all(&mut nodes);
-        Ok(nodes)
+        Ok(Self::owned_views(&mut w))
     }
 
     async fn list_nodes_fresh(&self) -> Result<Vec<Node>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, "list nodes")?;
-        let mut nodes = w.node_views();
-        w.api.version_all(&mut nodes);
-        Ok(nodes)
+        Ok(Self::owned_views(&mut w))
+    }
+
+    async fn list_nodes_shared(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list nodes")?;
+        if let Some(cached) = w.api.cached_nodes(w.now) {
+            return Ok(cached.into_iter().map(Arc::new).collect());
+        }
+        Ok(w.versioned_nodes())
+    }
+
+    async fn list_nodes_fresh_shared(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, "list nodes")?;
+        Ok(w.versioned_nodes())
     }
 
     async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> {
@@ -171,16 +209,16 @@ impl NodeApi for SimCluster<'_> {
             return Err(ClusterError::not_found(format!("node {name}")));
         };
         if let Some(expected) = &patch.resource_version {
-            let current = w.api.version_of(&n.node);
+            let current = w.api.version_of_shared(&n.node);
             if current != *expected {
                 return Err(ClusterError::conflict(format!(
                     "node {name}: the object has been modified (resourceVersion {current}, not {expected}); please apply your changes to the latest version and try again"
                 )));
             }
         }
-        patch.apply_to(&mut n.node);
-        let mut view = n.node.clone();
-        view.resource_version = w.api.version_of(&view);
+        patch.apply_to(Arc::make_mut(&mut n.node));
+        let mut view = n.view();
+        view.resource_version = w.api.version_of_shared(&n.node);
         w.wake_agent(name);
         Ok(view)
     }
@@ -333,7 +371,7 @@ impl NodeHealthRead for SimCluster<'_> {
     ) -> Result<Option<(Node, Option<Timestamp>)>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, &format!("get node {name}"))?;
-        Ok(w.nodes.get(name).map(|n| (n.node.clone(), None)))
+        Ok(w.nodes.get(name).map(|n| (n.view(), None)))
     }
 }
 

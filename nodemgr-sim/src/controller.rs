@@ -8,6 +8,7 @@
 //! added with [`crate::Simulation::add_controller`] (see the README).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::drain::DrainOutcome;
@@ -55,6 +56,7 @@ pub struct UpdateController {
     next: Timestamp,
     last_blocked: BTreeMap<String, Vec<String>>,
     clock_skew: ClockOffset,
+    skip_unchanged: bool,
 }
 
 impl UpdateController {
@@ -66,12 +68,22 @@ impl UpdateController {
             next: start,
             last_blocked: BTreeMap::new(),
             clock_skew: ClockOffset::default(),
+            skip_unchanged: true,
         }
     }
 
     /// The executor (its drains).
     pub fn executor(&self) -> &UpdateExecutor {
         &self.executor
+    }
+
+    /// Whether the executor plans again only the groups whose inputs changed (the default) or
+    /// every group at every step ([`UpdateExecutor::set_skip_unchanged`]); kept across
+    /// restarts. For tests that compare both.
+    pub fn skip_unchanged(mut self, skip: bool) -> Self {
+        self.skip_unchanged = skip;
+        self.executor.set_skip_unchanged(skip);
+        self
     }
 }
 
@@ -90,6 +102,7 @@ impl Controller for UpdateController {
 
     fn restart(&mut self, now: Timestamp, clock_skew: ClockOffset) {
         self.executor = UpdateExecutor::new();
+        self.executor.set_skip_unchanged(self.skip_unchanged);
         self.clock_skew = clock_skew;
         self.last_blocked.clear();
         self.next = now;
@@ -158,11 +171,10 @@ fn hand_over(world: &mut World, node: &str) {
     {
         return;
     }
-    n.node
-        .labels
+    let node = Arc::make_mut(&mut n.node);
+    node.labels
         .insert(keys::LABEL_TERMINATION_IN_PROGRESS.into(), String::new());
-    n.node
-        .annotations
+    node.annotations
         .entry(keys::ANNOTATION_DRAINING.into())
         .or_insert_with(|| DRAIN_SOURCE_SCALE_DOWN.into());
 }

@@ -181,7 +181,7 @@ impl Controller for LifecycleController {
                 n.node.zone().unwrap_or_default(),
                 NodeHealth {
                     ready: n.node.ready,
-                    last_heartbeat: n.node.last_heartbeat,
+                    last_heartbeat: n.last_heartbeat,
                 },
                 now,
             );

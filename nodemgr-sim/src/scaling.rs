@@ -33,6 +33,7 @@
 //! `scaling.error`, `workload.scaled`, and `pod.scheduled` for bindings.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::disruption::DisruptionReason;
@@ -269,10 +270,11 @@ fn conform_node(world: &mut World, node: &str, class: &InstanceClass, zone: Opti
     let template = template_node(&group, class, &shape, &zone, node);
     if let Some(sn) = world.nodes.get_mut(node) {
         sn.zone = zone.clone();
-        sn.node.labels.extend(template.labels);
-        sn.node.annotations.extend(template.annotations);
-        sn.node.taints = template.taints;
-        sn.node.allocatable = template.allocatable;
+        let n = Arc::make_mut(&mut sn.node);
+        n.labels.extend(template.labels);
+        n.annotations.extend(template.annotations);
+        n.taints = template.taints;
+        n.allocatable = template.allocatable;
     }
 }
 
@@ -449,7 +451,7 @@ impl ScalingController {
                 conform_node(world, &node, &class, None);
                 let machine = self.cloud.seed_running(&name, &zone, &node);
                 if let Some(n) = world.nodes.get_mut(&node) {
-                    n.node.provider_id = Some(machine.provider_id.clone());
+                    Arc::make_mut(&mut n.node).provider_id = Some(machine.provider_id.clone());
                 }
                 world.instances.insert(
                     node.clone(),
@@ -543,7 +545,7 @@ impl ScalingController {
             };
             conform_node(world, &name, &class, Some(&m.zone));
             if let Some(n) = world.nodes.get_mut(&name) {
-                n.node.provider_id = Some(m.provider_id.clone());
+                Arc::make_mut(&mut n.node).provider_id = Some(m.provider_id.clone());
             }
             world.record(
                 "nodeJoined",

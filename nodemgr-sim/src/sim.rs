@@ -178,8 +178,9 @@ impl Simulation {
         self.world.step();
         let w = &mut self.world;
         let nodes = &w.nodes;
-        w.api
-            .observe(now, || nodes.values().map(|n| n.node.clone()).collect());
+        w.api.observe(now, || {
+            nodes.values().map(crate::world::SimNode::view).collect()
+        });
         for (c, builtin) in self.controllers.iter_mut().zip(&self.builtin) {
             if c.next_run().is_some_and(|t| t <= now) {
                 c.step(&mut self.world, now);
@@ -270,10 +271,10 @@ impl Simulation {
                 };
                 let marks = UpdateMarks::of(&n.node);
                 if marks.disruption_required && !marks.disruption_approved {
-                    n.node
-                        .annotations
+                    let node = std::sync::Arc::make_mut(&mut n.node);
+                    node.annotations
                         .remove(nodemgr_core::model::keys::ANNOTATION_DISRUPTION_REQUIRED);
-                    n.node.annotations.insert(
+                    node.annotations.insert(
                         nodemgr_core::model::keys::ANNOTATION_DISRUPTION_APPROVED.into(),
                         String::new(),
                     );

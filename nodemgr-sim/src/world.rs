@@ -14,6 +14,7 @@
 //! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
@@ -64,9 +65,14 @@ impl SimGroup {
 /// A node as the simulator keeps it.
 #[derive(Debug, Clone)]
 pub struct SimNode {
-    /// The node view (labels, annotations, taints, `unschedulable`); `ready` and
-    /// `last_heartbeat` are kept current by the run loop.
-    pub node: Node,
+    /// The node view (labels, annotations, taints, `unschedulable`); `ready` is kept current
+    /// by the run loop, the heartbeat is [`SimNode::last_heartbeat`]. Shared with the views
+    /// the simulated API hands out: change it with `Arc::make_mut` (which copies it when it is
+    /// shared), so that an unchanged node stays the same `Arc` ([`crate::api`]).
+    pub node: Arc<Node>,
+    /// The node's last Lease renewal, kept current by the run loop (outside
+    /// [`SimNode::node`]: a renewal is not a change of the Node; views get it folded in).
+    pub last_heartbeat: Option<Timestamp>,
     /// Group name.
     pub group: String,
     /// Zone.
@@ -86,6 +92,13 @@ pub struct SimNode {
 }
 
 impl SimNode {
+    /// The node with its heartbeat folded in (unversioned).
+    pub fn view(&self) -> Node {
+        let mut view = Node::clone(&self.node);
+        view.last_heartbeat = self.last_heartbeat;
+        view
+    }
+
     /// Whether the node is dark at `now`.
     pub fn is_dark(&self, now: Timestamp) -> bool {
         self.dark_since.is_some_and(|s| s <= now) && self.dark_until.is_none_or(|u| now < u)
@@ -246,6 +259,8 @@ struct WorldIndex {
     phases: Vec<(i64, String)>,
     /// The instant heartbeats were last brought up to date (`None`: all are due).
     heartbeats_at: Option<Timestamp>,
+    /// Node names by group (`SimNode::group`), for placing a group's pods.
+    by_group: BTreeMap<String, BTreeSet<String>>,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
 }
@@ -452,7 +467,8 @@ impl World {
         self.nodes.insert(
             name.clone(),
             SimNode {
-                node,
+                last_heartbeat: node.last_heartbeat,
+                node: Arc::new(node),
                 group: group.to_owned(),
                 zone,
                 agent: SimAgent::running(&name, &generation, now),
@@ -481,6 +497,11 @@ impl World {
         let at = self.index.phases.partition_point(|p| *p < key);
         self.index.phases.insert(at, key);
         self.index.fresh.insert(name.clone());
+        self.index
+            .by_group
+            .entry(group.to_owned())
+            .or_default()
+            .insert(name.clone());
         Some(name)
     }
 
@@ -533,8 +554,19 @@ impl World {
     /// Resource requests other than the pod count are not checked.
     pub fn pick_node(&self, wi: usize) -> Option<String> {
         let w = self.workloads.get(wi)?;
-        self.nodes
-            .values()
+        // The group's nodes from the index (in name order, as the map's), unless it is stale.
+        let candidates: Box<dyn Iterator<Item = &SimNode>> = match &w.group {
+            Some(group) if !self.index.stale => Box::new(
+                self.index
+                    .by_group
+                    .get(group)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|name| self.nodes.get(name)),
+            ),
+            _ => Box::new(self.nodes.values()),
+        };
+        candidates
             .filter(|n| {
                 w.group.as_deref().is_none_or(|g| g == n.group)
                     && n.node.ready
@@ -598,6 +630,9 @@ impl World {
         self.index.phases.retain(|(_, n)| n != name);
         self.index.special.remove(name);
         self.index.fresh.remove(name);
+        if let Some(names) = self.index.by_group.get_mut(&node.group) {
+            names.remove(name);
+        }
         let keys: Vec<String> = self
             .pods_by_node
             .remove(name)
@@ -806,13 +841,13 @@ impl World {
             Some(names) => {
                 for name in names {
                     if let Some(n) = self.nodes.get_mut(&name) {
-                        n.node.last_heartbeat = Some(heartbeat_at(period, start, n, now));
+                        n.last_heartbeat = Some(heartbeat_at(period, start, n, now));
                     }
                 }
             }
             None => {
                 for n in self.nodes.values_mut() {
-                    n.node.last_heartbeat = Some(heartbeat_at(period, start, n, now));
+                    n.last_heartbeat = Some(heartbeat_at(period, start, n, now));
                 }
             }
         }
@@ -832,13 +867,29 @@ impl World {
         if old == new {
             return;
         }
+        // The name taken out of the old entry goes into the new one.
+        let mut owned = None;
         if let Some(t) = old {
-            self.index.agent_due.remove(&(t, name.to_owned()));
-            self.index.agent_deadline.remove(name);
+            owned = self
+                .index
+                .agent_due
+                .take(&(t, name.to_owned()))
+                .map(|(_, n)| n);
         }
-        if let Some(t) = new {
-            self.index.agent_due.insert((t, name.to_owned()));
-            self.index.agent_deadline.insert(name.to_owned(), t);
+        match new {
+            Some(t) => {
+                let owned = owned.unwrap_or_else(|| name.to_owned());
+                match self.index.agent_deadline.get_mut(name) {
+                    Some(d) => *d = t,
+                    None => {
+                        self.index.agent_deadline.insert(owned.clone(), t);
+                    }
+                }
+                self.index.agent_due.insert((t, owned));
+            }
+            None => {
+                self.index.agent_deadline.remove(name);
+            }
         }
     }
 
@@ -857,6 +908,11 @@ impl World {
             let phase = i64::try_from(n.lease_phase.as_millis()).unwrap_or(i64::MAX);
             index.phases.push((phase, name.clone()));
             index.fresh.insert(name.clone());
+            index
+                .by_group
+                .entry(n.group.clone())
+                .or_default()
+                .insert(name.clone());
         }
         index.phases.sort();
         for (key, p) in &self.pods {
@@ -1121,9 +1177,18 @@ impl World {
         }
     }
 
-    /// Node views with current readiness (what `list_nodes` returns).
+    /// Node views with current readiness and heartbeats, unversioned, in name order.
     pub fn node_views(&self) -> Vec<Node> {
-        self.nodes.values().map(|n| n.node.clone()).collect()
+        self.nodes.values().map(SimNode::view).collect()
+    }
+
+    /// Every node versioned by the simulated API, in name order (what `list_nodes` returns):
+    /// the shared views of [`crate::api::SimApiServer::list_shared`], the same `Arc` for a node
+    /// as long as it does not change (their heartbeats may be older than
+    /// [`SimNode::last_heartbeat`]).
+    pub fn versioned_nodes(&mut self) -> Vec<Arc<Node>> {
+        let nodes = self.nodes.values().map(|n| (&n.node, n.last_heartbeat));
+        self.api.list_shared(nodes)
     }
 }
 
@@ -1158,8 +1223,10 @@ fn refresh_node(
     let silent = now.saturating_since(hb) > grace;
     let ready = !(restarting || scripted || silent);
     let was = n.node.ready;
-    n.node.last_heartbeat = Some(hb);
-    n.node.ready = ready;
+    n.last_heartbeat = Some(hb);
+    if was != ready {
+        Arc::make_mut(&mut n.node).ready = ready;
+    }
     if was == ready {
         return None;
     }

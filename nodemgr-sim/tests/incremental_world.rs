@@ -121,7 +121,7 @@ fn outcome(w: &World) -> String {
     }
     out.push_str(&format!("{:?}\n", w.stats));
     for n in w.nodes.values() {
-        out.push_str(&format!("{:?}\n", n.node));
+        out.push_str(&format!("{:?}\n", n.view()));
     }
     for (k, p) in &w.pods {
         out.push_str(&format!(

@@ -49,7 +49,7 @@ fn outcome(scenario: &Scenario, seed: u64) -> (String, usize) {
     h.write(format!("{:?}", w.stats).as_bytes());
     h.write(format!("{:?}", w.recorded_events).as_bytes());
     for (name, n) in &w.nodes {
-        h.write(format!("{name} {:?} {} {}", n.node, n.group, n.zone).as_bytes());
+        h.write(format!("{name} {:?} {} {}", n.view(), n.group, n.zone).as_bytes());
     }
     for (key, p) in &w.pods {
         h.write(format!("{key} {:?} {:?}", p.pod, p.terminating_until).as_bytes());

@@ -8,6 +8,7 @@
 //! conflict, a new bundle, a restart) leads to the same decision as a fresh start would.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bashible::{Step, configuration_checksum};
@@ -178,7 +179,7 @@ struct Sleep {
 pub struct Agent {
     config: AgentConfig,
     files: StateFiles,
-    bundle: Option<Verified>,
+    bundle: Option<Arc<Verified>>,
     bundle_fresh: bool,
     /// The bundle this agent stored in `bundle_steps/`.
     stored: Option<String>,
@@ -379,7 +380,7 @@ impl Agent {
             }
             self.step_failures = 0;
         }
-        self.bundle = Some(verified);
+        self.bundle = Some(Arc::new(verified));
         self.bundle_fresh = true;
         self.decide(now);
     }

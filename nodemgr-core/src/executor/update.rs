@@ -12,11 +12,13 @@
 //! # One step ([`UpdateExecutor::step`])
 //! 1. **Snapshot**: node groups, nodes and desired configuration checksums. A failure here ends
 //!    the step with an error and changes nothing. The nodes come from the port's cache
-//!    ([`ClusterRead::list_nodes`](crate::ports::ClusterRead::list_nodes)) only when it is at
+//!    ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared), the
+//!    nodes of [`ClusterRead::list_nodes`](crate::ports::ClusterRead::list_nodes) as
+//!    `Arc<Node>`) only when it is at
 //!    least as new as every write this executor made and every direct read it did
 //!    ([`KnownVersions`], read-your-writes); otherwise, and on the first step of a new
 //!    executor, they are read directly from the API
-//!    ([`ClusterRead::list_nodes_fresh`](crate::ports::ClusterRead::list_nodes_fresh)).
+//!    ([`ClusterRead::list_nodes_fresh_shared`](crate::ports::ClusterRead::list_nodes_fresh_shared)).
 //! 2. **Plan and apply**: [`crate::update::plan_updates_detailed`] at `now`; each command becomes
 //!    one node patch ([`command_patch`]) carrying the resourceVersion of the node the plan saw
 //!    as a precondition. When the node changed since (HTTP 409, [`ClusterError::Conflict`]),
@@ -29,6 +31,9 @@
 //!    the machine is the machine port's job (the simulator replaces the node itself). A failed
 //!    command is reported and the others still run; the planner's guarantee that a partially
 //!    applied plan never overshoots `maxConcurrent` makes that safe.
+//!    A group is not planned again when its previous plan had no command, it has no disruption
+//!    window and the group, its desired checksum and its nodes (the very same `Arc`s) are
+//!    unchanged: its plan would be the same ([`UpdateExecutor::set_skip_unchanged`]).
 //! 3. **Drains**: every node carrying `update.node.deckhouse.io/draining` (any source, as
 //!    Deckhouse's `handle_draining`) gets a [`Drain`] if it has none (so drains survive an
 //!    executor restart, with the timeout counted from the restart); a drain whose node vanished
@@ -38,6 +43,15 @@
 //!    `nodeDrainTimeoutSecond`) forced deletions with grace period 0 and a UID precondition. A
 //!    finished drain (completed or timed out, docs/deckhouse.md §3.3) replaces `draining=<source>` by
 //!    `drained=<source>`. A `drained=user` on a schedulable node is removed (docs/deckhouse.md §3.3).
+//!    Only the nodes carrying `draining` or `drained` are looked at; which nodes do is read
+//!    again only for the nodes whose `Arc` changed since the previous step.
+//!
+//! # Cost of a step
+//! With a port that shares unchanged nodes between lists (the simulator's), a step reads again
+//! only what changed: the update marks of changed nodes, the plans of groups with a changed
+//! node (or a window), the drain-marked nodes. What remains proportional to the cluster's size
+//! is cheap per node: comparing pointers and names in one walk over the list, and the port's
+//! list itself (`nodemgr-sim/README.md`, "Performance").
 //!
 //! # Guarantees
 //! - Only the planner decides approvals; the executor adds none, so the planner's limits
@@ -56,6 +70,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::scaling::disruption_event;
@@ -67,7 +82,9 @@ use crate::ports::{
     Precondition, RecordedEvent,
 };
 use crate::read_your_writes::KnownVersions;
-use crate::update::{DrainSource, UpdateCommand, plan_updates_detailed};
+use crate::update::{
+    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_update_marked,
+};
 
 /// How many times one step plans again after a decision met a changed node (HTTP 409).
 pub const MAX_REPLANS: usize = 3;
@@ -231,11 +248,165 @@ pub struct StepReport {
 }
 
 /// The update executor (see the module docs). Keeps drain state and the node versions it
-/// knows of between steps.
+/// knows of between steps, and what it needs to skip the work an unchanged cluster asks for
+/// (the groups planned with no command and their inputs, the nodes carrying drain marks).
 #[derive(Debug, Clone, Default)]
 pub struct UpdateExecutor {
     drains: BTreeMap<String, ActiveDrain>,
     known: KnownVersions,
+    /// Groups whose last plan had no command, by name, with the inputs it came from.
+    planned: BTreeMap<String, PlannedGroup>,
+    /// Plan every group at every step (see [`UpdateExecutor::set_skip_unchanged`]).
+    plan_every_group: bool,
+    /// What the last step read from each node (groups, update marks, drain marks).
+    cache: NodeCache,
+}
+
+/// A group whose plan had no command, with the inputs it was planned from. The planner is a
+/// pure function of the group, its desired checksum, its nodes and — only through the
+/// disruption windows — `now`; a group without windows planned again from the very same
+/// inputs gets the very same plan, so it is not planned again.
+#[derive(Debug, Clone)]
+struct PlannedGroup {
+    group: NodeGroup,
+    desired: String,
+    /// The group's nodes as the port listed them; the same `Arc`s mean the same nodes.
+    nodes: Vec<Arc<Node>>,
+    blocked: Vec<String>,
+}
+
+impl PlannedGroup {
+    /// Whether planning `group` from these inputs repeats this plan.
+    fn same_inputs<'a>(
+        &self,
+        group: &NodeGroup,
+        desired: &str,
+        nodes: impl ExactSizeIterator<Item = &'a Arc<Node>>,
+    ) -> bool {
+        self.desired == desired
+            && self.nodes.len() == nodes.len()
+            && self.nodes.iter().zip(nodes).all(|(a, b)| Arc::ptr_eq(a, b))
+            && self.group == *group
+    }
+}
+
+/// Whether a group's plan depends on `now`: only through its disruption windows
+/// (`disruptions.automatic.windows`, `disruptions.rollingUpdate.windows`, docs/deckhouse.md §3.2).
+fn plan_depends_on_time(group: &NodeGroup) -> bool {
+    !group.spec.automatic_windows().is_empty() || !group.spec.rolling_update_windows().is_empty()
+}
+
+/// Whether a node list is strictly sorted by name (then nodes are found by binary search and
+/// compared with the previous list in one merge walk).
+fn sorted_by_name(nodes: &[Arc<Node>]) -> bool {
+    nodes.windows(2).all(|w| match w {
+        [a, b] => a.name < b.name,
+        _ => true,
+    })
+}
+
+/// Finds nodes of a list by name: binary search in a list sorted by name, a map otherwise.
+struct NodeIndex {
+    map: Option<BTreeMap<String, usize>>,
+}
+
+impl NodeIndex {
+    fn new(nodes: &[Arc<Node>]) -> Self {
+        let map = (!sorted_by_name(nodes)).then(|| {
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.clone(), i))
+                .collect()
+        });
+        Self { map }
+    }
+
+    fn get(&self, nodes: &[Arc<Node>], name: &str) -> Option<usize> {
+        match &self.map {
+            Some(map) => map.get(name).copied(),
+            None => nodes.binary_search_by(|n| n.name.as_str().cmp(name)).ok(),
+        }
+    }
+}
+
+/// What a step reads from one node, kept from one step's node list to the next.
+#[derive(Debug, Clone)]
+struct NodeFacts {
+    node: Arc<Node>,
+    /// `node.deckhouse.io/group`.
+    group: Option<String>,
+    marks: UpdateMarks,
+}
+
+impl NodeFacts {
+    fn of(node: &Arc<Node>) -> Self {
+        Self {
+            node: Arc::clone(node),
+            group: node.group().map(str::to_owned),
+            marks: UpdateMarks::of(node),
+        }
+    }
+
+    /// Whether the node carries a drain mark (`draining` or `drained`): the only nodes the
+    /// drain half of a step looks at.
+    fn drain_marked(&self) -> bool {
+        self.marks.draining.is_some() || self.marks.drained.is_some()
+    }
+}
+
+/// The facts of the last node list a step looked at, in its order, and the names of the nodes
+/// carrying a drain mark. When both the last list and the new one are sorted by name, only the
+/// nodes whose `Arc` changed are read again (one merge walk); otherwise every node is.
+#[derive(Debug, Clone, Default)]
+struct NodeCache {
+    facts: Vec<NodeFacts>,
+    sorted: bool,
+    marked: BTreeSet<String>,
+}
+
+impl NodeCache {
+    /// Brings the facts up to date with `nodes`; `rescan` reads every node again.
+    fn update(&mut self, nodes: &[Arc<Node>], rescan: bool) {
+        let sorted = sorted_by_name(nodes);
+        if rescan || !sorted || !self.sorted || self.facts.is_empty() {
+            self.facts = nodes.iter().map(NodeFacts::of).collect();
+            self.marked = self
+                .facts
+                .iter()
+                .filter(|f| f.drain_marked())
+                .map(|f| f.node.name.clone())
+                .collect();
+            self.sorted = sorted;
+            return;
+        }
+        let mut previous = std::mem::take(&mut self.facts).into_iter().peekable();
+        let mut facts = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            while let Some(gone) = previous.next_if(|p| p.node.name < node.name) {
+                self.marked.remove(&gone.node.name);
+            }
+            match previous.next_if(|p| p.node.name == node.name) {
+                Some(p) if Arc::ptr_eq(&p.node, node) => facts.push(p),
+                _ => {
+                    let fresh = NodeFacts::of(node);
+                    if fresh.drain_marked() {
+                        if !self.marked.contains(&node.name) {
+                            self.marked.insert(node.name.clone());
+                        }
+                    } else {
+                        self.marked.remove(&node.name);
+                    }
+                    facts.push(fresh);
+                }
+            }
+        }
+        for gone in previous {
+            self.marked.remove(&gone.node.name);
+        }
+        self.facts = facts;
+        self.sorted = sorted;
+    }
 }
 
 /// The node patch an update command stands for (`None` for `ReplaceMachine`, which patches
@@ -303,6 +474,88 @@ impl UpdateExecutor {
     /// The drains in progress, by node name.
     pub fn drains(&self) -> &BTreeMap<String, ActiveDrain> {
         &self.drains
+    }
+
+    /// Whether a step plans again only the groups whose inputs changed (the default, `true`)
+    /// or every group. A group is skipped when its previous plan had no command, it has no
+    /// disruption window (the only way `now` enters a plan) and the group, its desired
+    /// checksum and its nodes are the same as then — the nodes being the very same `Arc`s,
+    /// which only ports that share unchanged nodes between lists hand out
+    /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared)).
+    /// Its plan is then the previous one (no command, the same blocked reasons). Likewise the
+    /// drain half looks again only at the nodes that changed for their drain marks. `false`
+    /// plans every group and looks at every node, for tests comparing both.
+    pub fn set_skip_unchanged(&mut self, skip: bool) {
+        self.plan_every_group = !skip;
+        self.planned.clear();
+    }
+
+    /// Plans every group with a desired checksum, in the order of `groups`, as
+    /// [`crate::update::plan_updates_detailed`] does, except that a group planned before from the same inputs
+    /// with no command keeps that plan (see [`UpdateExecutor::set_skip_unchanged`]).
+    fn plan(
+        &mut self,
+        groups: &[NodeGroup],
+        checksums: &BTreeMap<String, String>,
+        nodes: &[Arc<Node>],
+        now: Timestamp,
+    ) -> Vec<(String, UpdatePlan)> {
+        self.cache.update(nodes, self.plan_every_group);
+        let mut by_group: BTreeMap<&str, Vec<&NodeFacts>> = BTreeMap::new();
+        // Lists are mostly in name order, and names mostly start with the group's: nodes of
+        // one group come in runs, gathered before they join the map.
+        let mut run: Option<(&str, Vec<&NodeFacts>)> = None;
+        for facts in &self.cache.facts {
+            let Some(group) = facts.group.as_deref() else {
+                continue;
+            };
+            match &mut run {
+                Some((current, members)) if *current == group => members.push(facts),
+                _ => {
+                    if let Some((current, members)) = run.replace((group, vec![facts])) {
+                        by_group.entry(current).or_default().extend(members);
+                    }
+                }
+            }
+        }
+        if let Some((current, members)) = run {
+            by_group.entry(current).or_default().extend(members);
+        }
+        let mut plans = Vec::with_capacity(groups.len());
+        for group in groups {
+            let Some(desired) = checksums.get(group.name()) else {
+                continue;
+            };
+            let members = by_group.remove(group.name()).unwrap_or_default();
+            if !self.plan_every_group
+                && let Some(previous) = self.planned.get(group.name())
+                && previous.same_inputs(group, desired, members.iter().map(|f| &f.node))
+            {
+                let plan = UpdatePlan {
+                    commands: Vec::new(),
+                    blocked: previous.blocked.clone(),
+                };
+                plans.push((group.name().to_owned(), plan));
+                continue;
+            }
+            let marked = members.iter().map(|f| (&*f.node, f.marks)).collect();
+            let plan = plan_group_update_marked(group, desired, marked, now);
+            if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
+                self.planned.insert(
+                    group.name().to_owned(),
+                    PlannedGroup {
+                        group: group.clone(),
+                        desired: desired.clone(),
+                        nodes: members.iter().map(|f| Arc::clone(&f.node)).collect(),
+                        blocked: plan.blocked.clone(),
+                    },
+                );
+            } else {
+                self.planned.remove(group.name());
+            }
+            plans.push((group.name().to_owned(), plan));
+        }
+        plans
     }
 
     /// When a step next has something to do without new input: the earliest eviction retry or
@@ -394,7 +647,7 @@ impl UpdateExecutor {
         let groups = cluster.list_node_groups().await?;
         let checksums = cluster.configuration_checksums().await?;
         let mut report = StepReport::default();
-        let cached = cluster.list_nodes().await?;
+        let cached = cluster.list_nodes_shared().await?;
         let mut nodes = if self.known.is_satisfied_by(&cached) {
             cached
         } else {
@@ -435,8 +688,8 @@ impl UpdateExecutor {
         &mut self,
         cluster: &C,
         report: &mut StepReport,
-    ) -> Result<Vec<Node>, ClusterError> {
-        let fresh = cluster.list_nodes_fresh().await?;
+    ) -> Result<Vec<Arc<Node>>, ClusterError> {
+        let fresh = cluster.list_nodes_fresh_shared().await?;
         self.known.handle_fresh_read(&fresh);
         report.fresh_reads += 1;
         Ok(fresh)
@@ -454,23 +707,21 @@ impl UpdateExecutor {
         Ok(updated)
     }
 
-    /// Plans every group and applies the commands. Returns the conflict that stopped it when a
-    /// command met a node changed since `nodes` was read (the rest of the plans is dropped).
+    /// Plans every group (as [`crate::update::plan_updates_detailed`] does, skipping the groups whose inputs
+    /// did not change, see [`UpdateExecutor::set_skip_unchanged`]) and applies the commands.
+    /// Returns the conflict that stopped it when a command met a node changed since `nodes`
+    /// was read (the rest of the plans is dropped).
     async fn apply_plans<C: ClusterApi + ?Sized>(
         &mut self,
         cluster: &C,
         groups: &[NodeGroup],
         checksums: &BTreeMap<String, String>,
-        nodes: &mut [Node],
+        nodes: &mut [Arc<Node>],
         now: Timestamp,
         report: &mut StepReport,
     ) -> Option<ActionError> {
-        let plans = plan_updates_detailed(groups, checksums, nodes, now);
-        let index: BTreeMap<String, usize> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.clone(), i))
-            .collect();
+        let plans = self.plan(groups, checksums, nodes, now);
+        let index = NodeIndex::new(nodes);
         report.blocked.clear();
         for (group, plan) in plans {
             if !plan.blocked.is_empty() {
@@ -480,13 +731,13 @@ impl UpdateExecutor {
                 let name = command.node().to_owned();
                 if let Some(patch) = command_patch(&command) {
                     let seen = index
-                        .get(&name)
-                        .map(|&i| nodes[i].resource_version.as_str());
+                        .get(nodes, &name)
+                        .map(|i| nodes[i].resource_version.as_str());
                     let patch = patch.if_resource_version(seen.unwrap_or_default());
                     match Self::patch_node(&mut self.known, cluster, &name, &patch).await {
                         Ok(updated) => {
-                            if let Some(&i) = index.get(&name) {
-                                nodes[i] = updated;
+                            if let Some(i) = index.get(nodes, &name) {
+                                nodes[i] = Arc::new(updated);
                             }
                         }
                         Err(source @ ClusterError::Conflict { .. }) => {
@@ -530,17 +781,27 @@ impl UpdateExecutor {
         &mut self,
         cluster: &C,
         groups: &[NodeGroup],
-        nodes: &[Node],
+        nodes: &[Arc<Node>],
         now: Timestamp,
         report: &mut StepReport,
     ) {
-        let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let index = NodeIndex::new(nodes);
+        let find = |name: &str| index.get(nodes, name).map(|i| &*nodes[i]);
+        self.cache.update(nodes, self.plan_every_group);
+        // Only nodes carrying `draining` or `drained` take part below, in list order.
+        let mut marked: Vec<(usize, &Node)> = self
+            .cache
+            .marked
+            .iter()
+            .filter_map(|name| index.get(nodes, name).map(|i| (i, &*nodes[i])))
+            .collect();
+        marked.sort_by_key(|(i, _)| *i);
 
         // Drop drains whose node vanished or is no longer marked `draining`.
         let stale: Vec<(String, String)> = self
             .drains
             .keys()
-            .filter_map(|name| match by_name.get(name.as_str()) {
+            .filter_map(|name| match find(name.as_str()) {
                 None => Some((name.clone(), "the node no longer exists".to_owned())),
                 Some(n) if !n.has_annotation(keys::ANNOTATION_DRAINING) => Some((
                     name.clone(),
@@ -557,7 +818,7 @@ impl UpdateExecutor {
         }
 
         // A person's `drained=user` on a node they made schedulable again is removed.
-        for node in nodes {
+        for &(_, node) in &marked {
             if !node.unschedulable
                 && node
                     .annotations
@@ -583,8 +844,9 @@ impl UpdateExecutor {
             .iter()
             .map(|g| (g.name(), DrainConfig::for_group(g)))
             .collect();
-        let draining: Vec<&Node> = nodes
+        let draining: Vec<&Node> = marked
             .iter()
+            .map(|&(_, n)| n)
             .filter(|n| n.has_annotation(keys::ANNOTATION_DRAINING))
             .collect();
         for node in draining {

@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -451,6 +452,27 @@ pub trait ClusterRead: Send + Sync {
     /// cache override it.
     async fn list_nodes_fresh(&self) -> Result<Vec<Node>, ClusterError> {
         self.list_nodes().await
+    }
+
+    /// [`ClusterRead::list_nodes`] with the nodes shared rather than copied. A port that keeps
+    /// its nodes as `Arc<Node>` hands out the same `Arc` for a node as long as the node does
+    /// not change (the update executor then plans again only the groups with a changed node,
+    /// [`crate::executor::UpdateExecutor`]); [`Node::last_heartbeat`] may be older than in
+    /// [`ClusterRead::list_nodes`] (a Lease renewal is not a change of the Node). The default
+    /// wraps [`ClusterRead::list_nodes`].
+    async fn list_nodes_shared(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
+        Ok(self.list_nodes().await?.into_iter().map(Arc::new).collect())
+    }
+
+    /// [`ClusterRead::list_nodes_fresh`] shared as [`ClusterRead::list_nodes_shared`]. The
+    /// default wraps [`ClusterRead::list_nodes_fresh`].
+    async fn list_nodes_fresh_shared(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
+        Ok(self
+            .list_nodes_fresh()
+            .await?
+            .into_iter()
+            .map(Arc::new)
+            .collect())
     }
 
     /// Every Pod bound or not, in every namespace (terminated ones included; callers filter).

@@ -44,13 +44,23 @@ pub(super) fn scaling_gate(group: &NodeGroup, ready: usize) -> Option<String> {
 /// Plans the next update steps of one group at `now` (see the module docs for the phases and
 /// guarantees).
 pub fn plan_group_update(snapshot: &GroupSnapshot<'_>, now: Timestamp) -> UpdatePlan {
-    let group = snapshot.group;
-    let desired = snapshot.desired_checksum;
-    let mut nodes: Vec<(&Node, UpdateMarks)> = snapshot
+    let nodes: Vec<(&Node, UpdateMarks)> = snapshot
         .nodes
         .iter()
         .map(|n| (*n, UpdateMarks::of(n)))
         .collect();
+    plan_group_update_marked(snapshot.group, snapshot.desired_checksum, nodes, now)
+}
+
+/// [`plan_group_update`] for nodes whose [`UpdateMarks`] the caller already read (each
+/// `UpdateMarks::of` its node): the update executor keeps them for the nodes that did not
+/// change since its previous step.
+pub fn plan_group_update_marked(
+    group: &NodeGroup,
+    desired: &str,
+    mut nodes: Vec<(&Node, UpdateMarks)>,
+    now: Timestamp,
+) -> UpdatePlan {
     nodes.sort_by(|a, b| a.0.name.cmp(&b.0.name));
 
     let limit = max_concurrent(group, nodes.len());
@@ -65,7 +75,7 @@ pub fn plan_group_update(snapshot: &GroupSnapshot<'_>, now: Timestamp) -> Update
 
     // Phase 1: finish nodes that run the desired configuration.
     for (node, marks) in &nodes {
-        if node.ready && !desired.is_empty() && node.checksum() == Some(desired) && marks.ours() {
+        if node.ready && marks.ours() && !desired.is_empty() && node.checksum() == Some(desired) {
             plan.commands.push(UpdateCommand::Finish {
                 node: node.name.clone(),
                 uncordon: marks.cordoned_by_us(),

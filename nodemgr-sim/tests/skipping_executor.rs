@@ -1,0 +1,232 @@
+//! The update executor's skipping of unchanged groups (`UpdateExecutor::set_skip_unchanged`)
+//! changes no decision: random clusters run once with an executor that plans again only the
+//! groups whose inputs changed (the default) and once with one that plans every group at every
+//! step end with the same timeline, counters, recorded events and cluster.
+//!
+//! Random clusters: 1–3 groups of 1–6 nodes in 1–3 zones, CloudPermanent or CloudEphemeral,
+//! approval modes Automatic (with or without `drainBeforeApproval`), Manual and RollingUpdate,
+//! disruption windows that open and close during the run, `maxConcurrent` as an integer or a
+//! percentage, drain timeouts, blocking PodDisruptionBudgets, 1–3 changes of every impact per
+//! group, operator approvals, and faults: nodes NotReady or dark, slow agents, refused
+//! evictions, API errors, a lagging watch cache, controller restarts with a skewed clock.
+//!
+//! `PROPTEST_CASES=500 cargo test --release -p nodemgr-sim --test skipping_executor` runs
+//! more cases (the default is 48).
+
+use nodemgr_sim::{Scenario, Simulation, UpdateController, World};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone)]
+struct Group {
+    nodes: usize,
+    zones: usize,
+    ephemeral: bool,
+    mode: &'static str,
+    drain_first: bool,
+    max_concurrent: Value,
+    drain_timeout: Option<u64>,
+    window: Option<(u32, u32)>,
+    changes: Vec<(&'static str, u64)>,
+    blocking_pdb: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    groups: Vec<Group>,
+    faults: Vec<(u8, usize, usize, u64, u64)>,
+}
+
+fn group() -> impl Strategy<Value = Group> {
+    (
+        (
+            1usize..=6,
+            1usize..=3,
+            any::<bool>(),
+            prop::sample::select(vec!["Automatic", "Manual", "RollingUpdate"]),
+            any::<bool>(),
+            prop_oneof![
+                (1u64..=3).prop_map(|n| json!(n)),
+                prop::sample::select(vec!["25%", "50%"]).prop_map(|p| json!(p)),
+            ],
+        ),
+        (
+            prop::option::of(30u64..=400),
+            prop::option::of((0u32..50, 5u32..30)),
+            prop::collection::vec(
+                (
+                    prop::sample::select(vec!["none", "kubelet-restart", "disruptive"]),
+                    0u64..2400,
+                ),
+                1..=3,
+            ),
+            any::<bool>(),
+        ),
+    )
+        .prop_map(
+            |(
+                (nodes, zones, ephemeral, mode, drain_first, max_concurrent),
+                (drain_timeout, window, changes, blocking_pdb),
+            )| Group {
+                nodes,
+                zones,
+                ephemeral,
+                mode,
+                drain_first,
+                max_concurrent,
+                drain_timeout,
+                window,
+                changes,
+                blocking_pdb,
+            },
+        )
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        prop::collection::vec(group(), 1..=3),
+        prop::collection::vec((0u8..7, 0usize..3, 0usize..6, 0u64..3000, 10u64..400), 0..6),
+    )
+        .prop_map(|(groups, faults)| Case { groups, faults })
+}
+
+/// `HH:MM` of `minutes` after midnight.
+fn hhmm(minutes: u32) -> String {
+    format!("{:02}:{:02}", minutes / 60, minutes % 60)
+}
+
+fn scenario(c: &Case) -> Scenario {
+    let zones = ["zone-a", "zone-b", "zone-c"];
+    let mut groups = Vec::new();
+    let mut workloads =
+        vec![json!({"name": "exporter", "namespace": "monitoring", "kind": "DaemonSet"})];
+    let mut pdbs = Vec::new();
+    let mut events = Vec::new();
+    for (i, g) in c.groups.iter().enumerate() {
+        let name = format!("g{i}");
+        let mut disruptions = json!({"approvalMode": g.mode,
+                                     "automatic": {"drainBeforeApproval": g.drain_first}});
+        if let Some((from, len)) = g.window {
+            let window = json!([{"from": hhmm(from), "to": hhmm(from + len)}]);
+            disruptions["automatic"]["windows"] = window.clone();
+            disruptions["rollingUpdate"] = json!({"windows": window});
+        }
+        let mut spec = json!({
+            "nodeType": if g.ephemeral { "CloudEphemeral" } else { "CloudPermanent" },
+            "update": {"maxConcurrent": g.max_concurrent},
+            "disruptions": disruptions,
+        });
+        if let Some(t) = g.drain_timeout {
+            spec["nodeDrainTimeoutSecond"] = json!(t);
+        }
+        groups.push(
+            json!({"name": name, "nodes": g.nodes, "zones": &zones[..g.zones], "spec": spec}),
+        );
+        let app = format!("app{i}");
+        workloads.push(
+            json!({"name": app, "kind": "Deployment", "replicas": g.nodes + 1,
+                              "group": name, "terminationGracePeriod": "5s"}),
+        );
+        workloads.push(
+            json!({"name": format!("db{i}"), "kind": "StatefulSet", "replicas": 1, "group": name}),
+        );
+        if g.blocking_pdb {
+            pdbs.push(
+                json!({"name": format!("db{i}"), "selector": {"app": format!("db{i}")},
+                             "minAvailable": 1}),
+            );
+        } else {
+            pdbs.push(json!({"name": app, "selector": {"app": app}, "maxUnavailable": 1}));
+        }
+        for (impact, at) in &g.changes {
+            events
+                .push(json!({"at": format!("{at}s"), "change": {"group": name, "impact": impact}}));
+            if g.mode == "Manual" {
+                events.push(
+                    json!({"at": format!("{}s", at + 240), "approveDisruption": {"group": name}}),
+                );
+            }
+        }
+    }
+    for (kind, g, n, at, dur) in &c.faults {
+        let gi = g % c.groups.len();
+        let node = format!("g{gi}-{}", n % c.groups[gi].nodes);
+        let at = format!("{at}s");
+        let lasting = format!("{dur}s");
+        events.push(match kind {
+            0 => json!({"at": at, "nodeNotReady": {"node": node, "for": lasting}}),
+            1 => json!({"at": at, "nodeDark": {"node": node, "for": lasting}}),
+            2 => json!({"at": at, "slowAgent": {"node": node, "extraDelay": "30s"}}),
+            3 => json!({"at": at, "refuseEvictions": {"selector": {"app": format!("app{gi}")},
+                                                      "for": lasting}}),
+            4 => json!({"at": at, "apiErrors": {"for": format!("{}s", dur / 10 + 5),
+                                                "operations": ["patch", "list"]}}),
+            5 => json!({"at": at, "watchLag": {"for": lasting, "lag": "15s"}}),
+            _ => json!({"at": at, "restartControllers": {"clockSkew": "+20s"}}),
+        });
+    }
+    let value = json!({
+        "name": "skipping", "duration": "60m", "reconcilePeriod": "10s",
+        "agent": {"delay": "20s", "jitter": "7s", "kubeletRestart": "5s", "reboot": "30s"},
+        "updates": false,
+        "groups": groups, "workloads": workloads, "pdbs": pdbs, "events": events,
+    });
+    match Scenario::from_yaml(&value.to_string()) {
+        Ok(s) => s,
+        Err(e) => panic!("generated scenario rejected: {e}\n{value:#}"),
+    }
+}
+
+/// Everything a run leaves: the timeline, counters, recorded events and the cluster.
+fn outcome(w: &World) -> String {
+    let mut out = String::new();
+    for e in &w.timeline.events {
+        out.push_str(&format!(
+            "{}\t{}\t{:?}\t{:?}\t{:?}\t{}\n",
+            e.at_ms, e.kind, e.node, e.group, e.pod, e.message
+        ));
+    }
+    out.push_str(&format!("{:?}\n", w.stats));
+    for e in &w.recorded_events {
+        out.push_str(&format!("{e:?}\n"));
+    }
+    for n in w.nodes.values() {
+        out.push_str(&format!("{:?}\n", n.view()));
+    }
+    for (k, p) in &w.pods {
+        out.push_str(&format!("{k} {:?} {:?}\n", p.pod, p.terminating_until));
+    }
+    out
+}
+
+fn run(s: &Scenario, seed: u64, skip: bool) -> String {
+    let mut sim = Simulation::new(s, seed);
+    let start = sim.now();
+    let controller = UpdateController::new(start, s.reconcile_period.0).skip_unchanged(skip);
+    sim.add_controller(Box::new(controller));
+    while sim.step() {}
+    outcome(sim.world())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn skipping_unchanged_groups_changes_no_decision(c in case(), seed in 0u64..1000) {
+        let s = scenario(&c);
+        let (skipping, planning_all) = (run(&s, seed, true), run(&s, seed, false));
+        if skipping != planning_all {
+            let first = skipping
+                .lines()
+                .zip(planning_all.lines())
+                .position(|(x, y)| x != y)
+                .unwrap_or(0);
+            prop_assert!(
+                false,
+                "outcomes differ from line {first}:\nskipping:     {:?}\nplanning all: {:?}",
+                skipping.lines().nth(first),
+                planning_all.lines().nth(first)
+            );
+        }
+    }
+}
