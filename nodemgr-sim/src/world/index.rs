@@ -1,0 +1,198 @@
+//! The indexes that make an instant cost what changes in it: each agent's next deadline,
+//! terminating pods by end of grace period, and the next instant at which the world changes by
+//! itself; `invalidate_indexes` for code that changed the world behind their back.
+
+use super::liveness::{heartbeat_at, is_special};
+use super::*;
+
+impl World {
+    /// Re-indexes `name`'s agent deadline after its agent changed.
+    pub(crate) fn reindex_agent(&mut self, name: &str) {
+        let new = self.nodes.get(name).and_then(|n| n.agent.next_deadline());
+        let old = self.index.agent_deadline.get(name).copied();
+        if old == new {
+            return;
+        }
+        // The name taken out of the old entry goes into the new one.
+        let mut owned = None;
+        if let Some(t) = old {
+            owned = self
+                .index
+                .agent_due
+                .take(&(t, name.to_owned()))
+                .map(|(_, n)| n);
+        }
+        match new {
+            Some(t) => {
+                let owned = owned.unwrap_or_else(|| name.to_owned());
+                match self.index.agent_deadline.get_mut(name) {
+                    Some(d) => *d = t,
+                    None => {
+                        self.index.agent_deadline.insert(owned.clone(), t);
+                    }
+                }
+                self.index.agent_due.insert((t, owned));
+            }
+            None => {
+                self.index.agent_deadline.remove(name);
+            }
+        }
+    }
+
+    /// Rebuilds the indexes from the nodes and pods (after [`World::invalidate_indexes`]);
+    /// the next instant refreshes every node.
+    pub(super) fn rebuild_indexes(&mut self) {
+        let mut index = WorldIndex::default();
+        for (name, n) in &self.nodes {
+            if let Some(t) = n.agent.next_deadline() {
+                index.agent_due.insert((t, name.clone()));
+                index.agent_deadline.insert(name.clone(), t);
+            }
+            if is_special(n) {
+                index.special.insert(name.clone());
+            }
+            let phase = i64::try_from(n.lease_phase.as_millis()).unwrap_or(i64::MAX);
+            index.phases.push((phase, name.clone()));
+            index.fresh.insert(name.clone());
+            index
+                .by_group
+                .entry(n.group.clone())
+                .or_default()
+                .insert(name.clone());
+        }
+        index.phases.sort();
+        for (key, p) in &self.pods {
+            if let Some(u) = p.terminating_until {
+                index.terminating.insert((u, key.clone()));
+            }
+        }
+        self.index = index;
+    }
+
+    /// Declares that nodes' agents or fault fields (`not_ready_until`, `dark_since`,
+    /// `dark_until`) or pods' `terminating_until` were changed directly rather than through
+    /// the world's methods: the world re-reads them all before it next needs them. The run
+    /// loop calls this after every controller added with [`crate::Simulation::add_controller`]
+    /// and when it hands out the world mutably.
+    pub fn invalidate_indexes(&mut self) {
+        self.index.stale = true;
+    }
+
+    /// Declares that node `name`'s fault fields (`not_ready_until`, `dark_since`,
+    /// `dark_until`) were set: from now on its readiness and deadlines are looked at at every
+    /// instant.
+    pub fn touch_node(&mut self, name: &str) {
+        if self.nodes.get(name).is_some_and(is_special) {
+            self.index.special.insert(name.to_owned());
+        }
+    }
+
+    /// Pod `key` terminates (its grace period runs) until `until`.
+    pub fn terminate_pod(&mut self, key: &str, until: Timestamp) {
+        if let Some(p) = self.pods.get_mut(key) {
+            p.terminating_until = Some(until);
+            self.index.terminating.insert((until, key.to_owned()));
+        }
+    }
+
+    /// The earliest future time at which the world changes by itself (agent wake-ups, pods
+    /// finishing termination or coming back, nodes provisioned, readiness flips of dark or
+    /// scripted nodes, fault windows ending), strictly after `now`.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        if self.index.stale {
+            return self.next_deadline_scan();
+        }
+        let now = self.now;
+        let after_now = (now + Duration::from_millis(1), String::new());
+        let mut next: Option<Timestamp> = None;
+        let mut consider = |t: Timestamp| {
+            if t > now && next.is_none_or(|n| t < n) {
+                next = Some(t);
+            }
+        };
+        if let Some((t, _)) = self.agenda.iter().next() {
+            consider(*t);
+        }
+        self.pending_pods.iter().for_each(|p| consider(p.at));
+        self.pending_nodes.iter().for_each(|(t, _)| consider(*t));
+        if let Some((t, _)) = self.index.terminating.range(&after_now..).find(|(t, key)| {
+            self.pods
+                .get(key)
+                .is_some_and(|p| p.terminating_until == Some(*t))
+        }) {
+            consider(*t);
+        }
+        for name in &self.index.special {
+            if let Some(n) = self.nodes.get(name) {
+                self.node_deadlines(n, &mut consider);
+            }
+        }
+        if let Some((t, _)) = self.index.agent_due.range(&after_now..).next() {
+            consider(*t);
+        }
+        next
+    }
+
+    /// The future instants of one node's own: scripted readiness, darkness and the heartbeat
+    /// deadline it brings, its agent.
+    fn node_deadlines(&self, n: &SimNode, consider: &mut impl FnMut(Timestamp)) {
+        let grace = self.heartbeat.grace_period.0;
+        let period = self.heartbeat.lease_period.0;
+        if let Some(u) = n.not_ready_until {
+            consider(u);
+        }
+        if let Some(s) = n.dark_since {
+            consider(s);
+            consider(
+                heartbeat_at(period, self.start, n, self.now) + grace + Duration::from_millis(1),
+            );
+        }
+        if let Some(u) = n.dark_until {
+            consider(u);
+        }
+        if let Some(t) = n.agent.next_deadline() {
+            consider(t);
+        }
+    }
+
+    /// [`World::next_deadline`] by a scan of every node and pod (while the indexes are stale).
+    fn next_deadline_scan(&self) -> Option<Timestamp> {
+        let now = self.now;
+        let mut next: Option<Timestamp> = None;
+        let mut consider = |t: Timestamp| {
+            if t > now && next.is_none_or(|n| t < n) {
+                next = Some(t);
+            }
+        };
+        if let Some((t, _)) = self.agenda.iter().next() {
+            consider(*t);
+        }
+        self.pending_pods.iter().for_each(|p| consider(p.at));
+        self.pending_nodes.iter().for_each(|(t, _)| consider(*t));
+        self.pods
+            .values()
+            .filter_map(|p| p.terminating_until)
+            .for_each(&mut consider);
+        for n in self.nodes.values() {
+            self.node_deadlines(n, &mut consider);
+        }
+        next
+    }
+
+    /// Takes the pods whose termination ended by now out of the index, in key order.
+    pub(super) fn take_terminated(&mut self, now: Timestamp) -> BTreeSet<String> {
+        let later = self
+            .index
+            .terminating
+            .split_off(&(now + Duration::from_millis(1), String::new()));
+        let due = std::mem::replace(&mut self.index.terminating, later);
+        due.into_iter()
+            .filter(|(t, key)| {
+                self.pods
+                    .get(key)
+                    .is_some_and(|p| p.terminating_until == Some(*t))
+            })
+            .map(|(_, key)| key)
+            .collect()
+    }
+}

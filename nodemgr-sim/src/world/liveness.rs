@@ -1,0 +1,168 @@
+//! Liveness: heartbeats renewed at each Lease period and the Ready condition each node shows,
+//! refreshed only where they can change (the module docs of `world`).
+
+use super::*;
+
+impl World {
+    /// Recomputes every node's heartbeat and Ready condition at the current time, recording
+    /// transitions in the timeline.
+    pub fn refresh_nodes(&mut self) {
+        self.refresh_readiness(None);
+        self.index.heartbeats_at = Some(self.now);
+    }
+
+    /// Recomputes the heartbeat and Ready condition of `only` (every node when `None`) at the
+    /// current time, recording transitions in the timeline in name order.
+    pub(super) fn refresh_readiness(&mut self, only: Option<&BTreeSet<String>>) {
+        let now = self.now;
+        let grace = self.heartbeat.grace_period.0;
+        let period = self.heartbeat.lease_period.0;
+        let start = self.start;
+        let mut transitions = Vec::new();
+        match only {
+            None => {
+                for (name, n) in &mut self.nodes {
+                    if let Some(t) = refresh_node(period, grace, start, now, n) {
+                        transitions.push((name.clone(), t.0, t.1));
+                    }
+                }
+            }
+            Some(names) => {
+                for name in names {
+                    if let Some(n) = self.nodes.get_mut(name)
+                        && let Some(t) = refresh_node(period, grace, start, now, n)
+                    {
+                        transitions.push((name.clone(), t.0, t.1));
+                    }
+                }
+            }
+        }
+        for (name, ready, why) in transitions {
+            let kind = if ready {
+                "node.ready"
+            } else {
+                "node.not-ready"
+            };
+            self.record(kind, Some(&name), None, why);
+        }
+    }
+
+    /// Brings every node's `last_heartbeat` to the current time, touching only the nodes whose
+    /// Lease phase a renewal crossed since the last time (every node after a lease period).
+    pub(super) fn renew_heartbeats(&mut self) {
+        let now = self.now;
+        let last = self.index.heartbeats_at.replace(now);
+        if last == Some(now) {
+            return;
+        }
+        let period = self.heartbeat.lease_period.0;
+        let period_ms = i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1);
+        let start = self.start;
+        let crossed: Option<Vec<String>> = match last {
+            Some(last)
+                if last < now && now.as_millis().saturating_sub(last.as_millis()) < period_ms =>
+            {
+                // Renewals at `phase + k·period` in (last, now]: phases in (a, b], or in
+                // (a, period) and [0, b] when the interval wraps.
+                let a = last.as_millis().rem_euclid(period_ms);
+                let b = now.as_millis().rem_euclid(period_ms);
+                let phases = &self.index.phases;
+                let after = |x: i64| phases.partition_point(|(p, _)| *p <= x);
+                let (lo, hi) = (after(a), after(b));
+                let picked: Vec<&(i64, String)> = if a < b {
+                    phases.get(lo..hi).unwrap_or_default().iter().collect()
+                } else {
+                    let tail = phases.get(lo..).unwrap_or_default().iter();
+                    tail.chain(phases.get(..hi).unwrap_or_default()).collect()
+                };
+                // Looking many nodes up by name costs more than one pass over all of them.
+                (picked.len().saturating_mul(8) < self.nodes.len())
+                    .then(|| picked.into_iter().map(|(_, n)| n.clone()).collect())
+            }
+            _ => None,
+        };
+        match crossed {
+            Some(names) => {
+                for name in names {
+                    if let Some(n) = self.nodes.get_mut(&name) {
+                        n.last_heartbeat = Some(heartbeat_at(period, start, n, now));
+                    }
+                }
+            }
+            None => {
+                for n in self.nodes.values_mut() {
+                    n.last_heartbeat = Some(heartbeat_at(period, start, n, now));
+                }
+            }
+        }
+    }
+
+    /// Whether a node that is neither dark nor scripted NotReady can never be silent (its
+    /// last renewal is always less than a lease period old): then only the nodes whose agent
+    /// acts, scripted ones and new ones can change readiness at an instant.
+    pub(super) fn readiness_is_local(&self) -> bool {
+        self.heartbeat.lease_period.0 <= self.heartbeat.grace_period.0
+    }
+}
+
+/// Whether the node has scripted readiness or darkness (looked at at every instant).
+pub(super) fn is_special(n: &SimNode) -> bool {
+    n.not_ready_until.is_some() || n.dark_since.is_some() || n.dark_until.is_some()
+}
+
+/// Recomputes one node's heartbeat and Ready condition at `now`; the transition (new
+/// readiness and why) when it changed.
+pub(super) fn refresh_node(
+    period: Duration,
+    grace: Duration,
+    start: Timestamp,
+    now: Timestamp,
+    n: &mut SimNode,
+) -> Option<(bool, String)> {
+    let hb = heartbeat_at(period, start, n, now);
+    let restarting = n.agent.restarting(now);
+    let scripted = n.not_ready_until.is_some_and(|u| now < u);
+    let silent = now.saturating_since(hb) > grace;
+    let ready = !(restarting || scripted || silent);
+    let was = n.node.ready;
+    n.last_heartbeat = Some(hb);
+    if was != ready {
+        Arc::make_mut(&mut n.node).ready = ready;
+    }
+    if was == ready {
+        return None;
+    }
+    let why = if ready {
+        "Ready".to_owned()
+    } else if silent {
+        format!(
+            "NotReady: no heartbeat for more than {}s (Ready=Unknown)",
+            grace.as_secs()
+        )
+    } else if restarting {
+        "NotReady: the agent restarts it".to_owned()
+    } else {
+        "NotReady (injected)".to_owned()
+    };
+    Some((ready, why))
+}
+
+/// The node's last Lease renewal at `now`: renewals every `period` at the node's phase, none
+/// while it is dark, none before it was created.
+pub(super) fn heartbeat_at(
+    period: Duration,
+    start: Timestamp,
+    n: &SimNode,
+    now: Timestamp,
+) -> Timestamp {
+    let period = i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1);
+    let phase = i64::try_from(n.lease_phase.as_millis()).unwrap_or(0);
+    let until = match n.dark_since {
+        Some(since) if n.is_dark(now) => since - Duration::from_millis(1),
+        _ => now,
+    };
+    let created = n.node.created.unwrap_or(start);
+    let t = until.as_millis() - phase;
+    let renew = Timestamp::from_millis(t.div_euclid(period) * period + phase);
+    renew.max(created).min(now)
+}

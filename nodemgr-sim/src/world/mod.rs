@@ -1,0 +1,556 @@
+//! The simulated cluster: node groups, nodes with heartbeats and readiness, pods and their
+//! owners, PodDisruptionBudgets, the node agent (bashible) applying approved updates, and the
+//! injected failures. Everything happens at the virtual time the run loop hands in; nothing
+//! reads a clock, and the only randomness is the seeded [`SimRng`].
+//!
+//! Controllers ([`crate::Controller`]) act on the world directly (`&mut World`) or through the
+//! cluster port ([`crate::SimCluster`]), as the update executor does.
+//!
+//! An instant costs what changes in it, not the cluster's size: the world indexes its agents'
+//! deadlines, terminating pods, scripted or dark nodes and Lease phases, lets act only the
+//! agents that are due, and refreshes readiness only where it can change. Code that changes
+//! those fields directly calls [`World::invalidate_indexes`] (the run loop does it for the
+//! controllers it did not install and for [`crate::Simulation::world_mut`]);
+//! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodemgr_core::ImpactKind;
+use nodemgr_core::agent::SimulatedGenerations;
+use nodemgr_core::model::{
+    LabelSelector, Node, NodeGroup, ObjectMeta, Owner, Pod, PodDisruptionBudget, PodPhase,
+    Quantity, Timestamp, keys,
+};
+
+use crate::agent::SimAgent;
+use crate::rng::SimRng;
+use crate::scenario::{
+    AgentSpec, ErrorKind, HeartbeatSpec, Operation, PdbSpec, Scenario, WorkloadKind, WorkloadSpec,
+    group_spec,
+};
+use crate::timeline::{Timeline, TimelineEvent};
+
+mod index;
+mod liveness;
+mod objects;
+
+/// A node group as the simulator keeps it.
+#[derive(Debug, Clone)]
+pub struct SimGroup {
+    /// The NodeGroup (name and spec).
+    pub group: NodeGroup,
+    /// Zones for new nodes, round-robin.
+    pub zones: Vec<String>,
+    /// Allocatable resources of new nodes.
+    pub capacity: BTreeMap<String, Quantity>,
+    /// Extra labels of new nodes.
+    pub labels: BTreeMap<String, String>,
+    /// Configuration generations (core's simulated bundles); the last one is desired.
+    pub generations: SimulatedGenerations,
+    /// Index of the next node name (`<group>-<n>`).
+    pub next_index: usize,
+}
+
+impl SimGroup {
+    /// The desired checksum (latest generation).
+    pub fn desired(&self) -> &str {
+        &self.generations.desired().checksum
+    }
+
+    /// What moving from `checksum` to the desired one does: the strongest impact of the
+    /// generations in between (a disruptive change in between stays disruptive).
+    pub fn impact_from(&self, checksum: Option<&str>) -> ImpactKind {
+        self.generations.impact_from(checksum)
+    }
+}
+
+/// A node as the simulator keeps it.
+#[derive(Debug, Clone)]
+pub struct SimNode {
+    /// The node view (labels, annotations, taints, `unschedulable`); `ready` is kept current
+    /// by the run loop, the heartbeat is [`SimNode::last_heartbeat`]. Shared with the views
+    /// the simulated API hands out: change it with `Arc::make_mut` (which copies it when it is
+    /// shared), so that an unchanged node stays the same `Arc` ([`crate::api`]).
+    pub node: Arc<Node>,
+    /// The node's last Lease renewal, kept current by the run loop (outside
+    /// [`SimNode::node`]: a renewal is not a change of the Node; views get it folded in).
+    pub last_heartbeat: Option<Timestamp>,
+    /// Group name.
+    pub group: String,
+    /// Zone.
+    pub zone: String,
+    /// The node agent (core's state machine, its state files, the step it runs).
+    pub agent: SimAgent,
+    /// Extra apply delay (a slow agent).
+    pub extra_agent_delay: Duration,
+    /// Scripted `Ready=False` until then (heartbeats continue).
+    pub not_ready_until: Option<Timestamp>,
+    /// Dark (no heartbeats, unreachable) since then …
+    pub dark_since: Option<Timestamp>,
+    /// … until then (`None` = for good once dark).
+    pub dark_until: Option<Timestamp>,
+    /// Offset of the node's Lease renewals within the lease period.
+    pub lease_phase: Duration,
+}
+
+impl SimNode {
+    /// The node with its heartbeat folded in (unversioned).
+    pub fn view(&self) -> Node {
+        let mut view = Node::clone(&self.node);
+        view.last_heartbeat = self.last_heartbeat;
+        view
+    }
+
+    /// Whether the node is dark at `now`.
+    pub fn is_dark(&self, now: Timestamp) -> bool {
+        self.dark_since.is_some_and(|s| s <= now) && self.dark_until.is_none_or(|u| now < u)
+    }
+}
+
+/// A pod as the simulator keeps it.
+#[derive(Debug, Clone)]
+pub struct SimPod {
+    /// The pod view.
+    pub pod: Pod,
+    /// Terminating (evicted with a grace period) until then.
+    pub terminating_until: Option<Timestamp>,
+    /// Index of the workload in the scenario, when it came from one.
+    pub workload: Option<usize>,
+}
+
+/// A pod to (re)create once its time comes.
+#[derive(Debug, Clone)]
+pub struct PendingPod {
+    /// When to try to schedule it.
+    pub at: Timestamp,
+    /// The workload.
+    pub workload: usize,
+    /// Its name.
+    pub name: String,
+}
+
+/// A window of injected API errors.
+#[derive(Debug, Clone)]
+pub struct ApiFault {
+    /// From.
+    pub from: Timestamp,
+    /// Until (exclusive).
+    pub until: Timestamp,
+    /// Operations affected (empty = all).
+    pub operations: Vec<Operation>,
+    /// The error.
+    pub error: ErrorKind,
+}
+
+/// A window of refused evictions.
+#[derive(Debug, Clone)]
+pub struct EvictionRefusal {
+    /// From.
+    pub from: Timestamp,
+    /// Until (exclusive); `None` = to the end.
+    pub until: Option<Timestamp>,
+    /// One pod (`namespace/name`), or
+    pub pod: Option<String>,
+    /// pods whose labels match.
+    pub selector: BTreeMap<String, String>,
+}
+
+/// Counters a property or a benchmark looks at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Eviction requests.
+    pub eviction_requests: u64,
+    /// Evictions accepted.
+    pub evictions: u64,
+    /// Evictions refused (PDB or injected).
+    pub evictions_refused: u64,
+    /// Eviction requests for DaemonSet-owned or mirror pods (a drain must never make one).
+    pub daemonset_eviction_requests: u64,
+    /// Pods deleted with the delete API.
+    pub pod_deletions: u64,
+    /// Nodes deleted.
+    pub node_deletions: u64,
+    /// Calls failed by injected API errors.
+    pub api_errors: u64,
+    /// Updates the agents completed.
+    pub updates_completed: u64,
+    /// Disruptions (reboots) the agents went through.
+    pub disruptions: u64,
+}
+
+/// The whole simulated cluster.
+#[derive(Debug, Clone)]
+pub struct World {
+    /// Virtual now.
+    pub now: Timestamp,
+    /// Scenario start.
+    pub start: Timestamp,
+    /// Seeded randomness.
+    pub rng: SimRng,
+    /// Groups by name.
+    pub groups: BTreeMap<String, SimGroup>,
+    /// Nodes by name.
+    pub nodes: BTreeMap<String, SimNode>,
+    /// Pods by `namespace/name`.
+    pub pods: BTreeMap<String, SimPod>,
+    /// Pod keys by node name.
+    pub pods_by_node: BTreeMap<String, BTreeSet<String>>,
+    /// Pods waiting to be (re)created.
+    pub pending_pods: Vec<PendingPod>,
+    /// Workloads of the scenario.
+    pub workloads: Vec<WorkloadSpec>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Vec<PdbSpec>,
+    /// Injected API errors.
+    pub api_faults: Vec<ApiFault>,
+    /// Injected eviction refusals.
+    pub refusals: Vec<EvictionRefusal>,
+    /// Nodes to create (`(when, group)`), for replaced machines.
+    pub pending_nodes: Vec<(Timestamp, String)>,
+    /// Agent wake-ups: `(when, node)`.
+    pub agenda: BTreeSet<(Timestamp, String)>,
+    /// Agent settings.
+    pub agent: AgentSpec,
+    /// Heartbeat settings.
+    pub heartbeat: HeartbeatSpec,
+    /// Delay before a deleted owned pod comes back.
+    pub reschedule_delay: Duration,
+    /// Time to provision a replacement machine.
+    pub provision_delay: Duration,
+    /// Kubernetes events recorded through the port.
+    pub recorded_events: Vec<nodemgr_core::ports::RecordedEvent>,
+    /// Counters.
+    pub stats: SimStats,
+    /// What happened.
+    pub timeline: Timeline,
+    /// Pods due for (re)creation stay in `pending_pods` for a scheduler controller (the
+    /// scaling controller, [`crate::scaling`]) instead of being placed by [`World::pick_node`].
+    pub scheduler_external: bool,
+    /// Node resourceVersions and the lagging watch cache the cluster port reads from.
+    pub api: crate::api::SimApiServer,
+    /// The Instance resources of machines (the machine port, [`crate::cluster`]).
+    pub instances: BTreeMap<String, nodemgr_core::model::Instance>,
+    /// The standby-holder Deployments by group (the machine port); the scaling controller
+    /// plays their ReplicaSet controller.
+    pub standby_holders: BTreeMap<String, nodemgr_core::ports::StandbyHolder>,
+    uid_counter: u64,
+    /// What the run loop needs at each instant without scanning every node and pod.
+    index: WorldIndex,
+}
+
+/// Indexes the world keeps next to its nodes and pods so that an instant costs what changes
+/// in it rather than the cluster's size (`nodemgr-sim/README.md`, "Performance"). The world's
+/// own methods keep them current; a change made to the fields directly (a node's agent or
+/// fault fields, a pod's `terminating_until`) must be followed by
+/// [`World::invalidate_indexes`], which the run loop does after every controller it did not
+/// install itself and whenever it hands out the world mutably.
+#[derive(Debug, Clone, Default)]
+struct WorldIndex {
+    /// Each node's agent deadline as indexed (`SimAgent::next_deadline`).
+    agent_deadline: BTreeMap<String, Timestamp>,
+    /// `(deadline, node)` for every node whose agent has one.
+    agent_due: BTreeSet<(Timestamp, String)>,
+    /// `(until, pod key)` of terminating pods; an entry whose pod is gone or terminates at
+    /// another time is stale and skipped.
+    terminating: BTreeSet<(Timestamp, String)>,
+    /// Nodes with a scripted readiness or darkness: refreshed at every instant.
+    special: BTreeSet<String>,
+    /// Nodes added since the last readiness refresh.
+    fresh: BTreeSet<String>,
+    /// Every node's Lease phase in milliseconds, sorted, for the renewals between instants.
+    phases: Vec<(i64, String)>,
+    /// The instant heartbeats were last brought up to date (`None`: all are due).
+    heartbeats_at: Option<Timestamp>,
+    /// Node names by group (`SimNode::group`), for placing a group's pods.
+    by_group: BTreeMap<String, BTreeSet<String>>,
+    /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
+    stale: bool,
+}
+
+fn parse_capacity(map: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
+    map.iter()
+        .filter_map(|(k, v)| Quantity::parse(v).ok().map(|q| (k.clone(), q)))
+        .collect()
+}
+
+impl World {
+    /// Builds the world a scenario starts from, at its start time. The scenario must have
+    /// passed [`Scenario::from_yaml`]'s checks.
+    pub fn from_scenario(scenario: &Scenario, seed: u64) -> Self {
+        let start = Timestamp::from_secs(scenario.start.0);
+        let mut world = World {
+            now: start,
+            start,
+            rng: SimRng::new(seed),
+            groups: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            pods: BTreeMap::new(),
+            pods_by_node: BTreeMap::new(),
+            pending_pods: Vec::new(),
+            workloads: scenario.workloads.clone(),
+            pdbs: scenario.pdbs.clone(),
+            api_faults: Vec::new(),
+            refusals: Vec::new(),
+            pending_nodes: Vec::new(),
+            agenda: BTreeSet::new(),
+            agent: scenario.agent.clone(),
+            heartbeat: scenario.heartbeat.clone(),
+            reschedule_delay: scenario.reschedule_delay.0,
+            provision_delay: scenario.provision_delay.0,
+            recorded_events: Vec::new(),
+            stats: SimStats::default(),
+            timeline: Timeline {
+                start,
+                events: Vec::new(),
+            },
+            scheduler_external: false,
+            api: crate::api::SimApiServer::default(),
+            instances: BTreeMap::new(),
+            standby_holders: BTreeMap::new(),
+            uid_counter: 0,
+            index: WorldIndex::default(),
+        };
+        for (i, g) in scenario.groups.iter().enumerate() {
+            let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
+            let group = NodeGroup {
+                api_version: "deckhouse.io/v1".into(),
+                kind: "NodeGroup".into(),
+                metadata: ObjectMeta {
+                    name: Some(g.name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec,
+                status: None,
+            };
+            world.groups.insert(
+                g.name.clone(),
+                SimGroup {
+                    group,
+                    zones: g.zones.clone(),
+                    capacity: parse_capacity(&g.capacity),
+                    labels: g.labels.clone(),
+                    generations: SimulatedGenerations::new(
+                        &g.name,
+                        &format!("{}-gen0", g.name),
+                        ImpactKind::None,
+                    ),
+                    next_index: 0,
+                },
+            );
+            for _ in 0..g.nodes {
+                world.add_node(&g.name, start);
+            }
+        }
+        // Workloads: per-node ones on each node of their group, the others spread.
+        for (wi, w) in scenario.workloads.iter().enumerate() {
+            if w.kind.per_node() {
+                let nodes: Vec<String> = world
+                    .nodes
+                    .values()
+                    .filter(|n| w.group.as_deref().is_none_or(|g| g == n.group))
+                    .map(|n| n.node.name.clone())
+                    .collect();
+                for node in nodes {
+                    let name = format!("{}-{node}", w.name);
+                    world.bind_pod(wi, name, &node);
+                }
+            } else {
+                for r in 0..w.replicas {
+                    let name = format!("{}-{r}", w.name);
+                    match world.pick_node(wi) {
+                        Some(node) => world.bind_pod(wi, name, &node),
+                        None => world.pending_pods.push(PendingPod {
+                            at: start,
+                            workload: wi,
+                            name,
+                        }),
+                    }
+                }
+            }
+        }
+        world.timeline.events.clear();
+        world.rebuild_indexes();
+        world
+    }
+
+    fn next_uid(&mut self, prefix: &str) -> String {
+        self.uid_counter += 1;
+        format!("{prefix}-{:06}", self.uid_counter)
+    }
+
+    /// Appends a timeline event at the current virtual time.
+    pub fn record(
+        &mut self,
+        kind: &str,
+        node: Option<&str>,
+        pod: Option<&str>,
+        message: impl Into<String>,
+    ) {
+        let group = node.and_then(|n| self.nodes.get(n).map(|s| s.group.clone()));
+        self.record_in(kind, group, node, pod, message);
+    }
+
+    /// Appends a timeline event with an explicit group.
+    pub fn record_in(
+        &mut self,
+        kind: &str,
+        group: Option<String>,
+        node: Option<&str>,
+        pod: Option<&str>,
+        message: impl Into<String>,
+    ) {
+        self.timeline.events.push(TimelineEvent {
+            at_ms: self.now.as_millis() - self.start.as_millis(),
+            kind: kind.to_owned(),
+            node: node.map(str::to_owned),
+            group,
+            pod: pod.map(str::to_owned),
+            message: message.into(),
+        });
+    }
+
+    /// Wakes `node`'s agent after its reaction time.
+    pub fn wake_agent(&mut self, node: &str) {
+        let at = self.now + self.agent.reaction.0;
+        self.agenda.insert((at, node.to_owned()));
+    }
+
+    /// A new configuration for `group` with `impact`; every node's agent notices it.
+    pub fn change_group(&mut self, group: &str, impact: ImpactKind, what: &str) {
+        let Some(g) = self.groups.get_mut(group) else {
+            return;
+        };
+        let name = format!("{group}-gen{}", g.generations.desired().index + 1);
+        let generation = g.generations.push(&name, impact);
+        let label = format!("{name} ({}, {impact})", generation.short());
+        let nodes: Vec<String> = self
+            .nodes
+            .values()
+            .filter(|n| n.group == group)
+            .map(|n| n.node.name.clone())
+            .collect();
+        self.record_in(
+            "config.changed",
+            Some(group.to_owned()),
+            None,
+            None,
+            format!("desired checksum is now {label}: {what}"),
+        );
+        for n in nodes {
+            self.wake_agent(&n);
+        }
+    }
+
+    /// The injected error for `op` at the current time, if any.
+    pub fn fault(&self, op: Operation) -> Option<ErrorKind> {
+        self.api_faults
+            .iter()
+            .find(|f| {
+                f.from <= self.now
+                    && self.now < f.until
+                    && (f.operations.is_empty() || f.operations.contains(&op))
+            })
+            .map(|f| f.error)
+    }
+
+    /// Whether an injected refusal covers `pod` now.
+    pub fn eviction_refused(&self, pod: &Pod) -> bool {
+        self.refusals.iter().any(|r| {
+            r.from <= self.now
+                && r.until.is_none_or(|u| self.now < u)
+                && match &r.pod {
+                    Some(key) => *key == pod.key(),
+                    None => r.selector.iter().all(|(k, v)| pod.labels.get(k) == Some(v)),
+                }
+        })
+    }
+
+    /// Runs everything the world does by itself at the current time: pods finishing
+    /// termination or coming back, replacement nodes appearing, agents, readiness.
+    pub fn step(&mut self) {
+        let now = self.now;
+        let refresh_all = self.index.stale || !self.readiness_is_local();
+        if self.index.stale {
+            self.rebuild_indexes();
+        }
+        // Pods that finished terminating.
+        for key in self.take_terminated(now) {
+            self.remove_pod(&key);
+        }
+        // Replacement machines.
+        let (due, later): (Vec<_>, Vec<_>) =
+            self.pending_nodes.drain(..).partition(|(t, _)| *t <= now);
+        self.pending_nodes = later;
+        for (_, group) in due {
+            if let Some(name) = self.add_node(&group, now) {
+                self.record(
+                    "node.created",
+                    Some(&name),
+                    None,
+                    "replacement machine joined",
+                );
+            }
+        }
+        self.renew_heartbeats();
+        // The agents that act now: woken ones and those whose deadline came.
+        let woken: BTreeSet<String> = self
+            .agenda
+            .iter()
+            .take_while(|(t, _)| *t <= now)
+            .map(|(_, n)| n.clone())
+            .collect();
+        self.agenda.retain(|(t, _)| *t > now);
+        let mut due = woken.clone();
+        due.extend(
+            self.index
+                .agent_due
+                .iter()
+                .take_while(|(t, _)| *t <= now)
+                .map(|(_, n)| n.clone()),
+        );
+        // Only the acting agents' nodes, scripted ones and new ones can change readiness
+        // (see `readiness_is_local`).
+        let mut changing = due.clone();
+        changing.extend(self.index.special.iter().cloned());
+        changing.extend(std::mem::take(&mut self.index.fresh));
+        let only = (!refresh_all).then_some(&changing);
+        self.refresh_readiness(only);
+        self.step_agents(&due, &woken);
+        self.refresh_readiness(only);
+        // Pods coming back (unless a scheduler controller takes them).
+        if self.scheduler_external {
+            return;
+        }
+        let (due, later): (Vec<_>, Vec<_>) = self.pending_pods.drain(..).partition(|p| p.at <= now);
+        self.pending_pods = later;
+        for p in due {
+            if self.pods.contains_key(&self.pod_key(&p)) {
+                continue;
+            }
+            match self.pick_node(p.workload) {
+                Some(node) => {
+                    let key = self.pod_key(&p);
+                    self.bind_pod(p.workload, p.name, &node);
+                    self.record("pod.scheduled", Some(&node), Some(&key), "pod (re)created");
+                }
+                None => self.pending_pods.push(PendingPod {
+                    at: now + self.reschedule_delay,
+                    ..p
+                }),
+            }
+        }
+    }
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    for _ in 0..5 {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
