@@ -532,7 +532,16 @@ impl<'a> Placer<'a> {
     }
 
     /// Undoes every change after `checkpoint`.
+    ///
+    /// A bin pushed after `checkpoint` is popped again further down the log, so undoing a
+    /// placement on it skips the free-room tree: the popped leaf is never read again
+    /// ([`MaxTree::pop`](super::max_tree::MaxTree::pop)), and leaving it as it was keeps the
+    /// tree a consistent max-tree. The loser of a scale-up round opens many such bins.
     pub(crate) fn rollback(&mut self, checkpoint: usize) {
+        let pushed = self.log.get(checkpoint..).map_or(0, |steps| {
+            steps.iter().filter(|s| matches!(s, Undo::Pushed)).count()
+        });
+        let popped_from = self.bins.len().saturating_sub(pushed);
         while self.log.len() > checkpoint {
             let Some(step) = self.log.pop() else { break };
             match step {
@@ -544,7 +553,9 @@ impl<'a> Placer<'a> {
                 } => {
                     self.bins.give(bin, &demand);
                     self.bins.untrack(bin, pod, profile);
-                    self.bins.refresh(bin);
+                    if bin < popped_from {
+                        self.bins.refresh(bin);
+                    }
                 }
                 Undo::Preempted { bin, held } => {
                     let (pod, demand) = (held.pod, held.demand);
