@@ -69,9 +69,7 @@ pub fn parse_max_concurrent(value: &IntOrString) -> Result<Amount, MaxConcurrent
         IntOrString::Int(_) => Err(refused()),
         IntOrString::String(s) => {
             let digits = s.strip_suffix('%').unwrap_or(s);
-            let grammatical = !digits.is_empty()
-                && digits.bytes().all(|b| b.is_ascii_digit())
-                && !digits.starts_with('0');
+            let grammatical = unsigned(digits).is_some() && !digits.starts_with('0');
             if grammatical {
                 value.amount().map_err(|_| refused())
             } else {
@@ -132,21 +130,24 @@ pub fn parse_chaos_period(text: &str) -> Result<Duration, ChaosPeriodError> {
         Some((hours, rest)) => (hours, rest.strip_suffix('m').ok_or_else(refused)?),
         None => ("0", text.strip_suffix('m').ok_or_else(refused)?),
     };
-    let number = |digits: &str| -> Result<u64, ChaosPeriodError> {
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(refused());
-        }
-        digits.parse().map_err(|_| refused())
-    };
-    let seconds = number(hours)?
-        .checked_mul(3600)
-        .and_then(|h| number(minutes).ok()?.checked_mul(60)?.checked_add(h))
-        .ok_or_else(refused)?;
-    if seconds == 0 {
-        return Err(refused());
-    }
-    Ok(Duration::from_secs(seconds))
+    let hours = unsigned(hours).and_then(|h| h.checked_mul(3600));
+    let minutes = unsigned(minutes).and_then(|m| m.checked_mul(60));
+    hours
+        .zip(minutes)
+        .and_then(|(h, m)| h.checked_add(m))
+        .filter(|seconds| *seconds > 0)
+        .map(Duration::from_secs)
+        .ok_or_else(refused)
 }
+
+/// A non-empty run of ASCII digits as a number (`None` for anything else, or past `u64`).
+fn unsigned(digits: &str) -> Option<u64> {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// The grammar of a disruption window's `from` and `to`: a UTC time of day, `H:MM` or `HH:MM`.
 pub const WINDOW_TIME_PATTERN: &str = "^(?:\\d|[01]\\d|2[0-3]):[0-5]\\d$";
 /// The grammar of `fencing.watchdog.timeout`: a number and one unit (`60s`).
@@ -182,16 +183,11 @@ pub fn parse_watchdog_timeout(text: &str) -> Result<Duration, WatchdogTimeoutErr
         .into_iter()
         .find_map(|(suffix, unit)| Some((text.strip_suffix(suffix)?, unit)))
         .ok_or_else(refused)?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(refused());
-    }
-    let seconds = digits
-        .parse::<u64>()
-        .ok()
+    unsigned(digits)
         .and_then(|n| n.checked_mul(unit))
-        .filter(|s| *s > 0)
-        .ok_or_else(refused)?;
-    Ok(Duration::from_secs(seconds))
+        .filter(|seconds| *seconds > 0)
+        .map(Duration::from_secs)
+        .ok_or_else(refused)
 }
 /// The grammar of a MIG profile (`gpu.mig.customConfigs[].profile`): `1g.5gb`, `1g.5gb.me`.
 pub const MIG_PROFILE_PATTERN: &str = "^[0-9]+g\\.[0-9]+gb(\\.me)?$";
