@@ -4,15 +4,41 @@
 //! Needs `moto_server` on PATH (`scripts/install.d/20-moto.sh`), or its path in
 //! `NODEMGR_MOTO_SERVER`.
 
+use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::config::{Credentials, Ec2Config};
 
 /// The region the servers' clients use.
 pub const REGION: &str = "eu-west-1";
+
+/// Ports handed to servers of this process. The kernel may give a port it just gave (and saw
+/// released) to the next `bind(0)`; two servers started at once by parallel tests would then
+/// race for it, and the loser's test would talk to the winner's server until that one stops.
+static CLAIMED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// A free port on 127.0.0.1 that no other server of this process was given.
+fn unclaimed_port() -> Result<u16, MotoError> {
+    for _ in 0..64 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| MotoError::Start(format!("no free port: {e}")))?
+            .port();
+        let mut claimed = CLAIMED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if claimed.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(MotoError::Start(
+        "no free port that this process has not used already".into(),
+    ))
+}
 
 /// Why moto could not start.
 #[derive(Debug, thiserror::Error)]
@@ -71,10 +97,7 @@ impl MotoServer {
         let mut last = String::new();
         // A free port can be taken between our probe and moto's bind: try a few.
         for _ in 0..3 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map_err(|e| MotoError::Start(format!("no free port: {e}")))?
-                .port();
+            let port = unclaimed_port()?;
             let mut command = Command::new(moto_command());
             command
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])
@@ -97,6 +120,8 @@ impl MotoServer {
     }
 
     fn wait_until_listening(&mut self, limit: Duration) -> Result<(), String> {
+        // Only this process's servers use these ports (`unclaimed_port`), so whatever answers
+        // on ours is the child just started.
         let address = SocketAddr::from(([127, 0, 0, 1], self.port));
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
