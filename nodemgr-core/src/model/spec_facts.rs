@@ -15,11 +15,13 @@
 //!   hook code uses 10, docs/deckhouse.md §3.3). 0 does not mean "delete at once": nobody writes
 //!   it to ask for that, and Deckhouse's schema has no default, so an explicit 0 is how tools
 //!   spell "unset". A negative value is refused by validation and treated as unset.
-//! - `chaos.period` (hours and/or minutes, `6h`), `fencing.watchdog.timeout` (a number and one
-//!   unit, `60s`) and `cloudInstances.standby` (a count or a percentage): one parser each,
-//!   which both validation and the policy that uses the value call, so nothing the webhook
-//!   refuses is quietly read another way by a policy. A zero period or timeout is refused (a
-//!   victim at every instant, a watchdog that fires at once). A disruption window's times are
+//! - `fencing.watchdog.timeout` (a number and one unit, `60s`) and `cloudInstances.standby` (a
+//!   count or a percentage): one parser each, which both validation and the policy that uses
+//!   the value call, so nothing the webhook refuses is quietly read another way by a policy.
+//!   `chaos.period` has its grammar (hours and/or minutes, `6h`; validation) and its reading
+//!   (any positive duration, as Deckhouse's hook reads it; the chaos policy) side by side. A
+//!   zero period or timeout is refused by both (a victim at every instant, a watchdog that
+//!   fires at once). A disruption window's times are
 //!   read by `window::parse_time_of_day`, for validation as for the window check.
 //! - Every other field with a constant default: one `*_DEFAULT` constant each, gathered by
 //!   [`defaults`]. The model's accessors (`NodeGroupSpec::approval_mode`, `cri_type`, …), the
@@ -138,6 +140,19 @@ pub fn parse_chaos_period(text: &str) -> Result<Duration, ChaosPeriodError> {
         .filter(|seconds| *seconds > 0)
         .map(Duration::from_secs)
         .ok_or_else(refused)
+}
+
+/// Reads `chaos.period` as the chaos policy does: any positive duration (`6h`, `45m`, also
+/// `30s`), as Deckhouse's hook reads it. In a cluster admission has already refused what
+/// [`parse_chaos_period`]'s grammar refuses, so the two agree; a controller embedding the core
+/// with a spec it built itself (a test with a 2-second period) is not held to the minute grain.
+///
+/// # Errors
+/// [`ChaosPeriodError`] for text that is no duration, or a zero one.
+pub fn read_chaos_period(text: &str) -> Result<Duration, ChaosPeriodError> {
+    super::parse_duration(text)
+        .filter(|period| !period.is_zero())
+        .ok_or_else(|| ChaosPeriodError(text.to_owned()))
 }
 
 /// A non-empty run of ASCII digits as a number (`None` for anything else, or past `u64`).
@@ -524,6 +539,14 @@ mod tests {
             assert!(parse_chaos_period(bad).is_err(), "{bad}");
         }
         assert!(parse_chaos_period("99999999999999999999h").is_err());
+    }
+
+    #[test]
+    fn the_policy_reads_any_positive_period_the_grammar_a_narrower_set() {
+        assert_eq!(read_chaos_period("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(read_chaos_period("6h"), parse_chaos_period("6h"));
+        assert!(read_chaos_period("0m").is_err() && read_chaos_period("soon").is_err());
+        assert!(parse_chaos_period("2s").is_err());
     }
 
     #[test]

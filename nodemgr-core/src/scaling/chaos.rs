@@ -64,7 +64,7 @@ fn chaos_period(group: &ScalingGroup<'_>) -> Option<Result<Duration, String>> {
     }
     Some(match chaos.period.as_deref() {
         None => Ok(spec_facts::CHAOS_PERIOD_DEFAULT_DURATION),
-        Some(p) => spec_facts::parse_chaos_period(p).map_err(|e| format!("chaos.period {e}")),
+        Some(p) => spec_facts::read_chaos_period(p).map_err(|e| format!("chaos.period {e}")),
     })
 }
 
