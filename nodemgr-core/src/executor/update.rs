@@ -434,15 +434,7 @@ pub fn command_patch(command: &UpdateCommand) -> Option<NodePatch> {
         UpdateCommand::ReplaceMachine { .. } => return None,
         UpdateCommand::Finish { uncordon, .. } => {
             let mut patch = NodePatch::new();
-            for key in [
-                keys::ANNOTATION_APPROVED,
-                keys::ANNOTATION_WAITING_FOR_APPROVAL,
-                keys::ANNOTATION_DISRUPTION_REQUIRED,
-                keys::ANNOTATION_DISRUPTION_APPROVED,
-                keys::ANNOTATION_ROLLING_UPDATE,
-                keys::ANNOTATION_DRAINED,
-                keys::ANNOTATION_DRAINING,
-            ] {
+            for &key in crate::update::FINISH_REMOVES {
                 patch = patch.remove_annotation(key);
             }
             if *uncordon {

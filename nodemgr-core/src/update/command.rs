@@ -4,6 +4,19 @@
 use std::fmt;
 
 use crate::disruption::DisruptionReason;
+use crate::model::keys;
+
+/// The annotations [`UpdateCommand::Finish`] removes: every mark of the update protocol a node
+/// carries while it updates (docs/deckhouse.md §3).
+pub const FINISH_REMOVES: &[&str] = &[
+    keys::ANNOTATION_APPROVED,
+    keys::ANNOTATION_WAITING_FOR_APPROVAL,
+    keys::ANNOTATION_DISRUPTION_REQUIRED,
+    keys::ANNOTATION_DISRUPTION_APPROVED,
+    keys::ANNOTATION_ROLLING_UPDATE,
+    keys::ANNOTATION_DRAINED,
+    keys::ANNOTATION_DRAINING,
+];
 
 /// A decision of the update planner, for the executor to carry out.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -34,8 +47,9 @@ pub enum UpdateCommand {
         /// The node.
         node: String,
     },
-    /// The update is done: remove `approved`, `waiting-for-approval`, `disruption-required`,
-    /// `disruption-approved`, `rolling-update`, `drained` and `draining`; uncordon when `uncordon`.
+    /// The update is done: remove [`FINISH_REMOVES`] (`approved`, `waiting-for-approval`,
+    /// `disruption-required`, `disruption-approved`, `rolling-update`, `drained` and
+    /// `draining`); uncordon when `uncordon`.
     Finish {
         /// The node.
         node: String,

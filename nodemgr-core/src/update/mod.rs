@@ -65,7 +65,7 @@ mod status;
 #[cfg(test)]
 mod tests;
 
-pub use command::{UpdateCommand, UpdatePlan};
+pub use command::{FINISH_REMOVES, UpdateCommand, UpdatePlan};
 pub use drains::{drains_for, drains_for_indexed};
 pub use marks::{DrainSource, UpdateMarks, max_concurrent, occupies_slot};
 pub use planner::{

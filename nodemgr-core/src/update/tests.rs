@@ -569,15 +569,7 @@ fn apply(nodes: &mut Vec<Node>, command: &UpdateCommand, replacements: &mut usiz
             nodes.push(fresh);
         }
         UpdateCommand::Finish { uncordon, .. } => {
-            for key in [
-                keys::ANNOTATION_APPROVED,
-                keys::ANNOTATION_WAITING_FOR_APPROVAL,
-                keys::ANNOTATION_DISRUPTION_REQUIRED,
-                keys::ANNOTATION_DISRUPTION_APPROVED,
-                keys::ANNOTATION_ROLLING_UPDATE,
-                keys::ANNOTATION_DRAINED,
-                keys::ANNOTATION_DRAINING,
-            ] {
+            for &key in FINISH_REMOVES {
                 a.remove(key);
             }
             if *uncordon {

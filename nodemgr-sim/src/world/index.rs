@@ -110,11 +110,7 @@ impl World {
                 next = Some(t);
             }
         };
-        if let Some((t, _)) = self.agenda.iter().next() {
-            consider(*t);
-        }
-        self.pending_pods.iter().for_each(|p| consider(p.at));
-        self.pending_nodes.iter().for_each(|(t, _)| consider(*t));
+        self.queued_deadlines(&mut consider);
         if let Some((t, _)) = self.index.terminating.range(&after_now..).find(|(t, key)| {
             self.pods
                 .get(key)
@@ -131,6 +127,15 @@ impl World {
             consider(*t);
         }
         next
+    }
+
+    /// The instants queued outside the indexes: the scenario's agenda, pods and nodes due.
+    fn queued_deadlines(&self, consider: &mut impl FnMut(Timestamp)) {
+        if let Some((t, _)) = self.agenda.iter().next() {
+            consider(*t);
+        }
+        self.pending_pods.iter().for_each(|p| consider(p.at));
+        self.pending_nodes.iter().for_each(|(t, _)| consider(*t));
     }
 
     /// The future instants of one node's own: scripted readiness, darkness and the heartbeat
@@ -164,11 +169,7 @@ impl World {
                 next = Some(t);
             }
         };
-        if let Some((t, _)) = self.agenda.iter().next() {
-            consider(*t);
-        }
-        self.pending_pods.iter().for_each(|p| consider(p.at));
-        self.pending_nodes.iter().for_each(|(t, _)| consider(*t));
+        self.queued_deadlines(&mut consider);
         self.pods
             .values()
             .filter_map(|p| p.terminating_until)

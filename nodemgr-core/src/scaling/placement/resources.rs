@@ -74,58 +74,49 @@ impl ResourceIndex {
     /// The demand of a pod, numbering the extra resources it requests that are new: one pass
     /// instead of [`ResourceIndex::from_pods`] then [`ResourceIndex::demand`].
     pub(crate) fn demand_indexing(&mut self, pod: &Pod) -> Demand {
-        let mut d = Demand {
-            core: [0, 0, ONE_POD],
-            ext: Vec::new(),
-        };
-        for (name, q) in &pod.requests {
-            match name.as_str() {
-                "cpu" => d.core[CPU] = q.0.max(0),
-                "memory" => d.core[MEMORY] = q.0.max(0),
-                "pods" => {}
-                other => {
-                    if q.0 > 0 {
-                        let i = match self.by_name.get(other) {
-                            Some(&i) => i,
-                            None => {
-                                let i = self.names.len() as u32;
-                                self.by_name.insert(other.to_owned(), i);
-                                self.names.push(other.to_owned());
-                                i
-                            }
-                        };
-                        d.ext.push((i, q.0));
-                    }
+        demand_of(pod, |name| {
+            Some(match self.by_name.get(name) {
+                Some(&i) => i,
+                None => {
+                    let i = self.names.len() as u32;
+                    self.by_name.insert(name.to_owned(), i);
+                    self.names.push(name.to_owned());
+                    i
                 }
-            }
-        }
-        d
+            })
+        })
     }
 
     /// The demand of a pod (names it requests must have been indexed).
     pub(crate) fn demand(&self, pod: &Pod) -> Demand {
-        let mut core = [0; 3];
-        core[PODS] = ONE_POD;
-        let mut d = Demand {
-            core,
-            ext: Vec::new(),
-        };
-        for (name, q) in &pod.requests {
-            match name.as_str() {
-                "cpu" => d.core[CPU] = q.0.max(0),
-                "memory" => d.core[MEMORY] = q.0.max(0),
-                "pods" => {}
-                other => {
-                    if let Some(&i) = self.by_name.get(other)
-                        && q.0 > 0
-                    {
-                        d.ext.push((i, q.0));
-                    }
+        demand_of(pod, |name| self.by_name.get(name).copied())
+    }
+}
+
+/// The demand of a pod, its extra resources (those requested above 0) numbered by `index_of`
+/// (`None`: not tracked).
+fn demand_of(pod: &Pod, mut index_of: impl FnMut(&str) -> Option<u32>) -> Demand {
+    let mut core = [0; 3];
+    core[PODS] = ONE_POD;
+    let mut d = Demand {
+        core,
+        ext: Vec::new(),
+    };
+    for (name, q) in &pod.requests {
+        match name.as_str() {
+            "cpu" => d.core[CPU] = q.0.max(0),
+            "memory" => d.core[MEMORY] = q.0.max(0),
+            "pods" => {}
+            other => {
+                if q.0 > 0
+                    && let Some(i) = index_of(other)
+                {
+                    d.ext.push((i, q.0));
                 }
             }
         }
-        d
     }
+    d
 }
 
 /// What a pod takes from a node.
