@@ -468,8 +468,8 @@ pub(crate) struct SearchCtx {
     limit: Vec<i64>,
 }
 
-/// Per-bin counts of one selector (or anti-affinity term) in a segment tree of minima and
-/// maxima: the first bin at or after a start whose count is at most (or at least) a bound, in
+/// Per-bin counts of one selector (or anti-affinity term) in a segment tree of bounds on the
+/// minima and maxima (kept lazily, see [`CountTree::set`]): the first bin at or after a start whose count is at most (or at least) a bound, in
 /// O(log bins). The hostname-key rules use it to jump over the bins they refuse instead of
 /// testing them one by one.
 #[derive(Debug, Clone, Default)]
@@ -517,16 +517,43 @@ impl CountTree {
         self.len = self.len.saturating_sub(1);
     }
 
+    /// Sets bin `i`'s count. Inner nodes hold bounds (a lower bound of the least and an upper
+    /// bound of the most count below, at least as loose as every child's): a change loosens
+    /// the ancestors' bound in its direction at once and leaves the other to be tightened by
+    /// the first search that finds it stale ([`CountTree::tighten`]).
     fn set(&mut self, i: usize, v: u32) {
         let mut n = self.cap + i;
-        if self.min[n] == v && self.max[n] == v {
-            // The leaf holds `v` already, so every node above is up to date.
+        let old = self.max[n];
+        if old == v {
+            // The leaf holds `v` already (a leaf's two values are equal).
             return;
         }
         self.min[n] = v;
         self.max[n] = v;
-        while n > 1 {
-            n /= 2;
+        if v > old {
+            while n > 1 {
+                n /= 2;
+                if self.max[n] >= v {
+                    break;
+                }
+                self.max[n] = v;
+            }
+        } else {
+            while n > 1 {
+                n /= 2;
+                if self.min[n] <= v {
+                    break;
+                }
+                self.min[n] = v;
+            }
+        }
+    }
+
+    /// Recomputes inner node `n`'s bounds from its children and, while that changes them,
+    /// its ancestors': called on a node neither of whose children matches a search its bounds
+    /// seemed to match.
+    fn tighten(&mut self, mut n: usize) {
+        while n >= 1 && n < self.cap {
             let (lo, hi) = (
                 self.min[2 * n].min(self.min[2 * n + 1]),
                 self.max[2 * n].max(self.max[2 * n + 1]),
@@ -536,24 +563,26 @@ impl CountTree {
             }
             self.min[n] = lo;
             self.max[n] = hi;
+            n /= 2;
         }
     }
 
     /// The first bin at or after `start` whose count is at most `at_most` (`above == false`) or
-    /// at least `at_least` (`above == true`).
-    fn first(&self, start: usize, bound: u32, above: bool) -> Option<usize> {
+    /// at least `at_least` (`above == true`). Exact whatever the bounds' staleness (leaves are
+    /// exact); stale bounds met on the way are tightened.
+    fn first(&mut self, start: usize, bound: u32, above: bool) -> Option<usize> {
         if start >= self.len {
             return None;
         }
-        let ok = |n: usize| {
+        let ok = |t: &Self, n: usize| {
             if above {
-                self.max[n] >= bound
+                t.max[n] >= bound
             } else {
-                self.min[n] <= bound
+                t.min[n] <= bound
             }
         };
         let mut node = self.cap + start;
-        if ok(node) {
+        if ok(self, node) {
             return Some(start);
         }
         loop {
@@ -561,18 +590,19 @@ impl CountTree {
                 if node <= 1 {
                     return None;
                 }
-                if node.is_multiple_of(2) && ok(node + 1) {
+                if node.is_multiple_of(2) && ok(self, node + 1) {
                     node += 1;
                     break;
                 }
                 node /= 2;
             }
             while node < self.cap {
-                if ok(2 * node) {
+                if ok(self, 2 * node) {
                     node *= 2;
-                } else if ok(2 * node + 1) {
+                } else if ok(self, 2 * node + 1) {
                     node = 2 * node + 1;
                 } else {
+                    self.tighten(node);
                     break;
                 }
             }
@@ -1251,7 +1281,7 @@ impl TopoState {
     /// can be accepted (then the bool tells the same about those bins). A leapfrog over the
     /// rules' count trees: each jumps to its first acceptable bin until they agree.
     pub(crate) fn skip(
-        &self,
+        &mut self,
         ct: &ClassTopo,
         ctx: &SearchCtx,
         bin: usize,
@@ -1678,6 +1708,43 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Interleaved count changes (up and down), pushes, pops and searches both ways: every
+        /// search answers what a linear scan of the counts does, and every inner node's bounds
+        /// hold its children's, however stale the lazily kept ones are.
+        #[test]
+        fn count_tree_searches_stay_exact_with_lazy_bounds(
+            ops in prop::collection::vec((0u8..4, 0usize..70, 0u32..4, any::<bool>()), 1..120),
+        ) {
+            let mut t = CountTree::default();
+            let mut v: Vec<u32> = Vec::new();
+            for (op, i, x, above) in ops {
+                match op {
+                    0 if i < v.len() => {
+                        t.set(i, x);
+                        v[i] = x;
+                    }
+                    1 => {
+                        t.push();
+                        v.push(0);
+                    }
+                    2 => {
+                        t.pop();
+                        v.pop();
+                    }
+                    _ => {
+                        let expected = (i..v.len())
+                            .find(|&b| if above { v[b] >= x } else { v[b] <= x });
+                        prop_assert_eq!(t.first(i, x, above), expected);
+                    }
+                }
+                for n in 1..t.cap {
+                    prop_assert!(t.min[n] <= t.min[2 * n].min(t.min[2 * n + 1]));
+                    prop_assert!(t.max[n] >= t.max[2 * n].max(t.max[2 * n + 1]));
+                }
+            }
+        }
+
 
         /// The engine agrees with the reference (docs/scheduling.md §4): pods placed one by one
         /// in the engine's order (classes first-fit decreasing, members by name), each goes to

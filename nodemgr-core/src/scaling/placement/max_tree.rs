@@ -2,9 +2,13 @@
 //! maxima of the bins below, so that the first bin at or after a cursor with room for a demand
 //! is found in O(log bins) instead of by a scan.
 
-/// A max-tree over bins: each inner node holds the per-dimension maximum of the free
-/// (including preemptible) cpu, memory and pods of the bins below, so a first-fit search skips
-/// whole ranges that cannot hold a demand.
+/// A max-tree over bins: each leaf holds a bin's free (including preemptible) cpu, memory and
+/// pods, each inner node an upper bound of the per-dimension maxima of the leaves below (at
+/// least every child's value), so a first-fit search skips whole ranges that cannot hold a
+/// demand. Bounds are raised at once and lowered lazily: a placement only lowers its leaf,
+/// and a search that descends into a node none of whose children covers the need recomputes
+/// that node and the ancestors it lowers. Answers are exact either way (a search checks
+/// leaves); only the work to find them changes.
 #[derive(Debug, Clone)]
 pub(super) struct MaxTree {
     pub(super) cap: usize,
@@ -48,25 +52,47 @@ impl MaxTree {
         self.len = self.len.saturating_sub(1);
     }
 
+    /// Sets bin `i`'s vector. Inner nodes are upper bounds of the leaves below (see the
+    /// type's docs): a raise lifts the ancestors it exceeds, a lowering leaves them as they
+    /// are, to be tightened by the first search that finds them stale.
     pub(super) fn set(&mut self, i: usize, v: [i64; 3]) {
         let mut n = self.cap + i;
+        let old = self.vals[n];
         self.vals[n] = v;
+        if covers(&old, &v) {
+            // No dimension rose: every ancestor still bounds the leaves below it.
+            return;
+        }
         while n > 1 {
             n /= 2;
-            let m = max3(self.vals[2 * n], self.vals[2 * n + 1]);
+            let m = max3(self.vals[n], v);
             if self.vals[n] == m {
-                // Unchanged here, so unchanged above.
+                // Already bounds `v` here, so above too (a node bounds its children).
                 break;
             }
             self.vals[n] = m;
         }
     }
 
+    /// Recomputes inner node `n` from its children and, while that lowers it, its ancestors:
+    /// called on a node whose children cannot cover a need it seemed to cover.
+    fn tighten(&mut self, mut n: usize) {
+        while n >= 1 && n < self.cap {
+            let m = max3(self.vals[2 * n], self.vals[2 * n + 1]);
+            if self.vals[n] == m {
+                break;
+            }
+            self.vals[n] = m;
+            n /= 2;
+        }
+    }
+
     /// The first bin at or after `start` whose vector covers `need` in every dimension: a
     /// depth-first walk in bin order without recursion, from the leaf `start` up to the first
     /// right sibling that may hold one, then down to its leftmost covering leaf (climbing on
-    /// when a subtree's per-dimension maxima cover `need` but none of its leaves does).
-    pub(super) fn find(&self, start: usize, need: &[i64; 3]) -> Option<usize> {
+    /// when a subtree's bounds cover `need` but none of its leaves does, and tightening the
+    /// bounds found stale on the way).
+    pub(super) fn find(&mut self, start: usize, need: &[i64; 3]) -> Option<usize> {
         if start >= self.len {
             return None;
         }
@@ -94,6 +120,8 @@ impl MaxTree {
                 } else if covers(&self.vals[left + 1], need) {
                     node = left + 1;
                 } else {
+                    // A stale bound: neither child covers what this node claimed to.
+                    self.tighten(node);
                     break;
                 }
             }
@@ -157,6 +185,50 @@ mod tests {
             }
             let expected = (start..v.len()).find(|&i| covers(&v[i], &need));
             prop_assert_eq!(t.find(start, &need), expected);
+        }
+
+        /// Interleaved sets (raising and lowering), pushes, pops and searches: every search
+        /// answers what a linear scan does, and every inner node bounds its children, however
+        /// stale the lazily lowered bounds are.
+        #[test]
+        fn lazily_lowered_bounds_keep_searches_exact(
+            vals in prop::collection::vec(prop::array::uniform3(0i64..6), 1..30),
+            ops in prop::collection::vec(
+                (0u8..4, 0usize..40, prop::array::uniform3(-1i64..6)),
+                0..60,
+            ),
+        ) {
+            let mut t = MaxTree::new();
+            let mut v = vals.clone();
+            for x in &vals {
+                t.push(*x);
+            }
+            for (op, i, x) in ops {
+                let x = if x[0] < 0 { EMPTY } else { x };
+                match op {
+                    0 if i < v.len() => {
+                        t.set(i, x);
+                        v[i] = x;
+                    }
+                    1 => {
+                        t.push(x);
+                        v.push(x);
+                    }
+                    2 => {
+                        t.pop();
+                        v.pop();
+                    }
+                    _ => {
+                        let need = [x[0].max(0), x[1].max(0), x[2].max(0)];
+                        let expected = (i..v.len()).find(|&b| covers(&v[b], &need));
+                        prop_assert_eq!(t.find(i, &need), expected);
+                    }
+                }
+                for n in 1..t.cap {
+                    prop_assert!(covers(&t.vals[n], &t.vals[2 * n]));
+                    prop_assert!(covers(&t.vals[n], &t.vals[2 * n + 1]));
+                }
+            }
         }
     }
 }

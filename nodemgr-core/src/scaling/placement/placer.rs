@@ -188,8 +188,11 @@ impl<'a> Placer<'a> {
                 return None;
             };
             // Jump over the bins the hostname-key rules refuse.
-            if let (Some(ct), Some(ctx), Some(state)) = (&topo, &ctx, &self.bins.topo) {
-                let (next, for_good) = state.skip(ct, ctx, bin);
+            let skipped = match (&topo, &ctx, &mut self.bins.topo) {
+                (Some(ct), Some(ctx), Some(state)) => Some(state.skip(ct, ctx, bin)),
+                _ => None,
+            };
+            if let Some((next, for_good)) = skipped {
                 match next {
                     Some(next) if next == bin => {}
                     found => {
