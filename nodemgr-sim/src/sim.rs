@@ -89,6 +89,7 @@ impl Simulation {
                     until: from + l.duration.0,
                     lag: l.lag.0,
                 });
+                world.observe_every_instant();
             }
         }
         Self {

@@ -61,6 +61,18 @@ impl World {
                 .insert(name.clone());
         }
         index.phases.sort();
+        // Dormant agents whose Node or bundle changed behind the world's back poll at the
+        // first poll that sees it.
+        let unnoticed: Vec<(String, Timestamp)> = self
+            .nodes
+            .iter()
+            .filter_map(|(name, n)| Some((name.clone(), self.unnoticed_agent_change(n)?)))
+            .collect();
+        for (name, due) in unnoticed {
+            self.set_dormant_due(&name, due);
+            index.agent_due.insert((due, name.clone()));
+            index.agent_deadline.insert(name, due);
+        }
         for (key, p) in &self.pods {
             if let Some(u) = p.terminating_until {
                 index.terminating.insert((u, key.clone()));
@@ -84,6 +96,8 @@ impl World {
     pub fn touch_node(&mut self, name: &str) {
         if self.nodes.get(name).is_some_and(is_special) {
             self.index.special.insert(name.to_owned());
+            // A dark node's agent stops; its polls are simulated one by one again.
+            self.agent_inputs_changed(name);
         }
     }
 
@@ -156,6 +170,9 @@ impl World {
             consider(u);
         }
         if let Some(t) = n.agent.next_deadline() {
+            consider(t);
+        }
+        if let Some(t) = self.unnoticed_agent_change(n) {
             consider(t);
         }
     }

@@ -106,7 +106,7 @@ impl World {
 }
 
 /// Whether the node has scripted readiness or darkness (looked at at every instant).
-pub(super) fn is_special(n: &SimNode) -> bool {
+pub(crate) fn is_special(n: &SimNode) -> bool {
     n.not_ready_until.is_some() || n.dark_since.is_some() || n.dark_until.is_some()
 }
 

@@ -36,6 +36,8 @@ mod index;
 mod liveness;
 mod objects;
 
+pub(crate) use liveness::is_special;
+
 /// A node group as the simulator keeps it.
 #[derive(Debug, Clone)]
 pub struct SimGroup {
@@ -238,6 +240,14 @@ pub struct World {
     uid_counter: u64,
     /// What the run loop needs at each instant without scanning every node and pod.
     index: WorldIndex,
+    /// The last instant at which the agents acted (a change noticed in it after they did is
+    /// seen by their next polls, not by those of this instant).
+    pub(crate) agents_stepped_at: Option<Timestamp>,
+    /// Waiting agents may skip polls that cannot change anything ([`World::set_lazy_agents`]).
+    lazy_agents: bool,
+    /// Every instant is observed by something other than the agents (a watch-lag window
+    /// records the nodes at each one): no instant may be left out, so agents poll one by one.
+    every_instant_observed: bool,
 }
 
 /// Indexes the world keeps next to its nodes and pods so that an instant costs what changes
@@ -311,6 +321,9 @@ impl World {
             standby_holders: BTreeMap::new(),
             uid_counter: 0,
             index: WorldIndex::default(),
+            agents_stepped_at: None,
+            lazy_agents: true,
+            every_instant_observed: false,
         };
         for (i, g) in scenario.groups.iter().enumerate() {
             let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
@@ -411,10 +424,53 @@ impl World {
         });
     }
 
-    /// Wakes `node`'s agent after its reaction time.
+    /// Wakes `node`'s agent after its reaction time (something it reads changed now: a
+    /// dormant agent also polls at its first poll that sees the change,
+    /// [`World::agent_inputs_changed`]).
     pub fn wake_agent(&mut self, node: &str) {
+        self.agent_inputs_changed(node);
         let at = self.now + self.agent.reaction.0;
         self.agenda.insert((at, node.to_owned()));
+    }
+
+    /// Whether waiting agents may skip the polls that cannot change anything (dormant agents,
+    /// `crate::agent`): allowed ([`World::set_lazy_agents`], the default), readiness
+    /// changes only at the instants where something acts ([`World::readiness_is_local`]'s
+    /// condition), and no watch-lag window records the nodes at every instant. Then a
+    /// dormant agent's polls are no instants at all, which changes nothing else.
+    pub fn agents_may_sleep(&self) -> bool {
+        self.lazy_agents && self.readiness_is_local() && !self.every_instant_observed
+    }
+
+    /// Allows or forbids dormant agents (allowed by default). Forbidding wakes the dormant
+    /// ones at their next poll, so every poll is simulated from then on; the outcome is the
+    /// same either way (`tests/lazy_agents.rs`).
+    pub fn set_lazy_agents(&mut self, lazy: bool) {
+        self.lazy_agents = lazy;
+        if !lazy {
+            self.wake_dormant_agents();
+        }
+    }
+
+    /// Declares that something records the nodes at every instant (a watch-lag window, the
+    /// run loop calls it): agents then poll one by one, so that the instants stay those of
+    /// the plain simulation.
+    pub fn observe_every_instant(&mut self) {
+        self.every_instant_observed = true;
+        self.wake_dormant_agents();
+    }
+
+    /// Every dormant agent polls at its next poll, as if a change had been noticed now.
+    fn wake_dormant_agents(&mut self) {
+        let dormant: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.agent.is_dormant())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in dormant {
+            self.agent_inputs_changed(&name);
+        }
     }
 
     /// A new configuration for `group` with `impact`; every node's agent notices it.
