@@ -76,8 +76,12 @@ pub struct SimNode {
     /// the simulated API hands out: change it with `Arc::make_mut` (which copies it when it is
     /// shared), so that an unchanged node stays the same `Arc` ([`crate::api`]).
     pub node: Arc<Node>,
-    /// The node's last Lease renewal, kept current by the run loop (outside
-    /// [`SimNode::node`]: a renewal is not a change of the Node; views get it folded in).
+    /// The node's last Lease renewal (outside [`SimNode::node`]: a renewal is not a change of
+    /// the Node; views get it folded in). Brought up to date when something can read it
+    /// ([`World::renew_heartbeats`]: before the controllers of an instant run, at the last
+    /// instant of a run, by [`crate::Simulation::run_until`] and
+    /// [`crate::Simulation::world_mut`]); between, it may be older than the node's last
+    /// renewal.
     pub last_heartbeat: Option<Timestamp>,
     /// Group name.
     pub group: String,
@@ -247,7 +251,7 @@ pub struct World {
     lazy_agents: bool,
     /// Every instant is observed by something other than the agents (a watch-lag window
     /// records the nodes at each one): no instant may be left out, so agents poll one by one.
-    every_instant_observed: bool,
+    pub(crate) every_instant_observed: bool,
 }
 
 /// Indexes the world keeps next to its nodes and pods so that an instant costs what changes
@@ -549,7 +553,7 @@ impl World {
                 );
             }
         }
-        self.renew_heartbeats();
+        // Heartbeats are renewed when something reads them (`World::renew_heartbeats`).
         // The agents that act now: woken ones and those whose deadline came.
         let woken: BTreeSet<String> = self
             .agenda
