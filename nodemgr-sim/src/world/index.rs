@@ -61,6 +61,14 @@ impl World {
                 .insert(name.clone());
         }
         index.phases.sort();
+        for (node, n) in &self.nodes {
+            let count = self.pods_by_node.get(node).map_or(0, BTreeSet::len);
+            index
+                .load
+                .entry(n.group.clone())
+                .or_default()
+                .insert((count, node.clone()));
+        }
         // Dormant agents whose Node or bundle changed behind the world's back poll at the
         // first poll that sees it.
         let unnoticed: Vec<(String, Timestamp)> = self
@@ -79,6 +87,39 @@ impl World {
             }
         }
         self.index = index;
+    }
+
+    /// Moves `node` from `old` to `new` pods in its group's load index (`None`: not there).
+    pub(super) fn reindex_load(&mut self, node: &str, old: Option<usize>, new: Option<usize>) {
+        if old == new {
+            return;
+        }
+        let Some(group) = self.nodes.get(node).map(|n| n.group.as_str()) else {
+            return;
+        };
+        let Some(load) = self.index.load.get_mut(group) else {
+            if let Some(count) = new {
+                let group = group.to_owned();
+                self.index
+                    .load
+                    .entry(group)
+                    .or_default()
+                    .insert((count, node.to_owned()));
+            }
+            return;
+        };
+        let mut owned = None;
+        if let Some(count) = old {
+            owned = load.take(&(count, node.to_owned())).map(|(_, n)| n);
+        }
+        if let Some(count) = new {
+            load.insert((count, owned.unwrap_or_else(|| node.to_owned())));
+        }
+    }
+
+    /// The pod count of `node` (`pods_by_node`).
+    pub(super) fn pod_count(&self, node: &str) -> usize {
+        self.pods_by_node.get(node).map_or(0, BTreeSet::len)
     }
 
     /// Declares that nodes' agents or fault fields (`not_ready_until`, `dark_since`,

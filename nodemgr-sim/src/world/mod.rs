@@ -277,8 +277,14 @@ struct WorldIndex {
     phases: Vec<(i64, String)>,
     /// The instant heartbeats were last brought up to date (`None`: all are due).
     heartbeats_at: Option<Timestamp>,
-    /// Node names by group (`SimNode::group`), for placing a group's pods.
+    /// Node names by group (`SimNode::group`).
     by_group: BTreeMap<String, BTreeSet<String>>,
+    /// Per group, `(pod count, node)` of its nodes (`pods_by_node`), for placing a group's
+    /// pods on the least loaded one without counting every node's pods
+    /// ([`World::pick_node`]). Kept by `bind_pod`, `remove_pod` and node creation and
+    /// removal; not read once a scheduler controller binds pods itself
+    /// ([`World::scheduler_external`], whose controller edits `pods_by_node` directly).
+    load: BTreeMap<String, BTreeSet<(usize, String)>>,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
 }
