@@ -12,9 +12,11 @@
 //! shorter and longer than the grace period (longer: no agent may sleep, both runs must still
 //! agree), and faults: nodes NotReady or dark for a while, slow agents, API errors, a lagging
 //! watch cache (no agent may sleep either), controller restarts. Half of the runs add a
-//! controller that changes waiting nodes behind the world's back (a label, or `approved` set
-//! by hand without waking the agent): the world then re-reads everything before the next
-//! instant (`World::invalidate_indexes`) and must notice the change at the right poll.
+//! controller that changes nodes behind the world's back (a label, `approved` set by hand
+//! without waking the agent, the configuration checksum removed with the agent woken): the
+//! world then re-reads everything before the next instant (`World::invalidate_indexes`) and
+//! must notice the change at the right poll. The same comparison covers the skipped wakes of
+//! up-to-date agents whose Node already carries their checksum.
 //!
 //! Each run where agents may sleep and a node without faults waited for its approval must
 //! have had a dormant agent, so the shortcut is exercised, not bypassed.
@@ -52,8 +54,8 @@ struct Case {
     coarse: u64,
     faults: Vec<(u8, usize, usize, u64, u64)>,
     approvals: Vec<(usize, u64)>,
-    /// `(at, group, node, approve)`: changes made behind the world's back.
-    meddling: Option<Vec<(u64, usize, usize, bool)>>,
+    /// `(at, group, node, action)`: changes made behind the world's back ([`Meddler`]).
+    meddling: Option<Vec<(u64, usize, usize, u8)>>,
 }
 
 fn group() -> impl Strategy<Value = Group> {
@@ -91,7 +93,7 @@ fn case() -> impl Strategy<Value = Case> {
             0u64..3,
         ),
         prop::option::of(prop::collection::vec(
-            (0u64..3_000_000, 0usize..3, 0usize..6, any::<bool>()),
+            (0u64..3_000_000, 0usize..3, 0usize..6, 0u8..3),
             1..6,
         )),
     )
@@ -184,10 +186,13 @@ fn scenario(c: &Case) -> Scenario {
 }
 
 /// Changes nodes directly at given times, without telling the world what changed (the run
-/// loop then re-reads everything, as for any controller it did not install).
+/// loop then re-reads everything, as for any controller it did not install): a label, or
+/// `approved` on a node that asks for it (an operator's hand, no agent woken), or the
+/// configuration checksum removed with the agent woken (an edit its watch sees: an up-to-date
+/// agent must put it back).
 struct Meddler {
-    /// `(at, node, approve)`, in time order.
-    plan: Vec<(Timestamp, String, bool)>,
+    /// `(at, node, action)`, in time order.
+    plan: Vec<(Timestamp, String, u8)>,
     next: usize,
 }
 
@@ -201,21 +206,29 @@ impl Controller for Meddler {
     }
 
     fn step(&mut self, world: &mut World, now: Timestamp) {
-        while let Some((t, node, approve)) = self.plan.get(self.next) {
-            if *t > now {
+        while let Some((t, name, action)) = self.plan.get(self.next).cloned() {
+            if t > now {
                 break;
             }
             self.next += 1;
-            if let Some(n) = world.nodes.get_mut(node) {
-                let node = Arc::make_mut(&mut n.node);
-                if *approve
-                    && node
-                        .annotations
-                        .contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL)
-                {
+            let Some(n) = world.nodes.get_mut(&name) else {
+                continue;
+            };
+            let node = Arc::make_mut(&mut n.node);
+            let asks = node
+                .annotations
+                .contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL);
+            match action {
+                1 if asks => {
                     node.annotations
                         .insert(keys::ANNOTATION_APPROVED.into(), String::new());
-                } else {
+                }
+                2 => {
+                    node.annotations
+                        .remove(keys::ANNOTATION_CONFIGURATION_CHECKSUM);
+                    world.wake_agent(&name);
+                }
+                _ => {
                     node.labels
                         .insert("meddled".into(), t.as_millis().to_string());
                 }
@@ -258,12 +271,12 @@ fn run(c: &Case, s: &Scenario, seed: u64, lazy: bool) -> (String, usize, bool) {
     }
     if let Some(meddling) = &c.meddling {
         let start = sim.now();
-        let mut plan: Vec<(Timestamp, String, bool)> = meddling
+        let mut plan: Vec<(Timestamp, String, u8)> = meddling
             .iter()
-            .map(|(ms, g, n, approve)| {
+            .map(|(ms, g, n, action)| {
                 let (_, node) = node_of(c, *g, *n);
                 let ms = rounded(c, *ms);
-                (start + std::time::Duration::from_millis(ms), node, *approve)
+                (start + std::time::Duration::from_millis(ms), node, *action)
             })
             .collect();
         plan.sort();

@@ -248,7 +248,7 @@ pub struct World {
     /// seen by their next polls, not by those of this instant).
     pub(crate) agents_stepped_at: Option<Timestamp>,
     /// Waiting agents may skip polls that cannot change anything ([`World::set_lazy_agents`]).
-    lazy_agents: bool,
+    pub(crate) lazy_agents: bool,
     /// Every instant is observed by something other than the agents (a watch-lag window
     /// records the nodes at each one): no instant may be left out, so agents poll one by one.
     pub(crate) every_instant_observed: bool,
