@@ -218,10 +218,11 @@ impl World {
             // A dormant agent is due because a change was noticed (at a point of its poll
             // grid, where core's expired timer makes it poll) or it was woken.
             n.agent.dormant = None;
-            if woken.contains(name) && !self.wake_changes_nothing(name) {
-                if let Some(n) = self.nodes.get_mut(name) {
-                    n.agent.machine.handle_wake(now);
-                }
+            if woken.contains(name)
+                && !self.wake_changes_nothing(name)
+                && let Some(n) = self.nodes.get_mut(name)
+            {
+                n.agent.machine.handle_wake(now);
             }
             let Some(n) = self.nodes.get_mut(name) else {
                 continue;
