@@ -106,7 +106,7 @@ impl World {
 
     /// Creates pod `name` of workload `wi` bound to `node`, Running.
     pub fn bind_pod(&mut self, wi: usize, name: String, node: &str) {
-        let Some(w) = self.workloads.get(wi).cloned() else {
+        let Some(w) = self.workloads.get(wi) else {
             return;
         };
         let mut labels = w.labels.clone();
