@@ -7,8 +7,11 @@
 //! cluster port ([`crate::SimCluster`]), as the update executor does.
 //!
 //! An instant costs what changes in it, not the cluster's size: the world indexes its agents'
-//! deadlines, terminating pods, scripted or dark nodes and Lease phases, lets act only the
-//! agents that are due, and refreshes readiness only where it can change. Code that changes
+//! deadlines, terminating pods, scripted or dark nodes, Lease phases and its groups' nodes by
+//! pod count, lets act only the agents that are due (a waiting agent whose polls cannot
+//! change anything has no deadline at all until what it reads changes: `crate::agent`),
+//! refreshes readiness only where it can change, and brings heartbeats up to date only when
+//! something can read them ([`World::renew_heartbeats`]). Code that changes
 //! those fields directly calls [`World::invalidate_indexes`] (the run loop does it for the
 //! controllers it did not install and for [`crate::Simulation::world_mut`]);
 //! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
@@ -445,8 +448,8 @@ impl World {
 
     /// Whether waiting agents may skip the polls that cannot change anything (dormant agents,
     /// `crate::agent`): allowed ([`World::set_lazy_agents`], the default), readiness
-    /// changes only at the instants where something acts ([`World::readiness_is_local`]'s
-    /// condition), and no watch-lag window records the nodes at every instant. Then a
+    /// changes only at the instants where something acts (`leasePeriod ≤ gracePeriod`: a live
+    /// node is never silent), and no watch-lag window records the nodes at every instant. Then a
     /// dormant agent's polls are no instants at all, which changes nothing else.
     pub fn agents_may_sleep(&self) -> bool {
         self.lazy_agents && self.readiness_is_local() && !self.every_instant_observed
