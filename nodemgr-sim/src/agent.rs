@@ -11,6 +11,16 @@
 //! latest disruptive generation. What running the step does to the node is the strongest
 //! impact of the generations between the node's last applied one and the desired one.
 //!
+//! A waiting agent's polls are not simulated one by one (`docs/agent.md`, "One pass", has
+//! the polls): an agent waiting for `approved` or `disruption-approved` re-fetches its bundle and
+//! re-reads its Node every poll interval, and a poll whose Node and bundle are those of the
+//! previous one only sleeps again: no request, no state file, no random draw, no timeline
+//! event. Such an agent is *dormant* ([`SimAgent::is_dormant`]): it keeps no deadline until the
+//! world notices that its Node or bundle changed ([`World::agent_inputs_changed`]); its next
+//! poll is then the first instant of its own poll grid at which the change is visible, where
+//! core's agent runs as it would have (its timer, set to an earlier point of the same grid,
+//! has expired, and a poll at `now` sleeps until `now` plus the interval as before).
+//!
 //! The agent's reads and patches go to the world directly: injected API errors hit the
 //! controllers' calls, not the agent's (its behaviour under failed and conflicting requests is
 //! covered by core's properties, `nodemgr-core/tests/agent.rs`). A node's resourceVersion is a
@@ -23,13 +33,13 @@ use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
 use nodemgr_core::agent::{
-    Agent, AgentAction, AgentConfig, AgentInput, NodeView, PatchOutcome, SimulatedGeneration,
-    StateFiles, StepOutcome,
+    Agent, AgentAction, AgentConfig, AgentInput, AgentStatus, NodeView, PatchOutcome,
+    SimulatedGeneration, StateFiles, StepOutcome,
 };
 use nodemgr_core::model::{ApprovalMode, Node, Timestamp, keys};
 use nodemgr_core::ports::Cause;
 
-use crate::world::World;
+use crate::world::{SimGroup, SimNode, World, is_special};
 
 /// A step being simulated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +68,8 @@ pub struct SimAgent {
     pub applied: Option<String>,
     /// The step being simulated.
     pub running: Option<RunningStep>,
+    /// Set while the agent waits for an approval and its polls cannot change anything.
+    dormant: Option<Dormant>,
     /// The node's [`resource_version`] as last computed, for the node it was computed for
     /// (the world changes a node only through `Arc::make_mut`, so the same `Arc` is the same
     /// content): the agent re-reads its node every poll interval while it waits.
@@ -79,8 +91,16 @@ impl SimAgent {
             files,
             applied: Some(generation.checksum.clone()),
             running: None,
+            dormant: None,
             fingerprint: None,
         }
+    }
+
+    /// Whether the agent is dormant: it waits for an approval, its last poll read what its
+    /// next one would read, and its polls are skipped until the world notices a change of its
+    /// Node or its group's bundle (see the module docs).
+    pub fn is_dormant(&self) -> bool {
+        self.dormant.is_some()
     }
 
     /// [`resource_version`] of `node`, computed again only when the node changed.
@@ -102,8 +122,13 @@ impl SimAgent {
             .is_some_and(|r| r.effect != ImpactKind::None && r.applied_at <= now && now < r.done_at)
     }
 
-    /// The next time the agent needs the driver: its timer or its step's next phase.
+    /// The next time the agent needs the driver: its timer or its step's next phase; for a
+    /// dormant agent, the poll at which it sees a change noticed since it went dormant (none
+    /// while nothing changed).
     pub fn next_deadline(&self) -> Option<Timestamp> {
+        if let Some(d) = &self.dormant {
+            return d.due;
+        }
         let step = self.running.as_ref().map(|r| {
             if r.restart_started || r.effect == ImpactKind::None {
                 r.done_at
@@ -116,6 +141,56 @@ impl SimAgent {
             (a, b) => a.or(b),
         }
     }
+}
+
+/// What a dormant agent's polls would read, and its poll grid.
+#[derive(Debug, Clone)]
+struct Dormant {
+    /// The first poll instant not reached yet: the agent's timer (core's
+    /// [`Agent::next_deadline`]) when it went dormant. Its polls are at this instant plus a
+    /// whole number of poll intervals.
+    next_poll: Timestamp,
+    /// The poll interval.
+    period: Duration,
+    /// The Node its last poll read (the same `Arc`: the world changes a node only through
+    /// `Arc::make_mut`, and this one is shared, so a change makes another `Arc`).
+    node: Arc<Node>,
+    /// The bundle its last poll fetched: the desired checksum and whether the group replaces
+    /// machines.
+    bundle: (String, bool),
+    /// The poll at which a noticed change is first visible.
+    due: Option<Timestamp>,
+}
+
+impl Dormant {
+    /// The first poll at or after `t` (`strictly`: after `t`).
+    fn first_poll(&self, t: Timestamp, strictly: bool) -> Timestamp {
+        let base = self.next_poll;
+        if t < base || (t == base && !strictly) {
+            return base;
+        }
+        let period = i64::try_from(self.period.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let since = t.as_millis().saturating_sub(base.as_millis());
+        // Whole intervals from `base` to the poll: `since / period` reaches `t` or just before
+        // it; one more when it falls short (or strictly after `t` is asked).
+        let mut k = since / period;
+        if strictly || k.saturating_mul(period) < since {
+            k = k.saturating_add(1);
+        }
+        Timestamp::from_millis(base.as_millis().saturating_add(k.saturating_mul(period)))
+    }
+}
+
+/// The bundle an agent of `group` fetches, as a dormant agent remembers it.
+fn bundle_of(world: &World, group: &str) -> Option<(String, bool)> {
+    world.groups.get(group).map(|g| {
+        (
+            g.desired().to_owned(),
+            g.group.spec.approval_mode() == ApprovalMode::RollingUpdate,
+        )
+    })
 }
 
 /// The resourceVersion of a simulated node: a fingerprint of what a patch could change.
@@ -140,13 +215,143 @@ impl World {
             if n.is_dark(now) {
                 continue;
             }
-            if woken.contains(name) {
+            // A dormant agent is due because a change was noticed (at a point of its poll
+            // grid, where core's expired timer makes it poll) or it was woken.
+            n.agent.dormant = None;
+            if woken.contains(name)
+                && !self.wake_changes_nothing(name)
+                && let Some(n) = self.nodes.get_mut(name)
+            {
                 n.agent.machine.handle_wake(now);
             }
+            let Some(n) = self.nodes.get_mut(name) else {
+                continue;
+            };
             n.agent.machine.handle_timeout(now);
             self.advance_step(name);
             self.drive_agent(name);
+            self.maybe_dormant(name);
             self.reindex_agent(name);
+        }
+        self.agents_stepped_at = Some(now);
+    }
+
+    /// Whether waking `name`'s agent would change nothing: it is up to date with the desired
+    /// bundle (its state files say so and nothing is left to write) and its Node carries the
+    /// checksum. The pass a wake starts would fetch the bundle (which verifies: a simulated
+    /// generation's checksum is its steps'), read the Node, find it annotated and sleep
+    /// again until the next wake — no request, no state file, no timeline event — so it is
+    /// skipped (unless dormant agents are forbidden, [`World::set_lazy_agents`]).
+    fn wake_changes_nothing(&self, name: &str) -> bool {
+        let Some(n) = self.nodes.get(name) else {
+            return false;
+        };
+        let Some(desired) = self.groups.get(&n.group).map(SimGroup::desired) else {
+            return false;
+        };
+        let machine = &n.agent.machine;
+        let files = machine.files();
+        self.lazy_agents
+            && n.agent.running.is_none()
+            && machine.next_deadline().is_none()
+            && machine.is_up_to_date()
+            && matches!(machine.status(), AgentStatus::UpToDate { checksum } if checksum == desired)
+            && !files.first_run
+            && files.configuration_checksum.as_deref() == Some(desired)
+            && files
+                .progress
+                .as_ref()
+                .is_some_and(|p| p.bundle.as_deref() == Some(desired))
+            && n.node
+                .annotations
+                .get(keys::ANNOTATION_CONFIGURATION_CHECKSUM)
+                .map(String::as_str)
+                == Some(desired)
+    }
+
+    /// Makes `name`'s agent dormant when it just polled and sleeps for a poll interval while
+    /// waiting for an approval, and polls may be skipped at all ([`World::agents_may_sleep`]):
+    /// its next polls read the same Node and bundle until a change is noticed.
+    fn maybe_dormant(&mut self, name: &str) {
+        if !self.agents_may_sleep() {
+            return;
+        }
+        let now = self.now;
+        let Some(n) = self.nodes.get(name) else {
+            return;
+        };
+        let period = n.agent.machine.config().poll_interval;
+        let waiting = matches!(
+            n.agent.machine.status(),
+            AgentStatus::WaitingForApproval { .. }
+                | AgentStatus::WaitingForDisruptionApproval { .. }
+        );
+        let polling = n.agent.machine.next_deadline() == Some(now + period);
+        if !waiting || !polling || n.agent.running.is_some() || is_special(n) {
+            return;
+        }
+        let Some(bundle) = bundle_of(self, &n.group) else {
+            return;
+        };
+        let node = Arc::clone(&n.node);
+        if let Some(n) = self.nodes.get_mut(name) {
+            n.agent.dormant = Some(Dormant {
+                next_poll: now + period,
+                period,
+                node,
+                bundle,
+                due: None,
+            });
+        }
+    }
+
+    /// Declares that what `name`'s agent reads (its Node's annotations, labels or
+    /// `unschedulable`, its group's bundle, its darkness or scripted readiness) changed now: a
+    /// dormant agent polls at the first instant of its poll grid at which the change is
+    /// visible (the current instant if the agents have not acted in it yet). The world's
+    /// methods and ports call it; code that changes nodes directly and is not followed by
+    /// [`World::invalidate_indexes`] must too.
+    pub fn agent_inputs_changed(&mut self, name: &str) {
+        let strictly = self.agents_stepped_at == Some(self.now);
+        let now = self.now;
+        let Some(d) = self
+            .nodes
+            .get_mut(name)
+            .and_then(|n| n.agent.dormant.as_mut())
+        else {
+            return;
+        };
+        if d.due.is_none() {
+            d.due = Some(d.first_poll(now, strictly));
+            self.reindex_agent(name);
+        }
+    }
+
+    /// For [`World::invalidate_indexes`]: the poll at which `name`'s dormant agent sees a
+    /// change made behind the world's back (its Node is another `Arc`, its group's bundle
+    /// changed, or it became dark or scripted); `None` when it is not dormant, already due, or
+    /// nothing changed. Changes behind the world's back are made between instants, after the
+    /// agents acted in the last one.
+    pub(crate) fn unnoticed_agent_change(&self, n: &SimNode) -> Option<Timestamp> {
+        let d = n.agent.dormant.as_ref()?;
+        if d.due.is_some() {
+            return None;
+        }
+        let changed = !Arc::ptr_eq(&d.node, &n.node)
+            || bundle_of(self, &n.group).as_ref() != Some(&d.bundle)
+            || is_special(n);
+        let strictly = self.agents_stepped_at == Some(self.now);
+        changed.then(|| d.first_poll(self.now, strictly))
+    }
+
+    /// Sets the deadline [`World::unnoticed_agent_change`] found.
+    pub(crate) fn set_dormant_due(&mut self, name: &str, due: Timestamp) {
+        if let Some(d) = self
+            .nodes
+            .get_mut(name)
+            .and_then(|n| n.agent.dormant.as_mut())
+        {
+            d.due = Some(due);
         }
     }
 

@@ -171,12 +171,15 @@ fn hand_over(world: &mut World, node: &str) {
     {
         return;
     }
-    let node = Arc::make_mut(&mut n.node);
-    node.labels
+    let marked = Arc::make_mut(&mut n.node);
+    marked
+        .labels
         .insert(keys::LABEL_TERMINATION_IN_PROGRESS.into(), String::new());
-    node.annotations
+    marked
+        .annotations
         .entry(keys::ANNOTATION_DRAINING.into())
         .or_insert_with(|| DRAIN_SOURCE_SCALE_DOWN.into());
+    world.agent_inputs_changed(node);
 }
 
 fn record_executor_event(world: &mut World, event: &ExecutorEvent) {

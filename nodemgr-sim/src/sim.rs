@@ -89,6 +89,7 @@ impl Simulation {
                     until: from + l.duration.0,
                     lag: l.lag.0,
                 });
+                world.observe_every_instant();
             }
         }
         Self {
@@ -116,7 +117,9 @@ impl Simulation {
         self.builtin.push(true);
     }
 
-    /// The world.
+    /// The world. Its nodes' heartbeats ([`crate::world::SimNode::last_heartbeat`]) are
+    /// current after an instant at which a controller ran, after the last instant, and after
+    /// [`Simulation::run_until`].
     pub fn world(&self) -> &World {
         &self.world
     }
@@ -124,6 +127,7 @@ impl Simulation {
     /// The world, to change it between steps (it re-reads its nodes and pods before the
     /// next one, [`World::invalidate_indexes`]).
     pub fn world_mut(&mut self) -> &mut World {
+        self.world.renew_heartbeats();
         self.world.invalidate_indexes();
         &mut self.world
     }
@@ -176,6 +180,17 @@ impl Simulation {
             self.apply_event(&e);
         }
         self.world.step();
+        // Heartbeats are brought up to date where something reads them: the watch cache, the
+        // controllers, whoever looks at the world after the last instant.
+        let readers = self.world.every_instant_observed
+            || now == self.end
+            || self
+                .controllers
+                .iter()
+                .any(|c| c.next_run().is_some_and(|t| t <= now));
+        if readers {
+            self.world.renew_heartbeats();
+        }
         let w = &mut self.world;
         let nodes = &w.nodes;
         w.api.observe(now, || {
@@ -199,6 +214,7 @@ impl Simulation {
                 break;
             }
         }
+        self.world.renew_heartbeats();
     }
 
     fn next_instant_or_start(&self) -> Timestamp {

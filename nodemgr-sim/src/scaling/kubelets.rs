@@ -31,6 +31,7 @@ pub(super) fn conform_node(
         n.taints = template.taints;
         n.allocatable = template.allocatable;
     }
+    world.agent_inputs_changed(node);
 }
 
 impl ScalingController {

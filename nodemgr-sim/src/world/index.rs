@@ -61,12 +61,65 @@ impl World {
                 .insert(name.clone());
         }
         index.phases.sort();
+        for (node, n) in &self.nodes {
+            let count = self.pods_by_node.get(node).map_or(0, BTreeSet::len);
+            index
+                .load
+                .entry(n.group.clone())
+                .or_default()
+                .insert((count, node.clone()));
+        }
+        // Dormant agents whose Node or bundle changed behind the world's back poll at the
+        // first poll that sees it.
+        let unnoticed: Vec<(String, Timestamp)> = self
+            .nodes
+            .iter()
+            .filter_map(|(name, n)| Some((name.clone(), self.unnoticed_agent_change(n)?)))
+            .collect();
+        for (name, due) in unnoticed {
+            self.set_dormant_due(&name, due);
+            index.agent_due.insert((due, name.clone()));
+            index.agent_deadline.insert(name, due);
+        }
         for (key, p) in &self.pods {
             if let Some(u) = p.terminating_until {
                 index.terminating.insert((u, key.clone()));
             }
         }
         self.index = index;
+    }
+
+    /// Moves `node` from `old` to `new` pods in its group's load index (`None`: not there).
+    pub(super) fn reindex_load(&mut self, node: &str, old: Option<usize>, new: Option<usize>) {
+        if old == new {
+            return;
+        }
+        let Some(group) = self.nodes.get(node).map(|n| n.group.as_str()) else {
+            return;
+        };
+        let Some(load) = self.index.load.get_mut(group) else {
+            if let Some(count) = new {
+                let group = group.to_owned();
+                self.index
+                    .load
+                    .entry(group)
+                    .or_default()
+                    .insert((count, node.to_owned()));
+            }
+            return;
+        };
+        let mut owned = None;
+        if let Some(count) = old {
+            owned = load.take(&(count, node.to_owned())).map(|(_, n)| n);
+        }
+        if let Some(count) = new {
+            load.insert((count, owned.unwrap_or_else(|| node.to_owned())));
+        }
+    }
+
+    /// The pod count of `node` (`pods_by_node`).
+    pub(super) fn pod_count(&self, node: &str) -> usize {
+        self.pods_by_node.get(node).map_or(0, BTreeSet::len)
     }
 
     /// Declares that nodes' agents or fault fields (`not_ready_until`, `dark_since`,
@@ -84,6 +137,8 @@ impl World {
     pub fn touch_node(&mut self, name: &str) {
         if self.nodes.get(name).is_some_and(is_special) {
             self.index.special.insert(name.to_owned());
+            // A dark node's agent stops; its polls are simulated one by one again.
+            self.agent_inputs_changed(name);
         }
     }
 
@@ -156,6 +211,9 @@ impl World {
             consider(u);
         }
         if let Some(t) = n.agent.next_deadline() {
+            consider(t);
+        }
+        if let Some(t) = self.unnoticed_agent_change(n) {
             consider(t);
         }
     }

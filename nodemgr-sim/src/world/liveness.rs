@@ -1,5 +1,6 @@
-//! Liveness: heartbeats renewed at each Lease period and the Ready condition each node shows,
-//! refreshed only where they can change (the module docs of `world`).
+//! Liveness: heartbeats renewed at each Lease period (brought up to date only when something
+//! can read them) and the Ready condition each node shows, refreshed only where it can change
+//! (the module docs of `world`).
 
 use super::*;
 
@@ -49,7 +50,13 @@ impl World {
 
     /// Brings every node's `last_heartbeat` to the current time, touching only the nodes whose
     /// Lease phase a renewal crossed since the last time (every node after a lease period).
-    pub(super) fn renew_heartbeats(&mut self) {
+    /// A heartbeat is a function of the node's Lease phase, its darkness and the time, so it
+    /// is computed when something may read it rather than at every instant: the run loop
+    /// calls this before the controllers of an instant run (they read heartbeats through the
+    /// cluster port or the world), before the watch cache records the nodes, at the last
+    /// instant, and when it hands out the world; the world's own readiness refresh computes
+    /// the heartbeats it needs.
+    pub fn renew_heartbeats(&mut self) {
         let now = self.now;
         let last = self.index.heartbeats_at.replace(now);
         if last == Some(now) {
@@ -106,7 +113,7 @@ impl World {
 }
 
 /// Whether the node has scripted readiness or darkness (looked at at every instant).
-pub(super) fn is_special(n: &SimNode) -> bool {
+pub(crate) fn is_special(n: &SimNode) -> bool {
     n.not_ready_until.is_some() || n.dark_since.is_some() || n.dark_until.is_some()
 }
 

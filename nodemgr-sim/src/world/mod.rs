@@ -7,8 +7,11 @@
 //! cluster port ([`crate::SimCluster`]), as the update executor does.
 //!
 //! An instant costs what changes in it, not the cluster's size: the world indexes its agents'
-//! deadlines, terminating pods, scripted or dark nodes and Lease phases, lets act only the
-//! agents that are due, and refreshes readiness only where it can change. Code that changes
+//! deadlines, terminating pods, scripted or dark nodes, Lease phases and its groups' nodes by
+//! pod count, lets act only the agents that are due (a waiting agent whose polls cannot
+//! change anything has no deadline at all until what it reads changes: `crate::agent`),
+//! refreshes readiness only where it can change, and brings heartbeats up to date only when
+//! something can read them ([`World::renew_heartbeats`]). Code that changes
 //! those fields directly calls [`World::invalidate_indexes`] (the run loop does it for the
 //! controllers it did not install and for [`crate::Simulation::world_mut`]);
 //! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
@@ -35,6 +38,8 @@ use crate::timeline::{Timeline, TimelineEvent};
 mod index;
 mod liveness;
 mod objects;
+
+pub(crate) use liveness::is_special;
 
 /// A node group as the simulator keeps it.
 #[derive(Debug, Clone)]
@@ -74,8 +79,12 @@ pub struct SimNode {
     /// the simulated API hands out: change it with `Arc::make_mut` (which copies it when it is
     /// shared), so that an unchanged node stays the same `Arc` ([`crate::api`]).
     pub node: Arc<Node>,
-    /// The node's last Lease renewal, kept current by the run loop (outside
-    /// [`SimNode::node`]: a renewal is not a change of the Node; views get it folded in).
+    /// The node's last Lease renewal (outside [`SimNode::node`]: a renewal is not a change of
+    /// the Node; views get it folded in). Brought up to date when something can read it
+    /// ([`World::renew_heartbeats`]: before the controllers of an instant run, at the last
+    /// instant of a run, by [`crate::Simulation::run_until`] and
+    /// [`crate::Simulation::world_mut`]); between, it may be older than the node's last
+    /// renewal.
     pub last_heartbeat: Option<Timestamp>,
     /// Group name.
     pub group: String,
@@ -238,6 +247,14 @@ pub struct World {
     uid_counter: u64,
     /// What the run loop needs at each instant without scanning every node and pod.
     index: WorldIndex,
+    /// The last instant at which the agents acted (a change noticed in it after they did is
+    /// seen by their next polls, not by those of this instant).
+    pub(crate) agents_stepped_at: Option<Timestamp>,
+    /// Waiting agents may skip polls that cannot change anything ([`World::set_lazy_agents`]).
+    pub(crate) lazy_agents: bool,
+    /// Every instant is observed by something other than the agents (a watch-lag window
+    /// records the nodes at each one): no instant may be left out, so agents poll one by one.
+    pub(crate) every_instant_observed: bool,
 }
 
 /// Indexes the world keeps next to its nodes and pods so that an instant costs what changes
@@ -263,8 +280,14 @@ struct WorldIndex {
     phases: Vec<(i64, String)>,
     /// The instant heartbeats were last brought up to date (`None`: all are due).
     heartbeats_at: Option<Timestamp>,
-    /// Node names by group (`SimNode::group`), for placing a group's pods.
+    /// Node names by group (`SimNode::group`).
     by_group: BTreeMap<String, BTreeSet<String>>,
+    /// Per group, `(pod count, node)` of its nodes (`pods_by_node`), for placing a group's
+    /// pods on the least loaded one without counting every node's pods
+    /// ([`World::pick_node`]). Kept by `bind_pod`, `remove_pod` and node creation and
+    /// removal; not read once a scheduler controller binds pods itself
+    /// ([`World::scheduler_external`], whose controller edits `pods_by_node` directly).
+    load: BTreeMap<String, BTreeSet<(usize, String)>>,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
 }
@@ -311,6 +334,9 @@ impl World {
             standby_holders: BTreeMap::new(),
             uid_counter: 0,
             index: WorldIndex::default(),
+            agents_stepped_at: None,
+            lazy_agents: true,
+            every_instant_observed: false,
         };
         for (i, g) in scenario.groups.iter().enumerate() {
             let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
@@ -411,10 +437,53 @@ impl World {
         });
     }
 
-    /// Wakes `node`'s agent after its reaction time.
+    /// Wakes `node`'s agent after its reaction time (something it reads changed now: a
+    /// dormant agent also polls at its first poll that sees the change,
+    /// [`World::agent_inputs_changed`]).
     pub fn wake_agent(&mut self, node: &str) {
+        self.agent_inputs_changed(node);
         let at = self.now + self.agent.reaction.0;
         self.agenda.insert((at, node.to_owned()));
+    }
+
+    /// Whether waiting agents may skip the polls that cannot change anything (dormant agents,
+    /// `crate::agent`): allowed ([`World::set_lazy_agents`], the default), readiness
+    /// changes only at the instants where something acts (`leasePeriod ≤ gracePeriod`: a live
+    /// node is never silent), and no watch-lag window records the nodes at every instant. Then a
+    /// dormant agent's polls are no instants at all, which changes nothing else.
+    pub fn agents_may_sleep(&self) -> bool {
+        self.lazy_agents && self.readiness_is_local() && !self.every_instant_observed
+    }
+
+    /// Allows or forbids dormant agents (allowed by default). Forbidding wakes the dormant
+    /// ones at their next poll, so every poll is simulated from then on; the outcome is the
+    /// same either way (`tests/lazy_agents.rs`).
+    pub fn set_lazy_agents(&mut self, lazy: bool) {
+        self.lazy_agents = lazy;
+        if !lazy {
+            self.wake_dormant_agents();
+        }
+    }
+
+    /// Declares that something records the nodes at every instant (a watch-lag window, the
+    /// run loop calls it): agents then poll one by one, so that the instants stay those of
+    /// the plain simulation.
+    pub fn observe_every_instant(&mut self) {
+        self.every_instant_observed = true;
+        self.wake_dormant_agents();
+    }
+
+    /// Every dormant agent polls at its next poll, as if a change had been noticed now.
+    fn wake_dormant_agents(&mut self) {
+        let dormant: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.agent.is_dormant())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in dormant {
+            self.agent_inputs_changed(&name);
+        }
     }
 
     /// A new configuration for `group` with `impact`; every node's agent notices it.
@@ -493,7 +562,7 @@ impl World {
                 );
             }
         }
-        self.renew_heartbeats();
+        // Heartbeats are renewed when something reads them (`World::renew_heartbeats`).
         // The agents that act now: woken ones and those whose deadline came.
         let woken: BTreeSet<String> = self
             .agenda

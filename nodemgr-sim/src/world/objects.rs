@@ -77,6 +77,7 @@ impl World {
                 lease_phase: Duration::from_millis(phase_ms),
             },
         );
+        self.reindex_load(&name, None, Some(self.pod_count(&name)));
         let per_node: Vec<usize> = self
             .workloads
             .iter()
@@ -105,7 +106,7 @@ impl World {
 
     /// Creates pod `name` of workload `wi` bound to `node`, Running.
     pub fn bind_pod(&mut self, wi: usize, name: String, node: &str) {
-        let Some(w) = self.workloads.get(wi).cloned() else {
+        let Some(w) = self.workloads.get(wi) else {
             return;
         };
         let mut labels = w.labels.clone();
@@ -133,10 +134,12 @@ impl World {
         }
         pod.uid = self.next_uid(&pod.name);
         let key = pod.key();
+        let before = self.pod_count(node);
         self.pods_by_node
             .entry(node.to_owned())
             .or_default()
             .insert(key.clone());
+        self.reindex_load(node, Some(before), Some(self.pod_count(node)));
         self.pods.insert(
             key,
             SimPod {
@@ -152,6 +155,26 @@ impl World {
     /// Resource requests other than the pod count are not checked.
     pub fn pick_node(&self, wi: usize) -> Option<String> {
         let w = self.workloads.get(wi)?;
+        // The group's nodes by pod count and name (the index, unless it is stale or another
+        // scheduler edits the pods' bindings): the first one that can take the pod is the
+        // least loaded, ties by name, as the scan below finds.
+        if let Some(group) = &w.group
+            && !self.index.stale
+            && !self.scheduler_external
+        {
+            return self
+                .index
+                .load
+                .get(group)
+                .into_iter()
+                .flatten()
+                .find(|(count, name)| {
+                    self.nodes
+                        .get(name)
+                        .is_some_and(|n| self.can_take_pod(n, *count))
+                })
+                .map(|(_, name)| name.clone());
+        }
         // The group's nodes from the index (in name order, as the map's), unless it is stale.
         let candidates: Box<dyn Iterator<Item = &SimNode>> = match &w.group {
             Some(group) if !self.index.stale => Box::new(
@@ -165,27 +188,26 @@ impl World {
             _ => Box::new(self.nodes.values()),
         };
         candidates
-            .filter(|n| {
-                w.group.as_deref().is_none_or(|g| g == n.group)
-                    && n.node.ready
-                    && !n.node.unschedulable
-                    && !n.is_dark(self.now)
-            })
-            .map(|n| {
-                let count = self.pods_by_node.get(&n.node.name).map_or(0, BTreeSet::len);
-                (count, n)
-            })
-            .filter(|(count, n)| {
-                n.node
-                    .allocatable
-                    .get("pods")
-                    .is_none_or(|q| i64::try_from(*count).unwrap_or(i64::MAX) < q.ceil_units())
-            })
+            .filter(|n| w.group.as_deref().is_none_or(|g| g == n.group))
+            .map(|n| (self.pod_count(&n.node.name), n))
+            .filter(|(count, n)| self.can_take_pod(n, *count))
             .min_by(|a, b| {
                 a.0.cmp(&b.0)
                     .then_with(|| a.1.node.name.cmp(&b.1.node.name))
             })
             .map(|(_, n)| n.node.name.clone())
+    }
+
+    /// Whether node `n`, running `count` pods, can take one more: Ready, schedulable,
+    /// reachable, below its `pods` capacity.
+    fn can_take_pod(&self, n: &SimNode, count: usize) -> bool {
+        n.node.ready
+            && !n.node.unschedulable
+            && !n.is_dark(self.now)
+            && n.node
+                .allocatable
+                .get("pods")
+                .is_none_or(|q| i64::try_from(count).unwrap_or(i64::MAX) < q.ceil_units())
     }
 
     /// Removes pod `key` now; a Deployment or StatefulSet pod comes back after the reschedule
@@ -195,7 +217,10 @@ impl World {
         if let Some(node) = &pod.pod.node_name
             && let Some(set) = self.pods_by_node.get_mut(node)
         {
+            let before = set.len();
             set.remove(key);
+            let after = set.len();
+            self.reindex_load(node, Some(before), Some(after));
         }
         if let Some(wi) = pod.workload
             && let Some(w) = self.workloads.get(wi)
@@ -221,6 +246,7 @@ impl World {
 
     /// Deletes node `name` and, as the pod garbage collector would, its pods.
     pub fn remove_node(&mut self, name: &str) -> Option<SimNode> {
+        self.reindex_load(name, Some(self.pod_count(name)), None);
         let node = self.nodes.remove(name)?;
         if let Some(t) = self.index.agent_deadline.remove(name) {
             self.index.agent_due.remove(&(t, name.to_owned()));
