@@ -4,7 +4,8 @@
 //! themselves record nothing in the timeline (the controllers do), only [`crate::SimStats`].
 //!
 //! Nodes carry resourceVersions and `list_nodes` reads the simulated watch cache, which lags
-//! while a [`crate::scenario::WatchLagSpec`] window is open; `list_nodes_fresh` reads the world;
+//! while a [`crate::scenario::WatchLagSpec`] window is open; `node_changes_since` answers what
+//! changed in that cache as a difference (a resync while it lags); `list_nodes_fresh` reads the world;
 //! a node patch with a resourceVersion precondition answers [`ClusterError::Conflict`] when the
 //! node changed since, as the API server does ([`crate::api`]).
 //!
@@ -27,7 +28,8 @@ use nodemgr_core::model::{
 };
 use nodemgr_core::ports::{
     AppliedHolder, ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance,
-    NodeApi, NodeHealthRead, NodePatch, PodApi, PodRef, Precondition, RecordedEvent, StandbyHolder,
+    NodeApi, NodeChanges, NodeHealthRead, NodePatch, NodeRevision, PodApi, PodRef, Precondition,
+    RecordedEvent, StandbyHolder,
 };
 
 use crate::scenario::{ErrorKind, Operation};
@@ -162,6 +164,23 @@ impl ClusterRead for SimCluster<'_> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, "list nodes")?;
         Ok(w.versioned_nodes())
+    }
+
+    async fn node_changes_since(
+        &self,
+        since: Option<NodeRevision>,
+    ) -> Result<NodeChanges, ClusterError> {
+        let mut guard = self.lock();
+        Self::check(&mut guard, Operation::List, "list nodes")?;
+        let w: &mut World = &mut guard;
+        // A lagging cache shows the past: a whole list, from which no revision continues.
+        if let Some(cached) = w.api.cached_nodes(w.now) {
+            return Ok(NodeChanges::resync(
+                cached.into_iter().map(Arc::new).collect(),
+            ));
+        }
+        let nodes = w.nodes.values().map(|n| (&n.node, n.last_heartbeat));
+        Ok(w.api.changes_since(since, nodes))
     }
 
     async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> {
