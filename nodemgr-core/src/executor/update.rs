@@ -6,19 +6,24 @@
 //!
 //! The executor is generic over the port, so the simulator (`nodemgr-sim`) and the Kubernetes
 //! adapter (`nodemgr-k8s`) run this same code. It never reads a clock: every step gets `now`.
-//! Between steps it keeps the drains it runs ([`UpdateExecutor::drains`]); everything else is
-//! read again from the cluster each step.
+//! Between steps it keeps the drains it runs ([`UpdateExecutor::drains`]) and its view of the
+//! nodes (brought up to date from the port's change feed each step); everything else is read
+//! again from the cluster each step.
 //!
 //! # One step ([`UpdateExecutor::step`])
 //! 1. **Snapshot**: node groups, nodes and desired configuration checksums. A failure here ends
 //!    the step with an error and changes nothing. The nodes come from the port's cache
 //!    ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared), the
 //!    nodes of [`ClusterRead::list_nodes`](crate::ports::ClusterRead::list_nodes) as
-//!    `Arc<Node>`) only when it is at
+//!    `Arc<Node>`), read as what changed since the previous step
+//!    ([`ClusterRead::node_changes_since`](crate::ports::ClusterRead::node_changes_since),
+//!    applied to the view the executor keeps; a port without a feed answers the whole list),
+//!    and are planned from only when they are at
 //!    least as new as every write this executor made and every direct read it did
 //!    ([`KnownVersions`], read-your-writes); otherwise, and on the first step of a new
 //!    executor, they are read directly from the API
-//!    ([`ClusterRead::list_nodes_fresh_shared`](crate::ports::ClusterRead::list_nodes_fresh_shared)).
+//!    ([`ClusterRead::list_nodes_fresh_shared`](crate::ports::ClusterRead::list_nodes_fresh_shared))
+//!    and that list becomes the view (the feed then starts over with a whole list).
 //! 2. **Plan and apply**: [`crate::update::plan_updates_detailed`] at `now`; each command becomes
 //!    one node patch ([`command_patch`]) carrying the resourceVersion of the node the plan saw
 //!    as a precondition. When the node changed since (HTTP 409, [`ClusterError::Conflict`]),
@@ -32,8 +37,9 @@
 //!    command is reported and the others still run; the planner's guarantee that a partially
 //!    applied plan never overshoots `maxConcurrent` makes that safe.
 //!    A group is not planned again when its previous plan had no command, it has no disruption
-//!    window and the group, its desired checksum and its nodes (the very same `Arc`s) are
-//!    unchanged: its plan would be the same ([`UpdateExecutor::set_skip_unchanged`]).
+//!    window and the group, its desired checksum and its nodes (none added, removed, or
+//!    changed to another `Arc`) are unchanged: its plan would be the same
+//!    ([`UpdateExecutor::set_skip_unchanged`]).
 //! 3. **Drains**: every node carrying `update.node.deckhouse.io/draining` (any source, as
 //!    Deckhouse's `handle_draining`) gets a [`Drain`] if it has none (so drains survive an
 //!    executor restart, with the timeout counted from the restart); a drain whose node vanished
@@ -43,15 +49,18 @@
 //!    `nodeDrainTimeoutSecond`) forced deletions with grace period 0 and a UID precondition. A
 //!    finished drain (completed or timed out, docs/deckhouse.md §3.3) replaces `draining=<source>` by
 //!    `drained=<source>`. A `drained=user` on a schedulable node is removed (docs/deckhouse.md §3.3).
-//!    Only the nodes carrying `draining` or `drained` are looked at; which nodes do is read
-//!    again only for the nodes whose `Arc` changed since the previous step.
+//!    Only the nodes carrying `draining` or `drained` are looked at, in the port's list order
+//!    (name order for a port listing by name); which nodes do is read again only for the nodes
+//!    that changed since the previous step (and for those this step patched).
 //!
 //! # Cost of a step
-//! With a port that shares unchanged nodes between lists (the simulator's), a step reads again
-//! only what changed: the update marks of changed nodes, the plans of groups with a changed
-//! node (or a window), the drain-marked nodes. What remains proportional to the cluster's size
-//! is cheap per node: comparing pointers and names in one walk over the list, and the port's
-//! list itself (`nodemgr-sim/README.md`, "Performance").
+//! With a port that answers the change feed incrementally (the simulator's), a step does work
+//! for what changed only: the nodes changed since the previous step are put into the view
+//! (their update marks read again), read-your-writes looks at the nodes changed or written
+//! since its last check, the groups with a changed node (or a window) are planned again, and
+//! the drains look at the drain-marked nodes. Nothing is done per unchanged node. A port
+//! answering whole lists (the default) costs a comparison of pointers per node, as a list did
+//! (`nodemgr-sim/README.md`, "Performance").
 //!
 //! # Guarantees
 //! - Only the planner decides approvals; the executor adds none, so the planner's limits
@@ -250,7 +259,8 @@ pub struct StepReport {
 
 /// The update executor (see the module docs). Keeps drain state and the node versions it
 /// knows of between steps, and what it needs to skip the work an unchanged cluster asks for
-/// (the groups planned with no command and their inputs, the nodes carrying drain marks).
+/// (its view of the nodes and the feed's revision, the groups planned with no command and
+/// their inputs, the nodes carrying drain marks).
 #[derive(Debug, Clone, Default)]
 pub struct UpdateExecutor {
     drains: BTreeMap<String, ActiveDrain>,
@@ -363,12 +373,15 @@ impl UpdateExecutor {
     /// Whether a step plans again only the groups whose inputs changed (the default, `true`)
     /// or every group. A group is skipped when its previous plan had no command, it has no
     /// disruption window (the only way `now` enters a plan) and the group, its desired
-    /// checksum and its nodes are the same as then — the nodes being the very same `Arc`s,
-    /// which only ports that share unchanged nodes between lists hand out
-    /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared)).
+    /// checksum and its nodes are the same as then — no node of it added, removed or changed
+    /// to another `Arc`, which only ports that share unchanged nodes hand out
+    /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared),
+    /// [`ClusterRead::node_changes_since`](crate::ports::ClusterRead::node_changes_since)).
     /// Its plan is then the previous one (no command, the same blocked reasons). Likewise the
     /// drain half looks again only at the nodes that changed for their drain marks. `false`
-    /// plans every group and looks at every node, for tests comparing both.
+    /// plans every group and reads the whole list at every step
+    /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared), not
+    /// the change feed), for tests comparing both.
     pub fn set_skip_unchanged(&mut self, skip: bool) {
         self.plan_every_group = !skip;
         self.planned.clear();
