@@ -323,10 +323,7 @@ mod tests {
     fn an_unsorted_list_keeps_its_order_as_positions() {
         let mut known = KnownVersions::new();
         let mut table = NodeTable::default();
-        table.replace(
-            vec![node("z", "g", true), node("a", "g", true)],
-            &mut known,
-        );
+        table.replace(vec![node("z", "g", true), node("a", "g", true)], &mut known);
         assert!(!table.sorted());
         assert_eq!(table.get("z").map(|f| f.pos), Some(0));
         assert_eq!(table.get("a").map(|f| f.pos), Some(1));

@@ -82,11 +82,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::node_table::NodeTable;
 use super::scaling::disruption_event;
 use crate::disruption::DisruptionReason;
 use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome, is_evictable};
 use crate::model::{Node, NodeGroup, Pod, Timestamp, keys};
-use super::node_table::NodeTable;
 use crate::ports::{
     ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodeChanges, NodePatch,
     NodeRevision, ObjectRef, PodRef, Precondition, RecordedEvent,
