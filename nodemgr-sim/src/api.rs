@@ -189,6 +189,20 @@ impl SimApiServer {
         version.to_string()
     }
 
+    /// [`SimApiServer::version_of_shared`] answered as the shared view lists and the change
+    /// feed hand out for that version (made now, with `heartbeat`, if none was yet).
+    pub fn view_of_shared(&mut self, node: &Arc<Node>, heartbeat: Option<Timestamp>) -> Arc<Node> {
+        if let Some(v) = self.versions.get_mut(&node.name)
+            && v.matches(node)
+        {
+            return v.view(heartbeat);
+        }
+        let mut v = self.new_versioned(Arc::clone(node));
+        let view = v.view(heartbeat);
+        self.versions.insert(node.name.clone(), v);
+        view
+    }
+
     /// The next version, for content `seen`.
     fn new_versioned(&mut self, seen: Arc<Node>) -> Versioned {
         self.last_version += 1;

@@ -72,6 +72,29 @@ impl<'w> SimCluster<'w> {
             .collect()
     }
 
+    /// Checks and applies a node patch (the API server's side of `patch_node`): the patched
+    /// node, not yet versioned, and its heartbeat.
+    fn apply_patch(
+        w: &mut World,
+        name: &str,
+        patch: &NodePatch,
+    ) -> Result<(Arc<Node>, Option<Timestamp>), ClusterError> {
+        Self::check(w, Operation::Patch, &format!("patch node {name}"))?;
+        let Some(n) = w.nodes.get_mut(name) else {
+            return Err(ClusterError::not_found(format!("node {name}")));
+        };
+        if let Some(expected) = &patch.resource_version {
+            let current = w.api.version_of_shared(&n.node);
+            if current != *expected {
+                return Err(ClusterError::conflict(format!(
+                    "node {name}: the object has been modified (resourceVersion {current}, not {expected}); please apply your changes to the latest version and try again"
+                )));
+            }
+        }
+        patch.apply_to(Arc::make_mut(&mut n.node));
+        Ok((Arc::clone(&n.node), n.last_heartbeat))
+    }
+
     fn check(world: &mut World, op: Operation, what: &str) -> Result<(), ClusterError> {
         match world.fault(op) {
             None => Ok(()),
@@ -222,22 +245,25 @@ impl ClusterRead for SimCluster<'_> {
 impl NodeApi for SimCluster<'_> {
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError> {
         let mut guard = self.lock();
-        Self::check(&mut guard, Operation::Patch, &format!("patch node {name}"))?;
         let w: &mut World = &mut guard;
-        let Some(n) = w.nodes.get_mut(name) else {
-            return Err(ClusterError::not_found(format!("node {name}")));
-        };
-        if let Some(expected) = &patch.resource_version {
-            let current = w.api.version_of_shared(&n.node);
-            if current != *expected {
-                return Err(ClusterError::conflict(format!(
-                    "node {name}: the object has been modified (resourceVersion {current}, not {expected}); please apply your changes to the latest version and try again"
-                )));
-            }
-        }
-        patch.apply_to(Arc::make_mut(&mut n.node));
-        let mut view = n.view();
-        view.resource_version = w.api.version_of_shared(&n.node);
+        let (node, heartbeat) = Self::apply_patch(w, name, patch)?;
+        let mut view = Node::clone(&node);
+        view.last_heartbeat = heartbeat;
+        view.resource_version = w.api.version_of_shared(&node);
+        w.wake_agent(name);
+        Ok(view)
+    }
+
+    async fn patch_node_shared(
+        &self,
+        name: &str,
+        patch: &NodePatch,
+    ) -> Result<Arc<Node>, ClusterError> {
+        let mut guard = self.lock();
+        let w: &mut World = &mut guard;
+        let (node, heartbeat) = Self::apply_patch(w, name, patch)?;
+        // The view the next list or change feed answer shares, not a copy of its own.
+        let view = w.api.view_of_shared(&node, heartbeat);
         w.wake_agent(name);
         Ok(view)
     }

@@ -596,8 +596,8 @@ impl UpdateExecutor {
         cluster: &C,
         name: &str,
         patch: &NodePatch,
-    ) -> Result<Node, ClusterError> {
-        let updated = cluster.patch_node(name, patch).await?;
+    ) -> Result<Arc<Node>, ClusterError> {
+        let updated = cluster.patch_node_shared(name, patch).await?;
         known.handle_write(&updated);
         Ok(updated)
     }
@@ -633,7 +633,7 @@ impl UpdateExecutor {
                     match Self::patch_node(&mut self.known, cluster, &name, &patch).await {
                         Ok(updated) => {
                             if self.view.get(&name).is_some() {
-                                patched.insert(name.clone(), Arc::new(updated));
+                                patched.insert(name.clone(), updated);
                             }
                         }
                         Err(source @ ClusterError::Conflict { .. }) => {

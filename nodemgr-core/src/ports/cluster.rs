@@ -568,6 +568,18 @@ pub trait NodeApi: Send + Sync {
     /// read-modify-write of taints a few times first).
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError>;
 
+    /// [`NodeApi::patch_node`] with the node shared rather than copied: a port that keeps its
+    /// nodes as `Arc<Node>` hands out the `Arc` its lists and change feed
+    /// ([`ClusterRead::node_changes_since`]) share for that version; like theirs, its
+    /// [`Node::last_heartbeat`] may be older. The default wraps [`NodeApi::patch_node`].
+    async fn patch_node_shared(
+        &self,
+        name: &str,
+        patch: &NodePatch,
+    ) -> Result<Arc<Node>, ClusterError> {
+        Ok(Arc::new(self.patch_node(name, patch).await?))
+    }
+
     /// Marks node `name` unschedulable. Idempotent; [`ClusterError::NotFound`] when absent.
     async fn cordon(&self, name: &str) -> Result<(), ClusterError> {
         self.patch_node(name, &NodePatch::new().unschedulable(true))
