@@ -523,6 +523,52 @@ mod tests {
     }
 
     #[test]
+    fn the_feed_answers_what_changed_since_a_revision() {
+        let mut api = SimApiServer::default();
+        let arcs = |names: &[&str]| -> Vec<Arc<Node>> {
+            names.iter().map(|n| Arc::new(node(n))).collect()
+        };
+        let names =
+            |nodes: &[Arc<Node>]| -> Vec<String> { nodes.iter().map(|n| n.name.clone()).collect() };
+        let mut world = arcs(&["a", "b", "c"]);
+        let feed = |api: &mut SimApiServer, world: &[Arc<Node>], since| {
+            api.changes_since(since, world.iter().map(|n| (n, None)))
+        };
+        let first = feed(&mut api, &world, None);
+        assert!(first.resync);
+        assert_eq!(names(&first.changed), ["a", "b", "c"]);
+        // b changes, c goes, d comes; a is the same `Arc`.
+        let mut b = node("b");
+        b.annotations.insert("k".into(), String::new());
+        world = vec![Arc::clone(&world[0]), Arc::new(b), Arc::new(node("d"))];
+        let second = feed(&mut api, &world, first.revision);
+        assert!(!second.resync);
+        assert_eq!(names(&second.changed), ["b", "d"]);
+        assert_eq!(second.removed, ["c"]);
+        assert!(
+            Arc::ptr_eq(
+                &second.changed[0],
+                &api.list_shared(world.iter().map(|n| (n, None)))[1]
+            ),
+            "the view lists share"
+        );
+        // Nothing since; then a node versioned outside the feed (a patch) is reported.
+        let third = feed(&mut api, &world, second.revision);
+        assert!(third.changed.is_empty() && third.removed.is_empty());
+        let mut a = node("a");
+        a.labels.insert("patched".into(), String::new());
+        world[0] = Arc::new(a);
+        let patched = api.view_of_shared(&world[0], None);
+        let fourth = feed(&mut api, &world, third.revision);
+        assert_eq!(names(&fourth.changed), ["a"]);
+        assert!(Arc::ptr_eq(&fourth.changed[0], &patched));
+        // A revision this server never gave is answered with a resync.
+        let unknown = feed(&mut api, &world, Some(NodeRevision(u64::MAX)));
+        assert!(unknown.resync);
+        assert_eq!(names(&unknown.changed), ["a", "b", "d"]);
+    }
+
+    #[test]
     fn a_lagging_cache_shows_the_past_but_not_before_its_window() {
         let mut api = SimApiServer::default();
         let t = Timestamp::from_secs;
