@@ -27,7 +27,7 @@
 //!   wrote or saw, even one that went back in time.
 
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::Node;
 
@@ -44,6 +44,12 @@ pub fn resource_version_at_least(seen: &str, known: &str) -> bool {
 pub struct KnownVersions {
     nodes: BTreeMap<String, String>,
     synced: bool,
+    /// For [`KnownVersions::is_satisfied_by_view`]: whether the remembered versions were
+    /// those of the caller's view at the last check it passed (then only the names in
+    /// `changed` can make a later check fail).
+    baseline: bool,
+    /// The names whose remembered version or view entry changed since that check.
+    changed: BTreeSet<String>,
 }
 
 impl KnownVersions {
@@ -55,6 +61,9 @@ impl KnownVersions {
     /// Records a node as a write returned it (its new resourceVersion). A view without a
     /// version is ignored.
     pub fn handle_write(&mut self, node: &Node) {
+        if self.baseline && !node.resource_version.is_empty() {
+            self.note_changed(&node.name);
+        }
         self.remember(node);
     }
 
@@ -71,6 +80,99 @@ impl KnownVersions {
             self.remember(node.borrow());
         }
         self.synced = true;
+        self.baseline = false;
+        self.changed.clear();
+    }
+
+    /// Tells [`KnownVersions::is_satisfied_by_view`] that the caller's view changed for node
+    /// `name` (added, changed or removed) since the previous check.
+    pub fn view_changed(&mut self, name: &str) {
+        if self.baseline {
+            self.note_changed(name);
+        }
+    }
+
+    /// Tells [`KnownVersions::is_satisfied_by_view`] that the caller's view was replaced
+    /// wholesale: the next check looks at every node.
+    pub fn view_replaced(&mut self) {
+        self.baseline = false;
+        self.changed.clear();
+    }
+
+    fn note_changed(&mut self, name: &str) {
+        if !self.changed.contains(name) {
+            self.changed.insert(name.to_owned());
+        }
+    }
+
+    /// [`KnownVersions::is_satisfied_by`] for a view the caller keeps and changes between
+    /// checks, telling each change ([`KnownVersions::view_changed`],
+    /// [`KnownVersions::view_replaced`]): `version` answers a node's resourceVersion in the
+    /// view (`None` when it has no such node), `all` lists the whole view as
+    /// `(name, resourceVersion)`.
+    ///
+    /// Same answer and same versions remembered as [`KnownVersions::is_satisfied_by`] over
+    /// the view's list. After a check that passed, the remembered versions are the view's;
+    /// from then on only the names changed since (in the view or by a write) are looked at,
+    /// until a direct read or a replaced view, after which every node is.
+    pub fn is_satisfied_by_view<'v>(
+        &mut self,
+        version: impl Fn(&str) -> Option<&'v str>,
+        all: impl Iterator<Item = (&'v str, &'v str)>,
+    ) -> bool {
+        if !self.synced {
+            return false;
+        }
+        if self.baseline {
+            let caught_up = self.changed.iter().all(|name| match self.nodes.get(name) {
+                None => true,
+                Some(known) => version(name).is_some_and(|seen| {
+                    seen == known.as_str() || resource_version_at_least(seen, known)
+                }),
+            });
+            if caught_up {
+                for name in std::mem::take(&mut self.changed) {
+                    if let Some(seen) = version(&name) {
+                        self.remember_version(name, seen);
+                    }
+                }
+            }
+            return caught_up;
+        }
+        let caught_up = self.nodes.iter().all(|(name, known)| {
+            version(name).is_some_and(|seen| {
+                seen == known.as_str() || resource_version_at_least(seen, known)
+            })
+        });
+        if caught_up {
+            for (name, seen) in all {
+                if !seen.is_empty() {
+                    match self.nodes.get_mut(name) {
+                        Some(known) if resource_version_at_least(known, seen) => {}
+                        Some(known) => seen.clone_into(known),
+                        None => {
+                            self.nodes.insert(name.to_owned(), seen.to_owned());
+                        }
+                    }
+                }
+            }
+            self.baseline = true;
+            self.changed.clear();
+        }
+        caught_up
+    }
+
+    fn remember_version(&mut self, name: String, seen: &str) {
+        if seen.is_empty() {
+            return;
+        }
+        match self.nodes.get_mut(&name) {
+            Some(known) if resource_version_at_least(known, seen) => {}
+            Some(known) => seen.clone_into(known),
+            None => {
+                self.nodes.insert(name, seen.to_owned());
+            }
+        }
     }
 
     /// Whether `cached` is at least as new as everything remembered. When it is, its versions
@@ -83,6 +185,8 @@ impl KnownVersions {
         if !self.synced {
             return false;
         }
+        // Not a view kept by `is_satisfied_by_view`: its next check looks at every node.
+        self.view_replaced();
         let cached: Vec<&Node> = cached.iter().map(Borrow::borrow).collect();
         if cached.windows(2).all(|w| match w {
             [a, b] => a.name < b.name,
@@ -274,6 +378,67 @@ mod tests {
                 .iter()
                 .all(|(i, rv)| cached[*i].is_some_and(|seen| seen >= *rv));
             prop_assert_eq!(known.is_satisfied_by(&view), expected);
+        }
+
+        /// A view kept between checks and checked incrementally
+        /// (`is_satisfied_by_view`) is judged as the whole list each time
+        /// (`is_satisfied_by`), and the same versions are remembered, whatever the
+        /// interleaving of view changes, own writes, direct reads and replaced views.
+        #[test]
+        fn a_view_checked_incrementally_is_judged_as_the_whole_list(
+            ops in prop::collection::vec((0u8..6, 0usize..5, prop::option::of(0u64..40)), 1..60),
+        ) {
+            let mut view: BTreeMap<String, String> = BTreeMap::new();
+            let mut incremental = KnownVersions::new();
+            let mut whole = KnownVersions::new();
+            for (op, i, rv) in ops {
+                let name = format!("n{i}");
+                match op {
+                    // The view changes for one node (or loses it).
+                    0 | 1 => {
+                        match rv {
+                            Some(rv) => view.insert(name.clone(), rv.to_string()),
+                            None => view.remove(&name),
+                        };
+                        incremental.view_changed(&name);
+                    }
+                    // An own write.
+                    2 => {
+                        let written = node(&name, &rv.unwrap_or(7).to_string());
+                        incremental.handle_write(&written);
+                        whole.handle_write(&written);
+                    }
+                    // A direct read (the view as it is, with one node at another version).
+                    3 => {
+                        let mut fresh: Vec<Node> =
+                            view.iter().map(|(n, v)| node(n, v)).collect();
+                        if let (Some(first), Some(rv)) = (fresh.first_mut(), rv) {
+                            first.resource_version = rv.to_string();
+                        }
+                        incremental.handle_fresh_read(&fresh);
+                        whole.handle_fresh_read(&fresh);
+                    }
+                    // The view replaced by another one.
+                    4 => {
+                        view = (0..5)
+                            .filter(|k| (k + i) % 3 != 0)
+                            .map(|k| (format!("n{k}"), (rv.unwrap_or(3) + k as u64).to_string()))
+                            .collect();
+                        incremental.view_replaced();
+                    }
+                    // A check.
+                    _ => {
+                        let list: Vec<Node> = view.iter().map(|(n, v)| node(n, v)).collect();
+                        let expected = whole.is_satisfied_by(&list);
+                        let got = incremental.is_satisfied_by_view(
+                            |n| view.get(n).map(String::as_str),
+                            view.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+                        );
+                        prop_assert_eq!(got, expected);
+                        prop_assert_eq!(&incremental.nodes, &whole.nodes);
+                    }
+                }
+            }
         }
 
         /// A list sorted by name (the merge walk) and the same list in another order (a lookup

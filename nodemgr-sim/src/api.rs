@@ -14,6 +14,17 @@
 //! heartbeat ([`Node::last_heartbeat`]) is not part of the content (in Kubernetes it lives in
 //! another object).
 //!
+//! # Change feed
+//! [`SimApiServer::changes_since`] answers the cluster port's
+//! `ClusterRead::node_changes_since` (`nodemgr_core::ports`). One sequence number counts the
+//! feed's changes: every version handed out and every node forgotten takes the next one; a
+//! node's entry keeps the number it was versioned at, and forgotten nodes are kept in order
+//! with theirs (the last [`REMOVALS_KEPT`]). A revision is that number as of an answer:
+//! the nodes changed since are those versioned after it, the nodes removed those forgotten
+//! after it and not back. Finding which nodes changed still compares every node's `Arc` with
+//! the one last versioned (the world does not say which nodes it touched), but nothing else
+//! is done for a node that did not change: no view handed out, nothing copied.
+//!
 //! # Watch lag
 //! While a [`WatchLag`] window is open, cached reads show the nodes as they were `lag` earlier.
 //! When the window opens the view jumps back by `lag`: the controller's watch was re-established
@@ -23,11 +34,12 @@
 //! loop does it for the scenario's `watchLag` events) and snapshots are kept only from `lag`
 //! before a window until it closes; reads outside windows are current.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::model::{Node, Timestamp};
+use nodemgr_core::ports::{NodeChanges, NodeRevision};
 
 /// A window during which the cached reads of Nodes lag behind the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +56,8 @@ pub struct WatchLag {
 #[derive(Debug, Clone)]
 struct Versioned {
     version: u64,
+    /// The change sequence number it was versioned at (see "Change feed" in the module docs).
+    changed: u64,
     /// The content the version was given for (its resourceVersion and heartbeat are not
     /// compared). When it came from the world it is the world's own `Arc`: the world changes
     /// a node only through `Arc::make_mut`, which copies a node shared with this one, so the
@@ -55,9 +69,10 @@ struct Versioned {
 }
 
 impl Versioned {
-    fn new(version: u64, seen: Arc<Node>) -> Self {
+    fn new(version: u64, changed: u64, seen: Arc<Node>) -> Self {
         Self {
             version,
+            changed,
             seen,
             view: None,
         }
@@ -88,6 +103,9 @@ impl Versioned {
     }
 }
 
+/// How many removals the change feed remembers; a caller further behind resyncs.
+const REMOVALS_KEPT: usize = 4096;
+
 /// The simulated API server's state (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct SimApiServer {
@@ -97,6 +115,13 @@ pub struct SimApiServer {
     lags: Vec<WatchLag>,
     /// Versioned node lists by the instant they were taken, oldest first.
     history: VecDeque<(Timestamp, Vec<Node>)>,
+    /// The change feed's sequence number: one more at every version handed out and every
+    /// node forgotten.
+    change_seq: u64,
+    /// The nodes forgotten, with the sequence number of their removal, oldest first.
+    removals: VecDeque<(u64, String)>,
+    /// Removals before this sequence number are no longer remembered.
+    removals_floor: u64,
 }
 
 /// A copy of `node` without its resourceVersion, to compare later views with.
@@ -144,11 +169,9 @@ impl SimApiServer {
         {
             return v.version.to_string();
         }
-        let version = self.next_version();
-        self.versions.insert(
-            node.name.clone(),
-            Versioned::new(version, unversioned(node)),
-        );
+        let v = self.new_versioned(unversioned(node));
+        let version = v.version;
+        self.versions.insert(node.name.clone(), v);
         version.to_string()
     }
 
@@ -160,15 +183,42 @@ impl SimApiServer {
         {
             return v.version.to_string();
         }
-        let version = self.next_version();
-        self.versions
-            .insert(node.name.clone(), Versioned::new(version, Arc::clone(node)));
+        let v = self.new_versioned(Arc::clone(node));
+        let version = v.version;
+        self.versions.insert(node.name.clone(), v);
         version.to_string()
     }
 
-    fn next_version(&mut self) -> u64 {
+    /// [`SimApiServer::version_of_shared`] answered as the shared view lists and the change
+    /// feed hand out for that version (made now, with `heartbeat`, if none was yet).
+    pub fn view_of_shared(&mut self, node: &Arc<Node>, heartbeat: Option<Timestamp>) -> Arc<Node> {
+        if let Some(v) = self.versions.get_mut(&node.name)
+            && v.matches(node)
+        {
+            return v.view(heartbeat);
+        }
+        let mut v = self.new_versioned(Arc::clone(node));
+        let view = v.view(heartbeat);
+        self.versions.insert(node.name.clone(), v);
+        view
+    }
+
+    /// The next version, for content `seen`.
+    fn new_versioned(&mut self, seen: Arc<Node>) -> Versioned {
         self.last_version += 1;
-        self.last_version
+        self.change_seq += 1;
+        Versioned::new(self.last_version, self.change_seq, seen)
+    }
+
+    /// Records that node `name` was forgotten (it is no longer in the world).
+    fn forget(&mut self, name: String) {
+        self.change_seq += 1;
+        self.removals.push_back((self.change_seq, name));
+        if self.removals.len() > REMOVALS_KEPT
+            && let Some((seq, _)) = self.removals.pop_front()
+        {
+            self.removals_floor = seq;
+        }
     }
 
     /// Versions a complete list of the world's nodes, given in name order with their
@@ -188,38 +238,120 @@ impl SimApiServer {
                 .zip(nodes.clone())
                 .all(|((name, v), (node, _))| Arc::ptr_eq(&v.seen, node) || *name == node.name)
         {
-            let last_version = &mut self.last_version;
+            let (last_version, change_seq) = (&mut self.last_version, &mut self.change_seq);
             for (v, (node, heartbeat)) in self.versions.values_mut().zip(nodes) {
                 if !v.matches(node) {
                     *last_version += 1;
-                    *v = Versioned::new(*last_version, Arc::clone(node));
+                    *change_seq += 1;
+                    *v = Versioned::new(*last_version, *change_seq, Arc::clone(node));
                 }
                 out.push(v.view(heartbeat));
             }
             return out;
         }
+        self.merge(nodes, |v, heartbeat| out.push(v.view(heartbeat)));
+        out
+    }
+
+    /// Versions a complete list of the world's nodes in name order (as
+    /// [`SimApiServer::list_shared`] does), forgetting nodes not in it, and hands each
+    /// node's entry to `each`.
+    fn merge<'a>(
+        &mut self,
+        nodes: impl Iterator<Item = (&'a Arc<Node>, Option<Timestamp>)>,
+        mut each: impl FnMut(&mut Versioned, Option<Timestamp>),
+    ) {
         let mut old = std::mem::take(&mut self.versions).into_iter().peekable();
-        let mut kept: Vec<(String, Versioned)> = Vec::with_capacity(nodes.len());
+        let mut kept: Vec<(String, Versioned)> = Vec::new();
         for (node, heartbeat) in nodes {
-            while old.next_if(|(name, _)| *name < node.name).is_some() {}
+            while let Some((gone, _)) = old.next_if(|(name, _)| *name < node.name) {
+                self.forget(gone);
+            }
             let previous = old.next_if(|(name, _)| *name == node.name);
             let mut entry = match previous {
                 Some((name, mut v)) => {
                     if !v.matches(node) {
-                        v = Versioned::new(self.next_version(), Arc::clone(node));
+                        v = self.new_versioned(Arc::clone(node));
                     }
                     (name, v)
                 }
                 None => {
-                    let v = Versioned::new(self.next_version(), Arc::clone(node));
+                    let v = self.new_versioned(Arc::clone(node));
                     (node.name.clone(), v)
                 }
             };
-            out.push(entry.1.view(heartbeat));
+            each(&mut entry.1, heartbeat);
             kept.push(entry);
         }
+        for (gone, _) in old {
+            self.forget(gone);
+        }
         self.versions = kept.into_iter().collect();
-        out
+    }
+
+    /// The change feed (see "Change feed" in the module docs): what changed among the
+    /// world's nodes, given complete and in name order with their heartbeats, since
+    /// revision `since`, versioning them as [`SimApiServer::list_shared`] does. The nodes
+    /// changed are the shared views `list_shared` hands out; a revision this server did not
+    /// give, or one older than the removals it remembers, is answered with a resync.
+    pub fn changes_since<'a>(
+        &mut self,
+        since: Option<NodeRevision>,
+        nodes: impl ExactSizeIterator<Item = (&'a Arc<Node>, Option<Timestamp>)> + Clone,
+    ) -> NodeChanges {
+        let Some(NodeRevision(since)) =
+            since.filter(|r| self.removals_floor <= r.0 && r.0 <= self.change_seq)
+        else {
+            let mut changes = NodeChanges::resync(self.list_shared(nodes));
+            changes.revision = Some(NodeRevision(self.change_seq));
+            return changes;
+        };
+        let mut changed = Vec::new();
+        let mut in_place = self.versions.len() == nodes.len();
+        if in_place {
+            let (last_version, change_seq) = (&mut self.last_version, &mut self.change_seq);
+            for ((name, v), (node, heartbeat)) in self.versions.iter_mut().zip(nodes.clone()) {
+                if !Arc::ptr_eq(&v.seen, node) {
+                    if *name != node.name {
+                        // Another set of nodes: the merge below (what was versioned here
+                        // stays versioned).
+                        in_place = false;
+                        break;
+                    }
+                    if !v.matches(node) {
+                        *last_version += 1;
+                        *change_seq += 1;
+                        *v = Versioned::new(*last_version, *change_seq, Arc::clone(node));
+                    }
+                }
+                if v.changed > since {
+                    changed.push(v.view(heartbeat));
+                }
+            }
+        }
+        if !in_place {
+            changed.clear();
+            self.merge(nodes, |v, heartbeat| {
+                if v.changed > since {
+                    changed.push(v.view(heartbeat));
+                }
+            });
+        }
+        let start = self.removals.partition_point(|(seq, _)| *seq <= since);
+        let removed = self
+            .removals
+            .range(start..)
+            .filter(|(_, name)| !self.versions.contains_key(name))
+            .map(|(_, name)| name.clone())
+            .collect::<BTreeSet<String>>()
+            .into_iter()
+            .collect();
+        NodeChanges {
+            revision: Some(NodeRevision(self.change_seq)),
+            resync: false,
+            changed,
+            removed,
+        }
     }
 
     /// Sets the version of every node of a complete list, forgetting nodes not in it.
@@ -238,28 +370,39 @@ impl SimApiServer {
         let mut old = std::mem::take(&mut self.versions).into_iter().peekable();
         let mut kept: Vec<(String, Versioned)> = Vec::with_capacity(nodes.len());
         for node in nodes.iter_mut() {
-            while old.next_if(|(name, _)| *name < node.name).is_some() {}
+            while let Some((gone, _)) = old.next_if(|(name, _)| *name < node.name) {
+                self.forget(gone);
+            }
             let seen = old.next_if(|(name, _)| *name == node.name);
             let entry = match seen {
                 Some((name, v)) if same_content(&v.seen, node) => (name, v),
                 _ => {
-                    self.last_version += 1;
-                    let v = Versioned::new(self.last_version, unversioned(node));
+                    let v = self.new_versioned(unversioned(node));
                     (node.name.clone(), v)
                 }
             };
             node.resource_version = entry.1.version.to_string();
             kept.push(entry);
         }
+        for (gone, _) in old {
+            self.forget(gone);
+        }
         self.versions = kept.into_iter().collect();
     }
 
     /// [`SimApiServer::version_all`] for a list in any order: a lookup per node.
     fn version_all_by_lookup(&mut self, nodes: &mut [Node]) {
-        let names: std::collections::BTreeSet<&str> =
-            nodes.iter().map(|n| n.name.as_str()).collect();
-        self.versions
-            .retain(|name, _| names.contains(name.as_str()));
+        let names: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        let gone: Vec<String> = self
+            .versions
+            .keys()
+            .filter(|name| !names.contains(name.as_str()))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.versions.remove(&name);
+            self.forget(name);
+        }
         for node in nodes.iter_mut() {
             node.resource_version = self.version_of(node);
         }
@@ -377,6 +520,52 @@ mod tests {
                 one_by_one.versions.keys().collect::<Vec<_>>()
             );
         }
+    }
+
+    #[test]
+    fn the_feed_answers_what_changed_since_a_revision() {
+        let mut api = SimApiServer::default();
+        let arcs = |names: &[&str]| -> Vec<Arc<Node>> {
+            names.iter().map(|n| Arc::new(node(n))).collect()
+        };
+        let names =
+            |nodes: &[Arc<Node>]| -> Vec<String> { nodes.iter().map(|n| n.name.clone()).collect() };
+        let mut world = arcs(&["a", "b", "c"]);
+        let feed = |api: &mut SimApiServer, world: &[Arc<Node>], since| {
+            api.changes_since(since, world.iter().map(|n| (n, None)))
+        };
+        let first = feed(&mut api, &world, None);
+        assert!(first.resync);
+        assert_eq!(names(&first.changed), ["a", "b", "c"]);
+        // b changes, c goes, d comes; a is the same `Arc`.
+        let mut b = node("b");
+        b.annotations.insert("k".into(), String::new());
+        world = vec![Arc::clone(&world[0]), Arc::new(b), Arc::new(node("d"))];
+        let second = feed(&mut api, &world, first.revision);
+        assert!(!second.resync);
+        assert_eq!(names(&second.changed), ["b", "d"]);
+        assert_eq!(second.removed, ["c"]);
+        assert!(
+            Arc::ptr_eq(
+                &second.changed[0],
+                &api.list_shared(world.iter().map(|n| (n, None)))[1]
+            ),
+            "the view lists share"
+        );
+        // Nothing since; then a node versioned outside the feed (a patch) is reported.
+        let third = feed(&mut api, &world, second.revision);
+        assert!(third.changed.is_empty() && third.removed.is_empty());
+        let mut a = node("a");
+        a.labels.insert("patched".into(), String::new());
+        world[0] = Arc::new(a);
+        let patched = api.view_of_shared(&world[0], None);
+        let fourth = feed(&mut api, &world, third.revision);
+        assert_eq!(names(&fourth.changed), ["a"]);
+        assert!(Arc::ptr_eq(&fourth.changed[0], &patched));
+        // A revision this server never gave is answered with a resync.
+        let unknown = feed(&mut api, &world, Some(NodeRevision(u64::MAX)));
+        assert!(unknown.resync);
+        assert_eq!(names(&unknown.changed), ["a", "b", "d"]);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! themselves record nothing in the timeline (the controllers do), only [`crate::SimStats`].
 //!
 //! Nodes carry resourceVersions and `list_nodes` reads the simulated watch cache, which lags
-//! while a [`crate::scenario::WatchLagSpec`] window is open; `list_nodes_fresh` reads the world;
+//! while a [`crate::scenario::WatchLagSpec`] window is open; `node_changes_since` answers what
+//! changed in that cache as a difference (a resync while it lags); `list_nodes_fresh` reads the world;
 //! a node patch with a resourceVersion precondition answers [`ClusterError::Conflict`] when the
 //! node changed since, as the API server does ([`crate::api`]).
 //!
@@ -27,7 +28,8 @@ use nodemgr_core::model::{
 };
 use nodemgr_core::ports::{
     AppliedHolder, ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance,
-    NodeApi, NodeHealthRead, NodePatch, PodApi, PodRef, Precondition, RecordedEvent, StandbyHolder,
+    NodeApi, NodeChanges, NodeHealthRead, NodePatch, NodeRevision, PodApi, PodRef, Precondition,
+    RecordedEvent, StandbyHolder,
 };
 
 use crate::scenario::{ErrorKind, Operation};
@@ -68,6 +70,29 @@ impl<'w> SimCluster<'w> {
                 node
             })
             .collect()
+    }
+
+    /// Checks and applies a node patch (the API server's side of `patch_node`): the patched
+    /// node, not yet versioned, and its heartbeat.
+    fn apply_patch(
+        w: &mut World,
+        name: &str,
+        patch: &NodePatch,
+    ) -> Result<(Arc<Node>, Option<Timestamp>), ClusterError> {
+        Self::check(w, Operation::Patch, &format!("patch node {name}"))?;
+        let Some(n) = w.nodes.get_mut(name) else {
+            return Err(ClusterError::not_found(format!("node {name}")));
+        };
+        if let Some(expected) = &patch.resource_version {
+            let current = w.api.version_of_shared(&n.node);
+            if current != *expected {
+                return Err(ClusterError::conflict(format!(
+                    "node {name}: the object has been modified (resourceVersion {current}, not {expected}); please apply your changes to the latest version and try again"
+                )));
+            }
+        }
+        patch.apply_to(Arc::make_mut(&mut n.node));
+        Ok((Arc::clone(&n.node), n.last_heartbeat))
     }
 
     fn check(world: &mut World, op: Operation, what: &str) -> Result<(), ClusterError> {
@@ -164,6 +189,23 @@ impl ClusterRead for SimCluster<'_> {
         Ok(w.versioned_nodes())
     }
 
+    async fn node_changes_since(
+        &self,
+        since: Option<NodeRevision>,
+    ) -> Result<NodeChanges, ClusterError> {
+        let mut guard = self.lock();
+        Self::check(&mut guard, Operation::List, "list nodes")?;
+        let w: &mut World = &mut guard;
+        // A lagging cache shows the past: a whole list, from which no revision continues.
+        if let Some(cached) = w.api.cached_nodes(w.now) {
+            return Ok(NodeChanges::resync(
+                cached.into_iter().map(Arc::new).collect(),
+            ));
+        }
+        let nodes = w.nodes.values().map(|n| (&n.node, n.last_heartbeat));
+        Ok(w.api.changes_since(since, nodes))
+    }
+
     async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, "list pods")?;
@@ -203,22 +245,25 @@ impl ClusterRead for SimCluster<'_> {
 impl NodeApi for SimCluster<'_> {
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError> {
         let mut guard = self.lock();
-        Self::check(&mut guard, Operation::Patch, &format!("patch node {name}"))?;
         let w: &mut World = &mut guard;
-        let Some(n) = w.nodes.get_mut(name) else {
-            return Err(ClusterError::not_found(format!("node {name}")));
-        };
-        if let Some(expected) = &patch.resource_version {
-            let current = w.api.version_of_shared(&n.node);
-            if current != *expected {
-                return Err(ClusterError::conflict(format!(
-                    "node {name}: the object has been modified (resourceVersion {current}, not {expected}); please apply your changes to the latest version and try again"
-                )));
-            }
-        }
-        patch.apply_to(Arc::make_mut(&mut n.node));
-        let mut view = n.view();
-        view.resource_version = w.api.version_of_shared(&n.node);
+        let (node, heartbeat) = Self::apply_patch(w, name, patch)?;
+        let mut view = Node::clone(&node);
+        view.last_heartbeat = heartbeat;
+        view.resource_version = w.api.version_of_shared(&node);
+        w.wake_agent(name);
+        Ok(view)
+    }
+
+    async fn patch_node_shared(
+        &self,
+        name: &str,
+        patch: &NodePatch,
+    ) -> Result<Arc<Node>, ClusterError> {
+        let mut guard = self.lock();
+        let w: &mut World = &mut guard;
+        let (node, heartbeat) = Self::apply_patch(w, name, patch)?;
+        // The view the next list or change feed answer shares, not a copy of its own.
+        let view = w.api.view_of_shared(&node, heartbeat);
         w.wake_agent(name);
         Ok(view)
     }

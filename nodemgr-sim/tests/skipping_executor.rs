@@ -10,10 +10,28 @@
 //! group, operator approvals, and faults: nodes NotReady or dark, slow agents, refused
 //! evictions, API errors, a lagging watch cache, controller restarts with a skewed clock.
 //!
+//! The skipping executor reads the nodes through the port's change feed
+//! (`ClusterRead::node_changes_since`, answered incrementally by the simulator), the one
+//! planning every group through whole lists (`list_nodes_shared`), so the comparison also
+//! covers the feed under the same faults, lag and restarts (a restart loses the executor's
+//! view and revision). A second property checks the feed directly: a probe keeping a view
+//! from the feed's answers finds it equal to the whole list at each of its steps.
+//!
 //! `PROPTEST_CASES=500 cargo test --release -p nodemgr-sim --test skipping_executor` runs
 //! more cases (the default is 48).
 
-use nodemgr_sim::{Scenario, Simulation, UpdateController, World};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodemgr_core::model::{Node, Timestamp};
+use nodemgr_core::ports::{ClusterRead, NodeRevision};
+use nodemgr_sim::scenario::ClockOffset;
+use nodemgr_sim::{
+    Controller, Scenario, SimCluster, Simulation, UpdateController, World, block_on,
+};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -208,8 +226,113 @@ fn run(s: &Scenario, seed: u64, skip: bool) -> String {
     outcome(sim.world())
 }
 
+/// Keeps a view of the nodes from the change feed and compares it with the whole list at
+/// each of its steps (every `period`); what differs goes to `mismatches`.
+struct FeedProbe {
+    period: Duration,
+    next: Timestamp,
+    revision: Option<NodeRevision>,
+    view: BTreeMap<String, Arc<Node>>,
+    /// How many answers were compared, and what differed.
+    log: Rc<RefCell<(usize, Vec<String>)>>,
+}
+
+impl Controller for FeedProbe {
+    fn name(&self) -> &str {
+        "feed-probe"
+    }
+
+    fn next_run(&self) -> Option<Timestamp> {
+        Some(self.next)
+    }
+
+    fn restart(&mut self, now: Timestamp, _: ClockOffset) {
+        self.revision = None;
+        self.view.clear();
+        self.next = now;
+    }
+
+    fn step(&mut self, world: &mut World, now: Timestamp) {
+        self.next = now + self.period;
+        let cluster = SimCluster::new(world);
+        let Some(Ok(changes)) = block_on(cluster.node_changes_since(self.revision)) else {
+            return;
+        };
+        let Some(Ok(list)) = block_on(cluster.list_nodes_shared()) else {
+            return;
+        };
+        let mut problems = Vec::new();
+        let changed: BTreeSet<&str> = changes.changed.iter().map(|n| n.name.as_str()).collect();
+        if changed.len() != changes.changed.len() {
+            problems.push("a node changed twice in one answer".to_owned());
+        }
+        if changes.removed.iter().any(|r| changed.contains(r.as_str())) {
+            problems.push("a node both changed and removed".to_owned());
+        }
+        if changes.resync {
+            self.view.clear();
+        }
+        for name in &changes.removed {
+            self.view.remove(name);
+        }
+        for node in changes.changed {
+            self.view.insert(node.name.clone(), node);
+        }
+        self.revision = changes.revision;
+        let listed: BTreeMap<&str, &Arc<Node>> =
+            list.iter().map(|n| (n.name.as_str(), n)).collect();
+        let kept: BTreeMap<&str, &Arc<Node>> =
+            self.view.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        if listed.keys().ne(kept.keys()) {
+            problems.push(format!(
+                "names differ: listed {:?}, kept {:?}",
+                listed.keys().collect::<Vec<_>>(),
+                kept.keys().collect::<Vec<_>>()
+            ));
+        } else if let Some((name, _)) = listed.iter().find(|&(name, listed)| {
+            let listed: &Node = listed;
+            let kept: &Node = kept[name];
+            listed != kept
+        }) {
+            problems.push(format!("node {name} differs"));
+        }
+        let mut log = self.log.borrow_mut();
+        log.0 += 1;
+        for p in problems {
+            log.1.push(format!("at {} ms: {p}", now.as_millis()));
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The change feed's answers, applied to what the probe kept, give the whole list,
+    /// whatever happens in between: updates, replaced machines, API errors, watch lag,
+    /// controller restarts (the probe then starts over).
+    #[test]
+    fn the_change_feed_keeps_a_view_equal_to_the_list(
+        c in case(),
+        seed in 0u64..1000,
+        period in 1u64..=13,
+    ) {
+        let s = scenario(&c);
+        let mut sim = Simulation::new(&s, seed);
+        let start = sim.now();
+        sim.add_controller(Box::new(UpdateController::new(start, s.reconcile_period.0)));
+        let log = Rc::new(RefCell::new((0, Vec::new())));
+        sim.add_controller(Box::new(FeedProbe {
+            period: Duration::from_secs(period),
+            next: start,
+            revision: None,
+            view: BTreeMap::new(),
+            log: Rc::clone(&log),
+        }));
+        while sim.step() {}
+        let (answers, mismatches) = &*log.borrow();
+        prop_assert!(*answers > 0, "the probe compared nothing");
+        prop_assert!(mismatches.is_empty(), "{:?}", &mismatches[..mismatches.len().min(5)]);
+    }
 
     #[test]
     fn skipping_unchanged_groups_changes_no_decision(c in case(), seed in 0u64..1000) {

@@ -6,19 +6,24 @@
 //!
 //! The executor is generic over the port, so the simulator (`nodemgr-sim`) and the Kubernetes
 //! adapter (`nodemgr-k8s`) run this same code. It never reads a clock: every step gets `now`.
-//! Between steps it keeps the drains it runs ([`UpdateExecutor::drains`]); everything else is
-//! read again from the cluster each step.
+//! Between steps it keeps the drains it runs ([`UpdateExecutor::drains`]) and its view of the
+//! nodes (brought up to date from the port's change feed each step); everything else is read
+//! again from the cluster each step.
 //!
 //! # One step ([`UpdateExecutor::step`])
 //! 1. **Snapshot**: node groups, nodes and desired configuration checksums. A failure here ends
 //!    the step with an error and changes nothing. The nodes come from the port's cache
 //!    ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared), the
 //!    nodes of [`ClusterRead::list_nodes`](crate::ports::ClusterRead::list_nodes) as
-//!    `Arc<Node>`) only when it is at
+//!    `Arc<Node>`), read as what changed since the previous step
+//!    ([`ClusterRead::node_changes_since`](crate::ports::ClusterRead::node_changes_since),
+//!    applied to the view the executor keeps; a port without a feed answers the whole list),
+//!    and are planned from only when they are at
 //!    least as new as every write this executor made and every direct read it did
 //!    ([`KnownVersions`], read-your-writes); otherwise, and on the first step of a new
 //!    executor, they are read directly from the API
-//!    ([`ClusterRead::list_nodes_fresh_shared`](crate::ports::ClusterRead::list_nodes_fresh_shared)).
+//!    ([`ClusterRead::list_nodes_fresh_shared`](crate::ports::ClusterRead::list_nodes_fresh_shared))
+//!    and that list becomes the view (the feed then starts over with a whole list).
 //! 2. **Plan and apply**: [`crate::update::plan_updates_detailed`] at `now`; each command becomes
 //!    one node patch ([`command_patch`]) carrying the resourceVersion of the node the plan saw
 //!    as a precondition. When the node changed since (HTTP 409, [`ClusterError::Conflict`]),
@@ -32,8 +37,9 @@
 //!    command is reported and the others still run; the planner's guarantee that a partially
 //!    applied plan never overshoots `maxConcurrent` makes that safe.
 //!    A group is not planned again when its previous plan had no command, it has no disruption
-//!    window and the group, its desired checksum and its nodes (the very same `Arc`s) are
-//!    unchanged: its plan would be the same ([`UpdateExecutor::set_skip_unchanged`]).
+//!    window and the group, its desired checksum and its nodes (none added, removed, or
+//!    changed to another `Arc`) are unchanged: its plan would be the same
+//!    ([`UpdateExecutor::set_skip_unchanged`]).
 //! 3. **Drains**: every node carrying `update.node.deckhouse.io/draining` (any source, as
 //!    Deckhouse's `handle_draining`) gets a [`Drain`] if it has none (so drains survive an
 //!    executor restart, with the timeout counted from the restart); a drain whose node vanished
@@ -43,15 +49,18 @@
 //!    `nodeDrainTimeoutSecond`) forced deletions with grace period 0 and a UID precondition. A
 //!    finished drain (completed or timed out, docs/deckhouse.md §3.3) replaces `draining=<source>` by
 //!    `drained=<source>`. A `drained=user` on a schedulable node is removed (docs/deckhouse.md §3.3).
-//!    Only the nodes carrying `draining` or `drained` are looked at; which nodes do is read
-//!    again only for the nodes whose `Arc` changed since the previous step.
+//!    Only the nodes carrying `draining` or `drained` are looked at, in the port's list order
+//!    (name order for a port listing by name); which nodes do is read again only for the nodes
+//!    that changed since the previous step (and for those this step patched).
 //!
 //! # Cost of a step
-//! With a port that shares unchanged nodes between lists (the simulator's), a step reads again
-//! only what changed: the update marks of changed nodes, the plans of groups with a changed
-//! node (or a window), the drain-marked nodes. What remains proportional to the cluster's size
-//! is cheap per node: comparing pointers and names in one walk over the list, and the port's
-//! list itself (`nodemgr-sim/README.md`, "Performance").
+//! With a port that answers the change feed incrementally (the simulator's), a step does work
+//! for what changed only: the nodes changed since the previous step are put into the view
+//! (their update marks read again), read-your-writes looks at the nodes changed or written
+//! since its last check, the groups with a changed node (or a window) are planned again, and
+//! the drains look at the drain-marked nodes. Nothing is done per unchanged node. A port
+//! answering whole lists (the default) costs a comparison of pointers per node, as a list did
+//! (`nodemgr-sim/README.md`, "Performance").
 //!
 //! # Guarantees
 //! - Only the planner decides approvals; the executor adds none, so the planner's limits
@@ -73,13 +82,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::node_table::NodeTable;
 use super::scaling::disruption_event;
 use crate::disruption::DisruptionReason;
 use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome, is_evictable};
 use crate::model::{Node, NodeGroup, Pod, Timestamp, keys};
 use crate::ports::{
-    ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodePatch, ObjectRef, PodRef,
-    Precondition, RecordedEvent,
+    ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodeChanges, NodePatch,
+    NodeRevision, ObjectRef, PodRef, Precondition, RecordedEvent,
 };
 use crate::read_your_writes::KnownVersions;
 use crate::update::{
@@ -249,7 +259,8 @@ pub struct StepReport {
 
 /// The update executor (see the module docs). Keeps drain state and the node versions it
 /// knows of between steps, and what it needs to skip the work an unchanged cluster asks for
-/// (the groups planned with no command and their inputs, the nodes carrying drain marks).
+/// (its view of the nodes and the feed's revision, the groups planned with no command and
+/// their inputs, the nodes carrying drain marks).
 #[derive(Debug, Clone, Default)]
 pub struct UpdateExecutor {
     drains: BTreeMap<String, ActiveDrain>,
@@ -258,36 +269,25 @@ pub struct UpdateExecutor {
     planned: BTreeMap<String, PlannedGroup>,
     /// Plan every group at every step (see [`UpdateExecutor::set_skip_unchanged`]).
     plan_every_group: bool,
-    /// What the last step read from each node (groups, update marks, drain marks).
-    cache: NodeCache,
+    /// The nodes the last step planned from, with what it read from them (groups, update
+    /// marks, drain marks) and the groups with a node changed since they were planned.
+    view: NodeTable,
+    /// Where the port's change feed is for `view` (`None`: the next answer is a resync; the
+    /// view is not the port's cached list as of a revision, e.g. after a direct read).
+    revision: Option<NodeRevision>,
 }
 
 /// A group whose plan had no command, with the inputs it was planned from. The planner is a
 /// pure function of the group, its desired checksum, its nodes and — only through the
 /// disruption windows — `now`; a group without windows planned again from the very same
-/// inputs gets the very same plan, so it is not planned again.
+/// inputs gets the very same plan, so it is not planned again. Its nodes are the same when
+/// none of them was added, changed (another `Arc`) or removed since
+/// ([`NodeTable::take_dirty`]).
 #[derive(Debug, Clone)]
 struct PlannedGroup {
     group: NodeGroup,
     desired: String,
-    /// The group's nodes as the port listed them; the same `Arc`s mean the same nodes.
-    nodes: Vec<Arc<Node>>,
     blocked: Vec<String>,
-}
-
-impl PlannedGroup {
-    /// Whether planning `group` from these inputs repeats this plan.
-    fn same_inputs<'a>(
-        &self,
-        group: &NodeGroup,
-        desired: &str,
-        nodes: impl ExactSizeIterator<Item = &'a Arc<Node>>,
-    ) -> bool {
-        self.desired == desired
-            && self.nodes.len() == nodes.len()
-            && self.nodes.iter().zip(nodes).all(|(a, b)| Arc::ptr_eq(a, b))
-            && self.group == *group
-    }
 }
 
 /// Whether a group's plan depends on `now`: only through its disruption windows
@@ -296,116 +296,18 @@ fn plan_depends_on_time(group: &NodeGroup) -> bool {
     !group.spec.automatic_windows().is_empty() || !group.spec.rolling_update_windows().is_empty()
 }
 
-/// Whether a node list is strictly sorted by name (then nodes are found by binary search and
-/// compared with the previous list in one merge walk).
-fn sorted_by_name(nodes: &[Arc<Node>]) -> bool {
-    nodes.windows(2).all(|w| match w {
-        [a, b] => a.name < b.name,
-        _ => true,
-    })
+/// The nodes a step works on: the view, with the nodes this step patched as the patches
+/// returned them.
+struct StepNodes<'a> {
+    view: &'a NodeTable,
+    patched: &'a BTreeMap<String, Arc<Node>>,
 }
 
-/// Finds nodes of a list by name: binary search in a list sorted by name, a map otherwise.
-struct NodeIndex {
-    map: Option<BTreeMap<String, usize>>,
-}
-
-impl NodeIndex {
-    fn new(nodes: &[Arc<Node>]) -> Self {
-        let map = (!sorted_by_name(nodes)).then(|| {
-            nodes
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (n.name.clone(), i))
-                .collect()
-        });
-        Self { map }
-    }
-
-    fn get(&self, nodes: &[Arc<Node>], name: &str) -> Option<usize> {
-        match &self.map {
-            Some(map) => map.get(name).copied(),
-            None => nodes.binary_search_by(|n| n.name.as_str().cmp(name)).ok(),
-        }
-    }
-}
-
-/// What a step reads from one node, kept from one step's node list to the next.
-#[derive(Debug, Clone)]
-struct NodeFacts {
-    node: Arc<Node>,
-    /// `node.deckhouse.io/group`.
-    group: Option<String>,
-    marks: UpdateMarks,
-}
-
-impl NodeFacts {
-    fn of(node: &Arc<Node>) -> Self {
-        Self {
-            node: Arc::clone(node),
-            group: node.group().map(str::to_owned),
-            marks: UpdateMarks::of(node),
-        }
-    }
-
-    /// Whether the node carries a drain mark (`draining` or `drained`): the only nodes the
-    /// drain half of a step looks at.
-    fn drain_marked(&self) -> bool {
-        self.marks.draining.is_some() || self.marks.drained.is_some()
-    }
-}
-
-/// The facts of the last node list a step looked at, in its order, and the names of the nodes
-/// carrying a drain mark. When both the last list and the new one are sorted by name, only the
-/// nodes whose `Arc` changed are read again (one merge walk); otherwise every node is.
-#[derive(Debug, Clone, Default)]
-struct NodeCache {
-    facts: Vec<NodeFacts>,
-    sorted: bool,
-    marked: BTreeSet<String>,
-}
-
-impl NodeCache {
-    /// Brings the facts up to date with `nodes`; `rescan` reads every node again.
-    fn update(&mut self, nodes: &[Arc<Node>], rescan: bool) {
-        let sorted = sorted_by_name(nodes);
-        if rescan || !sorted || !self.sorted || self.facts.is_empty() {
-            self.facts = nodes.iter().map(NodeFacts::of).collect();
-            self.marked = self
-                .facts
-                .iter()
-                .filter(|f| f.drain_marked())
-                .map(|f| f.node.name.clone())
-                .collect();
-            self.sorted = sorted;
-            return;
-        }
-        let mut previous = std::mem::take(&mut self.facts).into_iter().peekable();
-        let mut facts = Vec::with_capacity(nodes.len());
-        for node in nodes {
-            while let Some(gone) = previous.next_if(|p| p.node.name < node.name) {
-                self.marked.remove(&gone.node.name);
-            }
-            match previous.next_if(|p| p.node.name == node.name) {
-                Some(p) if Arc::ptr_eq(&p.node, node) => facts.push(p),
-                _ => {
-                    let fresh = NodeFacts::of(node);
-                    if fresh.drain_marked() {
-                        if !self.marked.contains(&node.name) {
-                            self.marked.insert(node.name.clone());
-                        }
-                    } else {
-                        self.marked.remove(&node.name);
-                    }
-                    facts.push(fresh);
-                }
-            }
-        }
-        for gone in previous {
-            self.marked.remove(&gone.node.name);
-        }
-        self.facts = facts;
-        self.sorted = sorted;
+impl StepNodes<'_> {
+    fn get(&self, name: &str) -> Option<&Arc<Node>> {
+        self.patched
+            .get(name)
+            .or_else(|| self.view.get(name).map(|f| &f.node))
     }
 }
 
@@ -471,57 +373,41 @@ impl UpdateExecutor {
     /// Whether a step plans again only the groups whose inputs changed (the default, `true`)
     /// or every group. A group is skipped when its previous plan had no command, it has no
     /// disruption window (the only way `now` enters a plan) and the group, its desired
-    /// checksum and its nodes are the same as then — the nodes being the very same `Arc`s,
-    /// which only ports that share unchanged nodes between lists hand out
-    /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared)).
+    /// checksum and its nodes are the same as then — no node of it added, removed or changed
+    /// to another `Arc`, which only ports that share unchanged nodes hand out
+    /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared),
+    /// [`ClusterRead::node_changes_since`](crate::ports::ClusterRead::node_changes_since)).
     /// Its plan is then the previous one (no command, the same blocked reasons). Likewise the
     /// drain half looks again only at the nodes that changed for their drain marks. `false`
-    /// plans every group and looks at every node, for tests comparing both.
+    /// plans every group and reads the whole list at every step
+    /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared), not
+    /// the change feed), for tests comparing both.
     pub fn set_skip_unchanged(&mut self, skip: bool) {
         self.plan_every_group = !skip;
         self.planned.clear();
     }
 
     /// Plans every group with a desired checksum, in the order of `groups`, as
-    /// [`crate::update::plan_updates_detailed`] does, except that a group planned before from the same inputs
-    /// with no command keeps that plan (see [`UpdateExecutor::set_skip_unchanged`]).
+    /// [`crate::update::plan_updates_detailed`] does over the view, except that a group
+    /// planned before from the same inputs with no command keeps that plan (see
+    /// [`UpdateExecutor::set_skip_unchanged`]).
     fn plan(
         &mut self,
         groups: &[NodeGroup],
         checksums: &BTreeMap<String, String>,
-        nodes: &[Arc<Node>],
         now: Timestamp,
     ) -> Vec<(String, UpdatePlan)> {
-        self.cache.update(nodes, self.plan_every_group);
-        let mut by_group: BTreeMap<&str, Vec<&NodeFacts>> = BTreeMap::new();
-        // Lists are mostly in name order, and names mostly start with the group's: nodes of
-        // one group come in runs, gathered before they join the map.
-        let mut run: Option<(&str, Vec<&NodeFacts>)> = None;
-        for facts in &self.cache.facts {
-            let Some(group) = facts.group.as_deref() else {
-                continue;
-            };
-            match &mut run {
-                Some((current, members)) if *current == group => members.push(facts),
-                _ => {
-                    if let Some((current, members)) = run.replace((group, vec![facts])) {
-                        by_group.entry(current).or_default().extend(members);
-                    }
-                }
-            }
-        }
-        if let Some((current, members)) = run {
-            by_group.entry(current).or_default().extend(members);
-        }
         let mut plans = Vec::with_capacity(groups.len());
         for group in groups {
             let Some(desired) = checksums.get(group.name()) else {
                 continue;
             };
-            let members = by_group.remove(group.name()).unwrap_or_default();
+            let changed = self.view.take_dirty(group.name());
             if !self.plan_every_group
+                && !changed
                 && let Some(previous) = self.planned.get(group.name())
-                && previous.same_inputs(group, desired, members.iter().map(|f| &f.node))
+                && previous.desired == *desired
+                && previous.group == *group
             {
                 let plan = UpdatePlan {
                     commands: Vec::new(),
@@ -530,7 +416,11 @@ impl UpdateExecutor {
                 plans.push((group.name().to_owned(), plan));
                 continue;
             }
-            let marked = members.iter().map(|f| (&*f.node, f.marks)).collect();
+            let marked = self
+                .view
+                .members(group.name())
+                .map(|f| (&*f.node, f.marks))
+                .collect();
             let plan = plan_group_update_marked(group, desired, marked, now);
             if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
                 self.planned.insert(
@@ -538,7 +428,6 @@ impl UpdateExecutor {
                     PlannedGroup {
                         group: group.clone(),
                         desired: desired.clone(),
-                        nodes: members.iter().map(|f| Arc::clone(&f.node)).collect(),
                         blocked: plan.blocked.clone(),
                     },
                 );
@@ -639,17 +528,27 @@ impl UpdateExecutor {
         let groups = cluster.list_node_groups().await?;
         let checksums = cluster.configuration_checksums().await?;
         let mut report = StepReport::default();
-        let cached = cluster.list_nodes_shared().await?;
-        let mut nodes = if self.known.is_satisfied_by(&cached) {
-            cached
+        let changes = if self.plan_every_group {
+            NodeChanges::resync(cluster.list_nodes_shared().await?)
         } else {
-            self.read_fresh(cluster, &mut report).await?
+            cluster.node_changes_since(self.revision).await?
         };
+        self.revision = changes.revision;
+        self.view.apply(changes, &mut self.known);
+        let view = &self.view;
+        if !self
+            .known
+            .is_satisfied_by_view(|name| view.version(name), view.versions())
+        {
+            self.read_fresh(cluster, &mut report).await?;
+        }
 
+        // The nodes this step patched, as the patches returned them.
+        let mut patched = BTreeMap::new();
         let mut replans = 0;
         loop {
             let conflict = self
-                .apply_plans(cluster, &groups, &checksums, &mut nodes, now, &mut report)
+                .apply_plans(cluster, &groups, &checksums, &mut patched, now, &mut report)
                 .await;
             let Some(conflict) = conflict else { break };
             if replans == MAX_REPLANS {
@@ -659,7 +558,7 @@ impl UpdateExecutor {
             replans += 1;
             report.replans += 1;
             match self.read_fresh(cluster, &mut report).await {
-                Ok(fresh) => nodes = fresh,
+                Ok(()) => patched.clear(),
                 Err(source) => {
                     report.errors.push(ActionError {
                         source,
@@ -670,21 +569,25 @@ impl UpdateExecutor {
                 }
             }
         }
-        self.reconcile_drains(cluster, &groups, &nodes, now, &mut report)
+        self.reconcile_drains(cluster, &groups, &patched, now, &mut report)
             .await;
         Ok(report)
     }
 
-    /// Reads every node directly from the API and remembers their versions.
+    /// Reads every node directly from the API, remembers their versions and plans from them
+    /// (the view is then no longer the port's cache: the next change feed answer is a
+    /// resync).
     async fn read_fresh<C: ClusterApi + ?Sized>(
         &mut self,
         cluster: &C,
         report: &mut StepReport,
-    ) -> Result<Vec<Arc<Node>>, ClusterError> {
+    ) -> Result<(), ClusterError> {
         let fresh = cluster.list_nodes_fresh_shared().await?;
         self.known.handle_fresh_read(&fresh);
         report.fresh_reads += 1;
-        Ok(fresh)
+        self.view.replace(fresh, &mut self.known);
+        self.revision = None;
+        Ok(())
     }
 
     /// Applies a node patch and remembers the version it produced.
@@ -693,8 +596,8 @@ impl UpdateExecutor {
         cluster: &C,
         name: &str,
         patch: &NodePatch,
-    ) -> Result<Node, ClusterError> {
-        let updated = cluster.patch_node(name, patch).await?;
+    ) -> Result<Arc<Node>, ClusterError> {
+        let updated = cluster.patch_node_shared(name, patch).await?;
         known.handle_write(&updated);
         Ok(updated)
     }
@@ -708,12 +611,11 @@ impl UpdateExecutor {
         cluster: &C,
         groups: &[NodeGroup],
         checksums: &BTreeMap<String, String>,
-        nodes: &mut [Arc<Node>],
+        patched: &mut BTreeMap<String, Arc<Node>>,
         now: Timestamp,
         report: &mut StepReport,
     ) -> Option<ActionError> {
-        let plans = self.plan(groups, checksums, nodes, now);
-        let index = NodeIndex::new(nodes);
+        let plans = self.plan(groups, checksums, now);
         report.blocked.clear();
         for (group, plan) in plans {
             if !plan.blocked.is_empty() {
@@ -722,14 +624,16 @@ impl UpdateExecutor {
             for command in plan.commands {
                 let name = command.node().to_owned();
                 if let Some(patch) = command_patch(&command) {
-                    let seen = index
-                        .get(nodes, &name)
-                        .map(|i| nodes[i].resource_version.as_str());
+                    let nodes = StepNodes {
+                        view: &self.view,
+                        patched,
+                    };
+                    let seen = nodes.get(&name).map(|n| n.resource_version.as_str());
                     let patch = patch.if_resource_version(seen.unwrap_or_default());
                     match Self::patch_node(&mut self.known, cluster, &name, &patch).await {
                         Ok(updated) => {
-                            if let Some(i) = index.get(nodes, &name) {
-                                nodes[i] = Arc::new(updated);
+                            if self.view.get(&name).is_some() {
+                                patched.insert(name.clone(), updated);
                             }
                         }
                         Err(source @ ClusterError::Conflict { .. }) => {
@@ -773,21 +677,37 @@ impl UpdateExecutor {
         &mut self,
         cluster: &C,
         groups: &[NodeGroup],
-        nodes: &[Arc<Node>],
+        patched: &BTreeMap<String, Arc<Node>>,
         now: Timestamp,
         report: &mut StepReport,
     ) {
-        let index = NodeIndex::new(nodes);
-        let find = |name: &str| index.get(nodes, name).map(|i| &*nodes[i]);
-        self.cache.update(nodes, self.plan_every_group);
-        // Only nodes carrying `draining` or `drained` take part below, in list order.
-        let mut marked: Vec<(usize, &Node)> = self
-            .cache
-            .marked
-            .iter()
-            .filter_map(|name| index.get(nodes, name).map(|i| (i, &*nodes[i])))
+        let nodes = StepNodes {
+            view: &self.view,
+            patched,
+        };
+        let find = |name: &str| nodes.get(name).map(|n| &**n);
+        // Only nodes carrying `draining` or `drained` take part below, in list order: the
+        // view's marked nodes, with the marks of the nodes this step patched read again.
+        let mut names: BTreeSet<&str> = self.view.marked().iter().map(String::as_str).collect();
+        for (name, node) in patched {
+            let marks = UpdateMarks::of(node);
+            if marks.draining.is_some() || marks.drained.is_some() {
+                names.insert(name);
+            } else {
+                names.remove(name.as_str());
+            }
+        }
+        let mut marked: Vec<(u64, Arc<Node>)> = names
+            .into_iter()
+            .filter_map(|name| {
+                let pos = self.view.get(name)?.pos;
+                nodes.get(name).map(|n| (pos, Arc::clone(n)))
+            })
             .collect();
-        marked.sort_by_key(|(i, _)| *i);
+        if !self.view.sorted() {
+            marked.sort_by_key(|(pos, _)| *pos);
+        }
+        let marked: Vec<Arc<Node>> = marked.into_iter().map(|(_, n)| n).collect();
 
         // Drop drains whose node vanished or is no longer marked `draining`.
         let stale: Vec<(String, String)> = self
@@ -810,7 +730,7 @@ impl UpdateExecutor {
         }
 
         // A person's `drained=user` on a node they made schedulable again is removed.
-        for &(_, node) in &marked {
+        for node in &marked {
             if !node.unschedulable
                 && node
                     .annotations
@@ -838,7 +758,7 @@ impl UpdateExecutor {
             .collect();
         let draining: Vec<&Node> = marked
             .iter()
-            .map(|&(_, n)| n)
+            .map(|n| &**n)
             .filter(|n| n.has_annotation(keys::ANNOTATION_DRAINING))
             .collect();
         for node in draining {

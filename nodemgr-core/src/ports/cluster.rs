@@ -431,6 +431,46 @@ pub struct RecordedEvent {
     pub time: Timestamp,
 }
 
+/// A position in a port's feed of Node changes ([`ClusterRead::node_changes_since`]). Opaque:
+/// meaningful only to the port that issued it, which may answer any revision it does not know
+/// (too old, from another port) with a resync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeRevision(pub u64);
+
+/// What changed among the Nodes of [`ClusterRead::list_nodes_shared`] since a
+/// [`NodeRevision`] ([`ClusterRead::node_changes_since`]).
+///
+/// Applied to the list the caller had at that revision — every name in `removed` taken out,
+/// then every node of `changed` put in by name — it gives the nodes `list_nodes_shared` would
+/// answer now, as a set by name. A resync (`resync`) is the whole list instead: the caller
+/// forgets what it had and keeps `changed`, in its order.
+#[derive(Debug, Clone, Default)]
+pub struct NodeChanges {
+    /// The revision the caller is at after applying this answer, to ask from next time;
+    /// `None` when the port cannot continue from here (its next answer is a resync).
+    pub revision: Option<NodeRevision>,
+    /// Whether `changed` is the complete list of nodes (not changes).
+    pub resync: bool,
+    /// The nodes added or changed since the revision (each name once), or every node on a
+    /// resync. A node the port still shares as the same `Arc` did not change.
+    pub changed: Vec<Arc<Node>>,
+    /// The names of the nodes removed since the revision (empty on a resync); never a name
+    /// that is in `changed`.
+    pub removed: Vec<String>,
+}
+
+impl NodeChanges {
+    /// A resync: `nodes` is the whole list, and the next call starts over (`revision: None`).
+    pub fn resync(nodes: Vec<Arc<Node>>) -> Self {
+        Self {
+            revision: None,
+            resync: true,
+            changed: nodes,
+            removed: Vec::new(),
+        }
+    }
+}
+
 /// Reading the cluster: consistent-enough snapshots as the core's model views.
 #[async_trait]
 pub trait ClusterRead: Send + Sync {
@@ -475,6 +515,25 @@ pub trait ClusterRead: Send + Sync {
             .collect())
     }
 
+    /// What changed among the nodes of [`ClusterRead::list_nodes_shared`] since `since` (see
+    /// [`NodeChanges`]): the same cache, read the same way (it may lag, and injected or real
+    /// failures of the list apply to it), answered as a difference, so that a caller keeping
+    /// the nodes between calls does work proportional to what changed. `None` asks for
+    /// everything.
+    ///
+    /// The default answers every call with a resync of [`ClusterRead::list_nodes_shared`],
+    /// which is right for every port; the simulator answers from its versioned nodes (only
+    /// the nodes that changed) and node-manager's kube adapter could answer from its
+    /// reflector's watch events. A port answers a resync whenever it cannot tell what changed
+    /// since `since` (unknown or too old a revision, a relist of its cache).
+    async fn node_changes_since(
+        &self,
+        since: Option<NodeRevision>,
+    ) -> Result<NodeChanges, ClusterError> {
+        let _ = since;
+        Ok(NodeChanges::resync(self.list_nodes_shared().await?))
+    }
+
     /// Every Pod bound or not, in every namespace (terminated ones included; callers filter).
     async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError>;
 
@@ -508,6 +567,18 @@ pub trait NodeApi: Send + Sync {
     /// concurrent writer won and the patch could not be re-applied (adapters retry a
     /// read-modify-write of taints a few times first).
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError>;
+
+    /// [`NodeApi::patch_node`] with the node shared rather than copied: a port that keeps its
+    /// nodes as `Arc<Node>` hands out the `Arc` its lists and change feed
+    /// ([`ClusterRead::node_changes_since`]) share for that version; like theirs, its
+    /// [`Node::last_heartbeat`] may be older. The default wraps [`NodeApi::patch_node`].
+    async fn patch_node_shared(
+        &self,
+        name: &str,
+        patch: &NodePatch,
+    ) -> Result<Arc<Node>, ClusterError> {
+        Ok(Arc::new(self.patch_node(name, patch).await?))
+    }
 
     /// Marks node `name` unschedulable. Idempotent; [`ClusterError::NotFound`] when absent.
     async fn cordon(&self, name: &str) -> Result<(), ClusterError> {

@@ -1,0 +1,335 @@
+//! The update executor's view of the Nodes, kept from one step to the next: every node with
+//! what a step reads from it (its group and update marks), grouped by
+//! `node.deckhouse.io/group`, the names of the nodes carrying a drain mark, and the groups
+//! whose nodes changed since they were last planned. It decides what a step looks at again:
+//! a change feed answer ([`NodeChanges`], `docs/executors.md` §3) touches only the nodes it
+//! names; a whole list (a resync, a direct read) is compared with the view node by node, the
+//! same `Arc` being the same node.
+//!
+//! Order: a step looks at drain-marked nodes in the order of the port's list. When the last
+//! whole list was sorted by name (the simulator's, and any port keeping its nodes by name)
+//! that is name order, which changes keep; otherwise it is the position in that list, nodes
+//! added since coming after it in the order they were added.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::model::Node;
+use crate::ports::NodeChanges;
+use crate::read_your_writes::KnownVersions;
+use crate::update::UpdateMarks;
+
+/// What a step reads from one node.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeFacts {
+    /// The node as the port shared it.
+    pub(crate) node: Arc<Node>,
+    /// `node.deckhouse.io/group`.
+    pub(crate) group: Option<String>,
+    /// Its update annotations.
+    pub(crate) marks: UpdateMarks,
+    /// Its position in the port's list (see the module docs).
+    pub(crate) pos: u64,
+}
+
+impl NodeFacts {
+    fn of(node: Arc<Node>, pos: u64) -> Self {
+        Self {
+            group: node.group().map(str::to_owned),
+            marks: UpdateMarks::of(&node),
+            node,
+            pos,
+        }
+    }
+
+    /// Whether the node carries a drain mark (`draining` or `drained`): the only nodes the
+    /// drain half of a step looks at.
+    pub(crate) fn drain_marked(&self) -> bool {
+        self.marks.draining.is_some() || self.marks.drained.is_some()
+    }
+}
+
+/// Whether a node list is strictly sorted by name.
+fn sorted_by_name(nodes: &[Arc<Node>]) -> bool {
+    nodes.windows(2).all(|w| match w {
+        [a, b] => a.name < b.name,
+        _ => true,
+    })
+}
+
+/// The view (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeTable {
+    /// Group (`None`: unlabelled) → node name → facts.
+    groups: BTreeMap<Option<String>, BTreeMap<String, NodeFacts>>,
+    /// Node name → its group.
+    group_of: BTreeMap<String, Option<String>>,
+    /// Whether the order is name order (the last whole list was sorted by name).
+    sorted: bool,
+    next_pos: u64,
+    /// Names of the nodes carrying a drain mark.
+    marked: BTreeSet<String>,
+    /// Groups with a node added, changed or removed since [`NodeTable::take_dirty`].
+    dirty: BTreeSet<String>,
+}
+
+impl NodeTable {
+    /// Applies a change feed answer, telling `known` what changed in the view.
+    pub(crate) fn apply(&mut self, changes: NodeChanges, known: &mut KnownVersions) {
+        if changes.resync {
+            self.replace(changes.changed, known);
+            return;
+        }
+        for name in &changes.removed {
+            if self.remove(name) {
+                known.view_changed(name);
+            }
+        }
+        for node in changes.changed {
+            known.view_changed(&node.name);
+            self.upsert(node);
+        }
+    }
+
+    /// Replaces the view by a whole list (in the port's order), keeping what was read from
+    /// the nodes that are the same `Arc`s as before.
+    pub(crate) fn replace(&mut self, nodes: Vec<Arc<Node>>, known: &mut KnownVersions) {
+        known.view_replaced();
+        self.sorted = sorted_by_name(&nodes);
+        let mut old_groups = std::mem::take(&mut self.groups);
+        let mut old_group_of = std::mem::take(&mut self.group_of);
+        self.marked.clear();
+        self.next_pos = 0;
+        for node in nodes {
+            let pos = self.next_pos;
+            self.next_pos = self.next_pos.saturating_add(1);
+            let previous = old_group_of
+                .remove(&node.name)
+                .and_then(|g| old_groups.get_mut(&g).and_then(|m| m.remove(&node.name)));
+            let facts = match previous {
+                Some(mut facts) if Arc::ptr_eq(&facts.node, &node) => {
+                    facts.pos = pos;
+                    facts
+                }
+                previous => {
+                    if let Some(group) = previous.and_then(|p| p.group) {
+                        self.dirty.insert(group);
+                    }
+                    let facts = NodeFacts::of(node, pos);
+                    if let Some(group) = &facts.group {
+                        self.dirty.insert(group.clone());
+                    }
+                    facts
+                }
+            };
+            // A name listed twice: the last one counts.
+            self.remove(&facts.node.name);
+            self.insert(facts);
+        }
+        self.dirty.extend(
+            old_groups
+                .into_iter()
+                .filter(|(_, m)| !m.is_empty())
+                .filter_map(|(group, _)| group),
+        );
+    }
+
+    fn insert(&mut self, facts: NodeFacts) {
+        let name = facts.node.name.clone();
+        if facts.drain_marked() {
+            self.marked.insert(name.clone());
+        }
+        self.group_of.insert(name.clone(), facts.group.clone());
+        self.groups
+            .entry(facts.group.clone())
+            .or_default()
+            .insert(name, facts);
+    }
+
+    /// Puts a changed or new node in.
+    fn upsert(&mut self, node: Arc<Node>) {
+        let group = node.group();
+        let same_group = self
+            .group_of
+            .get(&node.name)
+            .is_some_and(|g| g.as_deref() == group);
+        if same_group {
+            let slot = self
+                .groups
+                .get_mut(&group.map(str::to_owned))
+                .and_then(|m| m.get_mut(&node.name));
+            if let Some(slot) = slot {
+                let facts = NodeFacts::of(node, slot.pos);
+                if facts.drain_marked() != slot.drain_marked() {
+                    if facts.drain_marked() {
+                        self.marked.insert(facts.node.name.clone());
+                    } else {
+                        self.marked.remove(&facts.node.name);
+                    }
+                }
+                if let Some(group) = &facts.group
+                    && !self.dirty.contains(group)
+                {
+                    self.dirty.insert(group.clone());
+                }
+                *slot = facts;
+                return;
+            }
+        }
+        let pos = match self.take(&node.name) {
+            Some(previous) => previous.pos,
+            None => {
+                let pos = self.next_pos;
+                self.next_pos = self.next_pos.saturating_add(1);
+                pos
+            }
+        };
+        let facts = NodeFacts::of(node, pos);
+        if let Some(group) = &facts.group {
+            self.dirty.insert(group.clone());
+        }
+        self.insert(facts);
+    }
+
+    /// Takes node `name` out (marking its group dirty).
+    fn take(&mut self, name: &str) -> Option<NodeFacts> {
+        let group = self.group_of.remove(name)?;
+        self.marked.remove(name);
+        let facts = self.groups.get_mut(&group).and_then(|m| m.remove(name));
+        if let Some(group) = group {
+            self.dirty.insert(group);
+        }
+        facts
+    }
+
+    /// Removes node `name`; whether it was there.
+    fn remove(&mut self, name: &str) -> bool {
+        self.take(name).is_some()
+    }
+
+    /// Node `name`.
+    pub(crate) fn get(&self, name: &str) -> Option<&NodeFacts> {
+        let group = self.group_of.get(name)?;
+        self.groups.get(group).and_then(|m| m.get(name))
+    }
+
+    /// Node `name`'s resourceVersion.
+    pub(crate) fn version(&self, name: &str) -> Option<&str> {
+        self.get(name).map(|f| f.node.resource_version.as_str())
+    }
+
+    /// Every node's name and resourceVersion.
+    pub(crate) fn versions(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.groups
+            .values()
+            .flat_map(|m| m.iter())
+            .map(|(name, f)| (name.as_str(), f.node.resource_version.as_str()))
+    }
+
+    /// The nodes of group `group`, in name order.
+    pub(crate) fn members(&self, group: &str) -> impl Iterator<Item = &NodeFacts> {
+        self.groups
+            .get(&Some(group.to_owned()))
+            .into_iter()
+            .flat_map(|m| m.values())
+    }
+
+    /// Whether group `group` had a node added, changed or removed since the last call for
+    /// it (the first call for a group with nodes answers `true`).
+    pub(crate) fn take_dirty(&mut self, group: &str) -> bool {
+        self.dirty.remove(group)
+    }
+
+    /// The names of the nodes carrying a drain mark.
+    pub(crate) fn marked(&self) -> &BTreeSet<String> {
+        &self.marked
+    }
+
+    /// Whether drain-marked nodes are looked at in name order (else by position).
+    pub(crate) fn sorted(&self) -> bool {
+        self.sorted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::keys;
+    use crate::ports::NodeRevision;
+
+    fn node(name: &str, group: &str, draining: bool) -> Arc<Node> {
+        let mut n = Node {
+            name: name.into(),
+            resource_version: "1".into(),
+            ..Node::default()
+        };
+        n.labels.insert(keys::LABEL_NODE_GROUP.into(), group.into());
+        if draining {
+            n.annotations
+                .insert(keys::ANNOTATION_DRAINING.into(), String::new());
+        }
+        Arc::new(n)
+    }
+
+    fn names(table: &NodeTable, group: &str) -> Vec<String> {
+        table.members(group).map(|f| f.node.name.clone()).collect()
+    }
+
+    #[test]
+    fn changes_touch_only_their_groups_and_marks() {
+        let mut known = KnownVersions::new();
+        let mut table = NodeTable::default();
+        let a0 = node("a-0", "a", false);
+        let b0 = node("b-0", "b", false);
+        table.apply(
+            NodeChanges::resync(vec![Arc::clone(&a0), Arc::clone(&b0)]),
+            &mut known,
+        );
+        assert!(table.sorted());
+        assert!(table.take_dirty("a") && table.take_dirty("b"));
+        // The same list again: nothing changed.
+        table.replace(vec![Arc::clone(&a0), Arc::clone(&b0)], &mut known);
+        assert!(!table.take_dirty("a") && !table.take_dirty("b"));
+        // b-0 starts draining and moves to group c; a-1 joins.
+        table.apply(
+            NodeChanges {
+                revision: Some(NodeRevision(2)),
+                resync: false,
+                changed: vec![node("b-0", "c", true), node("a-1", "a", false)],
+                removed: Vec::new(),
+            },
+            &mut known,
+        );
+        assert_eq!(names(&table, "a"), vec!["a-0", "a-1"]);
+        assert!(names(&table, "b").is_empty());
+        assert_eq!(names(&table, "c"), vec!["b-0"]);
+        assert!(table.take_dirty("a") && table.take_dirty("b") && table.take_dirty("c"));
+        assert_eq!(table.marked().iter().collect::<Vec<_>>(), vec!["b-0"]);
+        table.apply(
+            NodeChanges {
+                revision: Some(NodeRevision(3)),
+                resync: false,
+                changed: Vec::new(),
+                removed: vec!["b-0".into(), "unknown".into()],
+            },
+            &mut known,
+        );
+        assert!(table.marked().is_empty());
+        assert!(table.get("b-0").is_none());
+        assert!(table.take_dirty("c") && !table.take_dirty("a"));
+    }
+
+    #[test]
+    fn an_unsorted_list_keeps_its_order_as_positions() {
+        let mut known = KnownVersions::new();
+        let mut table = NodeTable::default();
+        table.replace(vec![node("z", "g", true), node("a", "g", true)], &mut known);
+        assert!(!table.sorted());
+        assert_eq!(table.get("z").map(|f| f.pos), Some(0));
+        assert_eq!(table.get("a").map(|f| f.pos), Some(1));
+        table.upsert(node("a", "g", false));
+        assert_eq!(table.get("a").map(|f| f.pos), Some(1));
+        table.upsert(node("m", "g", true));
+        assert_eq!(table.get("m").map(|f| f.pos), Some(2));
+    }
+}
