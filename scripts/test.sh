@@ -27,6 +27,9 @@ cargo fmt --all -- --check
 log "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+log "cargo doc (every crate, broken or private links are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+
 log "cargo test"
 cargo test --workspace --locked
 

@@ -71,7 +71,7 @@ fn secret(namespace: &str, name: &str, data: BTreeMap<String, ByteString>) -> Se
 /// are set on create and update. Returns whether it wrote.
 ///
 /// # Errors
-/// The API fails, or keeps conflicting [`ATTEMPTS`] times.
+/// The API fails, or keeps conflicting (`ATTEMPTS` times).
 pub async fn ensure_secret(
     client: &Client,
     namespace: &str,

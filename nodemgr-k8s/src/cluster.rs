@@ -18,7 +18,7 @@
 //! A watch that drops or fails is restarted on a short backoff capped at 2 s
 //! ([`crate::watch_backoff`]), so the caches catch up within seconds of the API server
 //! recovering; the stores keep
-//! serving the last state meanwhile, and [`KubeCluster::ready`] stays true once every store has
+//! serving the last state meanwhile, and [`KubeCluster::wait_ready`] returns once every store has
 //! had its first complete list.
 
 use std::collections::BTreeMap;

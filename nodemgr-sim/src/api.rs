@@ -19,7 +19,7 @@
 //! `ClusterRead::node_changes_since` (`nodemgr_core::ports`). One sequence number counts the
 //! feed's changes: every version handed out and every node forgotten takes the next one; a
 //! node's entry keeps the number it was versioned at, and forgotten nodes are kept in order
-//! with theirs (the last [`REMOVALS_KEPT`]). A revision is that number as of an answer:
+//! with theirs (the last `REMOVALS_KEPT`, 4,096). A revision is that number as of an answer:
 //! the nodes changed since are those versioned after it, the nodes removed those forgotten
 //! after it and not back. Finding which nodes changed still compares every node's `Arc` with
 //! the one last versioned (the world does not say which nodes it touched), but nothing else

@@ -9,7 +9,7 @@
 //! - **node lifecycle**: a node whose last heartbeat is older than the grace period gets
 //!   Ready=Unknown, as kube-controller-manager does;
 //! - **agent**: core's node agent ([`nodemgr_core::agent`], `docs/agent.md`) driven against
-//!   the emulator ([`crate::fleet_agent`]): it asks for approval, asks for a disruption when a
+//!   the emulator (`fleet_agent`): it asks for approval, asks for a disruption when a
 //!   disruptive generation needs one, applies the group's published generation for
 //!   `agent_delay`, restarts the kubelet or reboots (NotReady meanwhile) and reports the new
 //!   checksum. It never removes the controller's annotations: that is the controller's job.

@@ -1,5 +1,5 @@
 //! `early-oom`: kills one pod per memory-pressure episode before the kubelet's eviction or the
-//! kernel's OOM killer do, on the core's policy ([`PressureMonitor`], [`plan_victim`]).
+//! kernel's OOM killer do, on the core's policy ([`PressureMonitor`], [`plan_victim`](nodemgr_core::oom::plan_victim)).
 //!
 //! - **Input**: memory PSI from `/proc/pressure/memory` or a cgroup v2 `memory.pressure`
 //!   (`--psi-file`; in a cluster the kubepods cgroup's). **Mode**: it writes a PSI trigger

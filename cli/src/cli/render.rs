@@ -34,7 +34,7 @@ use super::Outcome;
 /// What to render.
 #[derive(Debug, Clone, Subcommand)]
 pub enum RenderCommand {
-    /// The manual bootstrap script of a group (the manual-bootstrap-for-<group> Secret).
+    /// The manual bootstrap script of a group (the `manual-bootstrap-for-<group>` Secret).
     Bootstrap(BootstrapArgs),
     /// The cleanup script of a group (/var/lib/bashible/cleanup_static_node.sh).
     Cleanup(CommonArgs),
@@ -84,7 +84,7 @@ pub struct ClusterArgs {
 pub enum BootstrapOutput {
     /// The script itself.
     Script,
-    /// The manual-bootstrap-for-<group> Secret (key bootstrap.sh, base64).
+    /// The `manual-bootstrap-for-<group>` Secret (key `bootstrap.sh`, base64).
     Secret,
 }
 

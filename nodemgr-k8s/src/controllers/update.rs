@@ -12,7 +12,7 @@
 //! `node.deckhouse.io/termination-in-progress` and annotated `draining=scale-down`, this
 //! executor drains it, and the machine controller then deletes its machine while the group's
 //! bounds order the replacement. Each disruption is counted once in `nodemgr_disruptions_total`
-//! ([`counted_disruption`]).
+//! (`counted_disruption`).
 
 use std::time::{Duration, Instant};
 
