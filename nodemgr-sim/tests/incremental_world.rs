@@ -9,9 +9,12 @@
 //! `PROPTEST_CASES=1000 cargo test --release -p nodemgr-sim --test incremental_world` runs
 //! more cases (the default is 32).
 
-use nodemgr_sim::{Scenario, Simulation, World};
+use nodemgr_sim::{Scenario, Simulation};
 use proptest::prelude::*;
 use serde_json::json;
+
+mod support;
+use support::outcome;
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -108,28 +111,6 @@ fn scenario(c: &Case) -> Scenario {
         Ok(s) => s,
         Err(e) => panic!("generated scenario rejected: {e}\n{value:#}"),
     }
-}
-
-/// What a run leaves: the timeline as text with times, the counters, nodes and pods.
-fn outcome(w: &World) -> String {
-    let mut out = String::new();
-    for e in &w.timeline.events {
-        out.push_str(&format!(
-            "{} {} {:?} {:?} {:?} {}\n",
-            e.at_ms, e.kind, e.node, e.group, e.pod, e.message
-        ));
-    }
-    out.push_str(&format!("{:?}\n", w.stats));
-    for n in w.nodes.values() {
-        out.push_str(&format!("{:?}\n", n.view()));
-    }
-    for (k, p) in &w.pods {
-        out.push_str(&format!(
-            "{k} {:?} {:?}\n",
-            p.pod.node_name, p.terminating_until
-        ));
-    }
-    out
 }
 
 proptest! {

@@ -32,6 +32,9 @@ use nodemgr_sim::{Controller, Scenario, Simulation, World};
 use proptest::prelude::*;
 use serde_json::json;
 
+mod support;
+use support::outcome;
+
 #[derive(Debug, Clone)]
 struct Group {
     nodes: usize,
@@ -235,31 +238,6 @@ impl Controller for Meddler {
             }
         }
     }
-}
-
-/// Everything a run leaves: the timeline, counters, recorded events and the cluster.
-fn outcome(w: &World) -> String {
-    let mut out = String::new();
-    for e in &w.timeline.events {
-        out.push_str(&format!(
-            "{}\t{}\t{:?}\t{:?}\t{:?}\t{}\n",
-            e.at_ms, e.kind, e.node, e.group, e.pod, e.message
-        ));
-    }
-    out.push_str(&format!("{:?}\n", w.stats));
-    for e in &w.recorded_events {
-        out.push_str(&format!("{e:?}\n"));
-    }
-    for n in w.nodes.values() {
-        out.push_str(&format!("{:?}\n", n.view()));
-    }
-    for (k, p) in &w.pods {
-        out.push_str(&format!("{k} {:?} {:?}\n", p.pod, p.terminating_until));
-    }
-    for p in &w.pending_pods {
-        out.push_str(&format!("{p:?}\n"));
-    }
-    out
 }
 
 /// Runs the case; returns the outcome, how many agents were dormant at most after an instant,

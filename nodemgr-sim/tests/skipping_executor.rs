@@ -35,6 +35,9 @@ use nodemgr_sim::{
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+mod support;
+use support::outcome;
+
 #[derive(Debug, Clone)]
 struct Group {
     nodes: usize,
@@ -193,28 +196,6 @@ fn scenario(c: &Case) -> Scenario {
         Ok(s) => s,
         Err(e) => panic!("generated scenario rejected: {e}\n{value:#}"),
     }
-}
-
-/// Everything a run leaves: the timeline, counters, recorded events and the cluster.
-fn outcome(w: &World) -> String {
-    let mut out = String::new();
-    for e in &w.timeline.events {
-        out.push_str(&format!(
-            "{}\t{}\t{:?}\t{:?}\t{:?}\t{}\n",
-            e.at_ms, e.kind, e.node, e.group, e.pod, e.message
-        ));
-    }
-    out.push_str(&format!("{:?}\n", w.stats));
-    for e in &w.recorded_events {
-        out.push_str(&format!("{e:?}\n"));
-    }
-    for n in w.nodes.values() {
-        out.push_str(&format!("{:?}\n", n.view()));
-    }
-    for (k, p) in &w.pods {
-        out.push_str(&format!("{k} {:?} {:?}\n", p.pod, p.terminating_until));
-    }
-    out
 }
 
 fn run(s: &Scenario, seed: u64, skip: bool) -> String {
