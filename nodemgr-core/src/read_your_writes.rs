@@ -33,9 +33,13 @@ use crate::model::Node;
 
 /// Whether resourceVersion `seen` is the same as `known` or later (see the module docs).
 pub fn resource_version_at_least(seen: &str, known: &str) -> bool {
+    if seen == known {
+        return true;
+    }
     match (seen.parse::<u64>(), known.parse::<u64>()) {
         (Ok(seen), Ok(known)) => seen >= known,
-        _ => seen == known,
+        // Opaque versions compare for equality only, tested above.
+        _ => false,
     }
 }
 
@@ -126,35 +130,25 @@ impl KnownVersions {
         if self.baseline {
             let caught_up = self.changed.iter().all(|name| match self.nodes.get(name) {
                 None => true,
-                Some(known) => version(name).is_some_and(|seen| {
-                    seen == known.as_str() || resource_version_at_least(seen, known)
-                }),
+                Some(known) => {
+                    version(name).is_some_and(|seen| resource_version_at_least(seen, known))
+                }
             });
             if caught_up {
                 for name in std::mem::take(&mut self.changed) {
                     if let Some(seen) = version(&name) {
-                        self.remember_version(name, seen);
+                        self.remember_version(&name, seen);
                     }
                 }
             }
             return caught_up;
         }
         let caught_up = self.nodes.iter().all(|(name, known)| {
-            version(name).is_some_and(|seen| {
-                seen == known.as_str() || resource_version_at_least(seen, known)
-            })
+            version(name).is_some_and(|seen| resource_version_at_least(seen, known))
         });
         if caught_up {
             for (name, seen) in all {
-                if !seen.is_empty() {
-                    match self.nodes.get_mut(name) {
-                        Some(known) if resource_version_at_least(known, seen) => {}
-                        Some(known) => seen.clone_into(known),
-                        None => {
-                            self.nodes.insert(name.to_owned(), seen.to_owned());
-                        }
-                    }
-                }
+                self.remember_version(name, seen);
             }
             self.baseline = true;
             self.changed.clear();
@@ -162,15 +156,17 @@ impl KnownVersions {
         caught_up
     }
 
-    fn remember_version(&mut self, name: String, seen: &str) {
+    /// Remembers that node `name` was seen at resourceVersion `seen`, unless an equal or
+    /// later one is remembered (an empty version says nothing).
+    fn remember_version(&mut self, name: &str, seen: &str) {
         if seen.is_empty() {
             return;
         }
-        match self.nodes.get_mut(&name) {
+        match self.nodes.get_mut(name) {
             Some(known) if resource_version_at_least(known, seen) => {}
             Some(known) => seen.clone_into(known),
             None => {
-                self.nodes.insert(name, seen.to_owned());
+                self.nodes.insert(name.to_owned(), seen.to_owned());
             }
         }
     }
@@ -222,9 +218,8 @@ impl KnownVersions {
             }
             match cached.get(i) {
                 Some(n)
-                    if n.name == *name
-                        && (n.resource_version == *known
-                            || resource_version_at_least(&n.resource_version, known)) => {}
+                    if n.name == *name && resource_version_at_least(&n.resource_version, known) => {
+                }
                 _ => return false,
             }
         }
@@ -242,9 +237,7 @@ impl KnownVersions {
             }
             match remembered.peek_mut() {
                 Some((name, known)) if **name == node.name => {
-                    if **known != node.resource_version
-                        && !resource_version_at_least(known, &node.resource_version)
-                    {
+                    if !resource_version_at_least(known, &node.resource_version) {
                         known.clone_from(&node.resource_version);
                     }
                 }
@@ -281,17 +274,7 @@ impl KnownVersions {
     }
 
     fn remember(&mut self, node: &Node) {
-        if node.resource_version.is_empty() {
-            return;
-        }
-        match self.nodes.get_mut(&node.name) {
-            Some(known) if resource_version_at_least(known, &node.resource_version) => {}
-            Some(known) => known.clone_from(&node.resource_version),
-            None => {
-                self.nodes
-                    .insert(node.name.clone(), node.resource_version.clone());
-            }
-        }
+        self.remember_version(&node.name, &node.resource_version);
     }
 }
 

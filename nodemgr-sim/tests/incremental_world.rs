@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 mod support;
-use support::outcome;
+use support::{outcome, same_outcomes};
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -129,14 +129,6 @@ proptest! {
             }
         }
         let (a, b) = (outcome(plain.world()), outcome(rescanned.world()));
-        if a != b {
-            let first = a.lines().zip(b.lines()).position(|(x, y)| x != y).unwrap_or(0);
-            prop_assert!(
-                false,
-                "outcomes differ from line {first}:\nindexed:  {:?}\nrescanned: {:?}",
-                a.lines().nth(first),
-                b.lines().nth(first)
-            );
-        }
+        same_outcomes(("indexed", &a), ("rescanned", &b))?;
     }
 }

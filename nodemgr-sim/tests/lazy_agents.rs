@@ -33,7 +33,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 mod support;
-use support::outcome;
+use support::{outcome, same_outcomes};
 
 #[derive(Debug, Clone)]
 struct Group {
@@ -297,15 +297,7 @@ proptest! {
         let (lazy, dormant, _) = run(&c, &s, seed, true);
         let (eager, never, expected) = run(&c, &s, seed, false);
         prop_assert_eq!(never, 0, "an agent slept although forbidden");
-        if lazy != eager {
-            let first = lazy.lines().zip(eager.lines()).position(|(x, y)| x != y).unwrap_or(0);
-            prop_assert!(
-                false,
-                "outcomes differ from line {first}:\nlazy:  {:?}\neager: {:?}",
-                lazy.lines().nth(first),
-                eager.lines().nth(first)
-            );
-        }
+        same_outcomes(("lazy", &lazy), ("eager", &eager))?;
         if expected {
             prop_assert!(dormant > 0, "no agent was ever dormant");
         } else if c.heartbeat.0 > c.heartbeat.1 {

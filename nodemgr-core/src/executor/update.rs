@@ -1062,17 +1062,7 @@ pub(crate) async fn emit<C: EventApi + ?Sized>(
 /// The update annotation keys the executor writes and [`UpdateCommand::Finish`] removes, for
 /// tests and adapters that check a node is clean.
 pub fn update_annotation_keys() -> BTreeSet<&'static str> {
-    [
-        keys::ANNOTATION_APPROVED,
-        keys::ANNOTATION_WAITING_FOR_APPROVAL,
-        keys::ANNOTATION_DISRUPTION_REQUIRED,
-        keys::ANNOTATION_DISRUPTION_APPROVED,
-        keys::ANNOTATION_ROLLING_UPDATE,
-        keys::ANNOTATION_DRAINED,
-        keys::ANNOTATION_DRAINING,
-    ]
-    .into_iter()
-    .collect()
+    crate::update::FINISH_REMOVES.iter().copied().collect()
 }
 
 #[cfg(test)]

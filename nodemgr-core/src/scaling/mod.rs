@@ -20,6 +20,7 @@
 //! only the machine size scaling needs. Removals always go through [`crate::drain`]
 //! ([`start_removal`]).
 
+mod bound_tree;
 pub mod bounds;
 pub mod chaos;
 pub mod class;

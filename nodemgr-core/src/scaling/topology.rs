@@ -32,6 +32,7 @@ use crate::model::{
 };
 
 use crate::hash::{FastHash, Fx};
+use crate::scaling::bound_tree::{BoundTree, first_match};
 
 /// "No zone" / "no entry".
 pub(crate) const NONE: u32 = u32::MAX;
@@ -520,7 +521,7 @@ impl CountTree {
     /// Sets bin `i`'s count. Inner nodes hold bounds (a lower bound of the least and an upper
     /// bound of the most count below, at least as loose as every child's): a change loosens
     /// the ancestors' bound in its direction at once and leaves the other to be tightened by
-    /// the first search that finds it stale ([`CountTree::tighten`]).
+    /// the first search that finds it stale ([`BoundTree::tighten`]).
     fn set(&mut self, i: usize, v: u32) {
         let mut n = self.cap + i;
         let old = self.max[n];
@@ -549,68 +550,38 @@ impl CountTree {
         }
     }
 
-    /// Recomputes inner node `n`'s bounds from its children and, while that changes them,
-    /// its ancestors': called on a node neither of whose children matches a search its bounds
-    /// seemed to match.
-    fn tighten(&mut self, mut n: usize) {
-        while n >= 1 && n < self.cap {
-            let (lo, hi) = (
-                self.min[2 * n].min(self.min[2 * n + 1]),
-                self.max[2 * n].max(self.max[2 * n + 1]),
-            );
-            if self.min[n] == lo && self.max[n] == hi {
-                break;
-            }
-            self.min[n] = lo;
-            self.max[n] = hi;
-            n /= 2;
+    /// The first bin at or after `start` whose count is at most `at_most` (`above == false`) or
+    /// at least `at_least` (`above == true`) ([`first_match`]: exact whatever the bounds'
+    /// staleness; stale bounds met on the way are tightened).
+    fn first(&mut self, start: usize, bound: u32, above: bool) -> Option<usize> {
+        if above {
+            first_match(self, start, |t, n| t.max[n] >= bound)
+        } else {
+            first_match(self, start, |t, n| t.min[n] <= bound)
         }
     }
+}
 
-    /// The first bin at or after `start` whose count is at most `at_most` (`above == false`) or
-    /// at least `at_least` (`above == true`). Exact whatever the bounds' staleness (leaves are
-    /// exact); stale bounds met on the way are tightened.
-    fn first(&mut self, start: usize, bound: u32, above: bool) -> Option<usize> {
-        if start >= self.len {
-            return None;
+impl BoundTree for CountTree {
+    fn leaves(&self) -> usize {
+        self.cap
+    }
+
+    fn used(&self) -> usize {
+        self.len
+    }
+
+    fn recompute(&mut self, n: usize) -> bool {
+        let (lo, hi) = (
+            self.min[2 * n].min(self.min[2 * n + 1]),
+            self.max[2 * n].max(self.max[2 * n + 1]),
+        );
+        if self.min[n] == lo && self.max[n] == hi {
+            return false;
         }
-        let ok = |t: &Self, n: usize| {
-            if above {
-                t.max[n] >= bound
-            } else {
-                t.min[n] <= bound
-            }
-        };
-        let mut node = self.cap + start;
-        if ok(self, node) {
-            return Some(start);
-        }
-        loop {
-            loop {
-                if node <= 1 {
-                    return None;
-                }
-                if node.is_multiple_of(2) && ok(self, node + 1) {
-                    node += 1;
-                    break;
-                }
-                node /= 2;
-            }
-            while node < self.cap {
-                if ok(self, 2 * node) {
-                    node *= 2;
-                } else if ok(self, 2 * node + 1) {
-                    node = 2 * node + 1;
-                } else {
-                    self.tighten(node);
-                    break;
-                }
-            }
-            if node >= self.cap {
-                let i = node - self.cap;
-                return (i < self.len).then_some(i);
-            }
-        }
+        self.min[n] = lo;
+        self.max[n] = hi;
+        true
     }
 }
 

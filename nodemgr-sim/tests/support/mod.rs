@@ -30,3 +30,25 @@ pub fn outcome(w: &World) -> String {
     }
     out
 }
+
+/// Fails the property unless the two outcomes are the same, showing the first line where
+/// they differ under the names of the two ways they were run.
+pub fn same_outcomes(
+    (name_a, a): (&str, &str),
+    (name_b, b): (&str, &str),
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    if a != b {
+        let first = a
+            .lines()
+            .zip(b.lines())
+            .position(|(x, y)| x != y)
+            .unwrap_or(0);
+        proptest::prop_assert!(
+            false,
+            "outcomes differ from line {first}:\n{name_a}: {:?}\n{name_b}: {:?}",
+            a.lines().nth(first),
+            b.lines().nth(first)
+        );
+    }
+    Ok(())
+}

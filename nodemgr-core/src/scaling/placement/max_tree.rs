@@ -1,6 +1,8 @@
-//! The free-room search tree: a max-tree over bins whose inner nodes hold the per-resource
+//! The free-room search tree: a max-tree over bins whose inner nodes bound the per-resource
 //! maxima of the bins below, so that the first bin at or after a cursor with room for a demand
 //! is found in O(log bins) instead of by a scan.
+
+use crate::scaling::bound_tree::{BoundTree, first_match};
 
 /// A max-tree over bins: each leaf holds a bin's free (including preemptible) cpu, memory and
 /// pods, each inner node an upper bound of the per-dimension maxima of the leaves below (at
@@ -74,62 +76,29 @@ impl MaxTree {
         }
     }
 
-    /// Recomputes inner node `n` from its children and, while that lowers it, its ancestors:
-    /// called on a node whose children cannot cover a need it seemed to cover.
-    fn tighten(&mut self, mut n: usize) {
-        while n >= 1 && n < self.cap {
-            let m = max3(self.vals[2 * n], self.vals[2 * n + 1]);
-            if self.vals[n] == m {
-                break;
-            }
-            self.vals[n] = m;
-            n /= 2;
-        }
+    /// The first bin at or after `start` whose vector covers `need` in every dimension
+    /// ([`first_match`]: bounds found stale on the way are tightened).
+    pub(super) fn find(&mut self, start: usize, need: &[i64; 3]) -> Option<usize> {
+        first_match(self, start, |t, n| covers(&t.vals[n], need))
+    }
+}
+
+impl BoundTree for MaxTree {
+    fn leaves(&self) -> usize {
+        self.cap
     }
 
-    /// The first bin at or after `start` whose vector covers `need` in every dimension: a
-    /// depth-first walk in bin order without recursion, from the leaf `start` up to the first
-    /// right sibling that may hold one, then down to its leftmost covering leaf (climbing on
-    /// when a subtree's bounds cover `need` but none of its leaves does, and tightening the
-    /// bounds found stale on the way).
-    pub(super) fn find(&mut self, start: usize, need: &[i64; 3]) -> Option<usize> {
-        if start >= self.len {
-            return None;
+    fn used(&self) -> usize {
+        self.len
+    }
+
+    fn recompute(&mut self, n: usize) -> bool {
+        let m = max3(self.vals[2 * n], self.vals[2 * n + 1]);
+        if self.vals[n] == m {
+            return false;
         }
-        let mut node = self.cap + start;
-        if covers(&self.vals[node], need) {
-            return Some(start);
-        }
-        loop {
-            // Up: to the nearest right sibling (of `node` or an ancestor) that may cover.
-            loop {
-                if node <= 1 {
-                    return None;
-                }
-                if node.is_multiple_of(2) && covers(&self.vals[node + 1], need) {
-                    node += 1;
-                    break;
-                }
-                node /= 2;
-            }
-            // Down: leftmost child that may cover, until a leaf or a dead end.
-            while node < self.cap {
-                let left = 2 * node;
-                if covers(&self.vals[left], need) {
-                    node = left;
-                } else if covers(&self.vals[left + 1], need) {
-                    node = left + 1;
-                } else {
-                    // A stale bound: neither child covers what this node claimed to.
-                    self.tighten(node);
-                    break;
-                }
-            }
-            if node >= self.cap {
-                let i = node - self.cap;
-                return (i < self.len).then_some(i);
-            }
-        }
+        self.vals[n] = m;
+        true
     }
 }
 
