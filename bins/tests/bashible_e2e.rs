@@ -442,6 +442,12 @@ async fn eventually(cluster: &Cluster, what: &str, secs: u64, mut check: impl Fn
     );
 }
 
+fn checksum_file(dir: &Path, node: &str) -> Option<String> {
+    std::fs::read_to_string(root(dir, node).join("var/lib/bashible/configuration_checksum"))
+        .ok()
+        .map(|t| t.trim().to_owned())
+}
+
 fn kubelet_max_pods(dir: &Path, node: &str) -> Option<i64> {
     std::fs::read_to_string(root(dir, node).join("etc/kubernetes/kubelet-config.yaml"))
         .ok()
@@ -453,17 +459,22 @@ fn kubelet_max_pods(dir: &Path, node: &str) -> Option<i64> {
 async fn a_max_pods_change_rolls_onto_every_root_under_max_concurrent() {
     let cluster = Cluster::start().await;
     let first = cluster.served();
-    eventually(&cluster, "every node applies its first bundle", 60, || {
-        cluster.all_report(&first)
-    })
+    // The agent annotates the Node first and removes its first_run marker after: wait for
+    // both, since a check between the two would see the marker still there.
+    let first_run_gone = |node: &str| {
+        !root(cluster.dir.path(), node)
+            .join("var/lib/bashible/first_run")
+            .exists()
+    };
+    eventually(
+        &cluster,
+        "every node applies its first bundle and removes first_run",
+        60,
+        || cluster.all_report(&first) && NODES.iter().all(|n| first_run_gone(n)),
+    )
     .await;
     for node in NODES {
         assert_eq!(kubelet_max_pods(cluster.dir.path(), node), Some(110));
-        assert!(
-            !root(cluster.dir.path(), node)
-                .join("var/lib/bashible/first_run")
-                .exists()
-        );
     }
 
     let started = Instant::now();
@@ -489,7 +500,11 @@ async fn a_max_pods_change_rolls_onto_every_root_under_max_concurrent() {
             .count();
         most_approved = most_approved.max(approved);
         most_updating = most_updating.max(updating);
+        // The checksum file is written after the annotation: wait for it too.
         cluster.all_report(&second)
+            && NODES
+                .iter()
+                .all(|n| checksum_file(cluster.dir.path(), n).as_deref() == Some(second.as_str()))
     })
     .await;
     println!(
@@ -531,11 +546,10 @@ async fn a_max_pods_change_rolls_onto_every_root_under_max_concurrent() {
                 .as_deref(),
             Some(second.as_str())
         );
-        let written = std::fs::read_to_string(
-            root(cluster.dir.path(), node).join("var/lib/bashible/configuration_checksum"),
-        )
-        .unwrap();
-        assert_eq!(written.trim(), second);
+        assert_eq!(
+            checksum_file(cluster.dir.path(), node).as_deref(),
+            Some(second.as_str())
+        );
         assert!(
             cluster.agent_log(node).contains("waiting-for-approval"),
             "{node} asked for approval"
