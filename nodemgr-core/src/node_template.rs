@@ -416,7 +416,7 @@ mod tests {
     fn node(name: &str, group: &str) -> Node {
         Node {
             name: name.into(),
-            labels: map(&[(keys::LABEL_NODE_GROUP, group)]),
+            labels: map(&[(keys::LABEL_NODE_GROUP, group)]).into(),
             ..Node::default()
         }
     }

@@ -127,8 +127,8 @@ pub fn node_to_core(n: &Node) -> core::Node {
         name: n.metadata.name.clone().unwrap_or_default(),
         uid: n.metadata.uid.clone().unwrap_or_default(),
         resource_version: n.metadata.resource_version.clone().unwrap_or_default(),
-        labels: n.metadata.labels.clone().unwrap_or_default(),
-        annotations: n.metadata.annotations.clone().unwrap_or_default(),
+        labels: n.metadata.labels.clone().unwrap_or_default().into(),
+        annotations: n.metadata.annotations.clone().unwrap_or_default().into(),
         taints: spec
             .and_then(|s| s.taints.as_ref())
             .map(|t| t.iter().map(taint_to_core).collect())
@@ -486,8 +486,8 @@ pub fn pod_to_core(p: &Pod) -> core::Pod {
         name: p.metadata.name.clone().unwrap_or_default(),
         uid: p.metadata.uid.clone().unwrap_or_default(),
         node_name: spec.and_then(|s| s.node_name.clone()),
-        labels: p.metadata.labels.clone().unwrap_or_default(),
-        annotations: p.metadata.annotations.clone().unwrap_or_default(),
+        labels: p.metadata.labels.clone().unwrap_or_default().into(),
+        annotations: p.metadata.annotations.clone().unwrap_or_default().into(),
         owner,
         priority: spec.and_then(|s| s.priority).unwrap_or(0),
         priority_class: spec.and_then(|s| s.priority_class_name.clone()),

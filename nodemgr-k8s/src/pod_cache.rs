@@ -33,7 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::runtime::watcher;
 use nodemgr_core::model::{
     self as core, LabelSelector, LabelSelectorRequirement, Owner, PodAffinityTerm, PodPhase,
-    Resources, Toleration, TopologySpreadConstraint, WeightedPodAffinityTerm, keys,
+    Resources, StringMap, Toleration, TopologySpreadConstraint, WeightedPodAffinityTerm, keys,
 };
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -202,8 +202,8 @@ impl<'de> Deserialize<'de> for PodFields {
 #[derive(Debug, PartialEq)]
 struct Shared {
     namespace: String,
-    labels: BTreeMap<String, String>,
-    annotations: BTreeMap<String, String>,
+    labels: StringMap,
+    annotations: StringMap,
     owner: Option<Owner>,
     priority: i32,
     priority_class: Option<String>,
@@ -604,8 +604,8 @@ mod tests {
             name: name.into(),
             uid: format!("uid-{ns}-{name}"),
             node_name: node.map(str::to_owned),
-            labels,
-            annotations: BTreeMap::from([
+            labels: labels.into(),
+            annotations: StringMap::from([
                 (
                     "cni.projectcalico.org/podIP".to_owned(),
                     format!("10.0.0.{name}"),

@@ -418,7 +418,7 @@ impl World {
                 AgentAction::ReadNode => {
                     let view = self.nodes.get_mut(name).map(|n| NodeView {
                         resource_version: n.agent.resource_version(&n.node),
-                        annotations: n.node.annotations.clone(),
+                        annotations: BTreeMap::clone(&n.node.annotations),
                     });
                     self.answer(name, AgentInput::Node(Ok(view)));
                 }

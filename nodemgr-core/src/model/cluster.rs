@@ -11,6 +11,7 @@ use super::keys;
 use super::meta::{LabelSelector, LabelSelectorRequirement};
 use super::node_group::{Taint, TaintEffect};
 use super::quantity::Quantity;
+use super::string_map::StringMap;
 use super::time::Timestamp;
 
 /// Resource amounts by resource name (`cpu`, `memory`, `pods`, `nvidia.com/gpu`, …).
@@ -27,9 +28,9 @@ pub struct Node {
     /// Decisions are written with it as a precondition ([`crate::ports::NodePatch`]).
     pub resource_version: String,
     /// Labels.
-    pub labels: BTreeMap<String, String>,
+    pub labels: StringMap,
     /// Annotations.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: StringMap,
     /// Taints.
     pub taints: Vec<Taint>,
     /// Cordoned.
@@ -260,9 +261,9 @@ pub struct Pod {
     /// Node the pod is bound to, if any.
     pub node_name: Option<String>,
     /// Labels.
-    pub labels: BTreeMap<String, String>,
+    pub labels: StringMap,
     /// Annotations.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: StringMap,
     /// The controlling owner.
     pub owner: Option<Owner>,
     /// Scheduling priority.

@@ -125,7 +125,7 @@ pub fn holder_template(group: &ScalingGroup<'_>) -> Option<Pod> {
     Some(Pod {
         namespace: keys::NAMESPACE.to_owned(),
         name: format!("{}{name}", keys::STANDBY_HOLDER_PREFIX),
-        labels: holder_labels(name),
+        labels: holder_labels(name).into(),
         owner: Some(Owner {
             kind: "ReplicaSet".to_owned(),
             name: format!("{}{name}", keys::STANDBY_HOLDER_PREFIX),

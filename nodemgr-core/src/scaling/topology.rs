@@ -27,8 +27,8 @@ use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
 use crate::model::{
-    LabelSelector, LabelSelectorRequirement, NamespaceScope, Pod, PodAffinityTerm, TopologyKey,
-    WhenUnsatisfiable, keys,
+    LabelSelector, LabelSelectorRequirement, NamespaceScope, Pod, PodAffinityTerm, StringMap,
+    TopologyKey, WhenUnsatisfiable, keys,
 };
 
 use crate::hash::{FastHash, Fx};
@@ -401,7 +401,7 @@ struct ProfileTable {
 type ProfileKey = (
     u32,
     String,
-    BTreeMap<String, String>,
+    StringMap,
     Vec<PodAffinityTerm>,
     Vec<LabelSelector>,
 );
@@ -1666,7 +1666,7 @@ mod tests {
         Node {
             name: "fresh".into(),
             ready: true,
-            labels: labels.clone(),
+            labels: labels.clone().into(),
             allocatable: [
                 ("cpu".to_string(), Quantity::units(1000)),
                 ("memory".to_string(), Quantity::units(1 << 40)),

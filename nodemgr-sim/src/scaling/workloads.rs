@@ -133,7 +133,7 @@ pub(super) fn apply_constraints(world: &mut World, key: &str, constraints: &[Pod
         }
         if c.hostname_anti_affinity {
             pod.hostname_anti_affinity = vec![nodemgr_core::model::LabelSelector {
-                match_labels: Some(pod.labels.clone()),
+                match_labels: Some(BTreeMap::clone(&pod.labels)),
                 match_expressions: None,
             }];
         }
@@ -143,7 +143,7 @@ pub(super) fn apply_constraints(world: &mut World, key: &str, constraints: &[Pod
                 topology: nodemgr_core::model::TopologyKey::Zone,
                 when_unsatisfiable: nodemgr_core::model::WhenUnsatisfiable::DoNotSchedule,
                 selector: Some(nodemgr_core::model::LabelSelector {
-                    match_labels: Some(pod.labels.clone()),
+                    match_labels: Some(BTreeMap::clone(&pod.labels)),
                     match_expressions: None,
                 }),
                 min_domains: spread.min_domains,

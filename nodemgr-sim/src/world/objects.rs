@@ -118,7 +118,7 @@ impl World {
             name,
             uid: String::new(),
             node_name: Some(node.to_owned()),
-            labels,
+            labels: labels.into(),
             owner: w.kind.owner_kind().map(|kind| Owner {
                 kind: kind.to_owned(),
                 name: w.name.clone(),
