@@ -306,7 +306,11 @@ pub struct Pod {
 impl Pod {
     /// `namespace/name`.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
+        key.push_str(&self.namespace);
+        key.push('/');
+        key.push_str(&self.name);
+        key
     }
 
     /// Owned by a DaemonSet: never evicted by a drain.

@@ -8,7 +8,8 @@
 //! two views that share a map compare equal without looking at its entries.
 //!
 //! Reading is a `BTreeMap<String, String>` read (the map derefs to one), so callers use
-//! `get`, `contains_key`, `iter` and friends as before.
+//! `get`, `contains_key`, `iter` and friends as before. An empty map allocates nothing (most
+//! pods carry no annotation nodemgr keeps).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,8 +18,11 @@ use std::sync::Arc;
 
 /// Labels or annotations: a `BTreeMap<String, String>` shared between copies (see the module
 /// docs).
-#[derive(Clone, Default, PartialOrd, Ord, Hash)]
-pub struct StringMap(Arc<BTreeMap<String, String>>);
+#[derive(Clone, Default)]
+pub struct StringMap(Option<Arc<BTreeMap<String, String>>>);
+
+/// What an empty [`StringMap`] derefs to.
+static EMPTY: BTreeMap<String, String> = BTreeMap::new();
 
 impl StringMap {
     /// An empty map.
@@ -28,12 +32,15 @@ impl StringMap {
 
     /// Whether `self` and `other` share their storage (then they are equal).
     pub fn shares_with(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        }
     }
 
     /// The map, copied only when another view still shares it.
     pub fn into_inner(self) -> BTreeMap<String, String> {
-        Arc::unwrap_or_clone(self.0)
+        self.0.map(Arc::unwrap_or_clone).unwrap_or_default()
     }
 }
 
@@ -41,40 +48,58 @@ impl Deref for StringMap {
     type Target = BTreeMap<String, String>;
 
     fn deref(&self) -> &Self::Target {
-        &self.0
+        self.0.as_deref().unwrap_or(&EMPTY)
     }
 }
 
 impl DerefMut for StringMap {
     /// The map to change, copied first when another view shares it.
     fn deref_mut(&mut self) -> &mut Self::Target {
-        Arc::make_mut(&mut self.0)
+        Arc::make_mut(self.0.get_or_insert_with(Arc::default))
     }
 }
 
 impl PartialEq for StringMap {
     fn eq(&self, other: &Self) -> bool {
-        self.shares_with(other) || *self.0 == *other.0
+        self.shares_with(other) || **self == **other
     }
 }
 
 impl Eq for StringMap {}
 
+impl PartialOrd for StringMap {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for StringMap {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (**self).cmp(&**other)
+    }
+}
+
+impl std::hash::Hash for StringMap {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state);
+    }
+}
+
 impl PartialEq<BTreeMap<String, String>> for StringMap {
     fn eq(&self, other: &BTreeMap<String, String>) -> bool {
-        *self.0 == *other
+        **self == *other
     }
 }
 
 impl fmt::Debug for StringMap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(&**self, f)
     }
 }
 
 impl From<BTreeMap<String, String>> for StringMap {
     fn from(map: BTreeMap<String, String>) -> Self {
-        Self(Arc::new(map))
+        Self((!map.is_empty()).then(|| Arc::new(map)))
     }
 }
 
@@ -107,7 +132,7 @@ impl<'a> IntoIterator for &'a StringMap {
     type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        (**self).iter()
     }
 }
 
@@ -122,7 +147,7 @@ impl IntoIterator for StringMap {
 
 impl serde::Serialize for StringMap {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        (**self).serialize(serializer)
     }
 }
 
@@ -167,6 +192,18 @@ mod tests {
             BTreeMap::from([("a".into(), "1".into()), ("b".into(), "2".into())])
         );
         assert_ne!(a, map(&[("a", "1")]));
+    }
+
+    #[test]
+    fn an_empty_map_allocates_nothing_until_changed() {
+        let mut empty = StringMap::new();
+        assert!(empty.0.is_none());
+        assert!(StringMap::from(BTreeMap::new()).0.is_none());
+        assert_eq!(empty, StringMap::default());
+        assert!(empty.is_empty());
+        empty.insert("a".into(), "1".into());
+        assert_eq!(empty, map(&[("a", "1")]));
+        assert_ne!(empty, StringMap::new());
     }
 
     #[test]
