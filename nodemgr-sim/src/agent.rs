@@ -23,12 +23,12 @@
 //!
 //! The agent's reads and patches go to the world directly: injected API errors hit the
 //! controllers' calls, not the agent's (its behaviour under failed and conflicting requests is
-//! covered by core's properties, `nodemgr-core/tests/agent.rs`). A node's resourceVersion is a
-//! fingerprint of its metadata, so a patch based on a stale read conflicts as on a real API.
+//! covered by core's properties, `nodemgr-core/tests/agent.rs`). The resourceVersion the agent
+//! reads changes whenever its Node changed since its previous read, so a patch based on a
+//! stale read conflicts as on a real API ([`SimAgent::resource_version`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
@@ -70,10 +70,11 @@ pub struct SimAgent {
     pub running: Option<RunningStep>,
     /// Set while the agent waits for an approval and its polls cannot change anything.
     dormant: Option<Dormant>,
-    /// The node's [`resource_version`] as last computed, for the node it was computed for
-    /// (the world changes a node only through `Arc::make_mut`, so the same `Arc` is the same
-    /// content): the agent re-reads its node every poll interval while it waits.
-    fingerprint: Option<(Arc<Node>, String)>,
+    /// The Node the agent last read or patched and the resourceVersion it had
+    /// ([`SimAgent::resource_version`]).
+    seen: Option<(Weak<Node>, String)>,
+    /// How many times the Node changed between the agent's reads (the last resourceVersion).
+    versions: u64,
 }
 
 impl SimAgent {
@@ -92,7 +93,8 @@ impl SimAgent {
             applied: Some(generation.checksum.clone()),
             running: None,
             dormant: None,
-            fingerprint: None,
+            seen: None,
+            versions: 0,
         }
     }
 
@@ -103,16 +105,25 @@ impl SimAgent {
         self.dormant.is_some()
     }
 
-    /// [`resource_version`] of `node`, computed again only when the node changed.
+    /// The resourceVersion of the agent's Node `node` as the agent reads it: the one of its
+    /// previous read while the Node did not change since, a new one when it did. The world
+    /// changes a node only through `Arc::make_mut`, and the agent keeps a [`Weak`] to the
+    /// node it last saw, so a change always makes another allocation (`make_mut` moves a node
+    /// that only weak references share, and copies one that is shared) and the same
+    /// allocation is the same Node; the weak reference keeps the allocation from being
+    /// reused, not the Node alive. Like a real API server's, the version changes with any
+    /// change of the Node, status included (no conflict can come from that here: the agent's
+    /// patches follow its read in the same pass, with nothing in between).
     pub fn resource_version(&mut self, node: &Arc<Node>) -> String {
-        match &self.fingerprint {
-            Some((seen, version)) if Arc::ptr_eq(seen, node) => version.clone(),
-            _ => {
-                let version = resource_version(node);
-                self.fingerprint = Some((Arc::clone(node), version.clone()));
-                version
-            }
+        if let Some((seen, version)) = &self.seen
+            && std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node))
+        {
+            return version.clone();
         }
+        self.versions = self.versions.saturating_add(1);
+        let version = self.versions.to_string();
+        self.seen = Some((Arc::downgrade(node), version.clone()));
+        version
     }
 
     /// Whether the node is NotReady because its step restarts the kubelet or reboots it.
@@ -152,9 +163,10 @@ struct Dormant {
     next_poll: Timestamp,
     /// The poll interval.
     period: Duration,
-    /// The Node its last poll read (the same `Arc`: the world changes a node only through
-    /// `Arc::make_mut`, and this one is shared, so a change makes another `Arc`).
-    node: Arc<Node>,
+    /// The Node its last poll read (the same allocation is the same Node: the world changes a
+    /// node only through `Arc::make_mut`, which moves or copies a node that this weak
+    /// reference points to, so a change makes another allocation).
+    node: Weak<Node>,
     /// The bundle its last poll fetched: the desired checksum and whether the group replaces
     /// machines.
     bundle: (String, bool),
@@ -191,15 +203,6 @@ fn bundle_of(world: &World, group: &str) -> Option<(String, bool)> {
             g.group.spec.approval_mode() == ApprovalMode::RollingUpdate,
         )
     })
-}
-
-/// The resourceVersion of a simulated node: a fingerprint of what a patch could change.
-pub fn resource_version(node: &Node) -> String {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    node.annotations.hash(&mut h);
-    node.labels.hash(&mut h);
-    node.unschedulable.hash(&mut h);
-    format!("{:016x}", h.finish())
 }
 
 impl World {
@@ -293,7 +296,7 @@ impl World {
         let Some(bundle) = bundle_of(self, &n.group) else {
             return;
         };
-        let node = Arc::clone(&n.node);
+        let node = Arc::downgrade(&n.node);
         if let Some(n) = self.nodes.get_mut(name) {
             n.agent.dormant = Some(Dormant {
                 next_poll: now + period,
@@ -337,7 +340,7 @@ impl World {
         if d.due.is_some() {
             return None;
         }
-        let changed = !Arc::ptr_eq(&d.node, &n.node)
+        let changed = !std::ptr::eq(d.node.as_ptr(), Arc::as_ptr(&n.node))
             || bundle_of(self, &n.group).as_ref() != Some(&d.bundle)
             || is_special(n);
         let strictly = self.agents_stepped_at == Some(self.now);
@@ -393,58 +396,75 @@ impl World {
     }
 
     /// Carries out the agent's actions until it waits for its timer or a simulated step.
+    /// The node is looked up once for the actions that touch only it and its group (the
+    /// requests, the state files); the others (a step, a timeline event) look it up again.
     pub(crate) fn drive_agent(&mut self, name: &str) {
+        let now = self.now;
         loop {
             let Some(n) = self.nodes.get_mut(name) else {
                 return;
             };
-            let Some(action) = n.agent.machine.poll_action() else {
-                return;
-            };
-            let group = n.group.clone();
-            match action {
-                AgentAction::FetchBundle => {
-                    let answer = self
-                        .groups
-                        .get(&group)
-                        .map(|g| {
-                            let rolling =
-                                g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
-                            g.generations.desired().bundle(rolling)
-                        })
-                        .ok_or_else(|| Cause::msg(format!("no group {group}")));
-                    self.answer(name, AgentInput::Bundle(answer));
-                }
-                AgentAction::ReadNode => {
-                    let view = self.nodes.get_mut(name).map(|n| NodeView {
+            let action = loop {
+                let Some(action) = n.agent.machine.poll_action() else {
+                    return;
+                };
+                let input = match action {
+                    AgentAction::FetchBundle => {
+                        let answer = self
+                            .groups
+                            .get(&n.group)
+                            .map(|g| {
+                                let rolling =
+                                    g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
+                                g.generations.desired().bundle(rolling)
+                            })
+                            .ok_or_else(|| Cause::msg(format!("no group {}", n.group)));
+                        AgentInput::Bundle(answer)
+                    }
+                    AgentAction::ReadNode => AgentInput::Node(Ok(Some(NodeView {
                         resource_version: n.agent.resource_version(&n.node),
                         annotations: n.node.annotations.clone(),
-                    });
-                    self.answer(name, AgentInput::Node(Ok(view)));
-                }
-                AgentAction::PatchNode(patch) => {
-                    let Some(n) = self.nodes.get_mut(name) else {
-                        return;
-                    };
-                    let outcome = if n.agent.resource_version(&n.node) != patch.resource_version {
-                        PatchOutcome::Conflict
-                    } else {
-                        patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);
-                        PatchOutcome::Applied {
-                            resource_version: n.agent.resource_version(&n.node),
+                    }))),
+                    AgentAction::PatchNode(patch) => {
+                        if n.agent.resource_version(&n.node) != patch.resource_version {
+                            AgentInput::Patched(PatchOutcome::Conflict)
+                        } else {
+                            patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);
+                            let resource_version = n.agent.resource_version(&n.node);
+                            break Driven::Patched(patch, resource_version);
                         }
-                    };
-                    if matches!(outcome, PatchOutcome::Applied { .. }) {
-                        self.record_patch(name, &patch.set);
                     }
-                    self.answer(name, AgentInput::Patched(outcome));
+                    AgentAction::StoreBundle { .. } => continue,
+                    AgentAction::WriteProgress(p) => {
+                        n.agent.files.progress = Some(p);
+                        continue;
+                    }
+                    AgentAction::RemoveChecksumFile => {
+                        n.agent.files.configuration_checksum = None;
+                        continue;
+                    }
+                    AgentAction::RemoveFirstRun => {
+                        n.agent.files.first_run = false;
+                        continue;
+                    }
+                    AgentAction::WriteChecksumFile(checksum) => {
+                        n.agent.files.configuration_checksum = Some(checksum.clone());
+                        n.agent.applied = Some(checksum.clone());
+                        break Driven::Updated(checksum);
+                    }
+                    other => break Driven::Other(other),
+                };
+                n.agent.machine.handle_input(input, now);
+            };
+            match action {
+                Driven::Patched(patch, resource_version) => {
+                    self.record_patch(name, &patch.set);
+                    self.answer(
+                        name,
+                        AgentInput::Patched(PatchOutcome::Applied { resource_version }),
+                    );
                 }
-                AgentAction::RunStep { name: step } => self.start_step(name, step),
-                AgentAction::StoreBundle { .. } => {}
-                AgentAction::WriteProgress(p) => n.agent.files.progress = Some(p),
-                AgentAction::WriteChecksumFile(checksum) => {
-                    n.agent.files.configuration_checksum = Some(checksum.clone());
-                    n.agent.applied = Some(checksum.clone());
+                Driven::Updated(checksum) => {
                     self.stats.updates_completed += 1;
                     let short = checksum.get(..12).unwrap_or(&checksum).to_owned();
                     self.record(
@@ -454,9 +474,8 @@ impl World {
                         format!("node runs {short}"),
                     );
                 }
-                AgentAction::RemoveChecksumFile => n.agent.files.configuration_checksum = None,
-                AgentAction::RemoveFirstRun => n.agent.files.first_run = false,
-                AgentAction::EmitEvent(e) => {
+                Driven::Other(AgentAction::RunStep { name: step }) => self.start_step(name, step),
+                Driven::Other(AgentAction::EmitEvent(e)) => {
                     self.record(
                         "agent.event",
                         Some(name),
@@ -464,6 +483,7 @@ impl World {
                         format!("{}: {}", e.reason, e.note),
                     );
                 }
+                Driven::Other(_) => {}
             }
         }
     }
@@ -552,4 +572,15 @@ impl World {
             ),
         );
     }
+}
+
+/// An agent action [`World::drive_agent`] finishes outside its lookup of the node.
+enum Driven {
+    /// A patch was applied (its timeline events are recorded, then the agent told), with
+    /// the node's new resourceVersion.
+    Patched(nodemgr_core::agent::NodePatch, String),
+    /// The checksum file was written (the update is counted and recorded).
+    Updated(String),
+    /// A step to start or an event to record.
+    Other(AgentAction),
 }
