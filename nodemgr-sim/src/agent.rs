@@ -197,7 +197,12 @@ impl Dormant {
 
 /// The bundle an agent of `group` fetches, as a dormant agent remembers it.
 fn bundle_of(world: &World, group: &str) -> Option<(String, bool)> {
-    world.groups.get(group).map(|g| {
+    bundle_in(&world.groups, group)
+}
+
+/// [`bundle_of`] from the world's groups.
+fn bundle_in(groups: &BTreeMap<String, SimGroup>, group: &str) -> Option<(String, bool)> {
+    groups.get(group).map(|g| {
         (
             g.desired().to_owned(),
             g.group.spec.approval_mode() == ApprovalMode::RollingUpdate,
@@ -280,7 +285,7 @@ impl World {
             return;
         }
         let now = self.now;
-        let Some(n) = self.nodes.get(name) else {
+        let Some(n) = self.nodes.get_mut(name) else {
             return;
         };
         let period = n.agent.machine.config().poll_interval;
@@ -293,19 +298,16 @@ impl World {
         if !waiting || !polling || n.agent.running.is_some() || is_special(n) {
             return;
         }
-        let Some(bundle) = bundle_of(self, &n.group) else {
+        let Some(bundle) = bundle_in(&self.groups, &n.group) else {
             return;
         };
-        let node = Arc::downgrade(&n.node);
-        if let Some(n) = self.nodes.get_mut(name) {
-            n.agent.dormant = Some(Dormant {
-                next_poll: now + period,
-                period,
-                node,
-                bundle,
-                due: None,
-            });
-        }
+        n.agent.dormant = Some(Dormant {
+            next_poll: now + period,
+            period,
+            node: Arc::downgrade(&n.node),
+            bundle,
+            due: None,
+        });
     }
 
     /// Declares that what `name`'s agent reads (its Node's annotations, labels or
@@ -431,7 +433,13 @@ impl World {
                         } else {
                             patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);
                             let resource_version = n.agent.resource_version(&n.node);
-                            break Driven::Patched(patch, resource_version);
+                            // The agent's answer records nothing: it may come before the
+                            // patch's timeline events.
+                            n.agent.machine.handle_input(
+                                AgentInput::Patched(PatchOutcome::Applied { resource_version }),
+                                now,
+                            );
+                            break Driven::Patched(n.group.clone(), patch);
                         }
                     }
                     AgentAction::StoreBundle { .. } => continue,
@@ -450,25 +458,20 @@ impl World {
                     AgentAction::WriteChecksumFile(checksum) => {
                         n.agent.files.configuration_checksum = Some(checksum.clone());
                         n.agent.applied = Some(checksum.clone());
-                        break Driven::Updated(checksum);
+                        break Driven::Updated(n.group.clone(), checksum);
                     }
                     other => break Driven::Other(other),
                 };
                 n.agent.machine.handle_input(input, now);
             };
             match action {
-                Driven::Patched(patch, resource_version) => {
-                    self.record_patch(name, &patch.set);
-                    self.answer(
-                        name,
-                        AgentInput::Patched(PatchOutcome::Applied { resource_version }),
-                    );
-                }
-                Driven::Updated(checksum) => {
+                Driven::Patched(group, patch) => self.record_patch(name, group, &patch.set),
+                Driven::Updated(group, checksum) => {
                     self.stats.updates_completed += 1;
                     let short = checksum.get(..12).unwrap_or(&checksum).to_owned();
-                    self.record(
+                    self.record_in(
                         "agent.updated",
+                        Some(group),
                         Some(name),
                         None,
                         format!("node runs {short}"),
@@ -488,23 +491,18 @@ impl World {
         }
     }
 
-    fn answer(&mut self, name: &str, input: AgentInput) {
-        let now = self.now;
-        if let Some(n) = self.nodes.get_mut(name) {
-            n.agent.machine.handle_input(input, now);
-        }
-    }
-
     /// Timeline events for the agent's requests (what a person watching the Node would see).
-    fn record_patch(&mut self, name: &str, set: &BTreeMap<String, String>) {
+    /// `group` is the node's group.
+    fn record_patch(&mut self, name: &str, group: String, set: &BTreeMap<String, String>) {
         if set.contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL) {
-            let group = self.nodes.get(name).map(|n| n.group.clone());
-            let desired = group
-                .and_then(|g| self.groups.get(&g))
+            let desired = self
+                .groups
+                .get(&group)
                 .map(|g| g.generations.desired().short().to_owned())
                 .unwrap_or_default();
-            self.record(
+            self.record_in(
                 "agent.waiting-for-approval",
+                Some(group.clone()),
                 Some(name),
                 None,
                 format!("agent needs {desired}, asks for approval"),
@@ -515,8 +513,9 @@ impl World {
             keys::ANNOTATION_ROLLING_UPDATE,
         ] {
             if set.contains_key(key) {
-                self.record(
+                self.record_in(
                     "agent.disruption-required",
+                    Some(group.clone()),
                     Some(name),
                     None,
                     format!("agent asks for a disruption ({key})"),
@@ -576,11 +575,12 @@ impl World {
 
 /// An agent action [`World::drive_agent`] finishes outside its lookup of the node.
 enum Driven {
-    /// A patch was applied (its timeline events are recorded, then the agent told), with
-    /// the node's new resourceVersion.
-    Patched(nodemgr_core::agent::NodePatch, String),
-    /// The checksum file was written (the update is counted and recorded).
-    Updated(String),
+    /// A patch was applied and the agent told: its timeline events are recorded (the
+    /// node's group, the patch).
+    Patched(String, nodemgr_core::agent::NodePatch),
+    /// The checksum file was written: the update is counted and recorded (the node's group,
+    /// the checksum).
+    Updated(String, String),
     /// A step to start or an event to record.
     Other(AgentAction),
 }
