@@ -584,3 +584,87 @@ enum Driven {
     /// A step to start or an event to record.
     Other(AgentAction),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemgr_core::agent::SimulatedGenerations;
+    use proptest::prelude::*;
+
+    /// What happens to an agent's Node between the agent's reads.
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// The agent reads its Node's resourceVersion.
+        Read,
+        /// The world changes the node (`Arc::make_mut`, as every change of a node).
+        Change(u8),
+        /// Someone (the API server's versioned copy, a list) shares the node.
+        Share,
+        /// The sharers drop their copies.
+        Unshare,
+        /// The node is replaced by a new one with the same content (deleted and registered
+        /// again): the old allocation is freed and may be reused.
+        Replace,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::Read),
+            2 => any::<u8>().prop_map(Op::Change),
+            1 => Just(Op::Share),
+            1 => Just(Op::Unshare),
+            1 => Just(Op::Replace),
+        ]
+    }
+
+    proptest! {
+        /// The resourceVersion the agent reads changes exactly when its Node was changed or
+        /// replaced since its previous read, whoever else holds the node (a node shared only
+        /// through the agent's weak reference is moved by `make_mut`, not changed in place;
+        /// a freed allocation is not mistaken for the node it held).
+        #[test]
+        fn the_version_changes_exactly_when_the_node_did(ops in prop::collection::vec(op(), 1..60)) {
+            let mut agent = SimAgent::running(
+                "n-0",
+                SimulatedGenerations::new("g", "g-gen0", ImpactKind::None).desired(),
+                Timestamp::EPOCH,
+            );
+            let mut node = Arc::new(Node { name: "n-0".into(), ..Node::default() });
+            let mut sharers: Vec<Arc<Node>> = Vec::new();
+            let mut last: Option<String> = None;
+            let mut changed = false;
+            for op in &ops {
+                match op {
+                    Op::Read => {
+                        let version = agent.resource_version(&node);
+                        if let Some(last) = &last {
+                            prop_assert_eq!(changed, *last != version, "after {:?}", ops);
+                        }
+                        prop_assert_eq!(agent.resource_version(&node), version.clone());
+                        last = Some(version);
+                        changed = false;
+                    }
+                    Op::Change(v) => {
+                        Arc::make_mut(&mut node)
+                            .annotations
+                            .insert("k".into(), v.to_string());
+                        changed = true;
+                    }
+                    Op::Share => sharers.push(Arc::clone(&node)),
+                    Op::Unshare => sharers.clear(),
+                    Op::Replace => {
+                        let content = Node::clone(&node);
+                        sharers.clear();
+                        // The old node is freed before the new one is made, so that the
+                        // allocator may hand its memory to the new one.
+                        let placeholder = Arc::new(Node::default());
+                        drop(std::mem::replace(&mut node, placeholder));
+                        let fresh = Arc::new(content);
+                        node = fresh;
+                        changed = true;
+                    }
+                }
+            }
+        }
+    }
+}
