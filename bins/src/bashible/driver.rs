@@ -302,7 +302,7 @@ impl Driver {
         let bundle = self.server.fetch(group).await?;
         Ok(DesiredBundle {
             checksum: bundle.checksum,
-            steps: bundle.steps,
+            steps: bundle.steps.into(),
             // Not served by bashible-apiserver yet: RollingUpdate groups ask with
             // disruption-required, which node-manager also answers.
             rolling_update: false,

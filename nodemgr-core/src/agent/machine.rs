@@ -11,12 +11,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::bashible::{Step, configuration_checksum};
 use crate::model::{Timestamp, keys};
 use crate::ports::{Cause, ErrorChain};
 
 use super::action::{AgentAction, AgentEvent, NodePatch};
-use super::input::{AgentInput, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
+use super::input::{AgentInput, BundleSteps, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
 use super::state::{Progress, StateFiles};
 
 /// How many bytes of a failed step's standard error its Event carries (Deckhouse: 500).
@@ -46,9 +45,11 @@ pub struct AgentConfig {
     /// one-shot run). Default `None`; Deckhouse's timer is one minute.
     pub pass_interval: Option<Duration>,
     /// Hash every fetched bundle's steps, even when they are those of the bundle verified
-    /// last. Default `false`: a fetched bundle equal to the last verified one (same checksum,
-    /// same steps in the same order) is not hashed again. For the properties comparing the
-    /// two (`nodemgr-core/tests/agent.rs`).
+    /// last or their hash was computed already ([`super::BundleSteps`]). Default `false`: a
+    /// fetched bundle equal to the last verified one (same checksum, same steps in the same
+    /// order) is not verified again, and steps shared with an earlier fetch (by this agent or
+    /// another) are not hashed again. For the properties comparing the two
+    /// (`nodemgr-core/tests/agent.rs`).
     pub verify_every_fetch: bool,
 }
 
@@ -159,7 +160,7 @@ pub enum AgentStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Verified {
     checksum: String,
-    steps: Vec<Step>,
+    steps: BundleSteps,
     rolling_update: bool,
     /// The steps came sorted by name: `steps` is the list exactly as fetched, so a later
     /// fetch with the same checksum and equal `steps` is the same bundle and hashes the same
@@ -374,6 +375,8 @@ impl Agent {
             return None;
         }
         let last = self.bundle.as_ref()?;
+        // `==` on the steps is a pointer comparison first: a driver that shares one bundle
+        // hands out clones of the same steps.
         if !last.fetched_sorted || last.checksum != desired.checksum || last.steps != desired.steps
         {
             return None;
@@ -394,7 +397,7 @@ impl Agent {
         };
         let verified = match self.already_verified(&desired) {
             Some(v) => Ok(v),
-            None => verify(desired).map(Arc::new),
+            None => verify(desired, self.config.verify_every_fetch).map(Arc::new),
         };
         let verified = match verified {
             Ok(v) => v,
@@ -652,7 +655,7 @@ impl Agent {
             self.stored = Some(bundle.checksum.clone());
             self.queue.push_back(AgentAction::StoreBundle {
                 checksum: bundle.checksum.clone(),
-                steps: bundle.steps.clone(),
+                steps: bundle.steps.to_vec(),
             });
         }
         let progress = self.files.progress.get_or_insert_with(Progress::default);
@@ -769,13 +772,20 @@ fn checksum_patch(node: &NodeView, checksum: &str) -> NodePatch {
 }
 
 /// Checks a fetched bundle: its steps hash to its checksum, names are unique, non-empty and
-/// plain file names. Sorts the steps by name.
-fn verify(bundle: DesiredBundle) -> Result<Verified, AgentError> {
+/// plain file names. Sorts the steps by name. The hash is the one the steps share
+/// ([`BundleSteps::computed_checksum`]) unless `hash_again`.
+fn verify(bundle: DesiredBundle, hash_again: bool) -> Result<Verified, AgentError> {
     let reject = |reason: String| AgentError::BundleRejected {
         checksum: bundle.checksum.clone(),
         reason,
     };
-    let computed = configuration_checksum(&bundle.steps);
+    let again;
+    let computed = if hash_again {
+        again = crate::bashible::configuration_checksum(&bundle.steps);
+        again.as_str()
+    } else {
+        bundle.steps.computed_checksum()
+    };
     if computed != bundle.checksum {
         return Err(reject(format!(
             "its steps hash to {computed}; the bundle was altered or truncated in transit, or \
@@ -786,7 +796,7 @@ fn verify(bundle: DesiredBundle) -> Result<Verified, AgentError> {
     let fetched_sorted = bundle.steps.is_sorted_by(|a, b| a.name <= b.name);
     let mut steps = bundle.steps;
     if !fetched_sorted {
-        steps.sort_by(|a, b| a.name.cmp(&b.name));
+        steps.make_mut().sort_by(|a, b| a.name.cmp(&b.name));
     }
     for pair in steps.windows(2) {
         if let [a, b] = pair
@@ -846,6 +856,7 @@ fn event_name(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bashible::Step;
     use std::collections::BTreeMap;
 
     fn view(rv: &str, annotations: &[(&str, &str)]) -> NodeView {

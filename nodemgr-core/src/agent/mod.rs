@@ -74,7 +74,7 @@ pub mod simulated;
 pub mod state;
 
 pub use action::{AgentAction, AgentEvent, NodePatch};
-pub use input::{AgentInput, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
+pub use input::{AgentInput, BundleSteps, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
 pub use machine::{
     Agent, AgentConfig, AgentError, AgentStatus, REASON_BUNDLE_REJECTED, REASON_STEP_FAILED,
     STDERR_TAIL_BYTES, stderr_tail,
