@@ -207,10 +207,7 @@ mod tests {
         assert_eq!(edited.computed_checksum(), configuration_checksum(&edited));
         assert_ne!(edited.computed_checksum(), expected);
         // Equal steps that are not clones are equal.
-        assert_eq!(
-            BundleSteps::new(vec![Step::new("010_a.sh", "true")]),
-            steps
-        );
+        assert_eq!(BundleSteps::new(vec![Step::new("010_a.sh", "true")]), steps);
         assert_eq!(steps.into_vec().len(), 1);
     }
 }
