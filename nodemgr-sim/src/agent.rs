@@ -195,6 +195,35 @@ impl Dormant {
     }
 }
 
+/// Whether waking the agent of `n` would change nothing: it is up to date with the desired
+/// bundle (its state files say so and nothing is left to write) and its Node carries the
+/// checksum. The pass a wake starts would fetch the bundle (which verifies: a simulated
+/// generation's checksum is its steps'), read the Node, find it annotated and sleep again
+/// until the next wake — no request, no state file, no timeline event — so it is skipped
+/// (unless dormant agents are forbidden, `lazy` false: [`World::set_lazy_agents`]).
+fn wake_changes_nothing(lazy: bool, groups: &BTreeMap<String, SimGroup>, n: &SimNode) -> bool {
+    let Some(desired) = groups.get(&n.group).map(SimGroup::desired) else {
+        return false;
+    };
+    let machine = &n.agent.machine;
+    let files = machine.files();
+    lazy && n.agent.running.is_none()
+        && machine.next_deadline().is_none()
+        && machine.is_up_to_date()
+        && matches!(machine.status(), AgentStatus::UpToDate { checksum } if checksum == desired)
+        && !files.first_run
+        && files.configuration_checksum.as_deref() == Some(desired)
+        && files
+            .progress
+            .as_ref()
+            .is_some_and(|p| p.bundle.as_deref() == Some(desired))
+        && n.node
+            .annotations
+            .get(keys::ANNOTATION_CONFIGURATION_CHECKSUM)
+            .map(String::as_str)
+            == Some(desired)
+}
+
 /// The bundle an agent of `group` fetches, as a dormant agent remembers it.
 fn bundle_of(world: &World, group: &str) -> Option<(String, bool)> {
     bundle_in(&world.groups, group)
@@ -226,55 +255,18 @@ impl World {
             // A dormant agent is due because a change was noticed (at a point of its poll
             // grid, where core's expired timer makes it poll) or it was woken.
             n.agent.dormant = None;
-            if woken.contains(name)
-                && !self.wake_changes_nothing(name)
-                && let Some(n) = self.nodes.get_mut(name)
-            {
+            if woken.contains(name) && !wake_changes_nothing(self.lazy_agents, &self.groups, n) {
                 n.agent.machine.handle_wake(now);
             }
-            let Some(n) = self.nodes.get_mut(name) else {
-                continue;
-            };
             n.agent.machine.handle_timeout(now);
-            self.advance_step(name);
+            if n.agent.running.is_some() {
+                self.advance_step(name);
+            }
             self.drive_agent(name);
             self.maybe_dormant(name);
             self.reindex_agent(name);
         }
         self.agents_stepped_at = Some(now);
-    }
-
-    /// Whether waking `name`'s agent would change nothing: it is up to date with the desired
-    /// bundle (its state files say so and nothing is left to write) and its Node carries the
-    /// checksum. The pass a wake starts would fetch the bundle (which verifies: a simulated
-    /// generation's checksum is its steps'), read the Node, find it annotated and sleep
-    /// again until the next wake — no request, no state file, no timeline event — so it is
-    /// skipped (unless dormant agents are forbidden, [`World::set_lazy_agents`]).
-    fn wake_changes_nothing(&self, name: &str) -> bool {
-        let Some(n) = self.nodes.get(name) else {
-            return false;
-        };
-        let Some(desired) = self.groups.get(&n.group).map(SimGroup::desired) else {
-            return false;
-        };
-        let machine = &n.agent.machine;
-        let files = machine.files();
-        self.lazy_agents
-            && n.agent.running.is_none()
-            && machine.next_deadline().is_none()
-            && machine.is_up_to_date()
-            && matches!(machine.status(), AgentStatus::UpToDate { checksum } if checksum == desired)
-            && !files.first_run
-            && files.configuration_checksum.as_deref() == Some(desired)
-            && files
-                .progress
-                .as_ref()
-                .is_some_and(|p| p.bundle.as_deref() == Some(desired))
-            && n.node
-                .annotations
-                .get(keys::ANNOTATION_CONFIGURATION_CHECKSUM)
-                .map(String::as_str)
-                == Some(desired)
     }
 
     /// Makes `name`'s agent dormant when it just polled and sleeps for a poll interval while
