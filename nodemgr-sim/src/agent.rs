@@ -23,12 +23,12 @@
 //!
 //! The agent's reads and patches go to the world directly: injected API errors hit the
 //! controllers' calls, not the agent's (its behaviour under failed and conflicting requests is
-//! covered by core's properties, `nodemgr-core/tests/agent.rs`). A node's resourceVersion is a
-//! fingerprint of its metadata, so a patch based on a stale read conflicts as on a real API.
+//! covered by core's properties, `nodemgr-core/tests/agent.rs`). The resourceVersion the agent
+//! reads changes whenever its Node changed since its previous read, so a patch based on a
+//! stale read conflicts as on a real API ([`SimAgent::resource_version`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
@@ -70,10 +70,11 @@ pub struct SimAgent {
     pub running: Option<RunningStep>,
     /// Set while the agent waits for an approval and its polls cannot change anything.
     dormant: Option<Dormant>,
-    /// The node's [`resource_version`] as last computed, for the node it was computed for
-    /// (the world changes a node only through `Arc::make_mut`, so the same `Arc` is the same
-    /// content): the agent re-reads its node every poll interval while it waits.
-    fingerprint: Option<(Arc<Node>, String)>,
+    /// The Node the agent last read or patched and the resourceVersion it had
+    /// ([`SimAgent::resource_version`]).
+    seen: Option<(Weak<Node>, String)>,
+    /// How many times the Node changed between the agent's reads (the last resourceVersion).
+    versions: u64,
 }
 
 impl SimAgent {
@@ -92,7 +93,8 @@ impl SimAgent {
             applied: Some(generation.checksum.clone()),
             running: None,
             dormant: None,
-            fingerprint: None,
+            seen: None,
+            versions: 0,
         }
     }
 
@@ -103,16 +105,25 @@ impl SimAgent {
         self.dormant.is_some()
     }
 
-    /// [`resource_version`] of `node`, computed again only when the node changed.
+    /// The resourceVersion of the agent's Node `node` as the agent reads it: the one of its
+    /// previous read while the Node did not change since, a new one when it did. The world
+    /// changes a node only through `Arc::make_mut`, and the agent keeps a [`Weak`] to the
+    /// node it last saw, so a change always makes another allocation (`make_mut` moves a node
+    /// that only weak references share, and copies one that is shared) and the same
+    /// allocation is the same Node; the weak reference keeps the allocation from being
+    /// reused, not the Node alive. Like a real API server's, the version changes with any
+    /// change of the Node, status included (no conflict can come from that here: the agent's
+    /// patches follow its read in the same pass, with nothing in between).
     pub fn resource_version(&mut self, node: &Arc<Node>) -> String {
-        match &self.fingerprint {
-            Some((seen, version)) if Arc::ptr_eq(seen, node) => version.clone(),
-            _ => {
-                let version = resource_version(node);
-                self.fingerprint = Some((Arc::clone(node), version.clone()));
-                version
-            }
+        if let Some((seen, version)) = &self.seen
+            && std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node))
+        {
+            return version.clone();
         }
+        self.versions = self.versions.saturating_add(1);
+        let version = self.versions.to_string();
+        self.seen = Some((Arc::downgrade(node), version.clone()));
+        version
     }
 
     /// Whether the node is NotReady because its step restarts the kubelet or reboots it.
@@ -152,9 +163,10 @@ struct Dormant {
     next_poll: Timestamp,
     /// The poll interval.
     period: Duration,
-    /// The Node its last poll read (the same `Arc`: the world changes a node only through
-    /// `Arc::make_mut`, and this one is shared, so a change makes another `Arc`).
-    node: Arc<Node>,
+    /// The Node its last poll read (the same allocation is the same Node: the world changes a
+    /// node only through `Arc::make_mut`, which moves or copies a node that this weak
+    /// reference points to, so a change makes another allocation).
+    node: Weak<Node>,
     /// The bundle its last poll fetched: the desired checksum and whether the group replaces
     /// machines.
     bundle: (String, bool),
@@ -183,23 +195,48 @@ impl Dormant {
     }
 }
 
+/// Whether waking the agent of `n` would change nothing: it is up to date with the desired
+/// bundle (its state files say so and nothing is left to write) and its Node carries the
+/// checksum. The pass a wake starts would fetch the bundle (which verifies: a simulated
+/// generation's checksum is its steps'), read the Node, find it annotated and sleep again
+/// until the next wake — no request, no state file, no timeline event — so it is skipped
+/// (unless dormant agents are forbidden, `lazy` false: [`World::set_lazy_agents`]).
+fn wake_changes_nothing(lazy: bool, groups: &BTreeMap<String, SimGroup>, n: &SimNode) -> bool {
+    let Some(desired) = groups.get(&n.group).map(SimGroup::desired) else {
+        return false;
+    };
+    let machine = &n.agent.machine;
+    let files = machine.files();
+    lazy && n.agent.running.is_none()
+        && machine.next_deadline().is_none()
+        && machine.is_up_to_date()
+        && matches!(machine.status(), AgentStatus::UpToDate { checksum } if checksum == desired)
+        && !files.first_run
+        && files.configuration_checksum.as_deref() == Some(desired)
+        && files
+            .progress
+            .as_ref()
+            .is_some_and(|p| p.bundle.as_deref() == Some(desired))
+        && n.node
+            .annotations
+            .get(keys::ANNOTATION_CONFIGURATION_CHECKSUM)
+            .map(String::as_str)
+            == Some(desired)
+}
+
 /// The bundle an agent of `group` fetches, as a dormant agent remembers it.
 fn bundle_of(world: &World, group: &str) -> Option<(String, bool)> {
-    world.groups.get(group).map(|g| {
+    bundle_in(&world.groups, group)
+}
+
+/// [`bundle_of`] from the world's groups.
+fn bundle_in(groups: &BTreeMap<String, SimGroup>, group: &str) -> Option<(String, bool)> {
+    groups.get(group).map(|g| {
         (
             g.desired().to_owned(),
             g.group.spec.approval_mode() == ApprovalMode::RollingUpdate,
         )
     })
-}
-
-/// The resourceVersion of a simulated node: a fingerprint of what a patch could change.
-pub fn resource_version(node: &Node) -> String {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    node.annotations.hash(&mut h);
-    node.labels.hash(&mut h);
-    node.unschedulable.hash(&mut h);
-    format!("{:016x}", h.finish())
 }
 
 impl World {
@@ -218,55 +255,18 @@ impl World {
             // A dormant agent is due because a change was noticed (at a point of its poll
             // grid, where core's expired timer makes it poll) or it was woken.
             n.agent.dormant = None;
-            if woken.contains(name)
-                && !self.wake_changes_nothing(name)
-                && let Some(n) = self.nodes.get_mut(name)
-            {
+            if woken.contains(name) && !wake_changes_nothing(self.lazy_agents, &self.groups, n) {
                 n.agent.machine.handle_wake(now);
             }
-            let Some(n) = self.nodes.get_mut(name) else {
-                continue;
-            };
             n.agent.machine.handle_timeout(now);
-            self.advance_step(name);
+            if n.agent.running.is_some() {
+                self.advance_step(name);
+            }
             self.drive_agent(name);
             self.maybe_dormant(name);
             self.reindex_agent(name);
         }
         self.agents_stepped_at = Some(now);
-    }
-
-    /// Whether waking `name`'s agent would change nothing: it is up to date with the desired
-    /// bundle (its state files say so and nothing is left to write) and its Node carries the
-    /// checksum. The pass a wake starts would fetch the bundle (which verifies: a simulated
-    /// generation's checksum is its steps'), read the Node, find it annotated and sleep
-    /// again until the next wake — no request, no state file, no timeline event — so it is
-    /// skipped (unless dormant agents are forbidden, [`World::set_lazy_agents`]).
-    fn wake_changes_nothing(&self, name: &str) -> bool {
-        let Some(n) = self.nodes.get(name) else {
-            return false;
-        };
-        let Some(desired) = self.groups.get(&n.group).map(SimGroup::desired) else {
-            return false;
-        };
-        let machine = &n.agent.machine;
-        let files = machine.files();
-        self.lazy_agents
-            && n.agent.running.is_none()
-            && machine.next_deadline().is_none()
-            && machine.is_up_to_date()
-            && matches!(machine.status(), AgentStatus::UpToDate { checksum } if checksum == desired)
-            && !files.first_run
-            && files.configuration_checksum.as_deref() == Some(desired)
-            && files
-                .progress
-                .as_ref()
-                .is_some_and(|p| p.bundle.as_deref() == Some(desired))
-            && n.node
-                .annotations
-                .get(keys::ANNOTATION_CONFIGURATION_CHECKSUM)
-                .map(String::as_str)
-                == Some(desired)
     }
 
     /// Makes `name`'s agent dormant when it just polled and sleeps for a poll interval while
@@ -277,7 +277,7 @@ impl World {
             return;
         }
         let now = self.now;
-        let Some(n) = self.nodes.get(name) else {
+        let Some(n) = self.nodes.get_mut(name) else {
             return;
         };
         let period = n.agent.machine.config().poll_interval;
@@ -290,19 +290,16 @@ impl World {
         if !waiting || !polling || n.agent.running.is_some() || is_special(n) {
             return;
         }
-        let Some(bundle) = bundle_of(self, &n.group) else {
+        let Some(bundle) = bundle_in(&self.groups, &n.group) else {
             return;
         };
-        let node = Arc::clone(&n.node);
-        if let Some(n) = self.nodes.get_mut(name) {
-            n.agent.dormant = Some(Dormant {
-                next_poll: now + period,
-                period,
-                node,
-                bundle,
-                due: None,
-            });
-        }
+        n.agent.dormant = Some(Dormant {
+            next_poll: now + period,
+            period,
+            node: Arc::downgrade(&n.node),
+            bundle,
+            due: None,
+        });
     }
 
     /// Declares that what `name`'s agent reads (its Node's annotations, labels or
@@ -337,7 +334,7 @@ impl World {
         if d.due.is_some() {
             return None;
         }
-        let changed = !Arc::ptr_eq(&d.node, &n.node)
+        let changed = !std::ptr::eq(d.node.as_ptr(), Arc::as_ptr(&n.node))
             || bundle_of(self, &n.group).as_ref() != Some(&d.bundle)
             || is_special(n);
         let strictly = self.agents_stepped_at == Some(self.now);
@@ -393,70 +390,87 @@ impl World {
     }
 
     /// Carries out the agent's actions until it waits for its timer or a simulated step.
+    /// The node is looked up once for the actions that touch only it and its group (the
+    /// requests, the state files); the others (a step, a timeline event) look it up again.
     pub(crate) fn drive_agent(&mut self, name: &str) {
+        let now = self.now;
         loop {
             let Some(n) = self.nodes.get_mut(name) else {
                 return;
             };
-            let Some(action) = n.agent.machine.poll_action() else {
-                return;
-            };
-            let group = n.group.clone();
-            match action {
-                AgentAction::FetchBundle => {
-                    let answer = self
-                        .groups
-                        .get(&group)
-                        .map(|g| {
-                            let rolling =
-                                g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
-                            g.generations.desired().bundle(rolling)
-                        })
-                        .ok_or_else(|| Cause::msg(format!("no group {group}")));
-                    self.answer(name, AgentInput::Bundle(answer));
-                }
-                AgentAction::ReadNode => {
-                    let view = self.nodes.get_mut(name).map(|n| NodeView {
-                        resource_version: n.agent.resource_version(&n.node),
-                        annotations: BTreeMap::clone(&n.node.annotations),
-                    });
-                    self.answer(name, AgentInput::Node(Ok(view)));
-                }
-                AgentAction::PatchNode(patch) => {
-                    let Some(n) = self.nodes.get_mut(name) else {
-                        return;
-                    };
-                    let outcome = if n.agent.resource_version(&n.node) != patch.resource_version {
-                        PatchOutcome::Conflict
-                    } else {
-                        patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);
-                        PatchOutcome::Applied {
-                            resource_version: n.agent.resource_version(&n.node),
-                        }
-                    };
-                    if matches!(outcome, PatchOutcome::Applied { .. }) {
-                        self.record_patch(name, &patch.set);
+            let action = loop {
+                let Some(action) = n.agent.machine.poll_action() else {
+                    return;
+                };
+                let input = match action {
+                    AgentAction::FetchBundle => {
+                        let answer = self
+                            .groups
+                            .get(&n.group)
+                            .map(|g| {
+                                let rolling =
+                                    g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
+                                g.generations.desired().bundle(rolling)
+                            })
+                            .ok_or_else(|| Cause::msg(format!("no group {}", n.group)));
+                        AgentInput::Bundle(answer)
                     }
-                    self.answer(name, AgentInput::Patched(outcome));
-                }
-                AgentAction::RunStep { name: step } => self.start_step(name, step),
-                AgentAction::StoreBundle { .. } => {}
-                AgentAction::WriteProgress(p) => n.agent.files.progress = Some(p),
-                AgentAction::WriteChecksumFile(checksum) => {
-                    n.agent.files.configuration_checksum = Some(checksum.clone());
-                    n.agent.applied = Some(checksum.clone());
+                    AgentAction::ReadNode => AgentInput::Node(Ok(Some(NodeView {
+                        resource_version: n.agent.resource_version(&n.node),
+                        annotations: n.node.annotations.clone(),
+                    }))),
+                    AgentAction::PatchNode(patch) => {
+                        if n.agent.resource_version(&n.node) != patch.resource_version {
+                            AgentInput::Patched(PatchOutcome::Conflict)
+                        } else {
+                            patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);
+                            let resource_version = n.agent.resource_version(&n.node);
+                            // The agent's answer records nothing: it may come before the
+                            // patch's timeline events.
+                            n.agent.machine.handle_input(
+                                AgentInput::Patched(PatchOutcome::Applied { resource_version }),
+                                now,
+                            );
+                            break Driven::Patched(n.group.clone(), patch);
+                        }
+                    }
+                    AgentAction::StoreBundle { .. } => continue,
+                    AgentAction::WriteProgress(p) => {
+                        n.agent.files.progress = Some(p);
+                        continue;
+                    }
+                    AgentAction::RemoveChecksumFile => {
+                        n.agent.files.configuration_checksum = None;
+                        continue;
+                    }
+                    AgentAction::RemoveFirstRun => {
+                        n.agent.files.first_run = false;
+                        continue;
+                    }
+                    AgentAction::WriteChecksumFile(checksum) => {
+                        n.agent.files.configuration_checksum = Some(checksum.clone());
+                        n.agent.applied = Some(checksum.clone());
+                        break Driven::Updated(n.group.clone(), checksum);
+                    }
+                    other => break Driven::Other(other),
+                };
+                n.agent.machine.handle_input(input, now);
+            };
+            match action {
+                Driven::Patched(group, patch) => self.record_patch(name, group, &patch.set),
+                Driven::Updated(group, checksum) => {
                     self.stats.updates_completed += 1;
                     let short = checksum.get(..12).unwrap_or(&checksum).to_owned();
-                    self.record(
+                    self.record_in(
                         "agent.updated",
+                        Some(group),
                         Some(name),
                         None,
                         format!("node runs {short}"),
                     );
                 }
-                AgentAction::RemoveChecksumFile => n.agent.files.configuration_checksum = None,
-                AgentAction::RemoveFirstRun => n.agent.files.first_run = false,
-                AgentAction::EmitEvent(e) => {
+                Driven::Other(AgentAction::RunStep { name: step }) => self.start_step(name, step),
+                Driven::Other(AgentAction::EmitEvent(e)) => {
                     self.record(
                         "agent.event",
                         Some(name),
@@ -464,27 +478,23 @@ impl World {
                         format!("{}: {}", e.reason, e.note),
                     );
                 }
+                Driven::Other(_) => {}
             }
         }
     }
 
-    fn answer(&mut self, name: &str, input: AgentInput) {
-        let now = self.now;
-        if let Some(n) = self.nodes.get_mut(name) {
-            n.agent.machine.handle_input(input, now);
-        }
-    }
-
     /// Timeline events for the agent's requests (what a person watching the Node would see).
-    fn record_patch(&mut self, name: &str, set: &BTreeMap<String, String>) {
+    /// `group` is the node's group.
+    fn record_patch(&mut self, name: &str, group: String, set: &BTreeMap<String, String>) {
         if set.contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL) {
-            let group = self.nodes.get(name).map(|n| n.group.clone());
-            let desired = group
-                .and_then(|g| self.groups.get(&g))
+            let desired = self
+                .groups
+                .get(&group)
                 .map(|g| g.generations.desired().short().to_owned())
                 .unwrap_or_default();
-            self.record(
+            self.record_in(
                 "agent.waiting-for-approval",
+                Some(group.clone()),
                 Some(name),
                 None,
                 format!("agent needs {desired}, asks for approval"),
@@ -495,8 +505,9 @@ impl World {
             keys::ANNOTATION_ROLLING_UPDATE,
         ] {
             if set.contains_key(key) {
-                self.record(
+                self.record_in(
                     "agent.disruption-required",
+                    Some(group.clone()),
                     Some(name),
                     None,
                     format!("agent asks for a disruption ({key})"),
@@ -551,5 +562,101 @@ impl World {
                 applied_at.saturating_since(now).as_secs()
             ),
         );
+    }
+}
+
+/// An agent action [`World::drive_agent`] finishes outside its lookup of the node.
+enum Driven {
+    /// A patch was applied and the agent told: its timeline events are recorded (the
+    /// node's group, the patch).
+    Patched(String, nodemgr_core::agent::NodePatch),
+    /// The checksum file was written: the update is counted and recorded (the node's group,
+    /// the checksum).
+    Updated(String, String),
+    /// A step to start or an event to record.
+    Other(AgentAction),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemgr_core::agent::SimulatedGenerations;
+    use proptest::prelude::*;
+
+    /// What happens to an agent's Node between the agent's reads.
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// The agent reads its Node's resourceVersion.
+        Read,
+        /// The world changes the node (`Arc::make_mut`, as every change of a node).
+        Change(u8),
+        /// Someone (the API server's versioned copy, a list) shares the node.
+        Share,
+        /// The sharers drop their copies.
+        Unshare,
+        /// The node is replaced by a new one with the same content (deleted and registered
+        /// again): the old allocation is freed and may be reused.
+        Replace,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::Read),
+            2 => any::<u8>().prop_map(Op::Change),
+            1 => Just(Op::Share),
+            1 => Just(Op::Unshare),
+            1 => Just(Op::Replace),
+        ]
+    }
+
+    proptest! {
+        /// The resourceVersion the agent reads changes exactly when its Node was changed or
+        /// replaced since its previous read, whoever else holds the node (a node shared only
+        /// through the agent's weak reference is moved by `make_mut`, not changed in place;
+        /// a freed allocation is not mistaken for the node it held).
+        #[test]
+        fn the_version_changes_exactly_when_the_node_did(ops in prop::collection::vec(op(), 1..60)) {
+            let mut agent = SimAgent::running(
+                "n-0",
+                SimulatedGenerations::new("g", "g-gen0", ImpactKind::None).desired(),
+                Timestamp::EPOCH,
+            );
+            let mut node = Arc::new(Node { name: "n-0".into(), ..Node::default() });
+            let mut sharers: Vec<Arc<Node>> = Vec::new();
+            let mut last: Option<String> = None;
+            let mut changed = false;
+            for op in &ops {
+                match op {
+                    Op::Read => {
+                        let version = agent.resource_version(&node);
+                        if let Some(last) = &last {
+                            prop_assert_eq!(changed, *last != version, "after {:?}", ops);
+                        }
+                        prop_assert_eq!(agent.resource_version(&node), version.clone());
+                        last = Some(version);
+                        changed = false;
+                    }
+                    Op::Change(v) => {
+                        Arc::make_mut(&mut node)
+                            .annotations
+                            .insert("k".into(), v.to_string());
+                        changed = true;
+                    }
+                    Op::Share => sharers.push(Arc::clone(&node)),
+                    Op::Unshare => sharers.clear(),
+                    Op::Replace => {
+                        let content = Node::clone(&node);
+                        sharers.clear();
+                        // The old node is freed before the new one is made, so that the
+                        // allocator may hand its memory to the new one.
+                        let placeholder = Arc::new(Node::default());
+                        drop(std::mem::replace(&mut node, placeholder));
+                        let fresh = Arc::new(content);
+                        node = fresh;
+                        changed = true;
+                    }
+                }
+            }
+        }
     }
 }

@@ -233,7 +233,7 @@ mod tests {
         agent.handle_input(
             AgentInput::Bundle(Ok(DesiredBundle {
                 checksum: fetched.checksum,
-                steps: fetched.steps,
+                steps: fetched.steps.into(),
                 rolling_update: false,
             })),
             now,

@@ -209,7 +209,7 @@ impl Driver {
                 let read = match self.api.node().await {
                     Ok(node) => Ok(Some(NodeView {
                         resource_version: node.resource_version,
-                        annotations: node.annotations,
+                        annotations: node.annotations.into(),
                     })),
                     Err(ApiError::NodeGone(name)) => {
                         tracing::warn!(node = %name, "the Node does not exist; waiting for it to be registered again");
@@ -302,7 +302,7 @@ impl Driver {
         let bundle = self.server.fetch(group).await?;
         Ok(DesiredBundle {
             checksum: bundle.checksum,
-            steps: bundle.steps,
+            steps: bundle.steps.into(),
             // Not served by bashible-apiserver yet: RollingUpdate groups ask with
             // disruption-required, which node-manager also answers.
             rolling_update: false,

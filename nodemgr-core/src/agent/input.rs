@@ -1,10 +1,96 @@
 //! What the node agent observes: the answers to its requests, handed in with
 //! [`super::Agent::handle_input`].
 
-use std::collections::BTreeMap;
+use crate::model::StringMap;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, OnceLock};
 
-use crate::bashible::Step;
+use crate::bashible::{Step, configuration_checksum};
 use crate::ports::Cause;
+
+/// A bundle's steps, shared: cloning it shares the steps, and the checksum they hash to
+/// ([`configuration_checksum`], which the agent computes to verify a bundle) is computed at
+/// most once for all the clones. A driver that hands the same steps to many agents (a
+/// simulator, a test fleet: one bundle per group) shares it, so that every agent verifies the
+/// bundle without hashing it again; a driver that builds the steps from what it fetched makes
+/// a new one, hashed again. The steps cannot be changed behind the memo: [`Self::make_mut`]
+/// forgets it.
+#[derive(Clone, Default)]
+pub struct BundleSteps(Arc<StepsInner>);
+
+#[derive(Clone, Default)]
+struct StepsInner {
+    steps: Vec<Step>,
+    /// `configuration_checksum(&steps)`, once computed.
+    computed: OnceLock<String>,
+}
+
+impl BundleSteps {
+    /// The steps, in the order given (the checksum depends on it).
+    pub fn new(steps: Vec<Step>) -> Self {
+        Self(Arc::new(StepsInner {
+            steps,
+            computed: OnceLock::new(),
+        }))
+    }
+
+    /// The checksum the steps hash to ([`configuration_checksum`]), computed on the first
+    /// call for this value and all its clones.
+    pub fn computed_checksum(&self) -> &str {
+        self.0
+            .computed
+            .get_or_init(|| configuration_checksum(&self.0.steps))
+    }
+
+    /// Whether `self` and `other` are clones of one value (then they are equal).
+    pub fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The steps, to edit (copied first when shared; the computed checksum is forgotten).
+    pub fn make_mut(&mut self) -> &mut Vec<Step> {
+        let inner = Arc::make_mut(&mut self.0);
+        inner.computed = OnceLock::new();
+        &mut inner.steps
+    }
+
+    /// The steps, owned (a copy when shared).
+    pub fn into_vec(self) -> Vec<Step> {
+        match Arc::try_unwrap(self.0) {
+            Ok(inner) => inner.steps,
+            Err(shared) => shared.steps.clone(),
+        }
+    }
+}
+
+impl Deref for BundleSteps {
+    type Target = [Step];
+
+    fn deref(&self) -> &[Step] {
+        &self.0.steps
+    }
+}
+
+impl From<Vec<Step>> for BundleSteps {
+    fn from(steps: Vec<Step>) -> Self {
+        Self::new(steps)
+    }
+}
+
+impl PartialEq for BundleSteps {
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr_eq(other) || self.0.steps == other.0.steps
+    }
+}
+
+impl Eq for BundleSteps {}
+
+impl fmt::Debug for BundleSteps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.steps.iter()).finish()
+    }
+}
 
 /// The bundle the node should run, as fetched from the bundle server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,7 +99,7 @@ pub struct DesiredBundle {
     /// recomputes it from `steps` and refuses a bundle that does not match.
     pub checksum: String,
     /// The steps, in any order (they run in lexical order of their names).
-    pub steps: Vec<Step>,
+    pub steps: BundleSteps,
     /// The node's group replaces machines instead of disrupting them
     /// (`disruptions.approvalMode: RollingUpdate`): the agent asks with
     /// `update.node.deckhouse.io/rolling-update` instead of `disruption-required`. Not part of
@@ -25,8 +111,9 @@ impl DesiredBundle {
     /// A bundle whose checksum is computed from its steps (for simulators and tests; a real
     /// bundle carries the checksum the server published).
     pub fn of_steps(steps: Vec<Step>, rolling_update: bool) -> Self {
+        let steps = BundleSteps::new(steps);
         Self {
-            checksum: crate::bashible::configuration_checksum(&steps),
+            checksum: steps.computed_checksum().to_owned(),
             steps,
             rolling_update,
         }
@@ -39,7 +126,7 @@ pub struct NodeView {
     /// `metadata.resourceVersion`: the precondition of the agent's next patch.
     pub resource_version: String,
     /// `metadata.annotations`.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: StringMap,
 }
 
 /// How a guarded patch of the Node ended.
@@ -94,4 +181,33 @@ pub enum AgentInput {
     Patched(PatchOutcome),
     /// Answer to `RunStep`.
     StepFinished(StepOutcome),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clones_share_the_steps_and_their_hash_and_an_edit_forgets_it() {
+        let steps = BundleSteps::new(vec![Step::new("010_a.sh", "true")]);
+        let expected = configuration_checksum(&steps);
+        let clone = steps.clone();
+        assert!(clone.ptr_eq(&steps));
+        assert_eq!(clone.computed_checksum(), expected);
+        assert!(std::ptr::eq(
+            clone.computed_checksum(),
+            steps.computed_checksum()
+        ));
+        let mut edited = clone.clone();
+        if let Some(s) = edited.make_mut().first_mut() {
+            s.script.push_str("; echo altered");
+        }
+        assert!(!edited.ptr_eq(&steps));
+        assert_ne!(edited, steps);
+        assert_eq!(edited.computed_checksum(), configuration_checksum(&edited));
+        assert_ne!(edited.computed_checksum(), expected);
+        // Equal steps that are not clones are equal.
+        assert_eq!(BundleSteps::new(vec![Step::new("010_a.sh", "true")]), steps);
+        assert_eq!(steps.into_vec().len(), 1);
+    }
 }

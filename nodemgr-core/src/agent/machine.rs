@@ -11,12 +11,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::bashible::{Step, configuration_checksum};
 use crate::model::{Timestamp, keys};
 use crate::ports::{Cause, ErrorChain};
 
 use super::action::{AgentAction, AgentEvent, NodePatch};
-use super::input::{AgentInput, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
+use super::input::{AgentInput, BundleSteps, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
 use super::state::{Progress, StateFiles};
 
 /// How many bytes of a failed step's standard error its Event carries (Deckhouse: 500).
@@ -45,6 +44,13 @@ pub struct AgentConfig {
     /// only when the driver calls [`Agent::handle_wake`] (a simulator that wakes it on changes, or a
     /// one-shot run). Default `None`; Deckhouse's timer is one minute.
     pub pass_interval: Option<Duration>,
+    /// Hash every fetched bundle's steps, even when they are those of the bundle verified
+    /// last or their hash was computed already ([`super::BundleSteps`]). Default `false`: a
+    /// fetched bundle equal to the last verified one (same checksum, same steps in the same
+    /// order) is not verified again, and steps shared with an earlier fetch (by this agent or
+    /// another) are not hashed again. For the properties comparing the two
+    /// (`nodemgr-core/tests/agent.rs`).
+    pub verify_every_fetch: bool,
 }
 
 impl AgentConfig {
@@ -57,6 +63,7 @@ impl AgentConfig {
             error_backoff: Duration::from_secs(5),
             error_backoff_max: Duration::from_secs(300),
             pass_interval: None,
+            verify_every_fetch: false,
         }
     }
 }
@@ -153,8 +160,12 @@ pub enum AgentStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Verified {
     checksum: String,
-    steps: Vec<Step>,
+    steps: BundleSteps,
     rolling_update: bool,
+    /// The steps came sorted by name: `steps` is the list exactly as fetched, so a later
+    /// fetch with the same checksum and equal `steps` is the same bundle and hashes the same
+    /// (the checksum depends on the order, [`configuration_checksum`]).
+    fetched_sorted: bool,
 }
 
 /// The request the agent waits an answer for.
@@ -353,12 +364,42 @@ impl Agent {
         }));
     }
 
+    /// The bundle last verified, when `desired` is that very bundle: the same published
+    /// checksum and the same steps in the same order (so its steps hash to its checksum as
+    /// they did, and pass the name checks as they did). Its SHA-256 is not computed again: an
+    /// agent fetches the same bundle at every poll and before every step. A bundle whose
+    /// steps differ in any byte (or only in their order) is verified in full, whatever its
+    /// checksum. `None` also when [`AgentConfig::verify_every_fetch`] is set.
+    fn already_verified(&self, desired: &DesiredBundle) -> Option<Arc<Verified>> {
+        if self.config.verify_every_fetch {
+            return None;
+        }
+        let last = self.bundle.as_ref()?;
+        // `==` on the steps is a pointer comparison first: a driver that shares one bundle
+        // hands out clones of the same steps.
+        if !last.fetched_sorted || last.checksum != desired.checksum || last.steps != desired.steps
+        {
+            return None;
+        }
+        if last.rolling_update == desired.rolling_update {
+            return Some(Arc::clone(last));
+        }
+        Some(Arc::new(Verified {
+            rolling_update: desired.rolling_update,
+            ..Verified::clone(last)
+        }))
+    }
+
     fn on_bundle(&mut self, result: Result<DesiredBundle, Cause>, now: Timestamp) {
         let desired = match result {
             Ok(b) => b,
             Err(cause) => return self.fail(AgentError::Fetch(cause), now),
         };
-        let verified = match verify(desired) {
+        let verified = match self.already_verified(&desired) {
+            Some(v) => Ok(v),
+            None => verify(desired, self.config.verify_every_fetch).map(Arc::new),
+        };
+        let verified = match verified {
             Ok(v) => v,
             Err(error) => {
                 if let AgentError::BundleRejected { reason, .. } = &error {
@@ -380,7 +421,7 @@ impl Agent {
             }
             self.step_failures = 0;
         }
-        self.bundle = Some(Arc::new(verified));
+        self.bundle = Some(verified);
         self.bundle_fresh = true;
         self.decide(now);
     }
@@ -483,10 +524,9 @@ impl Agent {
             return;
         }
         if !self.bundle_fresh {
-            self.status = match &self.bundle {
-                Some(_) => self.status.clone(),
-                None => AgentStatus::Starting,
-            };
+            if self.bundle.is_none() {
+                self.status = AgentStatus::Starting;
+            }
             return self.request(Awaiting::Bundle);
         }
         let Some(bundle) = self.bundle.clone() else {
@@ -496,78 +536,64 @@ impl Agent {
             return self.decide_up_to_date(&bundle, now);
         }
         self.prepare_apply(&bundle);
-        let progress = self.files.progress.clone().unwrap_or_default();
-        let next = bundle
-            .steps
-            .iter()
-            .find(|s| !progress.done.contains(&s.name));
-        let Some(step) = next else {
+        let progress = self.files.progress.as_ref();
+        let done = |name: &String| progress.is_some_and(|p| p.done.contains(name));
+        let Some(step) = bundle.steps.iter().find(|s| !done(&s.name)) else {
             return self.decide_report(&bundle, now);
         };
-        // Every step is preceded by a fresh read of the Node: the approvals must be on it now
-        // (a Node deleted and registered again has lost them).
-        let first_run = self.files.first_run;
+        let recorded_key = progress.and_then(|p| p.applied_keys.get(&step.name));
         let disruptive = step
             .disruption_key
             .as_ref()
-            .is_some_and(|k| progress.applied_keys.get(&step.name) != Some(k));
-        if !first_run {
+            .is_some_and(|k| recorded_key != Some(k));
+        let key_changes = recorded_key != step.disruption_key.as_ref();
+        // Every step is preceded by a fresh read of the Node: the approvals must be on it now
+        // (a Node deleted and registered again has lost them).
+        if !self.files.first_run {
             let Some(node) = self.fresh_node() else {
                 return;
             };
-            if !node.annotations.contains_key(keys::ANNOTATION_APPROVED) {
-                self.status = AgentStatus::WaitingForApproval {
-                    checksum: bundle.checksum.clone(),
-                };
-                let asked = node
-                    .annotations
-                    .contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL)
-                    && !node
-                        .annotations
-                        .contains_key(keys::ANNOTATION_CONFIGURATION_CHECKSUM);
-                if asked {
-                    return self.sleep_for(now, self.config.poll_interval);
-                }
-                let patch = NodePatch {
-                    resource_version: node.resource_version,
+            let has = |key: &str| node.annotations.contains_key(key);
+            if !has(keys::ANNOTATION_APPROVED) {
+                let asked = has(keys::ANNOTATION_WAITING_FOR_APPROVAL)
+                    && !has(keys::ANNOTATION_CONFIGURATION_CHECKSUM);
+                let patch = (!asked).then(|| NodePatch {
+                    resource_version: node.resource_version.clone(),
                     set: [(
                         keys::ANNOTATION_WAITING_FOR_APPROVAL.to_owned(),
                         String::new(),
                     )]
                     .into(),
                     remove: vec![keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned()],
+                });
+                self.set_waiting_for_approval(&bundle.checksum);
+                return match patch {
+                    None => self.sleep_for(now, self.config.poll_interval),
+                    Some(patch) => self.request(Awaiting::Patch(patch)),
                 };
-                return self.request(Awaiting::Patch(patch));
             }
-            if disruptive
-                && !node
-                    .annotations
-                    .contains_key(keys::ANNOTATION_DISRUPTION_APPROVED)
-            {
-                self.status = AgentStatus::WaitingForDisruptionApproval {
-                    checksum: bundle.checksum.clone(),
-                    step: step.name.clone(),
-                };
+            if disruptive && !has(keys::ANNOTATION_DISRUPTION_APPROVED) {
                 let key = if bundle.rolling_update {
                     keys::ANNOTATION_ROLLING_UPDATE
                 } else {
                     keys::ANNOTATION_DISRUPTION_REQUIRED
                 };
-                if node.annotations.contains_key(key) {
-                    return self.sleep_for(now, self.config.poll_interval);
-                }
-                let patch = NodePatch {
-                    resource_version: node.resource_version,
+                let patch = (!has(key)).then(|| NodePatch {
+                    resource_version: node.resource_version.clone(),
                     set: [(key.to_owned(), String::new())].into(),
                     remove: Vec::new(),
+                });
+                self.set_waiting_for_disruption_approval(&bundle.checksum, &step.name);
+                return match patch {
+                    None => self.sleep_for(now, self.config.poll_interval),
+                    Some(patch) => self.request(Awaiting::Patch(patch)),
                 };
-                return self.request(Awaiting::Patch(patch));
             }
         }
         // The step may change what its key stands for: forget the recorded key before it runs,
         // so that a crash between its end and the record of its success leaves "unknown" (a
         // disruption next time), never a key the node no longer runs.
-        if progress.applied_keys.get(&step.name) != step.disruption_key.as_ref()
+        if key_changes
             && let Some(record) = self.files.progress.as_mut()
             && record.applied_keys.remove(&step.name).is_some()
         {
@@ -581,15 +607,40 @@ impl Agent {
         self.request(Awaiting::Step(step.name.clone()));
     }
 
-    /// The Node if it was read since the last pause, else asks to read it (and returns `None`).
-    fn fresh_node(&mut self) -> Option<NodeView> {
-        match (&self.node, self.node_fresh) {
-            (Some(node), true) => Some(node.clone()),
-            _ => {
-                self.request(Awaiting::Node);
-                None
-            }
+    /// Sets [`AgentStatus::WaitingForApproval`] for `checksum` (unless it is already that:
+    /// a waiting agent decides this at every poll).
+    fn set_waiting_for_approval(&mut self, checksum: &str) {
+        if !matches!(&self.status, AgentStatus::WaitingForApproval { checksum: c } if c == checksum)
+        {
+            self.status = AgentStatus::WaitingForApproval {
+                checksum: checksum.to_owned(),
+            };
         }
+    }
+
+    /// Sets [`AgentStatus::WaitingForDisruptionApproval`] for `checksum` and `step` (unless it
+    /// is already that).
+    fn set_waiting_for_disruption_approval(&mut self, checksum: &str, step: &str) {
+        let same = matches!(
+            &self.status,
+            AgentStatus::WaitingForDisruptionApproval { checksum: c, step: s }
+                if c == checksum && s == step
+        );
+        if !same {
+            self.status = AgentStatus::WaitingForDisruptionApproval {
+                checksum: checksum.to_owned(),
+                step: step.to_owned(),
+            };
+        }
+    }
+
+    /// The Node if it was read since the last pause, else asks to read it (and returns `None`).
+    fn fresh_node(&mut self) -> Option<&NodeView> {
+        if self.node_fresh && self.node.is_some() {
+            return self.node.as_ref();
+        }
+        self.request(Awaiting::Node);
+        None
     }
 
     /// The bundle differs from the applied one: forget the applied checksum, store the steps
@@ -604,7 +655,7 @@ impl Agent {
             self.stored = Some(bundle.checksum.clone());
             self.queue.push_back(AgentAction::StoreBundle {
                 checksum: bundle.checksum.clone(),
-                steps: bundle.steps.clone(),
+                steps: bundle.steps.to_vec(),
             });
         }
         let progress = self.files.progress.get_or_insert_with(Progress::default);
@@ -625,8 +676,9 @@ impl Agent {
         let Some(node) = self.fresh_node() else {
             return;
         };
-        if !self.annotated(&node, &bundle.checksum) {
-            return self.request(Awaiting::Patch(checksum_patch(&node, &bundle.checksum)));
+        if !annotated(node, &bundle.checksum) {
+            let patch = checksum_patch(node, &bundle.checksum);
+            return self.request(Awaiting::Patch(patch));
         }
         if self.files.first_run {
             self.files.first_run = false;
@@ -661,40 +713,35 @@ impl Agent {
         }
         // A node that applied the bundle before it kept a progress record (bootstrapped by a
         // script): record what it runs, so that the next bundle compares disruption keys.
-        let complete = Progress {
-            bundle: Some(bundle.checksum.clone()),
-            done: bundle.steps.iter().map(|s| s.name.clone()).collect(),
-            applied_keys: bundle
-                .steps
-                .iter()
-                .filter_map(|s| s.disruption_key.clone().map(|k| (s.name.clone(), k)))
-                .collect(),
-        };
         let recorded = self
             .files
             .progress
             .as_ref()
             .is_some_and(|p| p.bundle.as_deref() == Some(bundle.checksum.as_str()));
         if !recorded {
+            let complete = Progress {
+                bundle: Some(bundle.checksum.clone()),
+                done: bundle.steps.iter().map(|s| s.name.clone()).collect(),
+                applied_keys: bundle
+                    .steps
+                    .iter()
+                    .filter_map(|s| s.disruption_key.clone().map(|k| (s.name.clone(), k)))
+                    .collect(),
+            };
             self.files.progress = Some(complete.clone());
             self.queue.push_back(AgentAction::WriteProgress(complete));
         }
         let Some(node) = self.fresh_node() else {
             return;
         };
-        if !self.annotated(&node, &bundle.checksum) {
-            return self.request(Awaiting::Patch(checksum_patch(&node, &bundle.checksum)));
+        if !annotated(node, &bundle.checksum) {
+            let patch = checksum_patch(node, &bundle.checksum);
+            return self.request(Awaiting::Patch(patch));
         }
         self.status = AgentStatus::UpToDate {
             checksum: bundle.checksum.clone(),
         };
         self.finish_pass(now);
-    }
-
-    fn annotated(&self, node: &NodeView, checksum: &str) -> bool {
-        node.annotations
-            .get(keys::ANNOTATION_CONFIGURATION_CHECKSUM)
-            .is_some_and(|c| c == checksum)
     }
 
     fn finish_pass(&mut self, now: Timestamp) {
@@ -703,6 +750,13 @@ impl Agent {
             until: self.config.pass_interval.map(|d| now + d),
         });
     }
+}
+
+/// Whether the Node carries `checksum` in its checksum annotation.
+fn annotated(node: &NodeView, checksum: &str) -> bool {
+    node.annotations
+        .get(keys::ANNOTATION_CONFIGURATION_CHECKSUM)
+        .is_some_and(|c| c == checksum)
 }
 
 fn checksum_patch(node: &NodeView, checksum: &str) -> NodePatch {
@@ -718,13 +772,20 @@ fn checksum_patch(node: &NodeView, checksum: &str) -> NodePatch {
 }
 
 /// Checks a fetched bundle: its steps hash to its checksum, names are unique, non-empty and
-/// plain file names. Sorts the steps by name.
-fn verify(bundle: DesiredBundle) -> Result<Verified, AgentError> {
+/// plain file names. Sorts the steps by name. The hash is the one the steps share
+/// ([`BundleSteps::computed_checksum`]) unless `hash_again`.
+fn verify(bundle: DesiredBundle, hash_again: bool) -> Result<Verified, AgentError> {
     let reject = |reason: String| AgentError::BundleRejected {
         checksum: bundle.checksum.clone(),
         reason,
     };
-    let computed = configuration_checksum(&bundle.steps);
+    let again;
+    let computed = if hash_again {
+        again = crate::bashible::configuration_checksum(&bundle.steps);
+        again.as_str()
+    } else {
+        bundle.steps.computed_checksum()
+    };
     if computed != bundle.checksum {
         return Err(reject(format!(
             "its steps hash to {computed}; the bundle was altered or truncated in transit, or \
@@ -732,8 +793,11 @@ fn verify(bundle: DesiredBundle) -> Result<Verified, AgentError> {
              nodemgr version)"
         )));
     }
-    let mut steps = bundle.steps.clone();
-    steps.sort_by(|a, b| a.name.cmp(&b.name));
+    let fetched_sorted = bundle.steps.is_sorted_by(|a, b| a.name <= b.name);
+    let mut steps = bundle.steps;
+    if !fetched_sorted {
+        steps.make_mut().sort_by(|a, b| a.name.cmp(&b.name));
+    }
     for pair in steps.windows(2) {
         if let [a, b] = pair
             && a.name == b.name
@@ -756,6 +820,7 @@ fn verify(bundle: DesiredBundle) -> Result<Verified, AgentError> {
         checksum: bundle.checksum,
         steps,
         rolling_update: bundle.rolling_update,
+        fetched_sorted,
     })
 }
 
@@ -791,7 +856,7 @@ fn event_name(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
+    use crate::bashible::Step;
 
     fn view(rv: &str, annotations: &[(&str, &str)]) -> NodeView {
         NodeView {
@@ -799,7 +864,7 @@ mod tests {
             annotations: annotations
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect::<BTreeMap<_, _>>(),
+                .collect(),
         }
     }
 

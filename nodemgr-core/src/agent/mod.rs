@@ -11,7 +11,9 @@
 //! 2. Different: it removes the checksum file, stores the bundle's steps (`bundle_steps/`)
 //!    and checks the bundle: its steps must hash to its checksum
 //!    ([`crate::bashible::configuration_checksum`]); a bundle that does not is refused and no
-//!    step of it runs.
+//!    step of it runs. The bundle it verified last is not hashed again when fetched again
+//!    unchanged (same checksum, same steps in the same order), and steps shared between
+//!    fetches ([`BundleSteps`]) are hashed once.
 //! 3. On the first run after the bootstrap (the `first_run` marker exists) it applies at once.
 //!    Otherwise it patches its Node, guarded by the resourceVersion it read, to add
 //!    `update.node.deckhouse.io/waiting-for-approval` and remove the checksum annotation
@@ -74,7 +76,7 @@ pub mod simulated;
 pub mod state;
 
 pub use action::{AgentAction, AgentEvent, NodePatch};
-pub use input::{AgentInput, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
+pub use input::{AgentInput, BundleSteps, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
 pub use machine::{
     Agent, AgentConfig, AgentError, AgentStatus, REASON_BUNDLE_REJECTED, REASON_STEP_FAILED,
     STDERR_TAIL_BYTES, stderr_tail,

@@ -8,10 +8,10 @@
 //! impact of the generations between the one it runs and the desired one
 //! ([`SimulatedGenerations::impact_from`]).
 
-use crate::bashible::{Step, configuration_checksum};
+use crate::bashible::Step;
 use crate::impact::ImpactKind;
 
-use super::input::DesiredBundle;
+use super::input::{BundleSteps, DesiredBundle};
 
 /// Name of the one step of a simulated generation's bundle.
 pub const GENERATION_STEP: &str = "100_configuration.sh";
@@ -28,8 +28,9 @@ pub struct SimulatedGeneration {
     pub checksum: String,
     /// What moving to it from the previous generation does.
     pub impact: ImpactKind,
-    /// The bundle's steps.
-    pub steps: Vec<Step>,
+    /// The bundle's steps, shared by every bundle handed out ([`Self::bundle`]): the agents
+    /// that fetch it verify it without hashing it again.
+    pub steps: BundleSteps,
 }
 
 impl SimulatedGeneration {
@@ -126,14 +127,14 @@ fn generation(
         GENERATION_STEP,
         format!("# {name}: generation {index} of group {group}\n"),
     );
-    let steps = vec![match key {
+    let steps = BundleSteps::new(vec![match key {
         Some(key) => step.with_disruption_key(key),
         None => step,
-    }];
+    }]);
     SimulatedGeneration {
         index,
         name: name.to_owned(),
-        checksum: configuration_checksum(&steps),
+        checksum: steps.computed_checksum().to_owned(),
         impact,
         steps,
     }
