@@ -138,7 +138,7 @@ pub fn node_to_core(n: &Node) -> core::Node {
         last_heartbeat: ready_condition
             .and_then(|c| c.last_heartbeat_time.as_ref())
             .map(|t| timestamp(&t.0)),
-        allocatable: resources(status.and_then(|s| s.allocatable.as_ref())),
+        allocatable: resources(status.and_then(|s| s.allocatable.as_ref())).into(),
         provider_id: spec.and_then(|s| s.provider_id.clone()),
         addresses: status
             .and_then(|s| s.addresses.as_ref())

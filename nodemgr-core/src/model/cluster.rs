@@ -11,7 +11,7 @@ use super::keys;
 use super::meta::{LabelSelector, LabelSelectorRequirement};
 use super::node_group::{Taint, TaintEffect};
 use super::quantity::Quantity;
-use super::string_map::StringMap;
+use super::shared_map::{SharedResources, StringMap};
 use super::time::Timestamp;
 
 /// Resource amounts by resource name (`cpu`, `memory`, `pods`, `nvidia.com/gpu`, …).
@@ -40,7 +40,7 @@ pub struct Node {
     /// Last heartbeat (Lease renew time, or the Ready condition's heartbeat).
     pub last_heartbeat: Option<Timestamp>,
     /// Allocatable resources.
-    pub allocatable: Resources,
+    pub allocatable: SharedResources,
     /// Cloud provider ID (`aws:///zone/i-…`).
     pub provider_id: Option<String>,
     /// `status.addresses[].address` (InternalIP, ExternalIP, Hostname, …): how a StaticInstance

@@ -12,9 +12,9 @@ pub mod node_group;
 pub mod node_group_configuration;
 pub mod node_user;
 pub mod quantity;
+pub mod shared_map;
 pub mod spec_facts;
 pub mod static_instance;
-pub mod string_map;
 pub mod time;
 
 pub use cluster::{
@@ -34,6 +34,6 @@ pub use node_group_configuration::{
 };
 pub use node_user::{MIN_NODE_USER_UID, NodeUser, NodeUserSpec, NodeUserStatus};
 pub use quantity::{Quantity, QuantityError};
+pub use shared_map::{SharedMap, SharedResources, StringMap};
 pub use static_instance::*;
-pub use string_map::StringMap;
 pub use time::{DurationError, MAX_DURATION, Timestamp, parse_duration, parse_duration_checked};

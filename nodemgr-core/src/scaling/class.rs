@@ -248,7 +248,7 @@ pub fn template_node(
         unschedulable: false,
         ready: true,
         last_heartbeat: None,
-        allocatable: shape.allocatable.clone(),
+        allocatable: shape.allocatable.clone().into(),
         provider_id: None,
         addresses: Vec::new(),
         created: None,

@@ -228,7 +228,7 @@ impl ScalingController {
             if ci.zones.is_none() {
                 ci.zones = Some(zones);
             }
-            g.capacity = node_shape(&g.group, &class).allocatable;
+            g.capacity = node_shape(&g.group, &class).allocatable.into();
             let nodes: Vec<(String, String)> = world
                 .nodes
                 .values()

@@ -49,7 +49,7 @@ pub struct SimGroup {
     /// Zones for new nodes, round-robin.
     pub zones: Vec<String>,
     /// Allocatable resources of new nodes.
-    pub capacity: BTreeMap<String, Quantity>,
+    pub capacity: nodemgr_core::model::SharedResources,
     /// Extra labels of new nodes.
     pub labels: BTreeMap<String, String>,
     /// Configuration generations (core's simulated bundles); the last one is desired.
@@ -355,7 +355,7 @@ impl World {
                 SimGroup {
                     group,
                     zones: g.zones.clone(),
-                    capacity: parse_capacity(&g.capacity),
+                    capacity: parse_capacity(&g.capacity).into(),
                     labels: g.labels.clone(),
                     generations: SimulatedGenerations::new(
                         &g.name,
