@@ -11,7 +11,7 @@
 //! that is name order, which changes keep; otherwise it is the position in that list, nodes
 //! added since coming after it in the order they were added.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::model::Node;
@@ -60,10 +60,15 @@ fn sorted_by_name(nodes: &[Arc<Node>]) -> bool {
 /// The view (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NodeTable {
-    /// Group (`None`: unlabelled) → node name → facts.
-    groups: BTreeMap<Option<String>, BTreeMap<String, NodeFacts>>,
-    /// Node name → its group.
-    group_of: BTreeMap<String, Option<String>>,
+    /// Every node's facts, at the slot [`NodeTable::by_name`] gives (`None`: a free slot).
+    slots: Vec<Option<NodeFacts>>,
+    /// Free slots.
+    free: Vec<usize>,
+    /// Node name → its slot: a node is found by one hash lookup (a step looks nodes up by
+    /// name for every change, write and drain-marked node).
+    by_name: HashMap<String, usize>,
+    /// Group (`None`: unlabelled) → node name → slot, in name order.
+    groups: BTreeMap<Option<String>, BTreeMap<String, usize>>,
     /// Whether the order is name order (the last whole list was sorted by name).
     sorted: bool,
     next_pos: u64,
@@ -96,16 +101,18 @@ impl NodeTable {
     pub(crate) fn replace(&mut self, nodes: Vec<Arc<Node>>, known: &mut KnownVersions) {
         known.view_replaced();
         self.sorted = sorted_by_name(&nodes);
-        let mut old_groups = std::mem::take(&mut self.groups);
-        let mut old_group_of = std::mem::take(&mut self.group_of);
+        let mut old_slots = std::mem::take(&mut self.slots);
+        let mut old_by_name = std::mem::take(&mut self.by_name);
+        self.groups.clear();
+        self.free.clear();
         self.marked.clear();
         self.next_pos = 0;
         for node in nodes {
             let pos = self.next_pos;
             self.next_pos = self.next_pos.saturating_add(1);
-            let previous = old_group_of
+            let previous = old_by_name
                 .remove(&node.name)
-                .and_then(|g| old_groups.get_mut(&g).and_then(|m| m.remove(&node.name)));
+                .and_then(|i| old_slots.get_mut(i).and_then(Option::take));
             let facts = match previous {
                 Some(mut facts) if Arc::ptr_eq(&facts.node, &node) => {
                     facts.pos = pos;
@@ -126,12 +133,9 @@ impl NodeTable {
             self.remove(&facts.node.name);
             self.insert(facts);
         }
-        self.dirty.extend(
-            old_groups
-                .into_iter()
-                .filter(|(_, m)| !m.is_empty())
-                .filter_map(|(group, _)| group),
-        );
+        // The groups of the nodes no longer listed changed.
+        self.dirty
+            .extend(old_slots.into_iter().flatten().filter_map(|f| f.group));
     }
 
     fn insert(&mut self, facts: NodeFacts) {
@@ -139,42 +143,48 @@ impl NodeTable {
         if facts.drain_marked() {
             self.marked.insert(name.clone());
         }
-        self.group_of.insert(name.clone(), facts.group.clone());
-        self.groups
-            .entry(facts.group.clone())
-            .or_default()
-            .insert(name, facts);
+        let group = facts.group.clone();
+        let slot = match self.free.pop() {
+            Some(i) if i < self.slots.len() => {
+                if let Some(free) = self.slots.get_mut(i) {
+                    *free = Some(facts);
+                }
+                i
+            }
+            _ => {
+                self.slots.push(Some(facts));
+                self.slots.len() - 1
+            }
+        };
+        self.by_name.insert(name.clone(), slot);
+        self.groups.entry(group).or_default().insert(name, slot);
     }
 
     /// Puts a changed or new node in.
     fn upsert(&mut self, node: Arc<Node>) {
-        let group = node.group();
-        let same_group = self
-            .group_of
+        let slot = self
+            .by_name
             .get(&node.name)
-            .is_some_and(|g| g.as_deref() == group);
-        if same_group {
-            let slot = self
-                .groups
-                .get_mut(&group.map(str::to_owned))
-                .and_then(|m| m.get_mut(&node.name));
-            if let Some(slot) = slot {
-                let facts = NodeFacts::of(node, slot.pos);
-                if facts.drain_marked() != slot.drain_marked() {
-                    if facts.drain_marked() {
-                        self.marked.insert(facts.node.name.clone());
-                    } else {
-                        self.marked.remove(&facts.node.name);
-                    }
+            .and_then(|&i| self.slots.get_mut(i))
+            .and_then(Option::as_mut);
+        if let Some(slot) = slot
+            && slot.group.as_deref() == node.group()
+        {
+            let facts = NodeFacts::of(node, slot.pos);
+            if facts.drain_marked() != slot.drain_marked() {
+                if facts.drain_marked() {
+                    self.marked.insert(facts.node.name.clone());
+                } else {
+                    self.marked.remove(&facts.node.name);
                 }
-                if let Some(group) = &facts.group
-                    && !self.dirty.contains(group)
-                {
-                    self.dirty.insert(group.clone());
-                }
-                *slot = facts;
-                return;
             }
+            if let Some(group) = &facts.group
+                && !self.dirty.contains(group)
+            {
+                self.dirty.insert(group.clone());
+            }
+            *slot = facts;
+            return;
         }
         let pos = match self.take(&node.name) {
             Some(previous) => previous.pos,
@@ -193,13 +203,20 @@ impl NodeTable {
 
     /// Takes node `name` out (marking its group dirty).
     fn take(&mut self, name: &str) -> Option<NodeFacts> {
-        let group = self.group_of.remove(name)?;
+        let i = self.by_name.remove(name)?;
+        let facts = self.slots.get_mut(i).and_then(Option::take)?;
+        self.free.push(i);
         self.marked.remove(name);
-        let facts = self.groups.get_mut(&group).and_then(|m| m.remove(name));
-        if let Some(group) = group {
-            self.dirty.insert(group);
+        if let Some(members) = self.groups.get_mut(&facts.group) {
+            members.remove(name);
+            if members.is_empty() {
+                self.groups.remove(&facts.group);
+            }
         }
-        facts
+        if let Some(group) = &facts.group {
+            self.dirty.insert(group.clone());
+        }
+        Some(facts)
     }
 
     /// Removes node `name`; whether it was there.
@@ -209,8 +226,8 @@ impl NodeTable {
 
     /// Node `name`.
     pub(crate) fn get(&self, name: &str) -> Option<&NodeFacts> {
-        let group = self.group_of.get(name)?;
-        self.groups.get(group).and_then(|m| m.get(name))
+        let &i = self.by_name.get(name)?;
+        self.slots.get(i)?.as_ref()
     }
 
     /// Node `name`'s resourceVersion.
@@ -220,10 +237,10 @@ impl NodeTable {
 
     /// Every node's name and resourceVersion.
     pub(crate) fn versions(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.groups
-            .values()
-            .flat_map(|m| m.iter())
-            .map(|(name, f)| (name.as_str(), f.node.resource_version.as_str()))
+        self.slots
+            .iter()
+            .flatten()
+            .map(|f| (f.node.name.as_str(), f.node.resource_version.as_str()))
     }
 
     /// The nodes of group `group`, in name order.
@@ -232,6 +249,7 @@ impl NodeTable {
             .get(&Some(group.to_owned()))
             .into_iter()
             .flat_map(|m| m.values())
+            .filter_map(|&i| self.slots.get(i).and_then(Option::as_ref))
     }
 
     /// Whether group `group` had a node added, changed or removed since the last call for
