@@ -1,6 +1,7 @@
 //! The update executor's view of the Nodes, kept from one step to the next: every node with
 //! what a step reads from it (its group and update marks), grouped by
-//! `node.deckhouse.io/group`, the names of the nodes carrying a drain mark, and the groups
+//! `node.deckhouse.io/group`, the names of the nodes the drain half has to look at
+//! ([`NodeFacts::drain_marked`]), and the groups
 //! whose nodes changed since they were last planned. It decides what a step looks at again:
 //! a change feed answer ([`NodeChanges`], `docs/executors.md` §3) touches only the nodes it
 //! names; a whole list (a resync, a direct read) is compared with the view node by node, the
@@ -42,10 +43,13 @@ impl NodeFacts {
         }
     }
 
-    /// Whether the node carries a drain mark (`draining` or `drained`): the only nodes the
-    /// drain half of a step looks at.
+    /// Whether the drain half of a step has anything to do with the node: it carries
+    /// `draining` (a drain to run), or a person's `drained=user` (removed once the node is
+    /// schedulable again). The only nodes that half looks at; a node drained by nodemgr
+    /// (`drained=bashible`, `drained=scale-down`, …) waits for the planner or the scaling
+    /// executor and is left alone there.
     pub(crate) fn drain_marked(&self) -> bool {
-        self.marks.draining.is_some() || self.marks.drained.is_some()
+        self.marks.drain_relevant()
     }
 }
 
@@ -72,7 +76,7 @@ pub(crate) struct NodeTable {
     /// Whether the order is name order (the last whole list was sorted by name).
     sorted: bool,
     next_pos: u64,
-    /// Names of the nodes carrying a drain mark.
+    /// Names of the nodes the drain half looks at ([`NodeFacts::drain_marked`]).
     marked: BTreeSet<String>,
     /// Groups with a node added, changed or removed since [`NodeTable::take_dirty`].
     dirty: BTreeSet<String>,
@@ -258,7 +262,7 @@ impl NodeTable {
         self.dirty.remove(group)
     }
 
-    /// The names of the nodes carrying a drain mark.
+    /// The names of the nodes the drain half looks at ([`NodeFacts::drain_marked`]).
     pub(crate) fn marked(&self) -> &BTreeSet<String> {
         &self.marked
     }

@@ -49,9 +49,10 @@
 //!    `nodeDrainTimeoutSecond`) forced deletions with grace period 0 and a UID precondition. A
 //!    finished drain (completed or timed out, docs/deckhouse.md §3.3) replaces `draining=<source>` by
 //!    `drained=<source>`. A `drained=user` on a schedulable node is removed (docs/deckhouse.md §3.3).
-//!    Only the nodes carrying `draining` or `drained` are looked at, in the port's list order
-//!    (name order for a port listing by name); which nodes do is read again only for the nodes
-//!    that changed since the previous step (and for those this step patched).
+//!    Only the nodes carrying `draining` or a person's `drained` are looked at (nothing is
+//!    done to the others), in the port's list order (name order for a port listing by name);
+//!    which nodes do is read again only for the nodes that changed since the previous step
+//!    (and for those this step patched).
 //!
 //! # Cost of a step
 //! With a port that answers the change feed incrementally (the simulator's), a step does work
@@ -686,12 +687,12 @@ impl UpdateExecutor {
             patched,
         };
         let find = |name: &str| nodes.get(name).map(|n| &**n);
-        // Only nodes carrying `draining` or `drained` take part below, in list order: the
-        // view's marked nodes, with the marks of the nodes this step patched read again.
+        // Only nodes carrying `draining` or a person's `drained` take part below
+        // (`UpdateMarks::drain_relevant`: nothing is done to any other node), in list order:
+        // the view's marked nodes, with the marks of the nodes this step patched read again.
         let mut names: BTreeSet<&str> = self.view.marked().iter().map(String::as_str).collect();
         for (name, node) in patched {
-            let marks = UpdateMarks::of(node);
-            if marks.draining.is_some() || marks.drained.is_some() {
+            if UpdateMarks::of(node).drain_relevant() {
                 names.insert(name);
             } else {
                 names.remove(name.as_str());
@@ -752,10 +753,6 @@ impl UpdateExecutor {
             }
         }
 
-        let configs: BTreeMap<&str, DrainConfig> = groups
-            .iter()
-            .map(|g| (g.name(), DrainConfig::for_group(g)))
-            .collect();
         let draining: Vec<&Node> = marked
             .iter()
             .map(|n| &**n)
@@ -775,7 +772,11 @@ impl UpdateExecutor {
             };
             if !self.drains.contains_key(&node.name) {
                 let group = node.group().unwrap_or_default().to_owned();
-                let config = configs.get(group.as_str()).copied().unwrap_or_default();
+                let config = groups
+                    .iter()
+                    .find(|g| g.name() == group)
+                    .map(DrainConfig::for_group)
+                    .unwrap_or_default();
                 let drain = Drain::from_pods(node, &pods, config, now);
                 let pod_uids: BTreeMap<String, String> = pods
                     .iter()
