@@ -120,6 +120,29 @@ impl<'w> SimCluster<'w> {
     }
 }
 
+/// Every group's node count, over every node (`SimNode::group`).
+fn count_by_group(w: &World) -> BTreeMap<&str, i64> {
+    let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+    // Nodes are in name order, mostly `<group>-<n>`: count runs of one group at once.
+    let mut run: Option<(&str, i64)> = None;
+    for n in w.nodes.values() {
+        match &mut run {
+            Some((group, count)) if *group == n.group => *count = count.saturating_add(1),
+            _ => {
+                if let Some((group, count)) = run.replace((n.group.as_str(), 1)) {
+                    let c = counts.entry(group).or_insert(0);
+                    *c = c.saturating_add(count);
+                }
+            }
+        }
+    }
+    if let Some((group, count)) = run {
+        let c = counts.entry(group).or_insert(0);
+        *c = c.saturating_add(count);
+    }
+    counts
+}
+
 /// Runs a port future to completion. The simulator's futures never wait on anything, so this
 /// only polls (with a no-op waker) until ready; `None` if a future stays pending for a million
 /// polls, which would be a bug in a port implementation.
@@ -136,23 +159,20 @@ impl ClusterRead for SimCluster<'_> {
         // group's node count: every machine the world runs is wanted, so the CloudEphemeral
         // whole-group gate (docs/deckhouse.md §3.2) reduces to the all-Ready gate, as it did
         // before the gate held groups without `desired`.
-        let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
-        // Nodes are in name order, mostly `<group>-<n>`: count runs of one group at once.
-        let mut run: Option<(&str, i64)> = None;
-        for n in w.nodes.values() {
-            match &mut run {
-                Some((group, count)) if *group == n.group => *count = count.saturating_add(1),
-                _ => {
-                    if let Some((group, count)) = run.replace((n.group.as_str(), 1)) {
-                        let c = counts.entry(group).or_insert(0);
-                        *c = c.saturating_add(count);
-                    }
-                }
+        // The count comes from the world's group index, unless it is stale (a foreign
+        // controller ran): then every node is counted.
+        let counted = w
+            .groups
+            .keys()
+            .any(|g| w.indexed_group_size(g).is_none())
+            .then(|| count_by_group(&w));
+        #[cfg(debug_assertions)]
+        if counted.is_none() {
+            let all = count_by_group(&w);
+            for name in w.groups.keys() {
+                let indexed = w.indexed_group_size(name).and_then(|n| i64::try_from(n).ok());
+                debug_assert_eq!(indexed, Some(all.get(name.as_str()).copied().unwrap_or(0)));
             }
-        }
-        if let Some((group, count)) = run {
-            let c = counts.entry(group).or_insert(0);
-            *c = c.saturating_add(count);
         }
         Ok(w.groups
             .iter()
@@ -160,7 +180,13 @@ impl ClusterRead for SimCluster<'_> {
                 let mut group = g.group.clone();
                 let status = group.status.get_or_insert_with(NodeGroupStatus::default);
                 if status.desired.is_none() {
-                    status.desired = Some(counts.get(name.as_str()).copied().unwrap_or(0));
+                    let size = match &counted {
+                        Some(counts) => counts.get(name.as_str()).copied().unwrap_or(0),
+                        None => w
+                            .indexed_group_size(name)
+                            .map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)),
+                    };
+                    status.desired = Some(size);
                 }
                 group
             })

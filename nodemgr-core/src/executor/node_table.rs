@@ -247,13 +247,20 @@ impl NodeTable {
             .map(|f| (f.node.name.as_str(), f.node.resource_version.as_str()))
     }
 
-    /// The nodes of group `group`, in name order.
-    pub(crate) fn members(&self, group: &str) -> impl Iterator<Item = &NodeFacts> {
-        self.groups
-            .get(&Some(group.to_owned()))
-            .into_iter()
-            .flat_map(|m| m.values())
-            .filter_map(|&i| self.slots.get(i).and_then(Option::as_ref))
+    /// The nodes of group `group`, in name order, with their update marks (what the planner
+    /// reads).
+    pub(crate) fn members_marked(&self, group: &str) -> Vec<(&Node, UpdateMarks)> {
+        let Some(members) = self.groups.get(&Some(group.to_owned())) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(members.len());
+        out.extend(
+            members
+                .values()
+                .filter_map(|&i| self.slots.get(i).and_then(Option::as_ref))
+                .map(|f| (&*f.node, f.marks)),
+        );
+        out
     }
 
     /// Whether group `group` had a node added, changed or removed since the last call for
@@ -294,7 +301,11 @@ mod tests {
     }
 
     fn names(table: &NodeTable, group: &str) -> Vec<String> {
-        table.members(group).map(|f| f.node.name.clone()).collect()
+        table
+            .members_marked(group)
+            .into_iter()
+            .map(|(n, _)| n.name.clone())
+            .collect()
     }
 
     #[test]

@@ -417,11 +417,7 @@ impl UpdateExecutor {
                 plans.push((group.name().to_owned(), plan));
                 continue;
             }
-            let marked = self
-                .view
-                .members(group.name())
-                .map(|f| (&*f.node, f.marks))
-                .collect();
+            let marked = self.view.members_marked(group.name());
             let plan = plan_group_update_marked(group, desired, marked, now);
             if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
                 self.planned.insert(
