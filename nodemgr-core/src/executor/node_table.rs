@@ -247,6 +247,11 @@ impl NodeTable {
             .map(|f| (f.node.name.as_str(), f.node.resource_version.as_str()))
     }
 
+    /// Every node (in no particular order).
+    pub(crate) fn all(&self) -> impl Iterator<Item = &NodeFacts> {
+        self.slots.iter().flatten()
+    }
+
     /// The nodes of group `group`, in name order, with their update marks (what the planner
     /// reads).
     pub(crate) fn members_marked(&self, group: &str) -> Vec<(&Node, UpdateMarks)> {
