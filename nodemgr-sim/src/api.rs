@@ -136,8 +136,9 @@ impl Versioned {
         changed: u64,
         slot: &mut Arc<Node>,
         heartbeat: Option<Timestamp>,
+        shared: bool,
     ) -> (Self, Arc<Node>) {
-        if let Some(node) = Arc::get_mut(slot) {
+        if shared && let Some(node) = Arc::get_mut(slot) {
             node.resource_version = version.to_string();
             node.last_heartbeat = heartbeat;
             let view = Arc::clone(slot);
@@ -198,6 +199,8 @@ pub struct SimApiServer {
     removals: VecDeque<(u64, String)>,
     /// Removals before this sequence number are no longer remembered.
     removals_floor: u64,
+    /// Whether every view is a copy (see "Shared views" in the module docs).
+    copy_views: bool,
 }
 
 /// A copy of `node` without its resourceVersion, to compare later views with.
@@ -238,6 +241,14 @@ fn same_content(a: &Node, b: &Node) -> bool {
 }
 
 impl SimApiServer {
+    /// Whether a new version of a node only the world holds is written into the world's
+    /// `Arc`, which then serves as the view (the default, `true`), or every view is a copy
+    /// (see "Shared views" in the module docs). Both hand out the same views; for tests
+    /// comparing them.
+    pub fn set_shared_views(&mut self, shared: bool) {
+        self.copy_views = !shared;
+    }
+
     /// The version of `node` as it is now (a new one if it changed since last observed).
     pub fn version_of(&mut self, node: &Node) -> String {
         if let Some(v) = self.versions.get(&node.name)
@@ -280,7 +291,7 @@ impl SimApiServer {
             return v.view(heartbeat);
         }
         let (version, changed) = self.next_numbers();
-        let (v, view) = Versioned::new_viewed(version, changed, slot, heartbeat);
+        let (v, view) = Versioned::new_viewed(version, changed, slot, heartbeat, !self.copy_views);
         self.versions.insert(slot.name.clone(), v);
         view
     }
@@ -330,8 +341,13 @@ impl SimApiServer {
                     self.last_version += 1;
                     self.change_seq += 1;
                     let view;
-                    (*v, view) =
-                        Versioned::new_viewed(self.last_version, self.change_seq, slot, heartbeat);
+                    (*v, view) = Versioned::new_viewed(
+                        self.last_version,
+                        self.change_seq,
+                        slot,
+                        heartbeat,
+                        !self.copy_views,
+                    );
                     out.push(view);
                 }
             }
@@ -362,7 +378,8 @@ impl SimApiServer {
                 None => {
                     let name = previous.map_or_else(|| slot.name.clone(), |(name, _)| name);
                     let (version, changed) = self.next_numbers();
-                    let (v, view) = Versioned::new_viewed(version, changed, slot, heartbeat);
+                    let (v, view) =
+                        Versioned::new_viewed(version, changed, slot, heartbeat, !self.copy_views);
                     out.push(view);
                     (name, v)
                 }
@@ -413,6 +430,7 @@ impl SimApiServer {
                             self.change_seq,
                             slot,
                             heartbeat,
+                            !self.copy_views,
                         );
                         changed.push(view);
                         continue;
@@ -635,10 +653,7 @@ mod tests {
         assert_eq!(names(&second.changed), ["b", "d"]);
         assert_eq!(second.removed, ["c"]);
         assert!(
-            Arc::ptr_eq(
-                &second.changed[0],
-                &api.list_shared(&mut world)[1]
-            ),
+            Arc::ptr_eq(&second.changed[0], &api.list_shared(&mut world)[1]),
             "the view lists share"
         );
         // Nothing since; then a node versioned outside the feed (a patch) is reported.

@@ -170,7 +170,9 @@ impl ClusterRead for SimCluster<'_> {
         if counted.is_none() {
             let all = count_by_group(&w);
             for name in w.groups.keys() {
-                let indexed = w.indexed_group_size(name).and_then(|n| i64::try_from(n).ok());
+                let indexed = w
+                    .indexed_group_size(name)
+                    .and_then(|n| i64::try_from(n).ok());
                 debug_assert_eq!(indexed, Some(all.get(name.as_str()).copied().unwrap_or(0)));
             }
         }
@@ -260,13 +262,21 @@ impl ClusterRead for SimCluster<'_> {
 
     async fn list_pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, format_args!("list PodDisruptionBudgets"))?;
+        Self::check(
+            &mut w,
+            Operation::List,
+            format_args!("list PodDisruptionBudgets"),
+        )?;
         Ok(w.pdb_views())
     }
 
     async fn configuration_checksums(&self) -> Result<BTreeMap<String, String>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, format_args!("read configuration checksums"))?;
+        Self::check(
+            &mut w,
+            Operation::List,
+            format_args!("read configuration checksums"),
+        )?;
         Ok(w.groups
             .iter()
             .map(|(name, g)| (name.clone(), g.desired().to_owned()))
@@ -308,7 +318,11 @@ impl NodeApi for SimCluster<'_> {
         precondition: &Precondition,
     ) -> Result<(), ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::Delete, format_args!("delete node {name}"))?;
+        Self::check(
+            &mut w,
+            Operation::Delete,
+            format_args!("delete node {name}"),
+        )?;
         let Some(n) = w.nodes.get(name) else {
             return Err(ClusterError::not_found(format!("node {name}")));
         };
@@ -589,7 +603,11 @@ impl MachineApi for SimCluster<'_> {
 
     async fn list_standby_holders(&self) -> Result<Vec<AppliedHolder>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, format_args!("list standby holders"))?;
+        Self::check(
+            &mut w,
+            Operation::List,
+            format_args!("list standby holders"),
+        )?;
         Ok(w.standby_holders
             .values()
             .map(StandbyHolder::applied)

@@ -1487,7 +1487,13 @@ mod tests {
 
     /// A node of the property below: its update marks, `draining` and `drained` sources
     /// (`None`: absent), cordon, and pods (`true`: its eviction is refused).
-    type NodeCase = (u8, Option<&'static str>, Option<&'static str>, bool, Vec<bool>);
+    type NodeCase = (
+        u8,
+        Option<&'static str>,
+        Option<&'static str>,
+        bool,
+        Vec<bool>,
+    );
 
     fn node_case() -> impl proptest::strategy::Strategy<Value = NodeCase> {
         use proptest::prelude::*;
