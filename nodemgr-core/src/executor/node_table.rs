@@ -61,6 +61,18 @@ fn sorted_by_name(nodes: &[Arc<Node>]) -> bool {
     })
 }
 
+/// The nodes of one group.
+#[derive(Debug, Clone, Default)]
+struct Members {
+    /// Node name → slot.
+    by_name: BTreeMap<String, usize>,
+    /// The slots in name order (what the planner walks at every plan of the group), made
+    /// again from `by_name` after a node joined or left the group.
+    ordered: Vec<usize>,
+    /// Whether `ordered` is to be made again.
+    stale: bool,
+}
+
 /// The view (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NodeTable {
@@ -71,8 +83,8 @@ pub(crate) struct NodeTable {
     /// Node name → its slot: a node is found by one hash lookup (a step looks nodes up by
     /// name for every change, write and drain-marked node).
     by_name: HashMap<String, usize>,
-    /// Group (`None`: unlabelled) → node name → slot, in name order.
-    groups: BTreeMap<Option<String>, BTreeMap<String, usize>>,
+    /// Group (`None`: unlabelled) → its nodes.
+    groups: BTreeMap<Option<String>, Members>,
     /// Whether the order is name order (the last whole list was sorted by name).
     sorted: bool,
     next_pos: u64,
@@ -161,7 +173,9 @@ impl NodeTable {
             }
         };
         self.by_name.insert(name.clone(), slot);
-        self.groups.entry(group).or_default().insert(name, slot);
+        let members = self.groups.entry(group).or_default();
+        members.by_name.insert(name, slot);
+        members.stale = true;
     }
 
     /// Puts a changed or new node in.
@@ -212,8 +226,9 @@ impl NodeTable {
         self.free.push(i);
         self.marked.remove(name);
         if let Some(members) = self.groups.get_mut(&facts.group) {
-            members.remove(name);
-            if members.is_empty() {
+            members.by_name.remove(name);
+            members.stale = true;
+            if members.by_name.is_empty() {
                 self.groups.remove(&facts.group);
             }
         }
@@ -254,15 +269,22 @@ impl NodeTable {
 
     /// The nodes of group `group`, in name order, with their update marks (what the planner
     /// reads).
-    pub(crate) fn members_marked(&self, group: &str) -> Vec<(&Node, UpdateMarks)> {
-        let Some(members) = self.groups.get(&Some(group.to_owned())) else {
+    pub(crate) fn members_marked(&mut self, group: &str) -> Vec<(&Node, UpdateMarks)> {
+        let Some(members) = self.groups.get_mut(&Some(group.to_owned())) else {
             return Vec::new();
         };
-        let mut out = Vec::with_capacity(members.len());
+        if members.stale {
+            members.ordered.clear();
+            members.ordered.extend(members.by_name.values().copied());
+            members.stale = false;
+        }
+        let slots = &self.slots;
+        let mut out = Vec::with_capacity(members.ordered.len());
         out.extend(
             members
-                .values()
-                .filter_map(|&i| self.slots.get(i).and_then(Option::as_ref))
+                .ordered
+                .iter()
+                .filter_map(|&i| slots.get(i).and_then(Option::as_ref))
                 .map(|f| (&*f.node, f.marks)),
         );
         out
@@ -305,7 +327,7 @@ mod tests {
         Arc::new(n)
     }
 
-    fn names(table: &NodeTable, group: &str) -> Vec<String> {
+    fn names(table: &mut NodeTable, group: &str) -> Vec<String> {
         table
             .members_marked(group)
             .into_iter()
@@ -338,9 +360,9 @@ mod tests {
             },
             &mut known,
         );
-        assert_eq!(names(&table, "a"), vec!["a-0", "a-1"]);
-        assert!(names(&table, "b").is_empty());
-        assert_eq!(names(&table, "c"), vec!["b-0"]);
+        assert_eq!(names(&mut table, "a"), vec!["a-0", "a-1"]);
+        assert!(names(&mut table, "b").is_empty());
+        assert_eq!(names(&mut table, "c"), vec!["b-0"]);
         assert!(table.take_dirty("a") && table.take_dirty("b") && table.take_dirty("c"));
         assert_eq!(table.marked().iter().collect::<Vec<_>>(), vec!["b-0"]);
         table.apply(
