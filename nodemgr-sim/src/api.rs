@@ -285,15 +285,32 @@ impl SimApiServer {
         slot: &mut Arc<Node>,
         heartbeat: Option<Timestamp>,
     ) -> Arc<Node> {
-        if let Some(v) = self.versions.get_mut(&slot.name)
-            && v.matches(slot)
-        {
-            return v.view(heartbeat);
+        let shared = !self.copy_views;
+        match self.versions.get_mut(&slot.name) {
+            Some(v) => {
+                if v.matches(slot) {
+                    return v.view(heartbeat);
+                }
+                // A new version in the node's entry (no second search, no new key).
+                self.last_version += 1;
+                self.change_seq += 1;
+                let view;
+                (*v, view) = Versioned::new_viewed(
+                    self.last_version,
+                    self.change_seq,
+                    slot,
+                    heartbeat,
+                    shared,
+                );
+                view
+            }
+            None => {
+                let (version, changed) = self.next_numbers();
+                let (v, view) = Versioned::new_viewed(version, changed, slot, heartbeat, shared);
+                self.versions.insert(slot.name.clone(), v);
+                view
+            }
         }
-        let (version, changed) = self.next_numbers();
-        let (v, view) = Versioned::new_viewed(version, changed, slot, heartbeat, !self.copy_views);
-        self.versions.insert(slot.name.clone(), v);
-        view
     }
 
     /// The next version and change sequence number.
