@@ -27,7 +27,7 @@
 //!   wrote or saw, even one that went back in time.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::Node;
 
@@ -52,9 +52,8 @@ pub struct KnownVersions {
     /// those of the caller's view at the last check it passed (then only the names in
     /// `changed` can make a later check fail).
     baseline: bool,
-    /// The names whose remembered version or view entry changed since that check (a hash
-    /// set: every change and write of a step notes one, and no order is needed).
-    changed: HashSet<String>,
+    /// The names whose remembered version or view entry changed since that check.
+    changed: BTreeSet<String>,
 }
 
 impl KnownVersions {
