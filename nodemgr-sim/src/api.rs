@@ -25,6 +25,18 @@
 //! the one last versioned (the world does not say which nodes it touched), but nothing else
 //! is done for a node that did not change: no view handed out, nothing copied.
 //!
+//! # Shared views
+//! A view is the node with its resourceVersion and the heartbeat it had when the version was
+//! handed out. A node the world has just changed is held by the world alone (its
+//! copy-on-write, `Arc::make_mut`, left it the only owner of the copy), so a new version is
+//! written into the world's `Arc` itself, which then serves as the view: a change costs one
+//! copy of the node (the world's), not two. The world never reads those two fields from its
+//! `Arc` (its views set the heartbeat and clear the version, `SimNode::view`), and the `Arc`
+//! keeps its address, so nothing that compares the world's nodes by pointer (the agents, this
+//! server) sees a change. When something else still holds the world's `Arc`, or a version
+//! was handed out without a view (a precondition check), the view is a copy, made when first
+//! asked for, as before. Which of the two is made changes no view's content.
+//!
 //! # Watch lag
 //! While a [`WatchLag`] window is open, cached reads show the nodes as they were `lag` earlier.
 //! When the window opens the view jumps back by `lag`: the controller's watch was re-established
@@ -41,6 +53,8 @@ use std::time::Duration;
 use nodemgr_core::model::{Node, Timestamp};
 use nodemgr_core::ports::{NodeChanges, NodeRevision};
 
+use crate::world::SimNode;
+
 /// A window during which the cached reads of Nodes lag behind the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WatchLag {
@@ -50,6 +64,38 @@ pub struct WatchLag {
     pub until: Timestamp,
     /// How far behind.
     pub lag: Duration,
+}
+
+/// The world's nodes as the API server versions them: each node's `Arc`, in name order, with
+/// its heartbeat. A new version may write its resourceVersion and heartbeat into the `Arc`
+/// itself (see "Shared views" in the module docs); nothing else of it is changed, and the
+/// `Arc` is never replaced.
+pub trait NodeSlots {
+    /// How many nodes.
+    fn count(&self) -> usize;
+    /// Every node, in name order, with its heartbeat.
+    fn slots(&mut self) -> impl Iterator<Item = (&mut Arc<Node>, Option<Timestamp>)>;
+}
+
+impl NodeSlots for BTreeMap<String, SimNode> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn slots(&mut self) -> impl Iterator<Item = (&mut Arc<Node>, Option<Timestamp>)> {
+        self.values_mut().map(|n| (&mut n.node, n.last_heartbeat))
+    }
+}
+
+/// Nodes without heartbeats (for tests).
+impl NodeSlots for Vec<Arc<Node>> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn slots(&mut self) -> impl Iterator<Item = (&mut Arc<Node>, Option<Timestamp>)> {
+        self.iter_mut().map(|n| (n, None))
+    }
 }
 
 /// What a node was last versioned as.
@@ -76,6 +122,37 @@ impl Versioned {
             seen,
             view: None,
         }
+    }
+
+    /// A new version for the world's node in `slot`, with its view made now (with
+    /// `heartbeat`). When nothing else holds the world's `Arc` (the usual case for a node just
+    /// changed: `Arc::make_mut` left the world the only owner of its copy), the version and
+    /// heartbeat are written into it and it *is* the view: no copy is made. Otherwise (an
+    /// agent still holds that `Arc`) the view is a copy, as [`Versioned::view`] makes it, and
+    /// the world's `Arc` is left as it is. Either way the view handed out is the same, and the
+    /// world's `Arc` keeps its address (see "Shared views" in the module docs).
+    fn new_viewed(
+        version: u64,
+        changed: u64,
+        slot: &mut Arc<Node>,
+        heartbeat: Option<Timestamp>,
+        shared: bool,
+    ) -> (Self, Arc<Node>) {
+        if shared && let Some(node) = Arc::get_mut(slot) {
+            node.resource_version = version.to_string();
+            node.last_heartbeat = heartbeat;
+            let view = Arc::clone(slot);
+            let v = Self {
+                version,
+                changed,
+                seen: Arc::clone(slot),
+                view: Some(Arc::clone(&view)),
+            };
+            return (v, view);
+        }
+        let mut v = Self::new(version, changed, Arc::clone(slot));
+        let view = v.view(heartbeat);
+        (v, view)
     }
 
     /// Whether `node` has the content versioned (adopting its `Arc` when it is another one).
@@ -122,6 +199,8 @@ pub struct SimApiServer {
     removals: VecDeque<(u64, String)>,
     /// Removals before this sequence number are no longer remembered.
     removals_floor: u64,
+    /// Whether every view is a copy (see "Shared views" in the module docs).
+    copy_views: bool,
 }
 
 /// A copy of `node` without its resourceVersion, to compare later views with.
@@ -162,6 +241,14 @@ fn same_content(a: &Node, b: &Node) -> bool {
 }
 
 impl SimApiServer {
+    /// Whether a new version of a node only the world holds is written into the world's
+    /// `Arc`, which then serves as the view (the default, `true`), or every view is a copy
+    /// (see "Shared views" in the module docs). Both hand out the same views; for tests
+    /// comparing them.
+    pub fn set_shared_views(&mut self, shared: bool) {
+        self.copy_views = !shared;
+    }
+
     /// The version of `node` as it is now (a new one if it changed since last observed).
     pub fn version_of(&mut self, node: &Node) -> String {
         if let Some(v) = self.versions.get(&node.name)
@@ -190,24 +277,53 @@ impl SimApiServer {
     }
 
     /// [`SimApiServer::version_of_shared`] answered as the shared view lists and the change
-    /// feed hand out for that version (made now, with `heartbeat`, if none was yet).
-    pub fn view_of_shared(&mut self, node: &Arc<Node>, heartbeat: Option<Timestamp>) -> Arc<Node> {
-        if let Some(v) = self.versions.get_mut(&node.name)
-            && v.matches(node)
-        {
-            return v.view(heartbeat);
+    /// feed hand out for that version (made now, with `heartbeat`, if none was yet), for the
+    /// world's node in `slot` (which becomes the view itself when nothing else holds it:
+    /// [`Versioned::new_viewed`]).
+    pub fn view_of_shared(
+        &mut self,
+        slot: &mut Arc<Node>,
+        heartbeat: Option<Timestamp>,
+    ) -> Arc<Node> {
+        let shared = !self.copy_views;
+        match self.versions.get_mut(&slot.name) {
+            Some(v) => {
+                if v.matches(slot) {
+                    return v.view(heartbeat);
+                }
+                // A new version in the node's entry (no second search, no new key).
+                self.last_version += 1;
+                self.change_seq += 1;
+                let view;
+                (*v, view) = Versioned::new_viewed(
+                    self.last_version,
+                    self.change_seq,
+                    slot,
+                    heartbeat,
+                    shared,
+                );
+                view
+            }
+            None => {
+                let (version, changed) = self.next_numbers();
+                let (v, view) = Versioned::new_viewed(version, changed, slot, heartbeat, shared);
+                self.versions.insert(slot.name.clone(), v);
+                view
+            }
         }
-        let mut v = self.new_versioned(Arc::clone(node));
-        let view = v.view(heartbeat);
-        self.versions.insert(node.name.clone(), v);
-        view
+    }
+
+    /// The next version and change sequence number.
+    fn next_numbers(&mut self) -> (u64, u64) {
+        self.last_version += 1;
+        self.change_seq += 1;
+        (self.last_version, self.change_seq)
     }
 
     /// The next version, for content `seen`.
     fn new_versioned(&mut self, seen: Arc<Node>) -> Versioned {
-        self.last_version += 1;
-        self.change_seq += 1;
-        Versioned::new(self.last_version, self.change_seq, seen)
+        let (version, changed) = self.next_numbers();
+        Versioned::new(version, changed, seen)
     }
 
     /// Records that node `name` was forgotten (it is no longer in the world).
@@ -225,68 +341,73 @@ impl SimApiServer {
     /// heartbeats, forgetting nodes not in it, and returns their shared views: the same `Arc`
     /// for a node as long as it does not change. Same numbering as
     /// [`SimApiServer::version_all`].
-    pub fn list_shared<'a>(
-        &mut self,
-        nodes: impl ExactSizeIterator<Item = (&'a Arc<Node>, Option<Timestamp>)> + Clone,
-    ) -> Vec<Arc<Node>> {
-        let mut out = Vec::with_capacity(nodes.len());
+    pub fn list_shared(&mut self, nodes: &mut impl NodeSlots) -> Vec<Arc<Node>> {
+        let mut out = Vec::with_capacity(nodes.count());
         // The same nodes as last time (the usual case): the versions in place, pairwise.
-        if self.versions.len() == nodes.len()
+        if self.versions.len() == nodes.count()
             && self
                 .versions
                 .iter()
-                .zip(nodes.clone())
+                .zip(nodes.slots())
                 .all(|((name, v), (node, _))| Arc::ptr_eq(&v.seen, node) || *name == node.name)
         {
-            let (last_version, change_seq) = (&mut self.last_version, &mut self.change_seq);
-            for (v, (node, heartbeat)) in self.versions.values_mut().zip(nodes) {
-                if !v.matches(node) {
-                    *last_version += 1;
-                    *change_seq += 1;
-                    *v = Versioned::new(*last_version, *change_seq, Arc::clone(node));
+            for (v, (slot, heartbeat)) in self.versions.values_mut().zip(nodes.slots()) {
+                if v.matches(slot) {
+                    out.push(v.view(heartbeat));
+                } else {
+                    self.last_version += 1;
+                    self.change_seq += 1;
+                    let view;
+                    (*v, view) = Versioned::new_viewed(
+                        self.last_version,
+                        self.change_seq,
+                        slot,
+                        heartbeat,
+                        !self.copy_views,
+                    );
+                    out.push(view);
                 }
-                out.push(v.view(heartbeat));
             }
             return out;
         }
-        self.merge(nodes, |v, heartbeat| out.push(v.view(heartbeat)));
-        out
+        self.merge(nodes, None)
     }
 
     /// Versions a complete list of the world's nodes in name order (as
-    /// [`SimApiServer::list_shared`] does), forgetting nodes not in it, and hands each
-    /// node's entry to `each`.
-    fn merge<'a>(
-        &mut self,
-        nodes: impl Iterator<Item = (&'a Arc<Node>, Option<Timestamp>)>,
-        mut each: impl FnMut(&mut Versioned, Option<Timestamp>),
-    ) {
+    /// [`SimApiServer::list_shared`] does), forgetting nodes not in it, and returns the views
+    /// of the nodes versioned after change number `since` (of every node when `None`).
+    fn merge(&mut self, nodes: &mut impl NodeSlots, since: Option<u64>) -> Vec<Arc<Node>> {
+        let mut out = Vec::new();
         let mut old = std::mem::take(&mut self.versions).into_iter().peekable();
         let mut kept: Vec<(String, Versioned)> = Vec::new();
-        for (node, heartbeat) in nodes {
-            while let Some((gone, _)) = old.next_if(|(name, _)| *name < node.name) {
+        for (slot, heartbeat) in nodes.slots() {
+            while let Some((gone, _)) = old.next_if(|(name, _)| *name < slot.name) {
                 self.forget(gone);
             }
-            let previous = old.next_if(|(name, _)| *name == node.name);
-            let mut entry = match previous {
+            let mut previous = old.next_if(|(name, _)| *name == slot.name);
+            let entry = match previous.take_if(|(_, v)| v.matches(slot)) {
                 Some((name, mut v)) => {
-                    if !v.matches(node) {
-                        v = self.new_versioned(Arc::clone(node));
+                    if since.is_none_or(|since| v.changed > since) {
+                        out.push(v.view(heartbeat));
                     }
                     (name, v)
                 }
                 None => {
-                    let v = self.new_versioned(Arc::clone(node));
-                    (node.name.clone(), v)
+                    let name = previous.map_or_else(|| slot.name.clone(), |(name, _)| name);
+                    let (version, changed) = self.next_numbers();
+                    let (v, view) =
+                        Versioned::new_viewed(version, changed, slot, heartbeat, !self.copy_views);
+                    out.push(view);
+                    (name, v)
                 }
             };
-            each(&mut entry.1, heartbeat);
             kept.push(entry);
         }
         for (gone, _) in old {
             self.forget(gone);
         }
         self.versions = kept.into_iter().collect();
+        out
     }
 
     /// The change feed (see "Change feed" in the module docs): what changed among the
@@ -294,10 +415,10 @@ impl SimApiServer {
     /// revision `since`, versioning them as [`SimApiServer::list_shared`] does. The nodes
     /// changed are the shared views `list_shared` hands out; a revision this server did not
     /// give, or one older than the removals it remembers, is answered with a resync.
-    pub fn changes_since<'a>(
+    pub fn changes_since(
         &mut self,
         since: Option<NodeRevision>,
-        nodes: impl ExactSizeIterator<Item = (&'a Arc<Node>, Option<Timestamp>)> + Clone,
+        nodes: &mut impl NodeSlots,
     ) -> NodeChanges {
         let Some(NodeRevision(since)) =
             since.filter(|r| self.removals_floor <= r.0 && r.0 <= self.change_seq)
@@ -307,21 +428,29 @@ impl SimApiServer {
             return changes;
         };
         let mut changed = Vec::new();
-        let mut in_place = self.versions.len() == nodes.len();
+        let mut in_place = self.versions.len() == nodes.count();
         if in_place {
-            let (last_version, change_seq) = (&mut self.last_version, &mut self.change_seq);
-            for ((name, v), (node, heartbeat)) in self.versions.iter_mut().zip(nodes.clone()) {
-                if !Arc::ptr_eq(&v.seen, node) {
-                    if *name != node.name {
+            for ((name, v), (slot, heartbeat)) in self.versions.iter_mut().zip(nodes.slots()) {
+                if !Arc::ptr_eq(&v.seen, slot) {
+                    if *name != slot.name {
                         // Another set of nodes: the merge below (what was versioned here
                         // stays versioned).
                         in_place = false;
                         break;
                     }
-                    if !v.matches(node) {
-                        *last_version += 1;
-                        *change_seq += 1;
-                        *v = Versioned::new(*last_version, *change_seq, Arc::clone(node));
+                    if !v.matches(slot) {
+                        self.last_version += 1;
+                        self.change_seq += 1;
+                        let view;
+                        (*v, view) = Versioned::new_viewed(
+                            self.last_version,
+                            self.change_seq,
+                            slot,
+                            heartbeat,
+                            !self.copy_views,
+                        );
+                        changed.push(view);
+                        continue;
                     }
                 }
                 if v.changed > since {
@@ -330,12 +459,7 @@ impl SimApiServer {
             }
         }
         if !in_place {
-            changed.clear();
-            self.merge(nodes, |v, heartbeat| {
-                if v.changed > since {
-                    changed.push(v.view(heartbeat));
-                }
-            });
+            changed = self.merge(nodes, Some(since));
         }
         let start = self.removals.partition_point(|(seq, _)| *seq <= since);
         let removed = self
@@ -531,39 +655,36 @@ mod tests {
         let names =
             |nodes: &[Arc<Node>]| -> Vec<String> { nodes.iter().map(|n| n.name.clone()).collect() };
         let mut world = arcs(&["a", "b", "c"]);
-        let feed = |api: &mut SimApiServer, world: &[Arc<Node>], since| {
-            api.changes_since(since, world.iter().map(|n| (n, None)))
+        let feed = |api: &mut SimApiServer, world: &mut Vec<Arc<Node>>, since| {
+            api.changes_since(since, world)
         };
-        let first = feed(&mut api, &world, None);
+        let first = feed(&mut api, &mut world, None);
         assert!(first.resync);
         assert_eq!(names(&first.changed), ["a", "b", "c"]);
         // b changes, c goes, d comes; a is the same `Arc`.
         let mut b = node("b");
         b.annotations.insert("k".into(), String::new());
         world = vec![Arc::clone(&world[0]), Arc::new(b), Arc::new(node("d"))];
-        let second = feed(&mut api, &world, first.revision);
+        let second = feed(&mut api, &mut world, first.revision);
         assert!(!second.resync);
         assert_eq!(names(&second.changed), ["b", "d"]);
         assert_eq!(second.removed, ["c"]);
         assert!(
-            Arc::ptr_eq(
-                &second.changed[0],
-                &api.list_shared(world.iter().map(|n| (n, None)))[1]
-            ),
+            Arc::ptr_eq(&second.changed[0], &api.list_shared(&mut world)[1]),
             "the view lists share"
         );
         // Nothing since; then a node versioned outside the feed (a patch) is reported.
-        let third = feed(&mut api, &world, second.revision);
+        let third = feed(&mut api, &mut world, second.revision);
         assert!(third.changed.is_empty() && third.removed.is_empty());
         let mut a = node("a");
         a.labels.insert("patched".into(), String::new());
         world[0] = Arc::new(a);
-        let patched = api.view_of_shared(&world[0], None);
-        let fourth = feed(&mut api, &world, third.revision);
+        let patched = api.view_of_shared(&mut world[0], None);
+        let fourth = feed(&mut api, &mut world, third.revision);
         assert_eq!(names(&fourth.changed), ["a"]);
         assert!(Arc::ptr_eq(&fourth.changed[0], &patched));
         // A revision this server never gave is answered with a resync.
-        let unknown = feed(&mut api, &world, Some(NodeRevision(u64::MAX)));
+        let unknown = feed(&mut api, &mut world, Some(NodeRevision(u64::MAX)));
         assert!(unknown.resync);
         assert_eq!(names(&unknown.changed), ["a", "b", "d"]);
     }

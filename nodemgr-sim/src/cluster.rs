@@ -32,8 +32,9 @@ use nodemgr_core::ports::{
     RecordedEvent, StandbyHolder,
 };
 
+use crate::api::SimApiServer;
 use crate::scenario::{ErrorKind, Operation};
-use crate::world::World;
+use crate::world::{SimNode, World};
 
 /// The cluster port over a borrowed world. Build one per controller step:
 /// `SimCluster::new(&mut world)`.
@@ -72,19 +73,20 @@ impl<'w> SimCluster<'w> {
             .collect()
     }
 
-    /// Checks and applies a node patch (the API server's side of `patch_node`): the patched
-    /// node, not yet versioned, and its heartbeat.
-    fn apply_patch(
-        w: &mut World,
+    /// Checks and applies a node patch (the API server's side of `patch_node`): the simulated
+    /// API and the patched node, not yet versioned.
+    fn apply_patch<'a>(
+        w: &'a mut World,
         name: &str,
         patch: &NodePatch,
-    ) -> Result<(Arc<Node>, Option<Timestamp>), ClusterError> {
-        Self::check(w, Operation::Patch, &format!("patch node {name}"))?;
+    ) -> Result<(&'a mut SimApiServer, &'a mut SimNode), ClusterError> {
+        Self::check(w, Operation::Patch, format_args!("patch node {name}"))?;
+        let api = &mut w.api;
         let Some(n) = w.nodes.get_mut(name) else {
             return Err(ClusterError::not_found(format!("node {name}")));
         };
         if let Some(expected) = &patch.resource_version {
-            let current = w.api.version_of_shared(&n.node);
+            let current = api.version_of_shared(&n.node);
             if current != *expected {
                 return Err(ClusterError::conflict(format!(
                     "node {name}: the object has been modified (resourceVersion {current}, not {expected}); please apply your changes to the latest version and try again"
@@ -92,10 +94,16 @@ impl<'w> SimCluster<'w> {
             }
         }
         patch.apply_to(Arc::make_mut(&mut n.node));
-        Ok((Arc::clone(&n.node), n.last_heartbeat))
+        Ok((api, n))
     }
 
-    fn check(world: &mut World, op: Operation, what: &str) -> Result<(), ClusterError> {
+    /// Fails with the injected error when the scenario's `apiErrors` cover `op` now (the
+    /// message is formatted only then).
+    fn check(
+        world: &mut World,
+        op: Operation,
+        what: std::fmt::Arguments<'_>,
+    ) -> Result<(), ClusterError> {
         match world.fault(op) {
             None => Ok(()),
             Some(kind) => {
@@ -112,6 +120,29 @@ impl<'w> SimCluster<'w> {
     }
 }
 
+/// Every group's node count, over every node (`SimNode::group`).
+fn count_by_group(w: &World) -> BTreeMap<&str, i64> {
+    let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+    // Nodes are in name order, mostly `<group>-<n>`: count runs of one group at once.
+    let mut run: Option<(&str, i64)> = None;
+    for n in w.nodes.values() {
+        match &mut run {
+            Some((group, count)) if *group == n.group => *count = count.saturating_add(1),
+            _ => {
+                if let Some((group, count)) = run.replace((n.group.as_str(), 1)) {
+                    let c = counts.entry(group).or_insert(0);
+                    *c = c.saturating_add(count);
+                }
+            }
+        }
+    }
+    if let Some((group, count)) = run {
+        let c = counts.entry(group).or_insert(0);
+        *c = c.saturating_add(count);
+    }
+    counts
+}
+
 /// Runs a port future to completion. The simulator's futures never wait on anything, so this
 /// only polls (with a no-op waker) until ready; `None` if a future stays pending for a million
 /// polls, which would be a bug in a port implementation.
@@ -123,28 +154,27 @@ pub fn block_on<F: Future>(future: F) -> Option<F::Output> {
 impl ClusterRead for SimCluster<'_> {
     async fn list_node_groups(&self) -> Result<Vec<NodeGroup>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, "list node groups")?;
+        Self::check(&mut w, Operation::List, format_args!("list node groups"))?;
         // The simulator runs no status controller. Its stand-in for `status.desired` is the
         // group's node count: every machine the world runs is wanted, so the CloudEphemeral
         // whole-group gate (docs/deckhouse.md §3.2) reduces to the all-Ready gate, as it did
         // before the gate held groups without `desired`.
-        let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
-        // Nodes are in name order, mostly `<group>-<n>`: count runs of one group at once.
-        let mut run: Option<(&str, i64)> = None;
-        for n in w.nodes.values() {
-            match &mut run {
-                Some((group, count)) if *group == n.group => *count = count.saturating_add(1),
-                _ => {
-                    if let Some((group, count)) = run.replace((n.group.as_str(), 1)) {
-                        let c = counts.entry(group).or_insert(0);
-                        *c = c.saturating_add(count);
-                    }
-                }
+        // The count comes from the world's group index, unless it is stale (a foreign
+        // controller ran): then every node is counted.
+        let counted = w
+            .groups
+            .keys()
+            .any(|g| w.indexed_group_size(g).is_none())
+            .then(|| count_by_group(&w));
+        #[cfg(debug_assertions)]
+        if counted.is_none() {
+            let all = count_by_group(&w);
+            for name in w.groups.keys() {
+                let indexed = w
+                    .indexed_group_size(name)
+                    .and_then(|n| i64::try_from(n).ok());
+                debug_assert_eq!(indexed, Some(all.get(name.as_str()).copied().unwrap_or(0)));
             }
-        }
-        if let Some((group, count)) = run {
-            let c = counts.entry(group).or_insert(0);
-            *c = c.saturating_add(count);
         }
         Ok(w.groups
             .iter()
@@ -152,7 +182,13 @@ impl ClusterRead for SimCluster<'_> {
                 let mut group = g.group.clone();
                 let status = group.status.get_or_insert_with(NodeGroupStatus::default);
                 if status.desired.is_none() {
-                    status.desired = Some(counts.get(name.as_str()).copied().unwrap_or(0));
+                    let size = match &counted {
+                        Some(counts) => counts.get(name.as_str()).copied().unwrap_or(0),
+                        None => w
+                            .indexed_group_size(name)
+                            .map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)),
+                    };
+                    status.desired = Some(size);
                 }
                 group
             })
@@ -161,7 +197,7 @@ impl ClusterRead for SimCluster<'_> {
 
     async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, "list nodes")?;
+        Self::check(&mut w, Operation::List, format_args!("list nodes"))?;
         if let Some(cached) = w.api.cached_nodes(w.now) {
             return Ok(cached);
         }
@@ -170,13 +206,13 @@ impl ClusterRead for SimCluster<'_> {
 
     async fn list_nodes_fresh(&self) -> Result<Vec<Node>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, "list nodes")?;
+        Self::check(&mut w, Operation::List, format_args!("list nodes"))?;
         Ok(Self::owned_views(&mut w))
     }
 
     async fn list_nodes_shared(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, "list nodes")?;
+        Self::check(&mut w, Operation::List, format_args!("list nodes"))?;
         if let Some(cached) = w.api.cached_nodes(w.now) {
             return Ok(cached.into_iter().map(Arc::new).collect());
         }
@@ -185,7 +221,7 @@ impl ClusterRead for SimCluster<'_> {
 
     async fn list_nodes_fresh_shared(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, "list nodes")?;
+        Self::check(&mut w, Operation::List, format_args!("list nodes"))?;
         Ok(w.versioned_nodes())
     }
 
@@ -194,7 +230,7 @@ impl ClusterRead for SimCluster<'_> {
         since: Option<NodeRevision>,
     ) -> Result<NodeChanges, ClusterError> {
         let mut guard = self.lock();
-        Self::check(&mut guard, Operation::List, "list nodes")?;
+        Self::check(&mut guard, Operation::List, format_args!("list nodes"))?;
         let w: &mut World = &mut guard;
         // A lagging cache shows the past: a whole list, from which no revision continues.
         if let Some(cached) = w.api.cached_nodes(w.now) {
@@ -202,19 +238,18 @@ impl ClusterRead for SimCluster<'_> {
                 cached.into_iter().map(Arc::new).collect(),
             ));
         }
-        let nodes = w.nodes.values().map(|n| (&n.node, n.last_heartbeat));
-        Ok(w.api.changes_since(since, nodes))
+        Ok(w.api.changes_since(since, &mut w.nodes))
     }
 
     async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, "list pods")?;
+        Self::check(&mut w, Operation::List, format_args!("list pods"))?;
         Ok(w.pods.values().map(|p| p.pod.clone()).collect())
     }
 
     async fn list_pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, "list pods")?;
+        Self::check(&mut w, Operation::List, format_args!("list pods"))?;
         Ok(w.pods_by_node
             .get(node)
             .map(|keys| {
@@ -227,13 +262,21 @@ impl ClusterRead for SimCluster<'_> {
 
     async fn list_pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, "list PodDisruptionBudgets")?;
+        Self::check(
+            &mut w,
+            Operation::List,
+            format_args!("list PodDisruptionBudgets"),
+        )?;
         Ok(w.pdb_views())
     }
 
     async fn configuration_checksums(&self) -> Result<BTreeMap<String, String>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, "read configuration checksums")?;
+        Self::check(
+            &mut w,
+            Operation::List,
+            format_args!("read configuration checksums"),
+        )?;
         Ok(w.groups
             .iter()
             .map(|(name, g)| (name.clone(), g.desired().to_owned()))
@@ -246,10 +289,10 @@ impl NodeApi for SimCluster<'_> {
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError> {
         let mut guard = self.lock();
         let w: &mut World = &mut guard;
-        let (node, heartbeat) = Self::apply_patch(w, name, patch)?;
-        let mut view = Node::clone(&node);
-        view.last_heartbeat = heartbeat;
-        view.resource_version = w.api.version_of_shared(&node);
+        let (api, n) = Self::apply_patch(w, name, patch)?;
+        let mut view = Node::clone(&n.node);
+        view.last_heartbeat = n.last_heartbeat;
+        view.resource_version = api.version_of_shared(&n.node);
         w.wake_agent(name);
         Ok(view)
     }
@@ -261,9 +304,10 @@ impl NodeApi for SimCluster<'_> {
     ) -> Result<Arc<Node>, ClusterError> {
         let mut guard = self.lock();
         let w: &mut World = &mut guard;
-        let (node, heartbeat) = Self::apply_patch(w, name, patch)?;
-        // The view the next list or change feed answer shares, not a copy of its own.
-        let view = w.api.view_of_shared(&node, heartbeat);
+        let (api, n) = Self::apply_patch(w, name, patch)?;
+        // The view the next list or change feed answer shares, not a copy of its own (the
+        // patched node itself when only the world holds it, `crate::api`).
+        let view = api.view_of_shared(&mut n.node, n.last_heartbeat);
         w.wake_agent(name);
         Ok(view)
     }
@@ -274,7 +318,11 @@ impl NodeApi for SimCluster<'_> {
         precondition: &Precondition,
     ) -> Result<(), ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::Delete, &format!("delete node {name}"))?;
+        Self::check(
+            &mut w,
+            Operation::Delete,
+            format_args!("delete node {name}"),
+        )?;
         let Some(n) = w.nodes.get(name) else {
             return Err(ClusterError::not_found(format!("node {name}")));
         };
@@ -296,42 +344,49 @@ impl NodeApi for SimCluster<'_> {
 impl PodApi for SimCluster<'_> {
     async fn evict_pod(&self, pod: &PodRef) -> Result<EvictionResult, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::Evict, &format!("evict pod {pod}"))?;
+        Self::check(&mut w, Operation::Evict, format_args!("evict pod {pod}"))?;
         let key = pod.to_string();
         let Some(sp) = w.pods.get(&key) else {
             return Ok(EvictionResult::Gone);
         };
-        let view = sp.pod.clone();
+        // What the API server decides, read before anything is counted (no copy of the pod).
+        let view = &sp.pod;
+        let per_node = view.is_daemonset() || view.is_mirror();
         let terminating = sp.terminating_until.is_some();
         let grace = sp
             .workload
             .and_then(|i| w.workloads.get(i))
             .map_or(Duration::ZERO, |wl| wl.termination_grace_period.0);
+        let refused = !terminating && w.eviction_refused(view);
+        let has_budget = !terminating
+            && !refused
+            && w.pdbs.iter().any(|p| {
+                p.namespace == view.namespace
+                    && p.selector
+                        .iter()
+                        .all(|(k, v)| view.labels.get(k) == Some(v))
+            });
+        let blocking = if has_budget {
+            w.pdb_views()
+                .into_iter()
+                .find(|p| p.covers(view) && p.disruptions_allowed <= 0)
+        } else {
+            None
+        };
         w.stats.eviction_requests += 1;
-        if view.is_daemonset() || view.is_mirror() {
+        if per_node {
             w.stats.daemonset_eviction_requests += 1;
         }
         if terminating {
             return Ok(EvictionResult::Evicted);
         }
-        if w.eviction_refused(&view) {
+        if refused {
             w.stats.evictions_refused += 1;
             return Ok(EvictionResult::RefusedByBudget(
                 "eviction refused (injected)".into(),
             ));
         }
-        let has_budget = w.pdbs.iter().any(|p| {
-            p.namespace == view.namespace
-                && p.selector
-                    .iter()
-                    .all(|(k, v)| view.labels.get(k) == Some(v))
-        });
-        if has_budget
-            && let Some(pdb) = w
-                .pdb_views()
-                .into_iter()
-                .find(|p| p.covers(&view) && p.disruptions_allowed <= 0)
-        {
+        if let Some(pdb) = blocking {
             w.stats.evictions_refused += 1;
             return Ok(EvictionResult::RefusedByBudget(format!(
                 "Cannot evict pod as it would violate the pod's disruption budget {}/{}",
@@ -355,7 +410,7 @@ impl PodApi for SimCluster<'_> {
         precondition: &Precondition,
     ) -> Result<(), ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::Delete, &format!("delete pod {pod}"))?;
+        Self::check(&mut w, Operation::Delete, format_args!("delete pod {pod}"))?;
         let key = pod.to_string();
         let Some(sp) = w.pods.get(&key) else {
             return Err(ClusterError::not_found(format!("pod {key}")));
@@ -388,7 +443,7 @@ impl PodApi for SimCluster<'_> {
 impl EventApi for SimCluster<'_> {
     async fn emit_event(&self, event: &RecordedEvent) -> Result<(), ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::Event, "record an event")?;
+        Self::check(&mut w, Operation::Event, format_args!("record an event"))?;
         w.recorded_events.push(event.clone());
         Ok(())
     }
@@ -415,7 +470,7 @@ impl NodeHealthRead for SimCluster<'_> {
         name: &str,
     ) -> Result<Option<(Node, Option<Timestamp>)>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, &format!("get node {name}"))?;
+        Self::check(&mut w, Operation::List, format_args!("get node {name}"))?;
         Ok(w.nodes.get(name).map(|n| (n.view(), None)))
     }
 }
@@ -427,7 +482,7 @@ const FINALIZER_INSTANCE: &str = "node-manager.deckhouse.io/machine";
 impl MachineApi for SimCluster<'_> {
     async fn list_instances(&self) -> Result<Vec<Instance>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, "list Instances")?;
+        Self::check(&mut w, Operation::List, format_args!("list Instances"))?;
         Ok(w.instances.values().cloned().collect())
     }
 
@@ -438,7 +493,7 @@ impl MachineApi for SimCluster<'_> {
     ) -> Result<(), ClusterError> {
         let mut w = self.lock();
         let what = format!("create Instance {}", instance.machine);
-        Self::check(&mut w, Operation::Patch, &what)?;
+        Self::check(&mut w, Operation::Patch, format_args!("{what}"))?;
         if w.instances.contains_key(&instance.machine) {
             return Ok(());
         }
@@ -486,7 +541,7 @@ impl MachineApi for SimCluster<'_> {
         Self::check(
             &mut w,
             Operation::Patch,
-            &format!("update Instance {machine}"),
+            format_args!("update Instance {machine}"),
         )?;
         let Some(i) = w.instances.get_mut(machine) else {
             return Err(ClusterError::not_found(format!("Instance {machine}")));
@@ -514,7 +569,7 @@ impl MachineApi for SimCluster<'_> {
         Self::check(
             &mut w,
             Operation::Delete,
-            &format!("delete Instance {machine}"),
+            format_args!("delete Instance {machine}"),
         )?;
         w.instances.remove(machine);
         Ok(())
@@ -530,7 +585,7 @@ impl MachineApi for SimCluster<'_> {
         Self::check(
             &mut w,
             Operation::Patch,
-            &format!("update status of {group}"),
+            format_args!("update status of {group}"),
         )?;
         let Some(g) = w.groups.get_mut(group) else {
             return Err(ClusterError::not_found(format!("NodeGroup {group}")));
@@ -548,7 +603,11 @@ impl MachineApi for SimCluster<'_> {
 
     async fn list_standby_holders(&self) -> Result<Vec<AppliedHolder>, ClusterError> {
         let mut w = self.lock();
-        Self::check(&mut w, Operation::List, "list standby holders")?;
+        Self::check(
+            &mut w,
+            Operation::List,
+            format_args!("list standby holders"),
+        )?;
         Ok(w.standby_holders
             .values()
             .map(StandbyHolder::applied)
@@ -558,7 +617,7 @@ impl MachineApi for SimCluster<'_> {
     async fn apply_standby_holder(&self, holder: &StandbyHolder) -> Result<(), ClusterError> {
         let mut w = self.lock();
         let what = format!("apply {}", holder.name());
-        Self::check(&mut w, Operation::Patch, &what)?;
+        Self::check(&mut w, Operation::Patch, format_args!("{what}"))?;
         w.standby_holders
             .insert(holder.group.clone(), holder.clone());
         Ok(())
@@ -567,7 +626,7 @@ impl MachineApi for SimCluster<'_> {
     async fn delete_standby_holder(&self, group: &str) -> Result<(), ClusterError> {
         let mut w = self.lock();
         let what = format!("delete {}", nodemgr_core::ports::holder_name(group));
-        Self::check(&mut w, Operation::Delete, &what)?;
+        Self::check(&mut w, Operation::Delete, format_args!("{what}"))?;
         w.standby_holders.remove(group);
         Ok(())
     }
@@ -577,7 +636,7 @@ impl MachineApi for SimCluster<'_> {
         Self::check(
             &mut w,
             Operation::Patch,
-            &format!("update status of {group}"),
+            format_args!("update status of {group}"),
         )?;
         let Some(g) = w.groups.get_mut(group) else {
             return Err(ClusterError::not_found(format!("NodeGroup {group}")));

@@ -1,6 +1,7 @@
 //! The update executor's view of the Nodes, kept from one step to the next: every node with
 //! what a step reads from it (its group and update marks), grouped by
-//! `node.deckhouse.io/group`, the names of the nodes carrying a drain mark, and the groups
+//! `node.deckhouse.io/group`, the names of the nodes the drain half has to look at
+//! ([`NodeFacts::drain_marked`]), and the groups
 //! whose nodes changed since they were last planned. It decides what a step looks at again:
 //! a change feed answer ([`NodeChanges`], `docs/executors.md` §3) touches only the nodes it
 //! names; a whole list (a resync, a direct read) is compared with the view node by node, the
@@ -11,7 +12,7 @@
 //! that is name order, which changes keep; otherwise it is the position in that list, nodes
 //! added since coming after it in the order they were added.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::model::Node;
@@ -42,10 +43,13 @@ impl NodeFacts {
         }
     }
 
-    /// Whether the node carries a drain mark (`draining` or `drained`): the only nodes the
-    /// drain half of a step looks at.
+    /// Whether the drain half of a step has anything to do with the node: it carries
+    /// `draining` (a drain to run), or a person's `drained=user` (removed once the node is
+    /// schedulable again). The only nodes that half looks at; a node drained by nodemgr
+    /// (`drained=bashible`, `drained=scale-down`, …) waits for the planner or the scaling
+    /// executor and is left alone there.
     pub(crate) fn drain_marked(&self) -> bool {
-        self.marks.draining.is_some() || self.marks.drained.is_some()
+        self.marks.drain_relevant()
     }
 }
 
@@ -57,17 +61,34 @@ fn sorted_by_name(nodes: &[Arc<Node>]) -> bool {
     })
 }
 
+/// The nodes of one group.
+#[derive(Debug, Clone, Default)]
+struct Members {
+    /// Node name → slot.
+    by_name: BTreeMap<String, usize>,
+    /// The slots in name order (what the planner walks at every plan of the group), made
+    /// again from `by_name` after a node joined or left the group.
+    ordered: Vec<usize>,
+    /// Whether `ordered` is to be made again.
+    stale: bool,
+}
+
 /// The view (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NodeTable {
-    /// Group (`None`: unlabelled) → node name → facts.
-    groups: BTreeMap<Option<String>, BTreeMap<String, NodeFacts>>,
-    /// Node name → its group.
-    group_of: BTreeMap<String, Option<String>>,
+    /// Every node's facts, at the slot [`NodeTable::by_name`] gives (`None`: a free slot).
+    slots: Vec<Option<NodeFacts>>,
+    /// Free slots.
+    free: Vec<usize>,
+    /// Node name → its slot: a node is found by one hash lookup (a step looks nodes up by
+    /// name for every change, write and drain-marked node).
+    by_name: HashMap<String, usize>,
+    /// Group (`None`: unlabelled) → its nodes.
+    groups: BTreeMap<Option<String>, Members>,
     /// Whether the order is name order (the last whole list was sorted by name).
     sorted: bool,
     next_pos: u64,
-    /// Names of the nodes carrying a drain mark.
+    /// Names of the nodes the drain half looks at ([`NodeFacts::drain_marked`]).
     marked: BTreeSet<String>,
     /// Groups with a node added, changed or removed since [`NodeTable::take_dirty`].
     dirty: BTreeSet<String>,
@@ -96,16 +117,18 @@ impl NodeTable {
     pub(crate) fn replace(&mut self, nodes: Vec<Arc<Node>>, known: &mut KnownVersions) {
         known.view_replaced();
         self.sorted = sorted_by_name(&nodes);
-        let mut old_groups = std::mem::take(&mut self.groups);
-        let mut old_group_of = std::mem::take(&mut self.group_of);
+        let mut old_slots = std::mem::take(&mut self.slots);
+        let mut old_by_name = std::mem::take(&mut self.by_name);
+        self.groups.clear();
+        self.free.clear();
         self.marked.clear();
         self.next_pos = 0;
         for node in nodes {
             let pos = self.next_pos;
             self.next_pos = self.next_pos.saturating_add(1);
-            let previous = old_group_of
+            let previous = old_by_name
                 .remove(&node.name)
-                .and_then(|g| old_groups.get_mut(&g).and_then(|m| m.remove(&node.name)));
+                .and_then(|i| old_slots.get_mut(i).and_then(Option::take));
             let facts = match previous {
                 Some(mut facts) if Arc::ptr_eq(&facts.node, &node) => {
                     facts.pos = pos;
@@ -126,12 +149,9 @@ impl NodeTable {
             self.remove(&facts.node.name);
             self.insert(facts);
         }
-        self.dirty.extend(
-            old_groups
-                .into_iter()
-                .filter(|(_, m)| !m.is_empty())
-                .filter_map(|(group, _)| group),
-        );
+        // The groups of the nodes no longer listed changed.
+        self.dirty
+            .extend(old_slots.into_iter().flatten().filter_map(|f| f.group));
     }
 
     fn insert(&mut self, facts: NodeFacts) {
@@ -139,42 +159,50 @@ impl NodeTable {
         if facts.drain_marked() {
             self.marked.insert(name.clone());
         }
-        self.group_of.insert(name.clone(), facts.group.clone());
-        self.groups
-            .entry(facts.group.clone())
-            .or_default()
-            .insert(name, facts);
+        let group = facts.group.clone();
+        let slot = match self.free.pop() {
+            Some(i) if i < self.slots.len() => {
+                if let Some(free) = self.slots.get_mut(i) {
+                    *free = Some(facts);
+                }
+                i
+            }
+            _ => {
+                self.slots.push(Some(facts));
+                self.slots.len() - 1
+            }
+        };
+        self.by_name.insert(name.clone(), slot);
+        let members = self.groups.entry(group).or_default();
+        members.by_name.insert(name, slot);
+        members.stale = true;
     }
 
     /// Puts a changed or new node in.
     fn upsert(&mut self, node: Arc<Node>) {
-        let group = node.group();
-        let same_group = self
-            .group_of
+        let slot = self
+            .by_name
             .get(&node.name)
-            .is_some_and(|g| g.as_deref() == group);
-        if same_group {
-            let slot = self
-                .groups
-                .get_mut(&group.map(str::to_owned))
-                .and_then(|m| m.get_mut(&node.name));
-            if let Some(slot) = slot {
-                let facts = NodeFacts::of(node, slot.pos);
-                if facts.drain_marked() != slot.drain_marked() {
-                    if facts.drain_marked() {
-                        self.marked.insert(facts.node.name.clone());
-                    } else {
-                        self.marked.remove(&facts.node.name);
-                    }
+            .and_then(|&i| self.slots.get_mut(i))
+            .and_then(Option::as_mut);
+        if let Some(slot) = slot
+            && slot.group.as_deref() == node.group()
+        {
+            let facts = NodeFacts::of(node, slot.pos);
+            if facts.drain_marked() != slot.drain_marked() {
+                if facts.drain_marked() {
+                    self.marked.insert(facts.node.name.clone());
+                } else {
+                    self.marked.remove(&facts.node.name);
                 }
-                if let Some(group) = &facts.group
-                    && !self.dirty.contains(group)
-                {
-                    self.dirty.insert(group.clone());
-                }
-                *slot = facts;
-                return;
             }
+            if let Some(group) = &facts.group
+                && !self.dirty.contains(group)
+            {
+                self.dirty.insert(group.clone());
+            }
+            *slot = facts;
+            return;
         }
         let pos = match self.take(&node.name) {
             Some(previous) => previous.pos,
@@ -193,13 +221,21 @@ impl NodeTable {
 
     /// Takes node `name` out (marking its group dirty).
     fn take(&mut self, name: &str) -> Option<NodeFacts> {
-        let group = self.group_of.remove(name)?;
+        let i = self.by_name.remove(name)?;
+        let facts = self.slots.get_mut(i).and_then(Option::take)?;
+        self.free.push(i);
         self.marked.remove(name);
-        let facts = self.groups.get_mut(&group).and_then(|m| m.remove(name));
-        if let Some(group) = group {
-            self.dirty.insert(group);
+        if let Some(members) = self.groups.get_mut(&facts.group) {
+            members.by_name.remove(name);
+            members.stale = true;
+            if members.by_name.is_empty() {
+                self.groups.remove(&facts.group);
+            }
         }
-        facts
+        if let Some(group) = &facts.group {
+            self.dirty.insert(group.clone());
+        }
+        Some(facts)
     }
 
     /// Removes node `name`; whether it was there.
@@ -209,8 +245,8 @@ impl NodeTable {
 
     /// Node `name`.
     pub(crate) fn get(&self, name: &str) -> Option<&NodeFacts> {
-        let group = self.group_of.get(name)?;
-        self.groups.get(group).and_then(|m| m.get(name))
+        let &i = self.by_name.get(name)?;
+        self.slots.get(i)?.as_ref()
     }
 
     /// Node `name`'s resourceVersion.
@@ -220,18 +256,38 @@ impl NodeTable {
 
     /// Every node's name and resourceVersion.
     pub(crate) fn versions(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.groups
-            .values()
-            .flat_map(|m| m.iter())
-            .map(|(name, f)| (name.as_str(), f.node.resource_version.as_str()))
+        self.slots
+            .iter()
+            .flatten()
+            .map(|f| (f.node.name.as_str(), f.node.resource_version.as_str()))
     }
 
-    /// The nodes of group `group`, in name order.
-    pub(crate) fn members(&self, group: &str) -> impl Iterator<Item = &NodeFacts> {
-        self.groups
-            .get(&Some(group.to_owned()))
-            .into_iter()
-            .flat_map(|m| m.values())
+    /// Every node (in no particular order).
+    pub(crate) fn all(&self) -> impl Iterator<Item = &NodeFacts> {
+        self.slots.iter().flatten()
+    }
+
+    /// The nodes of group `group`, in name order, with their update marks (what the planner
+    /// reads).
+    pub(crate) fn members_marked(&mut self, group: &str) -> Vec<(&Node, UpdateMarks)> {
+        let Some(members) = self.groups.get_mut(&Some(group.to_owned())) else {
+            return Vec::new();
+        };
+        if members.stale {
+            members.ordered.clear();
+            members.ordered.extend(members.by_name.values().copied());
+            members.stale = false;
+        }
+        let slots = &self.slots;
+        let mut out = Vec::with_capacity(members.ordered.len());
+        out.extend(
+            members
+                .ordered
+                .iter()
+                .filter_map(|&i| slots.get(i).and_then(Option::as_ref))
+                .map(|f| (&*f.node, f.marks)),
+        );
+        out
     }
 
     /// Whether group `group` had a node added, changed or removed since the last call for
@@ -240,7 +296,7 @@ impl NodeTable {
         self.dirty.remove(group)
     }
 
-    /// The names of the nodes carrying a drain mark.
+    /// The names of the nodes the drain half looks at ([`NodeFacts::drain_marked`]).
     pub(crate) fn marked(&self) -> &BTreeSet<String> {
         &self.marked
     }
@@ -271,8 +327,12 @@ mod tests {
         Arc::new(n)
     }
 
-    fn names(table: &NodeTable, group: &str) -> Vec<String> {
-        table.members(group).map(|f| f.node.name.clone()).collect()
+    fn names(table: &mut NodeTable, group: &str) -> Vec<String> {
+        table
+            .members_marked(group)
+            .into_iter()
+            .map(|(n, _)| n.name.clone())
+            .collect()
     }
 
     #[test]
@@ -300,9 +360,9 @@ mod tests {
             },
             &mut known,
         );
-        assert_eq!(names(&table, "a"), vec!["a-0", "a-1"]);
-        assert!(names(&table, "b").is_empty());
-        assert_eq!(names(&table, "c"), vec!["b-0"]);
+        assert_eq!(names(&mut table, "a"), vec!["a-0", "a-1"]);
+        assert!(names(&mut table, "b").is_empty());
+        assert_eq!(names(&mut table, "c"), vec!["b-0"]);
         assert!(table.take_dirty("a") && table.take_dirty("b") && table.take_dirty("c"));
         assert_eq!(table.marked().iter().collect::<Vec<_>>(), vec!["b-0"]);
         table.apply(

@@ -49,9 +49,10 @@
 //!    `nodeDrainTimeoutSecond`) forced deletions with grace period 0 and a UID precondition. A
 //!    finished drain (completed or timed out, docs/deckhouse.md §3.3) replaces `draining=<source>` by
 //!    `drained=<source>`. A `drained=user` on a schedulable node is removed (docs/deckhouse.md §3.3).
-//!    Only the nodes carrying `draining` or `drained` are looked at, in the port's list order
-//!    (name order for a port listing by name); which nodes do is read again only for the nodes
-//!    that changed since the previous step (and for those this step patched).
+//!    Only the nodes carrying `draining` or a person's `drained` are looked at (nothing is
+//!    done to the others), in the port's list order (name order for a port listing by name);
+//!    which nodes do is read again only for the nodes that changed since the previous step
+//!    (and for those this step patched).
 //!
 //! # Cost of a step
 //! With a port that answers the change feed incrementally (the simulator's), a step does work
@@ -378,8 +379,9 @@ impl UpdateExecutor {
     /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared),
     /// [`ClusterRead::node_changes_since`](crate::ports::ClusterRead::node_changes_since)).
     /// Its plan is then the previous one (no command, the same blocked reasons). Likewise the
-    /// drain half looks again only at the nodes that changed for their drain marks. `false`
-    /// plans every group and reads the whole list at every step
+    /// drain half looks again only at the nodes that changed for their drain marks, and only
+    /// at those it may act on ([`UpdateMarks::drain_relevant`]). `false` plans every group,
+    /// looks at every node with a drain mark and reads the whole list at every step
     /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared), not
     /// the change feed), for tests comparing both.
     pub fn set_skip_unchanged(&mut self, skip: bool) {
@@ -416,11 +418,7 @@ impl UpdateExecutor {
                 plans.push((group.name().to_owned(), plan));
                 continue;
             }
-            let marked = self
-                .view
-                .members(group.name())
-                .map(|f| (&*f.node, f.marks))
-                .collect();
+            let marked = self.view.members_marked(group.name());
             let plan = plan_group_update_marked(group, desired, marked, now);
             if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
                 self.planned.insert(
@@ -686,12 +684,30 @@ impl UpdateExecutor {
             patched,
         };
         let find = |name: &str| nodes.get(name).map(|n| &**n);
-        // Only nodes carrying `draining` or `drained` take part below, in list order: the
-        // view's marked nodes, with the marks of the nodes this step patched read again.
-        let mut names: BTreeSet<&str> = self.view.marked().iter().map(String::as_str).collect();
+        // Only nodes carrying `draining` or a person's `drained` take part below
+        // (`UpdateMarks::drain_relevant`: nothing is done to any other node), in list order:
+        // the view's marked nodes, with the marks of the nodes this step patched read again.
+        // The plain executor (`set_skip_unchanged(false)`) looks at every node with any drain
+        // mark instead, as a comparison for tests.
+        let plain = self.plan_every_group;
+        let takes_part = |marks: UpdateMarks| {
+            if plain {
+                marks.draining.is_some() || marks.drained.is_some()
+            } else {
+                marks.drain_relevant()
+            }
+        };
+        let mut names: BTreeSet<&str> = if plain {
+            self.view
+                .all()
+                .filter(|f| takes_part(f.marks))
+                .map(|f| f.node.name.as_str())
+                .collect()
+        } else {
+            self.view.marked().iter().map(String::as_str).collect()
+        };
         for (name, node) in patched {
-            let marks = UpdateMarks::of(node);
-            if marks.draining.is_some() || marks.drained.is_some() {
+            if takes_part(UpdateMarks::of(node)) {
                 names.insert(name);
             } else {
                 names.remove(name.as_str());
@@ -752,10 +768,6 @@ impl UpdateExecutor {
             }
         }
 
-        let configs: BTreeMap<&str, DrainConfig> = groups
-            .iter()
-            .map(|g| (g.name(), DrainConfig::for_group(g)))
-            .collect();
         let draining: Vec<&Node> = marked
             .iter()
             .map(|n| &**n)
@@ -775,7 +787,11 @@ impl UpdateExecutor {
             };
             if !self.drains.contains_key(&node.name) {
                 let group = node.group().unwrap_or_default().to_owned();
-                let config = configs.get(group.as_str()).copied().unwrap_or_default();
+                let config = groups
+                    .iter()
+                    .find(|g| g.name() == group)
+                    .map(DrainConfig::for_group)
+                    .unwrap_or_default();
                 let drain = Drain::from_pods(node, &pods, config, now);
                 let pod_uids: BTreeMap<String, String> = pods
                     .iter()
@@ -1467,6 +1483,149 @@ mod tests {
             Some("yes"),
             "the concurrent change survives"
         );
+    }
+
+    /// A node of the property below: its update marks, `draining` and `drained` sources
+    /// (`None`: absent), cordon, and pods (`true`: its eviction is refused).
+    type NodeCase = (
+        u8,
+        Option<&'static str>,
+        Option<&'static str>,
+        bool,
+        Vec<bool>,
+    );
+
+    fn node_case() -> impl proptest::strategy::Strategy<Value = NodeCase> {
+        use proptest::prelude::*;
+        let source = || {
+            prop::option::of(prop::sample::select(vec![
+                "",
+                "bashible",
+                "user",
+                "scale-down",
+            ]))
+        };
+        (
+            0u8..16,
+            source(),
+            source(),
+            any::<bool>(),
+            prop::collection::vec(any::<bool>(), 0..3),
+        )
+    }
+
+    fn fake_of(nodes: &[NodeCase]) -> Fake {
+        let fake = Fake::default();
+        {
+            let mut s = fake.state();
+            s.groups.push(group());
+            let marks = [
+                keys::ANNOTATION_WAITING_FOR_APPROVAL,
+                keys::ANNOTATION_APPROVED,
+                keys::ANNOTATION_DISRUPTION_REQUIRED,
+                keys::ANNOTATION_DISRUPTION_APPROVED,
+            ];
+            for (i, (bits, draining, drained, cordoned, pods)) in nodes.iter().enumerate() {
+                let name = format!("n{i}");
+                let set: Vec<&str> = marks
+                    .iter()
+                    .enumerate()
+                    .filter(|(b, _)| bits & (1 << b) != 0)
+                    .map(|(_, m)| *m)
+                    .collect();
+                let mut n = node(&name, &set);
+                if let Some(v) = draining {
+                    n.annotations
+                        .insert(keys::ANNOTATION_DRAINING.into(), (*v).into());
+                }
+                if let Some(v) = drained {
+                    n.annotations
+                        .insert(keys::ANNOTATION_DRAINED.into(), (*v).into());
+                }
+                n.unschedulable = *cordoned;
+                s.version += 1;
+                n.resource_version = s.version.to_string();
+                s.nodes.push(n);
+                for (j, refused) in pods.iter().enumerate() {
+                    let p = pod(&format!("{name}-p{j}"), &name, "ReplicaSet");
+                    if *refused {
+                        s.blocked.insert(p.key());
+                    }
+                    s.pods.push(p);
+                }
+            }
+        }
+        fake
+    }
+
+    /// A person's edit between steps: node `i % len` is uncordoned, cordoned, or given
+    /// `drained=user` or `draining=user`.
+    fn person_edits(fake: &Fake, edits: &[(usize, u8)]) {
+        let mut s = fake.state();
+        for &(i, what) in edits {
+            let len = s.nodes.len();
+            if len == 0 {
+                return;
+            }
+            s.version += 1;
+            let version = s.version.to_string();
+            let Some(n) = s.nodes.get_mut(i % len) else {
+                continue;
+            };
+            match what % 4 {
+                0 => n.unschedulable = false,
+                1 => n.unschedulable = true,
+                2 => {
+                    n.annotations
+                        .insert(keys::ANNOTATION_DRAINED.into(), "user".into());
+                }
+                _ => {
+                    n.annotations
+                        .insert(keys::ANNOTATION_DRAINING.into(), "user".into());
+                }
+            }
+            n.resource_version = version;
+        }
+    }
+
+    proptest::proptest! {
+        /// The drain half of the skipping executor looks only at the nodes it may act on
+        /// (`draining`, or a person's `drained`: `UpdateMarks::drain_relevant`); the plain
+        /// one at every node with a drain mark. Over random marks, cordons, pods, refused
+        /// evictions and a person's edits between steps (up to a drain timeout), both take
+        /// the same decisions and leave the same cluster.
+        #[test]
+        fn looking_only_at_relevant_drain_marks_changes_no_decision(
+            nodes in proptest::collection::vec(node_case(), 1..6),
+            edits in proptest::collection::vec(
+                proptest::collection::vec((0usize..6, 0u8..4), 0..3),
+                4,
+            ),
+        ) {
+            let (skipping, plain) = (fake_of(&nodes), fake_of(&nodes));
+            let mut a = UpdateExecutor::new();
+            let mut b = UpdateExecutor::new();
+            b.set_skip_unchanged(false);
+            for (step, now) in [0, 10, 30, 400].into_iter().enumerate() {
+                if let Some(e) = edits.get(step) {
+                    person_edits(&skipping, e);
+                    person_edits(&plain, e);
+                }
+                let ra = block_on(a.step(&skipping, t(now))).unwrap();
+                let rb = block_on(b.step(&plain, t(now))).unwrap();
+                proptest::prop_assert_eq!(&ra.events, &rb.events, "step at {}s", now);
+                let errors = |r: &StepReport| {
+                    r.errors.iter().map(ToString::to_string).collect::<Vec<_>>()
+                };
+                proptest::prop_assert_eq!(errors(&ra), errors(&rb));
+                proptest::prop_assert_eq!(&ra.blocked, &rb.blocked);
+            }
+            let (sa, sb) = (skipping.state(), plain.state());
+            proptest::prop_assert_eq!(&sa.nodes, &sb.nodes);
+            proptest::prop_assert_eq!(&sa.pods, &sb.pods);
+            proptest::prop_assert_eq!(&sa.evictions, &sb.evictions);
+            proptest::prop_assert_eq!(&sa.deletions, &sb.deletions);
+        }
     }
 
     #[test]

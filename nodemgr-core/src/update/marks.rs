@@ -71,6 +71,14 @@ impl UpdateMarks {
             || self.drained == Some(DrainSource::Bashible)
     }
 
+    /// Whether the drain half of the update executor has anything to do with the node: it
+    /// carries `draining` (a drain to run), or a person's `drained` (removed once the node is
+    /// schedulable again, docs/deckhouse.md §3.3). A node nodemgr drained keeps its
+    /// `drained=bashible` until the planner finishes its update; nothing is done to it there.
+    pub fn drain_relevant(&self) -> bool {
+        self.draining.is_some() || self.drained == Some(DrainSource::User)
+    }
+
     /// Whether the node asks for a disruption (`disruption-required` or `rolling-update`).
     pub fn wants_disruption(&self) -> bool {
         self.disruption_required || self.rolling_update

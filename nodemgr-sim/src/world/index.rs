@@ -254,4 +254,14 @@ impl World {
             .map(|(_, key)| key)
             .collect()
     }
+
+    /// How many nodes group `group` has (`SimNode::group`), from the group index; `None`
+    /// while the indexes are stale ([`World::invalidate_indexes`]), when only a count over
+    /// [`World::nodes`] answers.
+    pub(crate) fn indexed_group_size(&self, group: &str) -> Option<usize> {
+        if self.index.stale {
+            return None;
+        }
+        Some(self.index.by_group.get(group).map_or(0, BTreeSet::len))
+    }
 }

@@ -77,7 +77,9 @@ pub struct SimNode {
     /// The node view (labels, annotations, taints, `unschedulable`); `ready` is kept current
     /// by the run loop, the heartbeat is [`SimNode::last_heartbeat`]. Shared with the views
     /// the simulated API hands out: change it with `Arc::make_mut` (which copies it when it is
-    /// shared), so that an unchanged node stays the same `Arc` ([`crate::api`]).
+    /// shared), so that an unchanged node stays the same `Arc` ([`crate::api`]). Its
+    /// `resource_version` and `last_heartbeat` are the API's (it may write a new version's
+    /// into a node only the world holds, to serve it as the view): read neither here.
     pub node: Arc<Node>,
     /// The node's last Lease renewal (outside [`SimNode::node`]: a renewal is not a change of
     /// the Node; views get it folded in). Brought up to date when something can read it
@@ -105,9 +107,11 @@ pub struct SimNode {
 }
 
 impl SimNode {
-    /// The node with its heartbeat folded in (unversioned).
+    /// The node with its heartbeat folded in (unversioned: the resourceVersion the simulated
+    /// API may have written into [`SimNode::node`] is cleared, `crate::api`).
     pub fn view(&self) -> Node {
         let mut view = Node::clone(&self.node);
+        view.resource_version.clear();
         view.last_heartbeat = self.last_heartbeat;
         view
     }

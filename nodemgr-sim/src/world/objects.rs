@@ -389,7 +389,6 @@ impl World {
     /// as long as it does not change (their heartbeats may be older than
     /// [`SimNode::last_heartbeat`]).
     pub fn versioned_nodes(&mut self) -> Vec<Arc<Node>> {
-        let nodes = self.nodes.values().map(|n| (&n.node, n.last_heartbeat));
-        self.api.list_shared(nodes)
+        self.api.list_shared(&mut self.nodes)
     }
 }

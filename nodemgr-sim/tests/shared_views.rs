@@ -1,0 +1,189 @@
+//! The simulated API server's shared views (`nodemgr_sim::api`, "Shared views": a new version
+//! of a node only the world holds is written into the world's own `Arc`, which then serves as
+//! the view, instead of a copy) change nothing: random clusters run once with shared views
+//! and once with every view a copy (`SimApiServer::set_shared_views(false)`) end with the same
+//! timeline, counters, recorded events and cluster, and a probe listing the nodes through the
+//! cluster port at a random period sees the same views (content, resourceVersion and
+//! heartbeat) at every one of its steps.
+//!
+//! Random clusters: 1–3 groups of 1–5 nodes, Automatic, Manual (with the operator's
+//! approvals) and RollingUpdate, `maxConcurrent` 1–2, 1–3 changes of every impact per group,
+//! and faults: nodes NotReady or dark, slow agents, refused evictions, API errors, a lagging
+//! watch cache, controller restarts. The update executor is the scenario's own (so the
+//! world's indexes, which the port reads for `status.desired`, are current when it runs); the
+//! probe is a controller added to the run.
+//!
+//! `PROPTEST_CASES=500 cargo test --release -p nodemgr-sim --test shared_views` runs more
+//! cases (the default is 48).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use nodemgr_core::model::Timestamp;
+use nodemgr_core::ports::ClusterRead;
+use nodemgr_sim::{Controller, Scenario, SimCluster, Simulation, World, block_on};
+use proptest::prelude::*;
+use serde_json::json;
+
+mod support;
+use support::{outcome, same_outcomes};
+
+#[derive(Debug, Clone)]
+struct Group {
+    nodes: usize,
+    mode: &'static str,
+    max_concurrent: u64,
+    changes: Vec<(&'static str, u64)>,
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    groups: Vec<Group>,
+    faults: Vec<(u8, usize, usize, u64, u64)>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let group = (
+        1usize..=5,
+        prop::sample::select(vec!["Automatic", "Manual", "RollingUpdate"]),
+        1u64..=2,
+        prop::collection::vec(
+            (
+                prop::sample::select(vec!["none", "kubelet-restart", "disruptive"]),
+                0u64..1800,
+            ),
+            1..=3,
+        ),
+    )
+        .prop_map(|(nodes, mode, max_concurrent, changes)| Group {
+            nodes,
+            mode,
+            max_concurrent,
+            changes,
+        });
+    (
+        prop::collection::vec(group, 1..=3),
+        prop::collection::vec((0u8..6, 0usize..3, 0usize..5, 0u64..2400, 10u64..300), 0..5),
+    )
+        .prop_map(|(groups, faults)| Case { groups, faults })
+}
+
+fn scenario(c: &Case) -> Scenario {
+    let mut groups = Vec::new();
+    let mut workloads =
+        vec![json!({"name": "exporter", "namespace": "monitoring", "kind": "DaemonSet"})];
+    let mut events = Vec::new();
+    for (i, g) in c.groups.iter().enumerate() {
+        let name = format!("g{i}");
+        groups.push(json!({
+            "name": name, "nodes": g.nodes, "zones": ["zone-a", "zone-b"],
+            "spec": {"nodeType": "CloudPermanent",
+                     "update": {"maxConcurrent": g.max_concurrent},
+                     "disruptions": {"approvalMode": g.mode}},
+        }));
+        workloads.push(json!({"name": format!("app{i}"), "kind": "Deployment",
+                              "replicas": g.nodes + 1, "group": name,
+                              "terminationGracePeriod": "5s"}));
+        for (impact, at) in &g.changes {
+            events
+                .push(json!({"at": format!("{at}s"), "change": {"group": name, "impact": impact}}));
+            if g.mode == "Manual" {
+                events.push(
+                    json!({"at": format!("{}s", at + 200), "approveDisruption": {"group": name}}),
+                );
+            }
+        }
+    }
+    for (kind, g, n, at, dur) in &c.faults {
+        let gi = g % c.groups.len();
+        let node = format!("g{gi}-{}", n % c.groups[gi].nodes);
+        let at = format!("{at}s");
+        let lasting = format!("{dur}s");
+        events.push(match kind {
+            0 => json!({"at": at, "nodeNotReady": {"node": node, "for": lasting}}),
+            1 => json!({"at": at, "nodeDark": {"node": node, "for": lasting}}),
+            2 => json!({"at": at, "slowAgent": {"node": node, "extraDelay": "30s"}}),
+            3 => json!({"at": at, "apiErrors": {"for": format!("{}s", dur / 10 + 5),
+                                                "operations": ["patch", "list"]}}),
+            4 => json!({"at": at, "watchLag": {"for": lasting, "lag": "15s"}}),
+            _ => json!({"at": at, "restartControllers": {"clockSkew": "+20s"}}),
+        });
+    }
+    let value = json!({
+        "name": "shared-views", "duration": "45m", "reconcilePeriod": "10s",
+        "agent": {"delay": "20s", "jitter": "7s", "kubeletRestart": "5s", "reboot": "30s"},
+        "groups": groups, "workloads": workloads, "events": events,
+    });
+    match Scenario::from_yaml(&value.to_string()) {
+        Ok(s) => s,
+        Err(e) => panic!("generated scenario rejected: {e}\n{value:#}"),
+    }
+}
+
+/// Lists the nodes through the cluster port every `period` and logs every view.
+struct ListProbe {
+    period: std::time::Duration,
+    next: Timestamp,
+    log: Rc<RefCell<Vec<String>>>,
+}
+
+impl Controller for ListProbe {
+    fn name(&self) -> &str {
+        "list-probe"
+    }
+
+    fn next_run(&self) -> Option<Timestamp> {
+        Some(self.next)
+    }
+
+    fn step(&mut self, world: &mut World, now: Timestamp) {
+        self.next = now + self.period;
+        let cluster = SimCluster::new(world);
+        let mut log = self.log.borrow_mut();
+        match block_on(cluster.list_nodes_shared()) {
+            Some(Ok(nodes)) => {
+                for n in nodes {
+                    log.push(format!("{} {n:?}", now.as_millis()));
+                }
+            }
+            other => log.push(format!("{} {:?}", now.as_millis(), other.map(|r| r.err()))),
+        }
+    }
+}
+
+fn run(s: &Scenario, seed: u64, period: u64, shared: bool) -> (String, Vec<String>) {
+    let mut sim = Simulation::new(s, seed);
+    sim.world_mut().api.set_shared_views(shared);
+    let log = Rc::new(RefCell::new(Vec::new()));
+    sim.add_controller(Box::new(ListProbe {
+        period: std::time::Duration::from_secs(period),
+        next: sim.now(),
+        log: Rc::clone(&log),
+    }));
+    while sim.step() {}
+    let seen = log.borrow().clone();
+    (outcome(sim.world()), seen)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn shared_views_change_nothing(c in case(), seed in 0u64..1000, period in 3u64..=17) {
+        let s = scenario(&c);
+        let (shared, shared_log) = run(&s, seed, period, true);
+        let (copied, copied_log) = run(&s, seed, period, false);
+        same_outcomes(("shared views", &shared), ("copies", &copied))?;
+        prop_assert!(!shared_log.is_empty(), "the probe saw nothing");
+        if let Some(i) = (0..shared_log.len().max(copied_log.len()))
+            .find(|&i| shared_log.get(i) != copied_log.get(i))
+        {
+            prop_assert!(
+                false,
+                "views differ at entry {i}:\nshared: {:?}\ncopies: {:?}",
+                shared_log.get(i),
+                copied_log.get(i)
+            );
+        }
+    }
+}
