@@ -1,6 +1,7 @@
 //! The timeline a simulation produces: one event per line, in virtual time, as text for people
 //! ([`Timeline::to_text`]) or JSON Lines for tools ([`Timeline::to_jsonl`]).
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use nodemgr_core::model::Timestamp;
@@ -13,8 +14,8 @@ pub struct TimelineEvent {
     #[serde(skip)]
     pub at_ms: i64,
     /// Dotted kind: `update.approved`, `drain.force-deleted`, `node.not-ready`, … (the README
-    /// lists them).
-    pub kind: String,
+    /// lists them). The built-in kinds are static strings, recorded without a copy.
+    pub kind: Cow<'static, str>,
     /// The node, when the event is about one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,

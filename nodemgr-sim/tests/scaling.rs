@@ -56,7 +56,7 @@ fn counts_from_timeline(world: &World) -> BTreeMap<(String, String), i64> {
     // Machines ordered minus nodes joined, per (group, zone), from the timeline.
     let mut upcoming: BTreeMap<(String, String), i64> = BTreeMap::new();
     for e in &world.timeline.events {
-        match e.kind.as_str() {
+        match e.kind.as_ref() {
             "machineCreated" => {
                 let group = e.group.clone().unwrap_or_default();
                 let count: i64 = e

@@ -276,7 +276,7 @@ fn check_safety(
     for e in &timeline.events {
         let node = e.node.clone().unwrap_or_default();
         let gi = group_of(&node);
-        match e.kind.as_str() {
+        match e.kind.as_ref() {
             "node.not-ready" => {
                 not_ready.insert(node.clone(), e.at_ms);
             }
@@ -370,7 +370,7 @@ fn check_safety(
             _ => {}
         }
         if matches!(
-            e.kind.as_str(),
+            e.kind.as_ref(),
             "drain.evicted" | "drain.force-deleted" | "drain.eviction-refused"
         ) && e.pod.as_deref().is_some_and(|p| p.contains("exporter"))
         {

@@ -16,6 +16,7 @@
 //! controllers it did not install and for [`crate::Simulation::world_mut`]);
 //! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -413,7 +414,7 @@ impl World {
     /// Appends a timeline event at the current virtual time.
     pub fn record(
         &mut self,
-        kind: &str,
+        kind: impl Into<Cow<'static, str>>,
         node: Option<&str>,
         pod: Option<&str>,
         message: impl Into<String>,
@@ -425,7 +426,7 @@ impl World {
     /// Appends a timeline event with an explicit group.
     pub fn record_in(
         &mut self,
-        kind: &str,
+        kind: impl Into<Cow<'static, str>>,
         group: Option<String>,
         node: Option<&str>,
         pod: Option<&str>,
@@ -433,7 +434,7 @@ impl World {
     ) {
         self.timeline.events.push(TimelineEvent {
             at_ms: self.now.as_millis() - self.start.as_millis(),
-            kind: kind.to_owned(),
+            kind: kind.into(),
             node: node.map(str::to_owned),
             group,
             pod: pod.map(str::to_owned),
