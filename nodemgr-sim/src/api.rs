@@ -155,6 +155,20 @@ impl Versioned {
         (v, view)
     }
 
+    /// This entry replaced by a new version (`numbers`: version and change sequence number)
+    /// of the world's node in `slot`, as [`Versioned::new_viewed`] makes it; returns the view.
+    fn renew(
+        &mut self,
+        (version, changed): (u64, u64),
+        slot: &mut Arc<Node>,
+        heartbeat: Option<Timestamp>,
+        shared: bool,
+    ) -> Arc<Node> {
+        let view;
+        (*self, view) = Self::new_viewed(version, changed, slot, heartbeat, shared);
+        view
+    }
+
     /// Whether `node` has the content versioned (adopting its `Arc` when it is another one).
     fn matches(&mut self, node: &Arc<Node>) -> bool {
         if Arc::ptr_eq(&self.seen, node) {
@@ -240,6 +254,15 @@ fn same_content(a: &Node, b: &Node) -> bool {
         && *created == b.created
 }
 
+/// Counts one more version and one more change (see "Change feed" in the module docs): the
+/// new version and sequence number. Taking the two counters rather than the server lets a
+/// caller hold one of the server's version entries meanwhile.
+fn next_numbers(last_version: &mut u64, change_seq: &mut u64) -> (u64, u64) {
+    *last_version += 1;
+    *change_seq += 1;
+    (*last_version, *change_seq)
+}
+
 impl SimApiServer {
     /// Whether a new version of a node only the world holds is written into the world's
     /// `Arc`, which then serves as the view (the default, `true`), or every view is a copy
@@ -292,17 +315,8 @@ impl SimApiServer {
                     return v.view(heartbeat);
                 }
                 // A new version in the node's entry (no second search, no new key).
-                self.last_version += 1;
-                self.change_seq += 1;
-                let view;
-                (*v, view) = Versioned::new_viewed(
-                    self.last_version,
-                    self.change_seq,
-                    slot,
-                    heartbeat,
-                    shared,
-                );
-                view
+                let numbers = next_numbers(&mut self.last_version, &mut self.change_seq);
+                v.renew(numbers, slot, heartbeat, shared)
             }
             None => {
                 let (version, changed) = self.next_numbers();
@@ -315,9 +329,7 @@ impl SimApiServer {
 
     /// The next version and change sequence number.
     fn next_numbers(&mut self) -> (u64, u64) {
-        self.last_version += 1;
-        self.change_seq += 1;
-        (self.last_version, self.change_seq)
+        next_numbers(&mut self.last_version, &mut self.change_seq)
     }
 
     /// The next version, for content `seen`.
@@ -355,17 +367,8 @@ impl SimApiServer {
                 if v.matches(slot) {
                     out.push(v.view(heartbeat));
                 } else {
-                    self.last_version += 1;
-                    self.change_seq += 1;
-                    let view;
-                    (*v, view) = Versioned::new_viewed(
-                        self.last_version,
-                        self.change_seq,
-                        slot,
-                        heartbeat,
-                        !self.copy_views,
-                    );
-                    out.push(view);
+                    let numbers = next_numbers(&mut self.last_version, &mut self.change_seq);
+                    out.push(v.renew(numbers, slot, heartbeat, !self.copy_views));
                 }
             }
             return out;
@@ -439,17 +442,8 @@ impl SimApiServer {
                         break;
                     }
                     if !v.matches(slot) {
-                        self.last_version += 1;
-                        self.change_seq += 1;
-                        let view;
-                        (*v, view) = Versioned::new_viewed(
-                            self.last_version,
-                            self.change_seq,
-                            slot,
-                            heartbeat,
-                            !self.copy_views,
-                        );
-                        changed.push(view);
+                        let numbers = next_numbers(&mut self.last_version, &mut self.change_seq);
+                        changed.push(v.renew(numbers, slot, heartbeat, !self.copy_views));
                         continue;
                     }
                 }

@@ -33,15 +33,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 mod support;
-use support::{outcome, same_outcomes};
-
-#[derive(Debug, Clone)]
-struct Group {
-    nodes: usize,
-    mode: &'static str,
-    max_concurrent: u64,
-    changes: Vec<(&'static str, u64)>,
-}
+use support::{Group, group, outcome, same_outcomes};
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -61,30 +53,9 @@ struct Case {
     meddling: Option<Vec<(u64, usize, usize, u8)>>,
 }
 
-fn group() -> impl Strategy<Value = Group> {
-    (
-        1usize..=6,
-        prop::sample::select(vec!["Automatic", "Manual", "RollingUpdate"]),
-        1u64..=2,
-        prop::collection::vec(
-            (
-                prop::sample::select(vec!["none", "kubelet-restart", "disruptive"]),
-                0u64..2_400_000,
-            ),
-            1..=3,
-        ),
-    )
-        .prop_map(|(nodes, mode, max_concurrent, changes)| Group {
-            nodes,
-            mode,
-            max_concurrent,
-            changes,
-        })
-}
-
 fn case() -> impl Strategy<Value = Case> {
     (
-        prop::collection::vec(group(), 1..=3),
+        prop::collection::vec(group(1..=6, 0..2_400_000), 1..=3),
         prop::sample::select(vec![(10u64, 50u64), (5, 20), (10, 10), (60, 50)]),
         prop::collection::vec(
             (0u8..6, 0usize..3, 0usize..6, 0u64..3_000_000, 10u64..400),
@@ -139,14 +110,9 @@ fn scenario(c: &Case) -> Scenario {
     let mut events = Vec::new();
     for (i, g) in c.groups.iter().enumerate() {
         let name = format!("g{i}");
-        groups.push(json!({
-            "name": name, "nodes": g.nodes, "zones": ["zone-a", "zone-b"],
-            "spec": {"nodeType": "CloudPermanent", "update": {"maxConcurrent": g.max_concurrent},
-                     "disruptions": {"approvalMode": g.mode}},
-        }));
-        workloads.push(json!({"name": format!("app{i}"), "kind": "Deployment",
-                              "replicas": g.nodes + 1, "group": name,
-                              "terminationGracePeriod": "5s"}));
+        let (group, workload) = g.manifests(i);
+        groups.push(group);
+        workloads.push(workload);
         for (impact, ms) in &g.changes {
             events.push(json!({"at": at(c, *ms), "change": {"group": name, "impact": impact}}));
         }

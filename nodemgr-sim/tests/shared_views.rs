@@ -26,15 +26,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 mod support;
-use support::{outcome, same_outcomes};
-
-#[derive(Debug, Clone)]
-struct Group {
-    nodes: usize,
-    mode: &'static str,
-    max_concurrent: u64,
-    changes: Vec<(&'static str, u64)>,
-}
+use support::{Group, change_events, group, outcome, same_outcomes};
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -43,26 +35,8 @@ struct Case {
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    let group = (
-        1usize..=5,
-        prop::sample::select(vec!["Automatic", "Manual", "RollingUpdate"]),
-        1u64..=2,
-        prop::collection::vec(
-            (
-                prop::sample::select(vec!["none", "kubelet-restart", "disruptive"]),
-                0u64..1800,
-            ),
-            1..=3,
-        ),
-    )
-        .prop_map(|(nodes, mode, max_concurrent, changes)| Group {
-            nodes,
-            mode,
-            max_concurrent,
-            changes,
-        });
     (
-        prop::collection::vec(group, 1..=3),
+        prop::collection::vec(group(1..=5, 0..1800), 1..=3),
         prop::collection::vec((0u8..6, 0usize..3, 0usize..5, 0u64..2400, 10u64..300), 0..5),
     )
         .prop_map(|(groups, faults)| Case { groups, faults })
@@ -74,25 +48,10 @@ fn scenario(c: &Case) -> Scenario {
         vec![json!({"name": "exporter", "namespace": "monitoring", "kind": "DaemonSet"})];
     let mut events = Vec::new();
     for (i, g) in c.groups.iter().enumerate() {
-        let name = format!("g{i}");
-        groups.push(json!({
-            "name": name, "nodes": g.nodes, "zones": ["zone-a", "zone-b"],
-            "spec": {"nodeType": "CloudPermanent",
-                     "update": {"maxConcurrent": g.max_concurrent},
-                     "disruptions": {"approvalMode": g.mode}},
-        }));
-        workloads.push(json!({"name": format!("app{i}"), "kind": "Deployment",
-                              "replicas": g.nodes + 1, "group": name,
-                              "terminationGracePeriod": "5s"}));
-        for (impact, at) in &g.changes {
-            events
-                .push(json!({"at": format!("{at}s"), "change": {"group": name, "impact": impact}}));
-            if g.mode == "Manual" {
-                events.push(
-                    json!({"at": format!("{}s", at + 200), "approveDisruption": {"group": name}}),
-                );
-            }
-        }
+        let (group, workload) = g.manifests(i);
+        groups.push(group);
+        workloads.push(workload);
+        events.extend(change_events(&format!("g{i}"), g.mode, &g.changes, 200));
     }
     for (kind, g, n, at, dur) in &c.faults {
         let gi = g % c.groups.len();

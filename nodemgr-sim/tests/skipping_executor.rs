@@ -36,7 +36,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 mod support;
-use support::{outcome, same_outcomes};
+use support::{change_events, outcome, same_outcomes};
 
 #[derive(Debug, Clone)]
 struct Group {
@@ -159,15 +159,7 @@ fn scenario(c: &Case) -> Scenario {
         } else {
             pdbs.push(json!({"name": app, "selector": {"app": app}, "maxUnavailable": 1}));
         }
-        for (impact, at) in &g.changes {
-            events
-                .push(json!({"at": format!("{at}s"), "change": {"group": name, "impact": impact}}));
-            if g.mode == "Manual" {
-                events.push(
-                    json!({"at": format!("{}s", at + 240), "approveDisruption": {"group": name}}),
-                );
-            }
-        }
+        events.extend(change_events(&name, g.mode, &g.changes, 240));
     }
     for (kind, g, n, at, dur) in &c.faults {
         let gi = g % c.groups.len();

@@ -1,9 +1,87 @@
-//! What the equivalence properties compare: everything a run leaves, as text.
+//! What the equivalence properties compare: everything a run leaves, as text; and the random
+//! groups and change events several of them build their scenarios from.
 //!
-//! `incremental_world`, `skipping_executor` and `lazy_agents` each run one scenario two ways
-//! (a shortcut and the plain path) and require the same [`outcome`].
+//! `incremental_world`, `skipping_executor`, `lazy_agents` and `shared_views` each run one
+//! scenario two ways (a shortcut and the plain path) and require the same [`outcome`].
+
+// Each property uses part of this module.
+#![allow(dead_code)]
+
+use std::ops::{Range, RangeInclusive};
 
 use nodemgr_sim::World;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+/// A random NodeGroup: its size, approval mode, `maxConcurrent` and configuration changes
+/// (`(impact, at)`, in the unit the property reads them in).
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub nodes: usize,
+    pub mode: &'static str,
+    pub max_concurrent: u64,
+    pub changes: Vec<(&'static str, u64)>,
+}
+
+/// A [`Group`] of `nodes` nodes, any approval mode, `maxConcurrent` 1 or 2, and one to three
+/// changes of any impact at times drawn from `at`.
+pub fn group(nodes: RangeInclusive<usize>, at: Range<u64>) -> impl Strategy<Value = Group> {
+    (
+        nodes,
+        prop::sample::select(vec!["Automatic", "Manual", "RollingUpdate"]),
+        1u64..=2,
+        prop::collection::vec(
+            (
+                prop::sample::select(vec!["none", "kubelet-restart", "disruptive"]),
+                at,
+            ),
+            1..=3,
+        ),
+    )
+        .prop_map(|(nodes, mode, max_concurrent, changes)| Group {
+            nodes,
+            mode,
+            max_concurrent,
+            changes,
+        })
+}
+
+impl Group {
+    /// The scenario's group `g{i}` (CloudPermanent, two zones) and its Deployment `app{i}`
+    /// (one pod more than the group has nodes, 5 s to terminate).
+    pub fn manifests(&self, i: usize) -> (Value, Value) {
+        let name = format!("g{i}");
+        let group = json!({
+            "name": name, "nodes": self.nodes, "zones": ["zone-a", "zone-b"],
+            "spec": {"nodeType": "CloudPermanent", "update": {"maxConcurrent": self.max_concurrent},
+                     "disruptions": {"approvalMode": self.mode}},
+        });
+        let workload = json!({"name": format!("app{i}"), "kind": "Deployment",
+                              "replicas": self.nodes + 1, "group": name,
+                              "terminationGracePeriod": "5s"});
+        (group, workload)
+    }
+}
+
+/// The events of group `name`'s configuration changes (`(impact, seconds)`); in `Manual` mode
+/// each is followed, `approve_after` seconds later, by the operator's disruption approval.
+pub fn change_events(
+    name: &str,
+    mode: &str,
+    changes: &[(&'static str, u64)],
+    approve_after: u64,
+) -> Vec<Value> {
+    let mut events = Vec::new();
+    for (impact, at) in changes {
+        events.push(json!({"at": format!("{at}s"), "change": {"group": name, "impact": impact}}));
+        if mode == "Manual" {
+            events.push(
+                json!({"at": format!("{}s", at + approve_after), "approveDisruption": {"group": name}}),
+            );
+        }
+    }
+    events
+}
 
 /// Everything a run leaves: the timeline, counters, recorded events, the cluster's nodes (as
 /// the API shows them) and pods, and the pods still pending.
