@@ -33,7 +33,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 mod support;
-use support::{Group, group, outcome, same_outcomes};
+use support::{FAULTS, Fault, Group, group, outcome, same_outcomes};
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -122,18 +122,8 @@ fn scenario(c: &Case) -> Scenario {
         events.push(json!({"at": at(c, *ms), "approveDisruption": {"group": format!("g{gi}")}}));
     }
     for (kind, g, n, ms, dur) in &c.faults {
-        let (_, node) = node_of(c, *g, *n);
-        let at = at(c, *ms);
-        let lasting = format!("{dur}s");
-        events.push(match kind {
-            0 => json!({"at": at, "nodeNotReady": {"node": node, "for": lasting}}),
-            1 => json!({"at": at, "nodeDark": {"node": node, "for": lasting}}),
-            2 => json!({"at": at, "slowAgent": {"node": node, "extraDelay": "30s"}}),
-            3 => json!({"at": at, "apiErrors": {"for": format!("{}s", dur / 10 + 5),
-                                                "operations": ["patch", "list"]}}),
-            4 => json!({"at": at, "watchLag": {"for": lasting, "lag": "15s"}}),
-            _ => json!({"at": at, "restartControllers": {"clockSkew": "+20s"}}),
-        });
+        let (gi, node) = node_of(c, *g, *n);
+        events.push(Fault::pick(&FAULTS, *kind).event(&at(c, *ms), &node, gi, *dur));
     }
     let (lease, grace) = c.heartbeat;
     let (period, reaction) = match c.coarse {

@@ -26,7 +26,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 mod support;
-use support::{Group, change_events, group, outcome, same_outcomes};
+use support::{FAULTS, Fault, Group, change_events, group, outcome, same_outcomes};
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -56,17 +56,7 @@ fn scenario(c: &Case) -> Scenario {
     for (kind, g, n, at, dur) in &c.faults {
         let gi = g % c.groups.len();
         let node = format!("g{gi}-{}", n % c.groups[gi].nodes);
-        let at = format!("{at}s");
-        let lasting = format!("{dur}s");
-        events.push(match kind {
-            0 => json!({"at": at, "nodeNotReady": {"node": node, "for": lasting}}),
-            1 => json!({"at": at, "nodeDark": {"node": node, "for": lasting}}),
-            2 => json!({"at": at, "slowAgent": {"node": node, "extraDelay": "30s"}}),
-            3 => json!({"at": at, "apiErrors": {"for": format!("{}s", dur / 10 + 5),
-                                                "operations": ["patch", "list"]}}),
-            4 => json!({"at": at, "watchLag": {"for": lasting, "lag": "15s"}}),
-            _ => json!({"at": at, "restartControllers": {"clockSkew": "+20s"}}),
-        });
+        events.push(Fault::pick(&FAULTS, *kind).event(&format!("{at}s"), &node, gi, *dur));
     }
     let value = json!({
         "name": "shared-views", "duration": "45m", "reconcilePeriod": "10s",

@@ -36,7 +36,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 mod support;
-use support::{change_events, outcome, same_outcomes};
+use support::{Fault, change_events, outcome, same_outcomes};
 
 #[derive(Debug, Clone)]
 struct Group {
@@ -164,19 +164,16 @@ fn scenario(c: &Case) -> Scenario {
     for (kind, g, n, at, dur) in &c.faults {
         let gi = g % c.groups.len();
         let node = format!("g{gi}-{}", n % c.groups[gi].nodes);
-        let at = format!("{at}s");
-        let lasting = format!("{dur}s");
-        events.push(match kind {
-            0 => json!({"at": at, "nodeNotReady": {"node": node, "for": lasting}}),
-            1 => json!({"at": at, "nodeDark": {"node": node, "for": lasting}}),
-            2 => json!({"at": at, "slowAgent": {"node": node, "extraDelay": "30s"}}),
-            3 => json!({"at": at, "refuseEvictions": {"selector": {"app": format!("app{gi}")},
-                                                      "for": lasting}}),
-            4 => json!({"at": at, "apiErrors": {"for": format!("{}s", dur / 10 + 5),
-                                                "operations": ["patch", "list"]}}),
-            5 => json!({"at": at, "watchLag": {"for": lasting, "lag": "15s"}}),
-            _ => json!({"at": at, "restartControllers": {"clockSkew": "+20s"}}),
-        });
+        let faults = [
+            Fault::NotReady,
+            Fault::Dark,
+            Fault::SlowAgent,
+            Fault::RefuseEvictions,
+            Fault::ApiErrors,
+            Fault::WatchLag,
+            Fault::RestartControllers,
+        ];
+        events.push(Fault::pick(&faults, *kind).event(&format!("{at}s"), &node, gi, *dur));
     }
     let value = json!({
         "name": "skipping", "duration": "60m", "reconcilePeriod": "10s",

@@ -130,3 +130,54 @@ pub fn same_outcomes(
     }
     Ok(())
 }
+
+/// A fault a property injects (see the scenario format's `events[]`).
+#[derive(Debug, Clone, Copy)]
+pub enum Fault {
+    NotReady,
+    Dark,
+    SlowAgent,
+    RefuseEvictions,
+    ApiErrors,
+    WatchLag,
+    RestartControllers,
+}
+
+/// The faults of the properties without eviction refusals, by the number their cases draw.
+pub const FAULTS: [Fault; 6] = [
+    Fault::NotReady,
+    Fault::Dark,
+    Fault::SlowAgent,
+    Fault::ApiErrors,
+    Fault::WatchLag,
+    Fault::RestartControllers,
+];
+
+impl Fault {
+    /// Fault number `kind` of `list` (the last one for a number past its end).
+    pub fn pick(list: &[Fault], kind: u8) -> Fault {
+        let last = list.len().saturating_sub(1);
+        list.get(usize::from(kind).min(last))
+            .copied()
+            .unwrap_or(Fault::RestartControllers)
+    }
+
+    /// The scenario event injecting this fault at `at` for `dur` seconds, on `node` of group
+    /// `g{gi}` where it is about one.
+    pub fn event(self, at: &str, node: &str, gi: usize, dur: u64) -> Value {
+        let lasting = format!("{dur}s");
+        match self {
+            Fault::NotReady => json!({"at": at, "nodeNotReady": {"node": node, "for": lasting}}),
+            Fault::Dark => json!({"at": at, "nodeDark": {"node": node, "for": lasting}}),
+            Fault::SlowAgent => json!({"at": at, "slowAgent": {"node": node, "extraDelay": "30s"}}),
+            Fault::RefuseEvictions => json!({"at": at, "refuseEvictions": {
+                "selector": {"app": format!("app{gi}")}, "for": lasting}}),
+            Fault::ApiErrors => json!({"at": at, "apiErrors": {"for": format!("{}s", dur / 10 + 5),
+                                                               "operations": ["patch", "list"]}}),
+            Fault::WatchLag => json!({"at": at, "watchLag": {"for": lasting, "lag": "15s"}}),
+            Fault::RestartControllers => {
+                json!({"at": at, "restartControllers": {"clockSkew": "+20s"}})
+            }
+        }
+    }
+}
