@@ -301,8 +301,8 @@ impl SimApiServer {
 
     /// [`SimApiServer::version_of_shared`] answered as the shared view lists and the change
     /// feed hand out for that version (made now, with `heartbeat`, if none was yet), for the
-    /// world's node in `slot` (which becomes the view itself when nothing else holds it:
-    /// [`Versioned::new_viewed`]).
+    /// world's node in `slot` (which becomes the view itself when nothing else holds it: see
+    /// "Shared views" in the module docs).
     pub fn view_of_shared(
         &mut self,
         slot: &mut Arc<Node>,
