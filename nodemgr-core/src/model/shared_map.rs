@@ -61,7 +61,7 @@ impl<V> Default for SharedMap<V> {
     }
 }
 
-impl<V: EmptyMap + Clone> SharedMap<V> {
+impl<V> SharedMap<V> {
     /// An empty map.
     pub fn new() -> Self {
         Self::default()
@@ -74,7 +74,9 @@ impl<V: EmptyMap + Clone> SharedMap<V> {
             (a, b) => a.is_none() && b.is_none(),
         }
     }
+}
 
+impl<V: EmptyMap + Clone> SharedMap<V> {
     /// The map, copied only when another view still shares it.
     pub fn into_inner(self) -> BTreeMap<String, V> {
         self.0.map(Arc::unwrap_or_clone).unwrap_or_default()
@@ -98,11 +100,7 @@ impl<V: EmptyMap + Clone> DerefMut for SharedMap<V> {
 
 impl<V: EmptyMap + PartialEq> PartialEq for SharedMap<V> {
     fn eq(&self, other: &Self) -> bool {
-        let shared = match (&self.0, &other.0) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (a, b) => a.is_none() && b.is_none(),
-        };
-        shared || **self == **other
+        self.shares_with(other) || **self == **other
     }
 }
 
