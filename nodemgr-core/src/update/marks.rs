@@ -2,6 +2,8 @@
 //! update slots: which nodes occupy one ([`occupies_slot`]) and how many there are
 //! ([`max_concurrent`]).
 
+use std::ops::Bound;
+
 use crate::model::{Node, NodeGroup, keys};
 
 /// The source recorded in `draining`/`drained` (empty is read as `bashible`, docs/deckhouse.md §3).
@@ -26,7 +28,7 @@ impl DrainSource {
 }
 
 /// The update annotations of a node, read once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UpdateMarks {
     /// `waiting-for-approval`.
     pub waiting: bool,
@@ -45,22 +47,37 @@ pub struct UpdateMarks {
 }
 
 impl UpdateMarks {
-    /// Reads the marks of `node`.
+    /// Reads the marks of `node`: one ordered walk over its `update.node.deckhouse.io/…`
+    /// annotations (they sort together), not a lookup per mark.
     pub fn of(node: &Node) -> Self {
-        let a = &node.annotations;
-        Self {
-            waiting: a.contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL),
-            approved: a.contains_key(keys::ANNOTATION_APPROVED),
-            disruption_required: a.contains_key(keys::ANNOTATION_DISRUPTION_REQUIRED),
-            disruption_approved: a.contains_key(keys::ANNOTATION_DISRUPTION_APPROVED),
-            rolling_update: a.contains_key(keys::ANNOTATION_ROLLING_UPDATE),
-            draining: a
-                .get(keys::ANNOTATION_DRAINING)
-                .map(|v| DrainSource::parse(v)),
-            drained: a
-                .get(keys::ANNOTATION_DRAINED)
-                .map(|v| DrainSource::parse(v)),
+        let mut marks = Self::default();
+        let from = (
+            Bound::Included(keys::UPDATE_ANNOTATION_PREFIX),
+            Bound::Unbounded,
+        );
+        for (key, value) in node.annotations.range::<str, _>(from) {
+            let Some(mark) = key
+                .strip_prefix(keys::UPDATE_ANNOTATION_PREFIX)
+                .and_then(|rest| rest.strip_prefix('/'))
+            else {
+                if key.starts_with(keys::UPDATE_ANNOTATION_PREFIX) {
+                    // `update.node.deckhouse.io.example/…` and the like sort among the marks.
+                    continue;
+                }
+                break;
+            };
+            match mark {
+                "waiting-for-approval" => marks.waiting = true,
+                "approved" => marks.approved = true,
+                "disruption-required" => marks.disruption_required = true,
+                "disruption-approved" => marks.disruption_approved = true,
+                "rolling-update" => marks.rolling_update = true,
+                "draining" => marks.draining = Some(DrainSource::parse(value)),
+                "drained" => marks.drained = Some(DrainSource::parse(value)),
+                _ => {}
+            }
         }
+        marks
     }
 
     /// Whether the node holds one of its group's update slots.
@@ -118,4 +135,69 @@ pub fn max_concurrent(group: &NodeGroup, group_size: usize) -> usize {
         .as_ref()
         .and_then(|u| u.max_concurrent.as_ref());
     crate::model::spec_facts::max_concurrent_limit(value, group_size)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::model::StringMap;
+
+    /// The marks as one lookup per annotation reads them (what `of` did before its walk).
+    fn looked_up(node: &Node) -> UpdateMarks {
+        let a = &node.annotations;
+        UpdateMarks {
+            waiting: a.contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL),
+            approved: a.contains_key(keys::ANNOTATION_APPROVED),
+            disruption_required: a.contains_key(keys::ANNOTATION_DISRUPTION_REQUIRED),
+            disruption_approved: a.contains_key(keys::ANNOTATION_DISRUPTION_APPROVED),
+            rolling_update: a.contains_key(keys::ANNOTATION_ROLLING_UPDATE),
+            draining: a
+                .get(keys::ANNOTATION_DRAINING)
+                .map(|v| DrainSource::parse(v)),
+            drained: a
+                .get(keys::ANNOTATION_DRAINED)
+                .map(|v| DrainSource::parse(v)),
+        }
+    }
+
+    /// Annotation keys around the update marks: the marks, keys that sort among them but are
+    /// not marks (another separator, a longer name, a longer domain) and unrelated ones.
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(keys::ANNOTATION_WAITING_FOR_APPROVAL.to_owned()),
+            Just(keys::ANNOTATION_APPROVED.to_owned()),
+            Just(keys::ANNOTATION_DISRUPTION_REQUIRED.to_owned()),
+            Just(keys::ANNOTATION_DISRUPTION_APPROVED.to_owned()),
+            Just(keys::ANNOTATION_ROLLING_UPDATE.to_owned()),
+            Just(keys::ANNOTATION_DRAINING.to_owned()),
+            Just(keys::ANNOTATION_DRAINED.to_owned()),
+            Just(keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned()),
+            Just("update.node.deckhouse.io/approvedx".to_owned()),
+            Just("update.node.deckhouse.io.example/approved".to_owned()),
+            Just("update.node.deckhouse.io-other/draining".to_owned()),
+            Just("update.node.deckhouse.io".to_owned()),
+            Just("update.node.deckhouse.i/approved".to_owned()),
+            Just("zzz/approved".to_owned()),
+            "[a-z./-]{0,30}",
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn one_walk_reads_the_marks_one_lookup_per_key_reads(
+            annotations in proptest::collection::btree_map(
+                key(),
+                prop_oneof![Just(String::new()), Just("bashible".to_owned()), Just("user".to_owned())],
+                0..12,
+            )
+        ) {
+            let node = Node {
+                annotations: StringMap::from(annotations),
+                ..Node::default()
+            };
+            prop_assert_eq!(UpdateMarks::of(&node), looked_up(&node));
+        }
+    }
 }

@@ -2,10 +2,11 @@
 //! guarantees of the module docs of [`crate::update`], and every group at once
 //! ([`plan_updates`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{UpdateCommand, UpdateMarks, UpdatePlan, max_concurrent};
 use crate::disruption::{Action, DisruptionSnapshot, METHODS, Stage, UpdateView, plan_stage};
+use crate::hash::FastHash;
 use crate::model::{Node, NodeGroup, NodeType, Timestamp};
 
 /// Everything the planner needs about one group.
@@ -212,7 +213,8 @@ pub fn plan_updates_detailed(
     nodes: &[Node],
     now: Timestamp,
 ) -> Vec<(String, UpdatePlan)> {
-    let mut by_group: BTreeMap<&str, Vec<&Node>> = BTreeMap::new();
+    // By hash: a node's group is found in one hash of its name, not a search among the groups.
+    let mut by_group: HashMap<&str, Vec<&Node>, FastHash> = HashMap::default();
     for node in nodes {
         if let Some(group) = node.group() {
             by_group.entry(group).or_default().push(node);
