@@ -243,16 +243,41 @@ fn reason(w: &World, name: &str) -> String {
 }
 
 /// Waits for `check`, polling every 100 ms. The limits are generous: on a 2-core machine
-/// running the rest of the suite, a bootstrap attempt was once seen to take over 30 s.
-async fn eventually(what: &str, seconds: u64, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+/// running the rest of the suite, a bootstrap attempt was once seen to take over 30 s. When the
+/// time runs out the failure shows what the instances and sshd were doing, so a slow machine
+/// can be told from a wrong outcome.
+async fn eventually(w: &World, what: &str, seconds: u64, mut check: impl FnMut() -> bool) {
+    let started = tokio::time::Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
     while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "timed out after {seconds} s waiting for: {what}\n{}",
+                diagnosis(w)
+            );
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Every StaticInstance's status and the tail of sshd's log.
+fn diagnosis(w: &World) -> String {
+    let mut out = String::new();
+    for si in w.emulator.list(SI, "StaticInstance", None) {
+        out += &format!(
+            "StaticInstance {}: {}\n",
+            si["metadata"]["name"].as_str().unwrap_or("?"),
+            si["status"]
+        );
+    }
+    let log = w.sshd.log();
+    let lines: Vec<&str> = log.lines().collect();
+    out += "sshd log (last 40 lines):\n";
+    for line in &lines[lines.len().saturating_sub(40)..] {
+        out += line;
+        out.push('\n');
+    }
+    out
 }
 
 fn connections(sshd: &Sshd, address: Ipv4Addr) -> usize {
@@ -266,7 +291,10 @@ fn connections(sshd: &Sshd, address: Ipv4Addr) -> usize {
 async fn a_pending_instance_bootstraps_over_ssh_and_runs_then_lowering_count_cleans_one() {
     let w = world(2, 2).await;
     for si in ["si-1", "si-2"] {
-        eventually(&format!("{si} Running"), 60, || phase(&w, si) == "Running").await;
+        eventually(&w, &format!("{si} Running"), 60, || {
+            phase(&w, si) == "Running"
+        })
+        .await;
     }
     let si1 = instance(&w, "si-1");
     assert_eq!(si1["status"]["nodeRef"]["name"], "si-1");
@@ -311,7 +339,7 @@ async fn a_pending_instance_bootstraps_over_ssh_and_runs_then_lowering_count_cle
             false,
         )
         .unwrap();
-    eventually("one instance back to Pending", 60, || {
+    eventually(&w, "one instance back to Pending", 60, || {
         ["si-1", "si-2"]
             .iter()
             .filter(|s| phase(&w, s) == "Pending")
@@ -327,7 +355,7 @@ async fn a_pending_instance_bootstraps_over_ssh_and_runs_then_lowering_count_cle
     let kept = if cleaned == "si-1" { "si-2" } else { "si-1" };
     assert_eq!(phase(&w, kept), "Running");
     assert!(instance(&w, cleaned)["status"]["machineRef"].is_null());
-    eventually("the cleaned node's Node deleted", 30, || {
+    eventually(&w, "the cleaned node's Node deleted", 30, || {
         w.emulator.get("v1", "Node", "", cleaned).is_none()
     })
     .await;
@@ -375,7 +403,7 @@ async fn a_wrong_key_leaves_the_instance_pending_with_auth_failed_and_backs_off(
     );
     // The sshd listens on 127.0.0.1 only in a world of 0 instances.
     seed_instance(&w.emulator, "si-x", Ipv4Addr::LOCALHOST, "wrong", &[]);
-    eventually("auth failure recorded", 90, || {
+    eventually(&w, "auth failure recorded", 90, || {
         reason(&w, "si-x") == "BootstrapAuthFailed"
     })
     .await;
@@ -410,7 +438,7 @@ async fn an_unreachable_address_times_out_cleanly() {
         port,
     );
     seed_instance(&w.emulator, "si-dark", Ipv4Addr::LOCALHOST, "silent", &[]);
-    eventually("unreachable recorded", 90, || {
+    eventually(&w, "unreachable recorded", 90, || {
         reason(&w, "si-dark") == "BootstrapUnreachable"
     })
     .await;
@@ -437,7 +465,7 @@ async fn a_changed_host_key_is_refused_and_nothing_runs() {
             "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
         )],
     );
-    eventually("host key mismatch recorded", 90, || {
+    eventually(&w, "host key mismatch recorded", 90, || {
         reason(&w, "si-pinned") == "BootstrapHostKeyChanged"
     })
     .await;
@@ -467,7 +495,7 @@ async fn adoption_with_the_skip_annotation_runs_no_bootstrap() {
         "ssh",
         &[("static.node.deckhouse.io/skip-bootstrap-phase", "")],
     );
-    eventually("adopted", 90, || phase(&w, "si-adopt") == "Running").await;
+    eventually(&w, "adopted", 90, || phase(&w, "si-adopt") == "Running").await;
     let si = instance(&w, "si-adopt");
     assert_eq!(si["status"]["nodeRef"]["name"], "old-node");
     assert_eq!(si["status"]["conditions"][0]["reason"], "Adopted");
@@ -503,13 +531,16 @@ async fn a_sudo_refusal_still_pins_the_host_key() {
         "not-the-password",
     );
     seed_instance(&w.emulator, "si-sudo", Ipv4Addr::LOCALHOST, "bad-sudo", &[]);
-    eventually("sudo refusal recorded", 90, || {
+    eventually(&w, "sudo refusal recorded", 90, || {
         reason(&w, "si-sudo") == "BootstrapSudoFailed"
     })
     .await;
     assert_eq!(phase(&w, "si-sudo"), "Pending");
     // The password went to that server: its key is pinned although the bootstrap failed.
-    eventually("host key pinned", 30, || pinned(&w, "si-sudo").is_some()).await;
+    eventually(&w, "host key pinned", 30, || {
+        pinned(&w, "si-sudo").is_some()
+    })
+    .await;
     assert_eq!(
         pinned(&w, "si-sudo"),
         Some(w.sshd.host_key_fingerprint().unwrap())
@@ -544,7 +575,7 @@ async fn a_machine_busy_with_another_bootstrap_is_not_bootstrapped_twice_and_its
         .args(["sleep", "60"])
         .spawn()
         .unwrap();
-    eventually("the bootstrap gave up on the busy machine", 90, || {
+    eventually(&w, "the bootstrap gave up on the busy machine", 90, || {
         reason(&w, "si-1") == "BootstrapHostBusy"
     })
     .await;
@@ -567,7 +598,7 @@ async fn a_machine_busy_with_another_bootstrap_is_not_bootstrapped_twice_and_its
     );
     holder.kill().unwrap();
     holder.wait().unwrap();
-    eventually("si-1 Running once the machine is free", 60, || {
+    eventually(&w, "si-1 Running once the machine is free", 60, || {
         phase(&w, "si-1") == "Running"
     })
     .await;
@@ -580,7 +611,7 @@ async fn two_instances_on_one_address_are_bootstrapped_one_after_the_other() {
     let w = world(0, 2).await;
     seed_instance(&w.emulator, "si-a", Ipv4Addr::LOCALHOST, "ssh", &[]);
     seed_instance(&w.emulator, "si-b", Ipv4Addr::LOCALHOST, "ssh", &[]);
-    eventually("one of them refused as busy", 90, || {
+    eventually(&w, "one of them refused as busy", 90, || {
         ["si-a", "si-b"]
             .iter()
             .any(|si| reason(&w, si) == "BootstrapHostBusy")
@@ -597,6 +628,9 @@ async fn two_instances_on_one_address_are_bootstrapped_one_after_the_other() {
         .to_owned();
     assert!(message.contains("same machine 127.0.0.1:"), "{message}");
     for si in ["si-a", "si-b"] {
-        eventually(&format!("{si} Running"), 90, || phase(&w, si) == "Running").await;
+        eventually(&w, &format!("{si} Running"), 90, || {
+            phase(&w, si) == "Running"
+        })
+        .await;
     }
 }
