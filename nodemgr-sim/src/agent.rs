@@ -75,6 +75,9 @@ pub struct SimAgent {
     seen: Option<(Weak<Node>, String)>,
     /// How many times the Node changed between the agent's reads (the last resourceVersion).
     versions: u64,
+    /// The deadline the world's index holds for this agent (`crate::world`'s agent
+    /// deadlines), so that re-indexing finds the entry without a lookup by name.
+    pub(crate) indexed_deadline: Option<Timestamp>,
 }
 
 impl SimAgent {
@@ -95,6 +98,7 @@ impl SimAgent {
             dormant: None,
             seen: None,
             versions: 0,
+            indexed_deadline: None,
         }
     }
 
@@ -224,6 +228,32 @@ fn wake_changes_nothing(lazy: bool, groups: &BTreeMap<String, SimGroup>, n: &Sim
             == Some(desired)
 }
 
+/// Makes the agent of `n` dormant when it just polled and sleeps for a poll interval while
+/// waiting for an approval (the caller checked that polls may be skipped at all,
+/// [`World::agents_may_sleep`]): its next polls read the same Node and bundle until a change
+/// is noticed.
+fn maybe_dormant(groups: &BTreeMap<String, SimGroup>, now: Timestamp, n: &mut SimNode) {
+    let period = n.agent.machine.config().poll_interval;
+    let waiting = matches!(
+        n.agent.machine.status(),
+        AgentStatus::WaitingForApproval { .. } | AgentStatus::WaitingForDisruptionApproval { .. }
+    );
+    let polling = n.agent.machine.next_deadline() == Some(now + period);
+    if !waiting || !polling || n.agent.running.is_some() || is_special(n) {
+        return;
+    }
+    let Some(bundle) = bundle_in(groups, &n.group) else {
+        return;
+    };
+    n.agent.dormant = Some(Dormant {
+        next_poll: now + period,
+        period,
+        node: Arc::downgrade(&n.node),
+        bundle,
+        due: None,
+    });
+}
+
 /// The bundle an agent of `group` fetches, as a dormant agent remembers it.
 fn bundle_of(world: &World, group: &str) -> Option<(String, bool)> {
     bundle_in(&world.groups, group)
@@ -263,43 +293,16 @@ impl World {
                 self.advance_step(name);
             }
             self.drive_agent(name);
-            self.maybe_dormant(name);
-            self.reindex_agent(name);
+            // One lookup of the node for what follows its pass: dormancy, then its deadline.
+            let may_sleep = self.agents_may_sleep();
+            self.update_agent(name, |groups, n| {
+                if may_sleep {
+                    maybe_dormant(groups, now, n);
+                }
+                true
+            });
         }
         self.agents_stepped_at = Some(now);
-    }
-
-    /// Makes `name`'s agent dormant when it just polled and sleeps for a poll interval while
-    /// waiting for an approval, and polls may be skipped at all ([`World::agents_may_sleep`]):
-    /// its next polls read the same Node and bundle until a change is noticed.
-    fn maybe_dormant(&mut self, name: &str) {
-        if !self.agents_may_sleep() {
-            return;
-        }
-        let now = self.now;
-        let Some(n) = self.nodes.get_mut(name) else {
-            return;
-        };
-        let period = n.agent.machine.config().poll_interval;
-        let waiting = matches!(
-            n.agent.machine.status(),
-            AgentStatus::WaitingForApproval { .. }
-                | AgentStatus::WaitingForDisruptionApproval { .. }
-        );
-        let polling = n.agent.machine.next_deadline() == Some(now + period);
-        if !waiting || !polling || n.agent.running.is_some() || is_special(n) {
-            return;
-        }
-        let Some(bundle) = bundle_in(&self.groups, &n.group) else {
-            return;
-        };
-        n.agent.dormant = Some(Dormant {
-            next_poll: now + period,
-            period,
-            node: Arc::downgrade(&n.node),
-            bundle,
-            due: None,
-        });
     }
 
     /// Declares that what `name`'s agent reads (its Node's annotations, labels or
@@ -311,17 +314,13 @@ impl World {
     pub fn agent_inputs_changed(&mut self, name: &str) {
         let strictly = self.agents_stepped_at == Some(self.now);
         let now = self.now;
-        let Some(d) = self
-            .nodes
-            .get_mut(name)
-            .and_then(|n| n.agent.dormant.as_mut())
-        else {
-            return;
-        };
-        if d.due.is_none() {
-            d.due = Some(d.first_poll(now, strictly));
-            self.reindex_agent(name);
-        }
+        self.update_agent(name, |_, n| match n.agent.dormant.as_mut() {
+            Some(d) if d.due.is_none() => {
+                d.due = Some(d.first_poll(now, strictly));
+                true
+            }
+            _ => false,
+        });
     }
 
     /// For [`World::invalidate_indexes`]: the poll at which `name`'s dormant agent sees a

@@ -8,34 +8,24 @@ use super::*;
 impl World {
     /// Re-indexes `name`'s agent deadline after its agent changed.
     pub(crate) fn reindex_agent(&mut self, name: &str) {
-        let new = self.nodes.get(name).and_then(|n| n.agent.next_deadline());
-        let old = self.index.agent_deadline.get(name).copied();
-        if old == new {
+        let Some(n) = self.nodes.get_mut(name) else {
             return;
-        }
-        // The name taken out of the old entry goes into the new one.
-        let mut owned = None;
-        if let Some(t) = old {
-            owned = self
-                .index
-                .agent_due
-                .take(&(t, name.to_owned()))
-                .map(|(_, n)| n);
-        }
-        match new {
-            Some(t) => {
-                let owned = owned.unwrap_or_else(|| name.to_owned());
-                match self.index.agent_deadline.get_mut(name) {
-                    Some(d) => *d = t,
-                    None => {
-                        self.index.agent_deadline.insert(owned.clone(), t);
-                    }
-                }
-                self.index.agent_due.insert((t, owned));
-            }
-            None => {
-                self.index.agent_deadline.remove(name);
-            }
+        };
+        reindex_deadline(&mut self.index.agent_due, name, &mut n.agent);
+    }
+
+    /// Changes node `name` with `change` (which also reads the groups) and, when it says its
+    /// agent changed (`true`), re-indexes the agent's deadline: one lookup by name for both.
+    pub(crate) fn update_agent(
+        &mut self,
+        name: &str,
+        change: impl FnOnce(&BTreeMap<String, SimGroup>, &mut SimNode) -> bool,
+    ) {
+        let Some(n) = self.nodes.get_mut(name) else {
+            return;
+        };
+        if change(&self.groups, n) {
+            reindex_deadline(&mut self.index.agent_due, name, &mut n.agent);
         }
     }
 
@@ -43,10 +33,11 @@ impl World {
     /// the next instant refreshes every node.
     pub(super) fn rebuild_indexes(&mut self) {
         let mut index = WorldIndex::default();
-        for (name, n) in &self.nodes {
-            if let Some(t) = n.agent.next_deadline() {
+        for (name, n) in &mut self.nodes {
+            let deadline = n.agent.next_deadline();
+            n.agent.indexed_deadline = deadline;
+            if let Some(t) = deadline {
                 index.agent_due.insert((t, name.clone()));
-                index.agent_deadline.insert(name.clone(), t);
             }
             if is_special(n) {
                 index.special.insert(name.clone());
@@ -78,8 +69,11 @@ impl World {
             .collect();
         for (name, due) in unnoticed {
             self.set_dormant_due(&name, due);
-            index.agent_due.insert((due, name.clone()));
-            index.agent_deadline.insert(name, due);
+            // A dormant agent not yet due has no deadline: none was indexed above.
+            if let Some(n) = self.nodes.get_mut(&name) {
+                n.agent.indexed_deadline = Some(due);
+            }
+            index.agent_due.insert((due, name));
         }
         for (key, p) in &self.pods {
             if let Some(u) = p.terminating_until {
@@ -263,5 +257,25 @@ impl World {
             return None;
         }
         Some(self.index.by_group.get(group).map_or(0, BTreeSet::len))
+    }
+}
+
+/// Moves `name`'s entry in the agents' deadlines (`agent_due`) from the deadline indexed for
+/// `agent` ([`SimAgent::indexed_deadline`]) to its current one, taking the node's name out of
+/// the old entry for the new one.
+fn reindex_deadline(
+    agent_due: &mut BTreeSet<(Timestamp, String)>,
+    name: &str,
+    agent: &mut SimAgent,
+) {
+    let new = agent.next_deadline();
+    let old = agent.indexed_deadline;
+    if old == new {
+        return;
+    }
+    agent.indexed_deadline = new;
+    let owned = old.and_then(|t| agent_due.take(&(t, name.to_owned())).map(|(_, n)| n));
+    if let Some(t) = new {
+        agent_due.insert((t, owned.unwrap_or_else(|| name.to_owned())));
     }
 }

@@ -270,9 +270,8 @@ pub struct World {
 /// install itself and whenever it hands out the world mutably.
 #[derive(Debug, Clone, Default)]
 struct WorldIndex {
-    /// Each node's agent deadline as indexed (`SimAgent::next_deadline`).
-    agent_deadline: BTreeMap<String, Timestamp>,
-    /// `(deadline, node)` for every node whose agent has one.
+    /// `(deadline, node)` for every node whose agent has one; the deadline indexed for a node
+    /// is its agent's `SimAgent::indexed_deadline` (no lookup by name to find the entry).
     agent_due: BTreeSet<(Timestamp, String)>,
     /// `(until, pod key)` of terminating pods; an entry whose pod is gone or terminates at
     /// another time is stale and skipped.
@@ -569,13 +568,14 @@ impl World {
         }
         // Heartbeats are renewed when something reads them (`World::renew_heartbeats`).
         // The agents that act now: woken ones and those whose deadline came.
-        let woken: BTreeSet<String> = self
+        // The wake-ups due now leave the agenda (their names are moved, not copied).
+        let later = self
             .agenda
-            .iter()
-            .take_while(|(t, _)| *t <= now)
-            .map(|(_, n)| n.clone())
+            .split_off(&(now + Duration::from_millis(1), String::new()));
+        let woken: BTreeSet<String> = std::mem::replace(&mut self.agenda, later)
+            .into_iter()
+            .map(|(_, n)| n)
             .collect();
-        self.agenda.retain(|(t, _)| *t > now);
         let mut due = woken.clone();
         due.extend(
             self.index
@@ -585,14 +585,17 @@ impl World {
                 .map(|(_, n)| n.clone()),
         );
         // Only the acting agents' nodes, scripted ones and new ones can change readiness
-        // (see `readiness_is_local`).
-        let mut changing = due.clone();
-        changing.extend(self.index.special.iter().cloned());
-        changing.extend(std::mem::take(&mut self.index.fresh));
-        let only = (!refresh_all).then_some(&changing);
-        self.refresh_readiness(only);
+        // (see `readiness_is_local`); every node when that does not hold.
+        let fresh = std::mem::take(&mut self.index.fresh);
+        let changing = (!refresh_all).then(|| {
+            let mut changing = due.clone();
+            changing.extend(self.index.special.iter().cloned());
+            changing.extend(fresh);
+            changing
+        });
+        self.refresh_readiness(changing.as_ref());
         self.step_agents(&due, &woken);
-        self.refresh_readiness(only);
+        self.refresh_readiness(changing.as_ref());
         // Pods coming back (unless a scheduler controller takes them).
         if self.scheduler_external {
             return;

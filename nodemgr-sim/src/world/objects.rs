@@ -62,7 +62,7 @@ impl World {
             .rng
             .below(u64::try_from(self.heartbeat.lease_period.0.as_millis()).unwrap_or(u64::MAX));
         node.uid = self.next_uid(&name);
-        self.nodes.insert(
+        let replaced = self.nodes.insert(
             name.clone(),
             SimNode {
                 last_heartbeat: node.last_heartbeat,
@@ -77,6 +77,11 @@ impl World {
                 lease_phase: Duration::from_millis(phase_ms),
             },
         );
+        // A node registered again under its name: its old agent's deadline leaves the index
+        // (the new agent has none indexed yet).
+        if let Some(t) = replaced.and_then(|old| old.agent.indexed_deadline) {
+            self.index.agent_due.remove(&(t, name.clone()));
+        }
         self.reindex_load(&name, None, Some(self.pod_count(&name)));
         let per_node: Vec<usize> = self
             .workloads
@@ -134,12 +139,20 @@ impl World {
         }
         pod.uid = self.next_uid(&pod.name);
         let key = pod.key();
-        let before = self.pod_count(node);
-        self.pods_by_node
-            .entry(node.to_owned())
-            .or_default()
-            .insert(key.clone());
-        self.reindex_load(node, Some(before), Some(self.pod_count(node)));
+        // One lookup of the node's pods for the key and both counts.
+        let (before, after) = match self.pods_by_node.get_mut(node) {
+            Some(set) => {
+                let before = set.len();
+                set.insert(key.clone());
+                (before, set.len())
+            }
+            None => {
+                self.pods_by_node
+                    .insert(node.to_owned(), BTreeSet::from([key.clone()]));
+                (0, 1)
+            }
+        };
+        self.reindex_load(node, Some(before), Some(after));
         self.pods.insert(
             key,
             SimPod {
@@ -248,7 +261,7 @@ impl World {
     pub fn remove_node(&mut self, name: &str) -> Option<SimNode> {
         self.reindex_load(name, Some(self.pod_count(name)), None);
         let node = self.nodes.remove(name)?;
-        if let Some(t) = self.index.agent_deadline.remove(name) {
+        if let Some(t) = node.agent.indexed_deadline {
             self.index.agent_due.remove(&(t, name.to_owned()));
         }
         self.index.phases.retain(|(_, n)| n != name);
