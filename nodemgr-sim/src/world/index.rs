@@ -263,7 +263,7 @@ impl World {
 /// Moves `name`'s entry in the agents' deadlines (`agent_due`) from the deadline indexed for
 /// `agent` ([`SimAgent::indexed_deadline`]) to its current one, taking the node's name out of
 /// the old entry for the new one.
-fn reindex_deadline(
+pub(crate) fn reindex_deadline(
     agent_due: &mut BTreeSet<(Timestamp, String)>,
     name: &str,
     agent: &mut SimAgent,

@@ -40,6 +40,7 @@ mod index;
 mod liveness;
 mod objects;
 
+pub(crate) use index::reindex_deadline;
 pub(crate) use liveness::is_special;
 
 /// A node group as the simulator keeps it.
@@ -294,6 +295,46 @@ struct WorldIndex {
     load: BTreeMap<String, BTreeSet<(usize, String)>>,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
+}
+
+/// The parts of the world a node agent's pass reads and changes, borrowed apart from the
+/// nodes so that the agent's node is looked up once for its whole pass (`crate::agent`).
+pub(crate) struct AgentEnv<'a> {
+    /// Virtual now.
+    pub(crate) now: Timestamp,
+    /// Scenario start (timeline times are relative to it).
+    pub(crate) start: Timestamp,
+    /// The groups (bundles, generations).
+    pub(crate) groups: &'a BTreeMap<String, SimGroup>,
+    /// The index of agent deadlines (`WorldIndex::agent_due`).
+    pub(crate) agent_due: &'a mut BTreeSet<(Timestamp, String)>,
+    /// Seeded randomness (step jitter).
+    pub(crate) rng: &'a mut SimRng,
+    /// What happened.
+    pub(crate) timeline: &'a mut Timeline,
+    /// Counters.
+    pub(crate) stats: &'a mut SimStats,
+    /// Agent settings.
+    pub(crate) spec: &'a AgentSpec,
+}
+
+impl World {
+    /// The nodes and, borrowed apart, what an agent's pass needs besides its node.
+    pub(crate) fn agent_parts(&mut self) -> (&mut BTreeMap<String, SimNode>, AgentEnv<'_>) {
+        (
+            &mut self.nodes,
+            AgentEnv {
+                now: self.now,
+                start: self.start,
+                groups: &self.groups,
+                agent_due: &mut self.index.agent_due,
+                rng: &mut self.rng,
+                timeline: &mut self.timeline,
+                stats: &mut self.stats,
+                spec: &self.agent,
+            },
+        )
+    }
 }
 
 fn parse_capacity(map: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
