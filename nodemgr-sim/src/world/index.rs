@@ -85,11 +85,27 @@ impl World {
 
     /// Moves `node` from `old` to `new` pods in its group's load index (`None`: not there).
     pub(super) fn reindex_load(&mut self, node: &str, old: Option<usize>, new: Option<usize>) {
+        self.reindex_load_in(node, None, old, new);
+    }
+
+    /// [`World::reindex_load`] for a node whose group the caller knows (`group`: the node's
+    /// `SimNode::group`, which it then need not look up; `None`: looked up).
+    pub(super) fn reindex_load_in(
+        &mut self,
+        node: &str,
+        group: Option<&str>,
+        old: Option<usize>,
+        new: Option<usize>,
+    ) {
         if old == new {
             return;
         }
-        let Some(group) = self.nodes.get(node).map(|n| n.group.as_str()) else {
-            return;
+        let group = match group {
+            Some(group) => group,
+            None => match self.nodes.get(node) {
+                Some(n) => n.group.as_str(),
+                None => return,
+            },
         };
         let Some(load) = self.index.load.get_mut(group) else {
             if let Some(count) = new {

@@ -24,7 +24,7 @@ impl World {
             None => {
                 for (name, n) in &mut self.nodes {
                     if let Some(t) = refresh_node(period, grace, start, now, n) {
-                        transitions.push((name.clone(), t.0, t.1));
+                        transitions.push((name.clone(), n.group.clone(), t.0, t.1));
                     }
                 }
             }
@@ -33,18 +33,19 @@ impl World {
                     if let Some(n) = self.nodes.get_mut(name)
                         && let Some(t) = refresh_node(period, grace, start, now, n)
                     {
-                        transitions.push((name.clone(), t.0, t.1));
+                        transitions.push((name.clone(), n.group.clone(), t.0, t.1));
                     }
                 }
             }
         }
-        for (name, ready, why) in transitions {
+        // Recorded with the node's group as `World::record` would look it up.
+        for (name, group, ready, why) in transitions {
             let kind = if ready {
                 "node.ready"
             } else {
                 "node.not-ready"
             };
-            self.record(kind, Some(&name), None, why);
+            self.record_in(kind, Some(group), Some(&name), None, why);
         }
     }
 

@@ -417,21 +417,21 @@ impl World {
         // Workloads: per-node ones on each node of their group, the others spread.
         for (wi, w) in scenario.workloads.iter().enumerate() {
             if w.kind.per_node() {
-                let nodes: Vec<String> = world
+                let nodes: Vec<(String, String)> = world
                     .nodes
                     .values()
                     .filter(|n| w.group.as_deref().is_none_or(|g| g == n.group))
-                    .map(|n| n.node.name.clone())
+                    .map(|n| (n.node.name.clone(), n.group.clone()))
                     .collect();
-                for node in nodes {
+                for (node, group) in nodes {
                     let name = format!("{}-{node}", w.name);
-                    world.bind_pod(wi, name, &node);
+                    world.bind_pod_in(wi, name, &node, Some(&group));
                 }
             } else {
                 for r in 0..w.replicas {
                     let name = format!("{}-{r}", w.name);
-                    match world.pick_node(wi) {
-                        Some(node) => world.bind_pod(wi, name, &node),
+                    match world.pick_node_in(wi) {
+                        Some((node, group)) => world.bind_pod_in(wi, name, &node, Some(&group)),
                         None => world.pending_pods.push(PendingPod {
                             at: start,
                             workload: wi,
@@ -644,14 +644,20 @@ impl World {
         let (due, later): (Vec<_>, Vec<_>) = self.pending_pods.drain(..).partition(|p| p.at <= now);
         self.pending_pods = later;
         for p in due {
-            if self.pods.contains_key(&self.pod_key(&p)) {
+            let key = self.pod_key(&p);
+            if self.pods.contains_key(&key) {
                 continue;
             }
-            match self.pick_node(p.workload) {
-                Some(node) => {
-                    let key = self.pod_key(&p);
-                    self.bind_pod(p.workload, p.name, &node);
-                    self.record("pod.scheduled", Some(&node), Some(&key), "pod (re)created");
+            match self.pick_node_in(p.workload) {
+                Some((node, group)) => {
+                    self.bind_pod_in(p.workload, p.name, &node, Some(&group));
+                    self.record_in(
+                        "pod.scheduled",
+                        Some(group),
+                        Some(&node),
+                        Some(&key),
+                        "pod (re)created",
+                    );
                 }
                 None => self.pending_pods.push(PendingPod {
                     at: now + self.reschedule_delay,

@@ -82,7 +82,7 @@ impl World {
         if let Some(t) = replaced.and_then(|old| old.agent.indexed_deadline) {
             self.index.agent_due.remove(&(t, name.clone()));
         }
-        self.reindex_load(&name, None, Some(self.pod_count(&name)));
+        self.reindex_load_in(&name, Some(group), None, Some(self.pod_count(&name)));
         let per_node: Vec<usize> = self
             .workloads
             .iter()
@@ -92,7 +92,7 @@ impl World {
             .collect();
         for wi in per_node {
             let pod_name = format!("{}-{name}", self.workloads[wi].name);
-            self.bind_pod(wi, pod_name, &name);
+            self.bind_pod_in(wi, pod_name, &name, Some(group));
         }
         // The agent's first pass: it finds the node up to date.
         self.drive_agent(&name);
@@ -111,6 +111,12 @@ impl World {
 
     /// Creates pod `name` of workload `wi` bound to `node`, Running.
     pub fn bind_pod(&mut self, wi: usize, name: String, node: &str) {
+        self.bind_pod_in(wi, name, node, None);
+    }
+
+    /// [`World::bind_pod`] on a node whose group the caller knows (`group`: the node's
+    /// `SimNode::group`; `None`: looked up when the load index needs it).
+    pub(super) fn bind_pod_in(&mut self, wi: usize, name: String, node: &str, group: Option<&str>) {
         let Some(w) = self.workloads.get(wi) else {
             return;
         };
@@ -152,7 +158,7 @@ impl World {
                 (0, 1)
             }
         };
-        self.reindex_load(node, Some(before), Some(after));
+        self.reindex_load_in(node, group, Some(before), Some(after));
         self.pods.insert(
             key,
             SimPod {
@@ -167,6 +173,11 @@ impl World {
     /// group with room (`pods` capacity), the one with the fewest pods (ties by name).
     /// Resource requests other than the pod count are not checked.
     pub fn pick_node(&self, wi: usize) -> Option<String> {
+        self.pick_node_in(wi).map(|(name, _)| name)
+    }
+
+    /// [`World::pick_node`] with the picked node's group (`SimNode::group`).
+    pub(super) fn pick_node_in(&self, wi: usize) -> Option<(String, String)> {
         let w = self.workloads.get(wi)?;
         // The group's nodes by pod count and name (the index, unless it is stale or another
         // scheduler edits the pods' bindings): the first one that can take the pod is the
@@ -181,12 +192,12 @@ impl World {
                 .get(group)
                 .into_iter()
                 .flatten()
-                .find(|(count, name)| {
+                .find_map(|(count, name)| {
                     self.nodes
                         .get(name)
-                        .is_some_and(|n| self.can_take_pod(n, *count))
-                })
-                .map(|(_, name)| name.clone());
+                        .filter(|n| self.can_take_pod(n, *count))
+                        .map(|n| (name.clone(), n.group.clone()))
+                });
         }
         // The group's nodes from the index (in name order, as the map's), unless it is stale.
         let candidates: Box<dyn Iterator<Item = &SimNode>> = match &w.group {
@@ -208,7 +219,7 @@ impl World {
                 a.0.cmp(&b.0)
                     .then_with(|| a.1.node.name.cmp(&b.1.node.name))
             })
-            .map(|(_, n)| n.node.name.clone())
+            .map(|(_, n)| (n.node.name.clone(), n.group.clone()))
     }
 
     /// Whether node `n`, running `count` pods, can take one more: Ready, schedulable,
