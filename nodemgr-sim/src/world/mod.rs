@@ -261,9 +261,6 @@ pub struct World {
     /// Every instant is observed by something other than the agents (a watch-lag window
     /// records the nodes at each one): no instant may be left out, so agents poll one by one.
     pub(crate) every_instant_observed: bool,
-    /// While [`World::from_scenario`] builds the world: the pods bound so far, in binding
-    /// order, put into [`World::pods`] at once at the end (nothing reads the pods meanwhile).
-    pod_batch: Option<Vec<(String, SimPod)>>,
 }
 
 /// Indexes the world keeps next to its nodes and pods so that an instant costs what changes
@@ -385,7 +382,6 @@ impl World {
             agents_stepped_at: None,
             lazy_agents: true,
             every_instant_observed: false,
-            pod_batch: Some(Vec::new()),
         };
         for (i, g) in scenario.groups.iter().enumerate() {
             let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
@@ -445,7 +441,6 @@ impl World {
                 }
             }
         }
-        world.pods = sorted_pods(world.pod_batch.take().unwrap_or_default());
         world.timeline.events.clear();
         world.rebuild_indexes();
         world
@@ -673,21 +668,6 @@ impl World {
     }
 }
 
-/// The pods bound while building the world, as a map: sorted by key (stably: of a key bound
-/// twice, the later binding stays, as [`BTreeMap::insert`] keeps it) and built in one pass.
-fn sorted_pods<V>(mut batch: Vec<(String, V)>) -> BTreeMap<String, V> {
-    batch.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut pods = Vec::with_capacity(batch.len());
-    let mut batch = batch.into_iter().peekable();
-    while let Some(pod) = batch.next() {
-        if batch.peek().is_some_and(|next| next.0 == pod.0) {
-            continue;
-        }
-        pods.push(pod);
-    }
-    pods.into_iter().collect()
-}
-
 fn base36(mut n: u64) -> String {
     const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut out = Vec::new();
@@ -697,26 +677,4 @@ fn base36(mut n: u64) -> String {
     }
     out.reverse();
     String::from_utf8(out).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// Building the pods' map at once gives the map that inserting them one by one in
-        /// binding order gives (a key bound again keeps its later binding).
-        #[test]
-        fn pods_built_at_once_are_those_inserted_one_by_one(
-            keys in prop::collection::vec("[a-c]{0,3}", 0..40),
-        ) {
-            let batch: Vec<(String, usize)> = keys.into_iter().enumerate().map(|(i, k)| (k, i)).collect();
-            let mut inserted = BTreeMap::new();
-            for (k, v) in batch.clone() {
-                inserted.insert(k, v);
-            }
-            prop_assert_eq!(sorted_pods(batch), inserted);
-        }
-    }
 }

@@ -159,17 +159,14 @@ impl World {
             }
         };
         self.reindex_load_in(node, group, Some(before), Some(after));
-        let pod = SimPod {
-            pod,
-            terminating_until: None,
-            workload: Some(wi),
-        };
-        match &mut self.pod_batch {
-            Some(batch) => batch.push((key, pod)),
-            None => {
-                self.pods.insert(key, pod);
-            }
-        }
+        self.pods.insert(
+            key,
+            SimPod {
+                pod,
+                terminating_until: None,
+                workload: Some(wi),
+            },
+        );
     }
 
     /// Where a new pod of workload `wi` goes: a Ready, schedulable, reachable node of its
