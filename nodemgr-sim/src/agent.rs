@@ -277,33 +277,23 @@ impl World {
     /// looked up once for its whole pass (the world's parts borrowed apart, [`AgentEnv`]).
     pub(crate) fn step_agents(&mut self, due: &BTreeSet<String>, woken: &BTreeSet<String>) {
         let now = self.now;
-        let lazy = self.lazy_agents;
-        let may_sleep = self.agents_may_sleep();
+        let wake = self.agent_wake_settings();
         let (nodes, mut env) = self.agent_parts();
         for name in due {
-            let Some(n) = nodes.get_mut(name) else {
-                continue;
-            };
-            if n.is_dark(now) {
-                continue;
+            if let Some(n) = nodes.get_mut(name) {
+                env.act(name, n, woken.contains(name), wake);
             }
-            // A dormant agent is due because a change was noticed (at a point of its poll
-            // grid, where core's expired timer makes it poll) or it was woken.
-            n.agent.dormant = None;
-            if woken.contains(name) && !wake_changes_nothing(lazy, env.groups, n) {
-                n.agent.machine.handle_wake(now);
-            }
-            n.agent.machine.handle_timeout(now);
-            if n.agent.running.is_some() {
-                env.advance_step(name, n);
-            }
-            env.drive_agent(name, n);
-            if may_sleep {
-                maybe_dormant(env.groups, now, n);
-            }
-            env.reindex(name, n);
         }
         self.agents_stepped_at = Some(now);
+    }
+
+    /// What an agent's pass needs to know of the world's settings ([`AgentEnv::act`]): whether
+    /// waking an up-to-date agent may be skipped, and whether agents may go dormant.
+    pub(crate) fn agent_wake_settings(&self) -> AgentWake {
+        AgentWake {
+            lazy: self.lazy_agents,
+            may_sleep: self.agents_may_sleep(),
+        }
     }
 
     /// Carries out the agent's actions until it waits for its timer or a simulated step
@@ -363,7 +353,40 @@ impl World {
 
 }
 
+/// The world's settings an agent's pass reads ([`World::agent_wake_settings`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AgentWake {
+    /// Waking an agent that would change nothing may be skipped.
+    lazy: bool,
+    /// Agents waiting for an approval may go dormant ([`World::agents_may_sleep`]).
+    may_sleep: bool,
+}
+
 impl AgentEnv<'_> {
+    /// Lets the agent of node `name` (`n`) act now (it is due: `woken` or its deadline came),
+    /// then re-indexes its deadline; a dark node's agent does nothing.
+    pub(crate) fn act(&mut self, name: &str, n: &mut SimNode, woken: bool, wake: AgentWake) {
+        let now = self.now;
+        if n.is_dark(now) {
+            return;
+        }
+        // A dormant agent is due because a change was noticed (at a point of its poll
+        // grid, where core's expired timer makes it poll) or it was woken.
+        n.agent.dormant = None;
+        if woken && !wake_changes_nothing(wake.lazy, self.groups, n) {
+            n.agent.machine.handle_wake(now);
+        }
+        n.agent.machine.handle_timeout(now);
+        if n.agent.running.is_some() {
+            self.advance_step(name, n);
+        }
+        self.drive_agent(name, n);
+        if wake.may_sleep {
+            maybe_dormant(self.groups, now, n);
+        }
+        self.reindex(name, n);
+    }
+
     /// Appends a timeline event about node `name` of `group` at the current virtual time (as
     /// [`World::record_in`]).
     fn record(&mut self, kind: &'static str, group: &str, name: &str, message: String) {

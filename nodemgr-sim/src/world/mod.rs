@@ -626,17 +626,17 @@ impl World {
                 .map(|(_, n)| n.clone()),
         );
         // Only the acting agents' nodes, scripted ones and new ones can change readiness
-        // (see `readiness_is_local`); every node when that does not hold.
-        let fresh = std::mem::take(&mut self.index.fresh);
-        let changing = (!refresh_all).then(|| {
-            let mut changing = due.clone();
-            changing.extend(self.index.special.iter().cloned());
-            changing.extend(fresh);
-            changing
-        });
-        self.refresh_readiness(changing.as_ref());
-        self.step_agents(&due, &woken);
-        self.refresh_readiness(changing.as_ref());
+        // (see `readiness_is_local`): those are refreshed, their agents act, and they are
+        // refreshed again, node by node; every node when that does not hold.
+        let mut fresh = std::mem::take(&mut self.index.fresh);
+        if refresh_all {
+            self.refresh_readiness();
+            self.step_agents(&due, &woken);
+            self.refresh_readiness();
+        } else {
+            fresh.extend(self.index.special.iter().cloned());
+            self.step_nodes(&due, &fresh, &woken);
+        }
         // Pods coming back (unless a scheduler controller takes them).
         if self.scheduler_external {
             return;
