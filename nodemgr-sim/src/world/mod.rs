@@ -594,9 +594,7 @@ impl World {
             self.remove_pod(&key);
         }
         // Replacement machines.
-        let (due, later): (Vec<_>, Vec<_>) =
-            self.pending_nodes.drain(..).partition(|(t, _)| *t <= now);
-        self.pending_nodes = later;
+        let due = take_due(&mut self.pending_nodes, |(t, _)| *t <= now);
         for (_, group) in due {
             if let Some(name) = self.add_node(&group, now) {
                 self.record(
@@ -641,8 +639,7 @@ impl World {
         if self.scheduler_external {
             return;
         }
-        let (due, later): (Vec<_>, Vec<_>) = self.pending_pods.drain(..).partition(|p| p.at <= now);
-        self.pending_pods = later;
+        let due = take_due(&mut self.pending_pods, |p| p.at <= now);
         for p in due {
             let key = self.pod_key(&p);
             if self.pods.contains_key(&key) {
@@ -666,6 +663,17 @@ impl World {
             }
         }
     }
+}
+
+/// Takes the items of `items` that are `due` out, both parts in their order; without
+/// allocating when none is (most instants).
+fn take_due<T>(items: &mut Vec<T>, mut due: impl FnMut(&T) -> bool) -> Vec<T> {
+    if !items.iter().any(&mut due) {
+        return Vec::new();
+    }
+    let (due, later): (Vec<T>, Vec<T>) = items.drain(..).partition(due);
+    *items = later;
+    due
 }
 
 fn base36(mut n: u64) -> String {
