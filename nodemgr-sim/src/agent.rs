@@ -350,7 +350,6 @@ impl World {
             d.due = Some(due);
         }
     }
-
 }
 
 /// The world's settings an agent's pass reads ([`World::agent_wake_settings`]).

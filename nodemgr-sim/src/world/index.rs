@@ -337,7 +337,8 @@ mod tests {
         }
         for (kind, g, n, at, dur) in faults {
             let gi = g % groups.len();
-            let sel = json!({"node": format!("g{gi}-{}", n % groups[gi].0), "for": format!("{dur}s")});
+            let sel =
+                json!({"node": format!("g{gi}-{}", n % groups[gi].0), "for": format!("{dur}s")});
             events.push(match kind % 2 {
                 0 => json!({"at": format!("{at}s"), "nodeNotReady": sel}),
                 _ => json!({"at": format!("{at}s"), "nodeDark": sel}),
@@ -371,7 +372,10 @@ mod tests {
         }
         for (name, n) in &w.nodes {
             if n.agent.indexed_deadline != n.agent.next_deadline() {
-                errors.push(format!("{name}: indexed deadline {:?}", n.agent.indexed_deadline));
+                errors.push(format!(
+                    "{name}: indexed deadline {:?}",
+                    n.agent.indexed_deadline
+                ));
             }
         }
         let mut load: BTreeMap<String, BTreeSet<(usize, String)>> = BTreeMap::new();
