@@ -39,7 +39,8 @@ use nodemgr_core::agent::{
 use nodemgr_core::model::{ApprovalMode, Node, Timestamp, keys};
 use nodemgr_core::ports::Cause;
 
-use crate::world::{SimGroup, SimNode, World, is_special};
+use crate::timeline::TimelineEvent;
+use crate::world::{AgentEnv, SimGroup, SimNode, World, is_special};
 
 /// A step being simulated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +76,9 @@ pub struct SimAgent {
     seen: Option<(Weak<Node>, String)>,
     /// How many times the Node changed between the agent's reads (the last resourceVersion).
     versions: u64,
+    /// The deadline the world's index holds for this agent (`crate::world`'s agent
+    /// deadlines), so that re-indexing finds the entry without a lookup by name.
+    pub(crate) indexed_deadline: Option<Timestamp>,
 }
 
 impl SimAgent {
@@ -95,6 +99,7 @@ impl SimAgent {
             dormant: None,
             seen: None,
             versions: 0,
+            indexed_deadline: None,
         }
     }
 
@@ -224,6 +229,32 @@ fn wake_changes_nothing(lazy: bool, groups: &BTreeMap<String, SimGroup>, n: &Sim
             == Some(desired)
 }
 
+/// Makes the agent of `n` dormant when it just polled and sleeps for a poll interval while
+/// waiting for an approval (the caller checked that polls may be skipped at all,
+/// [`World::agents_may_sleep`]): its next polls read the same Node and bundle until a change
+/// is noticed.
+fn maybe_dormant(groups: &BTreeMap<String, SimGroup>, now: Timestamp, n: &mut SimNode) {
+    let period = n.agent.machine.config().poll_interval;
+    let waiting = matches!(
+        n.agent.machine.status(),
+        AgentStatus::WaitingForApproval { .. } | AgentStatus::WaitingForDisruptionApproval { .. }
+    );
+    let polling = n.agent.machine.next_deadline() == Some(now + period);
+    if !waiting || !polling || n.agent.running.is_some() || is_special(n) {
+        return;
+    }
+    let Some(bundle) = bundle_in(groups, &n.group) else {
+        return;
+    };
+    n.agent.dormant = Some(Dormant {
+        next_poll: now + period,
+        period,
+        node: Arc::downgrade(&n.node),
+        bundle,
+        due: None,
+    });
+}
+
 /// The bundle an agent of `group` fetches, as a dormant agent remembers it.
 fn bundle_of(world: &World, group: &str) -> Option<(String, bool)> {
     bundle_in(&world.groups, group)
@@ -242,64 +273,36 @@ fn bundle_in(groups: &BTreeMap<String, SimGroup>, group: &str) -> Option<(String
 impl World {
     /// Lets the agents that are due act, in node name order: `due` are the nodes whose agent
     /// was woken (`woken`), whose timer expired or whose step reached its next phase (the
-    /// world's index of agent deadlines); any other agent would do nothing now.
+    /// world's index of agent deadlines); any other agent would do nothing now. Each node is
+    /// looked up once for its whole pass (the world's parts borrowed apart, [`AgentEnv`]).
     pub(crate) fn step_agents(&mut self, due: &BTreeSet<String>, woken: &BTreeSet<String>) {
         let now = self.now;
+        let wake = self.agent_wake_settings();
+        let (nodes, mut env) = self.agent_parts();
         for name in due {
-            let Some(n) = self.nodes.get_mut(name) else {
-                continue;
-            };
-            if n.is_dark(now) {
-                continue;
+            if let Some(n) = nodes.get_mut(name) {
+                env.act(name, n, woken.contains(name), wake);
             }
-            // A dormant agent is due because a change was noticed (at a point of its poll
-            // grid, where core's expired timer makes it poll) or it was woken.
-            n.agent.dormant = None;
-            if woken.contains(name) && !wake_changes_nothing(self.lazy_agents, &self.groups, n) {
-                n.agent.machine.handle_wake(now);
-            }
-            n.agent.machine.handle_timeout(now);
-            if n.agent.running.is_some() {
-                self.advance_step(name);
-            }
-            self.drive_agent(name);
-            self.maybe_dormant(name);
-            self.reindex_agent(name);
         }
         self.agents_stepped_at = Some(now);
     }
 
-    /// Makes `name`'s agent dormant when it just polled and sleeps for a poll interval while
-    /// waiting for an approval, and polls may be skipped at all ([`World::agents_may_sleep`]):
-    /// its next polls read the same Node and bundle until a change is noticed.
-    fn maybe_dormant(&mut self, name: &str) {
-        if !self.agents_may_sleep() {
-            return;
+    /// What an agent's pass needs to know of the world's settings ([`AgentEnv::act`]): whether
+    /// waking an up-to-date agent may be skipped, and whether agents may go dormant.
+    pub(crate) fn agent_wake_settings(&self) -> AgentWake {
+        AgentWake {
+            lazy: self.lazy_agents,
+            may_sleep: self.agents_may_sleep(),
         }
-        let now = self.now;
-        let Some(n) = self.nodes.get_mut(name) else {
-            return;
-        };
-        let period = n.agent.machine.config().poll_interval;
-        let waiting = matches!(
-            n.agent.machine.status(),
-            AgentStatus::WaitingForApproval { .. }
-                | AgentStatus::WaitingForDisruptionApproval { .. }
-        );
-        let polling = n.agent.machine.next_deadline() == Some(now + period);
-        if !waiting || !polling || n.agent.running.is_some() || is_special(n) {
-            return;
+    }
+
+    /// Carries out the agent's actions until it waits for its timer or a simulated step
+    /// ([`AgentEnv::drive_agent`]).
+    pub(crate) fn drive_agent(&mut self, name: &str) {
+        let (nodes, mut env) = self.agent_parts();
+        if let Some(n) = nodes.get_mut(name) {
+            env.drive_agent(name, n);
         }
-        let Some(bundle) = bundle_in(&self.groups, &n.group) else {
-            return;
-        };
-        n.agent.dormant = Some(Dormant {
-            next_poll: now + period,
-            period,
-            node: Arc::downgrade(&n.node),
-            bundle,
-            due: None,
-        });
     }
 
     /// Declares that what `name`'s agent reads (its Node's annotations, labels or
@@ -311,17 +314,13 @@ impl World {
     pub fn agent_inputs_changed(&mut self, name: &str) {
         let strictly = self.agents_stepped_at == Some(self.now);
         let now = self.now;
-        let Some(d) = self
-            .nodes
-            .get_mut(name)
-            .and_then(|n| n.agent.dormant.as_mut())
-        else {
-            return;
-        };
-        if d.due.is_none() {
-            d.due = Some(d.first_poll(now, strictly));
-            self.reindex_agent(name);
-        }
+        self.update_agent(name, |_, n| match n.agent.dormant.as_mut() {
+            Some(d) if d.due.is_none() => {
+                d.due = Some(d.first_poll(now, strictly));
+                true
+            }
+            _ => false,
+        });
     }
 
     /// For [`World::invalidate_indexes`]: the poll at which `name`'s dormant agent sees a
@@ -351,13 +350,63 @@ impl World {
             d.due = Some(due);
         }
     }
+}
+
+/// The world's settings an agent's pass reads ([`World::agent_wake_settings`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AgentWake {
+    /// Waking an agent that would change nothing may be skipped.
+    lazy: bool,
+    /// Agents waiting for an approval may go dormant ([`World::agents_may_sleep`]).
+    may_sleep: bool,
+}
+
+impl AgentEnv<'_> {
+    /// Lets the agent of node `name` (`n`) act now (it is due: `woken` or its deadline came),
+    /// then re-indexes its deadline; a dark node's agent does nothing.
+    pub(crate) fn act(&mut self, name: &str, n: &mut SimNode, woken: bool, wake: AgentWake) {
+        let now = self.now;
+        if n.is_dark(now) {
+            return;
+        }
+        // A dormant agent is due because a change was noticed (at a point of its poll
+        // grid, where core's expired timer makes it poll) or it was woken.
+        n.agent.dormant = None;
+        if woken && !wake_changes_nothing(wake.lazy, self.groups, n) {
+            n.agent.machine.handle_wake(now);
+        }
+        n.agent.machine.handle_timeout(now);
+        if n.agent.running.is_some() {
+            self.advance_step(name, n);
+        }
+        self.drive_agent(name, n);
+        if wake.may_sleep {
+            maybe_dormant(self.groups, now, n);
+        }
+        self.reindex(name, n);
+    }
+
+    /// Appends a timeline event about node `name` of `group` at the current virtual time (as
+    /// [`World::record_in`]).
+    fn record(&mut self, kind: &'static str, group: &str, name: &str, message: String) {
+        self.timeline.events.push(TimelineEvent {
+            at_ms: self.now.as_millis() - self.start.as_millis(),
+            kind: kind.into(),
+            node: Some(name.to_owned()),
+            group: Some(group.to_owned()),
+            pod: None,
+            message,
+        });
+    }
+
+    /// Re-indexes the deadline of `n`'s agent (node `name`) after its pass.
+    fn reindex(&mut self, name: &str, n: &mut SimNode) {
+        crate::world::reindex_deadline(self.agent_due, name, &mut n.agent);
+    }
 
     /// Moves the node's simulated step on: the restart begins, or the step ends.
-    fn advance_step(&mut self, name: &str) {
+    fn advance_step(&mut self, name: &str, n: &mut SimNode) {
         let now = self.now;
-        let Some(n) = self.nodes.get_mut(name) else {
-            return;
-        };
         let Some(r) = n.agent.running.clone() else {
             return;
         };
@@ -372,11 +421,9 @@ impl World {
             } else {
                 ("agent.kubelet-restart", "restarts the kubelet")
             };
-            self.record(kind, Some(name), None, format!("agent {what} ({secs}s)"));
+            self.record(kind, &n.group, name, format!("agent {what} ({secs}s)"));
         }
-        if r.done_at <= now
-            && let Some(n) = self.nodes.get_mut(name)
-        {
+        if r.done_at <= now {
             n.agent.running = None;
             n.agent.machine.handle_input(
                 AgentInput::StepFinished(StepOutcome {
@@ -389,15 +436,12 @@ impl World {
         }
     }
 
-    /// Carries out the agent's actions until it waits for its timer or a simulated step.
-    /// The node is looked up once for the actions that touch only it and its group (the
-    /// requests, the state files); the others (a step, a timeline event) look it up again.
-    pub(crate) fn drive_agent(&mut self, name: &str) {
+    /// Carries out the agent's actions until it waits for its timer or a simulated step:
+    /// the requests and state files in place, a step, an event or the timeline events of a
+    /// patch or an update on the same node.
+    pub(crate) fn drive_agent(&mut self, name: &str, n: &mut SimNode) {
         let now = self.now;
         loop {
-            let Some(n) = self.nodes.get_mut(name) else {
-                return;
-            };
             let action = loop {
                 let Some(action) = n.agent.machine.poll_action() else {
                     return;
@@ -431,7 +475,7 @@ impl World {
                                 AgentInput::Patched(PatchOutcome::Applied { resource_version }),
                                 now,
                             );
-                            break Driven::Patched(n.group.clone(), patch);
+                            break Driven::Patched(patch);
                         }
                     }
                     AgentAction::StoreBundle { .. } => continue,
@@ -450,33 +494,26 @@ impl World {
                     AgentAction::WriteChecksumFile(checksum) => {
                         n.agent.files.configuration_checksum = Some(checksum.clone());
                         n.agent.applied = Some(checksum.clone());
-                        break Driven::Updated(n.group.clone(), checksum);
+                        break Driven::Updated(checksum);
                     }
                     other => break Driven::Other(other),
                 };
                 n.agent.machine.handle_input(input, now);
             };
             match action {
-                Driven::Patched(group, patch) => self.record_patch(name, group, &patch.set),
-                Driven::Updated(group, checksum) => {
+                Driven::Patched(patch) => self.record_patch(name, &n.group, &patch.set),
+                Driven::Updated(checksum) => {
                     self.stats.updates_completed += 1;
-                    let short = checksum.get(..12).unwrap_or(&checksum).to_owned();
-                    self.record_in(
-                        "agent.updated",
-                        Some(group),
-                        Some(name),
-                        None,
-                        format!("node runs {short}"),
-                    );
+                    let short = checksum.get(..12).unwrap_or(&checksum);
+                    let message = format!("node runs {short}");
+                    self.record("agent.updated", &n.group, name, message);
                 }
-                Driven::Other(AgentAction::RunStep { name: step }) => self.start_step(name, step),
+                Driven::Other(AgentAction::RunStep { name: step }) => {
+                    self.start_step(name, n, step);
+                }
                 Driven::Other(AgentAction::EmitEvent(e)) => {
-                    self.record(
-                        "agent.event",
-                        Some(name),
-                        None,
-                        format!("{}: {}", e.reason, e.note),
-                    );
+                    let message = format!("{}: {}", e.reason, e.note);
+                    self.record("agent.event", &n.group, name, message);
                 }
                 Driven::Other(_) => {}
             }
@@ -485,94 +522,70 @@ impl World {
 
     /// Timeline events for the agent's requests (what a person watching the Node would see).
     /// `group` is the node's group.
-    fn record_patch(&mut self, name: &str, group: String, set: &BTreeMap<String, String>) {
+    fn record_patch(&mut self, name: &str, group: &str, set: &BTreeMap<String, String>) {
         if set.contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL) {
             let desired = self
                 .groups
-                .get(&group)
-                .map(|g| g.generations.desired().short().to_owned())
+                .get(group)
+                .map(|g| g.generations.desired().short())
                 .unwrap_or_default();
-            self.record_in(
-                "agent.waiting-for-approval",
-                Some(group.clone()),
-                Some(name),
-                None,
-                format!("agent needs {desired}, asks for approval"),
-            );
+            let message = format!("agent needs {desired}, asks for approval");
+            self.record("agent.waiting-for-approval", group, name, message);
         }
         for key in [
             keys::ANNOTATION_DISRUPTION_REQUIRED,
             keys::ANNOTATION_ROLLING_UPDATE,
         ] {
             if set.contains_key(key) {
-                self.record_in(
-                    "agent.disruption-required",
-                    Some(group.clone()),
-                    Some(name),
-                    None,
-                    format!("agent asks for a disruption ({key})"),
-                );
+                let message = format!("agent asks for a disruption ({key})");
+                self.record("agent.disruption-required", group, name, message);
             }
         }
     }
 
     /// Starts simulating a step: its changes are in place after the agent delay (plus jitter
     /// and the node's extra delay), then the node restarts as the change requires.
-    fn start_step(&mut self, name: &str, step: String) {
+    fn start_step(&mut self, name: &str, n: &mut SimNode, step: String) {
         let now = self.now;
-        let jitter = self.agent.jitter.0;
+        let jitter = self.spec.jitter.0;
         let jitter_ms = self
             .rng
             .below(u64::try_from(jitter.as_millis()).unwrap_or(0) + 1);
-        let Some(n) = self.nodes.get(name) else {
-            return;
-        };
-        let effect = self
-            .groups
-            .get(&n.group)
+        let group = self.groups.get(&n.group);
+        let effect = group
             .map(|g| g.generations.impact_from(n.agent.applied.as_deref()))
             .unwrap_or_default();
         let applied_at =
-            now + self.agent.delay.0 + Duration::from_millis(jitter_ms) + n.extra_agent_delay;
+            now + self.spec.delay.0 + Duration::from_millis(jitter_ms) + n.extra_agent_delay;
         let restart = match effect {
             ImpactKind::None => Duration::ZERO,
-            ImpactKind::KubeletRestart => self.agent.kubelet_restart.0,
-            ImpactKind::Disruptive => self.agent.reboot.0,
+            ImpactKind::KubeletRestart => self.spec.kubelet_restart.0,
+            ImpactKind::Disruptive => self.spec.reboot.0,
         };
-        let target = self
-            .groups
-            .get(&n.group)
-            .map(|g| g.generations.desired().short().to_owned())
+        let target = group
+            .map(|g| g.generations.desired().short())
             .unwrap_or_default();
-        if let Some(n) = self.nodes.get_mut(name) {
-            n.agent.running = Some(RunningStep {
-                name: step,
-                applied_at,
-                done_at: applied_at + restart,
-                effect,
-                restart_started: false,
-            });
-        }
-        self.record(
-            "agent.applying",
-            Some(name),
-            None,
-            format!(
-                "agent applies {target} ({effect}), done in {}s",
-                applied_at.saturating_since(now).as_secs()
-            ),
+        let message = format!(
+            "agent applies {target} ({effect}), done in {}s",
+            applied_at.saturating_since(now).as_secs()
         );
+        n.agent.running = Some(RunningStep {
+            name: step,
+            applied_at,
+            done_at: applied_at + restart,
+            effect,
+            restart_started: false,
+        });
+        self.record("agent.applying", &n.group, name, message);
     }
 }
 
-/// An agent action [`World::drive_agent`] finishes outside its lookup of the node.
+/// An agent action [`AgentEnv::drive_agent`] finishes after its requests' loop.
 enum Driven {
-    /// A patch was applied and the agent told: its timeline events are recorded (the
-    /// node's group, the patch).
-    Patched(String, nodemgr_core::agent::NodePatch),
-    /// The checksum file was written: the update is counted and recorded (the node's group,
-    /// the checksum).
-    Updated(String, String),
+    /// A patch was applied and the agent told: its timeline events are recorded.
+    Patched(nodemgr_core::agent::NodePatch),
+    /// The checksum file was written (the checksum): the update is counted and recorded.
+    Updated(String),
     /// A step to start or an event to record.
     Other(AgentAction),
 }

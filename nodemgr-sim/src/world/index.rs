@@ -8,34 +8,24 @@ use super::*;
 impl World {
     /// Re-indexes `name`'s agent deadline after its agent changed.
     pub(crate) fn reindex_agent(&mut self, name: &str) {
-        let new = self.nodes.get(name).and_then(|n| n.agent.next_deadline());
-        let old = self.index.agent_deadline.get(name).copied();
-        if old == new {
+        let Some(n) = self.nodes.get_mut(name) else {
             return;
-        }
-        // The name taken out of the old entry goes into the new one.
-        let mut owned = None;
-        if let Some(t) = old {
-            owned = self
-                .index
-                .agent_due
-                .take(&(t, name.to_owned()))
-                .map(|(_, n)| n);
-        }
-        match new {
-            Some(t) => {
-                let owned = owned.unwrap_or_else(|| name.to_owned());
-                match self.index.agent_deadline.get_mut(name) {
-                    Some(d) => *d = t,
-                    None => {
-                        self.index.agent_deadline.insert(owned.clone(), t);
-                    }
-                }
-                self.index.agent_due.insert((t, owned));
-            }
-            None => {
-                self.index.agent_deadline.remove(name);
-            }
+        };
+        reindex_deadline(&mut self.index.agent_due, name, &mut n.agent);
+    }
+
+    /// Changes node `name` with `change` (which also reads the groups) and, when it says its
+    /// agent changed (`true`), re-indexes the agent's deadline: one lookup by name for both.
+    pub(crate) fn update_agent(
+        &mut self,
+        name: &str,
+        change: impl FnOnce(&BTreeMap<String, SimGroup>, &mut SimNode) -> bool,
+    ) {
+        let Some(n) = self.nodes.get_mut(name) else {
+            return;
+        };
+        if change(&self.groups, n) {
+            reindex_deadline(&mut self.index.agent_due, name, &mut n.agent);
         }
     }
 
@@ -43,10 +33,11 @@ impl World {
     /// the next instant refreshes every node.
     pub(super) fn rebuild_indexes(&mut self) {
         let mut index = WorldIndex::default();
-        for (name, n) in &self.nodes {
-            if let Some(t) = n.agent.next_deadline() {
+        for (name, n) in &mut self.nodes {
+            let deadline = n.agent.next_deadline();
+            n.agent.indexed_deadline = deadline;
+            if let Some(t) = deadline {
                 index.agent_due.insert((t, name.clone()));
-                index.agent_deadline.insert(name.clone(), t);
             }
             if is_special(n) {
                 index.special.insert(name.clone());
@@ -78,8 +69,11 @@ impl World {
             .collect();
         for (name, due) in unnoticed {
             self.set_dormant_due(&name, due);
-            index.agent_due.insert((due, name.clone()));
-            index.agent_deadline.insert(name, due);
+            // A dormant agent not yet due has no deadline: none was indexed above.
+            if let Some(n) = self.nodes.get_mut(&name) {
+                n.agent.indexed_deadline = Some(due);
+            }
+            index.agent_due.insert((due, name));
         }
         for (key, p) in &self.pods {
             if let Some(u) = p.terminating_until {
@@ -91,11 +85,27 @@ impl World {
 
     /// Moves `node` from `old` to `new` pods in its group's load index (`None`: not there).
     pub(super) fn reindex_load(&mut self, node: &str, old: Option<usize>, new: Option<usize>) {
+        self.reindex_load_in(node, None, old, new);
+    }
+
+    /// [`World::reindex_load`] for a node whose group the caller knows (`group`: the node's
+    /// `SimNode::group`, which it then need not look up; `None`: looked up).
+    pub(super) fn reindex_load_in(
+        &mut self,
+        node: &str,
+        group: Option<&str>,
+        old: Option<usize>,
+        new: Option<usize>,
+    ) {
         if old == new {
             return;
         }
-        let Some(group) = self.nodes.get(node).map(|n| n.group.as_str()) else {
-            return;
+        let group = match group {
+            Some(group) => group,
+            None => match self.nodes.get(node) {
+                Some(n) => n.group.as_str(),
+                None => return,
+            },
         };
         let Some(load) = self.index.load.get_mut(group) else {
             if let Some(count) = new {
@@ -263,5 +273,148 @@ impl World {
             return None;
         }
         Some(self.index.by_group.get(group).map_or(0, BTreeSet::len))
+    }
+}
+
+/// Moves `name`'s entry in the agents' deadlines (`agent_due`) from the deadline indexed for
+/// `agent` ([`SimAgent::indexed_deadline`]) to its current one, taking the node's name out of
+/// the old entry for the new one.
+pub(crate) fn reindex_deadline(
+    agent_due: &mut BTreeSet<(Timestamp, String)>,
+    name: &str,
+    agent: &mut SimAgent,
+) {
+    let new = agent.next_deadline();
+    let old = agent.indexed_deadline;
+    if old == new {
+        return;
+    }
+    agent.indexed_deadline = new;
+    let owned = old.and_then(|t| agent_due.take(&(t, name.to_owned())).map(|(_, n)| n));
+    if let Some(t) = new {
+        agent_due.insert((t, owned.unwrap_or_else(|| name.to_owned())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The indexes kept in place by the world's methods are those a plain reading of the
+    //! nodes gives, at every instant of random runs: the agents' deadlines (each agent's
+    //! `next_deadline`, and the deadline noted on the agent, `SimAgent::indexed_deadline`) and
+    //! the groups' nodes by pod count (which callers that know a node's group update without
+    //! looking the node up).
+
+    use super::*;
+    use crate::{Scenario, Simulation};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// A random cluster: per group its node count, approval mode and change impact; lease
+    /// period; faults `(kind, group, node, at, for)`.
+    type Case = (Vec<(usize, u8, u8)>, u64, Vec<(u8, usize, usize, u64, u64)>);
+
+    fn scenario((groups, lease_s, faults): &Case) -> Scenario {
+        let mut gs = Vec::new();
+        let mut workloads =
+            vec![json!({"name": "exporter", "namespace": "monitoring", "kind": "DaemonSet"})];
+        let mut events = Vec::new();
+        for (i, (nodes, mode, impact)) in groups.iter().enumerate() {
+            let name = format!("g{i}");
+            let mode = ["Automatic", "Manual", "RollingUpdate"][usize::from(*mode % 3)];
+            let impact = ["none", "kubelet-restart", "disruptive"][usize::from(*impact % 3)];
+            gs.push(json!({
+                "name": name, "nodes": nodes, "zones": ["zone-a", "zone-b"],
+                "spec": {"nodeType": "CloudPermanent", "update": {"maxConcurrent": 2},
+                         "disruptions": {"approvalMode": mode}},
+            }));
+            workloads.push(json!({"name": format!("app{i}"), "kind": "Deployment",
+                                  "replicas": nodes * 2, "group": name,
+                                  "terminationGracePeriod": "15s"}));
+            events.push(json!({"at": "60s", "change": {"group": name, "impact": impact}}));
+            if mode == "Manual" {
+                events.push(json!({"at": "400s", "approveDisruption": {"group": name}}));
+            }
+        }
+        for (kind, g, n, at, dur) in faults {
+            let gi = g % groups.len();
+            let sel =
+                json!({"node": format!("g{gi}-{}", n % groups[gi].0), "for": format!("{dur}s")});
+            events.push(match kind % 2 {
+                0 => json!({"at": format!("{at}s"), "nodeNotReady": sel}),
+                _ => json!({"at": format!("{at}s"), "nodeDark": sel}),
+            });
+        }
+        let value = json!({
+            "name": "index", "duration": "30m", "reconcilePeriod": "10s",
+            "agent": {"delay": "20s", "jitter": "7s", "kubeletRestart": "5s", "reboot": "30s"},
+            "heartbeat": {"leasePeriod": format!("{lease_s}s"), "gracePeriod": "20s"},
+            "groups": gs, "workloads": workloads, "events": events,
+        });
+        match Scenario::from_yaml(&value.to_string()) {
+            Ok(s) => s,
+            Err(e) => panic!("generated scenario rejected: {e}\n{value:#}"),
+        }
+    }
+
+    /// The differences between the world's indexes and a plain reading of its nodes.
+    fn index_errors(w: &World) -> Vec<String> {
+        if w.index.stale {
+            return Vec::new();
+        }
+        let mut errors = Vec::new();
+        let due: BTreeSet<(Timestamp, String)> = w
+            .nodes
+            .iter()
+            .filter_map(|(name, n)| Some((n.agent.next_deadline()?, name.clone())))
+            .collect();
+        if due != w.index.agent_due {
+            errors.push(format!("agent_due {:?} != {:?}", w.index.agent_due, due));
+        }
+        for (name, n) in &w.nodes {
+            if n.agent.indexed_deadline != n.agent.next_deadline() {
+                errors.push(format!(
+                    "{name}: indexed deadline {:?}",
+                    n.agent.indexed_deadline
+                ));
+            }
+        }
+        let mut load: BTreeMap<String, BTreeSet<(usize, String)>> = BTreeMap::new();
+        for (name, n) in &w.nodes {
+            load.entry(n.group.clone())
+                .or_default()
+                .insert((w.pod_count(name), name.clone()));
+        }
+        let indexed: BTreeMap<_, _> = w
+            .index
+            .load
+            .iter()
+            .filter(|(_, nodes)| !nodes.is_empty())
+            .map(|(g, nodes)| (g.clone(), nodes.clone()))
+            .collect();
+        if load != indexed {
+            errors.push(format!("load {indexed:?} != {load:?}"));
+        }
+        errors
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        #[test]
+        fn indexes_match_a_plain_reading_at_every_instant(
+            groups in prop::collection::vec((1usize..=5, any::<u8>(), any::<u8>()), 1..=3),
+            lease_s in prop::sample::select(vec![5u64, 10, 40]),
+            faults in prop::collection::vec((any::<u8>(), 0usize..3, 0usize..5, 0u64..1200, 20u64..400), 0..4),
+            seed in 0u64..1000,
+        ) {
+            let s = scenario(&(groups, lease_s, faults));
+            let mut sim = Simulation::new(&s, seed);
+            let errors = index_errors(sim.world());
+            prop_assert!(errors.is_empty(), "at the start: {:?}", errors);
+            while sim.step() {
+                let errors = index_errors(sim.world());
+                prop_assert!(errors.is_empty(), "at {:?}: {:?}", sim.now(), errors);
+            }
+        }
     }
 }

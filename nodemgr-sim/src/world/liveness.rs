@@ -8,43 +8,81 @@ impl World {
     /// Recomputes every node's heartbeat and Ready condition at the current time, recording
     /// transitions in the timeline.
     pub fn refresh_nodes(&mut self) {
-        self.refresh_readiness(None);
+        self.refresh_readiness();
         self.index.heartbeats_at = Some(self.now);
     }
 
-    /// Recomputes the heartbeat and Ready condition of `only` (every node when `None`) at the
-    /// current time, recording transitions in the timeline in name order.
-    pub(super) fn refresh_readiness(&mut self, only: Option<&BTreeSet<String>>) {
+    /// Recomputes the heartbeat and Ready condition of every node at the current time,
+    /// recording transitions in the timeline in name order.
+    pub(super) fn refresh_readiness(&mut self) {
         let now = self.now;
         let grace = self.heartbeat.grace_period.0;
         let period = self.heartbeat.lease_period.0;
         let start = self.start;
         let mut transitions = Vec::new();
-        match only {
-            None => {
-                for (name, n) in &mut self.nodes {
-                    if let Some(t) = refresh_node(period, grace, start, now, n) {
-                        transitions.push((name.clone(), t.0, t.1));
-                    }
-                }
-            }
-            Some(names) => {
-                for name in names {
-                    if let Some(n) = self.nodes.get_mut(name)
-                        && let Some(t) = refresh_node(period, grace, start, now, n)
-                    {
-                        transitions.push((name.clone(), t.0, t.1));
-                    }
-                }
+        for (name, n) in &mut self.nodes {
+            if let Some(t) = refresh_node(period, grace, start, now, n) {
+                transitions.push((name.clone(), n.group.clone(), t.0, t.1));
             }
         }
-        for (name, ready, why) in transitions {
+        // Recorded with the node's group as `World::record` would look it up.
+        self.record_transitions(transitions);
+    }
+
+    /// What an instant does to the nodes that can change in it when readiness is local
+    /// (`readiness_is_local`): the nodes whose agent acts (`due`; `woken` were woken) and
+    /// `extra` ones (scripted, new) are refreshed, the agents act, and the nodes are refreshed
+    /// again — as a refresh of those nodes, [`World::step_agents`] and the refresh again
+    /// would (the plain path, which `refresh_all` instants take over every node), with each
+    /// node looked up once. Nothing of a node is read by
+    /// another node's refresh or agent, so each node goes through the three in turn; the
+    /// timeline gets the first refresh's transitions (in name order) before the agents'
+    /// events and the second refresh's after them, as the three passes record them.
+    pub(super) fn step_nodes(
+        &mut self,
+        due: &BTreeSet<String>,
+        extra: &BTreeSet<String>,
+        woken: &BTreeSet<String>,
+    ) {
+        let now = self.now;
+        let grace = self.heartbeat.grace_period.0;
+        let period = self.heartbeat.lease_period.0;
+        let start = self.start;
+        let wake = self.agent_wake_settings();
+        let base = self.timeline.events.len();
+        let mut before = Vec::new();
+        let mut after = Vec::new();
+        let (nodes, mut env) = self.agent_parts();
+        for (name, acts) in union(due, extra) {
+            let Some(n) = nodes.get_mut(name) else {
+                continue;
+            };
+            if let Some(t) = refresh_node(period, grace, start, now, n) {
+                before.push((name.clone(), n.group.clone(), t.0, t.1));
+            }
+            if acts {
+                env.act(name, n, woken.contains(name), wake);
+            }
+            if let Some(t) = refresh_node(period, grace, start, now, n) {
+                after.push((name.clone(), n.group.clone(), t.0, t.1));
+            }
+        }
+        self.agents_stepped_at = Some(now);
+        let agents = self.timeline.events.split_off(base);
+        self.record_transitions(before);
+        self.timeline.events.extend(agents);
+        self.record_transitions(after);
+    }
+
+    /// Records readiness transitions `(node, group, ready, why)` in their order.
+    fn record_transitions(&mut self, transitions: Vec<(String, String, bool, String)>) {
+        for (name, group, ready, why) in transitions {
             let kind = if ready {
                 "node.ready"
             } else {
                 "node.not-ready"
             };
-            self.record(kind, Some(&name), None, why);
+            self.record_in(kind, Some(group), Some(&name), None, why);
         }
     }
 
@@ -110,6 +148,27 @@ impl World {
     pub(super) fn readiness_is_local(&self) -> bool {
         self.heartbeat.lease_period.0 <= self.heartbeat.grace_period.0
     }
+}
+
+/// The names of `a` and `b` in order, each once, with whether it is in `a`.
+fn union<'a>(
+    a: &'a BTreeSet<String>,
+    b: &'a BTreeSet<String>,
+) -> impl Iterator<Item = (&'a String, bool)> {
+    let mut a = a.iter().peekable();
+    let mut b = b.iter().peekable();
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) => match x.cmp(y) {
+            std::cmp::Ordering::Less => a.next().map(|x| (x, true)),
+            std::cmp::Ordering::Greater => b.next().map(|y| (y, false)),
+            std::cmp::Ordering::Equal => {
+                b.next();
+                a.next().map(|x| (x, true))
+            }
+        },
+        (Some(_), None) => a.next().map(|x| (x, true)),
+        (None, _) => b.next().map(|y| (y, false)),
+    })
 }
 
 /// Whether the node has scripted readiness or darkness (looked at at every instant).

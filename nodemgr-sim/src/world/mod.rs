@@ -40,6 +40,7 @@ mod index;
 mod liveness;
 mod objects;
 
+pub(crate) use index::reindex_deadline;
 pub(crate) use liveness::is_special;
 
 /// A node group as the simulator keeps it.
@@ -270,9 +271,8 @@ pub struct World {
 /// install itself and whenever it hands out the world mutably.
 #[derive(Debug, Clone, Default)]
 struct WorldIndex {
-    /// Each node's agent deadline as indexed (`SimAgent::next_deadline`).
-    agent_deadline: BTreeMap<String, Timestamp>,
-    /// `(deadline, node)` for every node whose agent has one.
+    /// `(deadline, node)` for every node whose agent has one; the deadline indexed for a node
+    /// is its agent's `SimAgent::indexed_deadline` (no lookup by name to find the entry).
     agent_due: BTreeSet<(Timestamp, String)>,
     /// `(until, pod key)` of terminating pods; an entry whose pod is gone or terminates at
     /// another time is stale and skipped.
@@ -295,6 +295,46 @@ struct WorldIndex {
     load: BTreeMap<String, BTreeSet<(usize, String)>>,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
+}
+
+/// The parts of the world a node agent's pass reads and changes, borrowed apart from the
+/// nodes so that the agent's node is looked up once for its whole pass (`crate::agent`).
+pub(crate) struct AgentEnv<'a> {
+    /// Virtual now.
+    pub(crate) now: Timestamp,
+    /// Scenario start (timeline times are relative to it).
+    pub(crate) start: Timestamp,
+    /// The groups (bundles, generations).
+    pub(crate) groups: &'a BTreeMap<String, SimGroup>,
+    /// The index of agent deadlines (`WorldIndex::agent_due`).
+    pub(crate) agent_due: &'a mut BTreeSet<(Timestamp, String)>,
+    /// Seeded randomness (step jitter).
+    pub(crate) rng: &'a mut SimRng,
+    /// What happened.
+    pub(crate) timeline: &'a mut Timeline,
+    /// Counters.
+    pub(crate) stats: &'a mut SimStats,
+    /// Agent settings.
+    pub(crate) spec: &'a AgentSpec,
+}
+
+impl World {
+    /// The nodes and, borrowed apart, what an agent's pass needs besides its node.
+    pub(crate) fn agent_parts(&mut self) -> (&mut BTreeMap<String, SimNode>, AgentEnv<'_>) {
+        (
+            &mut self.nodes,
+            AgentEnv {
+                now: self.now,
+                start: self.start,
+                groups: &self.groups,
+                agent_due: &mut self.index.agent_due,
+                rng: &mut self.rng,
+                timeline: &mut self.timeline,
+                stats: &mut self.stats,
+                spec: &self.agent,
+            },
+        )
+    }
 }
 
 fn parse_capacity(map: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
@@ -377,21 +417,21 @@ impl World {
         // Workloads: per-node ones on each node of their group, the others spread.
         for (wi, w) in scenario.workloads.iter().enumerate() {
             if w.kind.per_node() {
-                let nodes: Vec<String> = world
+                let nodes: Vec<(String, String)> = world
                     .nodes
                     .values()
                     .filter(|n| w.group.as_deref().is_none_or(|g| g == n.group))
-                    .map(|n| n.node.name.clone())
+                    .map(|n| (n.node.name.clone(), n.group.clone()))
                     .collect();
-                for node in nodes {
+                for (node, group) in nodes {
                     let name = format!("{}-{node}", w.name);
-                    world.bind_pod(wi, name, &node);
+                    world.bind_pod_in(wi, name, &node, Some(&group));
                 }
             } else {
                 for r in 0..w.replicas {
                     let name = format!("{}-{r}", w.name);
-                    match world.pick_node(wi) {
-                        Some(node) => world.bind_pod(wi, name, &node),
+                    match world.pick_node_in(wi) {
+                        Some((node, group)) => world.bind_pod_in(wi, name, &node, Some(&group)),
                         None => world.pending_pods.push(PendingPod {
                             at: start,
                             workload: wi,
@@ -554,9 +594,7 @@ impl World {
             self.remove_pod(&key);
         }
         // Replacement machines.
-        let (due, later): (Vec<_>, Vec<_>) =
-            self.pending_nodes.drain(..).partition(|(t, _)| *t <= now);
-        self.pending_nodes = later;
+        let due = take_due(&mut self.pending_nodes, |(t, _)| *t <= now);
         for (_, group) in due {
             if let Some(name) = self.add_node(&group, now) {
                 self.record(
@@ -569,13 +607,14 @@ impl World {
         }
         // Heartbeats are renewed when something reads them (`World::renew_heartbeats`).
         // The agents that act now: woken ones and those whose deadline came.
-        let woken: BTreeSet<String> = self
+        // The wake-ups due now leave the agenda (their names are moved, not copied).
+        let later = self
             .agenda
-            .iter()
-            .take_while(|(t, _)| *t <= now)
-            .map(|(_, n)| n.clone())
+            .split_off(&(now + Duration::from_millis(1), String::new()));
+        let woken: BTreeSet<String> = std::mem::replace(&mut self.agenda, later)
+            .into_iter()
+            .map(|(_, n)| n)
             .collect();
-        self.agenda.retain(|(t, _)| *t > now);
         let mut due = woken.clone();
         due.extend(
             self.index
@@ -585,29 +624,37 @@ impl World {
                 .map(|(_, n)| n.clone()),
         );
         // Only the acting agents' nodes, scripted ones and new ones can change readiness
-        // (see `readiness_is_local`).
-        let mut changing = due.clone();
-        changing.extend(self.index.special.iter().cloned());
-        changing.extend(std::mem::take(&mut self.index.fresh));
-        let only = (!refresh_all).then_some(&changing);
-        self.refresh_readiness(only);
-        self.step_agents(&due, &woken);
-        self.refresh_readiness(only);
+        // (see `readiness_is_local`): those are refreshed, their agents act, and they are
+        // refreshed again, node by node; every node when that does not hold.
+        let mut fresh = std::mem::take(&mut self.index.fresh);
+        if refresh_all {
+            self.refresh_readiness();
+            self.step_agents(&due, &woken);
+            self.refresh_readiness();
+        } else {
+            fresh.extend(self.index.special.iter().cloned());
+            self.step_nodes(&due, &fresh, &woken);
+        }
         // Pods coming back (unless a scheduler controller takes them).
         if self.scheduler_external {
             return;
         }
-        let (due, later): (Vec<_>, Vec<_>) = self.pending_pods.drain(..).partition(|p| p.at <= now);
-        self.pending_pods = later;
+        let due = take_due(&mut self.pending_pods, |p| p.at <= now);
         for p in due {
-            if self.pods.contains_key(&self.pod_key(&p)) {
+            let key = self.pod_key(&p);
+            if self.pods.contains_key(&key) {
                 continue;
             }
-            match self.pick_node(p.workload) {
-                Some(node) => {
-                    let key = self.pod_key(&p);
-                    self.bind_pod(p.workload, p.name, &node);
-                    self.record("pod.scheduled", Some(&node), Some(&key), "pod (re)created");
+            match self.pick_node_in(p.workload) {
+                Some((node, group)) => {
+                    self.bind_pod_in(p.workload, p.name, &node, Some(&group));
+                    self.record_in(
+                        "pod.scheduled",
+                        Some(group),
+                        Some(&node),
+                        Some(&key),
+                        "pod (re)created",
+                    );
                 }
                 None => self.pending_pods.push(PendingPod {
                     at: now + self.reschedule_delay,
@@ -616,6 +663,17 @@ impl World {
             }
         }
     }
+}
+
+/// Takes the items of `items` that are `due` out, both parts in their order; without
+/// allocating when none is (most instants).
+fn take_due<T>(items: &mut Vec<T>, mut due: impl FnMut(&T) -> bool) -> Vec<T> {
+    if !items.iter().any(&mut due) {
+        return Vec::new();
+    }
+    let (due, later): (Vec<T>, Vec<T>) = items.drain(..).partition(due);
+    *items = later;
+    due
 }
 
 fn base36(mut n: u64) -> String {

@@ -62,7 +62,7 @@ impl World {
             .rng
             .below(u64::try_from(self.heartbeat.lease_period.0.as_millis()).unwrap_or(u64::MAX));
         node.uid = self.next_uid(&name);
-        self.nodes.insert(
+        let replaced = self.nodes.insert(
             name.clone(),
             SimNode {
                 last_heartbeat: node.last_heartbeat,
@@ -77,7 +77,12 @@ impl World {
                 lease_phase: Duration::from_millis(phase_ms),
             },
         );
-        self.reindex_load(&name, None, Some(self.pod_count(&name)));
+        // A node registered again under its name: its old agent's deadline leaves the index
+        // (the new agent has none indexed yet).
+        if let Some(t) = replaced.and_then(|old| old.agent.indexed_deadline) {
+            self.index.agent_due.remove(&(t, name.clone()));
+        }
+        self.reindex_load_in(&name, Some(group), None, Some(self.pod_count(&name)));
         let per_node: Vec<usize> = self
             .workloads
             .iter()
@@ -87,7 +92,7 @@ impl World {
             .collect();
         for wi in per_node {
             let pod_name = format!("{}-{name}", self.workloads[wi].name);
-            self.bind_pod(wi, pod_name, &name);
+            self.bind_pod_in(wi, pod_name, &name, Some(group));
         }
         // The agent's first pass: it finds the node up to date.
         self.drive_agent(&name);
@@ -106,6 +111,12 @@ impl World {
 
     /// Creates pod `name` of workload `wi` bound to `node`, Running.
     pub fn bind_pod(&mut self, wi: usize, name: String, node: &str) {
+        self.bind_pod_in(wi, name, node, None);
+    }
+
+    /// [`World::bind_pod`] on a node whose group the caller knows (`group`: the node's
+    /// `SimNode::group`; `None`: looked up when the load index needs it).
+    pub(super) fn bind_pod_in(&mut self, wi: usize, name: String, node: &str, group: Option<&str>) {
         let Some(w) = self.workloads.get(wi) else {
             return;
         };
@@ -134,12 +145,20 @@ impl World {
         }
         pod.uid = self.next_uid(&pod.name);
         let key = pod.key();
-        let before = self.pod_count(node);
-        self.pods_by_node
-            .entry(node.to_owned())
-            .or_default()
-            .insert(key.clone());
-        self.reindex_load(node, Some(before), Some(self.pod_count(node)));
+        // One lookup of the node's pods for the key and both counts.
+        let (before, after) = match self.pods_by_node.get_mut(node) {
+            Some(set) => {
+                let before = set.len();
+                set.insert(key.clone());
+                (before, set.len())
+            }
+            None => {
+                self.pods_by_node
+                    .insert(node.to_owned(), BTreeSet::from([key.clone()]));
+                (0, 1)
+            }
+        };
+        self.reindex_load_in(node, group, Some(before), Some(after));
         self.pods.insert(
             key,
             SimPod {
@@ -154,6 +173,11 @@ impl World {
     /// group with room (`pods` capacity), the one with the fewest pods (ties by name).
     /// Resource requests other than the pod count are not checked.
     pub fn pick_node(&self, wi: usize) -> Option<String> {
+        self.pick_node_in(wi).map(|(name, _)| name)
+    }
+
+    /// [`World::pick_node`] with the picked node's group (`SimNode::group`).
+    pub(super) fn pick_node_in(&self, wi: usize) -> Option<(String, String)> {
         let w = self.workloads.get(wi)?;
         // The group's nodes by pod count and name (the index, unless it is stale or another
         // scheduler edits the pods' bindings): the first one that can take the pod is the
@@ -168,12 +192,12 @@ impl World {
                 .get(group)
                 .into_iter()
                 .flatten()
-                .find(|(count, name)| {
+                .find_map(|(count, name)| {
                     self.nodes
                         .get(name)
-                        .is_some_and(|n| self.can_take_pod(n, *count))
-                })
-                .map(|(_, name)| name.clone());
+                        .filter(|n| self.can_take_pod(n, *count))
+                        .map(|n| (name.clone(), n.group.clone()))
+                });
         }
         // The group's nodes from the index (in name order, as the map's), unless it is stale.
         let candidates: Box<dyn Iterator<Item = &SimNode>> = match &w.group {
@@ -195,7 +219,7 @@ impl World {
                 a.0.cmp(&b.0)
                     .then_with(|| a.1.node.name.cmp(&b.1.node.name))
             })
-            .map(|(_, n)| n.node.name.clone())
+            .map(|(_, n)| (n.node.name.clone(), n.group.clone()))
     }
 
     /// Whether node `n`, running `count` pods, can take one more: Ready, schedulable,
@@ -248,7 +272,7 @@ impl World {
     pub fn remove_node(&mut self, name: &str) -> Option<SimNode> {
         self.reindex_load(name, Some(self.pod_count(name)), None);
         let node = self.nodes.remove(name)?;
-        if let Some(t) = self.index.agent_deadline.remove(name) {
+        if let Some(t) = node.agent.indexed_deadline {
             self.index.agent_due.remove(&(t, name.to_owned()));
         }
         self.index.phases.retain(|(_, n)| n != name);
