@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use nodemgr_core::drain::is_evictable;
 use nodemgr_core::fencing::CacheHealth;
 use nodemgr_core::machines::{ANNOTATION_PROVIDER_ID, MachinePhase};
 use nodemgr_core::model::{
@@ -28,8 +29,8 @@ use nodemgr_core::model::{
 };
 use nodemgr_core::ports::{
     AppliedHolder, ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance,
-    NodeApi, NodeChanges, NodeHealthRead, NodePatch, NodeRevision, PodApi, PodRef, Precondition,
-    RecordedEvent, StandbyHolder,
+    NodeApi, NodeChanges, NodeHealthRead, NodePatch, NodePod, NodeRevision, PodApi, PodRef,
+    Precondition, RecordedEvent, StandbyHolder,
 };
 
 use crate::api::SimApiServer;
@@ -260,6 +261,27 @@ impl ClusterRead for SimCluster<'_> {
             .unwrap_or_default())
     }
 
+    async fn list_node_pods(&self, node: &str) -> Result<Vec<NodePod>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, format_args!("list pods"))?;
+        // `list_pods_on_node` mapped, without copying the pods: the index's keys are the
+        // pods' `namespace/name`.
+        Ok(w.pods_by_node
+            .get(node)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| {
+                        w.pods.get(k).map(|p| NodePod {
+                            key: k.clone(),
+                            uid: p.pod.uid.clone(),
+                            evictable: is_evictable(&p.pod),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     async fn list_pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
         let mut w = self.lock();
         Self::check(
@@ -445,6 +467,13 @@ impl EventApi for SimCluster<'_> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::Event, format_args!("record an event"))?;
         w.recorded_events.push(event.clone());
+        Ok(())
+    }
+
+    async fn emit_event_owned(&self, event: RecordedEvent) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::Event, format_args!("record an event"))?;
+        w.recorded_events.push(event);
         Ok(())
     }
 }

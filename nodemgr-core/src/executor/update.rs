@@ -86,10 +86,10 @@ use std::time::Duration;
 use super::node_table::NodeTable;
 use super::scaling::disruption_event;
 use crate::disruption::DisruptionReason;
-use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome, is_evictable};
-use crate::model::{Node, NodeGroup, Pod, Timestamp, keys};
+use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome};
+use crate::model::{Node, NodeGroup, Timestamp, keys};
 use crate::ports::{
-    ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodeChanges, NodePatch,
+    ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodeChanges, NodePatch, NodePod,
     NodeRevision, ObjectRef, PodRef, Precondition, RecordedEvent,
 };
 use crate::read_your_writes::KnownVersions;
@@ -774,7 +774,7 @@ impl UpdateExecutor {
             .filter(|n| n.has_annotation(keys::ANNOTATION_DRAINING))
             .collect();
         for node in draining {
-            let pods = match cluster.list_pods_on_node(&node.name).await {
+            let pods = match cluster.list_node_pods(&node.name).await {
                 Ok(pods) => pods,
                 Err(source) => {
                     report.errors.push(ActionError {
@@ -792,12 +792,11 @@ impl UpdateExecutor {
                     .find(|g| g.name() == group)
                     .map(DrainConfig::for_group)
                     .unwrap_or_default();
-                let drain = Drain::from_pods(node, &pods, config, now);
-                let pod_uids: BTreeMap<String, String> = pods
-                    .iter()
-                    .filter(|p| is_evictable(p))
-                    .map(|p| (p.key(), p.uid.clone()))
-                    .collect();
+                let evictable = pods.iter().filter(|p| p.evictable);
+                let drain =
+                    Drain::from_keys(node, evictable.clone().map(|p| p.key.clone()), config, now);
+                let pod_uids: BTreeMap<String, String> =
+                    evictable.map(|p| (p.key.clone(), p.uid.clone())).collect();
                 report.events.push(ExecutorEvent::DrainStarted {
                     node: node.name.clone(),
                     group: group.clone(),
@@ -890,8 +889,12 @@ impl UpdateExecutor {
 
 /// Feeds what the listing shows into the drain: tracked pods that are no longer on the node (or
 /// were replaced by a pod of another UID) are gone.
-fn observe_pods(active: &mut ActiveDrain, pods: &[Pod], now: Timestamp) {
-    let present: BTreeMap<String, &str> = pods.iter().map(|p| (p.key(), p.uid.as_str())).collect();
+fn observe_pods(active: &mut ActiveDrain, pods: &[NodePod], now: Timestamp) {
+    // A key listed twice: the last one counts.
+    let present: BTreeMap<&str, &str> = pods
+        .iter()
+        .map(|p| (p.key.as_str(), p.uid.as_str()))
+        .collect();
     let gone: Vec<String> = active
         .drain
         .remaining()
@@ -918,7 +921,7 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
     known: &mut KnownVersions,
     node: &str,
     active: &mut ActiveDrain,
-    pods: &[Pod],
+    pods: &[NodePod],
     now: Timestamp,
     report: &mut StepReport,
 ) {
@@ -1001,7 +1004,7 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
         }
         if accepted {
             // Pods with a short grace period may be gone already.
-            match cluster.list_pods_on_node(node).await {
+            match cluster.list_node_pods(node).await {
                 Ok(pods) => observe_pods(active, &pods, now),
                 Err(source) => report.errors.push(ActionError {
                     node: node.to_owned(),
@@ -1070,7 +1073,7 @@ pub(crate) async fn emit<C: EventApi + ?Sized>(
         message,
         time: now,
     };
-    if let Err(error) = cluster.emit_event(&event).await {
+    if let Err(error) = cluster.emit_event_owned(event).await {
         tracing::debug!(reason, %error, "event not recorded");
     }
 }
@@ -1085,7 +1088,7 @@ pub fn update_annotation_keys() -> BTreeSet<&'static str> {
 mod tests {
     use super::*;
     use crate::model::{
-        ApprovalMode, Disruptions, ObjectMeta, Owner, PodDisruptionBudget, PodPhase,
+        ApprovalMode, Disruptions, ObjectMeta, Owner, Pod, PodDisruptionBudget, PodPhase,
     };
     use crate::ports::{ClusterRead, EventApi, NodeApi, PodApi};
     use async_trait::async_trait;

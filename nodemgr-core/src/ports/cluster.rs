@@ -471,6 +471,31 @@ impl NodeChanges {
     }
 }
 
+/// What a drain reads of one pod on its node ([`ClusterRead::list_node_pods`]): a drain
+/// needs no more than the pod's identity and whether it evicts it, so a port need not copy
+/// whole pods for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePod {
+    /// `namespace/name` ([`Pod::key`]).
+    pub key: String,
+    /// The pod's UID.
+    pub uid: String,
+    /// Whether a drain evicts it ([`crate::drain::is_evictable`]: not a DaemonSet's, mirror
+    /// or finished pod).
+    pub evictable: bool,
+}
+
+impl NodePod {
+    /// What a drain reads of `pod`.
+    pub fn of(pod: &Pod) -> Self {
+        Self {
+            key: pod.key(),
+            uid: pod.uid.clone(),
+            evictable: crate::drain::is_evictable(pod),
+        }
+    }
+}
+
 /// Reading the cluster: consistent-enough snapshots as the core's model views.
 #[async_trait]
 pub trait ClusterRead: Send + Sync {
@@ -543,6 +568,20 @@ pub trait ClusterRead: Send + Sync {
         let mut pods = self.list_pods().await?;
         pods.retain(|p| p.node_name.as_deref() == Some(node));
         Ok(pods)
+    }
+
+    /// What a drain reads of the pods bound to `node` ([`NodePod`]: each pod's
+    /// `namespace/name`, UID and whether a drain evicts it), in the order of
+    /// [`ClusterRead::list_pods_on_node`] (the same pods, bound to `node`). The default maps
+    /// that list; a port that keeps its pods in memory answers without copying them (the
+    /// simulator).
+    async fn list_node_pods(&self, node: &str) -> Result<Vec<NodePod>, ClusterError> {
+        Ok(self
+            .list_pods_on_node(node)
+            .await?
+            .iter()
+            .map(NodePod::of)
+            .collect())
     }
 
     /// Every PodDisruptionBudget with its current `status.disruptionsAllowed`.
@@ -638,6 +677,12 @@ pub trait PodApi: Send + Sync {
 pub trait EventApi: Send + Sync {
     /// Records `event`. Best effort: callers log a failure and go on, never retry forever.
     async fn emit_event(&self, event: &RecordedEvent) -> Result<(), ClusterError>;
+
+    /// [`EventApi::emit_event`] for an event the caller no longer needs: a port that keeps
+    /// events (the simulator) takes it without a copy. The default records `&event`.
+    async fn emit_event_owned(&self, event: RecordedEvent) -> Result<(), ClusterError> {
+        self.emit_event(&event).await
+    }
 }
 
 /// What the fencing executor needs beyond the cached reads: how fresh the cache is, the node
