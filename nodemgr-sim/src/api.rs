@@ -327,6 +327,51 @@ impl SimApiServer {
         }
     }
 
+    /// A patch of the world's node in `slot` as the port applies it, with one search of the
+    /// node's entry instead of one per step: when `expected` is given, the node's version as
+    /// it is now ([`SimApiServer::version_of_shared`]) must be `expected`, else
+    /// `Err(current version)` and nothing is changed; then `apply` changes the node through
+    /// `Arc::make_mut` and the answer is [`SimApiServer::view_of_shared`] of the result. The
+    /// same versions are handed out, in the same order, as by those calls one after the
+    /// other.
+    pub fn patch_shared(
+        &mut self,
+        slot: &mut Arc<Node>,
+        heartbeat: Option<Timestamp>,
+        expected: Option<&str>,
+        apply: impl FnOnce(&mut Node),
+    ) -> Result<Arc<Node>, String> {
+        let shared = !self.copy_views;
+        if expected.is_some() && !self.versions.contains_key(&slot.name) {
+            // Never versioned: the precondition versions it first (as `version_of_shared`).
+            let v = self.new_versioned(Arc::clone(slot));
+            self.versions.insert(slot.name.clone(), v);
+        }
+        let Some(v) = self.versions.get_mut(&slot.name) else {
+            apply(Arc::make_mut(slot));
+            let (version, changed) = self.next_numbers();
+            let (v, view) = Versioned::new_viewed(version, changed, slot, heartbeat, shared);
+            self.versions.insert(slot.name.clone(), v);
+            return Ok(view);
+        };
+        if let Some(expected) = expected {
+            if !v.matches(slot) {
+                let (version, changed) = next_numbers(&mut self.last_version, &mut self.change_seq);
+                *v = Versioned::new(version, changed, Arc::clone(slot));
+            }
+            let current = v.version.to_string();
+            if current != expected {
+                return Err(current);
+            }
+        }
+        apply(Arc::make_mut(slot));
+        if v.matches(slot) {
+            return Ok(v.view(heartbeat));
+        }
+        let numbers = next_numbers(&mut self.last_version, &mut self.change_seq);
+        Ok(v.renew(numbers, slot, heartbeat, shared))
+    }
+
     /// The next version and change sequence number.
     fn next_numbers(&mut self) -> (u64, u64) {
         next_numbers(&mut self.last_version, &mut self.change_seq)

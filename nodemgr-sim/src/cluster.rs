@@ -326,10 +326,27 @@ impl NodeApi for SimCluster<'_> {
     ) -> Result<Arc<Node>, ClusterError> {
         let mut guard = self.lock();
         let w: &mut World = &mut guard;
-        let (api, n) = Self::apply_patch(w, name, patch)?;
-        // The view the next list or change feed answer shares, not a copy of its own (the
-        // patched node itself when only the world holds it, `crate::api`).
-        let view = api.view_of_shared(&mut n.node, n.last_heartbeat);
+        Self::check(w, Operation::Patch, format_args!("patch node {name}"))?;
+        let Some(n) = w.nodes.get_mut(name) else {
+            return Err(ClusterError::not_found(format!("node {name}")));
+        };
+        // `apply_patch` and the view the next list or change feed answer shares, not a copy
+        // of its own (the patched node itself when only the world holds it, `crate::api`),
+        // with one search of the node's version entry.
+        let view = w
+            .api
+            .patch_shared(
+                &mut n.node,
+                n.last_heartbeat,
+                patch.resource_version.as_deref(),
+                |node| patch.apply_to(node),
+            )
+            .map_err(|current| {
+                ClusterError::conflict(format!(
+                    "node {name}: the object has been modified (resourceVersion {current}, not {}); please apply your changes to the latest version and try again",
+                    patch.resource_version.as_deref().unwrap_or_default()
+                ))
+            })?;
         w.wake_agent(name);
         Ok(view)
     }

@@ -8,6 +8,7 @@
 //! added with [`crate::Simulation::add_controller`] (see the README).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -184,7 +185,10 @@ fn hand_over(world: &mut World, node: &str) {
 
 fn record_executor_event(world: &mut World, event: &ExecutorEvent) {
     let node = event.node().to_owned();
-    let message = event.to_string();
+    // Made large enough at once (`to_string` would grow it piece by piece).
+    let mut message = String::with_capacity(96);
+    // Writing into a String never fails.
+    let _ = write!(message, "{event}");
     match event {
         ExecutorEvent::Applied { group, command } => {
             let kind = match command {

@@ -203,30 +203,53 @@ impl ExecutorEvent {
 }
 
 impl fmt::Display for ExecutorEvent {
+    // Pieces written as they are, without a format string to interpret where that is simple
+    // (the simulator's timeline formats one message per event).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pieces = |f: &mut fmt::Formatter<'_>, pieces: &[&str]| {
+            pieces.iter().try_for_each(|p| f.write_str(p))
+        };
         match self {
-            Self::Applied { command, .. } => write!(f, "{command}"),
+            Self::Applied { command, .. } => fmt::Display::fmt(command, f),
             Self::DrainStarted { node, pods, .. } => {
                 write!(f, "drain of node {node} started ({pods} pod(s) to evict)")
             }
-            Self::Cordoned { node } => write!(f, "node {node} cordoned"),
-            Self::Evicted { pod, .. } => write!(f, "pod {pod} evicted"),
+            Self::Cordoned { node } => pieces(f, &["node ", node, " cordoned"]),
+            Self::Evicted { pod, .. } => pieces(f, &["pod ", pod, " evicted"]),
             Self::EvictionRefused { pod, reason, .. } => {
-                write!(f, "eviction of pod {pod} refused ({reason})")
+                pieces(f, &["eviction of pod ", pod, " refused (", reason, ")"])
             }
-            Self::ForceDeleted { pod, .. } => {
-                write!(f, "pod {pod} deleted forcibly after the drain timeout")
-            }
-            Self::DrainFinished { node, outcome, .. } => write!(f, "node {node}: {outcome}"),
-            Self::DrainAbandoned { node, reason } => {
-                write!(f, "drain of node {node} dropped: {reason}")
-            }
-            Self::DrainedMarkRemoved { node } => write!(
+            Self::ForceDeleted { pod, .. } => pieces(
                 f,
-                "removed drained=user from node {node}, which is schedulable again"
+                &["pod ", pod, " deleted forcibly after the drain timeout"],
+            ),
+            Self::DrainFinished { node, outcome, .. } => {
+                pieces(f, &["node ", node, ": "])?;
+                fmt::Display::fmt(outcome, f)
+            }
+            Self::DrainAbandoned { node, reason } => {
+                pieces(f, &["drain of node ", node, " dropped: ", reason])
+            }
+            Self::DrainedMarkRemoved { node } => pieces(
+                f,
+                &[
+                    "removed drained=user from node ",
+                    node,
+                    ", which is schedulable again",
+                ],
             ),
         }
     }
+}
+
+/// `value` formatted into a string made large enough at once (a message, without the
+/// reallocations of `to_string` growing it piece by piece).
+pub(crate) fn message(value: &impl fmt::Display) -> String {
+    use fmt::Write as _;
+    let mut out = String::with_capacity(96);
+    // Writing into a String never fails.
+    let _ = write!(out, "{value}");
+    out
 }
 
 /// An action that failed in a step; the next step tries again.
@@ -658,7 +681,7 @@ impl UpdateExecutor {
                     ObjectRef::node(name),
                     EventKind::Normal,
                     command_event_reason(&command),
-                    command.to_string(),
+                    message(&command),
                     now,
                 )
                 .await;
