@@ -373,6 +373,53 @@ pub fn command_patch(command: &UpdateCommand) -> Option<NodePatch> {
     Some(patch)
 }
 
+/// The patches of one step's commands by kind ([`command_patch`]), each made when first
+/// needed; the precondition is set for each node ([`set_precondition`]).
+#[derive(Default)]
+struct CommandPatches {
+    /// By [`CommandPatches::slot`].
+    made: [Option<Option<NodePatch>>; 8],
+}
+
+impl CommandPatches {
+    /// Which patch `command` makes: commands of one kind with the same flags patch alike.
+    fn slot(command: &UpdateCommand) -> usize {
+        match command {
+            UpdateCommand::Approve { .. } => 0,
+            UpdateCommand::StartDrain { .. } => 1,
+            UpdateCommand::ApproveDisruption { cordon: false, .. } => 2,
+            UpdateCommand::ApproveDisruption { cordon: true, .. } => 3,
+            UpdateCommand::ReplaceMachine { .. } => 4,
+            UpdateCommand::Finish {
+                uncordon: false, ..
+            } => 5,
+            UpdateCommand::Finish { uncordon: true, .. } => 6,
+        }
+    }
+
+    /// [`command_patch`] of `command` (`None` for `ReplaceMachine`), its precondition left
+    /// as the previous user set it.
+    fn get(&mut self, command: &UpdateCommand) -> Option<&mut NodePatch> {
+        self.made
+            .get_mut(Self::slot(command))?
+            .get_or_insert_with(|| command_patch(command))
+            .as_mut()
+    }
+}
+
+/// Sets `patch`'s precondition as [`NodePatch::if_resource_version`] does, reusing the
+/// string it had.
+fn set_precondition(patch: &mut NodePatch, resource_version: &str) {
+    if resource_version.is_empty() {
+        patch.resource_version = None;
+    } else {
+        match &mut patch.resource_version {
+            Some(rv) => resource_version.clone_into(rv),
+            None => patch.resource_version = Some(resource_version.to_owned()),
+        }
+    }
+}
+
 fn command_event_reason(command: &UpdateCommand) -> &'static str {
     match command {
         UpdateCommand::Approve { .. } => "UpdateApproved",
@@ -638,20 +685,23 @@ impl UpdateExecutor {
     ) -> Option<ActionError> {
         let plans = self.plan(groups, checksums, now);
         report.blocked.clear();
+        // Each kind of command patches the same way: its patch is made once per step and
+        // only its precondition set per node (`command_patch`).
+        let mut patches = CommandPatches::default();
         for (group, plan) in plans {
             if !plan.blocked.is_empty() {
                 report.blocked.push((group.clone(), plan.blocked));
             }
             for command in plan.commands {
                 let name = command.node().to_owned();
-                if let Some(patch) = command_patch(&command) {
+                if let Some(patch) = patches.get(&command) {
                     let nodes = StepNodes {
                         view: &self.view,
                         patched,
                     };
                     let seen = nodes.get(&name).map(|n| n.resource_version.as_str());
-                    let patch = patch.if_resource_version(seen.unwrap_or_default());
-                    match Self::patch_node(&mut self.known, cluster, &name, &patch).await {
+                    set_precondition(patch, seen.unwrap_or_default());
+                    match Self::patch_node(&mut self.known, cluster, &name, patch).await {
                         Ok(updated) => {
                             if self.view.get(&name).is_some() {
                                 patched.insert(name.clone(), updated);
@@ -1651,6 +1701,44 @@ mod tests {
             proptest::prop_assert_eq!(&sa.pods, &sb.pods);
             proptest::prop_assert_eq!(&sa.evictions, &sb.evictions);
             proptest::prop_assert_eq!(&sa.deletions, &sb.deletions);
+        }
+    }
+
+    #[test]
+    fn a_step_patches_each_command_as_command_patch_does() {
+        let node = |n: &str| n.to_owned();
+        let commands = [
+            UpdateCommand::Approve { node: node("a") },
+            UpdateCommand::StartDrain { node: node("b") },
+            UpdateCommand::ApproveDisruption {
+                node: node("c"),
+                cordon: false,
+            },
+            UpdateCommand::ApproveDisruption {
+                node: node("d"),
+                cordon: true,
+            },
+            UpdateCommand::ReplaceMachine { node: node("e") },
+            UpdateCommand::Finish {
+                node: node("f"),
+                uncordon: false,
+            },
+            UpdateCommand::Finish {
+                node: node("g"),
+                uncordon: true,
+            },
+        ];
+        let mut patches = CommandPatches::default();
+        // Every command twice, in both orders, with and without a precondition.
+        let order = commands.iter().chain(commands.iter().rev());
+        for (i, command) in order.enumerate() {
+            let version = if i % 3 == 0 { String::new() } else { i.to_string() };
+            let expected = command_patch(command).map(|p| p.if_resource_version(&version));
+            let got = patches.get(command).map(|p| {
+                set_precondition(p, &version);
+                p.clone()
+            });
+            assert_eq!(got, expected, "{command}");
         }
     }
 
