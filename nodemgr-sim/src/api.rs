@@ -46,10 +46,11 @@
 //! loop does it for the scenario's `watchLag` events) and snapshots are kept only from `lag`
 //! before a window until it closes; reads outside windows are current.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use nodemgr_core::hash::FastHash;
 use nodemgr_core::model::{Node, Timestamp};
 use nodemgr_core::ports::{NodeChanges, NodeRevision};
 
@@ -194,6 +195,100 @@ impl Versioned {
     }
 }
 
+/// The versions of the nodes, in name order, found by name through a hash index: the walks
+/// over every node (the change feed's, a list's) go through a vector, one search finds a
+/// node's entry. Adding or removing a node moves the entries after it (a rare event; the
+/// walks that rebuild the whole table do so in one go, [`VersionTable::from_sorted`]).
+#[derive(Debug, Clone, Default)]
+struct VersionTable {
+    /// Name and version entry, strictly in name order.
+    entries: Vec<(String, Versioned)>,
+    /// Name → position in `entries`.
+    index: HashMap<String, usize, FastHash>,
+}
+
+impl VersionTable {
+    /// A table of `entries`, given strictly in name order.
+    fn from_sorted(entries: Vec<(String, Versioned)>) -> Self {
+        debug_assert!(entries.windows(2).all(|w| match w {
+            [a, b] => a.0 < b.0,
+            _ => true,
+        }));
+        let index = entries
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| (name.clone(), i))
+            .collect();
+        Self { entries, index }
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn contains_key(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    fn get(&self, name: &str) -> Option<&Versioned> {
+        let &i = self.index.get(name)?;
+        self.entries.get(i).map(|(_, v)| v)
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Versioned> {
+        let &i = self.index.get(name)?;
+        self.entries.get_mut(i).map(|(_, v)| v)
+    }
+
+    /// Sets node `name`'s entry (in place when it has one, else in its place by name).
+    fn insert(&mut self, name: String, v: Versioned) {
+        if let Some(entry) = self.get_mut(&name) {
+            *entry = v;
+            return;
+        }
+        let at = self.entries.partition_point(|(n, _)| *n < name);
+        for i in self.index.values_mut() {
+            if *i >= at {
+                *i += 1;
+            }
+        }
+        self.index.insert(name.clone(), at);
+        self.entries.insert(at, (name, v));
+    }
+
+    /// Takes node `name`'s entry out.
+    fn remove(&mut self, name: &str) -> Option<Versioned> {
+        let at = self.index.remove(name)?;
+        for i in self.index.values_mut() {
+            if *i > at {
+                *i -= 1;
+            }
+        }
+        (at < self.entries.len()).then(|| self.entries.remove(at).1)
+    }
+
+    /// Every entry in name order.
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut Versioned)> {
+        self.entries.iter_mut().map(|(name, v)| (&*name, v))
+    }
+
+    /// Every entry in name order.
+    fn iter(&self) -> impl Iterator<Item = (&String, &Versioned)> {
+        self.entries.iter().map(|(name, v)| (name, v))
+    }
+
+    /// Every name in order.
+    fn keys(&self) -> impl Iterator<Item = &String> {
+        self.entries.iter().map(|(name, _)| name)
+    }
+
+    /// Every entry in name order, leaving the table empty.
+    fn take(&mut self) -> Vec<(String, Versioned)> {
+        self.index.clear();
+        std::mem::take(&mut self.entries)
+    }
+}
+
 /// How many removals the change feed remembers; a caller further behind resyncs.
 const REMOVALS_KEPT: usize = 4096;
 
@@ -202,7 +297,7 @@ const REMOVALS_KEPT: usize = 4096;
 pub struct SimApiServer {
     last_version: u64,
     /// Per node: the version and the content it was given for.
-    versions: BTreeMap<String, Versioned>,
+    versions: VersionTable,
     lags: Vec<WatchLag>,
     /// Versioned node lists by the instant they were taken, oldest first.
     history: VecDeque<(Timestamp, Vec<Node>)>,
@@ -408,7 +503,7 @@ impl SimApiServer {
                 .zip(nodes.slots())
                 .all(|((name, v), (node, _))| Arc::ptr_eq(&v.seen, node) || *name == node.name)
         {
-            for (v, (slot, heartbeat)) in self.versions.values_mut().zip(nodes.slots()) {
+            for ((_, v), (slot, heartbeat)) in self.versions.iter_mut().zip(nodes.slots()) {
                 if v.matches(slot) {
                     out.push(v.view(heartbeat));
                 } else {
@@ -426,7 +521,7 @@ impl SimApiServer {
     /// of the nodes versioned after change number `since` (of every node when `None`).
     fn merge(&mut self, nodes: &mut impl NodeSlots, since: Option<u64>) -> Vec<Arc<Node>> {
         let mut out = Vec::new();
-        let mut old = std::mem::take(&mut self.versions).into_iter().peekable();
+        let mut old = self.versions.take().into_iter().peekable();
         let mut kept: Vec<(String, Versioned)> = Vec::new();
         for (slot, heartbeat) in nodes.slots() {
             while let Some((gone, _)) = old.next_if(|(name, _)| *name < slot.name) {
@@ -454,7 +549,7 @@ impl SimApiServer {
         for (gone, _) in old {
             self.forget(gone);
         }
-        self.versions = kept.into_iter().collect();
+        self.versions = VersionTable::from_sorted(kept);
         out
     }
 
@@ -530,7 +625,7 @@ impl SimApiServer {
         // A list in name order (as the world lists): one merge with the versions, also in
         // name order, instead of a lookup per node. Same numbering as `version_of` node by
         // node.
-        let mut old = std::mem::take(&mut self.versions).into_iter().peekable();
+        let mut old = self.versions.take().into_iter().peekable();
         let mut kept: Vec<(String, Versioned)> = Vec::with_capacity(nodes.len());
         for node in nodes.iter_mut() {
             while let Some((gone, _)) = old.next_if(|(name, _)| *name < node.name) {
@@ -550,7 +645,7 @@ impl SimApiServer {
         for (gone, _) in old {
             self.forget(gone);
         }
-        self.versions = kept.into_iter().collect();
+        self.versions = VersionTable::from_sorted(kept);
     }
 
     /// [`SimApiServer::version_all`] for a list in any order: a lookup per node.
@@ -634,6 +729,50 @@ mod tests {
         Node {
             name: name.into(),
             ..Node::default()
+        }
+    }
+
+    proptest::proptest! {
+        /// The version table finds, adds, replaces and removes entries as a map by name
+        /// does, and keeps them in name order.
+        #[test]
+        fn the_version_table_is_a_map_by_name(
+            ops in proptest::collection::vec((0u8..4, 0usize..12, 0u64..50), 0..80),
+        ) {
+            let mut table = VersionTable::default();
+            let mut map: BTreeMap<String, u64> = BTreeMap::new();
+            for (op, i, version) in ops {
+                let name = format!("n{i}");
+                match op {
+                    0 | 1 => {
+                        let v = Versioned::new(version, version, Arc::new(node(&name)));
+                        table.insert(name.clone(), v);
+                        map.insert(name, version);
+                    }
+                    2 => {
+                        let removed = table.remove(&name).map(|v| v.version);
+                        proptest::prop_assert_eq!(removed, map.remove(&name));
+                    }
+                    _ => {
+                        let rebuilt = table.take();
+                        table = VersionTable::from_sorted(rebuilt);
+                    }
+                }
+                for k in 0..12 {
+                    let name = format!("n{k}");
+                    proptest::prop_assert_eq!(
+                        table.get(&name).map(|v| v.version),
+                        map.get(&name).copied()
+                    );
+                    proptest::prop_assert_eq!(table.contains_key(&name), map.contains_key(&name));
+                }
+                let listed: Vec<(String, u64)> =
+                    table.iter().map(|(n, v)| (n.clone(), v.version)).collect();
+                let expected: Vec<(String, u64)> =
+                    map.iter().map(|(n, v)| (n.clone(), *v)).collect();
+                proptest::prop_assert_eq!(listed, expected);
+                proptest::prop_assert_eq!(table.len(), map.len());
+            }
         }
     }
 

@@ -94,7 +94,7 @@ use crate::ports::{
 };
 use crate::read_your_writes::KnownVersions;
 use crate::update::{
-    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_update_marked,
+    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_update_sorted,
 };
 
 /// How many times one step plans again after a decision met a changed node (HTTP 409).
@@ -489,7 +489,8 @@ impl UpdateExecutor {
                 continue;
             }
             let marked = self.view.members_marked(group.name());
-            let plan = plan_group_update_marked(group, desired, marked, now);
+            // The view keeps each group's members in name order.
+            let plan = plan_group_update_sorted(group, desired, &marked, now);
             if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
                 self.planned.insert(
                     group.name().to_owned(),
@@ -1732,7 +1733,11 @@ mod tests {
         // Every command twice, in both orders, with and without a precondition.
         let order = commands.iter().chain(commands.iter().rev());
         for (i, command) in order.enumerate() {
-            let version = if i % 3 == 0 { String::new() } else { i.to_string() };
+            let version = if i % 3 == 0 {
+                String::new()
+            } else {
+                i.to_string()
+            };
             let expected = command_patch(command).map(|p| p.if_resource_version(&version));
             let got = patches.get(command).map(|p| {
                 set_precondition(p, &version);
