@@ -51,7 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::hash::FastHash;
-use nodemgr_core::model::{Node, Timestamp};
+use nodemgr_core::model::{Node, NodeGroup, Timestamp};
 use nodemgr_core::ports::{NodeChanges, NodeRevision};
 
 use crate::world::SimNode;
@@ -310,6 +310,17 @@ pub struct SimApiServer {
     removals_floor: u64,
     /// Whether every view is a copy (see "Shared views" in the module docs).
     copy_views: bool,
+    /// The node groups last listed shared ([`SimApiServer::shared_groups`]).
+    groups: Vec<ListedGroup>,
+}
+
+/// A node group as last listed shared: the world's group and the count it was listed with,
+/// and the group handed out.
+#[derive(Debug, Clone)]
+struct ListedGroup {
+    source: NodeGroup,
+    size: Option<i64>,
+    listed: Arc<NodeGroup>,
 }
 
 /// A copy of `node` without its resourceVersion, to compare later views with.
@@ -365,6 +376,30 @@ impl SimApiServer {
     /// comparing them.
     pub fn set_shared_views(&mut self, shared: bool) {
         self.copy_views = !shared;
+    }
+
+    /// The node groups as listed, shared: `groups` are the world's groups in order, each with
+    /// the count its listing fills in (`listed` makes the group listed from the two); the
+    /// answer is the same `Arc` as at the previous call for a group equal to the one listed
+    /// then (at the same position) with the same count, else a new one `listed` made.
+    pub fn shared_groups<'g>(
+        &mut self,
+        groups: impl Iterator<Item = (&'g NodeGroup, Option<i64>)>,
+        listed: impl Fn(&NodeGroup, Option<i64>) -> NodeGroup,
+    ) -> Vec<Arc<NodeGroup>> {
+        let mut old = std::mem::take(&mut self.groups).into_iter();
+        for (group, size) in groups {
+            let entry = match old.next() {
+                Some(e) if e.size == size && e.source == *group => e,
+                _ => ListedGroup {
+                    source: group.clone(),
+                    size,
+                    listed: Arc::new(listed(group, size)),
+                },
+            };
+            self.groups.push(entry);
+        }
+        self.groups.iter().map(|g| Arc::clone(&g.listed)).collect()
     }
 
     /// The version of `node` as it is now (a new one if it changed since last observed).
@@ -774,6 +809,35 @@ mod tests {
                 proptest::prop_assert_eq!(table.len(), map.len());
             }
         }
+    }
+
+    #[test]
+    fn groups_are_shared_while_they_and_their_counts_do_not_change() {
+        let mut api = SimApiServer::default();
+        let group = |name: &str, generation: usize| {
+            let mut g = NodeGroup::default();
+            g.metadata.name = Some(name.to_owned());
+            g.kind = format!("NodeGroup{generation}");
+            g
+        };
+        let listed = |g: &NodeGroup, size: Option<i64>| {
+            let mut g = g.clone();
+            g.status.get_or_insert_with(Default::default).desired = size;
+            g
+        };
+        let (a, b) = (group("a", 0), group("b", 1));
+        let first = api.shared_groups([(&a, Some(3)), (&b, None)].into_iter(), listed);
+        assert_eq!(first[0].status.as_ref().and_then(|s| s.desired), Some(3));
+        let again = api.shared_groups([(&a, Some(3)), (&b, None)].into_iter(), listed);
+        assert!(Arc::ptr_eq(&first[0], &again[0]) && Arc::ptr_eq(&first[1], &again[1]));
+        // Another count, another group content, another group at a position: new answers.
+        let b2 = group("b", 2);
+        let changed = api.shared_groups([(&a, Some(4)), (&b2, None)].into_iter(), listed);
+        assert!(!Arc::ptr_eq(&again[0], &changed[0]) && !Arc::ptr_eq(&again[1], &changed[1]));
+        assert_eq!(changed[0].status.as_ref().and_then(|s| s.desired), Some(4));
+        assert_eq!(*changed[1], listed(&b2, None));
+        let moved = api.shared_groups([(&b2, None)].into_iter(), listed);
+        assert_eq!(*moved[0], listed(&b2, None));
     }
 
     #[test]

@@ -309,7 +309,8 @@ pub struct UpdateExecutor {
 /// ([`NodeTable::take_dirty`]).
 #[derive(Debug, Clone)]
 struct PlannedGroup {
-    group: NodeGroup,
+    /// As the port shared it: the same `Arc` is the same group.
+    group: Arc<NodeGroup>,
     desired: String,
     blocked: Vec<String>,
 }
@@ -465,7 +466,7 @@ impl UpdateExecutor {
     /// [`UpdateExecutor::set_skip_unchanged`]).
     fn plan(
         &mut self,
-        groups: &[NodeGroup],
+        groups: &[Arc<NodeGroup>],
         checksums: &BTreeMap<String, String>,
         now: Timestamp,
     ) -> Vec<(String, UpdatePlan)> {
@@ -479,7 +480,7 @@ impl UpdateExecutor {
                 && !changed
                 && let Some(previous) = self.planned.get(group.name())
                 && previous.desired == *desired
-                && previous.group == *group
+                && (Arc::ptr_eq(&previous.group, group) || previous.group == *group)
             {
                 let plan = UpdatePlan {
                     commands: Vec::new(),
@@ -495,7 +496,7 @@ impl UpdateExecutor {
                 self.planned.insert(
                     group.name().to_owned(),
                     PlannedGroup {
-                        group: group.clone(),
+                        group: Arc::clone(group),
                         desired: desired.clone(),
                         blocked: plan.blocked.clone(),
                     },
@@ -594,7 +595,7 @@ impl UpdateExecutor {
         cluster: &C,
         now: Timestamp,
     ) -> Result<StepReport, ClusterError> {
-        let groups = cluster.list_node_groups().await?;
+        let groups = cluster.list_node_groups_shared().await?;
         let checksums = cluster.configuration_checksums().await?;
         let mut report = StepReport::default();
         let changes = if self.plan_every_group {
@@ -678,7 +679,7 @@ impl UpdateExecutor {
     async fn apply_plans<C: ClusterApi + ?Sized>(
         &mut self,
         cluster: &C,
-        groups: &[NodeGroup],
+        groups: &[Arc<NodeGroup>],
         checksums: &BTreeMap<String, String>,
         patched: &mut BTreeMap<String, Arc<Node>>,
         now: Timestamp,
@@ -748,7 +749,7 @@ impl UpdateExecutor {
     async fn reconcile_drains<C: ClusterApi + ?Sized>(
         &mut self,
         cluster: &C,
-        groups: &[NodeGroup],
+        groups: &[Arc<NodeGroup>],
         patched: &BTreeMap<String, Arc<Node>>,
         now: Timestamp,
         report: &mut StepReport,
@@ -864,7 +865,7 @@ impl UpdateExecutor {
                 let config = groups
                     .iter()
                     .find(|g| g.name() == group)
-                    .map(DrainConfig::for_group)
+                    .map(|g| DrainConfig::for_group(g))
                     .unwrap_or_default();
                 let evictable = pods.iter().filter(|p| p.evictable);
                 let drain =

@@ -210,6 +210,16 @@ impl PodRef {
         Some(Self::new(namespace, name))
     }
 
+    /// `namespace/name`, as [`Pod::key`] and [`PodRef`]'s `Display` write it (one
+    /// allocation of the right size).
+    pub fn key(&self) -> String {
+        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
+        key.push_str(&self.namespace);
+        key.push('/');
+        key.push_str(&self.name);
+        key
+    }
+
     /// The reference of `pod`.
     pub fn of(pod: &Pod) -> Self {
         Self::new(pod.namespace.clone(), pod.name.clone())
@@ -502,6 +512,19 @@ pub trait ClusterRead: Send + Sync {
     /// Every NodeGroup, with its spec and status.
     async fn list_node_groups(&self) -> Result<Vec<NodeGroup>, ClusterError>;
 
+    /// [`ClusterRead::list_node_groups`] with the groups shared rather than copied: a port
+    /// that keeps what it answered hands out the same `Arc` for a group as long as the group
+    /// (as listed) does not change, so a caller comparing groups between calls finds an
+    /// unchanged one by pointer. The default wraps [`ClusterRead::list_node_groups`].
+    async fn list_node_groups_shared(&self) -> Result<Vec<Arc<NodeGroup>>, ClusterError> {
+        Ok(self
+            .list_node_groups()
+            .await?
+            .into_iter()
+            .map(Arc::new)
+            .collect())
+    }
+
     /// Every Node. [`Node::last_heartbeat`] is the node's Lease `renewTime` in
     /// `kube-node-lease` when the Lease exists, else the Ready condition's
     /// `lastHeartbeatTime`; `None` when neither is known.
@@ -721,6 +744,10 @@ mod tests {
         assert_eq!(PodRef::parse("ns/web-0"), Some(PodRef::new("ns", "web-0")));
         assert_eq!(PodRef::parse("no-slash"), None);
         assert_eq!(PodRef::new("a", "b").to_string(), "a/b");
+        for (namespace, name) in [("a", "b"), ("", "x"), ("kube-system", "web-0/1")] {
+            let pod = PodRef::new(namespace, name);
+            assert_eq!(pod.key(), pod.to_string());
+        }
     }
 
     #[test]
