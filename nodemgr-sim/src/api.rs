@@ -387,19 +387,26 @@ impl SimApiServer {
         groups: impl Iterator<Item = (&'g NodeGroup, Option<i64>)>,
         listed: impl Fn(&NodeGroup, Option<i64>) -> NodeGroup,
     ) -> Vec<Arc<NodeGroup>> {
-        let mut old = std::mem::take(&mut self.groups).into_iter();
+        let mut out = Vec::with_capacity(self.groups.len());
+        let mut count = 0;
         for (group, size) in groups {
-            let entry = match old.next() {
-                Some(e) if e.size == size && e.source == *group => e,
-                _ => ListedGroup {
-                    source: group.clone(),
-                    size,
-                    listed: Arc::new(listed(group, size)),
-                },
+            let new = || ListedGroup {
+                source: group.clone(),
+                size,
+                listed: Arc::new(listed(group, size)),
             };
-            self.groups.push(entry);
+            match self.groups.get_mut(count) {
+                Some(e) if e.size == size && e.source == *group => {}
+                Some(e) => *e = new(),
+                None => self.groups.push(new()),
+            }
+            if let Some(e) = self.groups.get(count) {
+                out.push(Arc::clone(&e.listed));
+            }
+            count += 1;
         }
-        self.groups.iter().map(|g| Arc::clone(&g.listed)).collect()
+        self.groups.truncate(count);
+        out
     }
 
     /// The version of `node` as it is now (a new one if it changed since last observed).
