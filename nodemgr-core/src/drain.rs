@@ -192,10 +192,25 @@ impl Drain {
         config: DrainConfig,
         now: Timestamp,
     ) -> Self {
-        let pods = pods
+        let keys = pods
             .into_iter()
             .filter(|p| p.node_name.as_deref() == Some(node.name.as_str()) && is_evictable(p))
-            .map(|p| (p.key(), PodState::EvictAt(now)))
+            .map(Pod::key);
+        Self::from_keys(node, keys, config, now)
+    }
+
+    /// As [`Drain::from_pods`] for pods already known to be on `node` and evictable, given
+    /// by their `namespace/name` ([`Pod::key`]); what the update executor builds from
+    /// [`crate::ports::ClusterRead::list_node_pods`].
+    pub fn from_keys(
+        node: &Node,
+        keys: impl IntoIterator<Item = String>,
+        config: DrainConfig,
+        now: Timestamp,
+    ) -> Self {
+        let pods = keys
+            .into_iter()
+            .map(|key| (key, PodState::EvictAt(now)))
             .collect();
         let mut drain = Self {
             node: node.name.clone(),

@@ -27,8 +27,9 @@
 //!   wrote or saw, even one that went back in time.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::hash::FastHash;
 use crate::model::Node;
 
 /// Whether resourceVersion `seen` is the same as `known` or later (see the module docs).
@@ -46,15 +47,24 @@ pub fn resource_version_at_least(seen: &str, known: &str) -> bool {
 /// The newest resourceVersion known per node (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KnownVersions {
-    nodes: BTreeMap<String, String>,
+    /// Node name → newest version known. Found by hash: a step looks up every node changed
+    /// or written since its previous check, twice.
+    nodes: HashMap<String, String, FastHash>,
     synced: bool,
     /// For [`KnownVersions::is_satisfied_by_view`]: whether the remembered versions were
     /// those of the caller's view at the last check it passed (then only the names in
     /// `changed` can make a later check fail).
     baseline: bool,
-    /// The names whose remembered version or view entry changed since that check.
-    changed: BTreeSet<String>,
+    /// The names whose remembered version or view entry changed since that check (at most
+    /// [`MAX_CHANGED`] more than the nodes remembered, past which the next check looks at
+    /// every node instead). Found by hash: a node written and then seen changed in the view
+    /// is told twice.
+    changed: HashSet<String, FastHash>,
 }
+
+/// How many changed names [`KnownVersions`] keeps for the next incremental check beyond the
+/// number of nodes it remembers; past that the check looks at every node (the same answer).
+const MAX_CHANGED: usize = 1024;
 
 impl KnownVersions {
     /// Nothing known yet: the next check fails until a direct read.
@@ -104,6 +114,12 @@ impl KnownVersions {
     }
 
     fn note_changed(&mut self, name: &str) {
+        if self.changed.len() >= self.nodes.len().saturating_add(MAX_CHANGED) {
+            // Too many to be worth it: the next check looks at every node, which answers and
+            // remembers the same (see `is_satisfied_by_view`).
+            self.view_replaced();
+            return;
+        }
         if !self.changed.contains(name) {
             self.changed.insert(name.to_owned());
         }
@@ -174,9 +190,8 @@ impl KnownVersions {
     /// Whether `cached` is at least as new as everything remembered. When it is, its versions
     /// are remembered too, so a later cache that goes back behind it is not trusted either.
     ///
-    /// A list sorted by name (as the simulator's and most caches' are) is checked in one merge
-    /// walk over it and the remembered versions; any other in a lookup per node. Both answer
-    /// the same.
+    /// A list sorted by name (as the simulator's and most caches' are) is searched by
+    /// bisection; any other is indexed first. Both answer the same.
     pub fn is_satisfied_by<N: Borrow<Node>>(&mut self, cached: &[N]) -> bool {
         if !self.synced {
             return false;
@@ -184,70 +199,34 @@ impl KnownVersions {
         // Not a view kept by `is_satisfied_by_view`: its next check looks at every node.
         self.view_replaced();
         let cached: Vec<&Node> = cached.iter().map(Borrow::borrow).collect();
-        if cached.windows(2).all(|w| match w {
+        let sorted = cached.windows(2).all(|w| match w {
             [a, b] => a.name < b.name,
             _ => true,
-        }) {
-            return self.is_satisfied_by_sorted(&cached);
-        }
-        let seen: BTreeMap<&str, &str> = cached
-            .iter()
-            .map(|n| (n.name.as_str(), n.resource_version.as_str()))
-            .collect();
-        let caught_up = self.nodes.iter().all(|(name, known)| {
-            seen.get(name.as_str())
-                .is_some_and(|seen| resource_version_at_least(seen, known))
         });
+        let caught_up = if sorted {
+            self.nodes.iter().all(|(name, known)| {
+                cached
+                    .binary_search_by(|n| n.name.as_str().cmp(name.as_str()))
+                    .ok()
+                    .and_then(|i| cached.get(i))
+                    .is_some_and(|n| resource_version_at_least(&n.resource_version, known))
+            })
+        } else {
+            let seen: BTreeMap<&str, &str> = cached
+                .iter()
+                .map(|n| (n.name.as_str(), n.resource_version.as_str()))
+                .collect();
+            self.nodes.iter().all(|(name, known)| {
+                seen.get(name.as_str())
+                    .is_some_and(|seen| resource_version_at_least(seen, known))
+            })
+        };
         if caught_up {
             for node in cached {
                 self.remember(node);
             }
         }
         caught_up
-    }
-
-    /// [`KnownVersions::is_satisfied_by`] for a list strictly sorted by name: a merge walk.
-    fn is_satisfied_by_sorted(&mut self, cached: &[&Node]) -> bool {
-        let mut i = 0;
-        for (name, known) in &self.nodes {
-            while cached
-                .get(i)
-                .is_some_and(|n| n.name.as_str() < name.as_str())
-            {
-                i += 1;
-            }
-            match cached.get(i) {
-                Some(n)
-                    if n.name == *name && resource_version_at_least(&n.resource_version, known) => {
-                }
-                _ => return false,
-            }
-        }
-        let mut new = Vec::new();
-        let mut remembered = self.nodes.iter_mut().peekable();
-        for node in cached {
-            if node.resource_version.is_empty() {
-                continue;
-            }
-            while remembered
-                .peek()
-                .is_some_and(|(name, _)| name.as_str() < node.name.as_str())
-            {
-                remembered.next();
-            }
-            match remembered.peek_mut() {
-                Some((name, known)) if **name == node.name => {
-                    if !resource_version_at_least(known, &node.resource_version) {
-                        known.clone_from(&node.resource_version);
-                    }
-                }
-                _ => new.push(*node),
-            }
-        }
-        for node in new {
-            self.remember(node);
-        }
-        true
     }
 
     /// The nodes whose versions a cache has yet to show: remembered ones that `cached` misses
@@ -262,7 +241,8 @@ impl KnownVersions {
                 )
             })
             .collect();
-        self.nodes
+        let mut behind: Vec<&str> = self
+            .nodes
             .iter()
             .filter(|(name, known)| {
                 !seen
@@ -270,7 +250,9 @@ impl KnownVersions {
                     .is_some_and(|seen| resource_version_at_least(seen, known))
             })
             .map(|(name, _)| name.as_str())
-            .collect()
+            .collect();
+        behind.sort_unstable();
+        behind
     }
 
     fn remember(&mut self, node: &Node) {
@@ -334,6 +316,50 @@ mod tests {
         known.handle_fresh_read(&[node("a", "8")]);
         assert!(!known.is_satisfied_by(&[node("a", "8")]));
         assert!(known.is_satisfied_by(&[node("a", "9")]));
+    }
+
+    #[test]
+    fn past_the_changed_names_kept_the_check_looks_at_every_node() {
+        let mut view: BTreeMap<String, String> =
+            (0..4).map(|i| (format!("n{i}"), "1".to_owned())).collect();
+        let mut incremental = KnownVersions::new();
+        let mut whole = KnownVersions::new();
+        let list = |view: &BTreeMap<String, String>| -> Vec<Node> {
+            view.iter().map(|(n, v)| node(n, v)).collect()
+        };
+        let check = |known: &mut KnownVersions, view: &BTreeMap<String, String>| {
+            known.is_satisfied_by_view(
+                |n| view.get(n).map(String::as_str),
+                view.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+            )
+        };
+        incremental.handle_fresh_read(&list(&view));
+        whole.handle_fresh_read(&list(&view));
+        for round in 0..3u64 {
+            // A check that passes: from now on only changed names are looked at.
+            assert!(check(&mut incremental, &view) && whole.is_satisfied_by(&list(&view)));
+            // More new nodes in the view than the names kept, then an own write ahead of
+            // the view.
+            for k in 0..(MAX_CHANGED + 10) {
+                let name = format!("x{round}-{k}");
+                view.insert(name.clone(), "1".to_owned());
+                incremental.view_changed(&name);
+                assert!(incremental.changed.len() <= incremental.nodes.len() + MAX_CHANGED);
+            }
+            let written = node("n3", &(round * 10 + 5).to_string());
+            incremental.handle_write(&written);
+            whole.handle_write(&written);
+            let expected = whole.is_satisfied_by(&list(&view));
+            assert!(!expected);
+            assert_eq!(check(&mut incremental, &view), expected);
+            // The view catches up.
+            view.insert("n3".to_owned(), (round * 10 + 6).to_string());
+            incremental.view_changed("n3");
+            let expected = whole.is_satisfied_by(&list(&view));
+            assert!(expected);
+            assert_eq!(check(&mut incremental, &view), expected);
+            assert_eq!(incremental.nodes, whole.nodes);
+        }
     }
 
     proptest! {

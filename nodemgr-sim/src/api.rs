@@ -46,11 +46,12 @@
 //! loop does it for the scenario's `watchLag` events) and snapshots are kept only from `lag`
 //! before a window until it closes; reads outside windows are current.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodemgr_core::model::{Node, Timestamp};
+use nodemgr_core::hash::FastHash;
+use nodemgr_core::model::{Node, NodeGroup, Timestamp};
 use nodemgr_core::ports::{NodeChanges, NodeRevision};
 
 use crate::world::SimNode;
@@ -194,6 +195,100 @@ impl Versioned {
     }
 }
 
+/// The versions of the nodes, in name order, found by name through a hash index: the walks
+/// over every node (the change feed's, a list's) go through a vector, one search finds a
+/// node's entry. Adding or removing a node moves the entries after it (a rare event; the
+/// walks that rebuild the whole table do so in one go, [`VersionTable::from_sorted`]).
+#[derive(Debug, Clone, Default)]
+struct VersionTable {
+    /// Name and version entry, strictly in name order.
+    entries: Vec<(String, Versioned)>,
+    /// Name → position in `entries`.
+    index: HashMap<String, usize, FastHash>,
+}
+
+impl VersionTable {
+    /// A table of `entries`, given strictly in name order.
+    fn from_sorted(entries: Vec<(String, Versioned)>) -> Self {
+        debug_assert!(entries.windows(2).all(|w| match w {
+            [a, b] => a.0 < b.0,
+            _ => true,
+        }));
+        let index = entries
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| (name.clone(), i))
+            .collect();
+        Self { entries, index }
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn contains_key(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    fn get(&self, name: &str) -> Option<&Versioned> {
+        let &i = self.index.get(name)?;
+        self.entries.get(i).map(|(_, v)| v)
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Versioned> {
+        let &i = self.index.get(name)?;
+        self.entries.get_mut(i).map(|(_, v)| v)
+    }
+
+    /// Sets node `name`'s entry (in place when it has one, else in its place by name).
+    fn insert(&mut self, name: String, v: Versioned) {
+        if let Some(entry) = self.get_mut(&name) {
+            *entry = v;
+            return;
+        }
+        let at = self.entries.partition_point(|(n, _)| *n < name);
+        for i in self.index.values_mut() {
+            if *i >= at {
+                *i += 1;
+            }
+        }
+        self.index.insert(name.clone(), at);
+        self.entries.insert(at, (name, v));
+    }
+
+    /// Takes node `name`'s entry out.
+    fn remove(&mut self, name: &str) -> Option<Versioned> {
+        let at = self.index.remove(name)?;
+        for i in self.index.values_mut() {
+            if *i > at {
+                *i -= 1;
+            }
+        }
+        (at < self.entries.len()).then(|| self.entries.remove(at).1)
+    }
+
+    /// Every entry in name order.
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut Versioned)> {
+        self.entries.iter_mut().map(|(name, v)| (&*name, v))
+    }
+
+    /// Every entry in name order.
+    fn iter(&self) -> impl Iterator<Item = (&String, &Versioned)> {
+        self.entries.iter().map(|(name, v)| (name, v))
+    }
+
+    /// Every name in order.
+    fn keys(&self) -> impl Iterator<Item = &String> {
+        self.entries.iter().map(|(name, _)| name)
+    }
+
+    /// Every entry in name order, leaving the table empty.
+    fn take(&mut self) -> Vec<(String, Versioned)> {
+        self.index.clear();
+        std::mem::take(&mut self.entries)
+    }
+}
+
 /// How many removals the change feed remembers; a caller further behind resyncs.
 const REMOVALS_KEPT: usize = 4096;
 
@@ -202,7 +297,7 @@ const REMOVALS_KEPT: usize = 4096;
 pub struct SimApiServer {
     last_version: u64,
     /// Per node: the version and the content it was given for.
-    versions: BTreeMap<String, Versioned>,
+    versions: VersionTable,
     lags: Vec<WatchLag>,
     /// Versioned node lists by the instant they were taken, oldest first.
     history: VecDeque<(Timestamp, Vec<Node>)>,
@@ -215,6 +310,17 @@ pub struct SimApiServer {
     removals_floor: u64,
     /// Whether every view is a copy (see "Shared views" in the module docs).
     copy_views: bool,
+    /// The node groups last listed shared ([`SimApiServer::shared_groups`]).
+    groups: Vec<ListedGroup>,
+}
+
+/// A node group as last listed shared: the world's group and the count it was listed with,
+/// and the group handed out.
+#[derive(Debug, Clone)]
+struct ListedGroup {
+    source: NodeGroup,
+    size: Option<i64>,
+    listed: Arc<NodeGroup>,
 }
 
 /// A copy of `node` without its resourceVersion, to compare later views with.
@@ -272,6 +378,37 @@ impl SimApiServer {
         self.copy_views = !shared;
     }
 
+    /// The node groups as listed, shared: `groups` are the world's groups in order, each with
+    /// the count its listing fills in (`listed` makes the group listed from the two); the
+    /// answer is the same `Arc` as at the previous call for a group equal to the one listed
+    /// then (at the same position) with the same count, else a new one `listed` made.
+    pub fn shared_groups<'g>(
+        &mut self,
+        groups: impl Iterator<Item = (&'g NodeGroup, Option<i64>)>,
+        listed: impl Fn(&NodeGroup, Option<i64>) -> NodeGroup,
+    ) -> Vec<Arc<NodeGroup>> {
+        let mut out = Vec::with_capacity(self.groups.len());
+        let mut count = 0;
+        for (group, size) in groups {
+            let new = || ListedGroup {
+                source: group.clone(),
+                size,
+                listed: Arc::new(listed(group, size)),
+            };
+            match self.groups.get_mut(count) {
+                Some(e) if e.size == size && e.source == *group => {}
+                Some(e) => *e = new(),
+                None => self.groups.push(new()),
+            }
+            if let Some(e) = self.groups.get(count) {
+                out.push(Arc::clone(&e.listed));
+            }
+            count += 1;
+        }
+        self.groups.truncate(count);
+        out
+    }
+
     /// The version of `node` as it is now (a new one if it changed since last observed).
     pub fn version_of(&mut self, node: &Node) -> String {
         if let Some(v) = self.versions.get(&node.name)
@@ -327,6 +464,51 @@ impl SimApiServer {
         }
     }
 
+    /// A patch of the world's node in `slot` as the port applies it, with one search of the
+    /// node's entry instead of one per step: when `expected` is given, the node's version as
+    /// it is now ([`SimApiServer::version_of_shared`]) must be `expected`, else
+    /// `Err(current version)` and nothing is changed; then `apply` changes the node through
+    /// `Arc::make_mut` and the answer is [`SimApiServer::view_of_shared`] of the result. The
+    /// same versions are handed out, in the same order, as by those calls one after the
+    /// other.
+    pub fn patch_shared(
+        &mut self,
+        slot: &mut Arc<Node>,
+        heartbeat: Option<Timestamp>,
+        expected: Option<&str>,
+        apply: impl FnOnce(&mut Node),
+    ) -> Result<Arc<Node>, String> {
+        let shared = !self.copy_views;
+        if expected.is_some() && !self.versions.contains_key(&slot.name) {
+            // Never versioned: the precondition versions it first (as `version_of_shared`).
+            let v = self.new_versioned(Arc::clone(slot));
+            self.versions.insert(slot.name.clone(), v);
+        }
+        let Some(v) = self.versions.get_mut(&slot.name) else {
+            apply(Arc::make_mut(slot));
+            let (version, changed) = self.next_numbers();
+            let (v, view) = Versioned::new_viewed(version, changed, slot, heartbeat, shared);
+            self.versions.insert(slot.name.clone(), v);
+            return Ok(view);
+        };
+        if let Some(expected) = expected {
+            if !v.matches(slot) {
+                let (version, changed) = next_numbers(&mut self.last_version, &mut self.change_seq);
+                *v = Versioned::new(version, changed, Arc::clone(slot));
+            }
+            let current = v.version.to_string();
+            if current != expected {
+                return Err(current);
+            }
+        }
+        apply(Arc::make_mut(slot));
+        if v.matches(slot) {
+            return Ok(v.view(heartbeat));
+        }
+        let numbers = next_numbers(&mut self.last_version, &mut self.change_seq);
+        Ok(v.renew(numbers, slot, heartbeat, shared))
+    }
+
     /// The next version and change sequence number.
     fn next_numbers(&mut self) -> (u64, u64) {
         next_numbers(&mut self.last_version, &mut self.change_seq)
@@ -363,7 +545,7 @@ impl SimApiServer {
                 .zip(nodes.slots())
                 .all(|((name, v), (node, _))| Arc::ptr_eq(&v.seen, node) || *name == node.name)
         {
-            for (v, (slot, heartbeat)) in self.versions.values_mut().zip(nodes.slots()) {
+            for ((_, v), (slot, heartbeat)) in self.versions.iter_mut().zip(nodes.slots()) {
                 if v.matches(slot) {
                     out.push(v.view(heartbeat));
                 } else {
@@ -381,7 +563,7 @@ impl SimApiServer {
     /// of the nodes versioned after change number `since` (of every node when `None`).
     fn merge(&mut self, nodes: &mut impl NodeSlots, since: Option<u64>) -> Vec<Arc<Node>> {
         let mut out = Vec::new();
-        let mut old = std::mem::take(&mut self.versions).into_iter().peekable();
+        let mut old = self.versions.take().into_iter().peekable();
         let mut kept: Vec<(String, Versioned)> = Vec::new();
         for (slot, heartbeat) in nodes.slots() {
             while let Some((gone, _)) = old.next_if(|(name, _)| *name < slot.name) {
@@ -409,7 +591,7 @@ impl SimApiServer {
         for (gone, _) in old {
             self.forget(gone);
         }
-        self.versions = kept.into_iter().collect();
+        self.versions = VersionTable::from_sorted(kept);
         out
     }
 
@@ -485,7 +667,7 @@ impl SimApiServer {
         // A list in name order (as the world lists): one merge with the versions, also in
         // name order, instead of a lookup per node. Same numbering as `version_of` node by
         // node.
-        let mut old = std::mem::take(&mut self.versions).into_iter().peekable();
+        let mut old = self.versions.take().into_iter().peekable();
         let mut kept: Vec<(String, Versioned)> = Vec::with_capacity(nodes.len());
         for node in nodes.iter_mut() {
             while let Some((gone, _)) = old.next_if(|(name, _)| *name < node.name) {
@@ -505,7 +687,7 @@ impl SimApiServer {
         for (gone, _) in old {
             self.forget(gone);
         }
-        self.versions = kept.into_iter().collect();
+        self.versions = VersionTable::from_sorted(kept);
     }
 
     /// [`SimApiServer::version_all`] for a list in any order: a lookup per node.
@@ -590,6 +772,79 @@ mod tests {
             name: name.into(),
             ..Node::default()
         }
+    }
+
+    proptest::proptest! {
+        /// The version table finds, adds, replaces and removes entries as a map by name
+        /// does, and keeps them in name order.
+        #[test]
+        fn the_version_table_is_a_map_by_name(
+            ops in proptest::collection::vec((0u8..4, 0usize..12, 0u64..50), 0..80),
+        ) {
+            let mut table = VersionTable::default();
+            let mut map: BTreeMap<String, u64> = BTreeMap::new();
+            for (op, i, version) in ops {
+                let name = format!("n{i}");
+                match op {
+                    0 | 1 => {
+                        let v = Versioned::new(version, version, Arc::new(node(&name)));
+                        table.insert(name.clone(), v);
+                        map.insert(name, version);
+                    }
+                    2 => {
+                        let removed = table.remove(&name).map(|v| v.version);
+                        proptest::prop_assert_eq!(removed, map.remove(&name));
+                    }
+                    _ => {
+                        let rebuilt = table.take();
+                        table = VersionTable::from_sorted(rebuilt);
+                    }
+                }
+                for k in 0..12 {
+                    let name = format!("n{k}");
+                    proptest::prop_assert_eq!(
+                        table.get(&name).map(|v| v.version),
+                        map.get(&name).copied()
+                    );
+                    proptest::prop_assert_eq!(table.contains_key(&name), map.contains_key(&name));
+                }
+                let listed: Vec<(String, u64)> =
+                    table.iter().map(|(n, v)| (n.clone(), v.version)).collect();
+                let expected: Vec<(String, u64)> =
+                    map.iter().map(|(n, v)| (n.clone(), *v)).collect();
+                proptest::prop_assert_eq!(listed, expected);
+                proptest::prop_assert_eq!(table.len(), map.len());
+            }
+        }
+    }
+
+    #[test]
+    fn groups_are_shared_while_they_and_their_counts_do_not_change() {
+        let mut api = SimApiServer::default();
+        let group = |name: &str, generation: usize| {
+            let mut g = NodeGroup::default();
+            g.metadata.name = Some(name.to_owned());
+            g.kind = format!("NodeGroup{generation}");
+            g
+        };
+        let listed = |g: &NodeGroup, size: Option<i64>| {
+            let mut g = g.clone();
+            g.status.get_or_insert_with(Default::default).desired = size;
+            g
+        };
+        let (a, b) = (group("a", 0), group("b", 1));
+        let first = api.shared_groups([(&a, Some(3)), (&b, None)].into_iter(), listed);
+        assert_eq!(first[0].status.as_ref().and_then(|s| s.desired), Some(3));
+        let again = api.shared_groups([(&a, Some(3)), (&b, None)].into_iter(), listed);
+        assert!(Arc::ptr_eq(&first[0], &again[0]) && Arc::ptr_eq(&first[1], &again[1]));
+        // Another count, another group content, another group at a position: new answers.
+        let b2 = group("b", 2);
+        let changed = api.shared_groups([(&a, Some(4)), (&b2, None)].into_iter(), listed);
+        assert!(!Arc::ptr_eq(&again[0], &changed[0]) && !Arc::ptr_eq(&again[1], &changed[1]));
+        assert_eq!(changed[0].status.as_ref().and_then(|s| s.desired), Some(4));
+        assert_eq!(*changed[1], listed(&b2, None));
+        let moved = api.shared_groups([(&b2, None)].into_iter(), listed);
+        assert_eq!(*moved[0], listed(&b2, None));
     }
 
     #[test]

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use nodemgr_core::drain::is_evictable;
 use nodemgr_core::fencing::CacheHealth;
 use nodemgr_core::machines::{ANNOTATION_PROVIDER_ID, MachinePhase};
 use nodemgr_core::model::{
@@ -28,8 +29,8 @@ use nodemgr_core::model::{
 };
 use nodemgr_core::ports::{
     AppliedHolder, ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance,
-    NodeApi, NodeChanges, NodeHealthRead, NodePatch, NodeRevision, PodApi, PodRef, Precondition,
-    RecordedEvent, StandbyHolder,
+    NodeApi, NodeChanges, NodeHealthRead, NodePatch, NodePod, NodeRevision, PodApi, PodRef,
+    Precondition, RecordedEvent, StandbyHolder,
 };
 
 use crate::api::SimApiServer;
@@ -143,6 +144,54 @@ fn count_by_group(w: &World) -> BTreeMap<&str, i64> {
     counts
 }
 
+/// Each group's stand-in for `status.desired` (in the order of [`World::groups`]): `None`
+/// when the group's status carries one, else its node count. The simulator runs no status
+/// controller. Its stand-in for `status.desired` is the group's node count: every machine the
+/// world runs is wanted, so the CloudEphemeral whole-group gate (docs/deckhouse.md §3.2)
+/// reduces to the all-Ready gate, as it did before the gate held groups without `desired`.
+/// The count comes from the world's group index, unless it is stale (a foreign controller
+/// ran): then every node is counted.
+fn group_sizes(w: &World) -> Vec<Option<i64>> {
+    let counted = w
+        .groups
+        .keys()
+        .any(|g| w.indexed_group_size(g).is_none())
+        .then(|| count_by_group(w));
+    #[cfg(debug_assertions)]
+    if counted.is_none() {
+        let all = count_by_group(w);
+        for name in w.groups.keys() {
+            let indexed = w
+                .indexed_group_size(name)
+                .and_then(|n| i64::try_from(n).ok());
+            debug_assert_eq!(indexed, Some(all.get(name.as_str()).copied().unwrap_or(0)));
+        }
+    }
+    w.groups
+        .iter()
+        .map(|(name, g)| {
+            let has_desired = g.group.status.as_ref().is_some_and(|s| s.desired.is_some());
+            (!has_desired).then(|| match &counted {
+                Some(counts) => counts.get(name.as_str()).copied().unwrap_or(0),
+                None => w
+                    .indexed_group_size(name)
+                    .map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)),
+            })
+        })
+        .collect()
+}
+
+/// A group as the port lists it: with a status, whose `desired` is `size` when given
+/// ([`group_sizes`]).
+fn listed_group(group: &NodeGroup, size: Option<i64>) -> NodeGroup {
+    let mut group = group.clone();
+    let status = group.status.get_or_insert_with(NodeGroupStatus::default);
+    if let Some(size) = size {
+        status.desired = Some(size);
+    }
+    group
+}
+
 /// Runs a port future to completion. The simulator's futures never wait on anything, so this
 /// only polls (with a no-op waker) until ready; `None` if a future stays pending for a million
 /// polls, which would be a bug in a port implementation.
@@ -155,44 +204,31 @@ impl ClusterRead for SimCluster<'_> {
     async fn list_node_groups(&self) -> Result<Vec<NodeGroup>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, format_args!("list node groups"))?;
-        // The simulator runs no status controller. Its stand-in for `status.desired` is the
-        // group's node count: every machine the world runs is wanted, so the CloudEphemeral
-        // whole-group gate (docs/deckhouse.md §3.2) reduces to the all-Ready gate, as it did
-        // before the gate held groups without `desired`.
-        // The count comes from the world's group index, unless it is stale (a foreign
-        // controller ran): then every node is counted.
-        let counted = w
-            .groups
-            .keys()
-            .any(|g| w.indexed_group_size(g).is_none())
-            .then(|| count_by_group(&w));
-        #[cfg(debug_assertions)]
-        if counted.is_none() {
-            let all = count_by_group(&w);
-            for name in w.groups.keys() {
-                let indexed = w
-                    .indexed_group_size(name)
-                    .and_then(|n| i64::try_from(n).ok());
-                debug_assert_eq!(indexed, Some(all.get(name.as_str()).copied().unwrap_or(0)));
-            }
-        }
+        let sizes = group_sizes(&w);
         Ok(w.groups
-            .iter()
-            .map(|(name, g)| {
-                let mut group = g.group.clone();
-                let status = group.status.get_or_insert_with(NodeGroupStatus::default);
-                if status.desired.is_none() {
-                    let size = match &counted {
-                        Some(counts) => counts.get(name.as_str()).copied().unwrap_or(0),
-                        None => w
-                            .indexed_group_size(name)
-                            .map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)),
-                    };
-                    status.desired = Some(size);
-                }
-                group
-            })
+            .values()
+            .zip(sizes)
+            .map(|(g, size)| listed_group(&g.group, size))
             .collect())
+    }
+
+    async fn list_node_groups_shared(&self) -> Result<Vec<Arc<NodeGroup>>, ClusterError> {
+        let mut guard = self.lock();
+        Self::check(
+            &mut guard,
+            Operation::List,
+            format_args!("list node groups"),
+        )?;
+        let w: &mut World = &mut guard;
+        let sizes = group_sizes(w);
+        // The groups listed before, shared again while they (and their counts) are the same.
+        Ok(w.api.shared_groups(
+            w.groups
+                .values()
+                .zip(sizes)
+                .map(|(g, size)| (&g.group, size)),
+            listed_group,
+        ))
     }
 
     async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
@@ -260,6 +296,27 @@ impl ClusterRead for SimCluster<'_> {
             .unwrap_or_default())
     }
 
+    async fn list_node_pods(&self, node: &str) -> Result<Vec<NodePod>, ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::List, format_args!("list pods"))?;
+        // `list_pods_on_node` mapped, without copying the pods: the index's keys are the
+        // pods' `namespace/name`.
+        Ok(w.pods_by_node
+            .get(node)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| {
+                        w.pods.get(k).map(|p| NodePod {
+                            key: k.clone(),
+                            uid: p.pod.uid.clone(),
+                            evictable: is_evictable(&p.pod),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     async fn list_pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
         let mut w = self.lock();
         Self::check(
@@ -304,10 +361,27 @@ impl NodeApi for SimCluster<'_> {
     ) -> Result<Arc<Node>, ClusterError> {
         let mut guard = self.lock();
         let w: &mut World = &mut guard;
-        let (api, n) = Self::apply_patch(w, name, patch)?;
-        // The view the next list or change feed answer shares, not a copy of its own (the
-        // patched node itself when only the world holds it, `crate::api`).
-        let view = api.view_of_shared(&mut n.node, n.last_heartbeat);
+        Self::check(w, Operation::Patch, format_args!("patch node {name}"))?;
+        let Some(n) = w.nodes.get_mut(name) else {
+            return Err(ClusterError::not_found(format!("node {name}")));
+        };
+        // `apply_patch` and the view the next list or change feed answer shares, not a copy
+        // of its own (the patched node itself when only the world holds it, `crate::api`),
+        // with one search of the node's version entry.
+        let view = w
+            .api
+            .patch_shared(
+                &mut n.node,
+                n.last_heartbeat,
+                patch.resource_version.as_deref(),
+                |node| patch.apply_to(node),
+            )
+            .map_err(|current| {
+                ClusterError::conflict(format!(
+                    "node {name}: the object has been modified (resourceVersion {current}, not {}); please apply your changes to the latest version and try again",
+                    patch.resource_version.as_deref().unwrap_or_default()
+                ))
+            })?;
         w.wake_agent(name);
         Ok(view)
     }
@@ -345,7 +419,7 @@ impl PodApi for SimCluster<'_> {
     async fn evict_pod(&self, pod: &PodRef) -> Result<EvictionResult, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::Evict, format_args!("evict pod {pod}"))?;
-        let key = pod.to_string();
+        let key = pod.key();
         let Some(sp) = w.pods.get(&key) else {
             return Ok(EvictionResult::Gone);
         };
@@ -411,7 +485,7 @@ impl PodApi for SimCluster<'_> {
     ) -> Result<(), ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::Delete, format_args!("delete pod {pod}"))?;
-        let key = pod.to_string();
+        let key = pod.key();
         let Some(sp) = w.pods.get(&key) else {
             return Err(ClusterError::not_found(format!("pod {key}")));
         };
@@ -445,6 +519,13 @@ impl EventApi for SimCluster<'_> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::Event, format_args!("record an event"))?;
         w.recorded_events.push(event.clone());
+        Ok(())
+    }
+
+    async fn emit_event_owned(&self, event: RecordedEvent) -> Result<(), ClusterError> {
+        let mut w = self.lock();
+        Self::check(&mut w, Operation::Event, format_args!("record an event"))?;
+        w.recorded_events.push(event);
         Ok(())
     }
 }

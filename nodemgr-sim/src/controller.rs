@@ -8,6 +8,7 @@
 //! added with [`crate::Simulation::add_controller`] (see the README).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -130,8 +131,9 @@ impl Controller for UpdateController {
                 return;
             }
         };
+        let mut groups = GroupOf::default();
         for event in &report.events {
-            record_executor_event(world, event);
+            record_executor_event(world, event, &mut groups);
         }
         for error in &report.errors {
             world.record(
@@ -182,9 +184,39 @@ fn hand_over(world: &mut World, node: &str) {
     world.agent_inputs_changed(node);
 }
 
-fn record_executor_event(world: &mut World, event: &ExecutorEvent) {
-    let node = event.node().to_owned();
-    let message = event.to_string();
+/// The group [`World::record`] names for a node's timeline event, remembered for the node of
+/// the previous event (a drain's events come one node at a time): the same answer without a
+/// search by name for every event. Forgotten whenever the world's nodes may change.
+#[derive(Default)]
+struct GroupOf {
+    last: Option<(String, Option<String>)>,
+}
+
+impl GroupOf {
+    /// `node`'s group, as [`World::record`] looks it up.
+    fn of(&mut self, world: &World, node: &str) -> Option<String> {
+        match &self.last {
+            Some((name, group)) if name == node => group.clone(),
+            _ => {
+                let group = world.nodes.get(node).map(|n| n.group.clone());
+                self.last = Some((node.to_owned(), group.clone()));
+                group
+            }
+        }
+    }
+
+    /// The world's nodes may have changed.
+    fn forget(&mut self) {
+        self.last = None;
+    }
+}
+
+fn record_executor_event(world: &mut World, event: &ExecutorEvent, groups: &mut GroupOf) {
+    let node = event.node();
+    // Made large enough at once (`to_string` would grow it piece by piece).
+    let mut message = String::with_capacity(96);
+    // Writing into a String never fails.
+    let _ = write!(message, "{event}");
     match event {
         ExecutorEvent::Applied { group, command } => {
             let kind = match command {
@@ -194,12 +226,13 @@ fn record_executor_event(world: &mut World, event: &ExecutorEvent) {
                 UpdateCommand::ReplaceMachine { .. } => "update.replace-machine",
                 UpdateCommand::Finish { .. } => "update.finished",
             };
-            world.record_in(kind, Some(group.clone()), Some(&node), None, message);
+            world.record_in(kind, Some(group.clone()), Some(node), None, message);
             if matches!(command, UpdateCommand::ReplaceMachine { .. }) {
-                if world.instances.contains_key(&node) {
-                    hand_over(world, &node);
+                groups.forget();
+                if world.instances.contains_key(node) {
+                    hand_over(world, node);
                 } else {
-                    world.replace_machine(&node);
+                    world.replace_machine(node);
                 }
             }
         }
@@ -207,41 +240,48 @@ fn record_executor_event(world: &mut World, event: &ExecutorEvent) {
             world.record_in(
                 "drain.started",
                 Some(group.clone()),
-                Some(&node),
+                Some(node),
                 None,
                 message,
             );
         }
         ExecutorEvent::Cordoned { .. } => {
-            world.record("drain.cordoned", Some(&node), None, message)
+            let group = groups.of(world, node);
+            world.record_in("drain.cordoned", group, Some(node), None, message);
         }
         ExecutorEvent::Evicted { pod, .. } => {
-            world.record("drain.evicted", Some(&node), Some(pod), message);
+            let group = groups.of(world, node);
+            world.record_in("drain.evicted", group, Some(node), Some(pod), message);
         }
         ExecutorEvent::EvictionRefused { pod, retry_at, .. } => {
             let retry = retry_at.saturating_since(world.now).as_secs();
-            world.record(
+            let group = groups.of(world, node);
+            world.record_in(
                 "drain.eviction-refused",
-                Some(&node),
+                group,
+                Some(node),
                 Some(pod),
                 format!("{message}; retried in {retry}s"),
             );
         }
         ExecutorEvent::ForceDeleted { pod, .. } => {
-            world.record("drain.force-deleted", Some(&node), Some(pod), message);
+            let group = groups.of(world, node);
+            world.record_in("drain.force-deleted", group, Some(node), Some(pod), message);
         }
         ExecutorEvent::DrainFinished { group, outcome, .. } => {
             let kind = match outcome {
                 DrainOutcome::Completed => "drain.finished",
                 DrainOutcome::TimedOut { .. } => "drain.timed-out",
             };
-            world.record_in(kind, Some(group.clone()), Some(&node), None, message);
+            world.record_in(kind, Some(group.clone()), Some(node), None, message);
         }
         ExecutorEvent::DrainAbandoned { .. } => {
-            world.record("drain.abandoned", Some(&node), None, message);
+            let group = groups.of(world, node);
+            world.record_in("drain.abandoned", group, Some(node), None, message);
         }
         ExecutorEvent::DrainedMarkRemoved { .. } => {
-            world.record("drain.mark-removed", Some(&node), None, message);
+            let group = groups.of(world, node);
+            world.record_in("drain.mark-removed", group, Some(node), None, message);
         }
     }
 }

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::hash::FastHash;
 use crate::model::Node;
 use crate::ports::NodeChanges;
 use crate::read_your_writes::KnownVersions;
@@ -82,7 +83,7 @@ pub(crate) struct NodeTable {
     free: Vec<usize>,
     /// Node name → its slot: a node is found by one hash lookup (a step looks nodes up by
     /// name for every change, write and drain-marked node).
-    by_name: HashMap<String, usize>,
+    by_name: HashMap<String, usize, FastHash>,
     /// Group (`None`: unlabelled) → its nodes.
     groups: BTreeMap<Option<String>, Members>,
     /// Whether the order is name order (the last whole list was sorted by name).
@@ -188,7 +189,13 @@ impl NodeTable {
         if let Some(slot) = slot
             && slot.group.as_deref() == node.group()
         {
-            let facts = NodeFacts::of(node, slot.pos);
+            // The same group: its name is kept, not copied again.
+            let facts = NodeFacts {
+                group: slot.group.take(),
+                marks: UpdateMarks::of(&node),
+                node,
+                pos: slot.pos,
+            };
             if facts.drain_marked() != slot.drain_marked() {
                 if facts.drain_marked() {
                     self.marked.insert(facts.node.name.clone());

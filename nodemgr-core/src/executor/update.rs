@@ -86,15 +86,15 @@ use std::time::Duration;
 use super::node_table::NodeTable;
 use super::scaling::disruption_event;
 use crate::disruption::DisruptionReason;
-use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome, is_evictable};
-use crate::model::{Node, NodeGroup, Pod, Timestamp, keys};
+use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome};
+use crate::model::{Node, NodeGroup, Timestamp, keys};
 use crate::ports::{
-    ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodeChanges, NodePatch,
+    ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodeChanges, NodePatch, NodePod,
     NodeRevision, ObjectRef, PodRef, Precondition, RecordedEvent,
 };
 use crate::read_your_writes::KnownVersions;
 use crate::update::{
-    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_update_marked,
+    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_update_sorted,
 };
 
 /// How many times one step plans again after a decision met a changed node (HTTP 409).
@@ -203,30 +203,53 @@ impl ExecutorEvent {
 }
 
 impl fmt::Display for ExecutorEvent {
+    // Pieces written as they are, without a format string to interpret where that is simple
+    // (the simulator's timeline formats one message per event).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pieces = |f: &mut fmt::Formatter<'_>, pieces: &[&str]| {
+            pieces.iter().try_for_each(|p| f.write_str(p))
+        };
         match self {
-            Self::Applied { command, .. } => write!(f, "{command}"),
+            Self::Applied { command, .. } => fmt::Display::fmt(command, f),
             Self::DrainStarted { node, pods, .. } => {
                 write!(f, "drain of node {node} started ({pods} pod(s) to evict)")
             }
-            Self::Cordoned { node } => write!(f, "node {node} cordoned"),
-            Self::Evicted { pod, .. } => write!(f, "pod {pod} evicted"),
+            Self::Cordoned { node } => pieces(f, &["node ", node, " cordoned"]),
+            Self::Evicted { pod, .. } => pieces(f, &["pod ", pod, " evicted"]),
             Self::EvictionRefused { pod, reason, .. } => {
-                write!(f, "eviction of pod {pod} refused ({reason})")
+                pieces(f, &["eviction of pod ", pod, " refused (", reason, ")"])
             }
-            Self::ForceDeleted { pod, .. } => {
-                write!(f, "pod {pod} deleted forcibly after the drain timeout")
-            }
-            Self::DrainFinished { node, outcome, .. } => write!(f, "node {node}: {outcome}"),
-            Self::DrainAbandoned { node, reason } => {
-                write!(f, "drain of node {node} dropped: {reason}")
-            }
-            Self::DrainedMarkRemoved { node } => write!(
+            Self::ForceDeleted { pod, .. } => pieces(
                 f,
-                "removed drained=user from node {node}, which is schedulable again"
+                &["pod ", pod, " deleted forcibly after the drain timeout"],
+            ),
+            Self::DrainFinished { node, outcome, .. } => {
+                pieces(f, &["node ", node, ": "])?;
+                fmt::Display::fmt(outcome, f)
+            }
+            Self::DrainAbandoned { node, reason } => {
+                pieces(f, &["drain of node ", node, " dropped: ", reason])
+            }
+            Self::DrainedMarkRemoved { node } => pieces(
+                f,
+                &[
+                    "removed drained=user from node ",
+                    node,
+                    ", which is schedulable again",
+                ],
             ),
         }
     }
+}
+
+/// `value` formatted into a string made large enough at once (a message, without the
+/// reallocations of `to_string` growing it piece by piece).
+pub(crate) fn message(value: &impl fmt::Display) -> String {
+    use fmt::Write as _;
+    let mut out = String::with_capacity(96);
+    // Writing into a String never fails.
+    let _ = write!(out, "{value}");
+    out
 }
 
 /// An action that failed in a step; the next step tries again.
@@ -286,7 +309,8 @@ pub struct UpdateExecutor {
 /// ([`NodeTable::take_dirty`]).
 #[derive(Debug, Clone)]
 struct PlannedGroup {
-    group: NodeGroup,
+    /// As the port shared it: the same `Arc` is the same group.
+    group: Arc<NodeGroup>,
     desired: String,
     blocked: Vec<String>,
 }
@@ -350,6 +374,53 @@ pub fn command_patch(command: &UpdateCommand) -> Option<NodePatch> {
     Some(patch)
 }
 
+/// The patches of one step's commands by kind ([`command_patch`]), each made when first
+/// needed; the precondition is set for each node ([`set_precondition`]).
+#[derive(Default)]
+struct CommandPatches {
+    /// By [`CommandPatches::slot`].
+    made: [Option<Option<NodePatch>>; 8],
+}
+
+impl CommandPatches {
+    /// Which patch `command` makes: commands of one kind with the same flags patch alike.
+    fn slot(command: &UpdateCommand) -> usize {
+        match command {
+            UpdateCommand::Approve { .. } => 0,
+            UpdateCommand::StartDrain { .. } => 1,
+            UpdateCommand::ApproveDisruption { cordon: false, .. } => 2,
+            UpdateCommand::ApproveDisruption { cordon: true, .. } => 3,
+            UpdateCommand::ReplaceMachine { .. } => 4,
+            UpdateCommand::Finish {
+                uncordon: false, ..
+            } => 5,
+            UpdateCommand::Finish { uncordon: true, .. } => 6,
+        }
+    }
+
+    /// [`command_patch`] of `command` (`None` for `ReplaceMachine`), its precondition left
+    /// as the previous user set it.
+    fn get(&mut self, command: &UpdateCommand) -> Option<&mut NodePatch> {
+        self.made
+            .get_mut(Self::slot(command))?
+            .get_or_insert_with(|| command_patch(command))
+            .as_mut()
+    }
+}
+
+/// Sets `patch`'s precondition as [`NodePatch::if_resource_version`] does, reusing the
+/// string it had.
+fn set_precondition(patch: &mut NodePatch, resource_version: &str) {
+    if resource_version.is_empty() {
+        patch.resource_version = None;
+    } else {
+        match &mut patch.resource_version {
+            Some(rv) => resource_version.clone_into(rv),
+            None => patch.resource_version = Some(resource_version.to_owned()),
+        }
+    }
+}
+
 fn command_event_reason(command: &UpdateCommand) -> &'static str {
     match command {
         UpdateCommand::Approve { .. } => "UpdateApproved",
@@ -395,7 +466,7 @@ impl UpdateExecutor {
     /// [`UpdateExecutor::set_skip_unchanged`]).
     fn plan(
         &mut self,
-        groups: &[NodeGroup],
+        groups: &[Arc<NodeGroup>],
         checksums: &BTreeMap<String, String>,
         now: Timestamp,
     ) -> Vec<(String, UpdatePlan)> {
@@ -409,7 +480,7 @@ impl UpdateExecutor {
                 && !changed
                 && let Some(previous) = self.planned.get(group.name())
                 && previous.desired == *desired
-                && previous.group == *group
+                && (Arc::ptr_eq(&previous.group, group) || previous.group == *group)
             {
                 let plan = UpdatePlan {
                     commands: Vec::new(),
@@ -419,12 +490,13 @@ impl UpdateExecutor {
                 continue;
             }
             let marked = self.view.members_marked(group.name());
-            let plan = plan_group_update_marked(group, desired, marked, now);
+            // The view keeps each group's members in name order.
+            let plan = plan_group_update_sorted(group, desired, &marked, now);
             if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
                 self.planned.insert(
                     group.name().to_owned(),
                     PlannedGroup {
-                        group: group.clone(),
+                        group: Arc::clone(group),
                         desired: desired.clone(),
                         blocked: plan.blocked.clone(),
                     },
@@ -523,7 +595,7 @@ impl UpdateExecutor {
         cluster: &C,
         now: Timestamp,
     ) -> Result<StepReport, ClusterError> {
-        let groups = cluster.list_node_groups().await?;
+        let groups = cluster.list_node_groups_shared().await?;
         let checksums = cluster.configuration_checksums().await?;
         let mut report = StepReport::default();
         let changes = if self.plan_every_group {
@@ -607,7 +679,7 @@ impl UpdateExecutor {
     async fn apply_plans<C: ClusterApi + ?Sized>(
         &mut self,
         cluster: &C,
-        groups: &[NodeGroup],
+        groups: &[Arc<NodeGroup>],
         checksums: &BTreeMap<String, String>,
         patched: &mut BTreeMap<String, Arc<Node>>,
         now: Timestamp,
@@ -615,20 +687,23 @@ impl UpdateExecutor {
     ) -> Option<ActionError> {
         let plans = self.plan(groups, checksums, now);
         report.blocked.clear();
+        // Each kind of command patches the same way: its patch is made once per step and
+        // only its precondition set per node (`command_patch`).
+        let mut patches = CommandPatches::default();
         for (group, plan) in plans {
             if !plan.blocked.is_empty() {
                 report.blocked.push((group.clone(), plan.blocked));
             }
             for command in plan.commands {
                 let name = command.node().to_owned();
-                if let Some(patch) = command_patch(&command) {
+                if let Some(patch) = patches.get(&command) {
                     let nodes = StepNodes {
                         view: &self.view,
                         patched,
                     };
                     let seen = nodes.get(&name).map(|n| n.resource_version.as_str());
-                    let patch = patch.if_resource_version(seen.unwrap_or_default());
-                    match Self::patch_node(&mut self.known, cluster, &name, &patch).await {
+                    set_precondition(patch, seen.unwrap_or_default());
+                    match Self::patch_node(&mut self.known, cluster, &name, patch).await {
                         Ok(updated) => {
                             if self.view.get(&name).is_some() {
                                 patched.insert(name.clone(), updated);
@@ -658,7 +733,7 @@ impl UpdateExecutor {
                     ObjectRef::node(name),
                     EventKind::Normal,
                     command_event_reason(&command),
-                    command.to_string(),
+                    message(&command),
                     now,
                 )
                 .await;
@@ -674,7 +749,7 @@ impl UpdateExecutor {
     async fn reconcile_drains<C: ClusterApi + ?Sized>(
         &mut self,
         cluster: &C,
-        groups: &[NodeGroup],
+        groups: &[Arc<NodeGroup>],
         patched: &BTreeMap<String, Arc<Node>>,
         now: Timestamp,
         report: &mut StepReport,
@@ -774,7 +849,7 @@ impl UpdateExecutor {
             .filter(|n| n.has_annotation(keys::ANNOTATION_DRAINING))
             .collect();
         for node in draining {
-            let pods = match cluster.list_pods_on_node(&node.name).await {
+            let pods = match cluster.list_node_pods(&node.name).await {
                 Ok(pods) => pods,
                 Err(source) => {
                     report.errors.push(ActionError {
@@ -790,14 +865,13 @@ impl UpdateExecutor {
                 let config = groups
                     .iter()
                     .find(|g| g.name() == group)
-                    .map(DrainConfig::for_group)
+                    .map(|g| DrainConfig::for_group(g))
                     .unwrap_or_default();
-                let drain = Drain::from_pods(node, &pods, config, now);
-                let pod_uids: BTreeMap<String, String> = pods
-                    .iter()
-                    .filter(|p| is_evictable(p))
-                    .map(|p| (p.key(), p.uid.clone()))
-                    .collect();
+                let evictable = pods.iter().filter(|p| p.evictable);
+                let drain =
+                    Drain::from_keys(node, evictable.clone().map(|p| p.key.clone()), config, now);
+                let pod_uids: BTreeMap<String, String> =
+                    evictable.map(|p| (p.key.clone(), p.uid.clone())).collect();
                 report.events.push(ExecutorEvent::DrainStarted {
                     node: node.name.clone(),
                     group: group.clone(),
@@ -890,8 +964,12 @@ impl UpdateExecutor {
 
 /// Feeds what the listing shows into the drain: tracked pods that are no longer on the node (or
 /// were replaced by a pod of another UID) are gone.
-fn observe_pods(active: &mut ActiveDrain, pods: &[Pod], now: Timestamp) {
-    let present: BTreeMap<String, &str> = pods.iter().map(|p| (p.key(), p.uid.as_str())).collect();
+fn observe_pods(active: &mut ActiveDrain, pods: &[NodePod], now: Timestamp) {
+    // A key listed twice: the last one counts.
+    let present: BTreeMap<&str, &str> = pods
+        .iter()
+        .map(|p| (p.key.as_str(), p.uid.as_str()))
+        .collect();
     let gone: Vec<String> = active
         .drain
         .remaining()
@@ -918,7 +996,7 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
     known: &mut KnownVersions,
     node: &str,
     active: &mut ActiveDrain,
-    pods: &[Pod],
+    pods: &[NodePod],
     now: Timestamp,
     report: &mut StepReport,
 ) {
@@ -1001,7 +1079,7 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
         }
         if accepted {
             // Pods with a short grace period may be gone already.
-            match cluster.list_pods_on_node(node).await {
+            match cluster.list_node_pods(node).await {
                 Ok(pods) => observe_pods(active, &pods, now),
                 Err(source) => report.errors.push(ActionError {
                     node: node.to_owned(),
@@ -1070,7 +1148,7 @@ pub(crate) async fn emit<C: EventApi + ?Sized>(
         message,
         time: now,
     };
-    if let Err(error) = cluster.emit_event(&event).await {
+    if let Err(error) = cluster.emit_event_owned(event).await {
         tracing::debug!(reason, %error, "event not recorded");
     }
 }
@@ -1085,7 +1163,7 @@ pub fn update_annotation_keys() -> BTreeSet<&'static str> {
 mod tests {
     use super::*;
     use crate::model::{
-        ApprovalMode, Disruptions, ObjectMeta, Owner, PodDisruptionBudget, PodPhase,
+        ApprovalMode, Disruptions, ObjectMeta, Owner, Pod, PodDisruptionBudget, PodPhase,
     };
     use crate::ports::{ClusterRead, EventApi, NodeApi, PodApi};
     use async_trait::async_trait;
@@ -1625,6 +1703,48 @@ mod tests {
             proptest::prop_assert_eq!(&sa.pods, &sb.pods);
             proptest::prop_assert_eq!(&sa.evictions, &sb.evictions);
             proptest::prop_assert_eq!(&sa.deletions, &sb.deletions);
+        }
+    }
+
+    #[test]
+    fn a_step_patches_each_command_as_command_patch_does() {
+        let node = |n: &str| n.to_owned();
+        let commands = [
+            UpdateCommand::Approve { node: node("a") },
+            UpdateCommand::StartDrain { node: node("b") },
+            UpdateCommand::ApproveDisruption {
+                node: node("c"),
+                cordon: false,
+            },
+            UpdateCommand::ApproveDisruption {
+                node: node("d"),
+                cordon: true,
+            },
+            UpdateCommand::ReplaceMachine { node: node("e") },
+            UpdateCommand::Finish {
+                node: node("f"),
+                uncordon: false,
+            },
+            UpdateCommand::Finish {
+                node: node("g"),
+                uncordon: true,
+            },
+        ];
+        let mut patches = CommandPatches::default();
+        // Every command twice, in both orders, with and without a precondition.
+        let order = commands.iter().chain(commands.iter().rev());
+        for (i, command) in order.enumerate() {
+            let version = if i % 3 == 0 {
+                String::new()
+            } else {
+                i.to_string()
+            };
+            let expected = command_patch(command).map(|p| p.if_resource_version(&version));
+            let got = patches.get(command).map(|p| {
+                set_precondition(p, &version);
+                p.clone()
+            });
+            assert_eq!(got, expected, "{command}");
         }
     }
 

@@ -210,6 +210,16 @@ impl PodRef {
         Some(Self::new(namespace, name))
     }
 
+    /// `namespace/name`, as [`Pod::key`] and [`PodRef`]'s `Display` write it (one
+    /// allocation of the right size).
+    pub fn key(&self) -> String {
+        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
+        key.push_str(&self.namespace);
+        key.push('/');
+        key.push_str(&self.name);
+        key
+    }
+
     /// The reference of `pod`.
     pub fn of(pod: &Pod) -> Self {
         Self::new(pod.namespace.clone(), pod.name.clone())
@@ -471,11 +481,49 @@ impl NodeChanges {
     }
 }
 
+/// What a drain reads of one pod on its node ([`ClusterRead::list_node_pods`]): a drain
+/// needs no more than the pod's identity and whether it evicts it, so a port need not copy
+/// whole pods for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePod {
+    /// `namespace/name` ([`Pod::key`]).
+    pub key: String,
+    /// The pod's UID.
+    pub uid: String,
+    /// Whether a drain evicts it ([`crate::drain::is_evictable`]: not a DaemonSet's, mirror
+    /// or finished pod).
+    pub evictable: bool,
+}
+
+impl NodePod {
+    /// What a drain reads of `pod`.
+    pub fn of(pod: &Pod) -> Self {
+        Self {
+            key: pod.key(),
+            uid: pod.uid.clone(),
+            evictable: crate::drain::is_evictable(pod),
+        }
+    }
+}
+
 /// Reading the cluster: consistent-enough snapshots as the core's model views.
 #[async_trait]
 pub trait ClusterRead: Send + Sync {
     /// Every NodeGroup, with its spec and status.
     async fn list_node_groups(&self) -> Result<Vec<NodeGroup>, ClusterError>;
+
+    /// [`ClusterRead::list_node_groups`] with the groups shared rather than copied: a port
+    /// that keeps what it answered hands out the same `Arc` for a group as long as the group
+    /// (as listed) does not change, so a caller comparing groups between calls finds an
+    /// unchanged one by pointer. The default wraps [`ClusterRead::list_node_groups`].
+    async fn list_node_groups_shared(&self) -> Result<Vec<Arc<NodeGroup>>, ClusterError> {
+        Ok(self
+            .list_node_groups()
+            .await?
+            .into_iter()
+            .map(Arc::new)
+            .collect())
+    }
 
     /// Every Node. [`Node::last_heartbeat`] is the node's Lease `renewTime` in
     /// `kube-node-lease` when the Lease exists, else the Ready condition's
@@ -543,6 +591,20 @@ pub trait ClusterRead: Send + Sync {
         let mut pods = self.list_pods().await?;
         pods.retain(|p| p.node_name.as_deref() == Some(node));
         Ok(pods)
+    }
+
+    /// What a drain reads of the pods bound to `node` ([`NodePod`]: each pod's
+    /// `namespace/name`, UID and whether a drain evicts it), in the order of
+    /// [`ClusterRead::list_pods_on_node`] (the same pods, bound to `node`). The default maps
+    /// that list; a port that keeps its pods in memory answers without copying them (the
+    /// simulator).
+    async fn list_node_pods(&self, node: &str) -> Result<Vec<NodePod>, ClusterError> {
+        Ok(self
+            .list_pods_on_node(node)
+            .await?
+            .iter()
+            .map(NodePod::of)
+            .collect())
     }
 
     /// Every PodDisruptionBudget with its current `status.disruptionsAllowed`.
@@ -638,6 +700,12 @@ pub trait PodApi: Send + Sync {
 pub trait EventApi: Send + Sync {
     /// Records `event`. Best effort: callers log a failure and go on, never retry forever.
     async fn emit_event(&self, event: &RecordedEvent) -> Result<(), ClusterError>;
+
+    /// [`EventApi::emit_event`] for an event the caller no longer needs: a port that keeps
+    /// events (the simulator) takes it without a copy. The default records `&event`.
+    async fn emit_event_owned(&self, event: RecordedEvent) -> Result<(), ClusterError> {
+        self.emit_event(&event).await
+    }
 }
 
 /// What the fencing executor needs beyond the cached reads: how fresh the cache is, the node
@@ -676,6 +744,10 @@ mod tests {
         assert_eq!(PodRef::parse("ns/web-0"), Some(PodRef::new("ns", "web-0")));
         assert_eq!(PodRef::parse("no-slash"), None);
         assert_eq!(PodRef::new("a", "b").to_string(), "a/b");
+        for (namespace, name) in [("a", "b"), ("", "x"), ("kube-system", "web-0/1")] {
+            let pod = PodRef::new(namespace, name);
+            assert_eq!(pod.key(), pod.to_string());
+        }
     }
 
     #[test]

@@ -47,8 +47,8 @@ pub use cloud::{
 };
 pub use cluster::{
     ClusterApi, ClusterError, ClusterRead, EventApi, EventKind, EvictionResult, NodeApi,
-    NodeChanges, NodeHealthRead, NodePatch, NodeRevision, ObjectRef, PodApi, PodRef, Precondition,
-    RecordedEvent,
+    NodeChanges, NodeHealthRead, NodePatch, NodePod, NodeRevision, ObjectRef, PodApi, PodRef,
+    Precondition, RecordedEvent,
 };
 pub use machines::{
     ANNOTATION_HOLDER_CHECKSUM, AppliedHolder, MachineApi, NewInstance, StandbyHolder, holder_name,

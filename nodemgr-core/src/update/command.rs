@@ -91,26 +91,27 @@ impl UpdateCommand {
 }
 
 impl fmt::Display for UpdateCommand {
+    // Pieces written as they are, without a format string to interpret (the simulator's
+    // timeline formats one message per command).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Approve { node } => write!(f, "approve update of node {node}"),
-            Self::StartDrain { node } => write!(f, "drain node {node} before its disruption"),
-            Self::ApproveDisruption { node, cordon } => {
-                write!(f, "approve disruption of node {node}")?;
-                if *cordon {
-                    f.write_str(" (cordon first)")?;
-                }
-                Ok(())
-            }
-            Self::ReplaceMachine { node } => write!(f, "replace the machine of node {node}"),
-            Self::Finish { node, uncordon } => {
-                write!(f, "finish update of node {node}")?;
-                if *uncordon {
-                    f.write_str(" and uncordon it")?;
-                }
-                Ok(())
-            }
-        }
+        let (before, node, after) = match self {
+            Self::Approve { node } => ("approve update of node ", node, ""),
+            Self::StartDrain { node } => ("drain node ", node, " before its disruption"),
+            Self::ApproveDisruption { node, cordon } => (
+                "approve disruption of node ",
+                node,
+                if *cordon { " (cordon first)" } else { "" },
+            ),
+            Self::ReplaceMachine { node } => ("replace the machine of node ", node, ""),
+            Self::Finish { node, uncordon } => (
+                "finish update of node ",
+                node,
+                if *uncordon { " and uncordon it" } else { "" },
+            ),
+        };
+        f.write_str(before)?;
+        f.write_str(node)?;
+        f.write_str(after)
     }
 }
 

@@ -69,6 +69,7 @@ pub use command::{FINISH_REMOVES, UpdateCommand, UpdatePlan};
 pub use drains::{drains_for, drains_for_indexed};
 pub use marks::{DrainSource, UpdateMarks, max_concurrent, occupies_slot};
 pub use planner::{
-    GroupSnapshot, plan_group_update, plan_group_update_marked, plan_updates, plan_updates_detailed,
+    GroupSnapshot, plan_group_update, plan_group_update_marked, plan_group_update_sorted,
+    plan_updates, plan_updates_detailed,
 };
 pub use status::{NodeUpdateStatus, node_update_status};

@@ -63,7 +63,19 @@ pub fn plan_group_update_marked(
     now: Timestamp,
 ) -> UpdatePlan {
     nodes.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    plan_group_update_sorted(group, desired, &nodes, now)
+}
 
+/// [`plan_group_update_marked`] for nodes already in name order (the update executor keeps
+/// each group's nodes so): the same plan, without sorting them again. Nodes out of order
+/// give a plan in their order (debug builds assert the order).
+pub fn plan_group_update_sorted(
+    group: &NodeGroup,
+    desired: &str,
+    nodes: &[(&Node, UpdateMarks)],
+    now: Timestamp,
+) -> UpdatePlan {
+    debug_assert!(nodes.is_sorted_by(|a, b| a.0.name <= b.0.name));
     let limit = max_concurrent(group, nodes.len());
     let mut occupied = nodes.iter().filter(|(_, m)| m.occupies_slot()).count();
     let not_ready: Vec<&str> = nodes
@@ -75,7 +87,7 @@ pub fn plan_group_update_marked(
     let mut plan = UpdatePlan::default();
 
     // Phase 1: finish nodes that run the desired configuration.
-    for (node, marks) in &nodes {
+    for (node, marks) in nodes {
         if node.ready && marks.ours() && !desired.is_empty() && node.checksum() == Some(desired) {
             plan.commands.push(UpdateCommand::Finish {
                 node: node.name.clone(),
