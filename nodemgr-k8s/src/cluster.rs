@@ -37,7 +37,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, Resource};
 use nodemgr_core::model::{self as core, Timestamp, keys};
 use nodemgr_core::ports::{
     ClusterError, ClusterRead, EventApi, EventKind, EvictionResult, NodeApi, NodePatch, PodApi,
@@ -49,6 +49,7 @@ use tokio::task::JoinHandle;
 
 use crate::convert::{self, lease_renew_time, node_to_core, pdb_to_core};
 use crate::crd::NodeGroup;
+use crate::node_views::NodeViews;
 use crate::pod_cache::{self, PodCache, PodFields};
 use crate::prune;
 use crate::watch_backoff::WatchBackoff;
@@ -109,6 +110,8 @@ pub struct KubeCluster {
     writes: Arc<AtomicU64>,
     health: WatchHealth,
     update_triggers: Arc<watch::Sender<u64>>,
+    /// Core views of the Nodes, reused while a Node does not change.
+    node_views: NodeViews,
 }
 
 /// The watch tasks feeding a [`KubeCluster`]'s stores; dropping it stops them.
@@ -356,6 +359,7 @@ impl KubeCluster {
                 writes: Arc::new(AtomicU64::new(0)),
                 health,
                 update_triggers,
+                node_views: NodeViews::new(),
             },
             Watches {
                 tasks: vec![t1, t2, t3, t4, t5, t6],
@@ -381,6 +385,7 @@ impl KubeCluster {
             writes: Arc::new(AtomicU64::new(0)),
             health: WatchHealth::new(),
             update_triggers: Arc::new(watch::channel(0u64).0),
+            node_views: NodeViews::new(),
         }
     }
 
@@ -543,8 +548,14 @@ impl KubeCluster {
     /// Core views of `nodes`, sorted by name, with the heartbeat of each node's Lease.
     fn nodes_with_leases<'a>(&self, nodes: impl Iterator<Item = &'a Node>) -> Vec<core::Node> {
         let leases = self.lease_renewals();
-        let mut out: Vec<core::Node> = nodes
-            .map(|n| with_lease(node_to_core(n), leases.get(&n.name_any()).copied()))
+        let mut out: Vec<core::Node> = self
+            .node_views
+            .view_all(nodes)
+            .into_iter()
+            .map(|n| {
+                let renew = leases.get(&n.name).copied();
+                with_lease(n, renew)
+            })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out

@@ -18,6 +18,7 @@ pub mod crd;
 pub mod exposition;
 pub mod leader;
 pub mod metrics;
+pub mod node_views;
 pub mod pkcs10;
 pub mod pod_cache;
 pub mod prune;
