@@ -286,14 +286,7 @@ impl ClusterRead for SimCluster<'_> {
     async fn list_pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, format_args!("list pods"))?;
-        Ok(w.pods_by_node
-            .get(node)
-            .map(|keys| {
-                keys.iter()
-                    .filter_map(|k| w.pods.get(k).map(|p| p.pod.clone()))
-                    .collect()
-            })
-            .unwrap_or_default())
+        Ok(pods_on_node(&w, node, |_, pod| pod.clone()))
     }
 
     async fn list_node_pods(&self, node: &str) -> Result<Vec<NodePod>, ClusterError> {
@@ -301,20 +294,11 @@ impl ClusterRead for SimCluster<'_> {
         Self::check(&mut w, Operation::List, format_args!("list pods"))?;
         // `list_pods_on_node` mapped, without copying the pods: the index's keys are the
         // pods' `namespace/name`.
-        Ok(w.pods_by_node
-            .get(node)
-            .map(|keys| {
-                keys.iter()
-                    .filter_map(|k| {
-                        w.pods.get(k).map(|p| NodePod {
-                            key: k.clone(),
-                            uid: p.pod.uid.clone(),
-                            evictable: is_evictable(&p.pod),
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default())
+        Ok(pods_on_node(&w, node, |key, pod| NodePod {
+            key: key.to_owned(),
+            uid: pod.uid.clone(),
+            evictable: is_evictable(pod),
+        }))
     }
 
     async fn list_pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
@@ -728,4 +712,16 @@ impl MachineApi for SimCluster<'_> {
             .standby = Some(i64::from(standby));
         Ok(())
     }
+}
+
+/// `each` of the pods bound to `node` (by the world's index), with their `namespace/name`.
+fn pods_on_node<T>(w: &World, node: &str, each: impl Fn(&str, &Pod) -> T) -> Vec<T> {
+    w.pods_by_node
+        .get(node)
+        .map(|keys| {
+            keys.iter()
+                .filter_map(|k| w.pods.get(k).map(|p| each(k, &p.pod)))
+                .collect()
+        })
+        .unwrap_or_default()
 }

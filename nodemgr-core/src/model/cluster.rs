@@ -303,14 +303,19 @@ pub struct Pod {
     pub phase: PodPhase,
 }
 
+/// `namespace/name`, the key a pod is known by (one allocation of the right size).
+pub fn pod_key(namespace: &str, name: &str) -> String {
+    let mut key = String::with_capacity(namespace.len() + 1 + name.len());
+    key.push_str(namespace);
+    key.push('/');
+    key.push_str(name);
+    key
+}
+
 impl Pod {
-    /// `namespace/name`.
+    /// `namespace/name` ([`pod_key`]).
     pub fn key(&self) -> String {
-        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
-        key.push_str(&self.namespace);
-        key.push('/');
-        key.push_str(&self.name);
-        key
+        pod_key(&self.namespace, &self.name)
     }
 
     /// Owned by a DaemonSet: never evicted by a drain.

@@ -20,6 +20,7 @@ pub mod time;
 pub use cluster::{
     NamespaceScope, Node, Owner, Pod, PodAffinityTerm, PodDisruptionBudget, PodPhase, Resources,
     Toleration, TopologyKey, TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
+    pod_key,
 };
 pub use manifest::{
     Document, Manifest, ManifestError, parse_documents, parse_manifest, parse_manifest_with,

@@ -213,11 +213,7 @@ impl PodRef {
     /// `namespace/name`, as [`Pod::key`] and [`PodRef`]'s `Display` write it (one
     /// allocation of the right size).
     pub fn key(&self) -> String {
-        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
-        key.push_str(&self.namespace);
-        key.push('/');
-        key.push_str(&self.name);
-        key
+        crate::model::pod_key(&self.namespace, &self.name)
     }
 
     /// The reference of `pod`.
