@@ -375,7 +375,7 @@ pub fn command_patch(command: &UpdateCommand) -> Option<NodePatch> {
 }
 
 /// The patches of one step's commands by kind ([`command_patch`]), each made when first
-/// needed; the precondition is set for each node ([`set_precondition`]).
+/// needed; the precondition is set for each node ([`NodePatch::set_resource_version`]).
 #[derive(Default)]
 struct CommandPatches {
     /// By [`CommandPatches::slot`].
@@ -405,19 +405,6 @@ impl CommandPatches {
             .get_mut(Self::slot(command))?
             .get_or_insert_with(|| command_patch(command))
             .as_mut()
-    }
-}
-
-/// Sets `patch`'s precondition as [`NodePatch::if_resource_version`] does, reusing the
-/// string it had.
-fn set_precondition(patch: &mut NodePatch, resource_version: &str) {
-    if resource_version.is_empty() {
-        patch.resource_version = None;
-    } else {
-        match &mut patch.resource_version {
-            Some(rv) => resource_version.clone_into(rv),
-            None => patch.resource_version = Some(resource_version.to_owned()),
-        }
     }
 }
 
@@ -702,7 +689,7 @@ impl UpdateExecutor {
                         patched,
                     };
                     let seen = nodes.get(&name).map(|n| n.resource_version.as_str());
-                    set_precondition(patch, seen.unwrap_or_default());
+                    patch.set_resource_version(seen.unwrap_or_default());
                     match Self::patch_node(&mut self.known, cluster, &name, patch).await {
                         Ok(updated) => {
                             if self.view.get(&name).is_some() {
@@ -1741,7 +1728,7 @@ mod tests {
             };
             let expected = command_patch(command).map(|p| p.if_resource_version(&version));
             let got = patches.get(command).map(|p| {
-                set_precondition(p, &version);
+                p.set_resource_version(&version);
                 p.clone()
             });
             assert_eq!(got, expected, "{command}");

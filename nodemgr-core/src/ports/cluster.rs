@@ -317,8 +317,21 @@ impl NodePatch {
     /// Applies only if the node is still at `resource_version` (see
     /// [`NodePatch::resource_version`]); an empty version sets no precondition.
     pub fn if_resource_version(mut self, resource_version: &str) -> Self {
-        self.resource_version = (!resource_version.is_empty()).then(|| resource_version.to_owned());
+        self.set_resource_version(resource_version);
         self
+    }
+
+    /// [`NodePatch::if_resource_version`] in place, reusing the string the precondition had
+    /// (a patch made once and sent to many nodes).
+    pub fn set_resource_version(&mut self, resource_version: &str) {
+        if resource_version.is_empty() {
+            self.resource_version = None;
+        } else {
+            match &mut self.resource_version {
+                Some(rv) => resource_version.clone_into(rv),
+                None => self.resource_version = Some(resource_version.to_owned()),
+            }
+        }
     }
 
     /// Whether the patch changes nothing (a precondition alone changes nothing).
