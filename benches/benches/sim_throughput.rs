@@ -6,6 +6,10 @@
 //!
 //! Virtual hours per wall second = 2 / (the median in seconds).
 //!
+//! The benchmark runs on mimalloc, the allocator of the `nodemgr` CLI that runs `nodemgr
+//! simulate` (docs/scale.md §5); `--features system-allocator` runs it on the C library's
+//! allocator instead, as a program embedding `nodemgr-sim` without choosing one would.
+//!
 //! Run: `cargo bench -p nodemgr-benches --bench sim_throughput`
 
 use std::hint::black_box;
@@ -14,6 +18,10 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use nodemgr_sim::{Scenario, run};
 use serde_json::json;
+
+#[cfg(not(feature = "system-allocator"))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn cluster() -> Scenario {
     let mut groups = Vec::new();
