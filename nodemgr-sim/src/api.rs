@@ -46,15 +46,16 @@
 //! loop does it for the scenario's `watchLag` events) and snapshots are kept only from `lag`
 //! before a window until it closes; reads outside windows are current.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use nodemgr_core::hash::FastHash;
 use nodemgr_core::model::{Node, NodeGroup, Timestamp};
 use nodemgr_core::ports::{NodeChanges, NodeRevision};
 
-use crate::world::SimNode;
+use crate::world::Nodes;
 
 /// A window during which the cached reads of Nodes lag behind the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,15 +77,46 @@ pub trait NodeSlots {
     fn count(&self) -> usize;
     /// Every node, in name order, with its heartbeat.
     fn slots(&mut self) -> impl Iterator<Item = (&mut Arc<Node>, Option<Timestamp>)>;
+    /// Which nodes these are, as a number that moves whenever a node is added or removed (or
+    /// they are other nodes); `None` when unknown, and the change feed then looks at every
+    /// node at each answer.
+    fn layout(&self) -> Option<(u64, u64)> {
+        None
+    }
+    /// The positions (in name order, ascending) of the nodes that may have changed since the
+    /// previous call, forgetting them; `None` when any may have (every node is looked at).
+    fn take_touched(&mut self) -> Option<Vec<usize>> {
+        None
+    }
+    /// The node at position `at` in name order, with its heartbeat.
+    fn slot_at(&mut self, at: usize) -> Option<(&mut Arc<Node>, Option<Timestamp>)> {
+        let _ = at;
+        None
+    }
 }
 
-impl NodeSlots for BTreeMap<String, SimNode> {
+impl NodeSlots for Nodes {
     fn count(&self) -> usize {
         self.len()
     }
 
     fn slots(&mut self) -> impl Iterator<Item = (&mut Arc<Node>, Option<Timestamp>)> {
-        self.values_mut().map(|n| (&mut n.node, n.last_heartbeat))
+        // Versioning changes a node's `Arc` only in place (see "Shared views"): not logged.
+        self.values_mut_unlogged()
+            .map(|n| (&mut n.node, n.last_heartbeat))
+    }
+
+    fn layout(&self) -> Option<(u64, u64)> {
+        Some(Nodes::layout(self))
+    }
+
+    fn take_touched(&mut self) -> Option<Vec<usize>> {
+        Nodes::take_touched(self)
+    }
+
+    fn slot_at(&mut self, at: usize) -> Option<(&mut Arc<Node>, Option<Timestamp>)> {
+        self.at_unlogged(at)
+            .map(|n| (&mut n.node, n.last_heartbeat))
     }
 }
 
@@ -205,6 +237,15 @@ struct VersionTable {
     entries: Vec<(String, Versioned)>,
     /// Name → position in `entries`.
     index: HashMap<String, usize, FastHash>,
+    /// A number taken anew ([`layout_stamp`]) whenever an entry is added or removed, so that
+    /// the same number means the same names at the same positions.
+    layout: u64,
+}
+
+/// A fresh number for a layout of the version table (see [`VersionTable::layout`]).
+fn layout_stamp() -> u64 {
+    static STAMPS: AtomicU64 = AtomicU64::new(1);
+    STAMPS.fetch_add(1, Ordering::Relaxed)
 }
 
 impl VersionTable {
@@ -219,7 +260,11 @@ impl VersionTable {
             .enumerate()
             .map(|(i, (name, _))| (name.clone(), i))
             .collect();
-        Self { entries, index }
+        Self {
+            entries,
+            index,
+            layout: layout_stamp(),
+        }
     }
 
     fn len(&self) -> usize {
@@ -254,11 +299,13 @@ impl VersionTable {
         }
         self.index.insert(name.clone(), at);
         self.entries.insert(at, (name, v));
+        self.layout = layout_stamp();
     }
 
     /// Takes node `name`'s entry out.
     fn remove(&mut self, name: &str) -> Option<Versioned> {
         let at = self.index.remove(name)?;
+        self.layout = layout_stamp();
         for i in self.index.values_mut() {
             if *i > at {
                 *i -= 1;
@@ -285,6 +332,7 @@ impl VersionTable {
     /// Every entry in name order, leaving the table empty.
     fn take(&mut self) -> Vec<(String, Versioned)> {
         self.index.clear();
+        self.layout = layout_stamp();
         std::mem::take(&mut self.entries)
     }
 }
@@ -312,6 +360,11 @@ pub struct SimApiServer {
     copy_views: bool,
     /// The node groups last listed shared ([`SimApiServer::shared_groups`]).
     groups: Vec<ListedGroup>,
+    /// The layouts of the world's node table and of the version table when the change feed
+    /// last versioned every node, entry `i` being node `i`'s: while both are the same, the
+    /// nodes the table logged as handed out mutably since are the only ones that can have
+    /// changed (see "Change feed" in the module docs).
+    synced: Option<((u64, u64), u64)>,
 }
 
 /// A node group as last listed shared: the world's group and the count it was listed with,
@@ -411,6 +464,9 @@ impl SimApiServer {
 
     /// The version of `node` as it is now (a new one if it changed since last observed).
     pub fn version_of(&mut self, node: &Node) -> String {
+        // A version for content that need not be the world's node: the feed looks at every
+        // node at its next answer.
+        self.synced = None;
         if let Some(v) = self.versions.get(&node.name)
             && same_content(&v.seen, node)
         {
@@ -605,13 +661,23 @@ impl SimApiServer {
         since: Option<NodeRevision>,
         nodes: &mut impl NodeSlots,
     ) -> NodeChanges {
+        // What may have changed since the previous answer (forgotten now: every path below
+        // versions every node that changed).
+        let layout = nodes.layout();
+        let touched = nodes.take_touched();
         let Some(NodeRevision(since)) =
             since.filter(|r| self.removals_floor <= r.0 && r.0 <= self.change_seq)
         else {
             let mut changes = NodeChanges::resync(self.list_shared(nodes));
             changes.revision = Some(NodeRevision(self.change_seq));
+            self.synced = layout.map(|l| (l, self.versions.layout));
             return changes;
         };
+        if let (Some(layout), Some(touched)) = (layout, touched)
+            && self.synced == Some((layout, self.versions.layout))
+        {
+            return self.changes_logged(since, nodes, &touched);
+        }
         let mut changed = Vec::new();
         let mut in_place = self.versions.len() == nodes.count();
         if in_place {
@@ -637,6 +703,46 @@ impl SimApiServer {
         if !in_place {
             changed = self.merge(nodes, Some(since));
         }
+        // Entry `i` is node `i`'s now (in place, or merged from the whole list).
+        self.synced = layout.map(|l| (l, self.versions.layout));
+        self.answer(since, changed)
+    }
+
+    /// [`SimApiServer::changes_since`] when the version table lines up with the nodes as at
+    /// the previous answer and `touched` (positions, ascending) are the only nodes that may
+    /// have changed since: those are versioned (in name order, as the walk over every node
+    /// would), then the nodes versioned after `since` are answered, as that walk answers.
+    fn changes_logged(
+        &mut self,
+        since: u64,
+        nodes: &mut impl NodeSlots,
+        touched: &[usize],
+    ) -> NodeChanges {
+        let shared = !self.copy_views;
+        for &at in touched {
+            let (Some((_, v)), Some((slot, heartbeat))) =
+                (self.versions.entries.get_mut(at), nodes.slot_at(at))
+            else {
+                continue;
+            };
+            if !v.matches(slot) {
+                let numbers = next_numbers(&mut self.last_version, &mut self.change_seq);
+                v.renew(numbers, slot, heartbeat, shared);
+            }
+        }
+        let mut changed = Vec::new();
+        for (at, (_, v)) in self.versions.entries.iter_mut().enumerate() {
+            if v.changed > since {
+                let heartbeat = nodes.slot_at(at).and_then(|(_, heartbeat)| heartbeat);
+                changed.push(v.view(heartbeat));
+            }
+        }
+        self.answer(since, changed)
+    }
+
+    /// The change feed's answer: the nodes `changed` since `since` and the nodes removed since
+    /// then that are not back.
+    fn answer(&self, since: u64, changed: Vec<Arc<Node>>) -> NodeChanges {
         let start = self.removals.partition_point(|(seq, _)| *seq <= since);
         let removed = self
             .removals
@@ -656,6 +762,7 @@ impl SimApiServer {
 
     /// Sets the version of every node of a complete list, forgetting nodes not in it.
     pub fn version_all(&mut self, nodes: &mut [Node]) {
+        self.synced = None;
         let sorted = nodes.windows(2).all(|w| match w {
             [a, b] => a.name < b.name,
             _ => true,
@@ -766,6 +873,7 @@ impl SimApiServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn node(name: &str) -> Node {
         Node {

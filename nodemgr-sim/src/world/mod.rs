@@ -38,7 +38,10 @@ use crate::timeline::{Timeline, TimelineEvent};
 
 mod index;
 mod liveness;
+mod nodes;
 mod objects;
+
+pub use nodes::{NodeId, Nodes};
 
 pub(crate) use index::reindex_deadline;
 pub(crate) use liveness::is_special;
@@ -206,8 +209,9 @@ pub struct World {
     pub rng: SimRng,
     /// Groups by name.
     pub groups: BTreeMap<String, SimGroup>,
-    /// Nodes by name.
-    pub nodes: BTreeMap<String, SimNode>,
+    /// Nodes by name, in name order ([`Nodes`]: a vector with a hash index, which logs the
+    /// nodes handed out mutably for the simulated API's change feed).
+    pub nodes: Nodes,
     /// Pods by `namespace/name`.
     pub pods: BTreeMap<String, SimPod>,
     /// Pod keys by node name.
@@ -320,7 +324,7 @@ pub(crate) struct AgentEnv<'a> {
 
 impl World {
     /// The nodes and, borrowed apart, what an agent's pass needs besides its node.
-    pub(crate) fn agent_parts(&mut self) -> (&mut BTreeMap<String, SimNode>, AgentEnv<'_>) {
+    pub(crate) fn agent_parts(&mut self) -> (&mut Nodes, AgentEnv<'_>) {
         (
             &mut self.nodes,
             AgentEnv {
@@ -353,7 +357,7 @@ impl World {
             start,
             rng: SimRng::new(seed),
             groups: BTreeMap::new(),
-            nodes: BTreeMap::new(),
+            nodes: Nodes::new(),
             pods: BTreeMap::new(),
             pods_by_node: BTreeMap::new(),
             pending_pods: Vec::new(),

@@ -1,0 +1,321 @@
+//! The world's node table ([`Nodes`]): the nodes in name order in one vector, found by name
+//! with one hash lookup instead of a string-keyed B-tree search, and a log of the nodes handed
+//! out mutably since the simulated API last looked ([`Nodes::take_touched`]), so that its
+//! change feed looks at those rather than at every node (`crate::api`, "Change feed").
+//!
+//! It answers as the `BTreeMap<String, SimNode>` it replaces (`get`, `get_mut`, `insert`,
+//! `remove`, iteration in name order), so callers read it the same way. Every mutable access
+//! goes through its methods and is logged: `get_mut` notes the node, `iter_mut` / `values_mut`
+//! note that every node may have changed. The log is exact in one direction only — a logged
+//! node may not have changed — which is what the feed needs (it compares the logged ones).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nodemgr_core::hash::FastHash;
+
+use super::SimNode;
+
+/// A stable number for a node of one [`Nodes`] table, never reused by it (a node removed and
+/// registered again gets a new one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(u32);
+
+/// One node of the table.
+#[derive(Debug)]
+struct Entry {
+    name: String,
+    id: NodeId,
+    /// In [`Nodes::touched`] already.
+    touched: bool,
+    node: SimNode,
+}
+
+/// Distinguishes tables, so that the simulated API never takes one table's log for another's
+/// (a table built anew, or a clone, gets a new number).
+static INSTANCES: AtomicU64 = AtomicU64::new(1);
+
+fn next_instance() -> u64 {
+    INSTANCES.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The world's nodes by name, in name order (see the module docs).
+#[derive(Debug)]
+pub struct Nodes {
+    /// The nodes, strictly in name order.
+    entries: Vec<Entry>,
+    /// Position in `entries` by [`NodeId`] (`u32::MAX`: removed).
+    position: Vec<u32>,
+    /// [`NodeId`] by name.
+    by_name: HashMap<String, NodeId, FastHash>,
+    /// Nodes handed out mutably since the last [`Nodes::take_touched`].
+    touched: Vec<NodeId>,
+    /// Every node may have changed since the last [`Nodes::take_touched`].
+    all_touched: bool,
+    /// This table's number (see [`INSTANCES`]).
+    instance: u64,
+    /// Moves whenever a node is added or removed.
+    layout: u64,
+}
+
+impl Default for Nodes {
+    fn default() -> Self {
+        Self {
+            entries: Vec::new(),
+            position: Vec::new(),
+            by_name: HashMap::default(),
+            touched: Vec::new(),
+            all_touched: true,
+            instance: next_instance(),
+            layout: 0,
+        }
+    }
+}
+
+impl Clone for Nodes {
+    fn clone(&self) -> Self {
+        Self {
+            entries: self
+                .entries
+                .iter()
+                .map(|e| Entry {
+                    name: e.name.clone(),
+                    id: e.id,
+                    touched: false,
+                    node: e.node.clone(),
+                })
+                .collect(),
+            position: self.position.clone(),
+            by_name: self.by_name.clone(),
+            touched: Vec::new(),
+            // Another table: nothing of the original's log applies to it.
+            all_touched: true,
+            instance: next_instance(),
+            layout: 0,
+        }
+    }
+}
+
+impl Nodes {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many nodes.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn position_of(&self, name: &str) -> Option<usize> {
+        let id = self.by_name.get(name)?;
+        let at = *self.position.get(id.0 as usize)?;
+        Some(at as usize)
+    }
+
+    /// The node named `name`.
+    pub fn get(&self, name: &str) -> Option<&SimNode> {
+        let at = self.position_of(name)?;
+        self.entries.get(at).map(|e| &e.node)
+    }
+
+    /// Whether node `name` exists.
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    /// The node named `name`, to change (noted in the log).
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut SimNode> {
+        let at = self.position_of(name)?;
+        let e = self.entries.get_mut(at)?;
+        if !e.touched {
+            e.touched = true;
+            self.touched.push(e.id);
+        }
+        Some(&mut e.node)
+    }
+
+    /// The node named `name`, to change in a way the simulated API never versions (its
+    /// heartbeat, its agent, its indexes' notes): not noted in the log. Never change
+    /// [`SimNode::node`] through it.
+    pub(crate) fn get_mut_unlogged(&mut self, name: &str) -> Option<&mut SimNode> {
+        let at = self.position_of(name)?;
+        self.entries.get_mut(at).map(|e| &mut e.node)
+    }
+
+    /// Sets node `name` (in place when it exists: the old one is returned).
+    pub fn insert(&mut self, name: String, node: SimNode) -> Option<SimNode> {
+        if let Some(at) = self.position_of(&name)
+            && let Some(e) = self.entries.get_mut(at)
+        {
+            if !e.touched {
+                e.touched = true;
+                self.touched.push(e.id);
+            }
+            return Some(std::mem::replace(&mut e.node, node));
+        }
+        let id = NodeId(u32::try_from(self.position.len()).unwrap_or(u32::MAX));
+        let at = self.entries.partition_point(|e| e.name < name);
+        for e in &self.entries[at..] {
+            if let Some(p) = self.position.get_mut(e.id.0 as usize) {
+                *p += 1;
+            }
+        }
+        self.position.push(u32::try_from(at).unwrap_or(u32::MAX));
+        self.by_name.insert(name.clone(), id);
+        self.entries.insert(
+            at,
+            Entry {
+                name,
+                id,
+                touched: false,
+                node,
+            },
+        );
+        self.layout += 1;
+        None
+    }
+
+    /// Takes node `name` out.
+    pub fn remove(&mut self, name: &str) -> Option<SimNode> {
+        let at = self.position_of(name)?;
+        self.by_name.remove(name);
+        let e = self.entries.remove(at);
+        if let Some(p) = self.position.get_mut(e.id.0 as usize) {
+            *p = u32::MAX;
+        }
+        for later in &self.entries[at..] {
+            if let Some(p) = self.position.get_mut(later.id.0 as usize) {
+                *p -= 1;
+            }
+        }
+        self.layout += 1;
+        Some(e.node)
+    }
+
+    /// The nodes with their names, in name order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&String, &SimNode)> + ExactSizeIterator {
+        self.entries.iter().map(|e| (&e.name, &e.node))
+    }
+
+    /// The nodes with their names, in name order, to change (every node is then taken as
+    /// possibly changed).
+    pub fn iter_mut(
+        &mut self,
+    ) -> impl DoubleEndedIterator<Item = (&String, &mut SimNode)> + ExactSizeIterator {
+        self.all_touched = true;
+        self.entries.iter_mut().map(|e| (&e.name, &mut e.node))
+    }
+
+    /// The names, in order.
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {
+        self.entries.iter().map(|e| &e.name)
+    }
+
+    /// The nodes, in name order.
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &SimNode> + ExactSizeIterator {
+        self.entries.iter().map(|e| &e.node)
+    }
+
+    /// The nodes, in name order, to change (every node is then taken as possibly changed).
+    pub fn values_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut SimNode> + ExactSizeIterator {
+        self.all_touched = true;
+        self.entries.iter_mut().map(|e| &mut e.node)
+    }
+
+    /// [`Nodes::values_mut`] for changes the simulated API never versions (heartbeats,
+    /// agents' notes): not logged. Never change [`SimNode::node`] through it.
+    pub(crate) fn values_mut_unlogged(&mut self) -> impl Iterator<Item = &mut SimNode> {
+        self.entries.iter_mut().map(|e| &mut e.node)
+    }
+
+    /// The node at position `at` in name order, unlogged (the simulated API's versioning,
+    /// which changes only a node's version and heartbeat in place).
+    pub(crate) fn at_unlogged(&mut self, at: usize) -> Option<&mut SimNode> {
+        self.entries.get_mut(at).map(|e| &mut e.node)
+    }
+
+    /// Which table this is and its layout (both move when nodes are added or removed, or the
+    /// table is another one): a log taken with the same answer is about the same positions.
+    pub(crate) fn layout(&self) -> (u64, u64) {
+        (self.instance, self.layout)
+    }
+
+    /// The positions (in name order, ascending) of the nodes handed out mutably since the
+    /// previous call, clearing the log; `None` when any node may have changed.
+    pub(crate) fn take_touched(&mut self) -> Option<Vec<usize>> {
+        let all = std::mem::take(&mut self.all_touched);
+        let touched = std::mem::take(&mut self.touched);
+        let mut positions: Vec<usize> = Vec::with_capacity(touched.len());
+        for id in touched {
+            if let Some(&at) = self.position.get(id.0 as usize)
+                && at != u32::MAX
+                && let Some(e) = self.entries.get_mut(at as usize)
+            {
+                e.touched = false;
+                positions.push(at as usize);
+            }
+        }
+        if all {
+            for e in &mut self.entries {
+                e.touched = false;
+            }
+            return None;
+        }
+        positions.sort_unstable();
+        Some(positions)
+    }
+}
+
+impl<'a> IntoIterator for &'a Nodes {
+    type Item = (&'a String, &'a SimNode);
+    type IntoIter = Box<dyn Iterator<Item = (&'a String, &'a SimNode)> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+impl<'a> IntoIterator for &'a mut Nodes {
+    type Item = (&'a String, &'a mut SimNode);
+    type IntoIter = Box<dyn Iterator<Item = (&'a String, &'a mut SimNode)> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter_mut())
+    }
+}
+
+impl FromIterator<(String, SimNode)> for Nodes {
+    fn from_iter<I: IntoIterator<Item = (String, SimNode)>>(iter: I) -> Self {
+        let mut nodes = Nodes::new();
+        for (name, node) in iter {
+            nodes.insert(name, node);
+        }
+        nodes
+    }
+}
+
+/// `nodes["name"]`, as a `BTreeMap`'s: panics when there is no such node.
+impl std::ops::Index<&str> for Nodes {
+    type Output = SimNode;
+
+    fn index(&self, name: &str) -> &SimNode {
+        match self.get(name) {
+            Some(node) => node,
+            None => panic!("no node named {name}"),
+        }
+    }
+}
+
+impl std::ops::Index<&String> for Nodes {
+    type Output = SimNode;
+
+    fn index(&self, name: &String) -> &SimNode {
+        &self[name.as_str()]
+    }
+}
