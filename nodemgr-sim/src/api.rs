@@ -365,6 +365,9 @@ pub struct SimApiServer {
     /// nodes the table logged as handed out mutably since are the only ones that can have
     /// changed (see "Change feed" in the module docs).
     synced: Option<((u64, u64), u64)>,
+    /// The change feed looks at every node at each answer, ignoring the world's log
+    /// ([`SimApiServer::set_logged_feed`]).
+    walk_every_node: bool,
 }
 
 /// A node group as last listed shared: the world's group and the count it was listed with,
@@ -423,6 +426,14 @@ fn next_numbers(last_version: &mut u64, change_seq: &mut u64) -> (u64, u64) {
 }
 
 impl SimApiServer {
+    /// Whether the change feed looks only at the nodes the world's table logged as handed
+    /// out mutably since its previous answer (the default, `true`), or at every node at each
+    /// answer (see "Change feed" in the module docs). Both answer the same; for tests
+    /// comparing them.
+    pub fn set_logged_feed(&mut self, logged: bool) {
+        self.walk_every_node = !logged;
+    }
+
     /// Whether a new version of a node only the world holds is written into the world's
     /// `Arc`, which then serves as the view (the default, `true`), or every view is a copy
     /// (see "Shared views" in the module docs). Both hand out the same views; for tests
@@ -674,6 +685,7 @@ impl SimApiServer {
             return changes;
         };
         if let (Some(layout), Some(touched)) = (layout, touched)
+            && !self.walk_every_node
             && self.synced == Some((layout, self.versions.layout))
         {
             return self.changes_logged(since, nodes, &touched);

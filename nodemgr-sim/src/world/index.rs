@@ -33,7 +33,8 @@ impl World {
     /// the next instant refreshes every node.
     pub(super) fn rebuild_indexes(&mut self) {
         let mut index = WorldIndex::default();
-        for (name, n) in &mut self.nodes {
+        // Only the agents' notes change here, which the simulated API does not version.
+        for (name, n) in self.nodes.iter_mut_unlogged() {
             let deadline = n.agent.next_deadline();
             n.agent.indexed_deadline = deadline;
             if let Some(t) = deadline {

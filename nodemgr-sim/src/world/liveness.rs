@@ -20,10 +20,17 @@ impl World {
         let period = self.heartbeat.lease_period.0;
         let start = self.start;
         let mut transitions = Vec::new();
-        for (name, n) in &mut self.nodes {
+        let mut changed = Vec::new();
+        // A node's `Arc` changes only with its readiness: those are logged for the simulated
+        // API's change feed, not every node.
+        for (at, (name, n)) in self.nodes.iter_mut_unlogged().enumerate() {
             if let Some(t) = refresh_node(period, grace, start, now, n) {
                 transitions.push((name.clone(), n.group.clone(), t.0, t.1));
+                changed.push(at);
             }
+        }
+        for at in changed {
+            self.nodes.log_position(at);
         }
         // Recorded with the node's group as `World::record` would look it up.
         self.record_transitions(transitions);

@@ -234,10 +234,27 @@ impl Nodes {
         self.entries.iter_mut().map(|e| &mut e.node)
     }
 
+    /// The nodes with their names, in name order, for changes the simulated API never
+    /// versions (agents' notes): not logged. Never change [`SimNode::node`] through it.
+    pub(crate) fn iter_mut_unlogged(&mut self) -> impl Iterator<Item = (&String, &mut SimNode)> {
+        self.entries.iter_mut().map(|e| (&e.name, &mut e.node))
+    }
+
     /// The node at position `at` in name order, unlogged (the simulated API's versioning,
     /// which changes only a node's version and heartbeat in place).
     pub(crate) fn at_unlogged(&mut self, at: usize) -> Option<&mut SimNode> {
         self.entries.get_mut(at).map(|e| &mut e.node)
+    }
+
+    /// Notes the node at position `at` in name order as changed (after an unlogged access
+    /// that changed it after all).
+    pub(crate) fn log_position(&mut self, at: usize) {
+        if let Some(e) = self.entries.get_mut(at)
+            && !e.touched
+        {
+            e.touched = true;
+            self.touched.push(e.id);
+        }
     }
 
     /// Which table this is and its layout (both move when nodes are added or removed, or the
