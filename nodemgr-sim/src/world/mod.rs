@@ -40,8 +40,10 @@ mod index;
 mod liveness;
 mod nodes;
 mod objects;
+mod pods;
 
 pub use nodes::{NodeId, Nodes};
+pub use pods::Pods;
 
 pub(crate) use index::reindex_deadline;
 pub(crate) use liveness::is_special;
@@ -212,8 +214,8 @@ pub struct World {
     /// Nodes by name, in name order ([`Nodes`]: a vector with a hash index, which logs the
     /// nodes handed out mutably for the simulated API's change feed).
     pub nodes: Nodes,
-    /// Pods by `namespace/name`.
-    pub pods: BTreeMap<String, SimPod>,
+    /// Pods by `namespace/name`, iterated in key order ([`Pods`]: a hash map).
+    pub pods: Pods,
     /// Pod keys by node name.
     pub pods_by_node: BTreeMap<String, BTreeSet<String>>,
     /// Pods waiting to be (re)created.
@@ -358,7 +360,7 @@ impl World {
             rng: SimRng::new(seed),
             groups: BTreeMap::new(),
             nodes: Nodes::new(),
-            pods: BTreeMap::new(),
+            pods: Pods::new(),
             pods_by_node: BTreeMap::new(),
             pending_pods: Vec::new(),
             workloads: scenario.workloads.clone(),
