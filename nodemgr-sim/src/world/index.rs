@@ -8,10 +8,10 @@ use super::*;
 impl World {
     /// Re-indexes `name`'s agent deadline after its agent changed.
     pub(crate) fn reindex_agent(&mut self, name: &str) {
-        let Some(n) = self.nodes.get_mut(name) else {
+        let Some((id, n)) = self.nodes.get_mut_with_id(name) else {
             return;
         };
-        reindex_deadline(&mut self.index.agent_due, name, &mut n.agent);
+        reindex_deadline(&mut self.index.agent_due, id, &mut n.agent);
     }
 
     /// Changes node `name` with `change` (which also reads the groups) and, when it says its
@@ -21,11 +21,11 @@ impl World {
         name: &str,
         change: impl FnOnce(&BTreeMap<String, SimGroup>, &mut SimNode) -> bool,
     ) {
-        let Some(n) = self.nodes.get_mut(name) else {
+        let Some((id, n)) = self.nodes.get_mut_with_id(name) else {
             return;
         };
         if change(&self.groups, n) {
-            reindex_deadline(&mut self.index.agent_due, name, &mut n.agent);
+            reindex_deadline(&mut self.index.agent_due, id, &mut n.agent);
         }
     }
 
@@ -34,11 +34,11 @@ impl World {
     pub(super) fn rebuild_indexes(&mut self) {
         let mut index = WorldIndex::default();
         // Only the agents' notes change here, which the simulated API does not version.
-        for (name, n) in self.nodes.iter_mut_unlogged() {
+        for (name, id, n) in self.nodes.iter_mut_unlogged() {
             let deadline = n.agent.next_deadline();
             n.agent.indexed_deadline = deadline;
             if let Some(t) = deadline {
-                index.agent_due.insert((t, name.clone()));
+                index.agent_due.insert((t, id));
             }
             if is_special(n) {
                 index.special.insert(name.clone());
@@ -74,7 +74,9 @@ impl World {
             if let Some(n) = self.nodes.get_mut(&name) {
                 n.agent.indexed_deadline = Some(due);
             }
-            index.agent_due.insert((due, name));
+            if let Some(id) = self.nodes.id_of(&name) {
+                index.agent_due.insert((due, id));
+            }
         }
         for (key, p) in &self.pods {
             if let Some(u) = p.terminating_until {
@@ -170,6 +172,7 @@ impl World {
         }
         let now = self.now;
         let after_now = (now + Duration::from_millis(1), String::new());
+        let after_now_id = (now + Duration::from_millis(1), NodeId::MIN);
         let mut next: Option<Timestamp> = None;
         let mut consider = |t: Timestamp| {
             if t > now && next.is_none_or(|n| t < n) {
@@ -189,7 +192,7 @@ impl World {
                 self.node_deadlines(n, &mut consider);
             }
         }
-        if let Some((t, _)) = self.index.agent_due.range(&after_now..).next() {
+        if let Some((t, _)) = self.index.agent_due.range(&after_now_id..).next() {
             consider(*t);
         }
         next
@@ -277,12 +280,11 @@ impl World {
     }
 }
 
-/// Moves `name`'s entry in the agents' deadlines (`agent_due`) from the deadline indexed for
-/// `agent` ([`SimAgent::indexed_deadline`]) to its current one, taking the node's name out of
-/// the old entry for the new one.
+/// Moves node `id`'s entry in the agents' deadlines (`agent_due`) from the deadline indexed
+/// for `agent` ([`SimAgent::indexed_deadline`]) to its current one.
 pub(crate) fn reindex_deadline(
-    agent_due: &mut BTreeSet<(Timestamp, String)>,
-    name: &str,
+    agent_due: &mut BTreeSet<(Timestamp, NodeId)>,
+    id: NodeId,
     agent: &mut SimAgent,
 ) {
     let new = agent.next_deadline();
@@ -291,9 +293,11 @@ pub(crate) fn reindex_deadline(
         return;
     }
     agent.indexed_deadline = new;
-    let owned = old.and_then(|t| agent_due.take(&(t, name.to_owned())).map(|(_, n)| n));
+    if let Some(t) = old {
+        agent_due.remove(&(t, id));
+    }
     if let Some(t) = new {
-        agent_due.insert((t, owned.unwrap_or_else(|| name.to_owned())));
+        agent_due.insert((t, id));
     }
 }
 
@@ -363,10 +367,10 @@ mod tests {
             return Vec::new();
         }
         let mut errors = Vec::new();
-        let due: BTreeSet<(Timestamp, String)> = w
+        let due: BTreeSet<(Timestamp, NodeId)> = w
             .nodes
             .iter()
-            .filter_map(|(name, n)| Some((n.agent.next_deadline()?, name.clone())))
+            .filter_map(|(name, n)| Some((n.agent.next_deadline()?, w.nodes.id_of(name)?)))
             .collect();
         if due != w.index.agent_due {
             errors.push(format!("agent_due {:?} != {:?}", w.index.agent_due, due));

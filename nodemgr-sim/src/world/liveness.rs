@@ -23,7 +23,7 @@ impl World {
         let mut changed = Vec::new();
         // A node's `Arc` changes only with its readiness: those are logged for the simulated
         // API's change feed, not every node.
-        for (at, (name, n)) in self.nodes.iter_mut_unlogged().enumerate() {
+        for (at, (name, _, n)) in self.nodes.iter_mut_unlogged().enumerate() {
             if let Some(t) = refresh_node(period, grace, start, now, n) {
                 transitions.push((name.clone(), n.group.clone(), t.0, t.1));
                 changed.push(at);
@@ -47,9 +47,9 @@ impl World {
     /// events and the second refresh's after them, as the three passes record them.
     pub(super) fn step_nodes(
         &mut self,
-        due: &BTreeSet<String>,
-        extra: &BTreeSet<String>,
-        woken: &BTreeSet<String>,
+        due: &[usize],
+        extra: &[usize],
+        woken: &[usize],
     ) {
         let now = self.now;
         let grace = self.heartbeat.grace_period.0;
@@ -60,15 +60,15 @@ impl World {
         let mut before = Vec::new();
         let mut after = Vec::new();
         let (nodes, mut env) = self.agent_parts();
-        for (name, acts) in union(due, extra) {
-            let Some(n) = nodes.get_mut(name) else {
+        for (at, acts) in union(due, extra) {
+            let Some((name, id, n)) = nodes.entry_at_mut(at) else {
                 continue;
             };
             if let Some(t) = refresh_node(period, grace, start, now, n) {
                 before.push((name.clone(), n.group.clone(), t.0, t.1));
             }
             if acts {
-                env.act(name, n, woken.contains(name), wake);
+                env.act(name, id, n, woken.binary_search(&at).is_ok(), wake);
             }
             if let Some(t) = refresh_node(period, grace, start, now, n) {
                 after.push((name.clone(), n.group.clone(), t.0, t.1));
@@ -158,13 +158,11 @@ impl World {
     }
 }
 
-/// The names of `a` and `b` in order, each once, with whether it is in `a`.
-fn union<'a>(
-    a: &'a BTreeSet<String>,
-    b: &'a BTreeSet<String>,
-) -> impl Iterator<Item = (&'a String, bool)> {
-    let mut a = a.iter().peekable();
-    let mut b = b.iter().peekable();
+/// The positions of `a` and `b` (each sorted, each position once) in order, each once, with
+/// whether it is in `a`.
+fn union<'a>(a: &'a [usize], b: &'a [usize]) -> impl Iterator<Item = (usize, bool)> + 'a {
+    let mut a = a.iter().copied().peekable();
+    let mut b = b.iter().copied().peekable();
     std::iter::from_fn(move || match (a.peek(), b.peek()) {
         (Some(x), Some(y)) => match x.cmp(y) {
             std::cmp::Ordering::Less => a.next().map(|x| (x, true)),

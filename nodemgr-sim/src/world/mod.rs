@@ -230,8 +230,9 @@ pub struct World {
     pub refusals: Vec<EvictionRefusal>,
     /// Nodes to create (`(when, group)`), for replaced machines.
     pub pending_nodes: Vec<(Timestamp, String)>,
-    /// Agent wake-ups: `(when, node)`.
-    pub agenda: BTreeSet<(Timestamp, String)>,
+    /// Agent wake-ups: `(when, node)` ([`World::wake_agent`]; an entry of a node removed
+    /// since is ignored).
+    pub agenda: BTreeSet<(Timestamp, NodeId)>,
     /// Agent settings.
     pub agent: AgentSpec,
     /// Heartbeat settings.
@@ -279,7 +280,7 @@ pub struct World {
 struct WorldIndex {
     /// `(deadline, node)` for every node whose agent has one; the deadline indexed for a node
     /// is its agent's `SimAgent::indexed_deadline` (no lookup by name to find the entry).
-    agent_due: BTreeSet<(Timestamp, String)>,
+    agent_due: BTreeSet<(Timestamp, NodeId)>,
     /// `(until, pod key)` of terminating pods; an entry whose pod is gone or terminates at
     /// another time is stale and skipped.
     terminating: BTreeSet<(Timestamp, String)>,
@@ -313,7 +314,7 @@ pub(crate) struct AgentEnv<'a> {
     /// The groups (bundles, generations).
     pub(crate) groups: &'a BTreeMap<String, SimGroup>,
     /// The index of agent deadlines (`WorldIndex::agent_due`).
-    pub(crate) agent_due: &'a mut BTreeSet<(Timestamp, String)>,
+    pub(crate) agent_due: &'a mut BTreeSet<(Timestamp, NodeId)>,
     /// Seeded randomness (step jitter).
     pub(crate) rng: &'a mut SimRng,
     /// What happened.
@@ -491,10 +492,14 @@ impl World {
     /// Wakes `node`'s agent after its reaction time (something it reads changed now: a
     /// dormant agent also polls at its first poll that sees the change,
     /// [`World::agent_inputs_changed`]).
+    /// A node that does not exist has no agent to wake.
     pub fn wake_agent(&mut self, node: &str) {
+        let Some(id) = self.nodes.id_of(node) else {
+            return;
+        };
         self.agent_inputs_changed(node);
         let at = self.now + self.agent.reaction.0;
-        self.agenda.insert((at, node.to_owned()));
+        self.agenda.insert((at, id));
     }
 
     /// Whether waiting agents may skip the polls that cannot change anything (dormant agents,
@@ -613,33 +618,39 @@ impl World {
         }
         // Heartbeats are renewed when something reads them (`World::renew_heartbeats`).
         // The agents that act now: woken ones and those whose deadline came.
-        // The wake-ups due now leave the agenda (their names are moved, not copied).
+        // The wake-ups due now leave the agenda. Nodes are taken by their position in name
+        // order (which nothing changes while the agents act), so that they act in name order.
         let later = self
             .agenda
-            .split_off(&(now + Duration::from_millis(1), String::new()));
-        let woken: BTreeSet<String> = std::mem::replace(&mut self.agenda, later)
-            .into_iter()
-            .map(|(_, n)| n)
-            .collect();
+            .split_off(&(now + Duration::from_millis(1), NodeId::MIN));
+        let now_due = std::mem::replace(&mut self.agenda, later);
+        let woken = self.positions(now_due.into_iter());
         let mut due = woken.clone();
         due.extend(
             self.index
                 .agent_due
                 .iter()
                 .take_while(|(t, _)| *t <= now)
-                .map(|(_, n)| n.clone()),
+                .filter_map(|&(_, id)| self.nodes.position_of_id(id)),
         );
+        due.sort_unstable();
+        due.dedup();
         // Only the acting agents' nodes, scripted ones and new ones can change readiness
         // (see `readiness_is_local`): those are refreshed, their agents act, and they are
         // refreshed again, node by node; every node when that does not hold.
-        let mut fresh = std::mem::take(&mut self.index.fresh);
+        let fresh = std::mem::take(&mut self.index.fresh);
         if refresh_all {
             self.refresh_readiness();
             self.step_agents(&due, &woken);
             self.refresh_readiness();
         } else {
-            fresh.extend(self.index.special.iter().cloned());
-            self.step_nodes(&due, &fresh, &woken);
+            let extra: Vec<usize> = fresh
+                .iter()
+                .chain(&self.index.special)
+                .filter_map(|name| self.nodes.position_of_name(name))
+                .collect();
+            let extra = sorted(extra);
+            self.step_nodes(&due, &extra, &woken);
         }
         // Pods coming back (unless a scheduler controller takes them).
         if self.scheduler_external {
@@ -668,6 +679,25 @@ impl World {
                 }),
             }
         }
+    }
+}
+
+/// `positions` sorted, each once.
+fn sorted(mut positions: Vec<usize>) -> Vec<usize> {
+    positions.sort_unstable();
+    positions.dedup();
+    positions
+}
+
+impl World {
+    /// The positions in name order ([`Nodes`]) of the existing nodes among `entries`' ids,
+    /// sorted, each once.
+    fn positions(&self, entries: impl Iterator<Item = (Timestamp, NodeId)>) -> Vec<usize> {
+        sorted(
+            entries
+                .filter_map(|(_, id)| self.nodes.position_of_id(id))
+                .collect(),
+        )
     }
 }
 

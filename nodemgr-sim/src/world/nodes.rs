@@ -21,6 +21,11 @@ use super::SimNode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(u32);
 
+impl NodeId {
+    /// The smallest id (a bound for ranges of `(time, NodeId)`).
+    pub const MIN: NodeId = NodeId(0);
+}
+
 /// One node of the table.
 #[derive(Debug)]
 struct Entry {
@@ -112,6 +117,11 @@ impl Nodes {
         self.entries.is_empty()
     }
 
+    /// The position in name order of node `name`.
+    pub(crate) fn position_of_name(&self, name: &str) -> Option<usize> {
+        self.position_of(name)
+    }
+
     fn position_of(&self, name: &str) -> Option<usize> {
         let id = self.by_name.get(name)?;
         let at = *self.position.get(id.0 as usize)?;
@@ -146,6 +156,40 @@ impl Nodes {
     pub(crate) fn get_mut_unlogged(&mut self, name: &str) -> Option<&mut SimNode> {
         let at = self.position_of(name)?;
         self.entries.get_mut(at).map(|e| &mut e.node)
+    }
+
+    /// The [`NodeId`] of node `name`.
+    pub fn id_of(&self, name: &str) -> Option<NodeId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The name of node `id`, while it exists.
+    pub fn name_of(&self, id: NodeId) -> Option<&str> {
+        let at = self.position_of_id(id)?;
+        self.entries.get(at).map(|e| e.name.as_str())
+    }
+
+    /// The position in name order of node `id`, while it exists.
+    pub(crate) fn position_of_id(&self, id: NodeId) -> Option<usize> {
+        let at = *self.position.get(id.0 as usize)?;
+        (at != u32::MAX).then_some(at as usize)
+    }
+
+    /// Node `name` with its [`NodeId`], to change (noted in the log).
+    pub(crate) fn get_mut_with_id(&mut self, name: &str) -> Option<(NodeId, &mut SimNode)> {
+        let at = self.position_of(name)?;
+        self.entry_at_mut(at).map(|(_, id, node)| (id, node))
+    }
+
+    /// The node at position `at` in name order with its name and [`NodeId`], to change
+    /// (noted in the log).
+    pub(crate) fn entry_at_mut(&mut self, at: usize) -> Option<(&String, NodeId, &mut SimNode)> {
+        let e = self.entries.get_mut(at)?;
+        if !e.touched {
+            e.touched = true;
+            self.touched.push(e.id);
+        }
+        Some((&e.name, e.id, &mut e.node))
     }
 
     /// Sets node `name` (in place when it exists: the old one is returned).
@@ -236,8 +280,10 @@ impl Nodes {
 
     /// The nodes with their names, in name order, for changes the simulated API never
     /// versions (agents' notes): not logged. Never change [`SimNode::node`] through it.
-    pub(crate) fn iter_mut_unlogged(&mut self) -> impl Iterator<Item = (&String, &mut SimNode)> {
-        self.entries.iter_mut().map(|e| (&e.name, &mut e.node))
+    pub(crate) fn iter_mut_unlogged(
+        &mut self,
+    ) -> impl Iterator<Item = (&String, NodeId, &mut SimNode)> {
+        self.entries.iter_mut().map(|e| (&e.name, e.id, &mut e.node))
     }
 
     /// The node at position `at` in name order, unlogged (the simulated API's versioning,

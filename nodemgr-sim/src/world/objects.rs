@@ -79,8 +79,10 @@ impl World {
         );
         // A node registered again under its name: its old agent's deadline leaves the index
         // (the new agent has none indexed yet).
-        if let Some(t) = replaced.and_then(|old| old.agent.indexed_deadline) {
-            self.index.agent_due.remove(&(t, name.clone()));
+        if let Some(t) = replaced.and_then(|old| old.agent.indexed_deadline)
+            && let Some(id) = self.nodes.id_of(&name)
+        {
+            self.index.agent_due.remove(&(t, id));
         }
         self.reindex_load_in(&name, Some(group), None, Some(self.pod_count(&name)));
         let per_node: Vec<usize> = self
@@ -271,9 +273,10 @@ impl World {
     /// Deletes node `name` and, as the pod garbage collector would, its pods.
     pub fn remove_node(&mut self, name: &str) -> Option<SimNode> {
         self.reindex_load(name, Some(self.pod_count(name)), None);
+        let id = self.nodes.id_of(name)?;
         let node = self.nodes.remove(name)?;
         if let Some(t) = node.agent.indexed_deadline {
-            self.index.agent_due.remove(&(t, name.to_owned()));
+            self.index.agent_due.remove(&(t, id));
         }
         self.index.phases.retain(|(_, n)| n != name);
         self.index.special.remove(name);
@@ -289,7 +292,7 @@ impl World {
         for key in keys {
             self.remove_pod(&key);
         }
-        self.agenda.retain(|(_, n)| n != name);
+        self.agenda.retain(|(_, n)| *n != id);
         Some(node)
     }
 
