@@ -17,11 +17,12 @@
 //! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
+use nodemgr_core::hash::FastHash;
 use nodemgr_core::agent::SimulatedGenerations;
 use nodemgr_core::model::{
     LabelSelector, Node, NodeGroup, ObjectMeta, Owner, Pod, PodDisruptionBudget, PodPhase,
@@ -216,8 +217,8 @@ pub struct World {
     pub nodes: Nodes,
     /// Pods by `namespace/name`, iterated in key order ([`Pods`]: a hash map).
     pub pods: Pods,
-    /// Pod keys by node name.
-    pub pods_by_node: BTreeMap<String, BTreeSet<String>>,
+    /// Pod keys by node name (a hash map: looked up by name, never walked in order).
+    pub pods_by_node: HashMap<String, BTreeSet<String>, FastHash>,
     /// Pods waiting to be (re)created.
     pub pending_pods: Vec<PendingPod>,
     /// Workloads of the scenario.
@@ -362,7 +363,7 @@ impl World {
             groups: BTreeMap::new(),
             nodes: Nodes::new(),
             pods: Pods::new(),
-            pods_by_node: BTreeMap::new(),
+            pods_by_node: HashMap::default(),
             pending_pods: Vec::new(),
             workloads: scenario.workloads.clone(),
             pdbs: scenario.pdbs.clone(),
