@@ -117,8 +117,10 @@ impl SimAgent {
     /// that only weak references share, and copies one that is shared) and the same
     /// allocation is the same Node; the weak reference keeps the allocation from being
     /// reused, not the Node alive. Like a real API server's, the version changes with any
-    /// change of the Node, status included (no conflict can come from that here: the agent's
-    /// patches follow its read in the same pass, with nothing in between).
+    /// change of the Node, status included, and when the simulated API moved the node to
+    /// write a new resourceVersion into it (`crate::api`, "Shared views"). No conflict can come
+    /// from that here: the agent's patches follow its read in the same pass, with nothing in
+    /// between.
     pub fn resource_version(&mut self, node: &Arc<Node>) -> String {
         if let Some((seen, version)) = &self.seen
             && std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node))

@@ -32,8 +32,15 @@
 //! written into the world's `Arc` itself, which then serves as the view: a change costs one
 //! copy of the node (the world's), not two. The world never reads those two fields from its
 //! `Arc` (its views set the heartbeat and clear the version, `SimNode::view`), and the `Arc`
-//! keeps its address, so nothing that compares the world's nodes by pointer (the agents, this
-//! server) sees a change. When something else still holds the world's `Arc`, or a version
+//! keeps its address, so nothing that compares the world's nodes by pointer (this server, the
+//! update executor) sees a change. When only weak references share the world's `Arc` (an
+//! agent's note of the Node it last read or patched, `crate::agent`), the node is first moved
+//! to a new allocation (`Arc::make_mut` moves a node only weak references share: no copy),
+//! which the world then holds alone: that agent's next read sees another allocation, hence a
+//! new resourceVersion — as a real agent reads the version the API server gave its Node, not
+//! the one its own patch returned — and a dormant agent polls again (which changes nothing:
+//! `tests/lazy_agents.rs`); outcomes are those of views copied
+//! (`tests/shared_views.rs`). When another `Arc` still holds the world's node, or a version
 //! was handed out without a view (a precondition check), the view is a copy, made when first
 //! asked for, as before. Which of the two is made changes no view's content.
 //!
@@ -158,12 +165,13 @@ impl Versioned {
     }
 
     /// A new version for the world's node in `slot`, with its view made now (with
-    /// `heartbeat`). When nothing else holds the world's `Arc` (the usual case for a node just
-    /// changed: `Arc::make_mut` left the world the only owner of its copy), the version and
-    /// heartbeat are written into it and it *is* the view: no copy is made. Otherwise (an
-    /// agent still holds that `Arc`) the view is a copy, as [`Versioned::view`] makes it, and
-    /// the world's `Arc` is left as it is. Either way the view handed out is the same, and the
-    /// world's `Arc` keeps its address (see "Shared views" in the module docs).
+    /// `heartbeat`). When no other `Arc` holds the world's node (the usual case for a node
+    /// just changed: `Arc::make_mut` left the world the only owner of its copy), the version
+    /// and heartbeat are written into it and it *is* the view: no copy is made; weak
+    /// references to it (an agent's) are let go first by moving the node to a new allocation.
+    /// Otherwise the view is a copy, as [`Versioned::view`] makes it, and the world's `Arc` is
+    /// left as it is. Either way the view handed out is the same (see "Shared views" in the
+    /// module docs).
     fn new_viewed(
         version: u64,
         changed: u64,
@@ -171,6 +179,10 @@ impl Versioned {
         heartbeat: Option<Timestamp>,
         shared: bool,
     ) -> (Self, Arc<Node>) {
+        if shared && Arc::strong_count(slot) == 1 && Arc::weak_count(slot) > 0 {
+            // Only weak references share it (an agent's note): moved, not copied.
+            Arc::make_mut(slot);
+        }
         if shared && let Some(node) = Arc::get_mut(slot) {
             node.resource_version = version.to_string();
             node.last_heartbeat = heartbeat;
