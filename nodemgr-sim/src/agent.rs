@@ -314,6 +314,11 @@ impl World {
     /// methods and ports call it; code that changes nodes directly and is not followed by
     /// [`World::invalidate_indexes`] must too.
     pub fn agent_inputs_changed(&mut self, name: &str) {
+        self.notice_agent_inputs(name);
+    }
+
+    /// [`World::agent_inputs_changed`], answering the node's id (`None`: no such node).
+    pub(crate) fn notice_agent_inputs(&mut self, name: &str) -> Option<NodeId> {
         let strictly = self.agents_stepped_at == Some(self.now);
         let now = self.now;
         self.update_agent(name, |_, n| match n.agent.dormant.as_mut() {
@@ -322,7 +327,7 @@ impl World {
                 true
             }
             _ => false,
-        });
+        })
     }
 
     /// For [`World::invalidate_indexes`]: the poll at which `name`'s dormant agent sees a

@@ -16,17 +16,17 @@ impl World {
 
     /// Changes node `name` with `change` (which also reads the groups) and, when it says its
     /// agent changed (`true`), re-indexes the agent's deadline: one lookup by name for both.
+    /// The node's id; `None` when there is no such node.
     pub(crate) fn update_agent(
         &mut self,
         name: &str,
         change: impl FnOnce(&BTreeMap<String, SimGroup>, &mut SimNode) -> bool,
-    ) {
-        let Some((id, n)) = self.nodes.get_mut_with_id(name) else {
-            return;
-        };
+    ) -> Option<NodeId> {
+        let (id, n) = self.nodes.get_mut_with_id(name)?;
         if change(&self.groups, n) {
             reindex_deadline(&mut self.index.agent_due, id, &mut n.agent);
         }
+        Some(id)
     }
 
     /// Rebuilds the indexes from the nodes and pods (after [`World::invalidate_indexes`]);

@@ -259,6 +259,9 @@ pub struct World {
     /// plays their ReplicaSet controller.
     pub standby_holders: BTreeMap<String, nodemgr_core::ports::StandbyHolder>,
     uid_counter: u64,
+    /// Per workload, the labels its pods get, made once and shared by them
+    /// (`World::bind_pod`), with what they were made from.
+    pod_labels: Vec<Option<PodLabels>>,
     /// What the run loop needs at each instant without scanning every node and pod.
     index: WorldIndex,
     /// The last instant at which the agents acted (a change noticed in it after they did is
@@ -303,6 +306,18 @@ struct WorldIndex {
     load: BTreeMap<String, BTreeSet<(usize, String)>>,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
+}
+
+/// The labels of a workload's pods (its own, or `app: <name>`), shared by all of them: made
+/// again when the workload's labels or name are not those they were made from.
+#[derive(Debug, Clone)]
+struct PodLabels {
+    /// The workload's labels they were made from.
+    source: BTreeMap<String, String>,
+    /// The workload's name they were made from.
+    name: String,
+    /// The pods' labels.
+    labels: nodemgr_core::model::StringMap,
 }
 
 /// The parts of the world a node agent's pass reads and changes, borrowed apart from the
@@ -386,6 +401,7 @@ impl World {
             instances: BTreeMap::new(),
             standby_holders: BTreeMap::new(),
             uid_counter: 0,
+            pod_labels: Vec::new(),
             index: WorldIndex::default(),
             agents_stepped_at: None,
             lazy_agents: true,
@@ -495,10 +511,9 @@ impl World {
     /// [`World::agent_inputs_changed`]).
     /// A node that does not exist has no agent to wake.
     pub fn wake_agent(&mut self, node: &str) {
-        let Some(id) = self.nodes.id_of(node) else {
+        let Some(id) = self.notice_agent_inputs(node) else {
             return;
         };
-        self.agent_inputs_changed(node);
         let at = self.now + self.agent.reaction.0;
         self.agenda.insert((at, id));
     }

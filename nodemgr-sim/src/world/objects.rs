@@ -119,19 +119,18 @@ impl World {
     /// [`World::bind_pod`] on a node whose group the caller knows (`group`: the node's
     /// `SimNode::group`; `None`: looked up when the load index needs it).
     pub(super) fn bind_pod_in(&mut self, wi: usize, name: String, node: &str, group: Option<&str>) {
+        let Some(labels) = self.pod_labels(wi) else {
+            return;
+        };
         let Some(w) = self.workloads.get(wi) else {
             return;
         };
-        let mut labels = w.labels.clone();
-        if labels.is_empty() {
-            labels.insert("app".into(), w.name.clone());
-        }
         let mut pod = Pod {
             namespace: w.namespace.clone(),
             name,
             uid: String::new(),
             node_name: Some(node.to_owned()),
-            labels: labels.into(),
+            labels,
             owner: w.kind.owner_kind().map(|kind| Owner {
                 kind: kind.to_owned(),
                 name: w.name.clone(),
@@ -169,6 +168,34 @@ impl World {
                 workload: Some(wi),
             },
         );
+    }
+
+    /// The labels of workload `wi`'s pods: its own, or `app: <name>` when it has none; one
+    /// shared map for all its pods (a pod whose labels are changed gets its own copy).
+    fn pod_labels(&mut self, wi: usize) -> Option<nodemgr_core::model::StringMap> {
+        let w = self.workloads.get(wi)?;
+        if let Some(Some(made)) = self.pod_labels.get(wi)
+            && made.source == w.labels
+            && made.name == w.name
+        {
+            return Some(made.labels.clone());
+        }
+        let mut labels = w.labels.clone();
+        if labels.is_empty() {
+            labels.insert("app".into(), w.name.clone());
+        }
+        let labels: nodemgr_core::model::StringMap = labels.into();
+        if self.pod_labels.len() <= wi {
+            self.pod_labels.resize(wi + 1, None);
+        }
+        if let Some(slot) = self.pod_labels.get_mut(wi) {
+            *slot = Some(super::PodLabels {
+                source: w.labels.clone(),
+                name: w.name.clone(),
+                labels: labels.clone(),
+            });
+        }
+        Some(labels)
     }
 
     /// Where a new pod of workload `wi` goes: a Ready, schedulable, reachable node of its
