@@ -78,7 +78,8 @@ impl World {
                 index.agent_due.insert((due, id));
             }
         }
-        for (key, p) in &self.pods {
+        // Into an ordered set: the pods in any order.
+        for (key, p) in self.pods.iter_unordered() {
             if let Some(u) = p.terminating_until {
                 index.terminating.insert((u, key.clone()));
             }

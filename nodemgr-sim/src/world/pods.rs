@@ -84,6 +84,12 @@ impl Pods {
             .filter_map(|key| self.map.get_key_value(key.as_str()))
     }
 
+    /// The pods with their keys in no particular order (without sorting the keys), for
+    /// callers whose result does not depend on the order.
+    pub(crate) fn iter_unordered(&self) -> impl Iterator<Item = (&String, &SimPod)> {
+        self.map.iter()
+    }
+
     /// The keys, in order.
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> {
         self.iter().map(|(key, _)| key)
