@@ -20,10 +20,16 @@
 //! feed's changes: every version handed out and every node forgotten takes the next one; a
 //! node's entry keeps the number it was versioned at, and forgotten nodes are kept in order
 //! with theirs (the last `REMOVALS_KEPT`, 4,096). A revision is that number as of an answer:
-//! the nodes changed since are those versioned after it, the nodes removed those forgotten
-//! after it and not back. Finding which nodes changed still compares every node's `Arc` with
-//! the one last versioned (the world does not say which nodes it touched), but nothing else
-//! is done for a node that did not change: no view handed out, nothing copied.
+//! after it and not back. Which nodes changed is found from the world's node table
+//! ([`crate::world::Nodes`]), which logs every node it hands out mutably: while the version
+//! table lines up with the table as at the previous answer (no node added or removed on
+//! either side, the same table), an answer compares only the logged nodes' `Arc`s with the
+//! ones last versioned, in name order, and then walks the version entries for those versioned
+//! after the revision asked about — the same versions, views and answer as a comparison of
+//! every node's `Arc` ([`SimApiServer::set_logged_feed`], `tests/logged_feed.rs`). Otherwise
+//! (the first answer, nodes added or removed, a version given for content not from the
+//! world), every node is compared, as before; either way nothing else is done for a node that
+//! did not change: no view handed out, nothing copied.
 //!
 //! # Shared views
 //! A view is the node with its resourceVersion and the heartbeat it had when the version was

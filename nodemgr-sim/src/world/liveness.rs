@@ -144,7 +144,7 @@ impl World {
             }
             None => {
                 for n in self.nodes.values_mut_unlogged() {
-                    n.last_heartbeat = Some(renewal_at(period_ms, period, start, n, now));
+                    n.last_heartbeat = Some(heartbeat_at(period, start, n, now));
                 }
             }
         }
@@ -219,26 +219,6 @@ pub(super) fn refresh_node(
     Some((ready, why))
 }
 
-/// [`heartbeat_at`] with the period also given in milliseconds (`period_ms`, as
-/// `heartbeat_at` converts it), in fewer steps for a node that was never dark (the whole-table
-/// renewals of [`World::renew_heartbeats`]).
-pub(super) fn renewal_at(
-    period_ms: i64,
-    period: Duration,
-    start: Timestamp,
-    n: &SimNode,
-    now: Timestamp,
-) -> Timestamp {
-    if n.dark_since.is_some() {
-        return heartbeat_at(period, start, n, now);
-    }
-    let phase = i64::try_from(n.lease_phase.as_millis()).unwrap_or(0);
-    let now_ms = now.as_millis();
-    let renew = now_ms - (now_ms - phase).rem_euclid(period_ms);
-    let created = n.node.created.unwrap_or(start);
-    Timestamp::from_millis(renew).max(created).min(now)
-}
-
 /// The node's last Lease renewal at `now`: renewals every `period` at the node's phase, none
 /// while it is dark, none before it was created.
 pub(super) fn heartbeat_at(
@@ -257,54 +237,4 @@ pub(super) fn heartbeat_at(
     let t = until.as_millis() - phase;
     let renew = Timestamp::from_millis(t.div_euclid(period) * period + phase);
     renew.max(created).min(now)
-}
-
-#[cfg(test)]
-mod tests {
-    //! The whole-table renewal's shortcut answers as [`heartbeat_at`].
-
-    use super::*;
-    use crate::{Scenario, World};
-    use proptest::prelude::*;
-    use serde_json::json;
-
-    fn world() -> World {
-        let value = json!({
-            "name": "heartbeats", "duration": "1h",
-            "groups": [{"name": "g", "nodes": 1, "zones": ["a"],
-                        "spec": {"nodeType": "CloudPermanent"}}],
-        });
-        match Scenario::from_yaml(&value.to_string()) {
-            Ok(s) => World::from_scenario(&s, 1),
-            Err(e) => panic!("scenario rejected: {e}"),
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn the_renewal_shortcut_is_heartbeat_at(
-            period_ms in 1u64..120_000,
-            phase_ms in 0u64..120_000,
-            created in prop::option::of(-100_000i64..3_000_000),
-            dark in prop::option::of((0i64..3_000_000, prop::option::of(0i64..3_000_000))),
-            now in -100_000i64..4_000_000,
-            start in -100_000i64..100_000,
-        ) {
-            let mut w = world();
-            let Some(n) = w.nodes.values_mut().next() else {
-                return Err(TestCaseError::fail("no node"));
-            };
-            n.lease_phase = Duration::from_millis(phase_ms % period_ms);
-            Arc::make_mut(&mut n.node).created = created.map(Timestamp::from_millis);
-            n.dark_since = dark.map(|(s, _)| Timestamp::from_millis(s));
-            n.dark_until = dark.and_then(|(_, u)| u).map(Timestamp::from_millis);
-            let period = Duration::from_millis(period_ms);
-            let period_i = i64::try_from(period_ms).unwrap_or(i64::MAX);
-            let (start, now) = (Timestamp::from_millis(start), Timestamp::from_millis(now));
-            prop_assert_eq!(
-                renewal_at(period_i, period, start, n, now),
-                heartbeat_at(period, start, n, now)
-            );
-        }
-    }
 }

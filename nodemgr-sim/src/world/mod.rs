@@ -15,6 +15,12 @@
 //! those fields directly calls [`World::invalidate_indexes`] (the run loop does it for the
 //! controllers it did not install and for [`crate::Simulation::world_mut`]);
 //! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
+//!
+//! The nodes are a [`Nodes`] table (name order in one vector, found by name through a hash
+//! index, each with a [`NodeId`] the agents' deadlines and the agenda are keyed by, and a log
+//! of the nodes handed out mutably for the simulated API's change feed); the pods a [`Pods`]
+//! hash map iterated in key order; `pods_by_node` a hash map. Each answers as the `BTreeMap`
+//! it replaced (`get`, `get_mut`, `insert`, `remove`, iteration in key order).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
