@@ -382,3 +382,115 @@ impl std::ops::Index<&String> for Nodes {
         &self[name.as_str()]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The table answers as a `BTreeMap` of the same nodes, and its log holds every node
+    //! handed out mutably since the previous look (positions in name order).
+
+    use super::*;
+    use crate::{Scenario, World};
+    use proptest::prelude::*;
+    use serde_json::json;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// A node to store (the world's first one, under another zone as a tag).
+    fn node(tag: u8) -> SimNode {
+        let value = json!({
+            "name": "nodes", "duration": "1h",
+            "groups": [{"name": "g", "nodes": 1, "zones": ["a"],
+                        "spec": {"nodeType": "CloudPermanent"}}],
+        });
+        let world = match Scenario::from_yaml(&value.to_string()) {
+            Ok(s) => World::from_scenario(&s, 1),
+            Err(e) => panic!("scenario rejected: {e}"),
+        };
+        match world.nodes.values().next() {
+            Some(n) => SimNode {
+                zone: format!("z{tag}"),
+                ..n.clone()
+            },
+            None => panic!("no node"),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_node_table_is_a_map_by_name_with_a_log(
+            ops in prop::collection::vec((0u8..6, 0u8..30, any::<u8>()), 0..150),
+        ) {
+            let template = node(0);
+            let mut table = Nodes::new();
+            let mut map: BTreeMap<String, String> = BTreeMap::new();
+            // Names handed out mutably since the last look, and whether every node may have
+            // changed.
+            let mut touched: BTreeSet<String> = BTreeSet::new();
+            let mut all = true;
+            for (op, key, tag) in ops {
+                let name = format!("n-{key}");
+                match op {
+                    0 => {
+                        let a = table.insert(
+                            name.clone(),
+                            SimNode { zone: format!("z{tag}"), ..template.clone() },
+                        );
+                        let b = map.insert(name.clone(), format!("z{tag}"));
+                        prop_assert_eq!(a.map(|n| n.zone), b.clone());
+                        if b.is_some() {
+                            touched.insert(name);
+                        }
+                    }
+                    1 => {
+                        let a = table.remove(&name);
+                        let b = map.remove(&name);
+                        prop_assert_eq!(a.map(|n| n.zone), b);
+                        touched.remove(&name);
+                    }
+                    2 => {
+                        if let Some(n) = table.get_mut(&name) {
+                            n.zone = format!("z{tag}");
+                            map.insert(name.clone(), format!("z{tag}"));
+                            touched.insert(name);
+                        }
+                        prop_assert_eq!(table.contains_key(&format!("n-{key}")), map.contains_key(&format!("n-{key}")));
+                    }
+                    3 => {
+                        for n in table.values_mut() {
+                            n.zone.push('+');
+                        }
+                        for z in map.values_mut() {
+                            z.push('+');
+                        }
+                        all = true;
+                    }
+                    4 => {
+                        let expected: Option<Vec<usize>> = (!all).then(|| {
+                            map.keys()
+                                .enumerate()
+                                .filter(|(_, k)| touched.contains(*k))
+                                .map(|(i, _)| i)
+                                .collect()
+                        });
+                        prop_assert_eq!(table.take_touched(), expected);
+                        touched.clear();
+                        all = false;
+                    }
+                    _ => {
+                        prop_assert_eq!(table.get(&name).map(|n| n.zone.clone()), map.get(&name).cloned());
+                        if let Some(id) = table.id_of(&name) {
+                            prop_assert_eq!(table.name_of(id), Some(name.as_str()));
+                            let at = table.position_of_id(id);
+                            prop_assert_eq!(at, map.keys().position(|k| *k == name));
+                        }
+                    }
+                }
+                let listed: Vec<(String, String)> =
+                    table.iter().map(|(k, n)| (k.clone(), n.zone.clone())).collect();
+                let expected: Vec<(String, String)> =
+                    map.iter().map(|(k, z)| (k.clone(), z.clone())).collect();
+                prop_assert_eq!(listed, expected);
+                prop_assert_eq!(table.len(), map.len());
+            }
+        }
+    }
+}
