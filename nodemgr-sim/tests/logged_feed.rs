@@ -137,7 +137,7 @@ impl Controller for Meddler {
         self.next = now + self.period;
         self.count += 1;
         let value = format!("v{}", self.count);
-        if self.count % 5 == 0 {
+        if self.count.is_multiple_of(5) {
             for n in world.nodes.values_mut() {
                 Arc::make_mut(&mut n.node)
                     .labels

@@ -45,12 +45,7 @@ impl World {
     /// another node's refresh or agent, so each node goes through the three in turn; the
     /// timeline gets the first refresh's transitions (in name order) before the agents'
     /// events and the second refresh's after them, as the three passes record them.
-    pub(super) fn step_nodes(
-        &mut self,
-        due: &[usize],
-        extra: &[usize],
-        woken: &[usize],
-    ) {
+    pub(super) fn step_nodes(&mut self, due: &[usize], extra: &[usize], woken: &[usize]) {
         let now = self.now;
         let grace = self.heartbeat.grace_period.0;
         let period = self.heartbeat.lease_period.0;

@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
-use nodemgr_core::hash::FastHash;
 use nodemgr_core::agent::SimulatedGenerations;
+use nodemgr_core::hash::FastHash;
 use nodemgr_core::model::{
     LabelSelector, Node, NodeGroup, ObjectMeta, Owner, Pod, PodDisruptionBudget, PodPhase,
     Quantity, Timestamp, keys,

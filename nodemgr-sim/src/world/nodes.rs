@@ -267,7 +267,9 @@ impl Nodes {
     }
 
     /// The nodes, in name order, to change (every node is then taken as possibly changed).
-    pub fn values_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut SimNode> + ExactSizeIterator {
+    pub fn values_mut(
+        &mut self,
+    ) -> impl DoubleEndedIterator<Item = &mut SimNode> + ExactSizeIterator {
         self.all_touched = true;
         self.entries.iter_mut().map(|e| &mut e.node)
     }
@@ -283,7 +285,9 @@ impl Nodes {
     pub(crate) fn iter_mut_unlogged(
         &mut self,
     ) -> impl Iterator<Item = (&String, NodeId, &mut SimNode)> {
-        self.entries.iter_mut().map(|e| (&e.name, e.id, &mut e.node))
+        self.entries
+            .iter_mut()
+            .map(|e| (&e.name, e.id, &mut e.node))
     }
 
     /// The node at position `at` in name order, unlogged (the simulated API's versioning,
