@@ -59,7 +59,9 @@ impl World {
                 .load
                 .entry(n.group.clone())
                 .or_default()
-                .insert((count, node.clone()));
+                .entry(count)
+                .or_default()
+                .insert(node.clone());
         }
         // Dormant agents whose Node or bundle changed behind the world's back poll at the
         // first poll that sees it.
@@ -113,21 +115,29 @@ impl World {
         };
         let Some(load) = self.index.load.get_mut(group) else {
             if let Some(count) = new {
-                let group = group.to_owned();
                 self.index
                     .load
-                    .entry(group)
+                    .entry(group.to_owned())
                     .or_default()
-                    .insert((count, node.to_owned()));
+                    .entry(count)
+                    .or_default()
+                    .insert(node.to_owned());
             }
             return;
         };
         let mut owned = None;
-        if let Some(count) = old {
-            owned = load.take(&(count, node.to_owned())).map(|(_, n)| n);
+        if let Some(count) = old
+            && let Some(bucket) = load.get_mut(&count)
+        {
+            owned = bucket.take(node);
+            if bucket.is_empty() {
+                load.remove(&count);
+            }
         }
         if let Some(count) = new {
-            load.insert((count, owned.unwrap_or_else(|| node.to_owned())));
+            load.entry(count)
+                .or_default()
+                .insert(owned.unwrap_or_else(|| node.to_owned()));
         }
     }
 
@@ -390,13 +400,22 @@ mod tests {
                 .or_default()
                 .insert((w.pod_count(name), name.clone()));
         }
-        let indexed: BTreeMap<_, _> = w
+        let indexed: BTreeMap<String, BTreeSet<(usize, String)>> = w
             .index
             .load
             .iter()
+            .map(|(g, buckets)| {
+                let nodes: BTreeSet<(usize, String)> = buckets
+                    .iter()
+                    .flat_map(|(count, names)| names.iter().map(|n| (*count, n.clone())))
+                    .collect();
+                (g.clone(), nodes)
+            })
             .filter(|(_, nodes)| !nodes.is_empty())
-            .map(|(g, nodes)| (g.clone(), nodes.clone()))
             .collect();
+        if w.index.load.values().flat_map(|b| b.values()).any(BTreeSet::is_empty) {
+            errors.push("an empty load bucket".to_owned());
+        }
         if load != indexed {
             errors.push(format!("load {indexed:?} != {load:?}"));
         }

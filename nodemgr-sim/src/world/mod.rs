@@ -309,7 +309,9 @@ struct WorldIndex {
     /// ([`World::pick_node`]). Kept by `bind_pod`, `remove_pod` and node creation and
     /// removal; not read once a scheduler controller binds pods itself
     /// ([`World::scheduler_external`], whose controller edits `pods_by_node` directly).
-    load: BTreeMap<String, BTreeSet<(usize, String)>>,
+    /// Each group's nodes are bucketed by pod count (`count → names`), which walks in the
+    /// same `(pod count, name)` order and moves a node without building a key.
+    load: BTreeMap<String, LoadBuckets>,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
 }
@@ -325,6 +327,9 @@ struct PodLabels {
     /// The pods' labels.
     labels: nodemgr_core::model::StringMap,
 }
+
+/// A group's nodes by pod count, each count's in name order ([`WorldIndex`]'s `load`).
+type LoadBuckets = BTreeMap<usize, BTreeSet<String>>;
 
 /// The parts of the world a node agent's pass reads and changes, borrowed apart from the
 /// nodes so that the agent's node is looked up once for its whole pass (`crate::agent`).

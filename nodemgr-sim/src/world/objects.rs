@@ -221,6 +221,7 @@ impl World {
                 .get(group)
                 .into_iter()
                 .flatten()
+                .flat_map(|(count, names)| names.iter().map(move |name| (count, name)))
                 .find_map(|(count, name)| {
                     self.nodes
                         .get(name)

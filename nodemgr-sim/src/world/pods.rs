@@ -7,6 +7,7 @@
 
 use std::cell::OnceCell;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use nodemgr_core::hash::FastHash;
 
@@ -53,11 +54,12 @@ impl Pods {
 
     /// Sets pod `key`; the one it replaces, if any.
     pub fn insert(&mut self, key: String, pod: SimPod) -> Option<SimPod> {
-        match self.map.get_mut(&key) {
-            Some(old) => Some(std::mem::replace(old, pod)),
-            None => {
+        match self.map.entry(key) {
+            Entry::Occupied(mut old) => Some(std::mem::replace(old.get_mut(), pod)),
+            Entry::Vacant(place) => {
                 self.order.take();
-                self.map.insert(key, pod)
+                place.insert(pod);
+                None
             }
         }
     }
