@@ -413,7 +413,12 @@ mod tests {
             })
             .filter(|(_, nodes)| !nodes.is_empty())
             .collect();
-        if w.index.load.values().flat_map(|b| b.values()).any(BTreeSet::is_empty) {
+        if w.index
+            .load
+            .values()
+            .flat_map(|b| b.values())
+            .any(BTreeSet::is_empty)
+        {
             errors.push("an empty load bucket".to_owned());
         }
         if load != indexed {
