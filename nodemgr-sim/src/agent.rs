@@ -27,7 +27,7 @@
 //! reads changes whenever its Node changed since its previous read, so a patch based on a
 //! stale read conflicts as on a real API ([`SimAgent::resource_version`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ use nodemgr_core::model::{ApprovalMode, Node, Timestamp, keys};
 use nodemgr_core::ports::Cause;
 
 use crate::timeline::TimelineEvent;
-use crate::world::{AgentEnv, SimGroup, SimNode, World, is_special};
+use crate::world::{AgentEnv, NodeId, SimGroup, SimNode, World, is_special};
 
 /// A step being simulated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,8 +117,10 @@ impl SimAgent {
     /// that only weak references share, and copies one that is shared) and the same
     /// allocation is the same Node; the weak reference keeps the allocation from being
     /// reused, not the Node alive. Like a real API server's, the version changes with any
-    /// change of the Node, status included (no conflict can come from that here: the agent's
-    /// patches follow its read in the same pass, with nothing in between).
+    /// change of the Node, status included, and when the simulated API moved the node to
+    /// write a new resourceVersion into it (`crate::api`, "Shared views"). No conflict can come
+    /// from that here: the agent's patches follow its read in the same pass, with nothing in
+    /// between.
     pub fn resource_version(&mut self, node: &Arc<Node>) -> String {
         if let Some((seen, version)) = &self.seen
             && std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node))
@@ -275,13 +277,13 @@ impl World {
     /// was woken (`woken`), whose timer expired or whose step reached its next phase (the
     /// world's index of agent deadlines); any other agent would do nothing now. Each node is
     /// looked up once for its whole pass (the world's parts borrowed apart, [`AgentEnv`]).
-    pub(crate) fn step_agents(&mut self, due: &BTreeSet<String>, woken: &BTreeSet<String>) {
+    pub(crate) fn step_agents(&mut self, due: &[usize], woken: &[usize]) {
         let now = self.now;
         let wake = self.agent_wake_settings();
         let (nodes, mut env) = self.agent_parts();
-        for name in due {
-            if let Some(n) = nodes.get_mut(name) {
-                env.act(name, n, woken.contains(name), wake);
+        for &at in due {
+            if let Some((name, id, n)) = nodes.entry_at_mut(at) {
+                env.act(name, id, n, woken.binary_search(&at).is_ok(), wake);
             }
         }
         self.agents_stepped_at = Some(now);
@@ -312,6 +314,11 @@ impl World {
     /// methods and ports call it; code that changes nodes directly and is not followed by
     /// [`World::invalidate_indexes`] must too.
     pub fn agent_inputs_changed(&mut self, name: &str) {
+        self.notice_agent_inputs(name);
+    }
+
+    /// [`World::agent_inputs_changed`], answering the node's id (`None`: no such node).
+    pub(crate) fn notice_agent_inputs(&mut self, name: &str) -> Option<NodeId> {
         let strictly = self.agents_stepped_at == Some(self.now);
         let now = self.now;
         self.update_agent(name, |_, n| match n.agent.dormant.as_mut() {
@@ -320,7 +327,7 @@ impl World {
                 true
             }
             _ => false,
-        });
+        })
     }
 
     /// For [`World::invalidate_indexes`]: the poll at which `name`'s dormant agent sees a
@@ -364,7 +371,14 @@ pub(crate) struct AgentWake {
 impl AgentEnv<'_> {
     /// Lets the agent of node `name` (`n`) act now (it is due: `woken` or its deadline came),
     /// then re-indexes its deadline; a dark node's agent does nothing.
-    pub(crate) fn act(&mut self, name: &str, n: &mut SimNode, woken: bool, wake: AgentWake) {
+    pub(crate) fn act(
+        &mut self,
+        name: &str,
+        id: NodeId,
+        n: &mut SimNode,
+        woken: bool,
+        wake: AgentWake,
+    ) {
         let now = self.now;
         if n.is_dark(now) {
             return;
@@ -383,7 +397,7 @@ impl AgentEnv<'_> {
         if wake.may_sleep {
             maybe_dormant(self.groups, now, n);
         }
-        self.reindex(name, n);
+        self.reindex(id, n);
     }
 
     /// Appends a timeline event about node `name` of `group` at the current virtual time (as
@@ -399,9 +413,9 @@ impl AgentEnv<'_> {
         });
     }
 
-    /// Re-indexes the deadline of `n`'s agent (node `name`) after its pass.
-    fn reindex(&mut self, name: &str, n: &mut SimNode) {
-        crate::world::reindex_deadline(self.agent_due, name, &mut n.agent);
+    /// Re-indexes the deadline of `n`'s agent (node `id`) after its pass.
+    fn reindex(&mut self, id: NodeId, n: &mut SimNode) {
+        crate::world::reindex_deadline(self.agent_due, id, &mut n.agent);
     }
 
     /// Moves the node's simulated step on: the restart begins, or the step ends.

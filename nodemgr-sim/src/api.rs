@@ -20,10 +20,16 @@
 //! feed's changes: every version handed out and every node forgotten takes the next one; a
 //! node's entry keeps the number it was versioned at, and forgotten nodes are kept in order
 //! with theirs (the last `REMOVALS_KEPT`, 4,096). A revision is that number as of an answer:
-//! the nodes changed since are those versioned after it, the nodes removed those forgotten
-//! after it and not back. Finding which nodes changed still compares every node's `Arc` with
-//! the one last versioned (the world does not say which nodes it touched), but nothing else
-//! is done for a node that did not change: no view handed out, nothing copied.
+//! after it and not back. Which nodes changed is found from the world's node table
+//! ([`crate::world::Nodes`]), which logs every node it hands out mutably: while the version
+//! table lines up with the table as at the previous answer (no node added or removed on
+//! either side, the same table), an answer compares only the logged nodes' `Arc`s with the
+//! ones last versioned, in name order, and then walks the version entries for those versioned
+//! after the revision asked about — the same versions, views and answer as a comparison of
+//! every node's `Arc` ([`SimApiServer::set_logged_feed`], `tests/logged_feed.rs`). Otherwise
+//! (the first answer, nodes added or removed, a version given for content not from the
+//! world), every node is compared, as before; either way nothing else is done for a node that
+//! did not change: no view handed out, nothing copied.
 //!
 //! # Shared views
 //! A view is the node with its resourceVersion and the heartbeat it had when the version was
@@ -32,8 +38,15 @@
 //! written into the world's `Arc` itself, which then serves as the view: a change costs one
 //! copy of the node (the world's), not two. The world never reads those two fields from its
 //! `Arc` (its views set the heartbeat and clear the version, `SimNode::view`), and the `Arc`
-//! keeps its address, so nothing that compares the world's nodes by pointer (the agents, this
-//! server) sees a change. When something else still holds the world's `Arc`, or a version
+//! keeps its address, so nothing that compares the world's nodes by pointer (this server, the
+//! update executor) sees a change. When only weak references share the world's `Arc` (an
+//! agent's note of the Node it last read or patched, `crate::agent`), the node is first moved
+//! to a new allocation (`Arc::make_mut` moves a node only weak references share: no copy),
+//! which the world then holds alone: that agent's next read sees another allocation, hence a
+//! new resourceVersion — as a real agent reads the version the API server gave its Node, not
+//! the one its own patch returned — and a dormant agent polls again (which changes nothing:
+//! `tests/lazy_agents.rs`); outcomes are those of views copied
+//! (`tests/shared_views.rs`). When another `Arc` still holds the world's node, or a version
 //! was handed out without a view (a precondition check), the view is a copy, made when first
 //! asked for, as before. Which of the two is made changes no view's content.
 //!
@@ -46,15 +59,16 @@
 //! loop does it for the scenario's `watchLag` events) and snapshots are kept only from `lag`
 //! before a window until it closes; reads outside windows are current.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use nodemgr_core::hash::FastHash;
 use nodemgr_core::model::{Node, NodeGroup, Timestamp};
 use nodemgr_core::ports::{NodeChanges, NodeRevision};
 
-use crate::world::SimNode;
+use crate::world::Nodes;
 
 /// A window during which the cached reads of Nodes lag behind the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,15 +90,46 @@ pub trait NodeSlots {
     fn count(&self) -> usize;
     /// Every node, in name order, with its heartbeat.
     fn slots(&mut self) -> impl Iterator<Item = (&mut Arc<Node>, Option<Timestamp>)>;
+    /// Which nodes these are, as a number that moves whenever a node is added or removed (or
+    /// they are other nodes); `None` when unknown, and the change feed then looks at every
+    /// node at each answer.
+    fn layout(&self) -> Option<(u64, u64)> {
+        None
+    }
+    /// The positions (in name order, ascending) of the nodes that may have changed since the
+    /// previous call, forgetting them; `None` when any may have (every node is looked at).
+    fn take_touched(&mut self) -> Option<Vec<usize>> {
+        None
+    }
+    /// The node at position `at` in name order, with its heartbeat.
+    fn slot_at(&mut self, at: usize) -> Option<(&mut Arc<Node>, Option<Timestamp>)> {
+        let _ = at;
+        None
+    }
 }
 
-impl NodeSlots for BTreeMap<String, SimNode> {
+impl NodeSlots for Nodes {
     fn count(&self) -> usize {
         self.len()
     }
 
     fn slots(&mut self) -> impl Iterator<Item = (&mut Arc<Node>, Option<Timestamp>)> {
-        self.values_mut().map(|n| (&mut n.node, n.last_heartbeat))
+        // Versioning changes a node's `Arc` only in place (see "Shared views"): not logged.
+        self.values_mut_unlogged()
+            .map(|n| (&mut n.node, n.last_heartbeat))
+    }
+
+    fn layout(&self) -> Option<(u64, u64)> {
+        Some(Nodes::layout(self))
+    }
+
+    fn take_touched(&mut self) -> Option<Vec<usize>> {
+        Nodes::take_touched(self)
+    }
+
+    fn slot_at(&mut self, at: usize) -> Option<(&mut Arc<Node>, Option<Timestamp>)> {
+        self.at_unlogged(at)
+            .map(|n| (&mut n.node, n.last_heartbeat))
     }
 }
 
@@ -126,12 +171,13 @@ impl Versioned {
     }
 
     /// A new version for the world's node in `slot`, with its view made now (with
-    /// `heartbeat`). When nothing else holds the world's `Arc` (the usual case for a node just
-    /// changed: `Arc::make_mut` left the world the only owner of its copy), the version and
-    /// heartbeat are written into it and it *is* the view: no copy is made. Otherwise (an
-    /// agent still holds that `Arc`) the view is a copy, as [`Versioned::view`] makes it, and
-    /// the world's `Arc` is left as it is. Either way the view handed out is the same, and the
-    /// world's `Arc` keeps its address (see "Shared views" in the module docs).
+    /// `heartbeat`). When no other `Arc` holds the world's node (the usual case for a node
+    /// just changed: `Arc::make_mut` left the world the only owner of its copy), the version
+    /// and heartbeat are written into it and it *is* the view: no copy is made; weak
+    /// references to it (an agent's) are let go first by moving the node to a new allocation.
+    /// Otherwise the view is a copy, as [`Versioned::view`] makes it, and the world's `Arc` is
+    /// left as it is. Either way the view handed out is the same (see "Shared views" in the
+    /// module docs).
     fn new_viewed(
         version: u64,
         changed: u64,
@@ -139,6 +185,10 @@ impl Versioned {
         heartbeat: Option<Timestamp>,
         shared: bool,
     ) -> (Self, Arc<Node>) {
+        if shared && Arc::strong_count(slot) == 1 && Arc::weak_count(slot) > 0 {
+            // Only weak references share it (an agent's note): moved, not copied.
+            Arc::make_mut(slot);
+        }
         if shared && let Some(node) = Arc::get_mut(slot) {
             node.resource_version = version.to_string();
             node.last_heartbeat = heartbeat;
@@ -205,6 +255,15 @@ struct VersionTable {
     entries: Vec<(String, Versioned)>,
     /// Name → position in `entries`.
     index: HashMap<String, usize, FastHash>,
+    /// A number taken anew ([`layout_stamp`]) whenever an entry is added or removed, so that
+    /// the same number means the same names at the same positions.
+    layout: u64,
+}
+
+/// A fresh number for a layout of the version table (see [`VersionTable::layout`]).
+fn layout_stamp() -> u64 {
+    static STAMPS: AtomicU64 = AtomicU64::new(1);
+    STAMPS.fetch_add(1, Ordering::Relaxed)
 }
 
 impl VersionTable {
@@ -219,7 +278,11 @@ impl VersionTable {
             .enumerate()
             .map(|(i, (name, _))| (name.clone(), i))
             .collect();
-        Self { entries, index }
+        Self {
+            entries,
+            index,
+            layout: layout_stamp(),
+        }
     }
 
     fn len(&self) -> usize {
@@ -254,11 +317,13 @@ impl VersionTable {
         }
         self.index.insert(name.clone(), at);
         self.entries.insert(at, (name, v));
+        self.layout = layout_stamp();
     }
 
     /// Takes node `name`'s entry out.
     fn remove(&mut self, name: &str) -> Option<Versioned> {
         let at = self.index.remove(name)?;
+        self.layout = layout_stamp();
         for i in self.index.values_mut() {
             if *i > at {
                 *i -= 1;
@@ -285,6 +350,7 @@ impl VersionTable {
     /// Every entry in name order, leaving the table empty.
     fn take(&mut self) -> Vec<(String, Versioned)> {
         self.index.clear();
+        self.layout = layout_stamp();
         std::mem::take(&mut self.entries)
     }
 }
@@ -312,6 +378,14 @@ pub struct SimApiServer {
     copy_views: bool,
     /// The node groups last listed shared ([`SimApiServer::shared_groups`]).
     groups: Vec<ListedGroup>,
+    /// The layouts of the world's node table and of the version table when the change feed
+    /// last versioned every node, entry `i` being node `i`'s: while both are the same, the
+    /// nodes the table logged as handed out mutably since are the only ones that can have
+    /// changed (see "Change feed" in the module docs).
+    synced: Option<((u64, u64), u64)>,
+    /// The change feed looks at every node at each answer, ignoring the world's log
+    /// ([`SimApiServer::set_logged_feed`]).
+    walk_every_node: bool,
 }
 
 /// A node group as last listed shared: the world's group and the count it was listed with,
@@ -370,6 +444,14 @@ fn next_numbers(last_version: &mut u64, change_seq: &mut u64) -> (u64, u64) {
 }
 
 impl SimApiServer {
+    /// Whether the change feed looks only at the nodes the world's table logged as handed
+    /// out mutably since its previous answer (the default, `true`), or at every node at each
+    /// answer (see "Change feed" in the module docs). Both answer the same; for tests
+    /// comparing them.
+    pub fn set_logged_feed(&mut self, logged: bool) {
+        self.walk_every_node = !logged;
+    }
+
     /// Whether a new version of a node only the world holds is written into the world's
     /// `Arc`, which then serves as the view (the default, `true`), or every view is a copy
     /// (see "Shared views" in the module docs). Both hand out the same views; for tests
@@ -411,6 +493,9 @@ impl SimApiServer {
 
     /// The version of `node` as it is now (a new one if it changed since last observed).
     pub fn version_of(&mut self, node: &Node) -> String {
+        // A version for content that need not be the world's node: the feed looks at every
+        // node at its next answer.
+        self.synced = None;
         if let Some(v) = self.versions.get(&node.name)
             && same_content(&v.seen, node)
         {
@@ -605,13 +690,24 @@ impl SimApiServer {
         since: Option<NodeRevision>,
         nodes: &mut impl NodeSlots,
     ) -> NodeChanges {
+        // What may have changed since the previous answer (forgotten now: every path below
+        // versions every node that changed).
+        let layout = nodes.layout();
+        let touched = nodes.take_touched();
         let Some(NodeRevision(since)) =
             since.filter(|r| self.removals_floor <= r.0 && r.0 <= self.change_seq)
         else {
             let mut changes = NodeChanges::resync(self.list_shared(nodes));
             changes.revision = Some(NodeRevision(self.change_seq));
+            self.synced = layout.map(|l| (l, self.versions.layout));
             return changes;
         };
+        if let (Some(layout), Some(touched)) = (layout, touched)
+            && !self.walk_every_node
+            && self.synced == Some((layout, self.versions.layout))
+        {
+            return self.changes_logged(since, nodes, &touched);
+        }
         let mut changed = Vec::new();
         let mut in_place = self.versions.len() == nodes.count();
         if in_place {
@@ -637,6 +733,46 @@ impl SimApiServer {
         if !in_place {
             changed = self.merge(nodes, Some(since));
         }
+        // Entry `i` is node `i`'s now (in place, or merged from the whole list).
+        self.synced = layout.map(|l| (l, self.versions.layout));
+        self.answer(since, changed)
+    }
+
+    /// [`SimApiServer::changes_since`] when the version table lines up with the nodes as at
+    /// the previous answer and `touched` (positions, ascending) are the only nodes that may
+    /// have changed since: those are versioned (in name order, as the walk over every node
+    /// would), then the nodes versioned after `since` are answered, as that walk answers.
+    fn changes_logged(
+        &mut self,
+        since: u64,
+        nodes: &mut impl NodeSlots,
+        touched: &[usize],
+    ) -> NodeChanges {
+        let shared = !self.copy_views;
+        for &at in touched {
+            let (Some((_, v)), Some((slot, heartbeat))) =
+                (self.versions.entries.get_mut(at), nodes.slot_at(at))
+            else {
+                continue;
+            };
+            if !v.matches(slot) {
+                let numbers = next_numbers(&mut self.last_version, &mut self.change_seq);
+                v.renew(numbers, slot, heartbeat, shared);
+            }
+        }
+        let mut changed = Vec::new();
+        for (at, (_, v)) in self.versions.entries.iter_mut().enumerate() {
+            if v.changed > since {
+                let heartbeat = nodes.slot_at(at).and_then(|(_, heartbeat)| heartbeat);
+                changed.push(v.view(heartbeat));
+            }
+        }
+        self.answer(since, changed)
+    }
+
+    /// The change feed's answer: the nodes `changed` since `since` and the nodes removed since
+    /// then that are not back.
+    fn answer(&self, since: u64, changed: Vec<Arc<Node>>) -> NodeChanges {
         let start = self.removals.partition_point(|(seq, _)| *seq <= since);
         let removed = self
             .removals
@@ -656,6 +792,7 @@ impl SimApiServer {
 
     /// Sets the version of every node of a complete list, forgetting nodes not in it.
     pub fn version_all(&mut self, nodes: &mut [Node]) {
+        self.synced = None;
         let sorted = nodes.windows(2).all(|w| match w {
             [a, b] => a.name < b.name,
             _ => true,
@@ -766,6 +903,7 @@ impl SimApiServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn node(name: &str) -> Node {
         Node {

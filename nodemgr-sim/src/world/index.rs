@@ -8,36 +8,37 @@ use super::*;
 impl World {
     /// Re-indexes `name`'s agent deadline after its agent changed.
     pub(crate) fn reindex_agent(&mut self, name: &str) {
-        let Some(n) = self.nodes.get_mut(name) else {
+        let Some((id, n)) = self.nodes.get_mut_with_id(name) else {
             return;
         };
-        reindex_deadline(&mut self.index.agent_due, name, &mut n.agent);
+        reindex_deadline(&mut self.index.agent_due, id, &mut n.agent);
     }
 
     /// Changes node `name` with `change` (which also reads the groups) and, when it says its
     /// agent changed (`true`), re-indexes the agent's deadline: one lookup by name for both.
+    /// The node's id; `None` when there is no such node.
     pub(crate) fn update_agent(
         &mut self,
         name: &str,
         change: impl FnOnce(&BTreeMap<String, SimGroup>, &mut SimNode) -> bool,
-    ) {
-        let Some(n) = self.nodes.get_mut(name) else {
-            return;
-        };
+    ) -> Option<NodeId> {
+        let (id, n) = self.nodes.get_mut_with_id(name)?;
         if change(&self.groups, n) {
-            reindex_deadline(&mut self.index.agent_due, name, &mut n.agent);
+            reindex_deadline(&mut self.index.agent_due, id, &mut n.agent);
         }
+        Some(id)
     }
 
     /// Rebuilds the indexes from the nodes and pods (after [`World::invalidate_indexes`]);
     /// the next instant refreshes every node.
     pub(super) fn rebuild_indexes(&mut self) {
         let mut index = WorldIndex::default();
-        for (name, n) in &mut self.nodes {
+        // Only the agents' notes change here, which the simulated API does not version.
+        for (name, id, n) in self.nodes.iter_mut_unlogged() {
             let deadline = n.agent.next_deadline();
             n.agent.indexed_deadline = deadline;
             if let Some(t) = deadline {
-                index.agent_due.insert((t, name.clone()));
+                index.agent_due.insert((t, id));
             }
             if is_special(n) {
                 index.special.insert(name.clone());
@@ -58,7 +59,9 @@ impl World {
                 .load
                 .entry(n.group.clone())
                 .or_default()
-                .insert((count, node.clone()));
+                .entry(count)
+                .or_default()
+                .insert(node.clone());
         }
         // Dormant agents whose Node or bundle changed behind the world's back poll at the
         // first poll that sees it.
@@ -73,9 +76,12 @@ impl World {
             if let Some(n) = self.nodes.get_mut(&name) {
                 n.agent.indexed_deadline = Some(due);
             }
-            index.agent_due.insert((due, name));
+            if let Some(id) = self.nodes.id_of(&name) {
+                index.agent_due.insert((due, id));
+            }
         }
-        for (key, p) in &self.pods {
+        // Into an ordered set: the pods in any order.
+        for (key, p) in self.pods.iter_unordered() {
             if let Some(u) = p.terminating_until {
                 index.terminating.insert((u, key.clone()));
             }
@@ -109,21 +115,29 @@ impl World {
         };
         let Some(load) = self.index.load.get_mut(group) else {
             if let Some(count) = new {
-                let group = group.to_owned();
                 self.index
                     .load
-                    .entry(group)
+                    .entry(group.to_owned())
                     .or_default()
-                    .insert((count, node.to_owned()));
+                    .entry(count)
+                    .or_default()
+                    .insert(node.to_owned());
             }
             return;
         };
         let mut owned = None;
-        if let Some(count) = old {
-            owned = load.take(&(count, node.to_owned())).map(|(_, n)| n);
+        if let Some(count) = old
+            && let Some(bucket) = load.get_mut(&count)
+        {
+            owned = bucket.take(node);
+            if bucket.is_empty() {
+                load.remove(&count);
+            }
         }
         if let Some(count) = new {
-            load.insert((count, owned.unwrap_or_else(|| node.to_owned())));
+            load.entry(count)
+                .or_default()
+                .insert(owned.unwrap_or_else(|| node.to_owned()));
         }
     }
 
@@ -169,6 +183,7 @@ impl World {
         }
         let now = self.now;
         let after_now = (now + Duration::from_millis(1), String::new());
+        let after_now_id = (now + Duration::from_millis(1), NodeId::MIN);
         let mut next: Option<Timestamp> = None;
         let mut consider = |t: Timestamp| {
             if t > now && next.is_none_or(|n| t < n) {
@@ -188,7 +203,7 @@ impl World {
                 self.node_deadlines(n, &mut consider);
             }
         }
-        if let Some((t, _)) = self.index.agent_due.range(&after_now..).next() {
+        if let Some((t, _)) = self.index.agent_due.range(&after_now_id..).next() {
             consider(*t);
         }
         next
@@ -276,12 +291,11 @@ impl World {
     }
 }
 
-/// Moves `name`'s entry in the agents' deadlines (`agent_due`) from the deadline indexed for
-/// `agent` ([`SimAgent::indexed_deadline`]) to its current one, taking the node's name out of
-/// the old entry for the new one.
+/// Moves node `id`'s entry in the agents' deadlines (`agent_due`) from the deadline indexed
+/// for `agent` ([`SimAgent::indexed_deadline`]) to its current one.
 pub(crate) fn reindex_deadline(
-    agent_due: &mut BTreeSet<(Timestamp, String)>,
-    name: &str,
+    agent_due: &mut BTreeSet<(Timestamp, NodeId)>,
+    id: NodeId,
     agent: &mut SimAgent,
 ) {
     let new = agent.next_deadline();
@@ -290,9 +304,11 @@ pub(crate) fn reindex_deadline(
         return;
     }
     agent.indexed_deadline = new;
-    let owned = old.and_then(|t| agent_due.take(&(t, name.to_owned())).map(|(_, n)| n));
+    if let Some(t) = old {
+        agent_due.remove(&(t, id));
+    }
     if let Some(t) = new {
-        agent_due.insert((t, owned.unwrap_or_else(|| name.to_owned())));
+        agent_due.insert((t, id));
     }
 }
 
@@ -362,10 +378,10 @@ mod tests {
             return Vec::new();
         }
         let mut errors = Vec::new();
-        let due: BTreeSet<(Timestamp, String)> = w
+        let due: BTreeSet<(Timestamp, NodeId)> = w
             .nodes
             .iter()
-            .filter_map(|(name, n)| Some((n.agent.next_deadline()?, name.clone())))
+            .filter_map(|(name, n)| Some((n.agent.next_deadline()?, w.nodes.id_of(name)?)))
             .collect();
         if due != w.index.agent_due {
             errors.push(format!("agent_due {:?} != {:?}", w.index.agent_due, due));
@@ -384,13 +400,27 @@ mod tests {
                 .or_default()
                 .insert((w.pod_count(name), name.clone()));
         }
-        let indexed: BTreeMap<_, _> = w
+        let indexed: BTreeMap<String, BTreeSet<(usize, String)>> = w
             .index
             .load
             .iter()
+            .map(|(g, buckets)| {
+                let nodes: BTreeSet<(usize, String)> = buckets
+                    .iter()
+                    .flat_map(|(count, names)| names.iter().map(|n| (*count, n.clone())))
+                    .collect();
+                (g.clone(), nodes)
+            })
             .filter(|(_, nodes)| !nodes.is_empty())
-            .map(|(g, nodes)| (g.clone(), nodes.clone()))
             .collect();
+        if w.index
+            .load
+            .values()
+            .flat_map(|b| b.values())
+            .any(BTreeSet::is_empty)
+        {
+            errors.push("an empty load bucket".to_owned());
+        }
         if load != indexed {
             errors.push(format!("load {indexed:?} != {load:?}"));
         }

@@ -20,10 +20,17 @@ impl World {
         let period = self.heartbeat.lease_period.0;
         let start = self.start;
         let mut transitions = Vec::new();
-        for (name, n) in &mut self.nodes {
+        let mut changed = Vec::new();
+        // A node's `Arc` changes only with its readiness: those are logged for the simulated
+        // API's change feed, not every node.
+        for (at, (name, _, n)) in self.nodes.iter_mut_unlogged().enumerate() {
             if let Some(t) = refresh_node(period, grace, start, now, n) {
                 transitions.push((name.clone(), n.group.clone(), t.0, t.1));
+                changed.push(at);
             }
+        }
+        for at in changed {
+            self.nodes.log_position(at);
         }
         // Recorded with the node's group as `World::record` would look it up.
         self.record_transitions(transitions);
@@ -38,12 +45,7 @@ impl World {
     /// another node's refresh or agent, so each node goes through the three in turn; the
     /// timeline gets the first refresh's transitions (in name order) before the agents'
     /// events and the second refresh's after them, as the three passes record them.
-    pub(super) fn step_nodes(
-        &mut self,
-        due: &BTreeSet<String>,
-        extra: &BTreeSet<String>,
-        woken: &BTreeSet<String>,
-    ) {
+    pub(super) fn step_nodes(&mut self, due: &[usize], extra: &[usize], woken: &[usize]) {
         let now = self.now;
         let grace = self.heartbeat.grace_period.0;
         let period = self.heartbeat.lease_period.0;
@@ -53,15 +55,15 @@ impl World {
         let mut before = Vec::new();
         let mut after = Vec::new();
         let (nodes, mut env) = self.agent_parts();
-        for (name, acts) in union(due, extra) {
-            let Some(n) = nodes.get_mut(name) else {
+        for (at, acts) in union(due, extra) {
+            let Some((name, id, n)) = nodes.entry_at_mut(at) else {
                 continue;
             };
             if let Some(t) = refresh_node(period, grace, start, now, n) {
                 before.push((name.clone(), n.group.clone(), t.0, t.1));
             }
             if acts {
-                env.act(name, n, woken.contains(name), wake);
+                env.act(name, id, n, woken.binary_search(&at).is_ok(), wake);
             }
             if let Some(t) = refresh_node(period, grace, start, now, n) {
                 after.push((name.clone(), n.group.clone(), t.0, t.1));
@@ -128,14 +130,15 @@ impl World {
         };
         match crossed {
             Some(names) => {
+                // A heartbeat is not part of what the simulated API versions: unlogged.
                 for name in names {
-                    if let Some(n) = self.nodes.get_mut(&name) {
+                    if let Some(n) = self.nodes.get_mut_unlogged(&name) {
                         n.last_heartbeat = Some(heartbeat_at(period, start, n, now));
                     }
                 }
             }
             None => {
-                for n in self.nodes.values_mut() {
+                for n in self.nodes.values_mut_unlogged() {
                     n.last_heartbeat = Some(heartbeat_at(period, start, n, now));
                 }
             }
@@ -150,13 +153,11 @@ impl World {
     }
 }
 
-/// The names of `a` and `b` in order, each once, with whether it is in `a`.
-fn union<'a>(
-    a: &'a BTreeSet<String>,
-    b: &'a BTreeSet<String>,
-) -> impl Iterator<Item = (&'a String, bool)> {
-    let mut a = a.iter().peekable();
-    let mut b = b.iter().peekable();
+/// The positions of `a` and `b` (each sorted, each position once) in order, each once, with
+/// whether it is in `a`.
+fn union<'a>(a: &'a [usize], b: &'a [usize]) -> impl Iterator<Item = (usize, bool)> + 'a {
+    let mut a = a.iter().copied().peekable();
+    let mut b = b.iter().copied().peekable();
     std::iter::from_fn(move || match (a.peek(), b.peek()) {
         (Some(x), Some(y)) => match x.cmp(y) {
             std::cmp::Ordering::Less => a.next().map(|x| (x, true)),

@@ -15,14 +15,21 @@
 //! those fields directly calls [`World::invalidate_indexes`] (the run loop does it for the
 //! controllers it did not install and for [`crate::Simulation::world_mut`]);
 //! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
+//!
+//! The nodes are a [`Nodes`] table (name order in one vector, found by name through a hash
+//! index, each with a [`NodeId`] the agents' deadlines and the agenda are keyed by, and a log
+//! of the nodes handed out mutably for the simulated API's change feed); the pods a [`Pods`]
+//! hash map iterated in key order; `pods_by_node` a hash map. Each answers as the `BTreeMap`
+//! it replaced (`get`, `get_mut`, `insert`, `remove`, iteration in key order).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
 use nodemgr_core::agent::SimulatedGenerations;
+use nodemgr_core::hash::FastHash;
 use nodemgr_core::model::{
     LabelSelector, Node, NodeGroup, ObjectMeta, Owner, Pod, PodDisruptionBudget, PodPhase,
     Quantity, Timestamp, keys,
@@ -38,7 +45,12 @@ use crate::timeline::{Timeline, TimelineEvent};
 
 mod index;
 mod liveness;
+mod nodes;
 mod objects;
+mod pods;
+
+pub use nodes::{NodeId, Nodes};
+pub use pods::Pods;
 
 pub(crate) use index::reindex_deadline;
 pub(crate) use liveness::is_special;
@@ -206,12 +218,13 @@ pub struct World {
     pub rng: SimRng,
     /// Groups by name.
     pub groups: BTreeMap<String, SimGroup>,
-    /// Nodes by name.
-    pub nodes: BTreeMap<String, SimNode>,
-    /// Pods by `namespace/name`.
-    pub pods: BTreeMap<String, SimPod>,
-    /// Pod keys by node name.
-    pub pods_by_node: BTreeMap<String, BTreeSet<String>>,
+    /// Nodes by name, in name order ([`Nodes`]: a vector with a hash index, which logs the
+    /// nodes handed out mutably for the simulated API's change feed).
+    pub nodes: Nodes,
+    /// Pods by `namespace/name`, iterated in key order ([`Pods`]: a hash map).
+    pub pods: Pods,
+    /// Pod keys by node name (a hash map: looked up by name, never walked in order).
+    pub pods_by_node: HashMap<String, BTreeSet<String>, FastHash>,
     /// Pods waiting to be (re)created.
     pub pending_pods: Vec<PendingPod>,
     /// Workloads of the scenario.
@@ -224,8 +237,9 @@ pub struct World {
     pub refusals: Vec<EvictionRefusal>,
     /// Nodes to create (`(when, group)`), for replaced machines.
     pub pending_nodes: Vec<(Timestamp, String)>,
-    /// Agent wake-ups: `(when, node)`.
-    pub agenda: BTreeSet<(Timestamp, String)>,
+    /// Agent wake-ups: `(when, node)` ([`World::wake_agent`]; an entry of a node removed
+    /// since is ignored).
+    pub agenda: BTreeSet<(Timestamp, NodeId)>,
     /// Agent settings.
     pub agent: AgentSpec,
     /// Heartbeat settings.
@@ -251,6 +265,9 @@ pub struct World {
     /// plays their ReplicaSet controller.
     pub standby_holders: BTreeMap<String, nodemgr_core::ports::StandbyHolder>,
     uid_counter: u64,
+    /// Per workload, the labels its pods get, made once and shared by them
+    /// (`World::bind_pod`), with what they were made from.
+    pod_labels: Vec<Option<PodLabels>>,
     /// What the run loop needs at each instant without scanning every node and pod.
     index: WorldIndex,
     /// The last instant at which the agents acted (a change noticed in it after they did is
@@ -273,7 +290,7 @@ pub struct World {
 struct WorldIndex {
     /// `(deadline, node)` for every node whose agent has one; the deadline indexed for a node
     /// is its agent's `SimAgent::indexed_deadline` (no lookup by name to find the entry).
-    agent_due: BTreeSet<(Timestamp, String)>,
+    agent_due: BTreeSet<(Timestamp, NodeId)>,
     /// `(until, pod key)` of terminating pods; an entry whose pod is gone or terminates at
     /// another time is stale and skipped.
     terminating: BTreeSet<(Timestamp, String)>,
@@ -292,10 +309,27 @@ struct WorldIndex {
     /// ([`World::pick_node`]). Kept by `bind_pod`, `remove_pod` and node creation and
     /// removal; not read once a scheduler controller binds pods itself
     /// ([`World::scheduler_external`], whose controller edits `pods_by_node` directly).
-    load: BTreeMap<String, BTreeSet<(usize, String)>>,
+    /// Each group's nodes are bucketed by pod count (`count → names`), which walks in the
+    /// same `(pod count, name)` order and moves a node without building a key.
+    load: BTreeMap<String, LoadBuckets>,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
 }
+
+/// The labels of a workload's pods (its own, or `app: <name>`), shared by all of them: made
+/// again when the workload's labels or name are not those they were made from.
+#[derive(Debug, Clone)]
+struct PodLabels {
+    /// The workload's labels they were made from.
+    source: BTreeMap<String, String>,
+    /// The workload's name they were made from.
+    name: String,
+    /// The pods' labels.
+    labels: nodemgr_core::model::StringMap,
+}
+
+/// A group's nodes by pod count, each count's in name order ([`WorldIndex`]'s `load`).
+type LoadBuckets = BTreeMap<usize, BTreeSet<String>>;
 
 /// The parts of the world a node agent's pass reads and changes, borrowed apart from the
 /// nodes so that the agent's node is looked up once for its whole pass (`crate::agent`).
@@ -307,7 +341,7 @@ pub(crate) struct AgentEnv<'a> {
     /// The groups (bundles, generations).
     pub(crate) groups: &'a BTreeMap<String, SimGroup>,
     /// The index of agent deadlines (`WorldIndex::agent_due`).
-    pub(crate) agent_due: &'a mut BTreeSet<(Timestamp, String)>,
+    pub(crate) agent_due: &'a mut BTreeSet<(Timestamp, NodeId)>,
     /// Seeded randomness (step jitter).
     pub(crate) rng: &'a mut SimRng,
     /// What happened.
@@ -320,7 +354,7 @@ pub(crate) struct AgentEnv<'a> {
 
 impl World {
     /// The nodes and, borrowed apart, what an agent's pass needs besides its node.
-    pub(crate) fn agent_parts(&mut self) -> (&mut BTreeMap<String, SimNode>, AgentEnv<'_>) {
+    pub(crate) fn agent_parts(&mut self) -> (&mut Nodes, AgentEnv<'_>) {
         (
             &mut self.nodes,
             AgentEnv {
@@ -353,9 +387,9 @@ impl World {
             start,
             rng: SimRng::new(seed),
             groups: BTreeMap::new(),
-            nodes: BTreeMap::new(),
-            pods: BTreeMap::new(),
-            pods_by_node: BTreeMap::new(),
+            nodes: Nodes::new(),
+            pods: Pods::new(),
+            pods_by_node: HashMap::default(),
             pending_pods: Vec::new(),
             workloads: scenario.workloads.clone(),
             pdbs: scenario.pdbs.clone(),
@@ -378,6 +412,7 @@ impl World {
             instances: BTreeMap::new(),
             standby_holders: BTreeMap::new(),
             uid_counter: 0,
+            pod_labels: Vec::new(),
             index: WorldIndex::default(),
             agents_stepped_at: None,
             lazy_agents: true,
@@ -485,10 +520,13 @@ impl World {
     /// Wakes `node`'s agent after its reaction time (something it reads changed now: a
     /// dormant agent also polls at its first poll that sees the change,
     /// [`World::agent_inputs_changed`]).
+    /// A node that does not exist has no agent to wake.
     pub fn wake_agent(&mut self, node: &str) {
-        self.agent_inputs_changed(node);
+        let Some(id) = self.notice_agent_inputs(node) else {
+            return;
+        };
         let at = self.now + self.agent.reaction.0;
-        self.agenda.insert((at, node.to_owned()));
+        self.agenda.insert((at, id));
     }
 
     /// Whether waiting agents may skip the polls that cannot change anything (dormant agents,
@@ -607,33 +645,39 @@ impl World {
         }
         // Heartbeats are renewed when something reads them (`World::renew_heartbeats`).
         // The agents that act now: woken ones and those whose deadline came.
-        // The wake-ups due now leave the agenda (their names are moved, not copied).
+        // The wake-ups due now leave the agenda. Nodes are taken by their position in name
+        // order (which nothing changes while the agents act), so that they act in name order.
         let later = self
             .agenda
-            .split_off(&(now + Duration::from_millis(1), String::new()));
-        let woken: BTreeSet<String> = std::mem::replace(&mut self.agenda, later)
-            .into_iter()
-            .map(|(_, n)| n)
-            .collect();
+            .split_off(&(now + Duration::from_millis(1), NodeId::MIN));
+        let now_due = std::mem::replace(&mut self.agenda, later);
+        let woken = self.positions(now_due.into_iter());
         let mut due = woken.clone();
         due.extend(
             self.index
                 .agent_due
                 .iter()
                 .take_while(|(t, _)| *t <= now)
-                .map(|(_, n)| n.clone()),
+                .filter_map(|&(_, id)| self.nodes.position_of_id(id)),
         );
+        due.sort_unstable();
+        due.dedup();
         // Only the acting agents' nodes, scripted ones and new ones can change readiness
         // (see `readiness_is_local`): those are refreshed, their agents act, and they are
         // refreshed again, node by node; every node when that does not hold.
-        let mut fresh = std::mem::take(&mut self.index.fresh);
+        let fresh = std::mem::take(&mut self.index.fresh);
         if refresh_all {
             self.refresh_readiness();
             self.step_agents(&due, &woken);
             self.refresh_readiness();
         } else {
-            fresh.extend(self.index.special.iter().cloned());
-            self.step_nodes(&due, &fresh, &woken);
+            let extra: Vec<usize> = fresh
+                .iter()
+                .chain(&self.index.special)
+                .filter_map(|name| self.nodes.position_of_name(name))
+                .collect();
+            let extra = sorted(extra);
+            self.step_nodes(&due, &extra, &woken);
         }
         // Pods coming back (unless a scheduler controller takes them).
         if self.scheduler_external {
@@ -662,6 +706,25 @@ impl World {
                 }),
             }
         }
+    }
+}
+
+/// `positions` sorted, each once.
+fn sorted(mut positions: Vec<usize>) -> Vec<usize> {
+    positions.sort_unstable();
+    positions.dedup();
+    positions
+}
+
+impl World {
+    /// The positions in name order ([`Nodes`]) of the existing nodes among `entries`' ids,
+    /// sorted, each once.
+    fn positions(&self, entries: impl Iterator<Item = (Timestamp, NodeId)>) -> Vec<usize> {
+        sorted(
+            entries
+                .filter_map(|(_, id)| self.nodes.position_of_id(id))
+                .collect(),
+        )
     }
 }
 

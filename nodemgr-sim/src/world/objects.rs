@@ -79,8 +79,10 @@ impl World {
         );
         // A node registered again under its name: its old agent's deadline leaves the index
         // (the new agent has none indexed yet).
-        if let Some(t) = replaced.and_then(|old| old.agent.indexed_deadline) {
-            self.index.agent_due.remove(&(t, name.clone()));
+        if let Some(t) = replaced.and_then(|old| old.agent.indexed_deadline)
+            && let Some(id) = self.nodes.id_of(&name)
+        {
+            self.index.agent_due.remove(&(t, id));
         }
         self.reindex_load_in(&name, Some(group), None, Some(self.pod_count(&name)));
         let per_node: Vec<usize> = self
@@ -117,19 +119,18 @@ impl World {
     /// [`World::bind_pod`] on a node whose group the caller knows (`group`: the node's
     /// `SimNode::group`; `None`: looked up when the load index needs it).
     pub(super) fn bind_pod_in(&mut self, wi: usize, name: String, node: &str, group: Option<&str>) {
+        let Some(labels) = self.pod_labels(wi) else {
+            return;
+        };
         let Some(w) = self.workloads.get(wi) else {
             return;
         };
-        let mut labels = w.labels.clone();
-        if labels.is_empty() {
-            labels.insert("app".into(), w.name.clone());
-        }
         let mut pod = Pod {
             namespace: w.namespace.clone(),
             name,
             uid: String::new(),
             node_name: Some(node.to_owned()),
-            labels: labels.into(),
+            labels,
             owner: w.kind.owner_kind().map(|kind| Owner {
                 kind: kind.to_owned(),
                 name: w.name.clone(),
@@ -169,6 +170,34 @@ impl World {
         );
     }
 
+    /// The labels of workload `wi`'s pods: its own, or `app: <name>` when it has none; one
+    /// shared map for all its pods (a pod whose labels are changed gets its own copy).
+    fn pod_labels(&mut self, wi: usize) -> Option<nodemgr_core::model::StringMap> {
+        let w = self.workloads.get(wi)?;
+        if let Some(Some(made)) = self.pod_labels.get(wi)
+            && made.source == w.labels
+            && made.name == w.name
+        {
+            return Some(made.labels.clone());
+        }
+        let mut labels = w.labels.clone();
+        if labels.is_empty() {
+            labels.insert("app".into(), w.name.clone());
+        }
+        let labels: nodemgr_core::model::StringMap = labels.into();
+        if self.pod_labels.len() <= wi {
+            self.pod_labels.resize(wi + 1, None);
+        }
+        if let Some(slot) = self.pod_labels.get_mut(wi) {
+            *slot = Some(super::PodLabels {
+                source: w.labels.clone(),
+                name: w.name.clone(),
+                labels: labels.clone(),
+            });
+        }
+        Some(labels)
+    }
+
     /// Where a new pod of workload `wi` goes: a Ready, schedulable, reachable node of its
     /// group with room (`pods` capacity), the one with the fewest pods (ties by name).
     /// Resource requests other than the pod count are not checked.
@@ -192,6 +221,7 @@ impl World {
                 .get(group)
                 .into_iter()
                 .flatten()
+                .flat_map(|(count, names)| names.iter().map(move |name| (count, name)))
                 .find_map(|(count, name)| {
                     self.nodes
                         .get(name)
@@ -271,9 +301,10 @@ impl World {
     /// Deletes node `name` and, as the pod garbage collector would, its pods.
     pub fn remove_node(&mut self, name: &str) -> Option<SimNode> {
         self.reindex_load(name, Some(self.pod_count(name)), None);
+        let id = self.nodes.id_of(name)?;
         let node = self.nodes.remove(name)?;
         if let Some(t) = node.agent.indexed_deadline {
-            self.index.agent_due.remove(&(t, name.to_owned()));
+            self.index.agent_due.remove(&(t, id));
         }
         self.index.phases.retain(|(_, n)| n != name);
         self.index.special.remove(name);
@@ -289,7 +320,7 @@ impl World {
         for key in keys {
             self.remove_pod(&key);
         }
-        self.agenda.retain(|(_, n)| n != name);
+        self.agenda.retain(|(_, n)| *n != id);
         Some(node)
     }
 

@@ -1,0 +1,210 @@
+//! The change feed's log (`nodemgr_sim::api`, "Change feed": while the version table lines up
+//! with the world's nodes, an answer looks only at the nodes the world's table logged as
+//! handed out mutably since the previous one) changes nothing: random clusters run once with
+//! the log and once with every node looked at at each answer
+//! (`SimApiServer::set_logged_feed(false)`) end with the same timeline, counters, recorded
+//! events and cluster, and a probe reading the feed through the cluster port at a random
+//! period gets the same answers (revision, resync, the changed nodes' views with their
+//! resourceVersion and heartbeat, the removed names) at every one of its steps.
+//!
+//! A second controller changes nodes behind the world's methods, as any controller may: a
+//! label through `World::nodes`' `get_mut`, or every node's through `values_mut`, so that the
+//! log is checked against changes only the table itself sees.
+//!
+//! Random clusters: 1–3 groups of 1–5 nodes, Automatic, Manual (with the operator's
+//! approvals) and RollingUpdate (machines replaced: nodes removed and added), `maxConcurrent`
+//! 1–2, 1–3 changes of every impact per group, and faults: nodes NotReady or dark, slow
+//! agents, refused evictions, API errors, a lagging watch cache, controller restarts.
+//!
+//! `PROPTEST_CASES=500 cargo test --release -p nodemgr-sim --test logged_feed` runs more
+//! cases (the default is 48).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodemgr_core::model::Timestamp;
+use nodemgr_core::ports::{ClusterRead, NodeRevision};
+use nodemgr_sim::{Controller, Scenario, SimCluster, Simulation, World, block_on};
+use proptest::prelude::*;
+use serde_json::json;
+
+mod support;
+use support::{FAULTS, Fault, Group, change_events, group, outcome, same_outcomes};
+
+#[derive(Debug, Clone)]
+struct Case {
+    groups: Vec<Group>,
+    faults: Vec<(u8, usize, usize, u64, u64)>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        prop::collection::vec(group(1..=5, 0..1800), 1..=3),
+        prop::collection::vec((0u8..6, 0usize..3, 0usize..5, 0u64..2400, 10u64..300), 0..5),
+    )
+        .prop_map(|(groups, faults)| Case { groups, faults })
+}
+
+fn scenario(c: &Case) -> Scenario {
+    let mut groups = Vec::new();
+    let mut workloads =
+        vec![json!({"name": "exporter", "namespace": "monitoring", "kind": "DaemonSet"})];
+    let mut events = Vec::new();
+    for (i, g) in c.groups.iter().enumerate() {
+        let (group, workload) = g.manifests(i);
+        groups.push(group);
+        workloads.push(workload);
+        events.extend(change_events(&format!("g{i}"), g.mode, &g.changes, 200));
+    }
+    for (kind, g, n, at, dur) in &c.faults {
+        let gi = g % c.groups.len();
+        let node = format!("g{gi}-{}", n % c.groups[gi].nodes);
+        events.push(Fault::pick(&FAULTS, *kind).event(&format!("{at}s"), &node, gi, *dur));
+    }
+    let value = json!({
+        "name": "logged-feed", "duration": "45m", "reconcilePeriod": "10s",
+        "agent": {"delay": "20s", "jitter": "7s", "kubeletRestart": "5s", "reboot": "30s"},
+        "groups": groups, "workloads": workloads, "events": events,
+    });
+    match Scenario::from_yaml(&value.to_string()) {
+        Ok(s) => s,
+        Err(e) => panic!("generated scenario rejected: {e}\n{value:#}"),
+    }
+}
+
+/// Reads the change feed through the cluster port every `period`, continuing from the
+/// revision of its previous answer, and logs every answer.
+struct FeedProbe {
+    period: Duration,
+    next: Timestamp,
+    revision: Option<NodeRevision>,
+    log: Rc<RefCell<Vec<String>>>,
+}
+
+impl Controller for FeedProbe {
+    fn name(&self) -> &str {
+        "feed-probe"
+    }
+
+    fn next_run(&self) -> Option<Timestamp> {
+        Some(self.next)
+    }
+
+    fn step(&mut self, world: &mut World, now: Timestamp) {
+        self.next = now + self.period;
+        let cluster = SimCluster::new(world);
+        let mut log = self.log.borrow_mut();
+        match block_on(cluster.node_changes_since(self.revision)) {
+            Some(Ok(changes)) => {
+                log.push(format!(
+                    "{} since {:?}: revision {:?} resync {} removed {:?}",
+                    now.as_millis(),
+                    self.revision,
+                    changes.revision,
+                    changes.resync,
+                    changes.removed
+                ));
+                for n in &changes.changed {
+                    log.push(format!("  {n:?}"));
+                }
+                self.revision = changes.revision;
+            }
+            other => log.push(format!("{} {:?}", now.as_millis(), other.map(|r| r.err()))),
+        }
+    }
+}
+
+/// Changes nodes directly every `period`: the `k`-th time, a label of one node through
+/// `get_mut` (of every node through `values_mut` every fifth time).
+struct Meddler {
+    period: Duration,
+    next: Timestamp,
+    count: usize,
+}
+
+impl Controller for Meddler {
+    fn name(&self) -> &str {
+        "meddler"
+    }
+
+    fn next_run(&self) -> Option<Timestamp> {
+        Some(self.next)
+    }
+
+    fn step(&mut self, world: &mut World, now: Timestamp) {
+        self.next = now + self.period;
+        self.count += 1;
+        let value = format!("v{}", self.count);
+        if self.count.is_multiple_of(5) {
+            for n in world.nodes.values_mut() {
+                Arc::make_mut(&mut n.node)
+                    .labels
+                    .insert("meddled".into(), value.clone());
+            }
+            return;
+        }
+        let names: Vec<String> = world.nodes.keys().cloned().collect();
+        if names.is_empty() {
+            return;
+        }
+        let name = &names[self.count % names.len()];
+        if let Some(n) = world.nodes.get_mut(name) {
+            Arc::make_mut(&mut n.node)
+                .labels
+                .insert("meddled".into(), value);
+        }
+    }
+}
+
+fn run(s: &Scenario, seed: u64, period: u64, meddle: u64, logged: bool) -> (String, Vec<String>) {
+    let mut sim = Simulation::new(s, seed);
+    sim.world_mut().api.set_logged_feed(logged);
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let now = sim.now();
+    sim.add_controller(Box::new(FeedProbe {
+        period: Duration::from_secs(period),
+        next: now,
+        revision: None,
+        log: Rc::clone(&log),
+    }));
+    if meddle > 0 {
+        sim.add_controller(Box::new(Meddler {
+            period: Duration::from_secs(meddle),
+            next: now + Duration::from_secs(meddle),
+            count: 0,
+        }));
+    }
+    while sim.step() {}
+    let seen = log.borrow().clone();
+    (outcome(sim.world()), seen)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn the_logged_feed_answers_as_the_walk_over_every_node(
+        c in case(),
+        seed in 0u64..1000,
+        period in 3u64..=17,
+        meddle in prop::sample::select(vec![0u64, 0, 7, 23, 61]),
+    ) {
+        let s = scenario(&c);
+        let (logged, logged_log) = run(&s, seed, period, meddle, true);
+        let (walked, walked_log) = run(&s, seed, period, meddle, false);
+        same_outcomes(("logged feed", &logged), ("walk", &walked))?;
+        prop_assert!(!logged_log.is_empty(), "the probe saw nothing");
+        if let Some(i) = (0..logged_log.len().max(walked_log.len()))
+            .find(|&i| logged_log.get(i) != walked_log.get(i))
+        {
+            prop_assert!(
+                false,
+                "answers differ at entry {i}:\nlogged: {:?}\nwalk:   {:?}",
+                logged_log.get(i),
+                walked_log.get(i)
+            );
+        }
+    }
+}
