@@ -84,8 +84,10 @@ pub(crate) struct NodeTable {
     /// Node name → its slot: a node is found by one hash lookup (a step looks nodes up by
     /// name for every change, write and drain-marked node).
     by_name: HashMap<String, usize, FastHash>,
-    /// Group (`None`: unlabelled) → its nodes.
-    groups: BTreeMap<Option<String>, Members>,
+    /// Group → its nodes (found by the group's name, without making a key).
+    groups: BTreeMap<String, Members>,
+    /// The nodes without a group label.
+    ungrouped: Members,
     /// Whether the order is name order (the last whole list was sorted by name).
     sorted: bool,
     next_pos: u64,
@@ -121,6 +123,7 @@ impl NodeTable {
         let mut old_slots = std::mem::take(&mut self.slots);
         let mut old_by_name = std::mem::take(&mut self.by_name);
         self.groups.clear();
+        self.ungrouped = Members::default();
         self.free.clear();
         self.marked.clear();
         self.next_pos = 0;
@@ -174,7 +177,10 @@ impl NodeTable {
             }
         };
         self.by_name.insert(name.clone(), slot);
-        let members = self.groups.entry(group).or_default();
+        let members = match group {
+            Some(group) => self.groups.entry(group).or_default(),
+            None => &mut self.ungrouped,
+        };
         members.by_name.insert(name, slot);
         members.stale = true;
     }
@@ -232,11 +238,19 @@ impl NodeTable {
         let facts = self.slots.get_mut(i).and_then(Option::take)?;
         self.free.push(i);
         self.marked.remove(name);
-        if let Some(members) = self.groups.get_mut(&facts.group) {
-            members.by_name.remove(name);
-            members.stale = true;
-            if members.by_name.is_empty() {
-                self.groups.remove(&facts.group);
+        match &facts.group {
+            Some(group) => {
+                if let Some(members) = self.groups.get_mut(group) {
+                    members.by_name.remove(name);
+                    members.stale = true;
+                    if members.by_name.is_empty() {
+                        self.groups.remove(group);
+                    }
+                }
+            }
+            None => {
+                self.ungrouped.by_name.remove(name);
+                self.ungrouped.stale = true;
             }
         }
         if let Some(group) = &facts.group {
@@ -275,26 +289,32 @@ impl NodeTable {
     }
 
     /// The nodes of group `group`, in name order, with their update marks (what the planner
-    /// reads).
+    /// reads), collected.
+    #[cfg(test)]
     pub(crate) fn members_marked(&mut self, group: &str) -> Vec<(&Node, UpdateMarks)> {
-        let Some(members) = self.groups.get_mut(&Some(group.to_owned())) else {
-            return Vec::new();
+        self.members(group).collect()
+    }
+
+    /// The nodes of group `group`, in name order, with their update marks (what the planner
+    /// reads), without collecting them: the planner walks them once
+    /// ([`crate::update::plan_group_members`]).
+    pub(crate) fn members(&mut self, group: &str) -> impl Iterator<Item = (&Node, UpdateMarks)> {
+        let ordered: &[usize] = match self.groups.get_mut(group) {
+            Some(members) => {
+                if members.stale {
+                    members.ordered.clear();
+                    members.ordered.extend(members.by_name.values().copied());
+                    members.stale = false;
+                }
+                &members.ordered
+            }
+            None => &[],
         };
-        if members.stale {
-            members.ordered.clear();
-            members.ordered.extend(members.by_name.values().copied());
-            members.stale = false;
-        }
         let slots = &self.slots;
-        let mut out = Vec::with_capacity(members.ordered.len());
-        out.extend(
-            members
-                .ordered
-                .iter()
-                .filter_map(|&i| slots.get(i).and_then(Option::as_ref))
-                .map(|f| (&*f.node, f.marks)),
-        );
-        out
+        ordered
+            .iter()
+            .filter_map(|&i| slots.get(i).and_then(Option::as_ref))
+            .map(|f| (&*f.node, f.marks))
     }
 
     /// Whether group `group` had a node added, changed or removed since the last call for

@@ -76,68 +76,84 @@ pub fn plan_group_update_sorted(
     now: Timestamp,
 ) -> UpdatePlan {
     debug_assert!(nodes.is_sorted_by(|a, b| a.0.name <= b.0.name));
-    let limit = max_concurrent(group, nodes.len());
-    let mut occupied = nodes.iter().filter(|(_, m)| m.occupies_slot()).count();
-    let not_ready: Vec<&str> = nodes
-        .iter()
-        .filter(|(n, _)| !n.ready)
-        .map(|(n, _)| n.name.as_str())
-        .collect();
-    let all_ready = not_ready.is_empty();
-    let mut plan = UpdatePlan::default();
+    plan_group_members(group, desired, nodes.iter().copied(), now)
+}
 
-    // Phase 1: finish nodes that run the desired configuration.
+/// [`plan_group_update_sorted`] reading the group's nodes from an iterator, in one pass: the
+/// update executor hands its view's members without collecting them first. Only what a plan
+/// can name is kept from the pass (the nodes that finish, ask, wait, hold a slot or are not
+/// Ready), so a group whose nodes all rest costs a walk and no allocation. The same plan as
+/// the phases walked one after the other (the property `a_plan_in_one_pass_is_the_phased_plan`
+/// compares the two on random groups).
+pub(crate) fn plan_group_members<'a>(
+    group: &NodeGroup,
+    desired: &str,
+    nodes: impl IntoIterator<Item = (&'a Node, UpdateMarks)>,
+    now: Timestamp,
+) -> UpdatePlan {
+    let mut size = 0usize;
+    let mut holders: Vec<&str> = Vec::new();
+    let mut not_ready: Vec<&str> = Vec::new();
+    let mut finishing: Vec<&str> = Vec::new();
+    let mut candidates: Vec<(&Node, UpdateMarks)> = Vec::new();
+    let mut waiting: Vec<&Node> = Vec::new();
+    let mut plan = UpdatePlan::default();
     for (node, marks) in nodes {
-        if node.ready && marks.ours() && !desired.is_empty() && node.checksum() == Some(desired) {
+        size += 1;
+        let occupies = marks.occupies_slot();
+        if occupies {
+            holders.push(&node.name);
+        }
+        if !node.ready {
+            not_ready.push(&node.name);
+        } else if marks.ours() && !desired.is_empty() && node.checksum() == Some(desired) {
+            // Phase 1: finish nodes that run the desired configuration.
             plan.commands.push(UpdateCommand::Finish {
                 node: node.name.clone(),
                 uncordon: marks.cordoned_by_us(),
             });
+            finishing.push(&node.name);
+            continue;
+        }
+        // Who wants to move.
+        if marks.wants_disruption() {
+            if !marks.disruption_approved && marks.draining.is_none() {
+                candidates.push((node, marks));
+            }
+        } else if marks.waiting && !occupies {
+            waiting.push(node);
         }
     }
-    let finishing: BTreeSet<&str> = plan.commands.iter().map(UpdateCommand::node).collect();
-
-    // Who wants to move.
-    let disruption_candidates: Vec<&(&Node, UpdateMarks)> = nodes
-        .iter()
-        .filter(|(n, m)| {
-            m.wants_disruption()
-                && !m.disruption_approved
-                && m.draining.is_none()
-                && !finishing.contains(n.name.as_str())
-        })
-        .collect();
-    let waiting: Vec<&(&Node, UpdateMarks)> = nodes
-        .iter()
-        .filter(|(n, m)| {
-            m.waiting
-                && !m.occupies_slot()
-                && !m.wants_disruption()
-                && !finishing.contains(n.name.as_str())
-        })
-        .collect();
-    if disruption_candidates.is_empty() && waiting.is_empty() {
+    if !finishing.is_empty() && !(candidates.is_empty() && waiting.is_empty()) {
+        // A node named like a finishing one (a name listed twice) does not move either.
+        let finishing: BTreeSet<&str> = finishing.into_iter().collect();
+        candidates.retain(|(n, _)| !finishing.contains(n.name.as_str()));
+        waiting.retain(|n| !finishing.contains(n.name.as_str()));
+    }
+    if candidates.is_empty() && waiting.is_empty() {
         return plan;
     }
-    if !all_ready {
+    if !not_ready.is_empty() {
         for name in not_ready {
             plan.blocked.push(format!("node {name} is not Ready"));
         }
         return plan;
     }
-    if let Some(reason) = scaling_gate(group, nodes.len()) {
+    if let Some(reason) = scaling_gate(group, size) {
         plan.blocked.push(reason);
         return plan;
     }
+    let limit = max_concurrent(group, size);
+    let mut occupied = holders.len();
 
     // Phase 2: disruptions, first for nodes that already hold a slot, by the disruption
     // methods of the update stage in list order (docs/executors.md §6).
     let mut full = false;
     let mut approved_now: Vec<&str> = Vec::new();
-    let asking: Vec<(&Node, UpdateMarks)> = disruption_candidates
+    let asking: Vec<(&Node, UpdateMarks)> = candidates
         .iter()
         .filter(|(_, m)| m.occupies_slot())
-        .map(|c| **c)
+        .copied()
         .collect();
     if !asking.is_empty() {
         let snapshot = DisruptionSnapshot {
@@ -145,7 +161,7 @@ pub fn plan_group_update_sorted(
             scaling: None,
             update: Some(UpdateView {
                 group,
-                group_size: nodes.len(),
+                group_size: size,
                 asking: &asking,
             }),
         };
@@ -157,24 +173,13 @@ pub fn plan_group_update_sorted(
             }
         }
     }
-    // Nodes asking for a disruption without a slot get one first (phase 3 semantics).
-    for (node, _) in disruption_candidates
+    // Nodes asking for a disruption without a slot get one first (phase 3 semantics), then
+    // phase 3: approvals into the free slots.
+    let unslotted = candidates
         .iter()
         .filter(|(_, m)| !m.occupies_slot())
-    {
-        if occupied < limit {
-            occupied += 1;
-            approved_now.push(&node.name);
-            plan.commands.push(UpdateCommand::Approve {
-                node: node.name.clone(),
-            });
-        } else {
-            full = true;
-        }
-    }
-
-    // Phase 3: approvals into the free slots.
-    for (node, _) in &waiting {
+        .map(|(n, _)| *n);
+    for node in unslotted.chain(waiting) {
         if occupied < limit {
             occupied += 1;
             approved_now.push(&node.name);
@@ -186,12 +191,8 @@ pub fn plan_group_update_sorted(
         }
     }
     if full {
-        let mut updating: Vec<&str> = nodes
-            .iter()
-            .filter(|(_, m)| m.occupies_slot())
-            .map(|(n, _)| n.name.as_str())
-            .chain(approved_now)
-            .collect();
+        let mut updating = holders;
+        updating.extend(approved_now);
         updating.sort_unstable();
         plan.blocked.push(format!(
             "maxConcurrent {limit} reached (updating: {})",
