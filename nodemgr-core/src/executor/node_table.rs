@@ -298,7 +298,10 @@ impl NodeTable {
     /// The nodes of group `group`, in name order, with their update marks (what the planner
     /// reads), without collecting them: the planner walks them once
     /// ([`crate::update::plan_group_members`]).
-    pub(crate) fn members(&mut self, group: &str) -> impl Iterator<Item = (&Node, UpdateMarks)> {
+    pub(crate) fn members(
+        &mut self,
+        group: &str,
+    ) -> impl Iterator<Item = (&Node, UpdateMarks)> + Clone {
         let ordered: &[usize] = match self.groups.get_mut(group) {
             Some(members) => {
                 if members.stale {

@@ -476,10 +476,10 @@ impl UpdateExecutor {
                 plans.push((group.name().to_owned(), plan));
                 continue;
             }
-            // The view keeps each group's members in name order; the planner walks them once,
-            // without a list of them made first.
+            // The view keeps each group's members in name order, each name once; the planner
+            // walks them without a list of them made first.
             let members = self.view.members(group.name());
-            let plan = plan_group_members(group, desired, members, now);
+            let plan = plan_group_members(group, desired, members, true, now);
             if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
                 self.planned.insert(
                     group.name().to_owned(),

@@ -76,43 +76,60 @@ pub fn plan_group_update_sorted(
     now: Timestamp,
 ) -> UpdatePlan {
     debug_assert!(nodes.is_sorted_by(|a, b| a.0.name <= b.0.name));
-    plan_group_members(group, desired, nodes.iter().copied(), now)
+    plan_group_members(group, desired, nodes.iter().copied(), false, now)
 }
 
-/// [`plan_group_update_sorted`] reading the group's nodes from an iterator, in one pass: the
-/// update executor hands its view's members without collecting them first. Only what a plan
-/// can name is kept from the pass (the nodes that finish, ask, wait, hold a slot or are not
-/// Ready), so a group whose nodes all rest costs a walk and no allocation. The same plan as
-/// the phases walked one after the other (the property `a_plan_in_one_pass_is_the_phased_plan`
-/// compares the two on random groups).
-pub(crate) fn plan_group_members<'a>(
+/// [`plan_group_update_sorted`] reading the group's nodes from an iterator: the update
+/// executor hands its view's members without collecting them first. One pass reads what a
+/// plan can name besides the waiting nodes (the nodes that finish, ask for a disruption, hold
+/// a slot or are not Ready) and counts the waiting ones; only when there are free slots to
+/// fill does a second pass pick waiting nodes, and it stops at the first that finds no slot.
+/// A group of resting or waiting nodes thus costs a walk and no list of its nodes.
+/// `unique_names`: no name is listed twice (the executor's view is keyed by name); otherwise
+/// a node named like a finishing one does not move either, as the phased planner has it. The
+/// same plan as the phases walked one after the other (the property
+/// `a_plan_in_one_pass_is_the_phased_plan` compares the two on random groups).
+pub(crate) fn plan_group_members<'a, I>(
     group: &NodeGroup,
     desired: &str,
-    nodes: impl IntoIterator<Item = (&'a Node, UpdateMarks)>,
+    nodes: I,
+    unique_names: bool,
     now: Timestamp,
-) -> UpdatePlan {
+) -> UpdatePlan
+where
+    I: IntoIterator<Item = (&'a Node, UpdateMarks)>,
+    I::IntoIter: Clone,
+{
+    let nodes = nodes.into_iter();
+    let finishes = |node: &Node, marks: &UpdateMarks| {
+        node.ready && marks.ours() && !desired.is_empty() && node.checksum() == Some(desired)
+    };
+    let waits = |marks: &UpdateMarks| {
+        !marks.wants_disruption() && marks.waiting && !marks.occupies_slot()
+    };
     let mut size = 0usize;
     let mut holders: Vec<&str> = Vec::new();
     let mut not_ready: Vec<&str> = Vec::new();
     let mut finishing: Vec<&str> = Vec::new();
     let mut candidates: Vec<(&Node, UpdateMarks)> = Vec::new();
-    let mut waiting: Vec<&Node> = Vec::new();
+    let mut waiting = 0usize;
     let mut plan = UpdatePlan::default();
-    for (node, marks) in nodes {
+    for (node, marks) in nodes.clone() {
         size += 1;
-        let occupies = marks.occupies_slot();
-        if occupies {
+        if marks.occupies_slot() {
             holders.push(&node.name);
         }
         if !node.ready {
             not_ready.push(&node.name);
-        } else if marks.ours() && !desired.is_empty() && node.checksum() == Some(desired) {
+        } else if finishes(node, &marks) {
             // Phase 1: finish nodes that run the desired configuration.
             plan.commands.push(UpdateCommand::Finish {
                 node: node.name.clone(),
                 uncordon: marks.cordoned_by_us(),
             });
-            finishing.push(&node.name);
+            if !unique_names {
+                finishing.push(&node.name);
+            }
             continue;
         }
         // Who wants to move.
@@ -120,17 +137,23 @@ pub(crate) fn plan_group_members<'a>(
             if !marks.disruption_approved && marks.draining.is_none() {
                 candidates.push((node, marks));
             }
-        } else if marks.waiting && !occupies {
-            waiting.push(node);
+        } else if waits(&marks) {
+            waiting += 1;
         }
     }
-    if !finishing.is_empty() && !(candidates.is_empty() && waiting.is_empty()) {
-        // A node named like a finishing one (a name listed twice) does not move either.
-        let finishing: BTreeSet<&str> = finishing.into_iter().collect();
-        candidates.retain(|(n, _)| !finishing.contains(n.name.as_str()));
-        waiting.retain(|n| !finishing.contains(n.name.as_str()));
+    // A node named like a finishing one (a name listed twice) does not move either.
+    let finishing: BTreeSet<&str> = finishing.into_iter().collect();
+    let named_finishing = |node: &Node| finishing.contains(node.name.as_str());
+    if !finishing.is_empty() {
+        candidates.retain(|(n, _)| !named_finishing(n));
+        if waiting > 0 {
+            waiting = nodes
+                .clone()
+                .filter(|(n, m)| waits(m) && !finishes(n, m) && !named_finishing(n))
+                .count();
+        }
     }
-    if candidates.is_empty() && waiting.is_empty() {
+    if candidates.is_empty() && waiting == 0 {
         return plan;
     }
     if !not_ready.is_empty() {
@@ -174,11 +197,15 @@ pub(crate) fn plan_group_members<'a>(
         }
     }
     // Nodes asking for a disruption without a slot get one first (phase 3 semantics), then
-    // phase 3: approvals into the free slots.
+    // phase 3: approvals into the free slots, in the group's order; the first node that finds
+    // none ends it (no later one would find one).
     let unslotted = candidates
         .iter()
         .filter(|(_, m)| !m.occupies_slot())
         .map(|(n, _)| *n);
+    let waiting = nodes
+        .filter(|(n, m)| waits(m) && !finishes(n, m) && !named_finishing(n))
+        .map(|(n, _)| n);
     for node in unslotted.chain(waiting) {
         if occupied < limit {
             occupied += 1;
@@ -188,6 +215,7 @@ pub(crate) fn plan_group_members<'a>(
             });
         } else {
             full = true;
+            break;
         }
     }
     if full {

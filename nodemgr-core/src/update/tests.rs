@@ -1192,9 +1192,18 @@ proptest! {
         let marked: Vec<(&Node, UpdateMarks)> =
             nodes.iter().map(|n| (n, UpdateMarks::of(n))).collect();
         let now = Timestamp::from_secs(i64::from(minute) * 60);
-        let one_pass = super::planner::plan_group_members(&g, DESIRED, marked.iter().copied(), now);
         let phased = phased_plan(&g, DESIRED, &marked, now);
+        let one_pass =
+            super::planner::plan_group_members(&g, DESIRED, marked.iter().copied(), false, now);
         prop_assert_eq!(&one_pass.commands, &phased.commands);
         prop_assert_eq!(&one_pass.blocked, &phased.blocked);
+        // Names listed once: the executor's shortcut (no check against finishing names).
+        let mut seen = std::collections::BTreeSet::new();
+        if marked.iter().all(|(n, _)| seen.insert(n.name.as_str())) {
+            let unique =
+                super::planner::plan_group_members(&g, DESIRED, marked.iter().copied(), true, now);
+            prop_assert_eq!(&unique.commands, &phased.commands);
+            prop_assert_eq!(&unique.blocked, &phased.blocked);
+        }
     }
 }
