@@ -19,7 +19,7 @@ use crate::hash::FastHash;
 use crate::model::Node;
 use crate::ports::NodeChanges;
 use crate::read_your_writes::KnownVersions;
-use crate::update::UpdateMarks;
+use crate::update::{PlanMember, UpdateMarks, checksum_hash};
 
 /// What a step reads from one node.
 #[derive(Debug, Clone)]
@@ -30,6 +30,9 @@ pub(crate) struct NodeFacts {
     pub(crate) group: Option<String>,
     /// Its update annotations.
     pub(crate) marks: UpdateMarks,
+    /// [`checksum_hash`] of its configuration checksum, if it has one: the planner skips the
+    /// annotation's lookup for a node whose hash is not the desired checksum's.
+    pub(crate) checksum_hash: Option<u64>,
     /// Its position in the port's list (see the module docs).
     pub(crate) pos: u64,
 }
@@ -39,6 +42,7 @@ impl NodeFacts {
         Self {
             group: node.group().map(str::to_owned),
             marks: UpdateMarks::of(&node),
+            checksum_hash: node.checksum().map(checksum_hash),
             node,
             pos,
         }
@@ -51,6 +55,20 @@ impl NodeFacts {
     /// executor and is left alone there.
     pub(crate) fn drain_marked(&self) -> bool {
         self.marks.drain_relevant()
+    }
+}
+
+impl<'a> PlanMember<'a> for &'a NodeFacts {
+    fn node(self) -> &'a Node {
+        &self.node
+    }
+
+    fn marks(self) -> UpdateMarks {
+        self.marks
+    }
+
+    fn may_run(self, desired_hash: u64) -> bool {
+        self.checksum_hash == Some(desired_hash)
     }
 }
 
@@ -199,6 +217,7 @@ impl NodeTable {
             let facts = NodeFacts {
                 group: slot.group.take(),
                 marks: UpdateMarks::of(&node),
+                checksum_hash: node.checksum().map(checksum_hash),
                 node,
                 pos: slot.pos,
             };
@@ -292,16 +311,13 @@ impl NodeTable {
     /// reads), collected.
     #[cfg(test)]
     pub(crate) fn members_marked(&mut self, group: &str) -> Vec<(&Node, UpdateMarks)> {
-        self.members(group).collect()
+        self.members(group).map(|f| (&*f.node, f.marks)).collect()
     }
 
-    /// The nodes of group `group`, in name order, with their update marks (what the planner
-    /// reads), without collecting them: the planner walks them once
+    /// The nodes of group `group`, in name order, with what the planner reads of them,
+    /// without collecting them: the planner walks them
     /// ([`crate::update::plan_group_members`]).
-    pub(crate) fn members(
-        &mut self,
-        group: &str,
-    ) -> impl Iterator<Item = (&Node, UpdateMarks)> + Clone {
+    pub(crate) fn members(&mut self, group: &str) -> impl Iterator<Item = &NodeFacts> + Clone {
         let ordered: &[usize] = match self.groups.get_mut(group) {
             Some(members) => {
                 if members.stale {
@@ -317,7 +333,6 @@ impl NodeTable {
         ordered
             .iter()
             .filter_map(|&i| slots.get(i).and_then(Option::as_ref))
-            .map(|f| (&*f.node, f.marks))
     }
 
     /// Whether group `group` had a node added, changed or removed since the last call for

@@ -23,6 +23,39 @@ pub struct GroupSnapshot<'a> {
     pub nodes: Vec<&'a Node>,
 }
 
+/// One node of a group as the planner reads it: the node, its update marks and, when the
+/// caller has it at hand, a quick way to tell that the node does not run a checksum.
+pub(crate) trait PlanMember<'a>: Copy {
+    /// The node.
+    fn node(self) -> &'a Node;
+    /// Its update marks ([`UpdateMarks::of`] the node).
+    fn marks(self) -> UpdateMarks;
+    /// `false` only when the node's configuration checksum is surely not the one whose
+    /// [`checksum_hash`] is `desired_hash` (the planner then skips the lookup of the
+    /// annotation); `true` says nothing.
+    fn may_run(self, desired_hash: u64) -> bool;
+}
+
+impl<'a> PlanMember<'a> for (&'a Node, UpdateMarks) {
+    fn node(self) -> &'a Node {
+        self.0
+    }
+
+    fn marks(self) -> UpdateMarks {
+        self.1
+    }
+
+    fn may_run(self, _: u64) -> bool {
+        true
+    }
+}
+
+/// The hash of a configuration checksum that [`PlanMember::may_run`] compares.
+pub(crate) fn checksum_hash(checksum: &str) -> u64 {
+    use std::hash::BuildHasher;
+    FastHash::default().hash_one(checksum)
+}
+
 /// Deckhouse's whole-group gate for CloudEphemeral groups: no update step while the group's
 /// `status.desired` differs from its Ready nodes (still scaling, or a machine never joined).
 /// Called once every node of the snapshot is Ready, so `ready` is the snapshot's node count.
@@ -89,21 +122,28 @@ pub fn plan_group_update_sorted(
 /// a node named like a finishing one does not move either, as the phased planner has it. The
 /// same plan as the phases walked one after the other (the property
 /// `a_plan_in_one_pass_is_the_phased_plan` compares the two on random groups).
-pub(crate) fn plan_group_members<'a, I>(
+pub(crate) fn plan_group_members<'a, I, M>(
     group: &NodeGroup,
     desired: &str,
-    nodes: I,
+    members: I,
     unique_names: bool,
     now: Timestamp,
 ) -> UpdatePlan
 where
-    I: IntoIterator<Item = (&'a Node, UpdateMarks)>,
+    I: IntoIterator<Item = M>,
     I::IntoIter: Clone,
+    M: PlanMember<'a>,
 {
-    let nodes = nodes.into_iter();
-    let finishes = |node: &Node, marks: &UpdateMarks| {
-        node.ready && marks.ours() && !desired.is_empty() && node.checksum() == Some(desired)
+    let desired_hash = checksum_hash(desired);
+    let finishes = |member: M, node: &Node, marks: &UpdateMarks| {
+        node.ready
+            && marks.ours()
+            && !desired.is_empty()
+            && member.may_run(desired_hash)
+            && node.checksum() == Some(desired)
     };
+    let members = members.into_iter();
+    let nodes = members.clone().map(|m| (m, m.node(), m.marks()));
     let waits = |marks: &UpdateMarks| {
         !marks.wants_disruption() && marks.waiting && !marks.occupies_slot()
     };
@@ -114,14 +154,14 @@ where
     let mut candidates: Vec<(&Node, UpdateMarks)> = Vec::new();
     let mut waiting = 0usize;
     let mut plan = UpdatePlan::default();
-    for (node, marks) in nodes.clone() {
+    for (member, node, marks) in nodes.clone() {
         size += 1;
         if marks.occupies_slot() {
             holders.push(&node.name);
         }
         if !node.ready {
             not_ready.push(&node.name);
-        } else if finishes(node, &marks) {
+        } else if finishes(member, node, &marks) {
             // Phase 1: finish nodes that run the desired configuration.
             plan.commands.push(UpdateCommand::Finish {
                 node: node.name.clone(),
@@ -149,7 +189,9 @@ where
         if waiting > 0 {
             waiting = nodes
                 .clone()
-                .filter(|(n, m)| waits(m) && !finishes(n, m) && !named_finishing(n))
+                .filter(|(member, n, m)| {
+                    waits(m) && !finishes(*member, n, m) && !named_finishing(n)
+                })
                 .count();
         }
     }
@@ -204,8 +246,8 @@ where
         .filter(|(_, m)| !m.occupies_slot())
         .map(|(n, _)| *n);
     let waiting = nodes
-        .filter(|(n, m)| waits(m) && !finishes(n, m) && !named_finishing(n))
-        .map(|(n, _)| n);
+        .filter(|(member, n, m)| waits(m) && !finishes(*member, n, m) && !named_finishing(n))
+        .map(|(_, n, _)| n);
     for node in unslotted.chain(waiting) {
         if occupied < limit {
             occupied += 1;
