@@ -765,9 +765,13 @@ impl Agent {
     /// Every step of the bundle succeeded: annotate the Node, then remove `first_run` and
     /// write the checksum file.
     fn decide_report(&mut self, bundle: &Arc<Verified>, now: Timestamp) {
-        self.status = AgentStatus::Reporting {
-            checksum: bundle.checksum.clone(),
-        };
+        // Unless it is already that: a reporting agent decides this at every answer.
+        if !matches!(&self.status, AgentStatus::Reporting { checksum } if *checksum == bundle.checksum)
+        {
+            self.status = AgentStatus::Reporting {
+                checksum: bundle.checksum.clone(),
+            };
+        }
         let Some(node) = self.fresh_node() else {
             return;
         };
