@@ -113,11 +113,12 @@ pub fn plan_group_update_sorted(
 }
 
 /// [`plan_group_update_sorted`] reading the group's nodes from an iterator: the update
-/// executor hands its view's members without collecting them first. One pass reads what a
-/// plan can name besides the waiting nodes (the nodes that finish, ask for a disruption, hold
-/// a slot or are not Ready) and counts the waiting ones; only when there are free slots to
-/// fill does a second pass pick waiting nodes, and it stops at the first that finds no slot.
-/// A group of resting or waiting nodes thus costs a walk and no list of its nodes.
+/// executor hands its view's members without collecting them first. A first walk counts and
+/// keeps what a plan can name besides the waiting nodes (the nodes that finish, ask for a
+/// disruption, hold a slot or are not Ready) and counts the waiting ones; only when there are
+/// free slots to fill does a second walk pick waiting nodes (telling the finishing ones by
+/// their position in the first, not by their checksum), and it stops at the first that finds
+/// no slot. A group of resting or waiting nodes thus costs a walk and no list of its nodes.
 /// `unique_names`: no name is listed twice (the executor's view is keyed by name); otherwise
 /// a node named like a finishing one does not move either, as the phased planner has it. The
 /// same plan as the phases walked one after the other (the property
@@ -150,11 +151,13 @@ where
     let mut size = 0usize;
     let mut holders: Vec<&str> = Vec::new();
     let mut not_ready: Vec<&str> = Vec::new();
-    let mut finishing: Vec<&str> = Vec::new();
     let mut candidates: Vec<(&Node, UpdateMarks)> = Vec::new();
     let mut waiting = 0usize;
+    // The finishing nodes' positions in the walk and names, in order: the second walk tells
+    // them by position instead of reading their checksum again.
+    let mut finished: Vec<(usize, &str)> = Vec::new();
     let mut plan = UpdatePlan::default();
-    for (member, node, marks) in nodes.clone() {
+    for (at, (member, node, marks)) in nodes.clone().enumerate() {
         size += 1;
         if marks.occupies_slot() {
             holders.push(&node.name);
@@ -167,9 +170,7 @@ where
                 node: node.name.clone(),
                 uncordon: marks.cordoned_by_us(),
             });
-            if !unique_names {
-                finishing.push(&node.name);
-            }
+            finished.push((at, &node.name));
             continue;
         }
         // Who wants to move.
@@ -181,18 +182,27 @@ where
             waiting += 1;
         }
     }
+    // The waiting nodes in the walk's order, the finishing ones (told by position) left out.
+    let waiting_nodes = || {
+        let mut finished = finished.iter().map(|(at, _)| *at).peekable();
+        nodes.clone().enumerate().filter_map(move |(at, (_, n, m))| {
+            if finished.next_if_eq(&at).is_some() || !waits(&m) {
+                return None;
+            }
+            Some(n)
+        })
+    };
     // A node named like a finishing one (a name listed twice) does not move either.
-    let finishing: BTreeSet<&str> = finishing.into_iter().collect();
+    let finishing: BTreeSet<&str> = if unique_names {
+        BTreeSet::new()
+    } else {
+        finished.iter().map(|(_, name)| *name).collect()
+    };
     let named_finishing = |node: &Node| finishing.contains(node.name.as_str());
     if !finishing.is_empty() {
         candidates.retain(|(n, _)| !named_finishing(n));
-        if waiting > 0 {
-            waiting = nodes
-                .clone()
-                .filter(|(member, n, m)| {
-                    waits(m) && !finishes(*member, n, m) && !named_finishing(n)
-                })
-                .count();
+        if waiting > 0 && !waiting_nodes().any(|n| !named_finishing(n)) {
+            waiting = 0;
         }
     }
     if candidates.is_empty() && waiting == 0 {
@@ -245,9 +255,7 @@ where
         .iter()
         .filter(|(_, m)| !m.occupies_slot())
         .map(|(n, _)| *n);
-    let waiting = nodes
-        .filter(|(member, n, m)| waits(m) && !finishes(*member, n, m) && !named_finishing(n))
-        .map(|(_, n, _)| n);
+    let waiting = waiting_nodes().filter(|n| !named_finishing(n));
     for node in unslotted.chain(waiting) {
         if occupied < limit {
             occupied += 1;
