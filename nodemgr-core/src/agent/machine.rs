@@ -999,7 +999,9 @@ mod tests {
         };
         prop_oneof![
             Just(OwnPatch::AskApproval),
-            Just(OwnPatch::AskDisruption(keys::ANNOTATION_DISRUPTION_REQUIRED)),
+            Just(OwnPatch::AskDisruption(
+                keys::ANNOTATION_DISRUPTION_REQUIRED
+            )),
             Just(OwnPatch::AskDisruption(keys::ANNOTATION_ROLLING_UPDATE)),
             Just(OwnPatch::Report(bundle("c1"))),
             Just(OwnPatch::Report(bundle("c2"))),

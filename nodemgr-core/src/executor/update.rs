@@ -93,9 +93,7 @@ use crate::ports::{
     NodeRevision, ObjectRef, PodRef, Precondition, RecordedEvent,
 };
 use crate::read_your_writes::KnownVersions;
-use crate::update::{
-    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_members,
-};
+use crate::update::{DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_members};
 
 /// How many times one step plans again after a decision met a changed node (HTTP 409).
 pub const MAX_REPLANS: usize = 3;

@@ -145,9 +145,8 @@ where
     };
     let members = members.into_iter();
     let nodes = members.clone().map(|m| (m, m.node(), m.marks()));
-    let waits = |marks: &UpdateMarks| {
-        !marks.wants_disruption() && marks.waiting && !marks.occupies_slot()
-    };
+    let waits =
+        |marks: &UpdateMarks| !marks.wants_disruption() && marks.waiting && !marks.occupies_slot();
     let mut size = 0usize;
     let mut holders: Vec<&str> = Vec::new();
     let mut not_ready: Vec<&str> = Vec::new();
@@ -185,12 +184,15 @@ where
     // The waiting nodes in the walk's order, the finishing ones (told by position) left out.
     let waiting_nodes = || {
         let mut finished = finished.iter().map(|(at, _)| *at).peekable();
-        nodes.clone().enumerate().filter_map(move |(at, (_, n, m))| {
-            if finished.next_if_eq(&at).is_some() || !waits(&m) {
-                return None;
-            }
-            Some(n)
-        })
+        nodes
+            .clone()
+            .enumerate()
+            .filter_map(move |(at, (_, n, m))| {
+                if finished.next_if_eq(&at).is_some() || !waits(&m) {
+                    return None;
+                }
+                Some(n)
+            })
     };
     // A node named like a finishing one (a name listed twice) does not move either.
     let finishing: BTreeSet<&str> = if unique_names {
