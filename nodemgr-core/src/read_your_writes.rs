@@ -37,11 +37,28 @@ pub fn resource_version_at_least(seen: &str, known: &str) -> bool {
     if seen == known {
         return true;
     }
+    // Versions written as plain decimals (what Kubernetes and the simulator hand out)
+    // compare by length, then digit by digit, without parsing.
+    if let (Some(seen), Some(known)) = (plain_decimal(seen), plain_decimal(known)) {
+        return (seen.len(), seen) >= (known.len(), known);
+    }
     match (seen.parse::<u64>(), known.parse::<u64>()) {
         (Ok(seen), Ok(known)) => seen >= known,
         // Opaque versions compare for equality only, tested above.
         _ => false,
     }
+}
+
+/// `version`'s digits when it is a decimal that `u64` parses to the number its digits say,
+/// written without a sign or a leading zero: at most 19 digits (every such number fits in a
+/// `u64`), the first not `0` unless it is the only one. Two such versions compare as numbers
+/// by their length first, then digit by digit.
+fn plain_decimal(version: &str) -> Option<&[u8]> {
+    let digits = version.as_bytes();
+    let plain = matches!(digits.len(), 1..=19)
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits.len() == 1 || digits.first() != Some(&b'0'));
+    plain.then_some(digits)
 }
 
 /// The newest resourceVersion known per node (see the module docs).
@@ -144,20 +161,35 @@ impl KnownVersions {
             return false;
         }
         if self.baseline {
-            let caught_up = self.changed.iter().all(|name| match self.nodes.get(name) {
-                None => true,
-                Some(known) => {
-                    version(name).is_some_and(|seen| resource_version_at_least(seen, known))
+            // One lookup of each changed name in the view and among the remembered versions
+            // answers the check and says which versions to remember when it passes (those
+            // the view shows newer than remembered, or for a node not remembered yet), as
+            // `remember_version` for each name after the check would.
+            let Self { nodes, changed, .. } = self;
+            let mut newer: Vec<(&str, &str)> = Vec::new();
+            for name in changed.iter() {
+                let seen = version(name);
+                match (nodes.get(name), seen) {
+                    (None, Some(seen)) if !seen.is_empty() => newer.push((name, seen)),
+                    (None, _) => {}
+                    (Some(known), Some(seen)) if resource_version_at_least(seen, known) => {
+                        if !seen.is_empty() && !resource_version_at_least(known, seen) {
+                            newer.push((name, seen));
+                        }
+                    }
+                    (Some(_), _) => return false,
                 }
-            });
-            if caught_up {
-                for name in std::mem::take(&mut self.changed) {
-                    if let Some(seen) = version(&name) {
-                        self.remember_version(&name, seen);
+            }
+            for (name, seen) in newer {
+                match nodes.get_mut(name) {
+                    Some(known) => seen.clone_into(known),
+                    None => {
+                        nodes.insert(name.to_owned(), seen.to_owned());
                     }
                 }
             }
-            return caught_up;
+            changed.clear();
+            return true;
         }
         let caught_up = self.nodes.iter().all(|(name, known)| {
             version(name).is_some_and(|seen| resource_version_at_least(seen, known))
@@ -362,7 +394,40 @@ mod tests {
         }
     }
 
+    /// `resource_version_at_least` as it was before plain decimals were compared as digits.
+    fn parsed_at_least(seen: &str, known: &str) -> bool {
+        seen == known
+            || matches!(
+                (seen.parse::<u64>(), known.parse::<u64>()),
+                (Ok(seen), Ok(known)) if seen >= known
+            )
+    }
+
     proptest! {
+        /// Comparing plain decimals digit by digit answers as parsing them does, for any
+        /// strings of digits (leading zeros, 19 and 20 digits, past `u64::MAX`), signs and
+        /// other text.
+        #[test]
+        fn versions_compare_as_parsed(
+            seen in prop_oneof![
+                "[0-9]{1,21}",
+                "0[0-9]{0,3}",
+                "[+]?[0-9]{1,3}",
+                any::<u64>().prop_map(|v| v.to_string()),
+                "[a-z0-9]{0,4}",
+            ],
+            known in prop_oneof![
+                "[0-9]{1,21}",
+                "0[0-9]{0,3}",
+                "[+]?[0-9]{1,3}",
+                any::<u64>().prop_map(|v| v.to_string()),
+                "[a-z0-9]{0,4}",
+            ],
+        ) {
+            prop_assert_eq!(resource_version_at_least(&seen, &known), parsed_at_least(&seen, &known));
+            prop_assert_eq!(resource_version_at_least(&known, &seen), parsed_at_least(&known, &seen));
+        }
+
         /// A cache is trusted only if it shows every node at least at the newest version the
         /// decider wrote or read.
         #[test]

@@ -7,7 +7,7 @@
 //! request from that knowledge ([`Agent::decide`]), so an input that arrives in any order (a
 //! conflict, a new bundle, a restart) leads to the same decision as a fresh start would.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -173,8 +173,104 @@ struct Verified {
 enum Awaiting {
     Bundle,
     Node,
-    Patch(NodePatch),
+    Patch(OwnPatch),
     Step(String),
+}
+
+/// One of the patches the agent makes of its Node, as it remembers it while the patch is
+/// under way: what the patch sets and removes follows from it ([`OwnPatch::node_patch`] makes
+/// the request), so the agent keeps no copy of the request's strings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum OwnPatch {
+    /// Sets `waiting-for-approval` and removes the configuration checksum.
+    AskApproval,
+    /// Sets the disruption annotation `key` (`disruption-required` or `rolling-update`).
+    AskDisruption(&'static str),
+    /// Sets the configuration checksum to the bundle's.
+    Report(Arc<Verified>),
+}
+
+impl OwnPatch {
+    /// The annotations the patch changes, in the order the API applies them (removals first,
+    /// then the set keys in key order, as [`NodePatch::apply_to`]): key → the new value
+    /// (`None`: removed).
+    fn changes(&self) -> impl Iterator<Item = (&'static str, Option<&str>)> {
+        let (first, second) = match self {
+            Self::AskApproval => (
+                (keys::ANNOTATION_CONFIGURATION_CHECKSUM, None),
+                Some((keys::ANNOTATION_WAITING_FOR_APPROVAL, Some(""))),
+            ),
+            Self::AskDisruption(key) => ((*key, Some("")), None),
+            Self::Report(bundle) => (
+                (
+                    keys::ANNOTATION_CONFIGURATION_CHECKSUM,
+                    Some(bundle.checksum.as_str()),
+                ),
+                None,
+            ),
+        };
+        std::iter::once(first).chain(second)
+    }
+
+    /// The request for a Node read at `resource_version`.
+    fn node_patch(&self, resource_version: &str) -> NodePatch {
+        let mut patch = NodePatch {
+            resource_version: resource_version.to_owned(),
+            set: BTreeMap::new(),
+            remove: Vec::new(),
+        };
+        for (key, value) in self.changes() {
+            match value {
+                Some(value) => {
+                    patch.set.insert(key.to_owned(), value.to_owned());
+                }
+                None => patch.remove.push(key.to_owned()),
+            }
+        }
+        patch
+    }
+}
+
+/// The agent's Node: as last read, and what the agent's own patches accepted since changed
+/// (applied on top when read, so that a patch does not copy the annotations read, which the
+/// driver may share with its own copy of the Node).
+#[derive(Debug, Clone, Default)]
+struct KnownNode {
+    view: NodeView,
+    /// Annotations the accepted patches set (`Some`) or removed (`None`), latest last.
+    patched: Vec<(&'static str, Option<String>)>,
+}
+
+impl KnownNode {
+    /// Annotation `key` as the Node has it now (its patches applied to the view read).
+    fn annotation(&self, key: &str) -> Option<&str> {
+        match self.patched.iter().rev().find(|(k, _)| *k == key) {
+            Some((_, value)) => value.as_deref(),
+            None => self.view.annotations.get(key).map(String::as_str),
+        }
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.annotation(key).is_some()
+    }
+
+    /// How many changes are kept on top of the view before they are written into it.
+    const MAX_PATCHED: usize = 16;
+
+    /// Writes the changes into the view's annotations (a copy of them when shared).
+    fn fold(&mut self) {
+        let annotations: &mut BTreeMap<String, String> = &mut self.view.annotations;
+        for (key, value) in self.patched.drain(..) {
+            match value {
+                Some(value) => {
+                    annotations.insert(key.to_owned(), value);
+                }
+                None => {
+                    annotations.remove(key);
+                }
+            }
+        }
+    }
 }
 
 /// The agent's timer.
@@ -194,7 +290,7 @@ pub struct Agent {
     bundle_fresh: bool,
     /// The bundle this agent stored in `bundle_steps/`.
     stored: Option<String>,
-    node: Option<NodeView>,
+    node: Option<KnownNode>,
     node_fresh: bool,
     awaiting: Option<Awaiting>,
     sleep: Option<Sleep>,
@@ -328,7 +424,10 @@ impl Agent {
         let action = match &awaiting {
             Awaiting::Bundle => AgentAction::FetchBundle,
             Awaiting::Node => AgentAction::ReadNode,
-            Awaiting::Patch(p) => AgentAction::PatchNode(p.clone()),
+            Awaiting::Patch(p) => {
+                let version = self.node.as_ref().map_or("", |n| &n.view.resource_version);
+                AgentAction::PatchNode(p.node_patch(version))
+            }
             Awaiting::Step(name) => AgentAction::RunStep { name: name.clone() },
         };
         self.queue.push_back(action);
@@ -430,7 +529,10 @@ impl Agent {
         match result {
             Ok(Some(view)) => {
                 self.errors_in_row = 0;
-                self.node = Some(view);
+                self.node = Some(KnownNode {
+                    view,
+                    patched: Vec::new(),
+                });
                 self.node_fresh = true;
                 self.decide(now);
             }
@@ -442,13 +544,18 @@ impl Agent {
         }
     }
 
-    fn on_patched(&mut self, patch: &NodePatch, outcome: PatchOutcome, now: Timestamp) {
+    fn on_patched(&mut self, patch: &OwnPatch, outcome: PatchOutcome, now: Timestamp) {
         match outcome {
             PatchOutcome::Applied { resource_version } => {
                 self.errors_in_row = 0;
-                let node = self.node.get_or_insert_with(NodeView::default);
-                patch.apply_to(&mut node.annotations);
-                node.resource_version = resource_version;
+                let node = self.node.get_or_insert_with(KnownNode::default);
+                for (key, value) in patch.changes() {
+                    node.patched.push((key, value.map(str::to_owned)));
+                }
+                if node.patched.len() > KnownNode::MAX_PATCHED {
+                    node.fold();
+                }
+                node.view.resource_version = resource_version;
                 self.node_fresh = true;
                 self.decide(now);
             }
@@ -553,19 +660,11 @@ impl Agent {
             let Some(node) = self.fresh_node() else {
                 return;
             };
-            let has = |key: &str| node.annotations.contains_key(key);
+            let has = |key: &str| node.has(key);
             if !has(keys::ANNOTATION_APPROVED) {
                 let asked = has(keys::ANNOTATION_WAITING_FOR_APPROVAL)
                     && !has(keys::ANNOTATION_CONFIGURATION_CHECKSUM);
-                let patch = (!asked).then(|| NodePatch {
-                    resource_version: node.resource_version.clone(),
-                    set: [(
-                        keys::ANNOTATION_WAITING_FOR_APPROVAL.to_owned(),
-                        String::new(),
-                    )]
-                    .into(),
-                    remove: vec![keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned()],
-                });
+                let patch = (!asked).then_some(OwnPatch::AskApproval);
                 self.set_waiting_for_approval(&bundle.checksum);
                 return match patch {
                     None => self.sleep_for(now, self.config.poll_interval),
@@ -578,11 +677,7 @@ impl Agent {
                 } else {
                     keys::ANNOTATION_DISRUPTION_REQUIRED
                 };
-                let patch = (!has(key)).then(|| NodePatch {
-                    resource_version: node.resource_version.clone(),
-                    set: [(key.to_owned(), String::new())].into(),
-                    remove: Vec::new(),
-                });
+                let patch = (!has(key)).then_some(OwnPatch::AskDisruption(key));
                 self.set_waiting_for_disruption_approval(&bundle.checksum, &step.name);
                 return match patch {
                     None => self.sleep_for(now, self.config.poll_interval),
@@ -635,7 +730,7 @@ impl Agent {
     }
 
     /// The Node if it was read since the last pause, else asks to read it (and returns `None`).
-    fn fresh_node(&mut self) -> Option<&NodeView> {
+    fn fresh_node(&mut self) -> Option<&KnownNode> {
         if self.node_fresh && self.node.is_some() {
             return self.node.as_ref();
         }
@@ -669,16 +764,19 @@ impl Agent {
 
     /// Every step of the bundle succeeded: annotate the Node, then remove `first_run` and
     /// write the checksum file.
-    fn decide_report(&mut self, bundle: &Verified, now: Timestamp) {
-        self.status = AgentStatus::Reporting {
-            checksum: bundle.checksum.clone(),
-        };
+    fn decide_report(&mut self, bundle: &Arc<Verified>, now: Timestamp) {
+        // Unless it is already that: a reporting agent decides this at every answer.
+        if !matches!(&self.status, AgentStatus::Reporting { checksum } if *checksum == bundle.checksum)
+        {
+            self.status = AgentStatus::Reporting {
+                checksum: bundle.checksum.clone(),
+            };
+        }
         let Some(node) = self.fresh_node() else {
             return;
         };
         if !annotated(node, &bundle.checksum) {
-            let patch = checksum_patch(node, &bundle.checksum);
-            return self.request(Awaiting::Patch(patch));
+            return self.request(Awaiting::Patch(OwnPatch::Report(Arc::clone(bundle))));
         }
         if self.files.first_run {
             self.files.first_run = false;
@@ -706,7 +804,7 @@ impl Agent {
     }
 
     /// The checksum file equals the bundle: make sure the Node says so, tidy the state, done.
-    fn decide_up_to_date(&mut self, bundle: &Verified, now: Timestamp) {
+    fn decide_up_to_date(&mut self, bundle: &Arc<Verified>, now: Timestamp) {
         if self.files.first_run {
             self.files.first_run = false;
             self.queue.push_back(AgentAction::RemoveFirstRun);
@@ -735,8 +833,7 @@ impl Agent {
             return;
         };
         if !annotated(node, &bundle.checksum) {
-            let patch = checksum_patch(node, &bundle.checksum);
-            return self.request(Awaiting::Patch(patch));
+            return self.request(Awaiting::Patch(OwnPatch::Report(Arc::clone(bundle))));
         }
         self.status = AgentStatus::UpToDate {
             checksum: bundle.checksum.clone(),
@@ -753,22 +850,8 @@ impl Agent {
 }
 
 /// Whether the Node carries `checksum` in its checksum annotation.
-fn annotated(node: &NodeView, checksum: &str) -> bool {
-    node.annotations
-        .get(keys::ANNOTATION_CONFIGURATION_CHECKSUM)
-        .is_some_and(|c| c == checksum)
-}
-
-fn checksum_patch(node: &NodeView, checksum: &str) -> NodePatch {
-    NodePatch {
-        resource_version: node.resource_version.clone(),
-        set: [(
-            keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned(),
-            checksum.to_owned(),
-        )]
-        .into(),
-        remove: Vec::new(),
-    }
+fn annotated(node: &KnownNode, checksum: &str) -> bool {
+    node.annotation(keys::ANNOTATION_CONFIGURATION_CHECKSUM) == Some(checksum)
 }
 
 /// Checks a fetched bundle: its steps hash to its checksum, names are unique, non-empty and
@@ -878,6 +961,110 @@ mod tests {
 
     fn drain(agent: &mut Agent) -> Vec<AgentAction> {
         std::iter::from_fn(|| agent.poll_action()).collect()
+    }
+
+    /// The agent's own patches as it made them before it remembered them as [`OwnPatch`]es.
+    fn literal_patch(patch: &OwnPatch, resource_version: &str) -> NodePatch {
+        let set = |key: &str, value: &str| -> BTreeMap<String, String> {
+            [(key.to_owned(), value.to_owned())].into()
+        };
+        match patch {
+            OwnPatch::AskApproval => NodePatch {
+                resource_version: resource_version.to_owned(),
+                set: set(keys::ANNOTATION_WAITING_FOR_APPROVAL, ""),
+                remove: vec![keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned()],
+            },
+            OwnPatch::AskDisruption(key) => NodePatch {
+                resource_version: resource_version.to_owned(),
+                set: set(key, ""),
+                remove: Vec::new(),
+            },
+            OwnPatch::Report(bundle) => NodePatch {
+                resource_version: resource_version.to_owned(),
+                set: set(keys::ANNOTATION_CONFIGURATION_CHECKSUM, &bundle.checksum),
+                remove: Vec::new(),
+            },
+        }
+    }
+
+    fn own_patch_strategy() -> impl proptest::strategy::Strategy<Value = OwnPatch> {
+        use proptest::prelude::*;
+        let bundle = |checksum: &str| {
+            Arc::new(Verified {
+                checksum: checksum.to_owned(),
+                steps: BundleSteps::default(),
+                rolling_update: false,
+                fetched_sorted: true,
+            })
+        };
+        prop_oneof![
+            Just(OwnPatch::AskApproval),
+            Just(OwnPatch::AskDisruption(
+                keys::ANNOTATION_DISRUPTION_REQUIRED
+            )),
+            Just(OwnPatch::AskDisruption(keys::ANNOTATION_ROLLING_UPDATE)),
+            Just(OwnPatch::Report(bundle("c1"))),
+            Just(OwnPatch::Report(bundle("c2"))),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The Node as the agent knows it after its own accepted patches (the view read, the
+        /// patches kept on top and folded into it past `MAX_PATCHED`) has the annotations the
+        /// view has with every patch applied to it, as the API applies them; and each patch
+        /// requested is the one the agent wrote out literally before.
+        #[test]
+        fn the_known_node_is_the_view_with_the_patches_applied(
+            base in proptest::collection::btree_map(
+                proptest::sample::select(vec![
+                    keys::ANNOTATION_CONFIGURATION_CHECKSUM,
+                    keys::ANNOTATION_WAITING_FOR_APPROVAL,
+                    keys::ANNOTATION_APPROVED,
+                    keys::ANNOTATION_DISRUPTION_REQUIRED,
+                    keys::ANNOTATION_DISRUPTION_APPROVED,
+                    keys::ANNOTATION_ROLLING_UPDATE,
+                    "other",
+                ]),
+                proptest::sample::select(vec!["", "c1", "c2"]),
+                0..5,
+            ),
+            patches in proptest::collection::vec(own_patch_strategy(), 0..40),
+        ) {
+            let base: Vec<(&str, &str)> = base.into_iter().collect();
+            let read = view("1", &base);
+            let mut plain = read.annotations.clone();
+            let mut known = KnownNode { view: read, patched: Vec::new() };
+            for patch in &patches {
+                let request = patch.node_patch("1");
+                proptest::prop_assert_eq!(&request, &literal_patch(patch, "1"));
+                request.apply_to(&mut plain);
+                for (key, value) in patch.changes() {
+                    known.patched.push((key, value.map(str::to_owned)));
+                }
+                if known.patched.len() > KnownNode::MAX_PATCHED {
+                    known.fold();
+                }
+                let own = [
+                    keys::ANNOTATION_CONFIGURATION_CHECKSUM,
+                    keys::ANNOTATION_WAITING_FOR_APPROVAL,
+                    keys::ANNOTATION_DISRUPTION_REQUIRED,
+                    keys::ANNOTATION_ROLLING_UPDATE,
+                ];
+                let own = own.iter().map(|k| (*k).to_owned());
+                for key in keys_of(&plain).chain(keys_of(&known.view.annotations)).chain(own) {
+                    proptest::prop_assert_eq!(
+                        known.annotation(&key),
+                        plain.get(&key).map(String::as_str),
+                        "{}",
+                        key
+                    );
+                }
+            }
+        }
+    }
+
+    fn keys_of(map: &BTreeMap<String, String>) -> impl Iterator<Item = String> + '_ {
+        map.keys().cloned()
     }
 
     #[test]

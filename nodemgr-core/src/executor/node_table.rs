@@ -19,7 +19,7 @@ use crate::hash::FastHash;
 use crate::model::Node;
 use crate::ports::NodeChanges;
 use crate::read_your_writes::KnownVersions;
-use crate::update::UpdateMarks;
+use crate::update::{PlanMember, UpdateMarks, checksum_hash};
 
 /// What a step reads from one node.
 #[derive(Debug, Clone)]
@@ -30,6 +30,9 @@ pub(crate) struct NodeFacts {
     pub(crate) group: Option<String>,
     /// Its update annotations.
     pub(crate) marks: UpdateMarks,
+    /// [`checksum_hash`] of its configuration checksum, if it has one: the planner skips the
+    /// annotation's lookup for a node whose hash is not the desired checksum's.
+    pub(crate) checksum_hash: Option<u64>,
     /// Its position in the port's list (see the module docs).
     pub(crate) pos: u64,
 }
@@ -39,6 +42,7 @@ impl NodeFacts {
         Self {
             group: node.group().map(str::to_owned),
             marks: UpdateMarks::of(&node),
+            checksum_hash: node.checksum().map(checksum_hash),
             node,
             pos,
         }
@@ -51,6 +55,20 @@ impl NodeFacts {
     /// executor and is left alone there.
     pub(crate) fn drain_marked(&self) -> bool {
         self.marks.drain_relevant()
+    }
+}
+
+impl<'a> PlanMember<'a> for &'a NodeFacts {
+    fn node(self) -> &'a Node {
+        &self.node
+    }
+
+    fn marks(self) -> UpdateMarks {
+        self.marks
+    }
+
+    fn may_run(self, desired_hash: u64) -> bool {
+        self.checksum_hash == Some(desired_hash)
     }
 }
 
@@ -84,8 +102,10 @@ pub(crate) struct NodeTable {
     /// Node name → its slot: a node is found by one hash lookup (a step looks nodes up by
     /// name for every change, write and drain-marked node).
     by_name: HashMap<String, usize, FastHash>,
-    /// Group (`None`: unlabelled) → its nodes.
-    groups: BTreeMap<Option<String>, Members>,
+    /// Group → its nodes (found by the group's name, without making a key).
+    groups: BTreeMap<String, Members>,
+    /// The nodes without a group label.
+    ungrouped: Members,
     /// Whether the order is name order (the last whole list was sorted by name).
     sorted: bool,
     next_pos: u64,
@@ -121,6 +141,7 @@ impl NodeTable {
         let mut old_slots = std::mem::take(&mut self.slots);
         let mut old_by_name = std::mem::take(&mut self.by_name);
         self.groups.clear();
+        self.ungrouped = Members::default();
         self.free.clear();
         self.marked.clear();
         self.next_pos = 0;
@@ -174,7 +195,10 @@ impl NodeTable {
             }
         };
         self.by_name.insert(name.clone(), slot);
-        let members = self.groups.entry(group).or_default();
+        let members = match group {
+            Some(group) => self.groups.entry(group).or_default(),
+            None => &mut self.ungrouped,
+        };
         members.by_name.insert(name, slot);
         members.stale = true;
     }
@@ -193,6 +217,7 @@ impl NodeTable {
             let facts = NodeFacts {
                 group: slot.group.take(),
                 marks: UpdateMarks::of(&node),
+                checksum_hash: node.checksum().map(checksum_hash),
                 node,
                 pos: slot.pos,
             };
@@ -232,11 +257,19 @@ impl NodeTable {
         let facts = self.slots.get_mut(i).and_then(Option::take)?;
         self.free.push(i);
         self.marked.remove(name);
-        if let Some(members) = self.groups.get_mut(&facts.group) {
-            members.by_name.remove(name);
-            members.stale = true;
-            if members.by_name.is_empty() {
-                self.groups.remove(&facts.group);
+        match &facts.group {
+            Some(group) => {
+                if let Some(members) = self.groups.get_mut(group) {
+                    members.by_name.remove(name);
+                    members.stale = true;
+                    if members.by_name.is_empty() {
+                        self.groups.remove(group);
+                    }
+                }
+            }
+            None => {
+                self.ungrouped.by_name.remove(name);
+                self.ungrouped.stale = true;
             }
         }
         if let Some(group) = &facts.group {
@@ -275,26 +308,31 @@ impl NodeTable {
     }
 
     /// The nodes of group `group`, in name order, with their update marks (what the planner
-    /// reads).
+    /// reads), collected.
+    #[cfg(test)]
     pub(crate) fn members_marked(&mut self, group: &str) -> Vec<(&Node, UpdateMarks)> {
-        let Some(members) = self.groups.get_mut(&Some(group.to_owned())) else {
-            return Vec::new();
+        self.members(group).map(|f| (&*f.node, f.marks)).collect()
+    }
+
+    /// The nodes of group `group`, in name order, with what the planner reads of them,
+    /// without collecting them: the planner walks them
+    /// ([`crate::update::plan_group_members`]).
+    pub(crate) fn members(&mut self, group: &str) -> impl Iterator<Item = &NodeFacts> + Clone {
+        let ordered: &[usize] = match self.groups.get_mut(group) {
+            Some(members) => {
+                if members.stale {
+                    members.ordered.clear();
+                    members.ordered.extend(members.by_name.values().copied());
+                    members.stale = false;
+                }
+                &members.ordered
+            }
+            None => &[],
         };
-        if members.stale {
-            members.ordered.clear();
-            members.ordered.extend(members.by_name.values().copied());
-            members.stale = false;
-        }
         let slots = &self.slots;
-        let mut out = Vec::with_capacity(members.ordered.len());
-        out.extend(
-            members
-                .ordered
-                .iter()
-                .filter_map(|&i| slots.get(i).and_then(Option::as_ref))
-                .map(|f| (&*f.node, f.marks)),
-        );
-        out
+        ordered
+            .iter()
+            .filter_map(|&i| slots.get(i).and_then(Option::as_ref))
     }
 
     /// Whether group `group` had a node added, changed or removed since the last call for

@@ -23,6 +23,39 @@ pub struct GroupSnapshot<'a> {
     pub nodes: Vec<&'a Node>,
 }
 
+/// One node of a group as the planner reads it: the node, its update marks and, when the
+/// caller has it at hand, a quick way to tell that the node does not run a checksum.
+pub(crate) trait PlanMember<'a>: Copy {
+    /// The node.
+    fn node(self) -> &'a Node;
+    /// Its update marks ([`UpdateMarks::of`] the node).
+    fn marks(self) -> UpdateMarks;
+    /// `false` only when the node's configuration checksum is surely not the one whose
+    /// [`checksum_hash`] is `desired_hash` (the planner then skips the lookup of the
+    /// annotation); `true` says nothing.
+    fn may_run(self, desired_hash: u64) -> bool;
+}
+
+impl<'a> PlanMember<'a> for (&'a Node, UpdateMarks) {
+    fn node(self) -> &'a Node {
+        self.0
+    }
+
+    fn marks(self) -> UpdateMarks {
+        self.1
+    }
+
+    fn may_run(self, _: u64) -> bool {
+        true
+    }
+}
+
+/// The hash of a configuration checksum that [`PlanMember::may_run`] compares.
+pub(crate) fn checksum_hash(checksum: &str) -> u64 {
+    use std::hash::BuildHasher;
+    FastHash::default().hash_one(checksum)
+}
+
 /// Deckhouse's whole-group gate for CloudEphemeral groups: no update step while the group's
 /// `status.desired` differs from its Ready nodes (still scaling, or a machine never joined).
 /// Called once every node of the snapshot is Ready, so `ready` is the snapshot's node count.
@@ -76,68 +109,128 @@ pub fn plan_group_update_sorted(
     now: Timestamp,
 ) -> UpdatePlan {
     debug_assert!(nodes.is_sorted_by(|a, b| a.0.name <= b.0.name));
-    let limit = max_concurrent(group, nodes.len());
-    let mut occupied = nodes.iter().filter(|(_, m)| m.occupies_slot()).count();
-    let not_ready: Vec<&str> = nodes
-        .iter()
-        .filter(|(n, _)| !n.ready)
-        .map(|(n, _)| n.name.as_str())
-        .collect();
-    let all_ready = not_ready.is_empty();
-    let mut plan = UpdatePlan::default();
+    plan_group_members(group, desired, nodes.iter().copied(), false, now)
+}
 
-    // Phase 1: finish nodes that run the desired configuration.
-    for (node, marks) in nodes {
-        if node.ready && marks.ours() && !desired.is_empty() && node.checksum() == Some(desired) {
+/// [`plan_group_update_sorted`] reading the group's nodes from an iterator: the update
+/// executor hands its view's members without collecting them first. A first walk counts and
+/// keeps what a plan can name besides the waiting nodes (the nodes that finish, ask for a
+/// disruption, hold a slot or are not Ready) and counts the waiting ones; only when there are
+/// free slots to fill does a second walk pick waiting nodes (telling the finishing ones by
+/// their position in the first, not by their checksum), and it stops at the first that finds
+/// no slot. A group of resting or waiting nodes thus costs a walk and no list of its nodes.
+/// `unique_names`: no name is listed twice (the executor's view is keyed by name); otherwise
+/// a node named like a finishing one does not move either, as the phased planner has it. The
+/// same plan as the phases walked one after the other (the property
+/// `a_plan_in_one_pass_is_the_phased_plan` compares the two on random groups).
+pub(crate) fn plan_group_members<'a, I, M>(
+    group: &NodeGroup,
+    desired: &str,
+    members: I,
+    unique_names: bool,
+    now: Timestamp,
+) -> UpdatePlan
+where
+    I: IntoIterator<Item = M>,
+    I::IntoIter: Clone,
+    M: PlanMember<'a>,
+{
+    let desired_hash = checksum_hash(desired);
+    let finishes = |member: M, node: &Node, marks: &UpdateMarks| {
+        node.ready
+            && marks.ours()
+            && !desired.is_empty()
+            && member.may_run(desired_hash)
+            && node.checksum() == Some(desired)
+    };
+    let members = members.into_iter();
+    let nodes = members.clone().map(|m| (m, m.node(), m.marks()));
+    let waits =
+        |marks: &UpdateMarks| !marks.wants_disruption() && marks.waiting && !marks.occupies_slot();
+    let mut size = 0usize;
+    let mut holders: Vec<&str> = Vec::new();
+    let mut not_ready: Vec<&str> = Vec::new();
+    let mut candidates: Vec<(&Node, UpdateMarks)> = Vec::new();
+    let mut waiting = 0usize;
+    // The finishing nodes' positions in the walk and names, in order: the second walk tells
+    // them by position instead of reading their checksum again.
+    let mut finished: Vec<(usize, &str)> = Vec::new();
+    let mut plan = UpdatePlan::default();
+    for (at, (member, node, marks)) in nodes.clone().enumerate() {
+        size += 1;
+        if marks.occupies_slot() {
+            holders.push(&node.name);
+        }
+        if !node.ready {
+            not_ready.push(&node.name);
+        } else if finishes(member, node, &marks) {
+            // Phase 1: finish nodes that run the desired configuration.
             plan.commands.push(UpdateCommand::Finish {
                 node: node.name.clone(),
                 uncordon: marks.cordoned_by_us(),
             });
+            finished.push((at, &node.name));
+            continue;
+        }
+        // Who wants to move.
+        if marks.wants_disruption() {
+            if !marks.disruption_approved && marks.draining.is_none() {
+                candidates.push((node, marks));
+            }
+        } else if waits(&marks) {
+            waiting += 1;
         }
     }
-    let finishing: BTreeSet<&str> = plan.commands.iter().map(UpdateCommand::node).collect();
-
-    // Who wants to move.
-    let disruption_candidates: Vec<&(&Node, UpdateMarks)> = nodes
-        .iter()
-        .filter(|(n, m)| {
-            m.wants_disruption()
-                && !m.disruption_approved
-                && m.draining.is_none()
-                && !finishing.contains(n.name.as_str())
-        })
-        .collect();
-    let waiting: Vec<&(&Node, UpdateMarks)> = nodes
-        .iter()
-        .filter(|(n, m)| {
-            m.waiting
-                && !m.occupies_slot()
-                && !m.wants_disruption()
-                && !finishing.contains(n.name.as_str())
-        })
-        .collect();
-    if disruption_candidates.is_empty() && waiting.is_empty() {
+    // The waiting nodes in the walk's order, the finishing ones (told by position) left out.
+    let waiting_nodes = || {
+        let mut finished = finished.iter().map(|(at, _)| *at).peekable();
+        nodes
+            .clone()
+            .enumerate()
+            .filter_map(move |(at, (_, n, m))| {
+                if finished.next_if_eq(&at).is_some() || !waits(&m) {
+                    return None;
+                }
+                Some(n)
+            })
+    };
+    // A node named like a finishing one (a name listed twice) does not move either.
+    let finishing: BTreeSet<&str> = if unique_names {
+        BTreeSet::new()
+    } else {
+        finished.iter().map(|(_, name)| *name).collect()
+    };
+    let named_finishing = |node: &Node| finishing.contains(node.name.as_str());
+    if !finishing.is_empty() {
+        candidates.retain(|(n, _)| !named_finishing(n));
+        if waiting > 0 && !waiting_nodes().any(|n| !named_finishing(n)) {
+            waiting = 0;
+        }
+    }
+    if candidates.is_empty() && waiting == 0 {
         return plan;
     }
-    if !all_ready {
+    if !not_ready.is_empty() {
         for name in not_ready {
             plan.blocked.push(format!("node {name} is not Ready"));
         }
         return plan;
     }
-    if let Some(reason) = scaling_gate(group, nodes.len()) {
+    if let Some(reason) = scaling_gate(group, size) {
         plan.blocked.push(reason);
         return plan;
     }
+    let limit = max_concurrent(group, size);
+    let mut occupied = holders.len();
 
     // Phase 2: disruptions, first for nodes that already hold a slot, by the disruption
     // methods of the update stage in list order (docs/executors.md §6).
     let mut full = false;
     let mut approved_now: Vec<&str> = Vec::new();
-    let asking: Vec<(&Node, UpdateMarks)> = disruption_candidates
+    let asking: Vec<(&Node, UpdateMarks)> = candidates
         .iter()
         .filter(|(_, m)| m.occupies_slot())
-        .map(|c| **c)
+        .copied()
         .collect();
     if !asking.is_empty() {
         let snapshot = DisruptionSnapshot {
@@ -145,7 +238,7 @@ pub fn plan_group_update_sorted(
             scaling: None,
             update: Some(UpdateView {
                 group,
-                group_size: nodes.len(),
+                group_size: size,
                 asking: &asking,
             }),
         };
@@ -157,11 +250,15 @@ pub fn plan_group_update_sorted(
             }
         }
     }
-    // Nodes asking for a disruption without a slot get one first (phase 3 semantics).
-    for (node, _) in disruption_candidates
+    // Nodes asking for a disruption without a slot get one first (phase 3 semantics), then
+    // phase 3: approvals into the free slots, in the group's order; the first node that finds
+    // none ends it (no later one would find one).
+    let unslotted = candidates
         .iter()
         .filter(|(_, m)| !m.occupies_slot())
-    {
+        .map(|(n, _)| *n);
+    let waiting = waiting_nodes().filter(|n| !named_finishing(n));
+    for node in unslotted.chain(waiting) {
         if occupied < limit {
             occupied += 1;
             approved_now.push(&node.name);
@@ -170,28 +267,12 @@ pub fn plan_group_update_sorted(
             });
         } else {
             full = true;
-        }
-    }
-
-    // Phase 3: approvals into the free slots.
-    for (node, _) in &waiting {
-        if occupied < limit {
-            occupied += 1;
-            approved_now.push(&node.name);
-            plan.commands.push(UpdateCommand::Approve {
-                node: node.name.clone(),
-            });
-        } else {
-            full = true;
+            break;
         }
     }
     if full {
-        let mut updating: Vec<&str> = nodes
-            .iter()
-            .filter(|(_, m)| m.occupies_slot())
-            .map(|(n, _)| n.name.as_str())
-            .chain(approved_now)
-            .collect();
+        let mut updating = holders;
+        updating.extend(approved_now);
         updating.sort_unstable();
         plan.blocked.push(format!(
             "maxConcurrent {limit} reached (updating: {})",
