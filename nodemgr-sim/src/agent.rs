@@ -435,7 +435,9 @@ impl AgentEnv<'_> {
             } else {
                 ("agent.kubelet-restart", "restarts the kubelet")
             };
-            self.record(kind, &n.group, name, format!("agent {what} ({secs}s)"));
+            let secs = crate::text::Digits::of(secs);
+            let message = crate::text::concat(&["agent ", what, " (", secs.as_str(), "s)"]);
+            self.record(kind, &n.group, name, message);
         }
         if r.done_at <= now {
             n.agent.running = None;
@@ -519,14 +521,14 @@ impl AgentEnv<'_> {
                 Driven::Updated(checksum) => {
                     self.stats.updates_completed += 1;
                     let short = checksum.get(..12).unwrap_or(&checksum);
-                    let message = format!("node runs {short}");
+                    let message = crate::text::concat(&["node runs ", short]);
                     self.record("agent.updated", &n.group, name, message);
                 }
                 Driven::Other(AgentAction::RunStep { name: step }) => {
                     self.start_step(name, n, step);
                 }
                 Driven::Other(AgentAction::EmitEvent(e)) => {
-                    let message = format!("{}: {}", e.reason, e.note);
+                    let message = crate::text::concat(&[&e.reason, ": ", &e.note]);
                     self.record("agent.event", &n.group, name, message);
                 }
                 Driven::Other(_) => {}
@@ -543,7 +545,7 @@ impl AgentEnv<'_> {
                 .get(group)
                 .map(|g| g.generations.desired().short())
                 .unwrap_or_default();
-            let message = format!("agent needs {desired}, asks for approval");
+            let message = crate::text::concat(&["agent needs ", desired, ", asks for approval"]);
             self.record("agent.waiting-for-approval", group, name, message);
         }
         for key in [
@@ -551,7 +553,7 @@ impl AgentEnv<'_> {
             keys::ANNOTATION_ROLLING_UPDATE,
         ] {
             if set.contains_key(key) {
-                let message = format!("agent asks for a disruption ({key})");
+                let message = crate::text::concat(&["agent asks for a disruption (", key, ")"]);
                 self.record("agent.disruption-required", group, name, message);
             }
         }
@@ -579,10 +581,16 @@ impl AgentEnv<'_> {
         let target = group
             .map(|g| g.generations.desired().short())
             .unwrap_or_default();
-        let message = format!(
-            "agent applies {target} ({effect}), done in {}s",
-            applied_at.saturating_since(now).as_secs()
-        );
+        let secs = crate::text::Digits::of(applied_at.saturating_since(now).as_secs());
+        let message = crate::text::concat(&[
+            "agent applies ",
+            target,
+            " (",
+            crate::text::impact(effect),
+            "), done in ",
+            secs.as_str(),
+            "s",
+        ]);
         n.agent.running = Some(RunningStep {
             name: step,
             applied_at,

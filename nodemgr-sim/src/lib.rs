@@ -41,6 +41,7 @@ pub mod rng;
 pub mod scaling;
 pub mod scenario;
 pub mod sim;
+mod text;
 pub mod timeline;
 pub mod world;
 

@@ -459,12 +459,12 @@ impl World {
                     .map(|n| (n.node.name.clone(), n.group.clone()))
                     .collect();
                 for (node, group) in nodes {
-                    let name = format!("{}-{node}", w.name);
+                    let name = crate::text::concat(&[&w.name, "-", &node]);
                     world.bind_pod_in(wi, name, &node, Some(&group));
                 }
             } else {
                 for r in 0..w.replicas {
-                    let name = format!("{}-{r}", w.name);
+                    let name = crate::text::concat(&[&w.name, "-", crate::text::digits(r).as_str()]);
                     match world.pick_node_in(wi) {
                         Some((node, group)) => world.bind_pod_in(wi, name, &node, Some(&group)),
                         None => world.pending_pods.push(PendingPod {
@@ -483,7 +483,11 @@ impl World {
 
     fn next_uid(&mut self, prefix: &str) -> String {
         self.uid_counter += 1;
-        format!("{prefix}-{:06}", self.uid_counter)
+        crate::text::concat(&[
+            prefix,
+            "-",
+            crate::text::Digits::padded(self.uid_counter, 6).as_str(),
+        ])
     }
 
     /// Appends a timeline event at the current virtual time.
@@ -739,13 +743,13 @@ fn take_due<T>(items: &mut Vec<T>, mut due: impl FnMut(&T) -> bool) -> Vec<T> {
     due
 }
 
-fn base36(mut n: u64) -> String {
+/// The five lowest base-36 digits of `n` (`0-9a-z`), on the stack.
+fn base36(mut n: u64) -> [u8; 5] {
     const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
-    for _ in 0..5 {
-        out.push(DIGITS[(n % 36) as usize]);
+    let mut out = [b'0'; 5];
+    for slot in out.iter_mut().rev() {
+        *slot = DIGITS[(n % 36) as usize];
         n /= 36;
     }
-    out.reverse();
-    String::from_utf8(out).unwrap_or_default()
+    out
 }

@@ -11,7 +11,7 @@ impl World {
         let g = self.groups.get_mut(group)?;
         let index = g.next_index;
         g.next_index += 1;
-        let name = format!("{group}-{index}");
+        let name = crate::text::concat(&[group, "-", crate::text::digits(index).as_str()]);
         let zone = g.zones[index % g.zones.len()].clone();
         self.add_node_as(group, &name, &zone, now)
     }
@@ -34,7 +34,7 @@ impl World {
             ready: true,
             last_heartbeat: Some(now),
             allocatable: g.capacity.clone(),
-            provider_id: Some(format!("sim:///{zone}/{name}")),
+            provider_id: Some(crate::text::concat(&["sim:///", &zone, "/", &name])),
             created: Some(now),
             ..Node::default()
         };
@@ -93,7 +93,7 @@ impl World {
             .map(|(i, _)| i)
             .collect();
         for wi in per_node {
-            let pod_name = format!("{}-{name}", self.workloads[wi].name);
+            let pod_name = crate::text::concat(&[&self.workloads[wi].name, "-", &name]);
             self.bind_pod_in(wi, pod_name, &name, Some(group));
         }
         // The agent's first pass: it finds the node up to date.
@@ -283,7 +283,9 @@ impl World {
                 WorkloadKind::StatefulSet => Some(pod.pod.name.clone()),
                 WorkloadKind::Deployment => {
                     let suffix = self.rng.below(36u64.pow(5));
-                    Some(format!("{}-{}", w.name, base36(suffix)))
+                    let digits = base36(suffix);
+                    let digits = std::str::from_utf8(&digits).unwrap_or_default();
+                    Some(crate::text::concat(&[&w.name, "-", digits]))
                 }
                 _ => None,
             };
@@ -388,7 +390,7 @@ impl World {
             .workloads
             .get(p.workload)
             .map_or("default", |w| w.namespace.as_str());
-        format!("{ns}/{}", p.name)
+        crate::text::concat(&[ns, "/", &p.name])
     }
 
     /// Replaces the machine of `node` (`RollingUpdate`): the node and its pods go now, a fresh

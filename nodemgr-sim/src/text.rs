@@ -1,0 +1,108 @@
+//! The strings the simulator makes at every pod binding, node creation, agent step and
+//! timeline event (names, uids, keys, messages), built without `format!`: sized once, the
+//! pieces pushed. Each helper writes exactly what the `format!` it replaces wrote (the
+//! properties below compare them on random inputs); `nodemgr-sim/README.md`, "Performance",
+//! "Seventh round (j)", tells what that saved.
+
+/// The pieces one after the other, in one allocation of the exact size.
+pub(crate) fn concat(parts: &[&str]) -> String {
+    let len = parts.iter().map(|p| p.len()).sum();
+    let mut out = String::with_capacity(len);
+    for p in parts {
+        out.push_str(p);
+    }
+    out
+}
+
+/// The decimal digits of a number (as `{}` writes it), zero-padded to a width (as `{:0w$}`),
+/// on the stack.
+#[derive(Clone, Copy)]
+pub(crate) struct Digits {
+    buf: [u8; 24],
+    start: usize,
+}
+
+impl Digits {
+    /// `n` in decimal, as `format!("{n}")`.
+    pub(crate) fn of(n: u64) -> Self {
+        Self::padded(n, 0)
+    }
+
+    /// `n` in decimal with leading zeros up to `width` digits (at most 24), as
+    /// `format!("{n:0width$}")`.
+    pub(crate) fn padded(mut n: u64, width: usize) -> Self {
+        let mut buf = [b'0'; 24];
+        let mut start = buf.len();
+        loop {
+            start -= 1;
+            if let Some(slot) = buf.get_mut(start) {
+                // `n % 10` is a single digit.
+                *slot = b'0' + (n % 10) as u8;
+            }
+            n /= 10;
+            if n == 0 || start == 0 {
+                break;
+            }
+        }
+        let start = start.min(buf.len().saturating_sub(width));
+        Self { buf, start }
+    }
+
+    /// The digits.
+    pub(crate) fn as_str(&self) -> &str {
+        // Only ASCII digits were written.
+        std::str::from_utf8(self.buf.get(self.start..).unwrap_or_default()).unwrap_or_default()
+    }
+}
+
+/// `n` in decimal (`usize`), as `format!("{n}")`.
+pub(crate) fn digits(n: usize) -> Digits {
+    Digits::of(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
+/// An update's effect as its `Display` writes it (`no restart`, `kubelet restart`,
+/// `disruptive`).
+pub(crate) fn impact(kind: nodemgr_core::ImpactKind) -> &'static str {
+    match kind {
+        nodemgr_core::ImpactKind::None => "no restart",
+        nodemgr_core::ImpactKind::KubeletRestart => "kubelet restart",
+        nodemgr_core::ImpactKind::Disruptive => "disruptive",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn impacts_read_as_displayed() {
+        use nodemgr_core::ImpactKind;
+        for kind in [ImpactKind::None, ImpactKind::KubeletRestart, ImpactKind::Disruptive] {
+            assert_eq!(impact(kind), kind.to_string());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        /// The built strings are those `format!` writes: numbers of every size (small ones
+        /// often), widths below and above their length, pieces empty or not.
+        #[test]
+        fn built_strings_are_the_formatted_ones(
+            n in prop_oneof![0u64..1000, any::<u64>()],
+            width in 0usize..24,
+            parts in proptest::collection::vec("[a-z/0-9é-]{0,6}", 0..6),
+        ) {
+            let (plain, padded) = (Digits::of(n), Digits::padded(n, width));
+            prop_assert_eq!(plain.as_str(), format!("{n}"));
+            prop_assert_eq!(padded.as_str(), format!("{n:0width$}"));
+            let small = digits(usize::try_from(n % 1_000_000).unwrap_or(0));
+            prop_assert_eq!(small.as_str(), format!("{}", n % 1_000_000));
+            let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+            let built = concat(&refs);
+            prop_assert_eq!(&built, &parts.concat());
+            prop_assert_eq!(built.capacity(), built.len());
+        }
+    }
+}
