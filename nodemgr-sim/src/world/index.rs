@@ -417,7 +417,7 @@ mod tests {
             .load
             .values()
             .flat_map(|b| b.values())
-            .any(BTreeSet::is_empty)
+            .any(super::NameBucket::is_empty)
         {
             errors.push("an empty load bucket".to_owned());
         }
@@ -444,6 +444,32 @@ mod tests {
             while sim.step() {
                 let errors = index_errors(sim.world());
                 prop_assert!(errors.is_empty(), "at {:?}: {:?}", sim.now(), errors);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// A load bucket answers as the `BTreeSet<String>` it replaced: random inserts and
+        /// takes of names sharing prefixes (`g-1`, `g-10`, …), the same answers, the same
+        /// names in the same order after each.
+        #[test]
+        fn a_name_bucket_is_a_sorted_set(
+            ops in prop::collection::vec((any::<bool>(), 0u16..40), 0..120),
+        ) {
+            let mut bucket = super::super::NameBucket::default();
+            let mut set = BTreeSet::new();
+            for (insert, n) in ops {
+                let name = format!("g-{n}");
+                if insert {
+                    bucket.insert(name.clone());
+                    set.insert(name);
+                } else {
+                    prop_assert_eq!(bucket.take(&name), set.take(&name));
+                }
+                prop_assert!(bucket.iter().eq(set.iter()));
+                prop_assert_eq!(bucket.is_empty(), set.is_empty());
             }
         }
     }

@@ -329,7 +329,39 @@ struct PodLabels {
 }
 
 /// A group's nodes by pod count, each count's in name order ([`WorldIndex`]'s `load`).
-type LoadBuckets = BTreeMap<usize, BTreeSet<String>>;
+type LoadBuckets = BTreeMap<usize, NameBucket>;
+
+/// The names of a group's nodes holding one pod count, sorted, each once: a vector searched
+/// by bisection (a node moves between buckets at every binding and removal of its pods; a
+/// `BTreeSet<String>` compared ≈ 20 names per move, this ≈ 7), answering as the set it
+/// replaced (`insert` keeps the name already there, `take`, `iter` in order).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct NameBucket(Vec<String>);
+
+impl NameBucket {
+    /// Adds `name` unless it is there.
+    fn insert(&mut self, name: String) {
+        if let Err(at) = self.0.binary_search(&name) {
+            self.0.insert(at, name);
+        }
+    }
+
+    /// Removes `name` and hands it back, if it is there.
+    fn take(&mut self, name: &str) -> Option<String> {
+        let at = self.0.binary_search_by(|n| n.as_str().cmp(name)).ok()?;
+        Some(self.0.remove(at))
+    }
+
+    /// The names in order.
+    fn iter(&self) -> std::slice::Iter<'_, String> {
+        self.0.iter()
+    }
+
+    /// Whether no name is there.
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 /// The parts of the world a node agent's pass reads and changes, borrowed apart from the
 /// nodes so that the agent's node is looked up once for its whole pass (`crate::agent`).
