@@ -122,15 +122,21 @@ impl SimAgent {
     /// from that here: the agent's patches follow its read in the same pass, with nothing in
     /// between.
     pub fn resource_version(&mut self, node: &Arc<Node>) -> String {
-        if let Some((seen, version)) = &self.seen
-            && std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node))
-        {
-            return version.clone();
+        self.current_version(node).to_owned()
+    }
+
+    /// [`SimAgent::resource_version`], borrowed (compared without a copy).
+    fn current_version(&mut self, node: &Arc<Node>) -> &str {
+        let same = self
+            .seen
+            .as_ref()
+            .is_some_and(|(seen, _)| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node)));
+        if !same {
+            self.versions = self.versions.saturating_add(1);
+            let version = crate::text::Digits::of(self.versions).as_str().to_owned();
+            self.seen = Some((Arc::downgrade(node), version));
         }
-        self.versions = self.versions.saturating_add(1);
-        let version = self.versions.to_string();
-        self.seen = Some((Arc::downgrade(node), version.clone()));
-        version
+        self.seen.as_ref().map_or("", |(_, version)| version.as_str())
     }
 
     /// Whether the node is NotReady because its step restarts the kubelet or reboots it.
@@ -480,7 +486,7 @@ impl AgentEnv<'_> {
                         annotations: n.node.annotations.clone(),
                     }))),
                     AgentAction::PatchNode(patch) => {
-                        if n.agent.resource_version(&n.node) != patch.resource_version {
+                        if n.agent.current_version(&n.node) != patch.resource_version {
                             AgentInput::Patched(PatchOutcome::Conflict)
                         } else {
                             patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);
