@@ -61,7 +61,7 @@ impl World {
                 .or_default()
                 .entry(count)
                 .or_default()
-                .insert(node.clone());
+                .insert(node.clone(), self.nodes.id_of(node));
         }
         // Dormant agents whose Node or bundle changed behind the world's back poll at the
         // first poll that sees it.
@@ -121,7 +121,7 @@ impl World {
                     .or_default()
                     .entry(count)
                     .or_default()
-                    .insert(node.to_owned());
+                    .insert(node.to_owned(), self.nodes.id_of(node));
             }
             return;
         };
@@ -135,9 +135,8 @@ impl World {
             }
         }
         if let Some(count) = new {
-            load.entry(count)
-                .or_default()
-                .insert(owned.unwrap_or_else(|| node.to_owned()));
+            let (name, id) = owned.unwrap_or_else(|| (node.to_owned(), self.nodes.id_of(node)));
+            load.entry(count).or_default().insert(name, id);
         }
     }
 
@@ -407,7 +406,7 @@ mod tests {
             .map(|(g, buckets)| {
                 let nodes: BTreeSet<(usize, String)> = buckets
                     .iter()
-                    .flat_map(|(count, names)| names.iter().map(|n| (*count, n.clone())))
+                    .flat_map(|(count, names)| names.iter().map(|(n, _)| (*count, n.clone())))
                     .collect();
                 (g.clone(), nodes)
             })
@@ -420,6 +419,11 @@ mod tests {
             .any(super::NameBucket::is_empty)
         {
             errors.push("an empty load bucket".to_owned());
+        }
+        for (name, id) in w.index.load.values().flat_map(|b| b.values()).flat_map(|b| b.iter()) {
+            if *id != w.nodes.id_of(name) {
+                errors.push(format!("load: {name} indexed as {id:?}"));
+            }
         }
         if load != indexed {
             errors.push(format!("load {indexed:?} != {load:?}"));
@@ -463,12 +467,12 @@ mod tests {
             for (insert, n) in ops {
                 let name = format!("g-{n}");
                 if insert {
-                    bucket.insert(name.clone());
+                    bucket.insert(name.clone(), None);
                     set.insert(name);
                 } else {
-                    prop_assert_eq!(bucket.take(&name), set.take(&name));
+                    prop_assert_eq!(bucket.take(&name).map(|(n, _)| n), set.take(&name));
                 }
-                prop_assert!(bucket.iter().eq(set.iter()));
+                prop_assert!(bucket.iter().map(|(n, _)| n).eq(set.iter()));
                 prop_assert_eq!(bucket.is_empty(), set.is_empty());
             }
         }

@@ -331,29 +331,34 @@ struct PodLabels {
 /// A group's nodes by pod count, each count's in name order ([`WorldIndex`]'s `load`).
 type LoadBuckets = BTreeMap<usize, NameBucket>;
 
-/// The names of a group's nodes holding one pod count, sorted, each once: a vector searched
+/// The names of a group's nodes holding one pod count, sorted, each once, each with its
+/// node's [`NodeId`] when it was known (a placement finds the node by it without hashing the
+/// name; an id whose node is gone finds nothing and the name is looked up): a vector searched
 /// by bisection (a node moves between buckets at every binding and removal of its pods; a
-/// `BTreeSet<String>` compared ≈ 20 names per move, this ≈ 7), answering as the set it
-/// replaced (`insert` keeps the name already there, `take`, `iter` in order).
+/// `BTreeSet<String>` compared ≈ 20 names per move, this ≈ 7), answering as the set of names
+/// it replaced (`insert` keeps the name already there, `take`, `iter` in order).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct NameBucket(Vec<String>);
+struct NameBucket(Vec<(String, Option<NodeId>)>);
 
 impl NameBucket {
-    /// Adds `name` unless it is there.
-    fn insert(&mut self, name: String) {
-        if let Err(at) = self.0.binary_search(&name) {
-            self.0.insert(at, name);
+    /// Adds `name` (node `id`) unless it is there.
+    fn insert(&mut self, name: String, id: Option<NodeId>) {
+        if let Err(at) = self.0.binary_search_by(|(n, _)| n.cmp(&name)) {
+            self.0.insert(at, (name, id));
         }
     }
 
-    /// Removes `name` and hands it back, if it is there.
-    fn take(&mut self, name: &str) -> Option<String> {
-        let at = self.0.binary_search_by(|n| n.as_str().cmp(name)).ok()?;
+    /// Removes `name` and hands it back with its id, if it is there.
+    fn take(&mut self, name: &str) -> Option<(String, Option<NodeId>)> {
+        let at = self
+            .0
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()?;
         Some(self.0.remove(at))
     }
 
-    /// The names in order.
-    fn iter(&self) -> std::slice::Iter<'_, String> {
+    /// The names in order, with their ids.
+    fn iter(&self) -> std::slice::Iter<'_, (String, Option<NodeId>)> {
         self.0.iter()
     }
 

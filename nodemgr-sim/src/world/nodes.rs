@@ -169,6 +169,12 @@ impl Nodes {
         self.entries.get(at).map(|e| e.name.as_str())
     }
 
+    /// Node `id`, while it exists.
+    pub(crate) fn get_by_id(&self, id: NodeId) -> Option<&SimNode> {
+        let at = self.position_of_id(id)?;
+        self.entries.get(at).map(|e| &e.node)
+    }
+
     /// The position in name order of node `id`, while it exists.
     pub(crate) fn position_of_id(&self, id: NodeId) -> Option<usize> {
         let at = *self.position.get(id.0 as usize)?;

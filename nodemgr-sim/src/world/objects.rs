@@ -221,10 +221,11 @@ impl World {
                 .get(group)
                 .into_iter()
                 .flatten()
-                .flat_map(|(count, names)| names.iter().map(move |name| (count, name)))
-                .find_map(|(count, name)| {
-                    self.nodes
-                        .get(name)
+                .flat_map(|(count, names)| names.iter().map(move |entry| (count, entry)))
+                .find_map(|(count, (name, id))| {
+                    // By id (no hashing); a name whose node is gone or unknown by name.
+                    id.and_then(|id| self.nodes.get_by_id(id))
+                        .or_else(|| self.nodes.get(name))
                         .filter(|n| self.can_take_pod(n, *count))
                         .map(|n| (name.clone(), n.group.clone()))
                 });
