@@ -48,6 +48,16 @@ impl Digits {
         Self { buf, start }
     }
 
+    /// The digits, as bytes (compared without making a string).
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.buf.get(self.start..).unwrap_or_default()
+    }
+
+    /// Appends the digits to `out` (ASCII pushed as characters, no UTF-8 check).
+    pub(crate) fn push_to(&self, out: &mut String) {
+        out.extend(self.as_bytes().iter().map(|&b| char::from(b)));
+    }
+
     /// The digits.
     pub(crate) fn as_str(&self) -> &str {
         // Only ASCII digits were written.
@@ -97,6 +107,11 @@ mod tests {
             let (plain, padded) = (Digits::of(n), Digits::padded(n, width));
             prop_assert_eq!(plain.as_str(), format!("{n}"));
             prop_assert_eq!(padded.as_str(), format!("{n:0width$}"));
+            let formatted = format!("{n:0width$}");
+            prop_assert_eq!(padded.as_bytes(), formatted.as_bytes());
+            let mut pushed = String::from("uid-");
+            padded.push_to(&mut pushed);
+            prop_assert_eq!(pushed, format!("uid-{n:0width$}"));
             let small = digits(usize::try_from(n % 1_000_000).unwrap_or(0));
             prop_assert_eq!(small.as_str(), format!("{}", n % 1_000_000));
             let refs: Vec<&str> = parts.iter().map(String::as_str).collect();

@@ -520,11 +520,12 @@ impl World {
 
     fn next_uid(&mut self, prefix: &str) -> String {
         self.uid_counter += 1;
-        crate::text::concat(&[
-            prefix,
-            "-",
-            crate::text::Digits::padded(self.uid_counter, 6).as_str(),
-        ])
+        let digits = crate::text::Digits::padded(self.uid_counter, 6);
+        let mut uid = String::with_capacity(prefix.len() + 1 + digits.as_bytes().len());
+        uid.push_str(prefix);
+        uid.push('-');
+        digits.push_to(&mut uid);
+        uid
     }
 
     /// Appends a timeline event at the current virtual time.
