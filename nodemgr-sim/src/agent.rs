@@ -136,7 +136,9 @@ impl SimAgent {
             let version = crate::text::Digits::of(self.versions).as_str().to_owned();
             self.seen = Some((Arc::downgrade(node), version));
         }
-        self.seen.as_ref().map_or("", |(_, version)| version.as_str())
+        self.seen
+            .as_ref()
+            .map_or("", |(_, version)| version.as_str())
     }
 
     /// Whether the node is NotReady because its step restarts the kubelet or reboots it.

@@ -88,7 +88,11 @@ mod tests {
     #[test]
     fn impacts_read_as_displayed() {
         use nodemgr_core::ImpactKind;
-        for kind in [ImpactKind::None, ImpactKind::KubeletRestart, ImpactKind::Disruptive] {
+        for kind in [
+            ImpactKind::None,
+            ImpactKind::KubeletRestart,
+            ImpactKind::Disruptive,
+        ] {
             assert_eq!(impact(kind), kind.to_string());
         }
     }

@@ -420,7 +420,13 @@ mod tests {
         {
             errors.push("an empty load bucket".to_owned());
         }
-        for (name, id) in w.index.load.values().flat_map(|b| b.values()).flat_map(|b| b.iter()) {
+        for (name, id) in w
+            .index
+            .load
+            .values()
+            .flat_map(|b| b.values())
+            .flat_map(|b| b.iter())
+        {
             if *id != w.nodes.id_of(name) {
                 errors.push(format!("load: {name} indexed as {id:?}"));
             }

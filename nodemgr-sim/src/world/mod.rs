@@ -501,7 +501,8 @@ impl World {
                 }
             } else {
                 for r in 0..w.replicas {
-                    let name = crate::text::concat(&[&w.name, "-", crate::text::digits(r).as_str()]);
+                    let name =
+                        crate::text::concat(&[&w.name, "-", crate::text::digits(r).as_str()]);
                     match world.pick_node_in(wi) {
                         Some((node, group)) => world.bind_pod_in(wi, name, &node, Some(&group)),
                         None => world.pending_pods.push(PendingPod {
