@@ -767,8 +767,16 @@ impl UpdateExecutor {
         } else {
             self.view.marked().iter().map(String::as_str).collect()
         };
+        // The same question of a patched node, by two lookups (`UpdateMarks::drain_relevant_in`).
+        let node_takes_part = |node: &Node| {
+            if plain {
+                UpdateMarks::drain_marked_in(node)
+            } else {
+                UpdateMarks::drain_relevant_in(node)
+            }
+        };
         for (name, node) in patched {
-            if takes_part(UpdateMarks::of(node)) {
+            if node_takes_part(node) {
                 names.insert(name);
             } else {
                 names.remove(name.as_str());
