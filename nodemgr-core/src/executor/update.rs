@@ -1050,14 +1050,19 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
             return;
         }
         // Every pending eviction of the node at once (`join_in_order`: as `join_all`, without
-        // its bookkeeping when the port answers at once).
-        let results = crate::ports::join_in_order(evictions.iter().map(|key| async move {
-            match PodRef::parse(key) {
-                Some(pod) => cluster.evict_pod(&pod).await,
-                None => Err(ClusterError::other(format!("malformed pod key {key}"))),
-            }
-        }))
-        .await;
+        // its bookkeeping when the port answers at once). The calls are made before the join
+        // (as `join_all` makes them): the closure is not held across an await, which keeps
+        // the step's future `Send` for the kube adapter's runtime.
+        let calls: Vec<_> = evictions
+            .iter()
+            .map(|key| async move {
+                match PodRef::parse(key) {
+                    Some(pod) => cluster.evict_pod(&pod).await,
+                    None => Err(ClusterError::other(format!("malformed pod key {key}"))),
+                }
+            })
+            .collect();
+        let results = crate::ports::join_in_order(calls).await;
         let mut accepted = false;
         for (pod, result) in evictions.into_iter().zip(results) {
             let outcome = match result {
