@@ -347,8 +347,18 @@ impl NodePatch {
     /// Applies the patch to a node view in place (what an implementation stores; the simulator
     /// and tests use it, adapters send the patch instead).
     pub fn apply_to(&self, node: &mut Node) {
-        apply_map(&mut node.labels, &self.labels);
-        apply_map(&mut node.annotations, &self.annotations);
+        for (key, value) in &self.labels {
+            match value {
+                Some(v) => node.labels.insert(key.clone(), v.clone()),
+                None => node.labels.remove(key),
+            };
+        }
+        for (key, value) in &self.annotations {
+            match value {
+                Some(v) => node.annotations.insert(key.clone(), v.clone()),
+                None => node.annotations.remove(key),
+            };
+        }
         node.taints.retain(|t| !self.remove_taints.contains(&t.key));
         for taint in &self.add_taints {
             node.taints
@@ -360,33 +370,6 @@ impl NodePatch {
         }
         if let Some(id) = &self.provider_id {
             node.provider_id = Some(id.clone());
-        }
-    }
-}
-
-/// Sets and removes `changes` in `map`. A change that changes nothing (the same value set, an
-/// absent key removed) leaves the map untouched: a map shared with another copy of the node
-/// is not copied for it. A value set on a present key is written into the value there (the
-/// key is not copied).
-fn apply_map(map: &mut crate::model::StringMap, changes: &BTreeMap<String, Option<String>>) {
-    for (key, value) in changes {
-        match value {
-            Some(v) => {
-                if map.get(key.as_str()) == Some(v) {
-                    continue;
-                }
-                match map.get_mut(key.as_str()) {
-                    Some(slot) => v.clone_into(slot),
-                    None => {
-                        map.insert(key.clone(), v.clone());
-                    }
-                }
-            }
-            None => {
-                if map.contains_key(key.as_str()) {
-                    map.remove(key.as_str());
-                }
-            }
         }
     }
 }
@@ -764,76 +747,6 @@ impl<T: ClusterRead + NodeApi + PodApi + EventApi + ?Sized> ClusterApi for T {}
 mod tests {
     use super::*;
     use crate::model::TaintEffect;
-    use proptest::prelude::*;
-
-    /// `NodePatch::apply_to` as it was: every change written, whatever the map holds.
-    fn applied_plainly(patch: &NodePatch, node: &mut Node) {
-        for (key, value) in &patch.labels {
-            match value {
-                Some(v) => node.labels.insert(key.clone(), v.clone()),
-                None => node.labels.remove(key),
-            };
-        }
-        for (key, value) in &patch.annotations {
-            match value {
-                Some(v) => node.annotations.insert(key.clone(), v.clone()),
-                None => node.annotations.remove(key),
-            };
-        }
-        node.taints.retain(|t| !patch.remove_taints.contains(&t.key));
-        for taint in &patch.add_taints {
-            node.taints
-                .retain(|t| !(t.key == taint.key && t.effect == taint.effect));
-            node.taints.push(taint.clone());
-        }
-        if let Some(value) = patch.unschedulable {
-            node.unschedulable = value;
-        }
-        if let Some(id) = &patch.provider_id {
-            node.provider_id = Some(id.clone());
-        }
-    }
-
-    fn small_map() -> impl Strategy<Value = BTreeMap<String, String>> {
-        proptest::collection::btree_map("[a-d]", "[xy]{0,2}", 0..5)
-    }
-
-    fn small_changes() -> impl Strategy<Value = BTreeMap<String, Option<String>>> {
-        proptest::collection::btree_map("[a-d]", proptest::option::of("[xy]{0,2}"), 0..5)
-    }
-
-    proptest! {
-        /// A patch leaves the node as writing every change would, whether its maps are
-        /// shared with another copy or not, and a copy sharing them is not changed.
-        #[test]
-        fn a_patch_applies_as_every_change_written(
-            labels in small_map(),
-            annotations in small_map(),
-            set_labels in small_changes(),
-            set_annotations in small_changes(),
-            unschedulable in proptest::option::of(any::<bool>()),
-        ) {
-            let node = Node {
-                name: "n".into(),
-                labels: labels.into(),
-                annotations: annotations.into(),
-                ..Node::default()
-            };
-            let patch = NodePatch {
-                labels: set_labels,
-                annotations: set_annotations,
-                unschedulable,
-                ..NodePatch::default()
-            };
-            let before = node.clone();
-            let mut ours = node.clone();
-            patch.apply_to(&mut ours);
-            let mut plain = before.clone();
-            applied_plainly(&patch, &mut plain);
-            prop_assert_eq!(&ours, &plain);
-            prop_assert_eq!(&node, &before);
-        }
-    }
 
     #[test]
     fn pod_refs_parse_keys() {
