@@ -979,7 +979,10 @@ fn gone_pods<'r>(
             .get(key)
             .is_some_and(|known| !known.is_empty() && known != uid)
     };
-    if pods.windows(2).all(|w| matches!(w, [a, b] if a.key <= b.key)) {
+    if pods
+        .windows(2)
+        .all(|w| matches!(w, [a, b] if a.key <= b.key))
+    {
         let mut at = 0;
         return remaining
             .filter(|key| {

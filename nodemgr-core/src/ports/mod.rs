@@ -56,10 +56,8 @@ where
     let mut outputs = Vec::with_capacity(futures.size_hint().0);
     while let Some(future) = futures.next() {
         let mut future = std::pin::pin!(future);
-        let first = std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(future.as_mut().poll(cx))
-        })
-        .await;
+        let first =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx))).await;
         match first {
             std::task::Poll::Ready(output) => outputs.push(output),
             std::task::Poll::Pending => {
