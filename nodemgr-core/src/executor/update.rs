@@ -767,8 +767,16 @@ impl UpdateExecutor {
         } else {
             self.view.marked().iter().map(String::as_str).collect()
         };
+        // The same question of a patched node, by two lookups (`UpdateMarks::drain_relevant_in`).
+        let node_takes_part = |node: &Node| {
+            if plain {
+                UpdateMarks::drain_marked_in(node)
+            } else {
+                UpdateMarks::drain_relevant_in(node)
+            }
+        };
         for (name, node) in patched {
-            if takes_part(UpdateMarks::of(node)) {
+            if node_takes_part(node) {
                 names.insert(name);
             } else {
                 names.remove(name.as_str());
@@ -951,26 +959,55 @@ impl UpdateExecutor {
 /// Feeds what the listing shows into the drain: tracked pods that are no longer on the node (or
 /// were replaced by a pod of another UID) are gone.
 fn observe_pods(active: &mut ActiveDrain, pods: &[NodePod], now: Timestamp) {
+    let gone = gone_pods(active.drain.remaining(), &active.pod_uids, pods);
+    for key in gone {
+        active.drain.handle_pod_deleted(&key, now);
+    }
+}
+
+/// The keys among `remaining` (in strictly increasing order, as [`Drain::remaining`] gives
+/// them) that the listing `pods` no longer shows, or shows with another UID than the one in
+/// `pod_uids` (a key listed twice: the last one counts). A listing sorted by key (the
+/// simulator's) is walked beside them; any other is indexed first. Both answer the same.
+fn gone_pods<'r>(
+    remaining: impl Iterator<Item = &'r str>,
+    pod_uids: &BTreeMap<String, String>,
+    pods: &[NodePod],
+) -> Vec<String> {
+    let replaced = |key: &str, uid: &str| {
+        pod_uids
+            .get(key)
+            .is_some_and(|known| !known.is_empty() && known != uid)
+    };
+    if pods
+        .windows(2)
+        .all(|w| matches!(w, [a, b] if a.key <= b.key))
+    {
+        let mut at = 0;
+        return remaining
+            .filter(|key| {
+                while pods.get(at).is_some_and(|p| p.key.as_str() < *key) {
+                    at += 1;
+                }
+                let mut uid = None;
+                while let Some(p) = pods.get(at).filter(|p| p.key == *key) {
+                    uid = Some(p.uid.as_str());
+                    at += 1;
+                }
+                uid.is_none_or(|uid| replaced(key, uid))
+            })
+            .map(str::to_owned)
+            .collect();
+    }
     // A key listed twice: the last one counts.
     let present: BTreeMap<&str, &str> = pods
         .iter()
         .map(|p| (p.key.as_str(), p.uid.as_str()))
         .collect();
-    let gone: Vec<String> = active
-        .drain
-        .remaining()
-        .filter(|key| match present.get(*key) {
-            None => true,
-            Some(uid) => active
-                .pod_uids
-                .get(*key)
-                .is_some_and(|known| !known.is_empty() && known != uid),
-        })
+    remaining
+        .filter(|key| present.get(*key).is_none_or(|uid| replaced(key, uid)))
         .map(str::to_owned)
-        .collect();
-    for key in gone {
-        active.drain.handle_pod_deleted(&key, now);
-    }
+        .collect()
 }
 
 /// At most this many poll rounds per drain and step: each round either issues evictions (every
@@ -1015,14 +1052,20 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
         if evictions.is_empty() {
             return;
         }
-        // Every pending eviction of the node at once.
-        let results = futures::future::join_all(evictions.iter().map(|key| async move {
-            match PodRef::parse(key) {
-                Some(pod) => cluster.evict_pod(&pod).await,
-                None => Err(ClusterError::other(format!("malformed pod key {key}"))),
-            }
-        }))
-        .await;
+        // Every pending eviction of the node at once (`join_in_order`: as `join_all`, without
+        // its bookkeeping when the port answers at once). The calls are made before the join
+        // (as `join_all` makes them): the closure is not held across an await, which keeps
+        // the step's future `Send` for the kube adapter's runtime.
+        let calls: Vec<_> = evictions
+            .iter()
+            .map(|key| async move {
+                match PodRef::parse(key) {
+                    Some(pod) => cluster.evict_pod(&pod).await,
+                    None => Err(ClusterError::other(format!("malformed pod key {key}"))),
+                }
+            })
+            .collect();
+        let results = crate::ports::join_in_order(calls).await;
         let mut accepted = false;
         for (pod, result) in evictions.into_iter().zip(results) {
             let outcome = match result {
@@ -1762,5 +1805,56 @@ mod tests {
                 .all(|k| !update_annotation_keys().contains(k.as_str()))
         );
         assert!(command_patch(&UpdateCommand::ReplaceMachine { node: "n1".into() }).is_none());
+    }
+
+    /// `gone_pods` as it was: the listing indexed by key whatever its order.
+    fn gone_pods_indexed(
+        remaining: &BTreeSet<String>,
+        pod_uids: &BTreeMap<String, String>,
+        pods: &[NodePod],
+    ) -> Vec<String> {
+        let present: BTreeMap<&str, &str> = pods
+            .iter()
+            .map(|p| (p.key.as_str(), p.uid.as_str()))
+            .collect();
+        remaining
+            .iter()
+            .filter(|key| match present.get(key.as_str()) {
+                None => true,
+                Some(uid) => pod_uids
+                    .get(*key)
+                    .is_some_and(|known| !known.is_empty() && known != uid),
+            })
+            .cloned()
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// The pods a listing shows gone are the same whether the listing is walked beside
+        /// the drain's (sorted) keys or indexed: over listings sorted or not, with keys listed
+        /// twice, replaced UIDs and UIDs not known.
+        #[test]
+        fn a_sorted_listing_walked_shows_the_same_pods_gone(
+            remaining in proptest::collection::btree_set(0u8..8, 0..8),
+            uids in proptest::collection::btree_map(0u8..8, 0u8..3, 0..8),
+            listed in proptest::collection::vec((0u8..8, 0u8..3, proptest::bool::ANY), 0..10),
+            sort in proptest::bool::ANY,
+        ) {
+            let key = |k: u8| format!("ns/p{k}");
+            let uid = |u: u8| if u == 0 { String::new() } else { format!("u{u}") };
+            let remaining: BTreeSet<String> = remaining.into_iter().map(key).collect();
+            let pod_uids: BTreeMap<String, String> =
+                uids.into_iter().map(|(k, u)| (key(k), uid(u))).collect();
+            let mut pods: Vec<NodePod> = listed
+                .into_iter()
+                .map(|(k, u, evictable)| NodePod { key: key(k), uid: uid(u), evictable })
+                .collect();
+            if sort {
+                // Stable: of a key listed twice the last one stays last.
+                pods.sort_by(|a, b| a.key.cmp(&b.key));
+            }
+            let walked = gone_pods(remaining.iter().map(String::as_str), &pod_uids, &pods);
+            proptest::prop_assert_eq!(walked, gone_pods_indexed(&remaining, &pod_uids, &pods));
+        }
     }
 }
