@@ -28,51 +28,9 @@ use nodemgr_core::model::Timestamp;
 use nodemgr_core::ports::{ClusterRead, NodeRevision};
 use nodemgr_sim::{Controller, Scenario, SimCluster, Simulation, World, block_on};
 use proptest::prelude::*;
-use serde_json::json;
 
 mod support;
-use support::{FAULTS, Fault, Group, change_events, group, outcome, same_outcomes};
-
-#[derive(Debug, Clone)]
-struct Case {
-    groups: Vec<Group>,
-    faults: Vec<(u8, usize, usize, u64, u64)>,
-}
-
-fn case() -> impl Strategy<Value = Case> {
-    (
-        prop::collection::vec(group(1..=5, 0..1800), 1..=3),
-        prop::collection::vec((0u8..6, 0usize..3, 0usize..5, 0u64..2400, 10u64..300), 0..5),
-    )
-        .prop_map(|(groups, faults)| Case { groups, faults })
-}
-
-fn scenario(c: &Case) -> Scenario {
-    let mut groups = Vec::new();
-    let mut workloads =
-        vec![json!({"name": "exporter", "namespace": "monitoring", "kind": "DaemonSet"})];
-    let mut events = Vec::new();
-    for (i, g) in c.groups.iter().enumerate() {
-        let (group, workload) = g.manifests(i);
-        groups.push(group);
-        workloads.push(workload);
-        events.extend(change_events(&format!("g{i}"), g.mode, &g.changes, 200));
-    }
-    for (kind, g, n, at, dur) in &c.faults {
-        let gi = g % c.groups.len();
-        let node = format!("g{gi}-{}", n % c.groups[gi].nodes);
-        events.push(Fault::pick(&FAULTS, *kind).event(&format!("{at}s"), &node, gi, *dur));
-    }
-    let value = json!({
-        "name": "logged-feed", "duration": "45m", "reconcilePeriod": "10s",
-        "agent": {"delay": "20s", "jitter": "7s", "kubeletRestart": "5s", "reboot": "30s"},
-        "groups": groups, "workloads": workloads, "events": events,
-    });
-    match Scenario::from_yaml(&value.to_string()) {
-        Ok(s) => s,
-        Err(e) => panic!("generated scenario rejected: {e}\n{value:#}"),
-    }
-}
+use support::{fault_case as case, fault_scenario, outcome, same_outcomes};
 
 /// Reads the change feed through the cluster port every `period`, continuing from the
 /// revision of its previous answer, and logs every answer.
@@ -191,7 +149,7 @@ proptest! {
         period in 3u64..=17,
         meddle in prop::sample::select(vec![0u64, 0, 7, 23, 61]),
     ) {
-        let s = scenario(&c);
+        let s = fault_scenario("logged-feed", &c);
         let (logged, logged_log) = run(&s, seed, period, meddle, true);
         let (walked, walked_log) = run(&s, seed, period, meddle, false);
         same_outcomes(("logged feed", &logged), ("walk", &walked))?;

@@ -202,35 +202,37 @@ mod tests {
         ]
     }
 
+    /// A Node with up to 11 annotations drawn from [`key`], valued as a controller or the
+    /// agent would write them.
+    fn marked_node() -> impl Strategy<Value = Node> {
+        proptest::collection::btree_map(
+            key(),
+            prop_oneof![
+                Just(String::new()),
+                Just("bashible".to_owned()),
+                Just("user".to_owned())
+            ],
+            0..12,
+        )
+        .prop_map(|annotations| Node {
+            annotations: StringMap::from(annotations),
+            ..Node::default()
+        })
+    }
+
     proptest! {
         #[test]
         fn one_walk_reads_the_marks_one_lookup_per_key_reads(
-            annotations in proptest::collection::btree_map(
-                key(),
-                prop_oneof![Just(String::new()), Just("bashible".to_owned()), Just("user".to_owned())],
-                0..12,
-            )
+            node in marked_node()
         ) {
-            let node = Node {
-                annotations: StringMap::from(annotations),
-                ..Node::default()
-            };
             prop_assert_eq!(UpdateMarks::of(&node), looked_up(&node));
         }
 
         /// The drain half's two-lookup questions answer as the marks read by the walk do.
         #[test]
         fn drain_questions_by_lookup_answer_as_the_marks(
-            annotations in proptest::collection::btree_map(
-                key(),
-                prop_oneof![Just(String::new()), Just("bashible".to_owned()), Just("user".to_owned())],
-                0..12,
-            )
+            node in marked_node()
         ) {
-            let node = Node {
-                annotations: StringMap::from(annotations),
-                ..Node::default()
-            };
             let marks = UpdateMarks::of(&node);
             prop_assert_eq!(UpdateMarks::drain_relevant_in(&node), marks.drain_relevant());
             prop_assert_eq!(

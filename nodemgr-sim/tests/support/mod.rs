@@ -1,15 +1,16 @@
 //! What the equivalence properties compare: everything a run leaves, as text; and the random
 //! groups and change events several of them build their scenarios from.
 //!
-//! `incremental_world`, `skipping_executor`, `lazy_agents` and `shared_views` each run one
-//! scenario two ways (a shortcut and the plain path) and require the same [`outcome`].
+//! `incremental_world`, `skipping_executor`, `lazy_agents`, `shared_views` and `logged_feed`
+//! each run one scenario two ways (a shortcut and the plain path) and require the same
+//! [`outcome`]; the last two draw it as a [`FaultCase`].
 
 // Each property uses part of this module.
 #![allow(dead_code)]
 
 use std::ops::{Range, RangeInclusive};
 
-use nodemgr_sim::World;
+use nodemgr_sim::{Scenario, World};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -179,5 +180,53 @@ impl Fault {
                 json!({"at": at, "restartControllers": {"clockSkew": "+20s"}})
             }
         }
+    }
+}
+
+/// A random cluster of one to three [`Group`]s with up to five injected faults
+/// (`(kind in FAULTS, group, node, at s, for s)`), for the properties that run it two ways.
+#[derive(Debug, Clone)]
+pub struct FaultCase {
+    /// The groups.
+    pub groups: Vec<Group>,
+    /// The faults, as drawn.
+    pub faults: Vec<(u8, usize, usize, u64, u64)>,
+}
+
+/// Draws a [`FaultCase`].
+pub fn fault_case() -> impl Strategy<Value = FaultCase> {
+    (
+        prop::collection::vec(group(1..=5, 0..1800), 1..=3),
+        prop::collection::vec((0u8..6, 0usize..3, 0usize..5, 0u64..2400, 10u64..300), 0..5),
+    )
+        .prop_map(|(groups, faults)| FaultCase { groups, faults })
+}
+
+/// The 45-minute scenario `name` of a [`FaultCase`]: its groups with their workloads and
+/// change events, a DaemonSet, and the faults on the nodes they name.
+pub fn fault_scenario(name: &str, c: &FaultCase) -> Scenario {
+    let mut groups = Vec::new();
+    let mut workloads =
+        vec![json!({"name": "exporter", "namespace": "monitoring", "kind": "DaemonSet"})];
+    let mut events = Vec::new();
+    for (i, g) in c.groups.iter().enumerate() {
+        let (group, workload) = g.manifests(i);
+        groups.push(group);
+        workloads.push(workload);
+        events.extend(change_events(&format!("g{i}"), g.mode, &g.changes, 200));
+    }
+    for (kind, g, n, at, dur) in &c.faults {
+        let gi = g % c.groups.len();
+        let node = format!("g{gi}-{}", n % c.groups[gi].nodes);
+        events.push(Fault::pick(&FAULTS, *kind).event(&format!("{at}s"), &node, gi, *dur));
+    }
+    let value = json!({
+        "name": name, "duration": "45m", "reconcilePeriod": "10s",
+        "agent": {"delay": "20s", "jitter": "7s", "kubeletRestart": "5s", "reboot": "30s"},
+        "groups": groups, "workloads": workloads, "events": events,
+    });
+    match Scenario::from_yaml(&value.to_string()) {
+        Ok(s) => s,
+        Err(e) => panic!("generated scenario rejected: {e}\n{value:#}"),
     }
 }
