@@ -377,6 +377,13 @@ impl World {
                     &checksum,
                     "stored a bundle that does not hash to its checksum"
                 );
+                if self.running.as_ref().is_some_and(|r| *r != checksum) {
+                    // Another bundle stored: the agent's progress record is about it from now
+                    // on, so the steps of `running` it recorded are forgotten, and run again
+                    // if the group's bundle flaps back before a step of this one ran
+                    // (docs/agent.md, "Known limitation"). Disk truth (`succeeded`) stays.
+                    self.finished.clear();
+                }
                 self.stored = Some((checksum, steps));
             }
             AgentAction::WriteProgress(p) => {
@@ -550,7 +557,8 @@ proptest! {
     /// Under any schedule: no step before `approved` (first run aside), no disruptive step
     /// before `disruption-approved` (first run aside), no checksum reported (annotation or
     /// file) that the node does not run, no finished step of the same bundle run twice across
-    /// restarts, steps in lexical order; and once the faults stop, the agent converges (no
+    /// restarts while no other bundle was stored (docs/agent.md, "Known limitation"), steps in
+    /// lexical order; and once the faults stop, the agent converges (no
     /// request was lost to a conflict or a failed patch).
     #[test]
     fn agent_keeps_the_protocol_under_random_schedules(
