@@ -594,7 +594,7 @@ impl AgentEnv<'_> {
             "agent applies ",
             target,
             " (",
-            crate::text::impact(effect),
+            effect.as_str(),
             "), done in ",
             secs.as_str(),
             "s",

@@ -70,32 +70,10 @@ pub(crate) fn digits(n: usize) -> Digits {
     Digits::of(u64::try_from(n).unwrap_or(u64::MAX))
 }
 
-/// An update's effect as its `Display` writes it (`no restart`, `kubelet restart`,
-/// `disruptive`).
-pub(crate) fn impact(kind: nodemgr_core::ImpactKind) -> &'static str {
-    match kind {
-        nodemgr_core::ImpactKind::None => "no restart",
-        nodemgr_core::ImpactKind::KubeletRestart => "kubelet restart",
-        nodemgr_core::ImpactKind::Disruptive => "disruptive",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn impacts_read_as_displayed() {
-        use nodemgr_core::ImpactKind;
-        for kind in [
-            ImpactKind::None,
-            ImpactKind::KubeletRestart,
-            ImpactKind::Disruptive,
-        ] {
-            assert_eq!(impact(kind), kind.to_string());
-        }
-    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2048))]

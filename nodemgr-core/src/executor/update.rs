@@ -1052,20 +1052,14 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
         if evictions.is_empty() {
             return;
         }
-        // Every pending eviction of the node at once (`join_in_order`: as `join_all`, without
-        // its bookkeeping when the port answers at once). The calls are made before the join
-        // (as `join_all` makes them): the closure is not held across an await, which keeps
-        // the step's future `Send` for the kube adapter's runtime.
-        let calls: Vec<_> = evictions
-            .iter()
-            .map(|key| async move {
-                match PodRef::parse(key) {
-                    Some(pod) => cluster.evict_pod(&pod).await,
-                    None => Err(ClusterError::other(format!("malformed pod key {key}"))),
-                }
-            })
-            .collect();
-        let results = crate::ports::join_in_order(calls).await;
+        // Every pending eviction of the node at once.
+        let results = futures::future::join_all(evictions.iter().map(|key| async move {
+            match PodRef::parse(key) {
+                Some(pod) => cluster.evict_pod(&pod).await,
+                None => Err(ClusterError::other(format!("malformed pod key {key}"))),
+            }
+        }))
+        .await;
         let mut accepted = false;
         for (pod, result) in evictions.into_iter().zip(results) {
             let outcome = match result {

@@ -180,13 +180,21 @@ pub enum ImpactKind {
     Disruptive,
 }
 
-impl fmt::Display for ImpactKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl ImpactKind {
+    /// What the effect is called in messages (`no restart`, `kubelet restart`,
+    /// `disruptive`); also its `Display`.
+    pub fn as_str(self) -> &'static str {
+        match self {
             Self::None => "no restart",
             Self::KubeletRestart => "kubelet restart",
             Self::Disruptive => "disruptive",
-        })
+        }
+    }
+}
+
+impl fmt::Display for ImpactKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -391,7 +391,7 @@ impl World {
             .workloads
             .get(p.workload)
             .map_or("default", |w| w.namespace.as_str());
-        crate::text::concat(&[ns, "/", &p.name])
+        nodemgr_core::model::pod_key(ns, &p.name)
     }
 
     /// Replaces the machine of `node` (`RollingUpdate`): the node and its pods go now, a fresh
