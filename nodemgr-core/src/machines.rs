@@ -28,7 +28,13 @@
 //!   until the cloud no longer lists it, then the Instance goes
 //!   ([`MachineCommand::ForgetInstance`]).
 //! - **Vanished machines.** A machine the cloud listed before and no longer lists (terminated
-//!   outside nodemgr, a spot reclaim) is recorded as a failure and its Instance goes.
+//!   outside nodemgr, a spot reclaim) is recorded as a failure and its Instance goes. So is a
+//!   machine never seen listed whose Node registered (a Node named like it, with a provider ID)
+//!   once the cloud confirms that provider ID is gone ([`MachineSnapshot::absent`]): a name
+//!   whose machine registered a Node is never asked for again, because a cloud that forgets
+//!   client tokens of terminated machines would start a second machine under it.
+//! - **A machine's Node** is the Node with its provider ID, or the Node named like it unless
+//!   that Node carries another provider ID (a stale Node of an earlier machine of the name).
 //! - **Orphans.** A machine tagged with a group but with no Instance, launched more than
 //!   [`MachineConfig::orphan_grace`] ago, is deleted (the executor creates the Instance before
 //!   the machine, so only a crash or a deleted Instance leaves one).
@@ -495,11 +501,17 @@ impl Machines {
             .map(|m| (m.machine.as_str(), m))
             .collect();
         let live_ids: BTreeSet<&str> = cloud.values().map(|m| m.provider_id.as_str()).collect();
+        // A machine's Node: the one with its provider ID, or the one named like it unless
+        // that Node carries another machine's provider ID (a stale Node of an earlier machine
+        // of the same name, which must not make this one Running).
         let node_of = |machine: &str, provider_id: Option<&str>| -> Option<&Node> {
-            snapshot.nodes.iter().find(|n| {
-                n.name == machine
-                    || (provider_id.is_some() && n.provider_id.as_deref() == provider_id)
-            })
+            snapshot
+                .nodes
+                .iter()
+                .find(|n| match (n.provider_id.as_deref(), provider_id) {
+                    (Some(node_id), Some(id)) => node_id == id,
+                    _ => n.name == machine,
+                })
         };
         let views: Vec<InstanceView<'_>> = snapshot.instances.iter().filter_map(view).collect();
         let owned: BTreeSet<&str> = views.iter().map(|v| v.name).collect();
@@ -608,6 +620,28 @@ impl Machines {
                         plan.commands.push(MachineCommand::ForgetInstance {
                             machine: v.name.to_owned(),
                         });
+                    } else if let Some(id) = node.and_then(|n| n.provider_id.as_deref()) {
+                        // Not listed, but a Node of this name with a provider ID registered: the
+                        // machine existed (its Instance never showed it listed). It is not asked
+                        // for again under the same name: once the cloud confirms it is gone it
+                        // is a vanished machine; until then the pass waits.
+                        if snapshot.absent.contains(id) {
+                            plan.commands.push(MachineCommand::RecordFailure {
+                                group: v.group.to_owned(),
+                                machine: v.name.to_owned(),
+                                provider_id: Some(id.to_owned()),
+                                message: "the machine disappeared from the cloud".into(),
+                            });
+                            if let Some(node) = node {
+                                plan.commands.push(MachineCommand::DeleteNode {
+                                    node: node.name.clone(),
+                                    reason: format!("its machine {} is gone", v.name),
+                                });
+                            }
+                            plan.commands.push(MachineCommand::ForgetInstance {
+                                machine: v.name.to_owned(),
+                            });
+                        }
                     } else if timed_out {
                         plan.commands.push(MachineCommand::RecordFailure {
                             group: v.group.to_owned(),
@@ -686,9 +720,11 @@ impl Machines {
             let old = node
                 .created
                 .is_some_and(|c| now.saturating_since(c) >= self.config.gc_grace);
-            let claimed = views
-                .iter()
-                .any(|v| v.name == node.name || v.provider_id == Some(id));
+            // An Instance claims the Node with its provider ID, or the Node of its name until
+            // it knows another provider ID (then the Node is a stale one of an earlier machine).
+            let claimed = views.iter().any(|v| {
+                v.provider_id == Some(id) || (v.name == node.name && v.provider_id.is_none())
+            });
             if old && !claimed && snapshot.absent.contains(id) {
                 gc.push(MachineCommand::DeleteNode {
                     node: node.name.clone(),

@@ -10,7 +10,9 @@
 //! - one machine name never has two machines, whatever the failures and retries;
 //! - no Node is deleted while its machine exists;
 //! - once the cloud recovers and the targets hold, every zone converges to its target: as
-//!   many machines, Running Instances and Ready Nodes, and nothing else.
+//!   many machines, Running Instances and Ready Nodes, and nothing else, every Node carrying
+//!   the provider ID of a machine that exists (never a stale Node of an earlier machine of its
+//!   name, which a later machine's kubelet took over).
 //!
 //! `PROPTEST_CASES=10000 cargo test --release -p nodemgr-sim --test cloud` runs 10,000
 //! schedules (the default is 48, to keep the suite fast).
@@ -152,13 +154,17 @@ impl World {
         requests
     }
 
-    /// Kubelets: a running machine registers its Node 20 s after it started, unless broken.
+    /// Kubelets: a running machine registers its Node 60 s after it started, unless broken.
+    /// A machine started under the name of an existing Node takes that Node over, as a real
+    /// kubelet does (the Node's provider ID is immutable, so it keeps the earlier machine's).
     fn kubelets(&mut self) {
+        let mut heartbeating = BTreeSet::new();
         for m in self.cloud.existing() {
             let started = m.launched.unwrap_or(self.now) + Duration::from_secs(60);
             if self.broken.contains(&m.machine) || self.now < started {
                 continue;
             }
+            heartbeating.insert(m.machine.clone());
             self.nodes.entry(m.machine.clone()).or_insert_with(|| Node {
                 name: m.machine.clone(),
                 ready: true,
@@ -168,7 +174,8 @@ impl World {
                 ..Node::default()
             });
         }
-        // A Node whose machine is gone stops being Ready.
+        // A Node is Ready while a kubelet posts its status: its own machine, or a later one
+        // of its name that took it over. A Node whose machine is gone stops being Ready.
         let alive: BTreeSet<String> = self
             .cloud
             .existing()
@@ -176,13 +183,8 @@ impl World {
             .map(|m| m.provider_id)
             .collect();
         for node in self.nodes.values_mut() {
-            if node
-                .provider_id
-                .as_ref()
-                .is_some_and(|p| !alive.contains(p))
-            {
-                node.ready = false;
-            }
+            let own_machine_alive = node.provider_id.as_ref().is_none_or(|p| alive.contains(p));
+            node.ready = (node.ready && own_machine_alive) || heartbeating.contains(&node.name);
         }
     }
 
@@ -418,5 +420,14 @@ proptest! {
         let ready = w.nodes.values().filter(|n| n.ready).count();
         prop_assert_eq!(ready, (a + b) as usize, "Ready Nodes");
         prop_assert_eq!(w.nodes.len(), (a + b) as usize, "dead Nodes collected");
+        let machine_ids: BTreeSet<String> =
+            w.cloud.existing().into_iter().map(|m| m.provider_id).collect();
+        for node in w.nodes.values() {
+            prop_assert!(
+                node.provider_id.as_ref().is_some_and(|p| machine_ids.contains(p)),
+                "Node {} names machine {:?}, which does not exist (a stale Node taken over by \
+                 a second machine of its name)", node.name, node.provider_id
+            );
+        }
     }
 }

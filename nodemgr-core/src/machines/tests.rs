@@ -299,6 +299,57 @@ fn a_vanished_machine_is_a_failure_and_its_node_goes() {
 }
 
 #[test]
+fn a_machine_never_seen_listed_whose_node_registered_is_not_asked_for_again() {
+    // The Instance never got past Pending (its phase writes failed), yet its machine booted,
+    // registered a Node and was then terminated before the controller saw it listed.
+    let mut m = Machines::with_config(config());
+    let mut w = World::new();
+    let name = "worker-aaaaa-00001";
+    let id = "sim:///a/i-first";
+    w.instances.push(instance(name, "Pending", 0, None));
+    w.nodes.push(node(name, id, true, 60));
+    // The Node is still Ready (its machine's end not confirmed): wait, no second machine.
+    assert!(
+        w.plan(&mut m, &MachineRequests::default(), 100).is_empty(),
+        "a name whose machine registered a Node is not asked for again"
+    );
+    // Not Ready, and the cloud confirms the provider ID is gone: a vanished machine.
+    w.nodes[0].ready = false;
+    assert!(w.plan(&mut m, &MachineRequests::default(), 110).is_empty());
+    w.absent.insert(id.to_owned());
+    let commands = w.plan(&mut m, &MachineRequests::default(), 120);
+    assert!(
+        matches!(&commands[..], [
+            MachineCommand::RecordFailure { message, provider_id: Some(p), .. },
+            MachineCommand::DeleteNode { node, .. },
+            MachineCommand::ForgetInstance { machine },
+        ] if message.contains("disappeared") && p == id && node == name && machine == name),
+        "{commands:?}"
+    );
+}
+
+#[test]
+fn a_stale_node_of_an_earlier_machine_of_the_name_is_not_the_machines_node() {
+    // A second machine under the same name (a cloud that forgot the client token) is listed;
+    // the Node of the name is the first machine's, gone from the cloud.
+    let mut m = Machines::with_config(config());
+    let mut w = World::new();
+    let name = "worker-aaaaa-00001";
+    let second = machine(name, 100);
+    w.instances
+        .push(instance(name, "Provisioning", 0, Some(&second.provider_id)));
+    w.cloud.push(second);
+    w.nodes.push(node(name, "sim:///a/i-first", false, 60));
+    w.absent.insert("sim:///a/i-first".to_owned());
+    let commands = w.plan(&mut m, &MachineRequests::default(), 200);
+    assert!(
+        matches!(&commands[..], [MachineCommand::DeleteNode { node, reason }]
+            if node == name && reason.contains("i-first")),
+        "the stale Node is collected and the machine is not Running: {commands:?}"
+    );
+}
+
+#[test]
 fn orphans_are_deleted_after_their_grace() {
     let mut m = Machines::with_config(config());
     let mut w = World::new();
