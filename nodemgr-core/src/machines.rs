@@ -601,15 +601,28 @@ impl Machines {
                 None => {
                     let was_listed =
                         matches!(v.phase, MachinePhase::Provisioning | MachinePhase::Running);
-                    if was_listed && !removal {
+                    // Never seen listed, but a Node of this name with a provider ID registered:
+                    // the machine existed all the same. It is not asked for again under the
+                    // same name; once the cloud confirms the provider ID gone it vanished, and
+                    // until then the pass waits.
+                    let registered = node.and_then(|n| n.provider_id.as_deref());
+                    let unseen_gone =
+                        !was_listed && registered.is_some_and(|id| snapshot.absent.contains(id));
+                    if (was_listed || unseen_gone) && !removal {
                         plan.commands.push(MachineCommand::RecordFailure {
                             group: v.group.to_owned(),
                             machine: v.name.to_owned(),
-                            provider_id: v.provider_id.map(str::to_owned),
+                            provider_id: if was_listed {
+                                v.provider_id
+                            } else {
+                                registered
+                            }
+                            .map(str::to_owned),
                             message: "the machine disappeared from the cloud".into(),
                         });
                     }
-                    if removal || was_listed || v.phase == MachinePhase::Terminating {
+                    if removal || was_listed || unseen_gone || v.phase == MachinePhase::Terminating
+                    {
                         // The machine is gone: its Node may go, then its Instance.
                         if let Some(node) = node {
                             plan.commands.push(MachineCommand::DeleteNode {
@@ -620,28 +633,8 @@ impl Machines {
                         plan.commands.push(MachineCommand::ForgetInstance {
                             machine: v.name.to_owned(),
                         });
-                    } else if let Some(id) = node.and_then(|n| n.provider_id.as_deref()) {
-                        // Not listed, but a Node of this name with a provider ID registered: the
-                        // machine existed (its Instance never showed it listed). It is not asked
-                        // for again under the same name: once the cloud confirms it is gone it
-                        // is a vanished machine; until then the pass waits.
-                        if snapshot.absent.contains(id) {
-                            plan.commands.push(MachineCommand::RecordFailure {
-                                group: v.group.to_owned(),
-                                machine: v.name.to_owned(),
-                                provider_id: Some(id.to_owned()),
-                                message: "the machine disappeared from the cloud".into(),
-                            });
-                            if let Some(node) = node {
-                                plan.commands.push(MachineCommand::DeleteNode {
-                                    node: node.name.clone(),
-                                    reason: format!("its machine {} is gone", v.name),
-                                });
-                            }
-                            plan.commands.push(MachineCommand::ForgetInstance {
-                                machine: v.name.to_owned(),
-                            });
-                        }
+                    } else if registered.is_some() {
+                        // Waiting for the cloud to confirm the registered machine is gone.
                     } else if timed_out {
                         plan.commands.push(MachineCommand::RecordFailure {
                             group: v.group.to_owned(),
