@@ -83,7 +83,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::node_table::NodeTable;
+use super::node_table::{NodeFacts, NodeTable};
 use super::scaling::disruption_event;
 use crate::disruption::DisruptionReason;
 use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome};
@@ -320,17 +320,17 @@ fn plan_depends_on_time(group: &NodeGroup) -> bool {
 }
 
 /// The nodes a step works on: the view, with the nodes this step patched as the patches
-/// returned them.
+/// returned them (their facts: the nodes themselves are not kept).
 struct StepNodes<'a> {
     view: &'a NodeTable,
-    patched: &'a BTreeMap<String, Arc<Node>>,
+    patched: &'a BTreeMap<String, NodeFacts>,
 }
 
-impl StepNodes<'_> {
-    fn get(&self, name: &str) -> Option<&Arc<Node>> {
-        self.patched
-            .get(name)
-            .or_else(|| self.view.get(name).map(|f| &f.node))
+impl<'a> StepNodes<'a> {
+    fn get(&self, name: &str) -> Option<&'a NodeFacts> {
+        let patched: &'a BTreeMap<String, NodeFacts> = self.patched;
+        let view: &'a NodeTable = self.view;
+        patched.get(name).or_else(|| view.get(name))
     }
 }
 
@@ -667,7 +667,7 @@ impl UpdateExecutor {
         cluster: &C,
         groups: &[Arc<NodeGroup>],
         checksums: &BTreeMap<String, String>,
-        patched: &mut BTreeMap<String, Arc<Node>>,
+        patched: &mut BTreeMap<String, NodeFacts>,
         now: Timestamp,
         report: &mut StepReport,
     ) -> Option<ActionError> {
@@ -691,8 +691,8 @@ impl UpdateExecutor {
                     patch.set_resource_version(seen.unwrap_or_default());
                     match Self::patch_node(&mut self.known, cluster, &name, patch).await {
                         Ok(updated) => {
-                            if self.view.get(&name).is_some() {
-                                patched.insert(name.clone(), updated);
+                            if let Some(pos) = self.view.get(&name).map(|f| f.pos) {
+                                patched.insert(name.clone(), NodeFacts::of(&updated, pos));
                             }
                         }
                         Err(source @ ClusterError::Conflict { .. }) => {
@@ -736,7 +736,7 @@ impl UpdateExecutor {
         &mut self,
         cluster: &C,
         groups: &[Arc<NodeGroup>],
-        patched: &BTreeMap<String, Arc<Node>>,
+        patched: &BTreeMap<String, NodeFacts>,
         now: Timestamp,
         report: &mut StepReport,
     ) {
@@ -744,7 +744,6 @@ impl UpdateExecutor {
             view: &self.view,
             patched,
         };
-        let find = |name: &str| nodes.get(name).map(|n| &**n);
         // Only nodes carrying `draining` or a person's `drained` take part below
         // (`UpdateMarks::drain_relevant`: nothing is done to any other node), in list order:
         // the view's marked nodes, with the marks of the nodes this step patched read again.
@@ -762,45 +761,37 @@ impl UpdateExecutor {
             self.view
                 .all()
                 .filter(|f| takes_part(f.marks))
-                .map(|f| f.node.name.as_str())
+                .map(|f| f.name.as_str())
                 .collect()
         } else {
             self.view.marked().iter().map(String::as_str).collect()
         };
-        // The same question of a patched node, by two lookups (`UpdateMarks::drain_relevant_in`).
-        let node_takes_part = |node: &Node| {
-            if plain {
-                UpdateMarks::drain_marked_in(node)
-            } else {
-                UpdateMarks::drain_relevant_in(node)
-            }
-        };
         for (name, node) in patched {
-            if node_takes_part(node) {
+            if takes_part(node.marks) {
                 names.insert(name);
             } else {
                 names.remove(name.as_str());
             }
         }
-        let mut marked: Vec<(u64, Arc<Node>)> = names
+        let mut marked: Vec<(u64, &NodeFacts)> = names
             .into_iter()
             .filter_map(|name| {
                 let pos = self.view.get(name)?.pos;
-                nodes.get(name).map(|n| (pos, Arc::clone(n)))
+                nodes.get(name).map(|n| (pos, n))
             })
             .collect();
         if !self.view.sorted() {
             marked.sort_by_key(|(pos, _)| *pos);
         }
-        let marked: Vec<Arc<Node>> = marked.into_iter().map(|(_, n)| n).collect();
+        let marked: Vec<&NodeFacts> = marked.into_iter().map(|(_, n)| n).collect();
 
         // Drop drains whose node vanished or is no longer marked `draining`.
         let stale: Vec<(String, String)> = self
             .drains
             .keys()
-            .filter_map(|name| match find(name.as_str()) {
+            .filter_map(|name| match nodes.get(name.as_str()) {
                 None => Some((name.clone(), "the node no longer exists".to_owned())),
-                Some(n) if !n.has_annotation(keys::ANNOTATION_DRAINING) => Some((
+                Some(n) if n.marks.draining.is_none() => Some((
                     name.clone(),
                     format!("{} was removed", keys::ANNOTATION_DRAINING),
                 )),
@@ -817,11 +808,8 @@ impl UpdateExecutor {
         // A person's `drained=user` on a node they made schedulable again is removed.
         for node in &marked {
             if !node.unschedulable
-                && node
-                    .annotations
-                    .get(keys::ANNOTATION_DRAINED)
-                    .is_some_and(|v| DrainSource::parse(v) == DrainSource::User)
-                && !node.has_annotation(keys::ANNOTATION_DRAINING)
+                && node.marks.drained == Some(DrainSource::User)
+                && node.marks.draining.is_none()
             {
                 let patch = NodePatch::new().remove_annotation(keys::ANNOTATION_DRAINED);
                 match Self::patch_node(&mut self.known, cluster, &node.name, &patch).await {
@@ -837,11 +825,7 @@ impl UpdateExecutor {
             }
         }
 
-        let draining: Vec<&Node> = marked
-            .iter()
-            .map(|n| &**n)
-            .filter(|n| n.has_annotation(keys::ANNOTATION_DRAINING))
-            .collect();
+        let draining = marked.iter().filter(|n| n.marks.draining.is_some());
         for node in draining {
             let pods = match cluster.list_node_pods(&node.name).await {
                 Ok(pods) => pods,
@@ -855,15 +839,20 @@ impl UpdateExecutor {
                 }
             };
             if !self.drains.contains_key(&node.name) {
-                let group = node.group().unwrap_or_default().to_owned();
+                let group = node.group.clone().unwrap_or_default();
                 let config = groups
                     .iter()
                     .find(|g| g.name() == group)
                     .map(|g| DrainConfig::for_group(g))
                     .unwrap_or_default();
                 let evictable = pods.iter().filter(|p| p.evictable);
-                let drain =
-                    Drain::from_keys(node, evictable.clone().map(|p| p.key.clone()), config, now);
+                // A drain reads the node's name and `unschedulable`: the view keeps those.
+                let drain = Drain::from_keys(
+                    &node.node_for_drain(),
+                    evictable.clone().map(|p| p.key.clone()),
+                    config,
+                    now,
+                );
                 let pod_uids: BTreeMap<String, String> =
                     evictable.map(|p| (p.key.clone(), p.uid.clone())).collect();
                 report.events.push(ExecutorEvent::DrainStarted {
@@ -871,11 +860,7 @@ impl UpdateExecutor {
                     group: group.clone(),
                     pods: pod_uids.len(),
                 });
-                let source = node
-                    .annotations
-                    .get(keys::ANNOTATION_DRAINING)
-                    .cloned()
-                    .unwrap_or_default();
+                let source = node.draining.clone().unwrap_or_default();
                 self.drains.insert(
                     node.name.clone(),
                     ActiveDrain {

@@ -1170,8 +1170,16 @@ fn phased_plan(
 struct Hashed<'a>(&'a Node, UpdateMarks, Option<u64>);
 
 impl<'a> PlanMember<'a> for Hashed<'a> {
-    fn node(self) -> &'a Node {
-        self.0
+    fn name(self) -> &'a str {
+        &self.0.name
+    }
+
+    fn ready(self) -> bool {
+        self.0.ready
+    }
+
+    fn checksum(self) -> Option<&'a str> {
+        self.0.checksum()
     }
 
     fn marks(self) -> UpdateMarks {
@@ -1180,6 +1188,10 @@ impl<'a> PlanMember<'a> for Hashed<'a> {
 
     fn may_run(self, desired_hash: u64) -> bool {
         self.2 == Some(desired_hash)
+    }
+
+    fn disruption_view(self) -> std::borrow::Cow<'a, Node> {
+        std::borrow::Cow::Borrowed(self.0)
     }
 }
 
