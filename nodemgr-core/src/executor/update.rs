@@ -320,17 +320,90 @@ fn plan_depends_on_time(group: &NodeGroup) -> bool {
 }
 
 /// The nodes a step works on: the view, with the nodes this step patched as the patches
-/// returned them (their facts: the nodes themselves are not kept).
+/// returned them (kept for the step only).
 struct StepNodes<'a> {
     view: &'a NodeTable,
-    patched: &'a BTreeMap<String, NodeFacts>,
+    patched: &'a BTreeMap<String, Arc<Node>>,
 }
 
 impl<'a> StepNodes<'a> {
-    fn get(&self, name: &str) -> Option<&'a NodeFacts> {
-        let patched: &'a BTreeMap<String, NodeFacts> = self.patched;
+    fn get(&self, name: &str) -> Option<StepNode<'a>> {
+        let patched: &'a BTreeMap<String, Arc<Node>> = self.patched;
         let view: &'a NodeTable = self.view;
-        patched.get(name).or_else(|| view.get(name))
+        match patched.get(name) {
+            Some(node) => Some(StepNode::Patched(node)),
+            None => view.get(name).map(StepNode::Kept),
+        }
+    }
+}
+
+/// One node as a step reads it: what the view kept of it, or the node a patch of this step
+/// returned.
+#[derive(Debug, Clone, Copy)]
+enum StepNode<'a> {
+    /// The view's facts.
+    Kept(&'a NodeFacts),
+    /// As this step's patch returned it.
+    Patched(&'a Node),
+}
+
+impl<'a> StepNode<'a> {
+    fn name(self) -> &'a str {
+        match self {
+            Self::Kept(f) => &f.name,
+            Self::Patched(n) => &n.name,
+        }
+    }
+
+    fn resource_version(self) -> &'a str {
+        match self {
+            Self::Kept(f) => &f.resource_version,
+            Self::Patched(n) => &n.resource_version,
+        }
+    }
+
+    fn unschedulable(self) -> bool {
+        match self {
+            Self::Kept(f) => f.unschedulable,
+            Self::Patched(n) => n.unschedulable,
+        }
+    }
+
+    fn group(self) -> Option<&'a str> {
+        match self {
+            Self::Kept(f) => f.group.as_deref(),
+            Self::Patched(n) => n.group(),
+        }
+    }
+
+    /// The `draining` annotation's value.
+    fn draining(self) -> Option<&'a str> {
+        match self {
+            Self::Kept(f) => f.draining.as_deref(),
+            Self::Patched(n) => n
+                .annotations
+                .get(keys::ANNOTATION_DRAINING)
+                .map(String::as_str),
+        }
+    }
+
+    /// Whether it carries a person's `drained`.
+    fn drained_by_user(self) -> bool {
+        match self {
+            Self::Kept(f) => f.marks.drained == Some(DrainSource::User),
+            Self::Patched(n) => n
+                .annotations
+                .get(keys::ANNOTATION_DRAINED)
+                .is_some_and(|v| DrainSource::parse(v) == DrainSource::User),
+        }
+    }
+
+    /// The node as a [`Drain`] reads it (its name and `unschedulable`).
+    fn node_for_drain(self) -> std::borrow::Cow<'a, Node> {
+        match self {
+            Self::Kept(f) => std::borrow::Cow::Owned(f.node_for_drain()),
+            Self::Patched(n) => std::borrow::Cow::Borrowed(n),
+        }
     }
 }
 
@@ -667,7 +740,7 @@ impl UpdateExecutor {
         cluster: &C,
         groups: &[Arc<NodeGroup>],
         checksums: &BTreeMap<String, String>,
-        patched: &mut BTreeMap<String, NodeFacts>,
+        patched: &mut BTreeMap<String, Arc<Node>>,
         now: Timestamp,
         report: &mut StepReport,
     ) -> Option<ActionError> {
@@ -687,12 +760,12 @@ impl UpdateExecutor {
                         view: &self.view,
                         patched,
                     };
-                    let seen = nodes.get(&name).map(|n| n.resource_version.as_str());
+                    let seen = nodes.get(&name).map(StepNode::resource_version);
                     patch.set_resource_version(seen.unwrap_or_default());
                     match Self::patch_node(&mut self.known, cluster, &name, patch).await {
                         Ok(updated) => {
-                            if let Some(pos) = self.view.get(&name).map(|f| f.pos) {
-                                patched.insert(name.clone(), NodeFacts::of(&updated, pos));
+                            if self.view.get(&name).is_some() {
+                                patched.insert(name.clone(), updated);
                             }
                         }
                         Err(source @ ClusterError::Conflict { .. }) => {
@@ -736,7 +809,7 @@ impl UpdateExecutor {
         &mut self,
         cluster: &C,
         groups: &[Arc<NodeGroup>],
-        patched: &BTreeMap<String, NodeFacts>,
+        patched: &BTreeMap<String, Arc<Node>>,
         now: Timestamp,
         report: &mut StepReport,
     ) {
@@ -766,14 +839,22 @@ impl UpdateExecutor {
         } else {
             self.view.marked().iter().map(String::as_str).collect()
         };
+        // The same question of a patched node, by two lookups (`UpdateMarks::drain_relevant_in`).
+        let node_takes_part = |node: &Node| {
+            if plain {
+                UpdateMarks::drain_marked_in(node)
+            } else {
+                UpdateMarks::drain_relevant_in(node)
+            }
+        };
         for (name, node) in patched {
-            if takes_part(node.marks) {
+            if node_takes_part(node) {
                 names.insert(name);
             } else {
                 names.remove(name.as_str());
             }
         }
-        let mut marked: Vec<(u64, &NodeFacts)> = names
+        let mut marked: Vec<(u64, StepNode<'_>)> = names
             .into_iter()
             .filter_map(|name| {
                 let pos = self.view.get(name)?.pos;
@@ -783,7 +864,7 @@ impl UpdateExecutor {
         if !self.view.sorted() {
             marked.sort_by_key(|(pos, _)| *pos);
         }
-        let marked: Vec<&NodeFacts> = marked.into_iter().map(|(_, n)| n).collect();
+        let marked: Vec<StepNode<'_>> = marked.into_iter().map(|(_, n)| n).collect();
 
         // Drop drains whose node vanished or is no longer marked `draining`.
         let stale: Vec<(String, String)> = self
@@ -791,7 +872,7 @@ impl UpdateExecutor {
             .keys()
             .filter_map(|name| match nodes.get(name.as_str()) {
                 None => Some((name.clone(), "the node no longer exists".to_owned())),
-                Some(n) if n.marks.draining.is_none() => Some((
+                Some(n) if n.draining().is_none() => Some((
                     name.clone(),
                     format!("{} was removed", keys::ANNOTATION_DRAINING),
                 )),
@@ -807,17 +888,14 @@ impl UpdateExecutor {
 
         // A person's `drained=user` on a node they made schedulable again is removed.
         for node in &marked {
-            if !node.unschedulable
-                && node.marks.drained == Some(DrainSource::User)
-                && node.marks.draining.is_none()
-            {
+            if !node.unschedulable() && node.drained_by_user() && node.draining().is_none() {
                 let patch = NodePatch::new().remove_annotation(keys::ANNOTATION_DRAINED);
-                match Self::patch_node(&mut self.known, cluster, &node.name, &patch).await {
+                match Self::patch_node(&mut self.known, cluster, node.name(), &patch).await {
                     Ok(_) => report.events.push(ExecutorEvent::DrainedMarkRemoved {
-                        node: node.name.clone(),
+                        node: node.name().to_owned(),
                     }),
                     Err(source) => report.errors.push(ActionError {
-                        node: node.name.clone(),
+                        node: node.name().to_owned(),
                         action: "remove drained=user".into(),
                         source,
                     }),
@@ -825,21 +903,22 @@ impl UpdateExecutor {
             }
         }
 
-        let draining = marked.iter().filter(|n| n.marks.draining.is_some());
-        for node in draining {
-            let pods = match cluster.list_node_pods(&node.name).await {
+        let draining = marked.iter().filter(|n| n.draining().is_some());
+        for &node in draining {
+            let name = node.name();
+            let pods = match cluster.list_node_pods(name).await {
                 Ok(pods) => pods,
                 Err(source) => {
                     report.errors.push(ActionError {
-                        node: node.name.clone(),
+                        node: name.to_owned(),
                         action: "list the node's pods".into(),
                         source,
                     });
                     continue;
                 }
             };
-            if !self.drains.contains_key(&node.name) {
-                let group = node.group.clone().unwrap_or_default();
+            if !self.drains.contains_key(name) {
+                let group = node.group().unwrap_or_default().to_owned();
                 let config = groups
                     .iter()
                     .find(|g| g.name() == group)
@@ -856,13 +935,13 @@ impl UpdateExecutor {
                 let pod_uids: BTreeMap<String, String> =
                     evictable.map(|p| (p.key.clone(), p.uid.clone())).collect();
                 report.events.push(ExecutorEvent::DrainStarted {
-                    node: node.name.clone(),
+                    node: name.to_owned(),
                     group: group.clone(),
                     pods: pod_uids.len(),
                 });
-                let source = node.draining.clone().unwrap_or_default();
+                let source = node.draining().unwrap_or_default().to_owned();
                 self.drains.insert(
-                    node.name.clone(),
+                    name.to_owned(),
                     ActiveDrain {
                         drain,
                         group,
@@ -871,18 +950,18 @@ impl UpdateExecutor {
                     },
                 );
             }
-            let Some(active) = self.drains.get_mut(&node.name) else {
+            let Some(active) = self.drains.get_mut(name) else {
                 continue;
             };
             // Re-cordon a node somebody uncordoned while it drains (or whose cordon failed).
-            if !node.unschedulable && active.drain.started() < now {
+            if !node.unschedulable() && active.drain.started() < now {
                 let cordon = NodePatch::new().unschedulable(true);
-                match Self::patch_node(&mut self.known, cluster, &node.name, &cordon).await {
+                match Self::patch_node(&mut self.known, cluster, name, &cordon).await {
                     Ok(_) => report.events.push(ExecutorEvent::Cordoned {
-                        node: node.name.clone(),
+                        node: name.to_owned(),
                     }),
                     Err(source) => report.errors.push(ActionError {
-                        node: node.name.clone(),
+                        node: name.to_owned(),
                         action: "cordon".into(),
                         source,
                     }),
@@ -891,7 +970,7 @@ impl UpdateExecutor {
             advance_drain(
                 cluster,
                 &mut self.known,
-                &node.name,
+                name,
                 active,
                 &pods,
                 now,
@@ -907,7 +986,7 @@ impl UpdateExecutor {
                 let patch = NodePatch::new()
                     .remove_annotation(keys::ANNOTATION_DRAINING)
                     .set_annotation(keys::ANNOTATION_DRAINED, source);
-                match Self::patch_node(&mut self.known, cluster, &node.name, &patch).await {
+                match Self::patch_node(&mut self.known, cluster, name, &patch).await {
                     Ok(_) => {
                         let (kind, reason) = match outcome {
                             DrainOutcome::Completed => (EventKind::Normal, "NodeDrained"),
@@ -915,7 +994,7 @@ impl UpdateExecutor {
                         };
                         emit(
                             cluster,
-                            ObjectRef::node(node.name.clone()),
+                            ObjectRef::node(name.to_owned()),
                             kind,
                             reason,
                             outcome.to_string(),
@@ -923,15 +1002,15 @@ impl UpdateExecutor {
                         )
                         .await;
                         let group = active.group.clone();
-                        self.drains.remove(&node.name);
+                        self.drains.remove(name);
                         report.events.push(ExecutorEvent::DrainFinished {
-                            node: node.name.clone(),
+                            node: name.to_owned(),
                             group,
                             outcome,
                         });
                     }
                     Err(source) => report.errors.push(ActionError {
-                        node: node.name.clone(),
+                        node: name.to_owned(),
                         action: "mark the node drained".into(),
                         source,
                     }),

@@ -80,6 +80,24 @@ impl UpdateMarks {
         marks
     }
 
+    /// `UpdateMarks::of(node).drain_relevant()`, by the two lookups it needs instead of the
+    /// walk over every update annotation (the drain half asks it of every node a step
+    /// patched).
+    pub(crate) fn drain_relevant_in(node: &Node) -> bool {
+        node.annotations.contains_key(keys::ANNOTATION_DRAINING)
+            || node
+                .annotations
+                .get(keys::ANNOTATION_DRAINED)
+                .is_some_and(|v| DrainSource::parse(v) == DrainSource::User)
+    }
+
+    /// Whether `UpdateMarks::of(node)` has `draining` or `drained` (any source), by two
+    /// lookups.
+    pub(crate) fn drain_marked_in(node: &Node) -> bool {
+        node.annotations.contains_key(keys::ANNOTATION_DRAINING)
+            || node.annotations.contains_key(keys::ANNOTATION_DRAINED)
+    }
+
     /// Whether the node holds one of its group's update slots.
     pub fn occupies_slot(&self) -> bool {
         self.approved
@@ -208,6 +226,19 @@ mod tests {
             node in marked_node()
         ) {
             prop_assert_eq!(UpdateMarks::of(&node), looked_up(&node));
+        }
+
+        /// The drain half's two-lookup questions answer as the marks read by the walk do.
+        #[test]
+        fn drain_questions_by_lookup_answer_as_the_marks(
+            node in marked_node()
+        ) {
+            let marks = UpdateMarks::of(&node);
+            prop_assert_eq!(UpdateMarks::drain_relevant_in(&node), marks.drain_relevant());
+            prop_assert_eq!(
+                UpdateMarks::drain_marked_in(&node),
+                marks.draining.is_some() || marks.drained.is_some()
+            );
         }
     }
 }
