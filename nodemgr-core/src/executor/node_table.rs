@@ -19,7 +19,6 @@
 //! that is name order, which changes keep; otherwise it is the position in that list, nodes
 //! added since coming after it in the order they were added.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -162,8 +161,12 @@ impl<'a> PlanMember<'a> for &'a NodeFacts {
         self.checksum_hash == Some(desired_hash)
     }
 
-    fn disruption_view(self) -> Cow<'a, Node> {
-        Cow::Owned(self.node_for_drain())
+    fn whole_node(self) -> Option<&'a Node> {
+        None
+    }
+
+    fn disruption_view(self) -> Node {
+        self.node_for_drain()
     }
 }
 

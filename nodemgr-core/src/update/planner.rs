@@ -2,7 +2,6 @@
 //! guarantees of the module docs of [`crate::update`], and every group at once
 //! ([`plan_updates`]).
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{UpdateCommand, UpdateMarks, UpdatePlan, max_concurrent};
@@ -42,11 +41,14 @@ pub(crate) trait PlanMember<'a>: Copy {
     /// [`checksum_hash`] is `desired_hash` (the planner then skips the comparison of the
     /// checksums); `true` says nothing.
     fn may_run(self, desired_hash: u64) -> bool;
+    /// The node itself, when the member is a whole node (`None`: see
+    /// [`PlanMember::disruption_view`]).
+    fn whole_node(self) -> Option<&'a Node>;
     /// The node as the disruption methods of [`crate::disruption::Stage::Update`] read it
-    /// ([`UpdateView::asking`]): they read its name and `unschedulable` only, so a member
-    /// that is not a whole node may answer a node with just those two set (asked only for
-    /// the few nodes that hold a slot and ask for a disruption).
-    fn disruption_view(self) -> Cow<'a, Node>;
+    /// ([`UpdateView::asking`]) when the member is not a whole node: they read its name and
+    /// `unschedulable` only, so a node with just those two set (asked only for the few nodes
+    /// that hold a slot and ask for a disruption).
+    fn disruption_view(self) -> Node;
 }
 
 impl<'a> PlanMember<'a> for (&'a Node, UpdateMarks) {
@@ -70,8 +72,12 @@ impl<'a> PlanMember<'a> for (&'a Node, UpdateMarks) {
         true
     }
 
-    fn disruption_view(self) -> Cow<'a, Node> {
-        Cow::Borrowed(self.0)
+    fn whole_node(self) -> Option<&'a Node> {
+        Some(self.0)
+    }
+
+    fn disruption_view(self) -> Node {
+        self.0.clone()
     }
 }
 
@@ -250,14 +256,17 @@ where
     // methods of the update stage in list order (docs/executors.md §6).
     let mut full = false;
     let mut approved_now: Vec<&str> = Vec::new();
-    let asking_views: Vec<(Cow<'_, Node>, UpdateMarks)> = candidates
-        .iter()
-        .filter(|(_, m)| m.occupies_slot())
-        .map(|(n, m)| (n.disruption_view(), *m))
+    let holding = || candidates.iter().filter(|(_, m)| m.occupies_slot());
+    // The members that are not whole nodes answer what the methods read of a node.
+    let partial: Vec<Node> = holding()
+        .filter(|(n, _)| n.whole_node().is_none())
+        .map(|(n, _)| n.disruption_view())
         .collect();
-    if !asking_views.is_empty() {
-        let asking: Vec<(&Node, UpdateMarks)> =
-            asking_views.iter().map(|(n, m)| (&**n, *m)).collect();
+    let mut partial = partial.iter();
+    let asking: Vec<(&Node, UpdateMarks)> = holding()
+        .filter_map(|(n, m)| Some((n.whole_node().or_else(|| partial.next())?, *m)))
+        .collect();
+    if !asking.is_empty() {
         let snapshot = DisruptionSnapshot {
             now,
             scaling: None,

@@ -1190,8 +1190,12 @@ impl<'a> PlanMember<'a> for Hashed<'a> {
         self.2 == Some(desired_hash)
     }
 
-    fn disruption_view(self) -> std::borrow::Cow<'a, Node> {
-        std::borrow::Cow::Borrowed(self.0)
+    fn whole_node(self) -> Option<&'a Node> {
+        Some(self.0)
+    }
+
+    fn disruption_view(self) -> Node {
+        self.0.clone()
     }
 }
 
@@ -1242,5 +1246,30 @@ proptest! {
             prop_assert_eq!(&hashed.commands, &phased.commands);
             prop_assert_eq!(&hashed.blocked, &phased.blocked);
         }
+    }
+
+    /// The planner reading what the update executor's view keeps of each node (its facts:
+    /// name, readiness, checksum, marks, `unschedulable`; not the node) gives the plan the
+    /// phases give from the nodes, on random groups and random nodes (names listed once, in
+    /// name order, as the view hands them out).
+    #[test]
+    fn a_plan_from_the_views_facts_is_the_phased_plan(
+        g in group_strategy(),
+        nodes in proptest::collection::vec(node_strategy(), 0..10),
+        minute in 0u32..(7 * 24 * 60),
+    ) {
+        let nodes = named(nodes);
+        let marked: Vec<(&Node, UpdateMarks)> =
+            nodes.iter().map(|n| (n, UpdateMarks::of(n))).collect();
+        let now = Timestamp::from_secs(i64::from(minute) * 60);
+        let phased = phased_plan(&g, DESIRED, &marked, now);
+        let facts: Vec<crate::executor::node_table::NodeFacts> = nodes
+            .iter()
+            .zip(0u64..)
+            .map(|(n, pos)| crate::executor::node_table::NodeFacts::of(n, pos))
+            .collect();
+        let from_facts = super::planner::plan_group_members(&g, DESIRED, facts.iter(), true, now);
+        prop_assert_eq!(&from_facts.commands, &phased.commands);
+        prop_assert_eq!(&from_facts.blocked, &phased.blocked);
     }
 }
