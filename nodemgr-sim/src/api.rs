@@ -33,13 +33,20 @@
 //!
 //! # Shared views
 //! A view is the node with its resourceVersion and the heartbeat it had when the version was
-//! handed out. A node the world has just changed is held by the world alone (its
-//! copy-on-write, `Arc::make_mut`, left it the only owner of the copy), so a new version is
-//! written into the world's `Arc` itself, which then serves as the view: a change costs one
-//! copy of the node (the world's), not two. The world never reads those two fields from its
-//! `Arc` (its views set the heartbeat and clear the version, `SimNode::view`), and the `Arc`
-//! keeps its address, so nothing that compares the world's nodes by pointer (this server, the
-//! update executor) sees a change. When only weak references share the world's `Arc` (an
+//! handed out. This server holds the world's nodes weakly (what it versioned and, when the view
+//! is the world's node, the view too): between reads the world is the only owner of a node
+//! nobody else keeps (the update executor keeps facts, not nodes), so the world's next change of
+//! it (`Arc::make_mut`) moves it to a new allocation — its maps and strings are not copied and
+//! are changed in place — rather than copying it; the weak reference keeps the old address from
+//! being reused, so the same pointer still means the same node. A node the world changed is
+//! thus held by the world alone, so a new version is written into the world's `Arc` itself,
+//! which then serves as the view: a change costs no copy of the node when no reader kept the
+//! previous view, one (the world's) when one did. What a version was given for can be
+//! compared by content only while somebody still holds it: a node the world moved without
+//! changing it, that nobody else held, gets a new version. The world never reads those two
+//! fields from its `Arc` (its views set the heartbeat and clear the version, `SimNode::view`),
+//! and the `Arc` keeps its address, so nothing that compares the world's nodes by pointer
+//! (this server) sees a change. When only weak references share the world's `Arc` (an
 //! agent's note of the Node it last read or patched, `crate::agent`), the node is first moved
 //! to a new allocation (`Arc::make_mut` moves a node only weak references share: no copy),
 //! which the world then holds alone: that agent's next read sees another allocation, hence a

@@ -37,8 +37,9 @@
 //!    command is reported and the others still run; the planner's guarantee that a partially
 //!    applied plan never overshoots `maxConcurrent` makes that safe.
 //!    A group is not planned again when its previous plan had no command, it has no disruption
-//!    window and the group, its desired checksum and its nodes (none added, removed, or
-//!    changed to another `Arc`) are unchanged: its plan would be the same
+//!    window and the group, its desired checksum and its nodes (none added or removed, none
+//!    changed in what the planner reads of it: update marks, checksum, readiness,
+//!    `unschedulable`) are unchanged: its plan would be the same
 //!    ([`UpdateExecutor::set_skip_unchanged`]).
 //! 3. **Drains**: every node carrying `update.node.deckhouse.io/draining` (any source, as
 //!    Deckhouse's `handle_draining`) gets a [`Drain`] if it has none (so drains survive an
@@ -56,12 +57,18 @@
 //!
 //! # Cost of a step
 //! With a port that answers the change feed incrementally (the simulator's), a step does work
-//! for what changed only: the nodes changed since the previous step are put into the view
-//! (their update marks read again), read-your-writes looks at the nodes changed or written
-//! since its last check, the groups with a changed node (or a window) are planned again, and
-//! the drains look at the drain-marked nodes. Nothing is done per unchanged node. A port
-//! answering whole lists (the default) costs a comparison of pointers per node, as a list did
-//! (`nodemgr-sim/README.md`, "Performance").
+//! for what changed only: the nodes changed since the previous step are read into the view
+//! (their facts read again in place), read-your-writes looks at the nodes changed or written
+//! since its last check, the groups with a node changed in what the planner reads (or a
+//! window) are planned again, and the drains look at the drain-marked nodes. Nothing is done
+//! per unchanged node. A port answering whole lists (the default) costs reading every node's
+//! facts again and comparing them with the view's, as a list did (`nodemgr-sim/README.md`,
+//! "Performance").
+//!
+//! The view keeps what a step reads of each node (its facts), never the node: a port that
+//! shares its nodes as `Arc`s is left their only holder between steps (the simulator's world
+//! then changes a node without copying it). The nodes a step patches are kept as the patch
+//! returned them for that step only (the drain half reads them).
 //!
 //! # Guarantees
 //! - Only the planner decides approvals; the executor adds none, so the planner's limits
@@ -303,7 +310,7 @@ pub struct UpdateExecutor {
 /// pure function of the group, its desired checksum, its nodes and — only through the
 /// disruption windows — `now`; a group without windows planned again from the very same
 /// inputs gets the very same plan, so it is not planned again. Its nodes are the same when
-/// none of them was added, changed (another `Arc`) or removed since
+/// none of them was added or removed since and none changed in what the planner reads of it
 /// ([`NodeTable::take_dirty`]).
 #[derive(Debug, Clone)]
 struct PlannedGroup {
@@ -503,8 +510,9 @@ impl UpdateExecutor {
     /// Whether a step plans again only the groups whose inputs changed (the default, `true`)
     /// or every group. A group is skipped when its previous plan had no command, it has no
     /// disruption window (the only way `now` enters a plan) and the group, its desired
-    /// checksum and its nodes are the same as then — no node of it added, removed or changed
-    /// to another `Arc`, which only ports that share unchanged nodes hand out
+    /// checksum and its nodes are the same as then — no node of it added or removed, none
+    /// changed in what the planner reads of it (update marks, configuration checksum,
+    /// readiness, `unschedulable`), whichever way the port hands the nodes out
     /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared),
     /// [`ClusterRead::node_changes_since`](crate::ports::ClusterRead::node_changes_since)).
     /// Its plan is then the previous one (no command, the same blocked reasons). Likewise the
