@@ -67,8 +67,8 @@
 //! before a window until it closes; reads outside windows are current.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use nodemgr_core::hash::FastHash;
@@ -568,7 +568,9 @@ impl SimApiServer {
         // node at its next answer.
         self.synced = None;
         if let Some(v) = self.versions.get(&node.name)
-            && v.seen.content().is_some_and(|seen| same_content(&seen, node))
+            && v.seen
+                .content()
+                .is_some_and(|seen| same_content(&seen, node))
         {
             return v.version.to_string();
         }
@@ -892,7 +894,9 @@ impl SimApiServer {
             let seen = old.next_if(|(name, _)| *name == node.name);
             let entry = match seen {
                 Some((name, v))
-                    if v.seen.content().is_some_and(|seen| same_content(&seen, node)) =>
+                    if v.seen
+                        .content()
+                        .is_some_and(|seen| same_content(&seen, node)) =>
                 {
                     (name, v)
                 }

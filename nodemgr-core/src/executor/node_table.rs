@@ -80,10 +80,7 @@ impl NodeFacts {
             checksum_hash: checksum.map(checksum_hash),
             ready: node.ready,
             unschedulable: node.unschedulable,
-            draining: node
-                .annotations
-                .get(keys::ANNOTATION_DRAINING)
-                .map(String::clone),
+            draining: node.annotations.get(keys::ANNOTATION_DRAINING).cloned(),
             pos,
         }
     }

@@ -975,16 +975,7 @@ impl UpdateExecutor {
                     }),
                 }
             }
-            advance_drain(
-                cluster,
-                &mut self.known,
-                name,
-                active,
-                &pods,
-                now,
-                report,
-            )
-            .await;
+            advance_drain(cluster, &mut self.known, name, active, &pods, now, report).await;
             if let Some(outcome) = active.drain.outcome().cloned() {
                 let source = if active.source.is_empty() {
                     keys::DRAIN_SOURCE_BASHIBLE.to_owned()
