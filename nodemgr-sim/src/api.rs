@@ -33,13 +33,20 @@
 //!
 //! # Shared views
 //! A view is the node with its resourceVersion and the heartbeat it had when the version was
-//! handed out. A node the world has just changed is held by the world alone (its
-//! copy-on-write, `Arc::make_mut`, left it the only owner of the copy), so a new version is
-//! written into the world's `Arc` itself, which then serves as the view: a change costs one
-//! copy of the node (the world's), not two. The world never reads those two fields from its
-//! `Arc` (its views set the heartbeat and clear the version, `SimNode::view`), and the `Arc`
-//! keeps its address, so nothing that compares the world's nodes by pointer (this server, the
-//! update executor) sees a change. When only weak references share the world's `Arc` (an
+//! handed out. This server holds the world's nodes weakly (what it versioned and, when the view
+//! is the world's node, the view too): between reads the world is the only owner of a node
+//! nobody else keeps (the update executor keeps facts, not nodes), so the world's next change of
+//! it (`Arc::make_mut`) moves it to a new allocation — its maps and strings are not copied and
+//! are changed in place — rather than copying it; the weak reference keeps the old address from
+//! being reused, so the same pointer still means the same node. A node the world changed is
+//! thus held by the world alone, so a new version is written into the world's `Arc` itself,
+//! which then serves as the view: a change costs no copy of the node when no reader kept the
+//! previous view, one (the world's) when one did. What a version was given for can be
+//! compared by content only while somebody still holds it: a node the world moved without
+//! changing it, that nobody else held, gets a new version. The world never reads those two
+//! fields from its `Arc` (its views set the heartbeat and clear the version, `SimNode::view`),
+//! and the `Arc` keeps its address, so nothing that compares the world's nodes by pointer
+//! (this server) sees a change. When only weak references share the world's `Arc` (an
 //! agent's note of the Node it last read or patched, `crate::agent`), the node is first moved
 //! to a new allocation (`Arc::make_mut` moves a node only weak references share: no copy),
 //! which the world then holds alone: that agent's next read sees another allocation, hence a
@@ -60,8 +67,8 @@
 //! before a window until it closes; reads outside windows are current.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use nodemgr_core::hash::FastHash;
@@ -144,6 +151,55 @@ impl NodeSlots for Vec<Arc<Node>> {
     }
 }
 
+/// The content a version was given for (see [`Versioned::seen`]).
+#[derive(Debug, Clone)]
+enum Seen {
+    /// The world's own node, held weakly: the world stays the only owner of its node between
+    /// reads, so its next change of it moves it to a new allocation (`Arc::make_mut` with
+    /// only weak references: no copy, its maps changed in place) rather than copying it.
+    /// The weak reference keeps the allocation's address from being reused, so the same
+    /// pointer still means the same node.
+    World(Weak<Node>),
+    /// Content of its own (a node given by value, not the world's `Arc`).
+    Own(Arc<Node>),
+}
+
+impl Seen {
+    /// The world's node `node`, held weakly.
+    fn world(node: &Arc<Node>) -> Self {
+        Self::World(Arc::downgrade(node))
+    }
+
+    /// Whether it is `node` itself (the same allocation).
+    fn is(&self, node: &Arc<Node>) -> bool {
+        match self {
+            Self::World(seen) => std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node)),
+            Self::Own(seen) => Arc::ptr_eq(seen, node),
+        }
+    }
+
+    /// The content, while somebody still holds it (`None`: the world changed the node and
+    /// nobody kept the old one).
+    fn content(&self) -> Option<Arc<Node>> {
+        match self {
+            Self::World(seen) => seen.upgrade(),
+            Self::Own(seen) => Some(Arc::clone(seen)),
+        }
+    }
+}
+
+/// The view lists hand out for a version.
+#[derive(Debug, Clone)]
+enum View {
+    /// None made yet.
+    None,
+    /// The world's node itself, which [`Versioned::seen`] points to (see "Shared views" in
+    /// the module docs): not held here, so that the world stays its only owner.
+    Seen,
+    /// A copy of the content with its resourceVersion and heartbeat.
+    Copy(Arc<Node>),
+}
+
 /// What a node was last versioned as.
 #[derive(Debug, Clone)]
 struct Versioned {
@@ -151,22 +207,24 @@ struct Versioned {
     /// The change sequence number it was versioned at (see "Change feed" in the module docs).
     changed: u64,
     /// The content the version was given for (its resourceVersion and heartbeat are not
-    /// compared). When it came from the world it is the world's own `Arc`: the world changes
-    /// a node only through `Arc::make_mut`, which copies a node shared with this one, so the
-    /// same pointer means the same node and no content is compared.
-    seen: Arc<Node>,
+    /// compared). When it came from the world it is the world's own node, held weakly: the
+    /// world changes a node only through `Arc::make_mut`, which copies a node shared with
+    /// another `Arc` and moves one only weak references share, so the same pointer means
+    /// the same node and no content is compared. A node the world moved that nobody else
+    /// held cannot be compared by content: it counts as changed (a new version).
+    seen: Seen,
     /// The view lists hand out (`seen` with its resourceVersion), made once per version and
     /// shared by every list while the node does not change.
-    view: Option<Arc<Node>>,
+    view: View,
 }
 
 impl Versioned {
-    fn new(version: u64, changed: u64, seen: Arc<Node>) -> Self {
+    fn new(version: u64, changed: u64, seen: Seen) -> Self {
         Self {
             version,
             changed,
             seen,
-            view: None,
+            view: View::None,
         }
     }
 
@@ -192,17 +250,16 @@ impl Versioned {
         if shared && let Some(node) = Arc::get_mut(slot) {
             node.resource_version = version.to_string();
             node.last_heartbeat = heartbeat;
-            let view = Arc::clone(slot);
             let v = Self {
                 version,
                 changed,
-                seen: Arc::clone(slot),
-                view: Some(Arc::clone(&view)),
+                seen: Seen::world(slot),
+                view: View::Seen,
             };
-            return (v, view);
+            return (v, Arc::clone(slot));
         }
-        let mut v = Self::new(version, changed, Arc::clone(slot));
-        let view = v.view(heartbeat);
+        let mut v = Self::new(version, changed, Seen::world(slot));
+        let view = v.view(slot, heartbeat);
         (v, view)
     }
 
@@ -220,28 +277,42 @@ impl Versioned {
         view
     }
 
-    /// Whether `node` has the content versioned (adopting its `Arc` when it is another one).
+    /// Whether the world's node `node` has the content versioned (adopting it when it is
+    /// another `Arc`).
     fn matches(&mut self, node: &Arc<Node>) -> bool {
-        if Arc::ptr_eq(&self.seen, node) {
+        if self.seen.is(node) {
             return true;
         }
-        if same_content(&self.seen, node) {
-            self.seen = Arc::clone(node);
-            return true;
+        let Some(seen) = self.seen.content() else {
+            return false;
+        };
+        if !same_content(&seen, node) {
+            return false;
         }
-        false
+        if matches!(self.view, View::Seen) {
+            // The view was the node seen: it stays the view (held now, as a copy would be).
+            self.view = View::Copy(seen);
+        }
+        self.seen = Seen::world(node);
+        true
     }
 
-    /// The shared view, with `heartbeat` when it is made now.
-    fn view(&mut self, heartbeat: Option<Timestamp>) -> Arc<Node> {
-        let version = self.version;
-        let seen = &self.seen;
-        Arc::clone(self.view.get_or_insert_with(|| {
-            let mut view = Node::clone(seen);
-            view.resource_version = version.to_string();
-            view.last_heartbeat = heartbeat;
-            Arc::new(view)
-        }))
+    /// The shared view, with `heartbeat` when it is made now. `slot` is the world's node,
+    /// which [`Versioned::matches`] (or the version just given) says has the content
+    /// versioned.
+    fn view(&mut self, slot: &Arc<Node>, heartbeat: Option<Timestamp>) -> Arc<Node> {
+        match &self.view {
+            View::Copy(view) => Arc::clone(view),
+            View::Seen if self.seen.is(slot) => Arc::clone(slot),
+            View::Seen | View::None => {
+                let mut view = Node::clone(slot);
+                view.resource_version = self.version.to_string();
+                view.last_heartbeat = heartbeat;
+                let view = Arc::new(view);
+                self.view = View::Copy(Arc::clone(&view));
+                view
+            }
+        }
     }
 }
 
@@ -497,11 +568,13 @@ impl SimApiServer {
         // node at its next answer.
         self.synced = None;
         if let Some(v) = self.versions.get(&node.name)
-            && same_content(&v.seen, node)
+            && v.seen
+                .content()
+                .is_some_and(|seen| same_content(&seen, node))
         {
             return v.version.to_string();
         }
-        let v = self.new_versioned(unversioned(node));
+        let v = self.new_versioned(Seen::Own(unversioned(node)));
         let version = v.version;
         self.versions.insert(node.name.clone(), v);
         version.to_string()
@@ -515,7 +588,7 @@ impl SimApiServer {
         {
             return v.version.to_string();
         }
-        let v = self.new_versioned(Arc::clone(node));
+        let v = self.new_versioned(Seen::world(node));
         let version = v.version;
         self.versions.insert(node.name.clone(), v);
         version.to_string()
@@ -534,7 +607,7 @@ impl SimApiServer {
         match self.versions.get_mut(&slot.name) {
             Some(v) => {
                 if v.matches(slot) {
-                    return v.view(heartbeat);
+                    return v.view(slot, heartbeat);
                 }
                 // A new version in the node's entry (no second search, no new key).
                 let numbers = next_numbers(&mut self.last_version, &mut self.change_seq);
@@ -566,7 +639,7 @@ impl SimApiServer {
         let shared = !self.copy_views;
         if expected.is_some() && !self.versions.contains_key(&slot.name) {
             // Never versioned: the precondition versions it first (as `version_of_shared`).
-            let v = self.new_versioned(Arc::clone(slot));
+            let v = self.new_versioned(Seen::world(slot));
             self.versions.insert(slot.name.clone(), v);
         }
         let Some(v) = self.versions.get_mut(&slot.name) else {
@@ -579,7 +652,7 @@ impl SimApiServer {
         if let Some(expected) = expected {
             if !v.matches(slot) {
                 let (version, changed) = next_numbers(&mut self.last_version, &mut self.change_seq);
-                *v = Versioned::new(version, changed, Arc::clone(slot));
+                *v = Versioned::new(version, changed, Seen::world(slot));
             }
             // Compared as digits; the message's string made only for a conflict.
             if crate::text::Digits::of(v.version).as_bytes() != expected.as_bytes() {
@@ -588,7 +661,7 @@ impl SimApiServer {
         }
         apply(Arc::make_mut(slot));
         if v.matches(slot) {
-            return Ok(v.view(heartbeat));
+            return Ok(v.view(slot, heartbeat));
         }
         let numbers = next_numbers(&mut self.last_version, &mut self.change_seq);
         Ok(v.renew(numbers, slot, heartbeat, shared))
@@ -600,7 +673,7 @@ impl SimApiServer {
     }
 
     /// The next version, for content `seen`.
-    fn new_versioned(&mut self, seen: Arc<Node>) -> Versioned {
+    fn new_versioned(&mut self, seen: Seen) -> Versioned {
         let (version, changed) = self.next_numbers();
         Versioned::new(version, changed, seen)
     }
@@ -628,11 +701,11 @@ impl SimApiServer {
                 .versions
                 .iter()
                 .zip(nodes.slots())
-                .all(|((name, v), (node, _))| Arc::ptr_eq(&v.seen, node) || *name == node.name)
+                .all(|((name, v), (node, _))| v.seen.is(node) || *name == node.name)
         {
             for ((_, v), (slot, heartbeat)) in self.versions.iter_mut().zip(nodes.slots()) {
                 if v.matches(slot) {
-                    out.push(v.view(heartbeat));
+                    out.push(v.view(slot, heartbeat));
                 } else {
                     let numbers = next_numbers(&mut self.last_version, &mut self.change_seq);
                     out.push(v.renew(numbers, slot, heartbeat, !self.copy_views));
@@ -658,7 +731,7 @@ impl SimApiServer {
             let entry = match previous.take_if(|(_, v)| v.matches(slot)) {
                 Some((name, mut v)) => {
                     if since.is_none_or(|since| v.changed > since) {
-                        out.push(v.view(heartbeat));
+                        out.push(v.view(slot, heartbeat));
                     }
                     (name, v)
                 }
@@ -712,7 +785,7 @@ impl SimApiServer {
         let mut in_place = self.versions.len() == nodes.count();
         if in_place {
             for ((name, v), (slot, heartbeat)) in self.versions.iter_mut().zip(nodes.slots()) {
-                if !Arc::ptr_eq(&v.seen, slot) {
+                if !v.seen.is(slot) {
                     if *name != slot.name {
                         // Another set of nodes: the merge below (what was versioned here
                         // stays versioned).
@@ -726,7 +799,7 @@ impl SimApiServer {
                     }
                 }
                 if v.changed > since {
-                    changed.push(v.view(heartbeat));
+                    changed.push(v.view(slot, heartbeat));
                 }
             }
         }
@@ -763,8 +836,16 @@ impl SimApiServer {
         let mut changed = Vec::new();
         for (at, (_, v)) in self.versions.entries.iter_mut().enumerate() {
             if v.changed > since {
-                let heartbeat = nodes.slot_at(at).and_then(|(_, heartbeat)| heartbeat);
-                changed.push(v.view(heartbeat));
+                // The world's node at `at` is the one versioned (it was not touched since,
+                // or was versioned above).
+                let (slot, heartbeat) = match nodes.slot_at(at) {
+                    Some((slot, heartbeat)) => (Arc::clone(slot), heartbeat),
+                    None => match v.seen.content() {
+                        Some(seen) => (seen, None),
+                        None => continue,
+                    },
+                };
+                changed.push(v.view(&slot, heartbeat));
             }
         }
         self.answer(since, changed)
@@ -812,9 +893,15 @@ impl SimApiServer {
             }
             let seen = old.next_if(|(name, _)| *name == node.name);
             let entry = match seen {
-                Some((name, v)) if same_content(&v.seen, node) => (name, v),
+                Some((name, v))
+                    if v.seen
+                        .content()
+                        .is_some_and(|seen| same_content(&seen, node)) =>
+                {
+                    (name, v)
+                }
                 _ => {
-                    let v = self.new_versioned(unversioned(node));
+                    let v = self.new_versioned(Seen::Own(unversioned(node)));
                     (node.name.clone(), v)
                 }
             };
@@ -925,7 +1012,7 @@ mod tests {
                 let name = format!("n{i}");
                 match op {
                     0 | 1 => {
-                        let v = Versioned::new(version, version, Arc::new(node(&name)));
+                        let v = Versioned::new(version, version, Seen::Own(Arc::new(node(&name))));
                         table.insert(name.clone(), v);
                         map.insert(name, version);
                     }

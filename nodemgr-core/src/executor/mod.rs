@@ -20,7 +20,7 @@
 //! The update executor's items stay at this module's root (`nodemgr_core::executor::UpdateExecutor`).
 
 pub mod fencing;
-mod node_table;
+pub(crate) mod node_table;
 pub mod scaling;
 pub mod static_instances;
 pub mod update;

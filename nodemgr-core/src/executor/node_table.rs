@@ -1,11 +1,18 @@
-//! The update executor's view of the Nodes, kept from one step to the next: every node with
-//! what a step reads from it (its group and update marks), grouped by
-//! `node.deckhouse.io/group`, the names of the nodes the drain half has to look at
-//! ([`NodeFacts::drain_marked`]), and the groups
-//! whose nodes changed since they were last planned. It decides what a step looks at again:
-//! a change feed answer ([`NodeChanges`], `docs/executors.md` §3) touches only the nodes it
-//! names; a whole list (a resync, a direct read) is compared with the view node by node, the
-//! same `Arc` being the same node.
+//! The update executor's view of the Nodes, kept from one step to the next: what a step reads
+//! from every node ([`NodeFacts`]: its group, update marks, configuration checksum,
+//! readiness, `unschedulable`, `draining` value and resourceVersion — the facts, not the
+//! node), grouped by `node.deckhouse.io/group`, the names of the nodes the drain half has to
+//! look at ([`NodeFacts::drain_marked`]), and the groups whose nodes changed since they were
+//! last planned. It decides what a step looks at again: a change feed answer
+//! ([`NodeChanges`], `docs/executors.md` §3) touches only the nodes it names; a whole list (a
+//! resync, a direct read) is compared with the view node by node.
+//!
+//! The view keeps no node: a port that shares its nodes as `Arc`s (the simulator) is left the
+//! only holder of each between steps, so its next change of a node need not copy it. A group
+//! is *dirty* (planned again) when a node joined or left it, or when what the planner reads
+//! of one of its nodes changed (its marks, checksum, readiness or `unschedulable`); a node
+//! that changed otherwise (its resourceVersion, a label or annotation the planner does not
+//! read) leaves its group's plan as it was.
 //!
 //! Order: a step looks at drain-marked nodes in the order of the port's list. When the last
 //! whole list was sorted by name (the simulator's, and any port keeping its nodes by name)
@@ -16,36 +23,98 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::hash::FastHash;
-use crate::model::Node;
+use crate::model::{Node, keys};
 use crate::ports::NodeChanges;
 use crate::read_your_writes::KnownVersions;
 use crate::update::{PlanMember, UpdateMarks, checksum_hash};
 
-/// What a step reads from one node.
-#[derive(Debug, Clone)]
+/// What a step reads from one node: its facts, not the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NodeFacts {
-    /// The node as the port shared it.
-    pub(crate) node: Arc<Node>,
+    /// The node's name.
+    pub(crate) name: String,
+    /// Its resourceVersion (the precondition of the step's patches, read-your-writes).
+    pub(crate) resource_version: String,
     /// `node.deckhouse.io/group`.
     pub(crate) group: Option<String>,
     /// Its update annotations.
     pub(crate) marks: UpdateMarks,
+    /// Its configuration checksum.
+    pub(crate) checksum: Option<String>,
     /// [`checksum_hash`] of its configuration checksum, if it has one: the planner skips the
-    /// annotation's lookup for a node whose hash is not the desired checksum's.
+    /// comparison of the checksums for a node whose hash is not the desired checksum's.
     pub(crate) checksum_hash: Option<u64>,
+    /// Whether it is Ready.
+    pub(crate) ready: bool,
+    /// Whether it is cordoned.
+    pub(crate) unschedulable: bool,
+    /// The value of its `draining` annotation, when it has one (a drain started on it
+    /// remembers it as the source that `drained` gets).
+    pub(crate) draining: Option<String>,
     /// Its position in the port's list (see the module docs).
     pub(crate) pos: u64,
 }
 
+/// Sets `slot` to `value`, reusing the string it holds.
+fn set_string(slot: &mut Option<String>, value: Option<&str>) {
+    match (slot.as_mut(), value) {
+        (Some(held), Some(value)) => {
+            if held != value {
+                value.clone_into(held);
+            }
+        }
+        (_, value) => *slot = value.map(str::to_owned),
+    }
+}
+
 impl NodeFacts {
-    fn of(node: Arc<Node>, pos: u64) -> Self {
+    /// The facts of `node`, at position `pos`.
+    pub(crate) fn of(node: &Node, pos: u64) -> Self {
+        let checksum = node.checksum();
         Self {
+            name: node.name.clone(),
+            resource_version: node.resource_version.clone(),
             group: node.group().map(str::to_owned),
-            marks: UpdateMarks::of(&node),
-            checksum_hash: node.checksum().map(checksum_hash),
-            node,
+            marks: UpdateMarks::of(node),
+            checksum: checksum.map(str::to_owned),
+            checksum_hash: checksum.map(checksum_hash),
+            ready: node.ready,
+            unschedulable: node.unschedulable,
+            draining: node.annotations.get(keys::ANNOTATION_DRAINING).cloned(),
             pos,
         }
+    }
+
+    /// Reads `node` (of the same name and group) into these facts, reusing their strings;
+    /// whether what the planner reads of it changed (marks, checksum, readiness,
+    /// `unschedulable`).
+    fn refresh(&mut self, node: &Node) -> bool {
+        debug_assert!(self.name == node.name && self.group.as_deref() == node.group());
+        let marks = UpdateMarks::of(node);
+        let checksum = node.checksum();
+        let changed = marks != self.marks
+            || node.ready != self.ready
+            || node.unschedulable != self.unschedulable
+            || checksum != self.checksum.as_deref();
+        if checksum != self.checksum.as_deref() {
+            set_string(&mut self.checksum, checksum);
+            self.checksum_hash = checksum.map(checksum_hash);
+        }
+        self.marks = marks;
+        self.ready = node.ready;
+        self.unschedulable = node.unschedulable;
+        if self.resource_version != node.resource_version {
+            node.resource_version.clone_into(&mut self.resource_version);
+        }
+        let draining = if marks.draining.is_some() {
+            node.annotations
+                .get(keys::ANNOTATION_DRAINING)
+                .map(String::as_str)
+        } else {
+            None
+        };
+        set_string(&mut self.draining, draining);
+        changed
     }
 
     /// Whether the drain half of a step has anything to do with the node: it carries
@@ -56,11 +125,29 @@ impl NodeFacts {
     pub(crate) fn drain_marked(&self) -> bool {
         self.marks.drain_relevant()
     }
+
+    /// A node with what a [`crate::drain::Drain`] and the disruption methods of the update
+    /// stage read of one: its name and `unschedulable` (nothing else set).
+    pub(crate) fn node_for_drain(&self) -> Node {
+        Node {
+            name: self.name.clone(),
+            unschedulable: self.unschedulable,
+            ..Node::default()
+        }
+    }
 }
 
 impl<'a> PlanMember<'a> for &'a NodeFacts {
-    fn node(self) -> &'a Node {
-        &self.node
+    fn name(self) -> &'a str {
+        &self.name
+    }
+
+    fn ready(self) -> bool {
+        self.ready
+    }
+
+    fn checksum(self) -> Option<&'a str> {
+        self.checksum.as_deref()
     }
 
     fn marks(self) -> UpdateMarks {
@@ -69,6 +156,14 @@ impl<'a> PlanMember<'a> for &'a NodeFacts {
 
     fn may_run(self, desired_hash: u64) -> bool {
         self.checksum_hash == Some(desired_hash)
+    }
+
+    fn whole_node(self) -> Option<&'a Node> {
+        None
+    }
+
+    fn disruption_view(self) -> Node {
+        self.node_for_drain()
     }
 }
 
@@ -127,14 +222,15 @@ impl NodeTable {
                 known.view_changed(name);
             }
         }
+        // Each node is read and let go: the view keeps its facts only.
         for node in changes.changed {
             known.view_changed(&node.name);
-            self.upsert(node);
+            self.upsert(&node);
         }
     }
 
-    /// Replaces the view by a whole list (in the port's order), keeping what was read from
-    /// the nodes that are the same `Arc`s as before.
+    /// Replaces the view by a whole list (in the port's order); a group whose nodes are the
+    /// same as before, read as the planner reads them, is left clean.
     pub(crate) fn replace(&mut self, nodes: Vec<Arc<Node>>, known: &mut KnownVersions) {
         known.view_replaced();
         self.sorted = sorted_by_name(&nodes);
@@ -152,7 +248,12 @@ impl NodeTable {
                 .remove(&node.name)
                 .and_then(|i| old_slots.get_mut(i).and_then(Option::take));
             let facts = match previous {
-                Some(mut facts) if Arc::ptr_eq(&facts.node, &node) => {
+                Some(mut facts) if facts.group.as_deref() == node.group() => {
+                    if facts.refresh(&node)
+                        && let Some(group) = &facts.group
+                    {
+                        self.dirty.insert(group.clone());
+                    }
                     facts.pos = pos;
                     facts
                 }
@@ -160,7 +261,7 @@ impl NodeTable {
                     if let Some(group) = previous.and_then(|p| p.group) {
                         self.dirty.insert(group);
                     }
-                    let facts = NodeFacts::of(node, pos);
+                    let facts = NodeFacts::of(&node, pos);
                     if let Some(group) = &facts.group {
                         self.dirty.insert(group.clone());
                     }
@@ -168,7 +269,7 @@ impl NodeTable {
                 }
             };
             // A name listed twice: the last one counts.
-            self.remove(&facts.node.name);
+            self.remove(&facts.name);
             self.insert(facts);
         }
         // The groups of the nodes no longer listed changed.
@@ -177,7 +278,7 @@ impl NodeTable {
     }
 
     fn insert(&mut self, facts: NodeFacts) {
-        let name = facts.node.name.clone();
+        let name = facts.name.clone();
         if facts.drain_marked() {
             self.marked.insert(name.clone());
         }
@@ -203,8 +304,8 @@ impl NodeTable {
         members.stale = true;
     }
 
-    /// Puts a changed or new node in.
-    fn upsert(&mut self, node: Arc<Node>) {
+    /// Puts a changed or new node in (its facts).
+    fn upsert(&mut self, node: &Node) {
         let slot = self
             .by_name
             .get(&node.name)
@@ -213,27 +314,22 @@ impl NodeTable {
         if let Some(slot) = slot
             && slot.group.as_deref() == node.group()
         {
-            // The same group: its name is kept, not copied again.
-            let facts = NodeFacts {
-                group: slot.group.take(),
-                marks: UpdateMarks::of(&node),
-                checksum_hash: node.checksum().map(checksum_hash),
-                node,
-                pos: slot.pos,
-            };
-            if facts.drain_marked() != slot.drain_marked() {
-                if facts.drain_marked() {
-                    self.marked.insert(facts.node.name.clone());
+            // The same group: the facts are read again in place (their strings reused).
+            let was_marked = slot.drain_marked();
+            let changed = slot.refresh(node);
+            if slot.drain_marked() != was_marked {
+                if was_marked {
+                    self.marked.remove(&slot.name);
                 } else {
-                    self.marked.remove(&facts.node.name);
+                    self.marked.insert(slot.name.clone());
                 }
             }
-            if let Some(group) = &facts.group
+            if changed
+                && let Some(group) = &slot.group
                 && !self.dirty.contains(group)
             {
                 self.dirty.insert(group.clone());
             }
-            *slot = facts;
             return;
         }
         let pos = match self.take(&node.name) {
@@ -291,7 +387,7 @@ impl NodeTable {
 
     /// Node `name`'s resourceVersion.
     pub(crate) fn version(&self, name: &str) -> Option<&str> {
-        self.get(name).map(|f| f.node.resource_version.as_str())
+        self.get(name).map(|f| f.resource_version.as_str())
     }
 
     /// Every node's name and resourceVersion.
@@ -299,7 +395,7 @@ impl NodeTable {
         self.slots
             .iter()
             .flatten()
-            .map(|f| (f.node.name.as_str(), f.node.resource_version.as_str()))
+            .map(|f| (f.name.as_str(), f.resource_version.as_str()))
     }
 
     /// Every node (in no particular order).
@@ -307,11 +403,10 @@ impl NodeTable {
         self.slots.iter().flatten()
     }
 
-    /// The nodes of group `group`, in name order, with their update marks (what the planner
-    /// reads), collected.
+    /// The names of the nodes of group `group`, in name order, collected.
     #[cfg(test)]
-    pub(crate) fn members_marked(&mut self, group: &str) -> Vec<(&Node, UpdateMarks)> {
-        self.members(group).map(|f| (&*f.node, f.marks)).collect()
+    pub(crate) fn member_names(&mut self, group: &str) -> Vec<String> {
+        self.members(group).map(|f| f.name.clone()).collect()
     }
 
     /// The nodes of group `group`, in name order, with what the planner reads of them,
@@ -373,11 +468,7 @@ mod tests {
     }
 
     fn names(table: &mut NodeTable, group: &str) -> Vec<String> {
-        table
-            .members_marked(group)
-            .into_iter()
-            .map(|(n, _)| n.name.clone())
-            .collect()
+        table.member_names(group)
     }
 
     #[test]
@@ -432,9 +523,9 @@ mod tests {
         assert!(!table.sorted());
         assert_eq!(table.get("z").map(|f| f.pos), Some(0));
         assert_eq!(table.get("a").map(|f| f.pos), Some(1));
-        table.upsert(node("a", "g", false));
+        table.upsert(&node("a", "g", false));
         assert_eq!(table.get("a").map(|f| f.pos), Some(1));
-        table.upsert(node("m", "g", true));
+        table.upsert(&node("m", "g", true));
         assert_eq!(table.get("m").map(|f| f.pos), Some(2));
     }
 }

@@ -37,8 +37,9 @@
 //!    command is reported and the others still run; the planner's guarantee that a partially
 //!    applied plan never overshoots `maxConcurrent` makes that safe.
 //!    A group is not planned again when its previous plan had no command, it has no disruption
-//!    window and the group, its desired checksum and its nodes (none added, removed, or
-//!    changed to another `Arc`) are unchanged: its plan would be the same
+//!    window and the group, its desired checksum and its nodes (none added or removed, none
+//!    changed in what the planner reads of it: update marks, checksum, readiness,
+//!    `unschedulable`) are unchanged: its plan would be the same
 //!    ([`UpdateExecutor::set_skip_unchanged`]).
 //! 3. **Drains**: every node carrying `update.node.deckhouse.io/draining` (any source, as
 //!    Deckhouse's `handle_draining`) gets a [`Drain`] if it has none (so drains survive an
@@ -56,12 +57,18 @@
 //!
 //! # Cost of a step
 //! With a port that answers the change feed incrementally (the simulator's), a step does work
-//! for what changed only: the nodes changed since the previous step are put into the view
-//! (their update marks read again), read-your-writes looks at the nodes changed or written
-//! since its last check, the groups with a changed node (or a window) are planned again, and
-//! the drains look at the drain-marked nodes. Nothing is done per unchanged node. A port
-//! answering whole lists (the default) costs a comparison of pointers per node, as a list did
-//! (`nodemgr-sim/README.md`, "Performance").
+//! for what changed only: the nodes changed since the previous step are read into the view
+//! (their facts read again in place), read-your-writes looks at the nodes changed or written
+//! since its last check, the groups with a node changed in what the planner reads (or a
+//! window) are planned again, and the drains look at the drain-marked nodes. Nothing is done
+//! per unchanged node. A port answering whole lists (the default) costs reading every node's
+//! facts again and comparing them with the view's, as a list did (`nodemgr-sim/README.md`,
+//! "Performance").
+//!
+//! The view keeps what a step reads of each node (its facts), never the node: a port that
+//! shares its nodes as `Arc`s is left their only holder between steps (the simulator's world
+//! then changes a node without copying it). The nodes a step patches are kept as the patch
+//! returned them for that step only (the drain half reads them).
 //!
 //! # Guarantees
 //! - Only the planner decides approvals; the executor adds none, so the planner's limits
@@ -83,7 +90,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::node_table::NodeTable;
+use super::node_table::{NodeFacts, NodeTable};
 use super::scaling::disruption_event;
 use crate::disruption::DisruptionReason;
 use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome};
@@ -303,7 +310,7 @@ pub struct UpdateExecutor {
 /// pure function of the group, its desired checksum, its nodes and — only through the
 /// disruption windows — `now`; a group without windows planned again from the very same
 /// inputs gets the very same plan, so it is not planned again. Its nodes are the same when
-/// none of them was added, changed (another `Arc`) or removed since
+/// none of them was added or removed since and none changed in what the planner reads of it
 /// ([`NodeTable::take_dirty`]).
 #[derive(Debug, Clone)]
 struct PlannedGroup {
@@ -320,17 +327,90 @@ fn plan_depends_on_time(group: &NodeGroup) -> bool {
 }
 
 /// The nodes a step works on: the view, with the nodes this step patched as the patches
-/// returned them.
+/// returned them (kept for the step only).
 struct StepNodes<'a> {
     view: &'a NodeTable,
     patched: &'a BTreeMap<String, Arc<Node>>,
 }
 
-impl StepNodes<'_> {
-    fn get(&self, name: &str) -> Option<&Arc<Node>> {
-        self.patched
-            .get(name)
-            .or_else(|| self.view.get(name).map(|f| &f.node))
+impl<'a> StepNodes<'a> {
+    fn get(&self, name: &str) -> Option<StepNode<'a>> {
+        let patched: &'a BTreeMap<String, Arc<Node>> = self.patched;
+        let view: &'a NodeTable = self.view;
+        match patched.get(name) {
+            Some(node) => Some(StepNode::Patched(node)),
+            None => view.get(name).map(StepNode::Kept),
+        }
+    }
+}
+
+/// One node as a step reads it: what the view kept of it, or the node a patch of this step
+/// returned.
+#[derive(Debug, Clone, Copy)]
+enum StepNode<'a> {
+    /// The view's facts.
+    Kept(&'a NodeFacts),
+    /// As this step's patch returned it.
+    Patched(&'a Node),
+}
+
+impl<'a> StepNode<'a> {
+    fn name(self) -> &'a str {
+        match self {
+            Self::Kept(f) => &f.name,
+            Self::Patched(n) => &n.name,
+        }
+    }
+
+    fn resource_version(self) -> &'a str {
+        match self {
+            Self::Kept(f) => &f.resource_version,
+            Self::Patched(n) => &n.resource_version,
+        }
+    }
+
+    fn unschedulable(self) -> bool {
+        match self {
+            Self::Kept(f) => f.unschedulable,
+            Self::Patched(n) => n.unschedulable,
+        }
+    }
+
+    fn group(self) -> Option<&'a str> {
+        match self {
+            Self::Kept(f) => f.group.as_deref(),
+            Self::Patched(n) => n.group(),
+        }
+    }
+
+    /// The `draining` annotation's value.
+    fn draining(self) -> Option<&'a str> {
+        match self {
+            Self::Kept(f) => f.draining.as_deref(),
+            Self::Patched(n) => n
+                .annotations
+                .get(keys::ANNOTATION_DRAINING)
+                .map(String::as_str),
+        }
+    }
+
+    /// Whether it carries a person's `drained`.
+    fn drained_by_user(self) -> bool {
+        match self {
+            Self::Kept(f) => f.marks.drained == Some(DrainSource::User),
+            Self::Patched(n) => n
+                .annotations
+                .get(keys::ANNOTATION_DRAINED)
+                .is_some_and(|v| DrainSource::parse(v) == DrainSource::User),
+        }
+    }
+
+    /// The node as a [`Drain`] reads it (its name and `unschedulable`).
+    fn node_for_drain(self) -> std::borrow::Cow<'a, Node> {
+        match self {
+            Self::Kept(f) => std::borrow::Cow::Owned(f.node_for_drain()),
+            Self::Patched(n) => std::borrow::Cow::Borrowed(n),
+        }
     }
 }
 
@@ -430,8 +510,9 @@ impl UpdateExecutor {
     /// Whether a step plans again only the groups whose inputs changed (the default, `true`)
     /// or every group. A group is skipped when its previous plan had no command, it has no
     /// disruption window (the only way `now` enters a plan) and the group, its desired
-    /// checksum and its nodes are the same as then — no node of it added, removed or changed
-    /// to another `Arc`, which only ports that share unchanged nodes hand out
+    /// checksum and its nodes are the same as then — no node of it added or removed, none
+    /// changed in what the planner reads of it (update marks, configuration checksum,
+    /// readiness, `unschedulable`), whichever way the port hands the nodes out
     /// ([`ClusterRead::list_nodes_shared`](crate::ports::ClusterRead::list_nodes_shared),
     /// [`ClusterRead::node_changes_since`](crate::ports::ClusterRead::node_changes_since)).
     /// Its plan is then the previous one (no command, the same blocked reasons). Likewise the
@@ -687,7 +768,7 @@ impl UpdateExecutor {
                         view: &self.view,
                         patched,
                     };
-                    let seen = nodes.get(&name).map(|n| n.resource_version.as_str());
+                    let seen = nodes.get(&name).map(StepNode::resource_version);
                     patch.set_resource_version(seen.unwrap_or_default());
                     match Self::patch_node(&mut self.known, cluster, &name, patch).await {
                         Ok(updated) => {
@@ -744,7 +825,6 @@ impl UpdateExecutor {
             view: &self.view,
             patched,
         };
-        let find = |name: &str| nodes.get(name).map(|n| &**n);
         // Only nodes carrying `draining` or a person's `drained` take part below
         // (`UpdateMarks::drain_relevant`: nothing is done to any other node), in list order:
         // the view's marked nodes, with the marks of the nodes this step patched read again.
@@ -762,7 +842,7 @@ impl UpdateExecutor {
             self.view
                 .all()
                 .filter(|f| takes_part(f.marks))
-                .map(|f| f.node.name.as_str())
+                .map(|f| f.name.as_str())
                 .collect()
         } else {
             self.view.marked().iter().map(String::as_str).collect()
@@ -782,25 +862,25 @@ impl UpdateExecutor {
                 names.remove(name.as_str());
             }
         }
-        let mut marked: Vec<(u64, Arc<Node>)> = names
+        let mut marked: Vec<(u64, StepNode<'_>)> = names
             .into_iter()
             .filter_map(|name| {
                 let pos = self.view.get(name)?.pos;
-                nodes.get(name).map(|n| (pos, Arc::clone(n)))
+                nodes.get(name).map(|n| (pos, n))
             })
             .collect();
         if !self.view.sorted() {
             marked.sort_by_key(|(pos, _)| *pos);
         }
-        let marked: Vec<Arc<Node>> = marked.into_iter().map(|(_, n)| n).collect();
+        let marked: Vec<StepNode<'_>> = marked.into_iter().map(|(_, n)| n).collect();
 
         // Drop drains whose node vanished or is no longer marked `draining`.
         let stale: Vec<(String, String)> = self
             .drains
             .keys()
-            .filter_map(|name| match find(name.as_str()) {
+            .filter_map(|name| match nodes.get(name.as_str()) {
                 None => Some((name.clone(), "the node no longer exists".to_owned())),
-                Some(n) if !n.has_annotation(keys::ANNOTATION_DRAINING) => Some((
+                Some(n) if n.draining().is_none() => Some((
                     name.clone(),
                     format!("{} was removed", keys::ANNOTATION_DRAINING),
                 )),
@@ -816,20 +896,14 @@ impl UpdateExecutor {
 
         // A person's `drained=user` on a node they made schedulable again is removed.
         for node in &marked {
-            if !node.unschedulable
-                && node
-                    .annotations
-                    .get(keys::ANNOTATION_DRAINED)
-                    .is_some_and(|v| DrainSource::parse(v) == DrainSource::User)
-                && !node.has_annotation(keys::ANNOTATION_DRAINING)
-            {
+            if !node.unschedulable() && node.drained_by_user() && node.draining().is_none() {
                 let patch = NodePatch::new().remove_annotation(keys::ANNOTATION_DRAINED);
-                match Self::patch_node(&mut self.known, cluster, &node.name, &patch).await {
+                match Self::patch_node(&mut self.known, cluster, node.name(), &patch).await {
                     Ok(_) => report.events.push(ExecutorEvent::DrainedMarkRemoved {
-                        node: node.name.clone(),
+                        node: node.name().to_owned(),
                     }),
                     Err(source) => report.errors.push(ActionError {
-                        node: node.name.clone(),
+                        node: node.name().to_owned(),
                         action: "remove drained=user".into(),
                         source,
                     }),
@@ -837,24 +911,21 @@ impl UpdateExecutor {
             }
         }
 
-        let draining: Vec<&Node> = marked
-            .iter()
-            .map(|n| &**n)
-            .filter(|n| n.has_annotation(keys::ANNOTATION_DRAINING))
-            .collect();
-        for node in draining {
-            let pods = match cluster.list_node_pods(&node.name).await {
+        let draining = marked.iter().filter(|n| n.draining().is_some());
+        for &node in draining {
+            let name = node.name();
+            let pods = match cluster.list_node_pods(name).await {
                 Ok(pods) => pods,
                 Err(source) => {
                     report.errors.push(ActionError {
-                        node: node.name.clone(),
+                        node: name.to_owned(),
                         action: "list the node's pods".into(),
                         source,
                     });
                     continue;
                 }
             };
-            if !self.drains.contains_key(&node.name) {
+            if !self.drains.contains_key(name) {
                 let group = node.group().unwrap_or_default().to_owned();
                 let config = groups
                     .iter()
@@ -862,22 +933,23 @@ impl UpdateExecutor {
                     .map(|g| DrainConfig::for_group(g))
                     .unwrap_or_default();
                 let evictable = pods.iter().filter(|p| p.evictable);
-                let drain =
-                    Drain::from_keys(node, evictable.clone().map(|p| p.key.clone()), config, now);
+                // A drain reads the node's name and `unschedulable`: the view keeps those.
+                let drain = Drain::from_keys(
+                    &node.node_for_drain(),
+                    evictable.clone().map(|p| p.key.clone()),
+                    config,
+                    now,
+                );
                 let pod_uids: BTreeMap<String, String> =
                     evictable.map(|p| (p.key.clone(), p.uid.clone())).collect();
                 report.events.push(ExecutorEvent::DrainStarted {
-                    node: node.name.clone(),
+                    node: name.to_owned(),
                     group: group.clone(),
                     pods: pod_uids.len(),
                 });
-                let source = node
-                    .annotations
-                    .get(keys::ANNOTATION_DRAINING)
-                    .cloned()
-                    .unwrap_or_default();
+                let source = node.draining().unwrap_or_default().to_owned();
                 self.drains.insert(
-                    node.name.clone(),
+                    name.to_owned(),
                     ActiveDrain {
                         drain,
                         group,
@@ -886,33 +958,24 @@ impl UpdateExecutor {
                     },
                 );
             }
-            let Some(active) = self.drains.get_mut(&node.name) else {
+            let Some(active) = self.drains.get_mut(name) else {
                 continue;
             };
             // Re-cordon a node somebody uncordoned while it drains (or whose cordon failed).
-            if !node.unschedulable && active.drain.started() < now {
+            if !node.unschedulable() && active.drain.started() < now {
                 let cordon = NodePatch::new().unschedulable(true);
-                match Self::patch_node(&mut self.known, cluster, &node.name, &cordon).await {
+                match Self::patch_node(&mut self.known, cluster, name, &cordon).await {
                     Ok(_) => report.events.push(ExecutorEvent::Cordoned {
-                        node: node.name.clone(),
+                        node: name.to_owned(),
                     }),
                     Err(source) => report.errors.push(ActionError {
-                        node: node.name.clone(),
+                        node: name.to_owned(),
                         action: "cordon".into(),
                         source,
                     }),
                 }
             }
-            advance_drain(
-                cluster,
-                &mut self.known,
-                &node.name,
-                active,
-                &pods,
-                now,
-                report,
-            )
-            .await;
+            advance_drain(cluster, &mut self.known, name, active, &pods, now, report).await;
             if let Some(outcome) = active.drain.outcome().cloned() {
                 let source = if active.source.is_empty() {
                     keys::DRAIN_SOURCE_BASHIBLE.to_owned()
@@ -922,7 +985,7 @@ impl UpdateExecutor {
                 let patch = NodePatch::new()
                     .remove_annotation(keys::ANNOTATION_DRAINING)
                     .set_annotation(keys::ANNOTATION_DRAINED, source);
-                match Self::patch_node(&mut self.known, cluster, &node.name, &patch).await {
+                match Self::patch_node(&mut self.known, cluster, name, &patch).await {
                     Ok(_) => {
                         let (kind, reason) = match outcome {
                             DrainOutcome::Completed => (EventKind::Normal, "NodeDrained"),
@@ -930,7 +993,7 @@ impl UpdateExecutor {
                         };
                         emit(
                             cluster,
-                            ObjectRef::node(node.name.clone()),
+                            ObjectRef::node(name.to_owned()),
                             kind,
                             reason,
                             outcome.to_string(),
@@ -938,15 +1001,15 @@ impl UpdateExecutor {
                         )
                         .await;
                         let group = active.group.clone();
-                        self.drains.remove(&node.name);
+                        self.drains.remove(name);
                         report.events.push(ExecutorEvent::DrainFinished {
-                            node: node.name.clone(),
+                            node: name.to_owned(),
                             group,
                             outcome,
                         });
                     }
                     Err(source) => report.errors.push(ActionError {
-                        node: node.name.clone(),
+                        node: name.to_owned(),
                         action: "mark the node drained".into(),
                         source,
                     }),

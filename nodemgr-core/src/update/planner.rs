@@ -23,22 +23,45 @@ pub struct GroupSnapshot<'a> {
     pub nodes: Vec<&'a Node>,
 }
 
-/// One node of a group as the planner reads it: the node, its update marks and, when the
-/// caller has it at hand, a quick way to tell that the node does not run a checksum.
+/// One node of a group as the planner reads it: its name, readiness, configuration checksum
+/// and update marks, a quick way to tell that the node does not run a checksum, and the node
+/// as the disruption methods of the update stage read it. A whole [`Node`] with its marks is
+/// one; the update executor's view hands out what it kept of each node instead (its facts,
+/// not the node).
 pub(crate) trait PlanMember<'a>: Copy {
-    /// The node.
-    fn node(self) -> &'a Node;
+    /// The node's name.
+    fn name(self) -> &'a str;
+    /// Whether the node is Ready.
+    fn ready(self) -> bool;
+    /// Its configuration checksum ([`Node::checksum`]).
+    fn checksum(self) -> Option<&'a str>;
     /// Its update marks ([`UpdateMarks::of`] the node).
     fn marks(self) -> UpdateMarks;
     /// `false` only when the node's configuration checksum is surely not the one whose
-    /// [`checksum_hash`] is `desired_hash` (the planner then skips the lookup of the
-    /// annotation); `true` says nothing.
+    /// [`checksum_hash`] is `desired_hash` (the planner then skips the comparison of the
+    /// checksums); `true` says nothing.
     fn may_run(self, desired_hash: u64) -> bool;
+    /// The node itself, when the member is a whole node (`None`: see
+    /// [`PlanMember::disruption_view`]).
+    fn whole_node(self) -> Option<&'a Node>;
+    /// The node as the disruption methods of [`crate::disruption::Stage::Update`] read it
+    /// ([`UpdateView::asking`]) when the member is not a whole node: they read its name and
+    /// `unschedulable` only, so a node with just those two set (asked only for the few nodes
+    /// that hold a slot and ask for a disruption).
+    fn disruption_view(self) -> Node;
 }
 
 impl<'a> PlanMember<'a> for (&'a Node, UpdateMarks) {
-    fn node(self) -> &'a Node {
-        self.0
+    fn name(self) -> &'a str {
+        &self.0.name
+    }
+
+    fn ready(self) -> bool {
+        self.0.ready
+    }
+
+    fn checksum(self) -> Option<&'a str> {
+        self.0.checksum()
     }
 
     fn marks(self) -> UpdateMarks {
@@ -47,6 +70,14 @@ impl<'a> PlanMember<'a> for (&'a Node, UpdateMarks) {
 
     fn may_run(self, _: u64) -> bool {
         true
+    }
+
+    fn whole_node(self) -> Option<&'a Node> {
+        Some(self.0)
+    }
+
+    fn disruption_view(self) -> Node {
+        self.0.clone()
     }
 }
 
@@ -136,46 +167,47 @@ where
     M: PlanMember<'a>,
 {
     let desired_hash = checksum_hash(desired);
-    let finishes = |member: M, node: &Node, marks: &UpdateMarks| {
-        node.ready
+    let finishes = |member: M, marks: &UpdateMarks| {
+        member.ready()
             && marks.ours()
             && !desired.is_empty()
             && member.may_run(desired_hash)
-            && node.checksum() == Some(desired)
+            && member.checksum() == Some(desired)
     };
     let members = members.into_iter();
-    let nodes = members.clone().map(|m| (m, m.node(), m.marks()));
+    let nodes = members.clone().map(|m| (m, m.marks()));
     let waits =
         |marks: &UpdateMarks| !marks.wants_disruption() && marks.waiting && !marks.occupies_slot();
     let mut size = 0usize;
     let mut holders: Vec<&str> = Vec::new();
     let mut not_ready: Vec<&str> = Vec::new();
-    let mut candidates: Vec<(&Node, UpdateMarks)> = Vec::new();
+    let mut candidates: Vec<(M, UpdateMarks)> = Vec::new();
     let mut waiting = 0usize;
     // The finishing nodes' positions in the walk and names, in order: the second walk tells
     // them by position instead of reading their checksum again.
     let mut finished: Vec<(usize, &str)> = Vec::new();
     let mut plan = UpdatePlan::default();
-    for (at, (member, node, marks)) in nodes.clone().enumerate() {
+    for (at, (member, marks)) in nodes.clone().enumerate() {
         size += 1;
+        let name = member.name();
         if marks.occupies_slot() {
-            holders.push(&node.name);
+            holders.push(name);
         }
-        if !node.ready {
-            not_ready.push(&node.name);
-        } else if finishes(member, node, &marks) {
+        if !member.ready() {
+            not_ready.push(name);
+        } else if finishes(member, &marks) {
             // Phase 1: finish nodes that run the desired configuration.
             plan.commands.push(UpdateCommand::Finish {
-                node: node.name.clone(),
+                node: name.to_owned(),
                 uncordon: marks.cordoned_by_us(),
             });
-            finished.push((at, &node.name));
+            finished.push((at, name));
             continue;
         }
         // Who wants to move.
         if marks.wants_disruption() {
             if !marks.disruption_approved && marks.draining.is_none() {
-                candidates.push((node, marks));
+                candidates.push((member, marks));
             }
         } else if waits(&marks) {
             waiting += 1;
@@ -184,15 +216,12 @@ where
     // The waiting nodes in the walk's order, the finishing ones (told by position) left out.
     let waiting_nodes = || {
         let mut finished = finished.iter().map(|(at, _)| *at).peekable();
-        nodes
-            .clone()
-            .enumerate()
-            .filter_map(move |(at, (_, n, m))| {
-                if finished.next_if_eq(&at).is_some() || !waits(&m) {
-                    return None;
-                }
-                Some(n)
-            })
+        nodes.clone().enumerate().filter_map(move |(at, (n, m))| {
+            if finished.next_if_eq(&at).is_some() || !waits(&m) {
+                return None;
+            }
+            Some(n.name())
+        })
     };
     // A node named like a finishing one (a name listed twice) does not move either.
     let finishing: BTreeSet<&str> = if unique_names {
@@ -200,9 +229,9 @@ where
     } else {
         finished.iter().map(|(_, name)| *name).collect()
     };
-    let named_finishing = |node: &Node| finishing.contains(node.name.as_str());
+    let named_finishing = |name: &str| finishing.contains(name);
     if !finishing.is_empty() {
-        candidates.retain(|(n, _)| !named_finishing(n));
+        candidates.retain(|(n, _)| !named_finishing(n.name()));
         if waiting > 0 && !waiting_nodes().any(|n| !named_finishing(n)) {
             waiting = 0;
         }
@@ -227,10 +256,15 @@ where
     // methods of the update stage in list order (docs/executors.md §6).
     let mut full = false;
     let mut approved_now: Vec<&str> = Vec::new();
-    let asking: Vec<(&Node, UpdateMarks)> = candidates
-        .iter()
-        .filter(|(_, m)| m.occupies_slot())
-        .copied()
+    let holding = || candidates.iter().filter(|(_, m)| m.occupies_slot());
+    // The members that are not whole nodes answer what the methods read of a node.
+    let partial: Vec<Node> = holding()
+        .filter(|(n, _)| n.whole_node().is_none())
+        .map(|(n, _)| n.disruption_view())
+        .collect();
+    let mut partial = partial.iter();
+    let asking: Vec<(&Node, UpdateMarks)> = holding()
+        .filter_map(|(n, m)| Some((n.whole_node().or_else(|| partial.next())?, *m)))
         .collect();
     if !asking.is_empty() {
         let snapshot = DisruptionSnapshot {
@@ -256,14 +290,14 @@ where
     let unslotted = candidates
         .iter()
         .filter(|(_, m)| !m.occupies_slot())
-        .map(|(n, _)| *n);
+        .map(|(n, _)| n.name());
     let waiting = waiting_nodes().filter(|n| !named_finishing(n));
-    for node in unslotted.chain(waiting) {
+    for name in unslotted.chain(waiting) {
         if occupied < limit {
             occupied += 1;
-            approved_now.push(&node.name);
+            approved_now.push(name);
             plan.commands.push(UpdateCommand::Approve {
-                node: node.name.clone(),
+                node: name.to_owned(),
             });
         } else {
             full = true;

@@ -1170,8 +1170,16 @@ fn phased_plan(
 struct Hashed<'a>(&'a Node, UpdateMarks, Option<u64>);
 
 impl<'a> PlanMember<'a> for Hashed<'a> {
-    fn node(self) -> &'a Node {
-        self.0
+    fn name(self) -> &'a str {
+        &self.0.name
+    }
+
+    fn ready(self) -> bool {
+        self.0.ready
+    }
+
+    fn checksum(self) -> Option<&'a str> {
+        self.0.checksum()
     }
 
     fn marks(self) -> UpdateMarks {
@@ -1180,6 +1188,14 @@ impl<'a> PlanMember<'a> for Hashed<'a> {
 
     fn may_run(self, desired_hash: u64) -> bool {
         self.2 == Some(desired_hash)
+    }
+
+    fn whole_node(self) -> Option<&'a Node> {
+        Some(self.0)
+    }
+
+    fn disruption_view(self) -> Node {
+        self.0.clone()
     }
 }
 
@@ -1230,5 +1246,30 @@ proptest! {
             prop_assert_eq!(&hashed.commands, &phased.commands);
             prop_assert_eq!(&hashed.blocked, &phased.blocked);
         }
+    }
+
+    /// The planner reading what the update executor's view keeps of each node (its facts:
+    /// name, readiness, checksum, marks, `unschedulable`; not the node) gives the plan the
+    /// phases give from the nodes, on random groups and random nodes (names listed once, in
+    /// name order, as the view hands them out).
+    #[test]
+    fn a_plan_from_the_views_facts_is_the_phased_plan(
+        g in group_strategy(),
+        nodes in proptest::collection::vec(node_strategy(), 0..10),
+        minute in 0u32..(7 * 24 * 60),
+    ) {
+        let nodes = named(nodes);
+        let marked: Vec<(&Node, UpdateMarks)> =
+            nodes.iter().map(|n| (n, UpdateMarks::of(n))).collect();
+        let now = Timestamp::from_secs(i64::from(minute) * 60);
+        let phased = phased_plan(&g, DESIRED, &marked, now);
+        let facts: Vec<crate::executor::node_table::NodeFacts> = nodes
+            .iter()
+            .zip(0u64..)
+            .map(|(n, pos)| crate::executor::node_table::NodeFacts::of(n, pos))
+            .collect();
+        let from_facts = super::planner::plan_group_members(&g, DESIRED, facts.iter(), true, now);
+        prop_assert_eq!(&from_facts.commands, &phased.commands);
+        prop_assert_eq!(&from_facts.blocked, &phased.blocked);
     }
 }

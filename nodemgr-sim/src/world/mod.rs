@@ -90,8 +90,10 @@ impl SimGroup {
 pub struct SimNode {
     /// The node view (labels, annotations, taints, `unschedulable`); `ready` is kept current
     /// by the run loop, the heartbeat is [`SimNode::last_heartbeat`]. Shared with the views
-    /// the simulated API hands out: change it with `Arc::make_mut` (which copies it when it is
-    /// shared), so that an unchanged node stays the same `Arc` ([`crate::api`]). Its
+    /// the simulated API hands out: change it with `Arc::make_mut` (which copies it when a
+    /// reader still holds it, and moves it to a new allocation when only weak references do,
+    /// as the simulated API's own), so that an unchanged node stays the same `Arc` and a
+    /// changed one is another ([`crate::api`]). Its
     /// `resource_version` and `last_heartbeat` are the API's (it may write a new version's
     /// into a node only the world holds, to serve it as the view): read neither here.
     pub node: Arc<Node>,
