@@ -351,7 +351,10 @@ impl World {
                         PatchOutcome::Conflict
                     }
                     Some(_) => {
-                        if patch.set.contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL) {
+                        if patch
+                            .set
+                            .contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL)
+                        {
                             self.asked += 1;
                         }
                         if let Some(sum) = patch.set.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM) {
@@ -757,9 +760,10 @@ fn flap(a: &DesiredBundle, b: &DesiredBundle, at: FlapAt, restart: bool) -> (Wor
         Some(a.checksum.as_str())
     );
     assert_eq!(
-        world.node.as_ref().and_then(|(_, n)| n
-            .get(keys::ANNOTATION_CONFIGURATION_CHECKSUM)
-            .cloned()),
+        world
+            .node
+            .as_ref()
+            .and_then(|(_, n)| n.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM).cloned()),
         Some(a.checksum.clone())
     );
     if restart {
@@ -775,7 +779,9 @@ fn flap(a: &DesiredBundle, b: &DesiredBundle, at: FlapAt, restart: bool) -> (Wor
     for _ in 0..200 {
         world.apply(&Op::Finish, true).expect("finish");
         world.apply(&Op::Approve, true).expect("approve");
-        world.apply(&Op::ApproveDisruption, true).expect("approve the disruption");
+        world
+            .apply(&Op::ApproveDisruption, true)
+            .expect("approve the disruption");
         world.drive(2).expect("drive");
     }
     (world, asked)
@@ -788,7 +794,9 @@ fn flapping_bundles() -> (DesiredBundle, DesiredBundle) {
     let first_key = |b: &DesiredBundle| b.steps.first().and_then(|s| s.disruption_key.clone());
     let b = (1..)
         .map(|seed| bundle_of(seed, false))
-        .find(|b| first_key(b).is_some() && first_key(b) != first_key(&a) && b.checksum != a.checksum)
+        .find(|b| {
+            first_key(b).is_some() && first_key(b) != first_key(&a) && b.checksum != a.checksum
+        })
         .expect("a bundle with a disruptive first step");
     (a, b)
 }
@@ -808,13 +816,21 @@ fn a_bundle_changed_and_changed_back_before_it_started_is_not_applied_again() {
             let case = format!("{at:?}, restart {restart}");
             assert_eq!(world.runs, 0, "{case}: a step ran again");
             assert_eq!(world.asked, asked, "{case}: approval asked again");
-            assert!(world.agent.is_up_to_date(), "{case}: {:?}", world.agent.status());
+            assert!(
+                world.agent.is_up_to_date(),
+                "{case}: {:?}",
+                world.agent.status()
+            );
             assert_eq!(
                 world.files.configuration_checksum.as_deref(),
                 Some(a.checksum.as_str()),
                 "{case}"
             );
-            let node = world.node.as_ref().map(|(_, n)| n.clone()).unwrap_or_default();
+            let node = world
+                .node
+                .as_ref()
+                .map(|(_, n)| n.clone())
+                .unwrap_or_default();
             assert_eq!(
                 node.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM),
                 Some(&a.checksum),

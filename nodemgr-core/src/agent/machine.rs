@@ -1128,7 +1128,10 @@ mod tests {
         let actions = drain(&mut agent);
         assert_eq!(actions, vec![AgentAction::ReadNode]);
         let old = [(keys::ANNOTATION_CONFIGURATION_CHECKSUM, "old")];
-        agent.handle_input(AgentInput::Node(Ok(Some(view("5", &old)))), Timestamp::EPOCH);
+        agent.handle_input(
+            AgentInput::Node(Ok(Some(view("5", &old)))),
+            Timestamp::EPOCH,
+        );
         let Some(AgentAction::PatchNode(patch)) = agent.poll_action() else {
             panic!("expected a patch");
         };
@@ -1146,7 +1149,10 @@ mod tests {
             Timestamp::EPOCH,
         );
         assert_eq!(agent.poll_action(), Some(AgentAction::ReadNode));
-        agent.handle_input(AgentInput::Node(Ok(Some(view("6", &old)))), Timestamp::EPOCH);
+        agent.handle_input(
+            AgentInput::Node(Ok(Some(view("6", &old)))),
+            Timestamp::EPOCH,
+        );
         let Some(AgentAction::PatchNode(again)) = agent.poll_action() else {
             panic!("expected the patch again");
         };
