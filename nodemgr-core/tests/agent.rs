@@ -694,7 +694,12 @@ enum FlapAt {
 /// to `a` while the agent waits at `at` (restarted there when `restart`). Returns the world
 /// after the agent settled back at `a`, and how many approvals it had asked for before the
 /// change back.
-fn flap(a: &DesiredBundle, b: &DesiredBundle, at: FlapAt, restart: bool) -> (World, usize) {
+fn flap(
+    a: &DesiredBundle,
+    b: &DesiredBundle,
+    at: FlapAt,
+    restart: bool,
+) -> Result<(World, usize), TestCaseError> {
     let mut world = World::new(1, 0, false);
     world.desired = a.clone();
     world.agent = Agent::new(config(), StateFiles::default(), world.now);
@@ -719,7 +724,7 @@ fn flap(a: &DesiredBundle, b: &DesiredBundle, at: FlapAt, restart: bool) -> (Wor
     world.succeeded = all.clone();
     world.finished = all;
     world.agent = Agent::new(config(), world.files.clone(), world.now);
-    world.drive_until_up_to_date(20).expect("up to date at a");
+    world.drive_until_up_to_date(20)?;
 
     // The group moves to b: the agent asks for approval, and (for a disruptive first step)
     // for the disruption once approved.
@@ -740,9 +745,9 @@ fn flap(a: &DesiredBundle, b: &DesiredBundle, at: FlapAt, restart: bool) -> (Wor
             break;
         }
         if at == FlapAt::WaitingForDisruption {
-            world.apply(&Op::Approve, true).expect("approve");
+            world.apply(&Op::Approve, true)?;
         }
-        world.drive(2).expect("drive");
+        world.drive(2)?;
     }
     assert_eq!(world.runs, 0, "a step of b ran before the change back");
     assert_eq!(world.asked, 1, "{:?}", world.agent.status());
@@ -777,28 +782,23 @@ fn flap(a: &DesiredBundle, b: &DesiredBundle, at: FlapAt, restart: bool) -> (Wor
     world.desired = a.clone();
     world.agent.handle_wake(world.now);
     for _ in 0..200 {
-        world.apply(&Op::Finish, true).expect("finish");
-        world.apply(&Op::Approve, true).expect("approve");
-        world
-            .apply(&Op::ApproveDisruption, true)
-            .expect("approve the disruption");
-        world.drive(2).expect("drive");
+        world.apply(&Op::Finish, true)?;
+        world.apply(&Op::Approve, true)?;
+        world.apply(&Op::ApproveDisruption, true)?;
+        world.drive(2)?;
     }
-    (world, asked)
+    Ok((world, asked))
 }
 
 /// Two bundles for [`flap`]: `a`, and `b` whose first step needs a disruption on a node that
 /// runs `a`.
-fn flapping_bundles() -> (DesiredBundle, DesiredBundle) {
+fn flapping_bundles() -> Option<(DesiredBundle, DesiredBundle)> {
     let a = bundle_of(0, false);
     let first_key = |b: &DesiredBundle| b.steps.first().and_then(|s| s.disruption_key.clone());
-    let b = (1..)
-        .map(|seed| bundle_of(seed, false))
-        .find(|b| {
-            first_key(b).is_some() && first_key(b) != first_key(&a) && b.checksum != a.checksum
-        })
-        .expect("a bundle with a disruptive first step");
-    (a, b)
+    let b = (1..).map(|seed| bundle_of(seed, false)).find(|b| {
+        first_key(b).is_some() && first_key(b) != first_key(&a) && b.checksum != a.checksum
+    })?;
+    Some((a, b))
 }
 
 /// The group's bundle moves from the one the node runs to another and back before a step
@@ -809,10 +809,10 @@ fn flapping_bundles() -> (DesiredBundle, DesiredBundle) {
 /// disruption of the other bundle's first step.
 #[test]
 fn a_bundle_changed_and_changed_back_before_it_started_is_not_applied_again() {
-    let (a, b) = flapping_bundles();
+    let (a, b) = flapping_bundles().expect("two bundles");
     for at in [FlapAt::WaitingForApproval, FlapAt::WaitingForDisruption] {
         for restart in [false, true] {
-            let (world, asked) = flap(&a, &b, at, restart);
+            let (world, asked) = flap(&a, &b, at, restart).expect("the flap");
             let case = format!("{at:?}, restart {restart}");
             assert_eq!(world.runs, 0, "{case}: a step ran again");
             assert_eq!(world.asked, asked, "{case}: approval asked again");
@@ -852,8 +852,8 @@ fn a_bundle_changed_and_changed_back_before_it_started_is_not_applied_again() {
 /// new bundle when the group moves to it again: approval, disruption, every step, report.
 #[test]
 fn a_bundle_abandoned_before_it_started_is_applied_when_it_comes_back() {
-    let (a, b) = flapping_bundles();
-    let (mut world, _) = flap(&a, &b, FlapAt::WaitingForDisruption, true);
+    let (a, b) = flapping_bundles().expect("two bundles");
+    let (mut world, _) = flap(&a, &b, FlapAt::WaitingForDisruption, true).expect("the flap");
     world.desired = b.clone();
     world.settle().expect("converges to b");
     assert_eq!(world.runs, b.steps.len());
