@@ -105,8 +105,19 @@ struct World {
     /// Steps whose success was handed to the agent but not yet recorded on disk: a restart
     /// before the agent's progress write re-runs them (at least once, as steps are idempotent).
     unrecorded: BTreeSet<String>,
-    /// Steps of the stored bundle whose success is recorded: they must never run again.
+    /// Steps of `running` whose success is recorded (by the agent's progress record, or by the
+    /// state the node started with): they must never run again while no step of another
+    /// bundle ran — also when the group's bundle moved to another one and back before a step
+    /// of that one ran (docs/agent.md, "A bundle changed and changed back"). The one way to
+    /// forget them is the agent's commit to another bundle (the progress record about it,
+    /// written right before its first step runs) followed by a restart before that step ran:
+    /// the rebuilt agent cannot tell whether it ran.
     finished: BTreeSet<String>,
+    /// Set by the write of a progress record that starts another bundle (no step of it done):
+    /// the agent's next request must be the run of that bundle's first step.
+    committing: Option<String>,
+    /// Patches that asked for approval, for the deterministic tests.
+    asked: usize,
     /// The Node as the agent last saw it (a read, or its own accepted patch) since it last
     /// ran a step or restarted: the approvals a step needs must be on it. (Checking the
     /// world's Node instead would flag the race no agent can close: the Node deleted and
@@ -130,6 +141,7 @@ impl World {
                 .collect()
         };
         let mut annotations = BTreeMap::new();
+        let all_steps: BTreeSet<String> = first.steps.iter().map(|s| s.name.clone()).collect();
         let (files, applied, true_keys) = match initial % 3 {
             // Just bootstrapped: only the first-run marker.
             0 => (StateFiles::first_run(), None, BTreeMap::new()),
@@ -157,6 +169,13 @@ impl World {
                 keys_of(&first),
             ),
         };
+        // A node that runs `first` ran every step of it, and its state files say so (the
+        // checksum file, and the progress record when it has one): none may run again before
+        // a step of another bundle.
+        let (running, succeeded) = match &applied {
+            Some(sum) => (Some(sum.clone()), all_steps),
+            None => (None, BTreeSet::new()),
+        };
         World {
             now,
             agent: Agent::new(config(), files.clone(), now),
@@ -167,10 +186,12 @@ impl World {
             stored: None,
             true_keys,
             applied,
-            running: None,
-            succeeded: BTreeSet::new(),
+            running,
+            finished: succeeded.clone(),
+            succeeded,
             unrecorded: BTreeSet::new(),
-            finished: BTreeSet::new(),
+            committing: None,
+            asked: 0,
             seen: None,
             runs: 0,
         }
@@ -274,6 +295,19 @@ impl World {
         if std::env::var_os("AGENT_TRACE").is_some() {
             eprintln!("{action} [fault {fault}] node={:?}", self.node);
         }
+        if action.is_request()
+            && let Some(bundle) = self.committing.take()
+        {
+            let first_step = matches!(&action, AgentAction::RunStep { .. })
+                && self.stored.as_ref().is_some_and(|(c, _)| *c == bundle);
+            prop_assert!(
+                first_step,
+                "the agent started a record of bundle {} but its next request is {} (the old \
+                 bundle's record is kept until the new one's first step runs)",
+                bundle,
+                action
+            );
+        }
         match action {
             AgentAction::FetchBundle => {
                 let answer = match fault % 8 {
@@ -317,6 +351,12 @@ impl World {
                         PatchOutcome::Conflict
                     }
                     Some(_) => {
+                        if patch
+                            .set
+                            .contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL)
+                        {
+                            self.asked += 1;
+                        }
                         if let Some(sum) = patch.set.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM) {
                             prop_assert_eq!(
                                 self.applied.as_ref(),
@@ -377,16 +417,13 @@ impl World {
                     &checksum,
                     "stored a bundle that does not hash to its checksum"
                 );
-                if self.running.as_ref().is_some_and(|r| *r != checksum) {
-                    // Another bundle stored: the agent's progress record is about it from now
-                    // on, so the steps of `running` it recorded are forgotten, and run again
-                    // if the group's bundle flaps back before a step of this one ran
-                    // (docs/agent.md, "Known limitation"). Disk truth (`succeeded`) stays.
-                    self.finished.clear();
-                }
                 self.stored = Some((checksum, steps));
             }
             AgentAction::WriteProgress(p) => {
+                let previous = self.files.progress.as_ref().and_then(|r| r.bundle.as_ref());
+                if p.bundle.is_some() && p.bundle.as_ref() != previous && p.done.is_empty() {
+                    self.committing = p.bundle.clone();
+                }
                 if p.bundle.is_some() && p.bundle == self.running {
                     let recorded: Vec<String> =
                         self.unrecorded.intersection(&p.done).cloned().collect();
@@ -420,6 +457,14 @@ impl World {
     }
 
     fn restart(&mut self) {
+        let record = self.files.progress.as_ref().and_then(|p| p.bundle.as_ref());
+        if record.is_some() && record != self.running.as_ref() {
+            // The agent committed to another bundle (its record is about it) and stops before
+            // that bundle's first step ran: the rebuilt agent cannot know whether it ran, and
+            // re-applies whatever bundle is desired then.
+            self.finished.clear();
+        }
+        self.committing = None;
         self.unrecorded.clear();
         self.seen = None;
         self.agent = Agent::new(config(), self.files.clone(), self.now);
@@ -452,6 +497,24 @@ impl World {
             )));
         };
         let first_run = self.files.first_run;
+        prop_assert!(
+            self.files.configuration_checksum.is_none(),
+            "step {} of {} runs while configuration_checksum says {:?}",
+            name,
+            checksum,
+            self.files.configuration_checksum
+        );
+        let claimed = self
+            .node
+            .as_ref()
+            .and_then(|(_, a)| a.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM));
+        prop_assert!(
+            first_run || claimed.is_none(),
+            "step {} of {} runs while the Node reports checksum {:?}",
+            name,
+            checksum,
+            claimed
+        );
         let seen = |key: &str| self.seen.as_ref().is_some_and(|a| a.contains_key(key));
         prop_assert!(
             first_run || seen(keys::ANNOTATION_APPROVED),
@@ -556,10 +619,12 @@ proptest! {
 
     /// Under any schedule: no step before `approved` (first run aside), no disruptive step
     /// before `disruption-approved` (first run aside), no checksum reported (annotation or
-    /// file) that the node does not run, no finished step of the same bundle run twice across
-    /// restarts while no other bundle was stored (docs/agent.md, "Known limitation"), steps in
-    /// lexical order; and once the faults stop, the agent converges (no
-    /// request was lost to a conflict or a failed patch).
+    /// file) that the node does not run, no checksum left reported (annotation, first run
+    /// aside, or file) while a step runs, no recorded step run again before a step of another
+    /// bundle ran — across restarts, and across a change of the group's bundle and back
+    /// (`World::finished` has the one exception: a restart right after the agent committed to
+    /// another bundle) — steps in lexical order; and once the faults stop, the agent
+    /// converges (no request was lost to a conflict or a failed patch).
     #[test]
     fn agent_keeps_the_protocol_under_random_schedules(
         initial in any::<u8>(),
@@ -613,6 +678,185 @@ fn an_up_to_date_node_only_reannotates() {
     assert!(world.agent.is_up_to_date());
     assert_eq!(world.runs, 0);
     assert!(world.has(keys::ANNOTATION_CONFIGURATION_CHECKSUM));
+}
+
+/// Where the agent is when the group's bundle moves back in [`flap`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FlapAt {
+    /// It asked for approval of the new bundle.
+    WaitingForApproval,
+    /// The controller approved, and it asked for the disruption the new bundle's first step
+    /// needs.
+    WaitingForDisruption,
+}
+
+/// The node runs bundle `a` (every step recorded); the group's bundle moves to `b` and back
+/// to `a` while the agent waits at `at` (restarted there when `restart`). Returns the world
+/// after the agent settled back at `a`, and how many approvals it had asked for before the
+/// change back.
+fn flap(
+    a: &DesiredBundle,
+    b: &DesiredBundle,
+    at: FlapAt,
+    restart: bool,
+) -> Result<(World, usize), TestCaseError> {
+    let mut world = World::new(1, 0, false);
+    world.desired = a.clone();
+    world.agent = Agent::new(config(), StateFiles::default(), world.now);
+    let all: BTreeSet<String> = a.steps.iter().map(|s| s.name.clone()).collect();
+    let keys: BTreeMap<String, String> = a
+        .steps
+        .iter()
+        .filter_map(|s| s.disruption_key.clone().map(|k| (s.name.clone(), k)))
+        .collect();
+    world.files = StateFiles::applied(&a.checksum, all.clone(), keys.clone());
+    world.node = Some((
+        1,
+        [(
+            keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned(),
+            a.checksum.clone(),
+        )]
+        .into(),
+    ));
+    world.true_keys = keys;
+    world.applied = Some(a.checksum.clone());
+    world.running = Some(a.checksum.clone());
+    world.succeeded = all.clone();
+    world.finished = all;
+    world.agent = Agent::new(config(), world.files.clone(), world.now);
+    world.drive_until_up_to_date(20)?;
+
+    // The group moves to b: the agent asks for approval, and (for a disruptive first step)
+    // for the disruption once approved.
+    world.desired = b.clone();
+    world.agent.handle_wake(world.now);
+    for _ in 0..40 {
+        let waiting = match at {
+            FlapAt::WaitingForApproval => {
+                matches!(world.agent.status(), AgentStatus::WaitingForApproval { .. })
+            }
+            FlapAt::WaitingForDisruption => matches!(
+                world.agent.status(),
+                AgentStatus::WaitingForDisruptionApproval { .. }
+            ),
+        };
+        // Waiting, and polling: the request was made and answered.
+        if waiting && world.agent.next_deadline().is_some() {
+            break;
+        }
+        if at == FlapAt::WaitingForDisruption {
+            world.apply(&Op::Approve, true)?;
+        }
+        world.drive(2)?;
+    }
+    assert_eq!(world.runs, 0, "a step of b ran before the change back");
+    assert_eq!(world.asked, 1, "{:?}", world.agent.status());
+    // Nothing the node or its Node say about a has changed yet.
+    assert_eq!(
+        world.files.configuration_checksum.as_deref(),
+        Some(a.checksum.as_str())
+    );
+    assert_eq!(
+        world
+            .files
+            .progress
+            .as_ref()
+            .and_then(|p| p.bundle.as_deref()),
+        Some(a.checksum.as_str())
+    );
+    assert_eq!(
+        world
+            .node
+            .as_ref()
+            .and_then(|(_, n)| n.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM).cloned()),
+        Some(a.checksum.clone())
+    );
+    if restart {
+        world.restart();
+    }
+
+    // Back to a: the agent sees the node runs it; the controller, seeing the checksum it
+    // wants, finishes the node. Drive with a cooperative controller that would approve
+    // anything asked: nothing is asked, nothing runs.
+    let asked = world.asked;
+    world.desired = a.clone();
+    world.agent.handle_wake(world.now);
+    for _ in 0..200 {
+        world.apply(&Op::Finish, true)?;
+        world.apply(&Op::Approve, true)?;
+        world.apply(&Op::ApproveDisruption, true)?;
+        world.drive(2)?;
+    }
+    Ok((world, asked))
+}
+
+/// Two bundles for [`flap`]: `a`, and `b` whose first step needs a disruption on a node that
+/// runs `a`.
+fn flapping_bundles() -> Option<(DesiredBundle, DesiredBundle)> {
+    let a = bundle_of(0, false);
+    let first_key = |b: &DesiredBundle| b.steps.first().and_then(|s| s.disruption_key.clone());
+    let b = (1..).map(|seed| bundle_of(seed, false)).find(|b| {
+        first_key(b).is_some() && first_key(b) != first_key(&a) && b.checksum != a.checksum
+    })?;
+    Some((a, b))
+}
+
+/// The group's bundle moves from the one the node runs to another and back before a step
+/// of the other ran (docs/agent.md, "A bundle changed and changed back before it started"):
+/// the agent asks for no approval again and runs no step; the node keeps its checksum file,
+/// its progress record and its Node's checksum annotation throughout, and the controller
+/// finishes it. Also when the agent restarts in the middle, and when it waits for the
+/// disruption of the other bundle's first step.
+#[test]
+fn a_bundle_changed_and_changed_back_before_it_started_is_not_applied_again() {
+    let (a, b) = flapping_bundles().expect("two bundles");
+    for at in [FlapAt::WaitingForApproval, FlapAt::WaitingForDisruption] {
+        for restart in [false, true] {
+            let (world, asked) = flap(&a, &b, at, restart).expect("the flap");
+            let case = format!("{at:?}, restart {restart}");
+            assert_eq!(world.runs, 0, "{case}: a step ran again");
+            assert_eq!(world.asked, asked, "{case}: approval asked again");
+            assert!(
+                world.agent.is_up_to_date(),
+                "{case}: {:?}",
+                world.agent.status()
+            );
+            assert_eq!(
+                world.files.configuration_checksum.as_deref(),
+                Some(a.checksum.as_str()),
+                "{case}"
+            );
+            let node = world
+                .node
+                .as_ref()
+                .map(|(_, n)| n.clone())
+                .unwrap_or_default();
+            assert_eq!(
+                node.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM),
+                Some(&a.checksum),
+                "{case}"
+            );
+            // The controller finished the node: no update mark is left.
+            for key in [
+                keys::ANNOTATION_WAITING_FOR_APPROVAL,
+                keys::ANNOTATION_APPROVED,
+                keys::ANNOTATION_DISRUPTION_REQUIRED,
+            ] {
+                assert!(!node.contains_key(key), "{case}: {key} left on {node:?}");
+            }
+        }
+    }
+}
+
+/// After the change back, the bundle that was abandoned before it started is applied as any
+/// new bundle when the group moves to it again: approval, disruption, every step, report.
+#[test]
+fn a_bundle_abandoned_before_it_started_is_applied_when_it_comes_back() {
+    let (a, b) = flapping_bundles().expect("two bundles");
+    let (mut world, _) = flap(&a, &b, FlapAt::WaitingForDisruption, true).expect("the flap");
+    world.desired = b.clone();
+    world.settle().expect("converges to b");
+    assert_eq!(world.runs, b.steps.len());
 }
 
 /// What a bundle server (or something between it and the node) may hand out, derived from the

@@ -175,11 +175,16 @@ fn shipped(file: &str) -> Scenario {
 }
 
 /// `(scenario, seed, digest, events)`, computed with the simulator before its performance
-/// work.
+/// work. Re-pinned once since, for a change of the agent's behaviour (round 8: an agent keeps
+/// its Node's checksum annotation while it waits for approvals, and removes it right before
+/// the first step of the new bundle, `docs/agent.md`): `steady` 7 and `faults` 1 and 42 have
+/// the same timeline, counters, Kubernetes events and pods as before; only nodes still waiting
+/// for an approval when the scenario ends (`pool1-8` and `pool1-9`, `manual-3`) keep the
+/// checksum of the generation they run on their Node.
 const PINNED: &[(&str, u64, &str, usize)] = &[
-    ("steady", 7, "24a135fdeada4e16", 2653),
-    ("faults", 1, "fc6bb55c85e13854", 396),
-    ("faults", 42, "5d9a7ef0f9008393", 391),
+    ("steady", 7, "47984d35d988e32c", 2653),
+    ("faults", 1, "a759284679a0b7e4", 396),
+    ("faults", 42, "b7423883fd341997", 391),
     ("class-change-surge.yaml", 1, "aaf0aa611c6f26e0", 85),
     ("default.yaml", 1, "247b09f992a71abc", 153),
     ("default.yaml", 42, "4aceab2c8920f6a8", 153),

@@ -87,6 +87,7 @@ async fn the_agent_waits_for_approval_then_converges() {
             .get("coordination.k8s.io/v1", "Lease", "kube-node-lease", "w-0")
             .is_some()
     );
+    let before = annotation(&emulator, "w-0", "node.deckhouse.io/configuration-checksum");
 
     let gen1 = fleet
         .publish(
@@ -120,12 +121,14 @@ async fn the_agent_waits_for_approval_then_converges() {
         annotation(&e, "w-0", "update.node.deckhouse.io/waiting-for-approval").is_some()
     })
     .await;
-    // Asking for approval drops the old checksum; without approval nothing is applied.
+    // Without approval nothing is applied: the Node keeps the checksum of what the node
+    // runs until the first step of the new bundle is about to run (docs/agent.md, "One pass").
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         annotation(&emulator, "w-0", "node.deckhouse.io/configuration-checksum"),
-        None
+        before
     );
+    assert_ne!(before.as_deref(), Some(gen1.as_str()));
 
     patch_annotations(
         &emulator,

@@ -182,8 +182,12 @@ enum Awaiting {
 /// the request), so the agent keeps no copy of the request's strings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum OwnPatch {
-    /// Sets `waiting-for-approval` and removes the configuration checksum.
+    /// Sets `waiting-for-approval` (the configuration checksum stays: the node still runs
+    /// the bundle it reports until the first step of the new one is about to run).
     AskApproval,
+    /// Removes the configuration checksum: the first step of another bundle is about to run,
+    /// and from then on the node no longer runs the bundle it reported.
+    Unreport,
     /// Sets the disruption annotation `key` (`disruption-required` or `rolling-update`).
     AskDisruption(&'static str),
     /// Sets the configuration checksum to the bundle's.
@@ -196,10 +200,8 @@ impl OwnPatch {
     /// (`None`: removed).
     fn changes(&self) -> impl Iterator<Item = (&'static str, Option<&str>)> {
         let (first, second) = match self {
-            Self::AskApproval => (
-                (keys::ANNOTATION_CONFIGURATION_CHECKSUM, None),
-                Some((keys::ANNOTATION_WAITING_FOR_APPROVAL, Some(""))),
-            ),
+            Self::AskApproval => ((keys::ANNOTATION_WAITING_FOR_APPROVAL, Some("")), None),
+            Self::Unreport => ((keys::ANNOTATION_CONFIGURATION_CHECKSUM, None), None),
             Self::AskDisruption(key) => ((*key, Some("")), None),
             Self::Report(bundle) => (
                 (
@@ -642,9 +644,13 @@ impl Agent {
         if self.files.configuration_checksum.as_deref() == Some(bundle.checksum.as_str()) {
             return self.decide_up_to_date(&bundle, now);
         }
-        self.prepare_apply(&bundle);
+        // Nothing is written about the bundle before its first step is about to run
+        // ([`Agent::begin_apply`]): until then the checksum file, the Node's checksum
+        // annotation and the progress record still say what the node runs, so that a bundle
+        // changed and changed back before it started finds the node up to date.
         let progress = self.files.progress.as_ref();
-        let done = |name: &String| progress.is_some_and(|p| p.done.contains(name));
+        let begun = progress.is_some_and(|p| p.bundle.as_deref() == Some(bundle.checksum.as_str()));
+        let done = |name: &String| begun && progress.is_some_and(|p| p.done.contains(name));
         let Some(step) = bundle.steps.iter().find(|s| !done(&s.name)) else {
             return self.decide_report(&bundle, now);
         };
@@ -662,8 +668,7 @@ impl Agent {
             };
             let has = |key: &str| node.has(key);
             if !has(keys::ANNOTATION_APPROVED) {
-                let asked = has(keys::ANNOTATION_WAITING_FOR_APPROVAL)
-                    && !has(keys::ANNOTATION_CONFIGURATION_CHECKSUM);
+                let asked = has(keys::ANNOTATION_WAITING_FOR_APPROVAL);
                 let patch = (!asked).then_some(OwnPatch::AskApproval);
                 self.set_waiting_for_approval(&bundle.checksum);
                 return match patch {
@@ -684,7 +689,17 @@ impl Agent {
                     Some(patch) => self.request(Awaiting::Patch(patch)),
                 };
             }
+            // The step is about to run: from now on the node no longer runs the bundle its
+            // Node reports (if any), so the controller must not see it up to date with it.
+            if has(keys::ANNOTATION_CONFIGURATION_CHECKSUM) {
+                self.status = AgentStatus::Applying {
+                    checksum: bundle.checksum.clone(),
+                    step: step.name.clone(),
+                };
+                return self.request(Awaiting::Patch(OwnPatch::Unreport));
+            }
         }
+        self.begin_apply(&bundle);
         // The step may change what its key stands for: forget the recorded key before it runs,
         // so that a crash between its end and the record of its success leaves "unknown" (a
         // disruption next time), never a key the node no longer runs.
@@ -738,11 +753,17 @@ impl Agent {
         None
     }
 
-    /// The bundle differs from the applied one: forget the applied checksum, store the steps
-    /// (once per bundle and agent process: after a restart the steps on disk may be those of
-    /// a bundle whose progress record was never written) and, unless the progress record is
-    /// already about this bundle (a resumed apply), start a fresh record.
-    fn prepare_apply(&mut self, bundle: &Verified) {
+    /// A step of `bundle` is about to run (or, for a bundle without steps, it is about to be
+    /// reported), and the Node no longer reports another checksum (first run aside): forget
+    /// the applied checksum, store the steps (once per bundle and agent process: after a
+    /// restart the steps on disk may be those of a bundle whose progress record was never
+    /// written) and, unless the progress record is already about this bundle (a resumed
+    /// apply), start a fresh record. In this order, so that an agent rebuilt between two of
+    /// these writes finds either the old bundle complete (its record, and its checksum unless
+    /// already removed, which it then reports again without running anything) or the new one
+    /// begun. Until the record is rewritten the old bundle's record stands; the rewrite is
+    /// the last write before the step runs.
+    fn begin_apply(&mut self, bundle: &Verified) {
         if self.files.configuration_checksum.take().is_some() {
             self.queue.push_back(AgentAction::RemoveChecksumFile);
         }
@@ -765,6 +786,9 @@ impl Agent {
     /// Every step of the bundle succeeded: annotate the Node, then remove `first_run` and
     /// write the checksum file.
     fn decide_report(&mut self, bundle: &Arc<Verified>, now: Timestamp) {
+        // Only a bundle without steps comes here before it began; for the others this stores
+        // the steps once per process, as before a step.
+        self.begin_apply(bundle);
         // Unless it is already that: a reporting agent decides this at every answer.
         if !matches!(&self.status, AgentStatus::Reporting { checksum } if *checksum == bundle.checksum)
         {
@@ -963,7 +987,7 @@ mod tests {
         std::iter::from_fn(|| agent.poll_action()).collect()
     }
 
-    /// The agent's own patches as it made them before it remembered them as [`OwnPatch`]es.
+    /// The agent's own patches written out literally: what each sets and removes.
     fn literal_patch(patch: &OwnPatch, resource_version: &str) -> NodePatch {
         let set = |key: &str, value: &str| -> BTreeMap<String, String> {
             [(key.to_owned(), value.to_owned())].into()
@@ -972,6 +996,11 @@ mod tests {
             OwnPatch::AskApproval => NodePatch {
                 resource_version: resource_version.to_owned(),
                 set: set(keys::ANNOTATION_WAITING_FOR_APPROVAL, ""),
+                remove: Vec::new(),
+            },
+            OwnPatch::Unreport => NodePatch {
+                resource_version: resource_version.to_owned(),
+                set: BTreeMap::new(),
                 remove: vec![keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned()],
             },
             OwnPatch::AskDisruption(key) => NodePatch {
@@ -999,6 +1028,7 @@ mod tests {
         };
         prop_oneof![
             Just(OwnPatch::AskApproval),
+            Just(OwnPatch::Unreport),
             Just(OwnPatch::AskDisruption(
                 keys::ANNOTATION_DISRUPTION_REQUIRED
             )),
@@ -1093,11 +1123,15 @@ mod tests {
     fn asks_for_approval_with_a_guarded_patch_and_retries_after_a_conflict() {
         let bundle = DesiredBundle::of_steps(vec![Step::new("010_a.sh", "true")], false);
         let mut agent = applied_agent(&bundle);
+        // Nothing is written before a step of the new bundle is about to run: the node still
+        // runs "old".
         let actions = drain(&mut agent);
-        assert_eq!(actions[0], AgentAction::RemoveChecksumFile);
-        assert!(matches!(actions[1], AgentAction::StoreBundle { .. }));
-        assert_eq!(actions.last(), Some(&AgentAction::ReadNode));
-        agent.handle_input(AgentInput::Node(Ok(Some(view("5", &[])))), Timestamp::EPOCH);
+        assert_eq!(actions, vec![AgentAction::ReadNode]);
+        let old = [(keys::ANNOTATION_CONFIGURATION_CHECKSUM, "old")];
+        agent.handle_input(
+            AgentInput::Node(Ok(Some(view("5", &old)))),
+            Timestamp::EPOCH,
+        );
         let Some(AgentAction::PatchNode(patch)) = agent.poll_action() else {
             panic!("expected a patch");
         };
@@ -1107,21 +1141,69 @@ mod tests {
                 .set
                 .contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL)
         );
-        assert_eq!(
-            patch.remove,
-            vec![keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned()]
-        );
+        // The checksum annotation stays while the node waits: it still runs "old".
+        assert!(patch.remove.is_empty(), "{patch:?}");
+        assert_eq!(agent.files().configuration_checksum.as_deref(), Some("old"));
         agent.handle_input(
             AgentInput::Patched(PatchOutcome::Conflict),
             Timestamp::EPOCH,
         );
         assert_eq!(agent.poll_action(), Some(AgentAction::ReadNode));
-        agent.handle_input(AgentInput::Node(Ok(Some(view("6", &[])))), Timestamp::EPOCH);
+        agent.handle_input(
+            AgentInput::Node(Ok(Some(view("6", &old)))),
+            Timestamp::EPOCH,
+        );
         let Some(AgentAction::PatchNode(again)) = agent.poll_action() else {
             panic!("expected the patch again");
         };
         assert_eq!(again.resource_version, "6");
         assert_eq!(again.set, patch.set);
+    }
+
+    #[test]
+    fn the_old_checksum_is_given_up_only_right_before_the_first_step_runs() {
+        let bundle = DesiredBundle::of_steps(vec![Step::new("010_a.sh", "true")], false);
+        let mut agent = applied_agent(&bundle);
+        assert_eq!(drain(&mut agent), vec![AgentAction::ReadNode]);
+        let approved = [
+            (keys::ANNOTATION_CONFIGURATION_CHECKSUM, "old"),
+            (keys::ANNOTATION_APPROVED, ""),
+        ];
+        agent.handle_input(
+            AgentInput::Node(Ok(Some(view("7", &approved)))),
+            Timestamp::EPOCH,
+        );
+        // First the Node stops reporting "old" (guarded by the read)...
+        let Some(AgentAction::PatchNode(patch)) = agent.poll_action() else {
+            panic!("expected the checksum's removal");
+        };
+        assert_eq!(patch.resource_version, "7");
+        assert!(patch.set.is_empty());
+        assert_eq!(
+            patch.remove,
+            vec![keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned()]
+        );
+        assert_eq!(agent.poll_action(), None);
+        assert_eq!(agent.files().configuration_checksum.as_deref(), Some("old"));
+        agent.handle_input(
+            AgentInput::Patched(PatchOutcome::Applied {
+                resource_version: "8".into(),
+            }),
+            Timestamp::EPOCH,
+        );
+        // ... then the state files, then the step, with no request in between.
+        let actions = drain(&mut agent);
+        assert_eq!(actions[0], AgentAction::RemoveChecksumFile);
+        assert!(matches!(actions[1], AgentAction::StoreBundle { .. }));
+        assert!(
+            matches!(&actions[2], AgentAction::WriteProgress(p) if p.bundle.as_deref() == Some(bundle.checksum.as_str()) && p.done.is_empty())
+        );
+        assert_eq!(
+            actions[3..],
+            [AgentAction::RunStep {
+                name: "010_a.sh".into()
+            }]
+        );
     }
 
     #[test]
@@ -1153,8 +1235,9 @@ mod tests {
             AgentInput::Node(Ok(Some(view("1", &[(keys::ANNOTATION_APPROVED, "")])))),
             Timestamp::EPOCH,
         );
+        // The state files of the new bundle are written right before its first step.
         assert!(matches!(
-            agent.poll_action(),
+            drain(&mut agent).last(),
             Some(AgentAction::RunStep { .. })
         ));
         let stderr = format!("{}END", "é".repeat(400));

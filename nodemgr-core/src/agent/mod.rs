@@ -8,24 +8,29 @@
 //! 1. The node compares the checksum of the bundle it applied last (the state file
 //!    `configuration_checksum`) with its group's desired bundle. Equal: it makes sure its
 //!    Node's `node.deckhouse.io/configuration-checksum` annotation says so, and the pass ends.
-//! 2. Different: it removes the checksum file, stores the bundle's steps (`bundle_steps/`)
-//!    and checks the bundle: its steps must hash to its checksum
+//! 2. Different: it checks the bundle: its steps must hash to its checksum
 //!    ([`crate::bashible::configuration_checksum`]); a bundle that does not is refused and no
 //!    step of it runs. The bundle it verified last is not hashed again when fetched again
 //!    unchanged (same checksum, same steps in the same order), and steps shared between
 //!    fetches ([`BundleSteps`]) are hashed once.
 //! 3. On the first run after the bootstrap (the `first_run` marker exists) it applies at once.
 //!    Otherwise it patches its Node, guarded by the resourceVersion it read, to add
-//!    `update.node.deckhouse.io/waiting-for-approval` and remove the checksum annotation
-//!    (on a 409 it re-reads and tries again), then polls until `update.node.deckhouse.io/approved`
-//!    appears.
-//! 4. Steps run in lexical order of their names. A failing step emits a Warning Event
+//!    `update.node.deckhouse.io/waiting-for-approval` (on a 409 it re-reads and tries
+//!    again), then polls until `update.node.deckhouse.io/approved` appears. The checksum
+//!    annotation, the checksum file and the progress record stay as they are: the node still
+//!    runs the bundle they name.
+//! 4. Right before the first step of the new bundle runs (after the approvals of step 3 and
+//!    5), the agent removes the Node's checksum annotation (a guarded patch; not on the first
+//!    run), removes the checksum file, stores the bundle's steps (`bundle_steps/`) and starts
+//!    the progress record of the new bundle, in this order. A bundle changed and changed back
+//!    before that point finds the node up to date: nothing is asked, nothing runs.
+//!    Steps run in lexical order of their names. A failing step emits a Warning Event
 //!    (`BashibleStepFailed`, named `bashible-error-<host>-<step>`) with the last 500 bytes of
 //!    its standard error and runs again after a pause (10 s by default).
 //! 5. A step is disruptive when it carries a disruption key
 //!    ([`crate::bashible::Step::disruption_key`]) other than the one it last ran with on this
 //!    node. Before it runs (except on the first run) the agent sets `disruption-required` —
-//!    `rolling-update` when its group replaces machines — guarded like step 3, and waits for
+//!    `rolling-update` when its group replaces machines — guarded as in step 3, and waits for
 //!    `disruption-approved`. One approval covers the rest of the apply.
 //! 6. After the last step: the checksum annotation is set, `first_run` is removed and the
 //!    checksum file written. A checksum is reported only after every step of its bundle
@@ -45,7 +50,11 @@
 //! over with the new bundle). A step already running finishes first. The node's approval
 //! still holds (the controller removes `approved` only once the node reports the desired
 //! checksum), so the new apply starts without asking again; a disruption is asked again if a
-//! step of the new bundle needs one.
+//! step of the new bundle needs one. A node that runs bundle A, every step recorded, and sees
+//! its group move to B and back to A before B's first step ran finds A still recorded in
+//! every place (step 4 gives them up only right before that step): it runs nothing and asks
+//! for nothing, also when it restarted in between; the controller, seeing the group's
+//! checksum on the Node, finishes it.
 //!
 //! # Driving it
 //! quinn-proto's vocabulary: build with [`Agent::new`], drain [`Agent::poll_action`] and carry

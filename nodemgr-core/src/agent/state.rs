@@ -7,7 +7,7 @@
 //!
 //! | file | meaning |
 //! |---|---|
-//! | [`CHECKSUM_FILE`] | the checksum of the last bundle whose every step succeeded; absent while an apply is under way |
+//! | [`CHECKSUM_FILE`] | the checksum of the last bundle whose every step succeeded; removed right before the first step of another bundle runs |
 //! | [`FIRST_RUN_FILE`] | present until the first apply after the bootstrap finished: that apply asks for no approval |
 //! | [`BUNDLE_STEPS_DIR`]`/` | the steps of the bundle being (or last) applied, one file per step |
 //! | [`PROGRESS_FILE`] | nodemgr's record: which steps of which bundle finished, and each step's disruption key as it last ran |
