@@ -75,7 +75,7 @@ use nodemgr_core::hash::FastHash;
 use nodemgr_core::model::{Node, NodeGroup, Timestamp};
 use nodemgr_core::ports::{NodeChanges, NodeRevision};
 
-use crate::world::Nodes;
+use crate::world::{LiveNodes, Nodes};
 
 /// A window during which the cached reads of Nodes lag behind the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +137,40 @@ impl NodeSlots for Nodes {
     fn slot_at(&mut self, at: usize) -> Option<(&mut Arc<Node>, Option<Timestamp>)> {
         self.at_unlogged(at)
             .map(|n| (&mut n.node, n.last_heartbeat))
+    }
+}
+
+/// The world's nodes with the heartbeats they have now, computed for each node looked at
+/// rather than read from [`crate::world::SimNode::last_heartbeat`] (the same value once
+/// renewed): the cluster port's change feed (`crate::SimCluster`).
+impl NodeSlots for LiveNodes<'_> {
+    fn count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn slots(&mut self) -> impl Iterator<Item = (&mut Arc<Node>, Option<Timestamp>)> {
+        let clock = self.clock;
+        // Versioning changes a node's `Arc` only in place (see "Shared views"): not logged.
+        self.nodes.values_mut_unlogged().map(move |n| {
+            let heartbeat = clock.heartbeat(n);
+            (&mut n.node, heartbeat)
+        })
+    }
+
+    fn layout(&self) -> Option<(u64, u64)> {
+        Some(Nodes::layout(self.nodes))
+    }
+
+    fn take_touched(&mut self) -> Option<Vec<usize>> {
+        Nodes::take_touched(self.nodes)
+    }
+
+    fn slot_at(&mut self, at: usize) -> Option<(&mut Arc<Node>, Option<Timestamp>)> {
+        let clock = self.clock;
+        self.nodes.at_unlogged(at).map(|n| {
+            let heartbeat = clock.heartbeat(n);
+            (&mut n.node, heartbeat)
+        })
     }
 }
 

@@ -62,6 +62,7 @@ impl<'w> SimCluster<'w> {
 
     /// Every node versioned, as owned views with current heartbeats.
     fn owned_views(world: &mut World) -> Vec<Node> {
+        world.renew_heartbeats();
         let shared = world.versioned_nodes();
         shared
             .iter()
@@ -252,12 +253,14 @@ impl ClusterRead for SimCluster<'_> {
         if let Some(cached) = w.api.cached_nodes(w.now) {
             return Ok(cached.into_iter().map(Arc::new).collect());
         }
+        w.renew_heartbeats();
         Ok(w.versioned_nodes())
     }
 
     async fn list_nodes_fresh_shared(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, format_args!("list nodes"))?;
+        w.renew_heartbeats();
         Ok(w.versioned_nodes())
     }
 
@@ -274,7 +277,9 @@ impl ClusterRead for SimCluster<'_> {
                 cached.into_iter().map(Arc::new).collect(),
             ));
         }
-        Ok(w.api.changes_since(since, &mut w.nodes))
+        // Heartbeats computed for the nodes the feed makes views of, not renewed for all.
+        let (api, mut nodes) = w.live_nodes();
+        Ok(api.changes_since(since, &mut nodes))
     }
 
     async fn list_pods(&self) -> Result<Vec<Pod>, ClusterError> {
@@ -330,6 +335,7 @@ impl NodeApi for SimCluster<'_> {
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<Node, ClusterError> {
         let mut guard = self.lock();
         let w: &mut World = &mut guard;
+        w.renew_heartbeats();
         let (api, n) = Self::apply_patch(w, name, patch)?;
         let mut view = Node::clone(&n.node);
         view.last_heartbeat = n.last_heartbeat;
@@ -346,9 +352,12 @@ impl NodeApi for SimCluster<'_> {
         let mut guard = self.lock();
         let w: &mut World = &mut guard;
         Self::check(w, Operation::Patch, format_args!("patch node {name}"))?;
+        let clock = w.live_clock();
         let Some(n) = w.nodes.get_mut(name) else {
             return Err(ClusterError::not_found(format!("node {name}")));
         };
+        // The heartbeat it has now, computed rather than renewed for every node.
+        let heartbeat = clock.heartbeat(n);
         // `apply_patch` and the view the next list or change feed answer shares, not a copy
         // of its own (the patched node itself when only the world holds it, `crate::api`),
         // with one search of the node's version entry.
@@ -356,7 +365,7 @@ impl NodeApi for SimCluster<'_> {
             .api
             .patch_shared(
                 &mut n.node,
-                n.last_heartbeat,
+                heartbeat,
                 patch.resource_version.as_deref(),
                 |node| patch.apply_to(node),
             )
@@ -536,6 +545,7 @@ impl NodeHealthRead for SimCluster<'_> {
     ) -> Result<Option<(Node, Option<Timestamp>)>, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::List, format_args!("get node {name}"))?;
+        w.renew_heartbeats();
         Ok(w.nodes.get(name).map(|n| (n.view(), None)))
     }
 }

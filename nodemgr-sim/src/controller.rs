@@ -35,6 +35,16 @@ pub trait Controller {
     /// `next_run` past `now` (or to `None`), or the loop moves on by one millisecond.
     fn step(&mut self, world: &mut World, now: Timestamp);
 
+    /// Whether [`Controller::step`] may read the nodes' heartbeats from the world directly
+    /// ([`crate::world::SimNode::last_heartbeat`], a node's view): the run loop then brings
+    /// them up to date first ([`World::renew_heartbeats`]). A controller that reads nodes only
+    /// through the cluster port ([`SimCluster`], which computes the heartbeats it hands out,
+    /// or renews them before a whole list) answers `false`, and an instant at which only such
+    /// controllers run renews no heartbeat. The default, `true`, is always correct.
+    fn reads_heartbeats(&self) -> bool {
+        true
+    }
+
     /// The controller's process restarts at `now` (a crash, a new leader): it drops what it
     /// kept in memory, rebuilds it from the cluster on its next step, and reads its clock
     /// `clock_skew` off the world's from now on. The default keeps everything (for controllers
@@ -99,6 +109,11 @@ impl Controller for UpdateController {
             Some(d) => self.clock_skew.unapply(d).min(self.next),
             None => self.next,
         })
+    }
+
+    fn reads_heartbeats(&self) -> bool {
+        // The executor reads nodes through the cluster port only.
+        false
     }
 
     fn restart(&mut self, now: Timestamp, clock_skew: ClockOffset) {

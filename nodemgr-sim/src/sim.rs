@@ -118,7 +118,9 @@ impl Simulation {
     }
 
     /// The world. Its nodes' heartbeats ([`crate::world::SimNode::last_heartbeat`]) are
-    /// current after an instant at which a controller ran, after the last instant, and after
+    /// current after an instant at which a controller that reads them from the world ran
+    /// ([`crate::Controller::reads_heartbeats`]: not the update executor, which computes them
+    /// through the cluster port), after the last instant, and after
     /// [`Simulation::run_until`].
     pub fn world(&self) -> &World {
         &self.world
@@ -181,13 +183,14 @@ impl Simulation {
         }
         self.world.step();
         // Heartbeats are brought up to date where something reads them: the watch cache, the
-        // controllers, whoever looks at the world after the last instant.
+        // controllers that read them from the world, whoever looks at the world after the last
+        // instant. The cluster port computes the ones it hands out (`crate::SimCluster`).
         let readers = self.world.every_instant_observed
             || now == self.end
             || self
                 .controllers
                 .iter()
-                .any(|c| c.next_run().is_some_and(|t| t <= now));
+                .any(|c| c.reads_heartbeats() && c.next_run().is_some_and(|t| t <= now));
         if readers {
             self.world.renew_heartbeats();
         }

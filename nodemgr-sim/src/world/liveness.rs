@@ -145,12 +145,67 @@ impl World {
         }
     }
 
+    /// What the heartbeats of the world's nodes are computed from at the current time: a
+    /// node's [`LiveClock::heartbeat`] is what [`World::renew_heartbeats`] would write into
+    /// [`SimNode::last_heartbeat`] now, computed without writing it. For the readers that see
+    /// a few nodes per instant (the cluster port's change feed and node patches,
+    /// [`crate::SimCluster`]), so that an instant at which only they read heartbeats does not
+    /// renew every node's.
+    pub(crate) fn live_clock(&self) -> LiveClock {
+        LiveClock {
+            period: self.heartbeat.lease_period.0,
+            start: self.start,
+            now: self.now,
+        }
+    }
+
+    /// The nodes as the simulated API versions them, each with the heartbeat it has now
+    /// ([`World::live_clock`]) rather than the stored one: the same heartbeats
+    /// [`World::renew_heartbeats`] would store first, computed only for the nodes the API
+    /// makes a view of.
+    pub(crate) fn live_nodes(&mut self) -> (&mut crate::api::SimApiServer, LiveNodes<'_>) {
+        let clock = self.live_clock();
+        (
+            &mut self.api,
+            LiveNodes {
+                nodes: &mut self.nodes,
+                clock,
+            },
+        )
+    }
+
     /// Whether a node that is neither dark nor scripted NotReady can never be silent (its
     /// last renewal is always less than a lease period old): then only the nodes whose agent
     /// acts, scripted ones and new ones can change readiness at an instant.
     pub(super) fn readiness_is_local(&self) -> bool {
         self.heartbeat.lease_period.0 <= self.heartbeat.grace_period.0
     }
+}
+
+/// What a heartbeat is computed from besides the node: the Lease period, the world's start
+/// and the current time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LiveClock {
+    period: Duration,
+    start: Timestamp,
+    now: Timestamp,
+}
+
+impl LiveClock {
+    /// The heartbeat of `n` at this time ([`heartbeat_at`]).
+    pub(crate) fn heartbeat(&self, n: &SimNode) -> Option<Timestamp> {
+        Some(heartbeat_at(self.period, self.start, n, self.now))
+    }
+}
+
+/// The world's nodes with the heartbeats they have now ([`World::live_nodes`]); the
+/// simulated API's `NodeSlots` over them (`crate::api`).
+#[derive(Debug)]
+pub(crate) struct LiveNodes<'a> {
+    /// The nodes.
+    pub(crate) nodes: &'a mut Nodes,
+    /// Their heartbeats' clock.
+    pub(crate) clock: LiveClock,
 }
 
 /// The positions of `a` and `b` (each sorted, each position once) in order, each once, with

@@ -53,7 +53,7 @@ pub use nodes::{NodeId, Nodes};
 pub use pods::Pods;
 
 pub(crate) use index::reindex_deadline;
-pub(crate) use liveness::is_special;
+pub(crate) use liveness::{LiveNodes, is_special};
 
 /// A node group as the simulator keeps it.
 #[derive(Debug, Clone)]
