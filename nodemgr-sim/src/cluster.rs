@@ -277,6 +277,9 @@ impl ClusterRead for SimCluster<'_> {
                 cached.into_iter().map(Arc::new).collect(),
             ));
         }
+        if !w.live_heartbeats {
+            return Ok(w.api.changes_since(since, &mut w.nodes));
+        }
         // Heartbeats computed for the nodes the feed makes views of, not renewed for all.
         let (api, mut nodes) = w.live_nodes();
         Ok(api.changes_since(since, &mut nodes))
@@ -353,11 +356,16 @@ impl NodeApi for SimCluster<'_> {
         let w: &mut World = &mut guard;
         Self::check(w, Operation::Patch, format_args!("patch node {name}"))?;
         let clock = w.live_clock();
+        let live = w.live_heartbeats;
         let Some(n) = w.nodes.get_mut(name) else {
             return Err(ClusterError::not_found(format!("node {name}")));
         };
         // The heartbeat it has now, computed rather than renewed for every node.
-        let heartbeat = clock.heartbeat(n);
+        let heartbeat = if live {
+            clock.heartbeat(n)
+        } else {
+            n.last_heartbeat
+        };
         // `apply_patch` and the view the next list or change feed answer shares, not a copy
         // of its own (the patched node itself when only the world holds it, `crate::api`),
         // with one search of the node's version entry.

@@ -190,7 +190,10 @@ impl Simulation {
             || self
                 .controllers
                 .iter()
-                .any(|c| c.reads_heartbeats() && c.next_run().is_some_and(|t| t <= now));
+                .any(|c| {
+                    (c.reads_heartbeats() || !self.world.live_heartbeats)
+                        && c.next_run().is_some_and(|t| t <= now)
+                });
         if readers {
             self.world.renew_heartbeats();
         }

@@ -280,6 +280,9 @@ pub struct World {
     /// Every instant is observed by something other than the agents (a watch-lag window
     /// records the nodes at each one): no instant may be left out, so agents poll one by one.
     pub(crate) every_instant_observed: bool,
+    /// The cluster port computes the heartbeats it hands out instead of reading the renewed
+    /// ones ([`World::set_live_heartbeats`]).
+    pub(crate) live_heartbeats: bool,
 }
 
 /// Indexes the world keeps next to its nodes and pods so that an instant costs what changes
@@ -456,6 +459,7 @@ impl World {
             agents_stepped_at: None,
             lazy_agents: true,
             every_instant_observed: false,
+            live_heartbeats: true,
         };
         for (i, g) in scenario.groups.iter().enumerate() {
             let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
@@ -591,6 +595,15 @@ impl World {
         if !lazy {
             self.wake_dormant_agents();
         }
+    }
+
+    /// Whether the cluster port computes the heartbeats of the nodes its change feed and node
+    /// patches hand out (the default), so that an instant at which only controllers that read
+    /// nodes through the port run renews no heartbeat ([`crate::Controller::reads_heartbeats`]),
+    /// or reads the stored ones, renewed before every controller (the plain path). The outcome
+    /// is the same either way (`tests/live_heartbeats.rs`).
+    pub fn set_live_heartbeats(&mut self, live: bool) {
+        self.live_heartbeats = live;
     }
 
     /// Declares that something records the nodes at every instant (a watch-lag window, the
