@@ -71,10 +71,11 @@ pub struct SimAgent {
     pub running: Option<RunningStep>,
     /// Set while the agent waits for an approval and its polls cannot change anything.
     dormant: Option<Dormant>,
-    /// The Node the agent last read or patched and the resourceVersion it had
-    /// ([`SimAgent::resource_version`]).
-    seen: Option<(Weak<Node>, String)>,
-    /// How many times the Node changed between the agent's reads (the last resourceVersion).
+    /// The Node the agent last read or patched ([`SimAgent::resource_version`]); the
+    /// resourceVersion it had is `versions`.
+    seen: Option<Weak<Node>>,
+    /// How many times the Node changed between the agent's reads: the last resourceVersion
+    /// (spelled in decimal when read, not kept as a string).
     versions: u64,
     /// The deadline the world's index holds for this agent (`crate::world`'s agent
     /// deadlines), so that re-indexing finds the entry without a lookup by name.
@@ -122,23 +123,23 @@ impl SimAgent {
     /// from that here: the agent's patches follow its read in the same pass, with nothing in
     /// between.
     pub fn resource_version(&mut self, node: &Arc<Node>) -> String {
-        self.current_version(node).to_owned()
+        let digits = self.current_version(node);
+        let mut version = String::with_capacity(digits.as_bytes().len());
+        digits.push_to(&mut version);
+        version
     }
 
-    /// [`SimAgent::resource_version`], borrowed (compared without a copy).
-    fn current_version(&mut self, node: &Arc<Node>) -> &str {
+    /// [`SimAgent::resource_version`] spelled on the stack (compared without a copy).
+    fn current_version(&mut self, node: &Arc<Node>) -> crate::text::Digits {
         let same = self
             .seen
             .as_ref()
-            .is_some_and(|(seen, _)| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node)));
+            .is_some_and(|seen| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node)));
         if !same {
             self.versions = self.versions.saturating_add(1);
-            let version = crate::text::Digits::of(self.versions).as_str().to_owned();
-            self.seen = Some((Arc::downgrade(node), version));
+            self.seen = Some(Arc::downgrade(node));
         }
-        self.seen
-            .as_ref()
-            .map_or("", |(_, version)| version.as_str())
+        crate::text::Digits::of(self.versions)
     }
 
     /// Whether the node is NotReady because its step restarts the kubelet or reboots it.
@@ -488,7 +489,7 @@ impl AgentEnv<'_> {
                         annotations: n.node.annotations.clone(),
                     }))),
                     AgentAction::PatchNode(patch) => {
-                        if n.agent.current_version(&n.node) != patch.resource_version {
+                        if n.agent.current_version(&n.node).as_bytes() != patch.resource_version.as_bytes() {
                             AgentInput::Patched(PatchOutcome::Conflict)
                         } else {
                             patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);
