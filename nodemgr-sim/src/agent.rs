@@ -330,13 +330,14 @@ impl World {
     pub(crate) fn notice_agent_inputs(&mut self, name: &str) -> Option<NodeId> {
         let strictly = self.agents_stepped_at == Some(self.now);
         let now = self.now;
-        self.update_agent(name, |_, n| match n.agent.dormant.as_mut() {
-            Some(d) if d.due.is_none() => {
-                d.due = Some(d.first_poll(now, strictly));
-                true
-            }
-            _ => false,
-        })
+        self.update_agent(name, |_, n| notice(n, now, strictly))
+    }
+
+    /// [`World::notice_agent_inputs`] for node `id`, found without its name.
+    pub(crate) fn notice_agent_inputs_by_id(&mut self, id: NodeId) -> Option<NodeId> {
+        let strictly = self.agents_stepped_at == Some(self.now);
+        let now = self.now;
+        self.update_agent_by_id(id, |_, n| notice(n, now, strictly))
     }
 
     /// For [`World::invalidate_indexes`]: the poll at which `name`'s dormant agent sees a
@@ -365,6 +366,19 @@ impl World {
         {
             d.due = Some(due);
         }
+    }
+}
+
+/// A change of what `n`'s agent reads was noticed at `now` (`strictly`: after the agents
+/// acted in this instant): a dormant agent without a due poll gets one; whether its deadline
+/// moved.
+fn notice(n: &mut SimNode, now: Timestamp, strictly: bool) -> bool {
+    match n.agent.dormant.as_mut() {
+        Some(d) if d.due.is_none() => {
+            d.due = Some(d.first_poll(now, strictly));
+            true
+        }
+        _ => false,
     }
 }
 

@@ -357,7 +357,7 @@ impl NodeApi for SimCluster<'_> {
         Self::check(w, Operation::Patch, format_args!("patch node {name}"))?;
         let clock = w.live_clock();
         let live = w.live_heartbeats;
-        let Some(n) = w.nodes.get_mut(name) else {
+        let Some((id, n)) = w.nodes.get_mut_with_id(name) else {
             return Err(ClusterError::not_found(format!("node {name}")));
         };
         // The heartbeat it has now, computed rather than renewed for every node.
@@ -383,7 +383,7 @@ impl NodeApi for SimCluster<'_> {
                     patch.resource_version.as_deref().unwrap_or_default()
                 ))
             })?;
-        w.wake_agent(name);
+        w.wake_agent_by_id(id);
         Ok(view)
     }
 

@@ -29,6 +29,20 @@ impl World {
         Some(id)
     }
 
+    /// [`World::update_agent`] for node `id`, found without its name.
+    pub(crate) fn update_agent_by_id(
+        &mut self,
+        id: NodeId,
+        change: impl FnOnce(&BTreeMap<String, SimGroup>, &mut SimNode) -> bool,
+    ) -> Option<NodeId> {
+        let at = self.nodes.position_of_id(id)?;
+        let (_, id, n) = self.nodes.entry_at_mut(at)?;
+        if change(&self.groups, n) {
+            reindex_deadline(&mut self.index.agent_due, id, &mut n.agent);
+        }
+        Some(id)
+    }
+
     /// Rebuilds the indexes from the nodes and pods (after [`World::invalidate_indexes`]);
     /// the next instant refreshes every node.
     pub(super) fn rebuild_indexes(&mut self) {

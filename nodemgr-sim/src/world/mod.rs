@@ -578,6 +578,15 @@ impl World {
         self.agenda.insert((at, id));
     }
 
+    /// [`World::wake_agent`] for node `id`, found without its name.
+    pub(crate) fn wake_agent_by_id(&mut self, id: NodeId) {
+        let Some(id) = self.notice_agent_inputs_by_id(id) else {
+            return;
+        };
+        let at = self.now + self.agent.reaction.0;
+        self.agenda.insert((at, id));
+    }
+
     /// Whether waiting agents may skip the polls that cannot change anything (dormant agents,
     /// `crate::agent`): allowed ([`World::set_lazy_agents`], the default), readiness
     /// changes only at the instants where something acts (`leasePeriod ≤ gracePeriod`: a live
