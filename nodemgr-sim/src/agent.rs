@@ -503,7 +503,9 @@ impl AgentEnv<'_> {
                         annotations: n.node.annotations.clone(),
                     }))),
                     AgentAction::PatchNode(patch) => {
-                        if n.agent.current_version(&n.node).as_bytes() != patch.resource_version.as_bytes() {
+                        if n.agent.current_version(&n.node).as_bytes()
+                            != patch.resource_version.as_bytes()
+                        {
                             AgentInput::Patched(PatchOutcome::Conflict)
                         } else {
                             patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);

@@ -187,13 +187,10 @@ impl Simulation {
         // instant. The cluster port computes the ones it hands out (`crate::SimCluster`).
         let readers = self.world.every_instant_observed
             || now == self.end
-            || self
-                .controllers
-                .iter()
-                .any(|c| {
-                    (c.reads_heartbeats() || !self.world.live_heartbeats)
-                        && c.next_run().is_some_and(|t| t <= now)
-                });
+            || self.controllers.iter().any(|c| {
+                (c.reads_heartbeats() || !self.world.live_heartbeats)
+                    && c.next_run().is_some_and(|t| t <= now)
+            });
         if readers {
             self.world.renew_heartbeats();
         }
