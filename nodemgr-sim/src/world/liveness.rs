@@ -1,5 +1,6 @@
 //! Liveness: heartbeats renewed at each Lease period (brought up to date only when something
-//! can read them) and the Ready condition each node shows, refreshed only where it can change
+//! reads them from the world; computed, not stored, where the cluster port hands them out:
+//! [`LiveClock`]) and the Ready condition each node shows, refreshed only where it can change
 //! (the module docs of `world`).
 
 use super::*;
@@ -92,10 +93,12 @@ impl World {
     /// Lease phase a renewal crossed since the last time (every node after a lease period).
     /// A heartbeat is a function of the node's Lease phase, its darkness and the time, so it
     /// is computed when something may read it rather than at every instant: the run loop
-    /// calls this before the controllers of an instant run (they read heartbeats through the
-    /// cluster port or the world), before the watch cache records the nodes, at the last
-    /// instant, and when it hands out the world; the world's own readiness refresh computes
-    /// the heartbeats it needs.
+    /// calls this before the controllers that read heartbeats from the world run
+    /// ([`crate::Controller::reads_heartbeats`]; the cluster port computes the ones its change
+    /// feed and node patches hand out, [`World::live_clock`], and calls this before a whole
+    /// list), before the watch cache records the nodes, at the last instant, and when it
+    /// hands out the world; the world's own readiness refresh computes the heartbeats it
+    /// needs.
     pub fn renew_heartbeats(&mut self) {
         let now = self.now;
         let last = self.index.heartbeats_at.replace(now);

@@ -11,7 +11,8 @@
 //! pod count, lets act only the agents that are due (a waiting agent whose polls cannot
 //! change anything has no deadline at all until what it reads changes: `crate::agent`),
 //! refreshes readiness only where it can change, and brings heartbeats up to date only when
-//! something can read them ([`World::renew_heartbeats`]). Code that changes
+//! something reads them from the world ([`World::renew_heartbeats`]; the cluster port computes
+//! the ones it hands out). Code that changes
 //! those fields directly calls [`World::invalidate_indexes`] (the run loop does it for the
 //! controllers it did not install and for [`crate::Simulation::world_mut`]);
 //! `nodemgr-sim/README.md`, "Performance", tells what dominated and what changed.
@@ -99,10 +100,11 @@ pub struct SimNode {
     pub node: Arc<Node>,
     /// The node's last Lease renewal (outside [`SimNode::node`]: a renewal is not a change of
     /// the Node; views get it folded in). Brought up to date when something can read it
-    /// ([`World::renew_heartbeats`]: before the controllers of an instant run, at the last
-    /// instant of a run, by [`crate::Simulation::run_until`] and
-    /// [`crate::Simulation::world_mut`]); between, it may be older than the node's last
-    /// renewal.
+    /// ([`World::renew_heartbeats`]: before the controllers that read it from the world run,
+    /// [`crate::Controller::reads_heartbeats`], at the last instant of a run, by
+    /// [`crate::Simulation::run_until`] and [`crate::Simulation::world_mut`]); between, it
+    /// may be older than the node's last renewal. The cluster port computes the heartbeat it
+    /// hands out rather than reading this one ([`World::set_live_heartbeats`]).
     pub last_heartbeat: Option<Timestamp>,
     /// Group name.
     pub group: String,
