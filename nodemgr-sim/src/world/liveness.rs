@@ -95,7 +95,7 @@ impl World {
     /// is computed when something may read it rather than at every instant: the run loop
     /// calls this before the controllers that read heartbeats from the world run
     /// ([`crate::Controller::reads_heartbeats`]; the cluster port computes the ones its change
-    /// feed and node patches hand out, [`World::live_clock`], and calls this before a whole
+    /// feed and node patches hand out, `World::live_clock`, and calls this before a whole
     /// list), before the watch cache records the nodes, at the last instant, and when it
     /// hands out the world; the world's own readiness refresh computes the heartbeats it
     /// needs.
