@@ -26,7 +26,7 @@ use crate::hash::FastHash;
 use crate::model::{Node, keys};
 use crate::ports::NodeChanges;
 use crate::read_your_writes::KnownVersions;
-use crate::update::{PlanMember, UpdateMarks, checksum_hash, inert};
+use crate::update::{PlanMember, UpdateMarks, checksum_hash};
 
 /// What a step reads from one node: its facts, not the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,12 +117,6 @@ impl NodeFacts {
         changed
     }
 
-    /// Whether the planner can leave the node out of its walk ([`crate::update::inert`]:
-    /// Ready, no update mark).
-    pub(crate) fn inert(&self) -> bool {
-        inert(self.ready, &self.marks)
-    }
-
     /// Whether the drain half of a step has anything to do with the node: it carries
     /// `draining` (a drain to run), or a person's `drained=user` (removed once the node is
     /// schedulable again). The only nodes that half looks at; a node drained by nodemgr
@@ -186,20 +180,11 @@ fn sorted_by_name(nodes: &[Arc<Node>]) -> bool {
 struct Members {
     /// Node name → slot.
     by_name: BTreeMap<String, usize>,
-    /// The members that are not [`NodeFacts::inert`] (name → slot), in name order: the
-    /// nodes the planner walks ([`NodeTable::moving_members`]); kept as nodes change.
-    moving: BTreeMap<String, usize>,
-}
-
-impl Members {
-    /// Keeps node `name` (at `slot`) among the moving members or not, as `inert` says.
-    fn set_inert(&mut self, name: &str, slot: usize, inert: bool) {
-        if inert {
-            self.moving.remove(name);
-        } else if !self.moving.contains_key(name) {
-            self.moving.insert(name.to_owned(), slot);
-        }
-    }
+    /// The slots in name order (what the planner walks at every plan of the group), made
+    /// again from `by_name` after a node joined or left the group.
+    ordered: Vec<usize>,
+    /// Whether `ordered` is to be made again.
+    stale: bool,
 }
 
 /// The view (see the module docs).
@@ -298,7 +283,6 @@ impl NodeTable {
             self.marked.insert(name.clone());
         }
         let group = facts.group.clone();
-        let inert = facts.inert();
         let slot = match self.free.pop() {
             Some(i) if i < self.slots.len() => {
                 if let Some(free) = self.slots.get_mut(i) {
@@ -316,36 +300,23 @@ impl NodeTable {
             Some(group) => self.groups.entry(group).or_default(),
             None => &mut self.ungrouped,
         };
-        if !inert {
-            members.moving.insert(name.clone(), slot);
-        }
         members.by_name.insert(name, slot);
+        members.stale = true;
     }
 
     /// Puts a changed or new node in (its facts).
     fn upsert(&mut self, node: &Node) {
-        let found = self.by_name.get(&node.name).copied();
-        let slot = found
-            .and_then(|i| self.slots.get_mut(i))
+        let slot = self
+            .by_name
+            .get(&node.name)
+            .and_then(|&i| self.slots.get_mut(i))
             .and_then(Option::as_mut);
         if let Some(slot) = slot
-            && let Some(at) = found
             && slot.group.as_deref() == node.group()
         {
             // The same group: the facts are read again in place (their strings reused).
             let was_marked = slot.drain_marked();
-            let was_inert = slot.inert();
             let changed = slot.refresh(node);
-            let inert = slot.inert();
-            if inert != was_inert {
-                let members = match &slot.group {
-                    Some(group) => self.groups.get_mut(group.as_str()),
-                    None => Some(&mut self.ungrouped),
-                };
-                if let Some(members) = members {
-                    members.set_inert(&slot.name, at, inert);
-                }
-            }
             if slot.drain_marked() != was_marked {
                 if was_marked {
                     self.marked.remove(&slot.name);
@@ -386,7 +357,7 @@ impl NodeTable {
             Some(group) => {
                 if let Some(members) = self.groups.get_mut(group) {
                     members.by_name.remove(name);
-                    members.moving.remove(name);
+                    members.stale = true;
                     if members.by_name.is_empty() {
                         self.groups.remove(group);
                     }
@@ -394,7 +365,7 @@ impl NodeTable {
             }
             None => {
                 self.ungrouped.by_name.remove(name);
-                self.ungrouped.moving.remove(name);
+                self.ungrouped.stale = true;
             }
         }
         if let Some(group) = &facts.group {
@@ -438,39 +409,25 @@ impl NodeTable {
         self.members(group).map(|f| f.name.clone()).collect()
     }
 
-    /// The nodes of group `group`, in name order, with what the planner reads of them (all
-    /// of them: the executor walks [`NodeTable::moving_members`]).
-    #[cfg(test)]
-    pub(crate) fn members(&self, group: &str) -> impl Iterator<Item = &NodeFacts> + Clone {
-        let slots = &self.slots;
-        self.groups
-            .get(group)
-            .into_iter()
-            .flat_map(|m| m.by_name.values())
-            .filter_map(|&i| slots.get(i).and_then(Option::as_ref))
-    }
-
-    /// The nodes of group `group` that are not [`NodeFacts::inert`], in name order, and how
-    /// many inert ones there are besides: what
-    /// [`crate::update::plan_group_members_skipping`] walks and counts. The same plan as
-    /// [`NodeTable::members`] walked whole.
-    pub(crate) fn moving_members(
-        &self,
-        group: &str,
-    ) -> (impl Iterator<Item = &NodeFacts> + Clone, usize) {
-        let (moving, inert) = match self.groups.get(group) {
-            Some(members) => (
-                Some(&members.moving),
-                members.by_name.len().saturating_sub(members.moving.len()),
-            ),
-            None => (None, 0),
+    /// The nodes of group `group`, in name order, with what the planner reads of them,
+    /// without collecting them: the planner walks them
+    /// ([`crate::update::plan_group_members`]).
+    pub(crate) fn members(&mut self, group: &str) -> impl Iterator<Item = &NodeFacts> + Clone {
+        let ordered: &[usize] = match self.groups.get_mut(group) {
+            Some(members) => {
+                if members.stale {
+                    members.ordered.clear();
+                    members.ordered.extend(members.by_name.values().copied());
+                    members.stale = false;
+                }
+                &members.ordered
+            }
+            None => &[],
         };
         let slots = &self.slots;
-        let walk = moving
-            .into_iter()
-            .flat_map(BTreeMap::values)
-            .filter_map(|&i| slots.get(i).and_then(Option::as_ref));
-        (walk, inert)
+        ordered
+            .iter()
+            .filter_map(|&i| slots.get(i).and_then(Option::as_ref))
     }
 
     /// Whether group `group` had a node added, changed or removed since the last call for
@@ -570,112 +527,5 @@ mod tests {
         assert_eq!(table.get("a").map(|f| f.pos), Some(1));
         table.upsert(&node("m", "g", true));
         assert_eq!(table.get("m").map(|f| f.pos), Some(2));
-    }
-
-    /// One change to the table: a node (name, group, Ready, marks) put in, a node removed,
-    /// or the whole list replaced by the nodes put in so far that are still listed.
-    #[derive(Debug, Clone)]
-    enum Change {
-        Upsert(u8, u8, bool, Vec<usize>),
-        Remove(u8),
-        Resync,
-    }
-
-    fn change_strategy() -> impl proptest::strategy::Strategy<Value = Change> {
-        use proptest::prelude::*;
-        prop_oneof![
-            6 => (0u8..8, 0u8..3, (0u8..5).prop_map(|r| r != 0),
-                proptest::collection::vec(0usize..6, 0..3))
-                .prop_map(|(n, g, ready, marks)| Change::Upsert(n, g, ready, marks)),
-            2 => (0u8..8).prop_map(Change::Remove),
-            1 => Just(Change::Resync),
-        ]
-    }
-
-    fn marked_node(name: u8, group: u8, ready: bool, marks: &[usize]) -> Arc<Node> {
-        const MARKS: [(&str, &str); 6] = [
-            (keys::ANNOTATION_WAITING_FOR_APPROVAL, ""),
-            (keys::ANNOTATION_APPROVED, ""),
-            (keys::ANNOTATION_DISRUPTION_REQUIRED, ""),
-            (keys::ANNOTATION_DRAINING, "bashible"),
-            (keys::ANNOTATION_DRAINED, "user"),
-            ("example.com/other", "x"),
-        ];
-        let mut n = Node {
-            name: format!("n{name}"),
-            resource_version: "1".into(),
-            ready,
-            ..Node::default()
-        };
-        n.labels
-            .insert(keys::LABEL_NODE_GROUP.into(), format!("g{group}"));
-        for &m in marks {
-            if let Some((k, v)) = MARKS.get(m) {
-                n.annotations.insert((*k).into(), (*v).into());
-            }
-        }
-        Arc::new(n)
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
-
-        /// After any sequence of changes, resyncs and removals, each group's moving members
-        /// are its members that are not inert, in name order, and the count of the others
-        /// is the number of inert ones: what the planner walks and counts is what a walk
-        /// over every member would find.
-        #[test]
-        fn the_moving_members_are_the_members_not_inert(
-            changes in proptest::collection::vec(change_strategy(), 0..40),
-        ) {
-            let mut known = KnownVersions::new();
-            let mut table = NodeTable::default();
-            let mut listed: BTreeMap<u8, Arc<Node>> = BTreeMap::new();
-            for change in changes {
-                match change {
-                    Change::Upsert(n, g, ready, marks) => {
-                        let node = marked_node(n, g, ready, &marks);
-                        listed.insert(n, Arc::clone(&node));
-                        table.apply(
-                            NodeChanges {
-                                revision: None,
-                                resync: false,
-                                changed: vec![node],
-                                removed: Vec::new(),
-                            },
-                            &mut known,
-                        );
-                    }
-                    Change::Remove(n) => {
-                        listed.remove(&n);
-                        table.apply(
-                            NodeChanges {
-                                revision: None,
-                                resync: false,
-                                changed: Vec::new(),
-                                removed: vec![format!("n{n}")],
-                            },
-                            &mut known,
-                        );
-                    }
-                    Change::Resync => {
-                        table.replace(listed.values().cloned().collect(), &mut known);
-                    }
-                }
-                for g in 0u8..3 {
-                    let group = format!("g{g}");
-                    let all: Vec<&NodeFacts> = table.members(&group).collect();
-                    let expected: Vec<&str> = all
-                        .iter()
-                        .filter(|f| !f.inert())
-                        .map(|f| f.name.as_str())
-                        .collect();
-                    let (moving, inert) = table.moving_members(&group);
-                    let moving: Vec<&str> = moving.map(|f| f.name.as_str()).collect();
-                    proptest::prop_assert_eq!(&moving, &expected);
-                    proptest::prop_assert_eq!(inert, all.len() - expected.len());
-                }
-            }
-        }
     }
 }

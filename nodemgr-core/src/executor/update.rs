@@ -100,9 +100,7 @@ use crate::ports::{
     NodeRevision, ObjectRef, PodRef, Precondition, RecordedEvent,
 };
 use crate::read_your_writes::KnownVersions;
-use crate::update::{
-    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_members_skipping,
-};
+use crate::update::{DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_members};
 
 /// How many times one step plans again after a decision met a changed node (HTTP 409).
 pub const MAX_REPLANS: usize = 3;
@@ -557,11 +555,10 @@ impl UpdateExecutor {
                 plans.push((group.name().to_owned(), plan));
                 continue;
             }
-            // The view keeps each group's members in name order, each name once, and apart
-            // those that are not inert (Ready, no update mark): the planner walks these
-            // without a list of them made first and counts the others (the same plan).
-            let (moving, inert) = self.view.moving_members(group.name());
-            let plan = plan_group_members_skipping(group, desired, moving, inert, true, now);
+            // The view keeps each group's members in name order, each name once; the planner
+            // walks them without a list of them made first.
+            let members = self.view.members(group.name());
+            let plan = plan_group_members(group, desired, members, true, now);
             if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
                 self.planned.insert(
                     group.name().to_owned(),

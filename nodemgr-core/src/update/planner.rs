@@ -166,37 +166,6 @@ where
     I::IntoIter: Clone,
     M: PlanMember<'a>,
 {
-    plan_group_members_skipping(group, desired, members, 0, unique_names, now)
-}
-
-/// Whether a member with these marks and readiness can be left out of the planner's walk
-/// ([`plan_group_members_skipping`]): it is Ready and carries no update mark at all, so it
-/// holds no slot, does not finish ([`UpdateMarks::ours`] is false), asks for no disruption,
-/// waits for nothing and blocks nothing; it only counts in the group's size.
-pub(crate) fn inert(ready: bool, marks: &UpdateMarks) -> bool {
-    ready && *marks == UpdateMarks::default()
-}
-
-/// [`plan_group_members`] walking only the members that are not [`inert`], `skipped` inert
-/// ones left out (counted in the group's size, which the scaling gate and `maxConcurrent`
-/// read): the same plan as the walk over every member, since an inert member adds nothing
-/// to it but one to the size (the property `a_plan_without_the_inert_members_is_the_same`
-/// compares the two on random groups). The update executor's view keeps each group's
-/// members that are not inert apart, so a group under update costs a walk over the nodes
-/// still moving, not over all of them.
-pub(crate) fn plan_group_members_skipping<'a, I, M>(
-    group: &NodeGroup,
-    desired: &str,
-    members: I,
-    skipped: usize,
-    unique_names: bool,
-    now: Timestamp,
-) -> UpdatePlan
-where
-    I: IntoIterator<Item = M>,
-    I::IntoIter: Clone,
-    M: PlanMember<'a>,
-{
     let desired_hash = checksum_hash(desired);
     let finishes = |member: M, marks: &UpdateMarks| {
         member.ready()
@@ -209,7 +178,7 @@ where
     let nodes = members.clone().map(|m| (m, m.marks()));
     let waits =
         |marks: &UpdateMarks| !marks.wants_disruption() && marks.waiting && !marks.occupies_slot();
-    let mut size = skipped;
+    let mut size = 0usize;
     let mut holders: Vec<&str> = Vec::new();
     let mut not_ready: Vec<&str> = Vec::new();
     let mut candidates: Vec<(M, UpdateMarks)> = Vec::new();
@@ -219,7 +188,7 @@ where
     let mut finished: Vec<(usize, &str)> = Vec::new();
     let mut plan = UpdatePlan::default();
     for (at, (member, marks)) in nodes.clone().enumerate() {
-        size = size.saturating_add(1);
+        size += 1;
         let name = member.name();
         if marks.occupies_slot() {
             holders.push(name);

@@ -1273,39 +1273,3 @@ proptest! {
         prop_assert_eq!(&from_facts.blocked, &phased.blocked);
     }
 }
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2048))]
-
-    /// The planner walking only the members that are not inert (Ready, no update mark) and
-    /// counting the others gives the plan of the walk over every member, and the phased plan,
-    /// on random groups (limits and CloudEphemeral counts read the group's size) and random
-    /// nodes, inert ones among them (names listed once, in name order, as the update
-    /// executor's view hands them out).
-    #[test]
-    fn a_plan_without_the_inert_members_is_the_same(
-        g in group_strategy(),
-        nodes in proptest::collection::vec(node_strategy(), 0..14),
-        minute in 0u32..(7 * 24 * 60),
-    ) {
-        let nodes = named(nodes);
-        let marked: Vec<(&Node, UpdateMarks)> =
-            nodes.iter().map(|n| (n, UpdateMarks::of(n))).collect();
-        let now = Timestamp::from_secs(i64::from(minute) * 60);
-        let phased = phased_plan(&g, DESIRED, &marked, now);
-        let facts: Vec<crate::executor::node_table::NodeFacts> = nodes
-            .iter()
-            .zip(0u64..)
-            .map(|(n, pos)| crate::executor::node_table::NodeFacts::of(n, pos))
-            .collect();
-        let whole = super::planner::plan_group_members(&g, DESIRED, facts.iter(), true, now);
-        let inert = facts.iter().filter(|f| f.inert()).count();
-        let moving = facts.iter().filter(|f| !f.inert());
-        let skipping =
-            super::planner::plan_group_members_skipping(&g, DESIRED, moving, inert, true, now);
-        prop_assert_eq!(&skipping.commands, &whole.commands);
-        prop_assert_eq!(&skipping.blocked, &whole.blocked);
-        prop_assert_eq!(&skipping.commands, &phased.commands);
-        prop_assert_eq!(&skipping.blocked, &phased.blocked);
-    }
-}
