@@ -70,9 +70,7 @@ impl UpdateMarks {
             Self::of_entries(node.annotations.iter().skip_while(|(key, _)| {
                 // Before the marks: a first byte below `u`, or `u…` sorting before them.
                 match key.as_bytes().first() {
-                    Some(&b) if b == PREFIX_FIRST => {
-                        key.as_str() < keys::UPDATE_ANNOTATION_PREFIX
-                    }
+                    Some(&b) if b == PREFIX_FIRST => key.as_str() < keys::UPDATE_ANNOTATION_PREFIX,
                     Some(&b) => b < PREFIX_FIRST,
                     None => true,
                 }
