@@ -60,7 +60,7 @@ impl UpdateMarks {
     /// Reads the marks of `node`: one ordered walk over its `update.node.deckhouse.io/…`
     /// annotations (they sort together), not a lookup per mark.
     ///
-    /// A node with few annotations (at most [`SCAN_AT_MOST`], as most have) has them walked
+    /// A node with few annotations (at most 16, as most have) has them walked
     /// from the first, each told by its first byte from the marks (`u`) until they begin,
     /// instead of a search for where they begin that compares whole keys: the same marks (the
     /// property `marks_read_by_a_walk_are_the_marks_looked_up` compares both ways with a
