@@ -26,7 +26,7 @@ use crate::hash::FastHash;
 use crate::model::{Node, keys};
 use crate::ports::NodeChanges;
 use crate::read_your_writes::KnownVersions;
-use crate::update::{PlanMember, UpdateMarks, checksum_hash};
+use crate::update::{PlanMember, Resting, UpdateMarks, checksum_hash};
 
 /// What a step reads from one node: its facts, not the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +53,8 @@ pub(crate) struct NodeFacts {
     pub(crate) draining: Option<String>,
     /// Its position in the port's list (see the module docs).
     pub(crate) pos: u64,
+    /// [`Resting::of`] its readiness and marks: the planner counts most nodes by it alone.
+    pub(crate) resting: Resting,
 }
 
 /// Sets `slot` to `value`, reusing the string it holds.
@@ -71,17 +73,19 @@ impl NodeFacts {
     /// The facts of `node`, at position `pos`.
     pub(crate) fn of(node: &Node, pos: u64) -> Self {
         let checksum = node.checksum();
+        let marks = UpdateMarks::of(node);
         Self {
             name: node.name.clone(),
             resource_version: node.resource_version.clone(),
             group: node.group().map(str::to_owned),
-            marks: UpdateMarks::of(node),
+            marks,
             checksum: checksum.map(str::to_owned),
             checksum_hash: checksum.map(checksum_hash),
             ready: node.ready,
             unschedulable: node.unschedulable,
             draining: node.annotations.get(keys::ANNOTATION_DRAINING).cloned(),
             pos,
+            resting: Resting::of(node.ready, &marks),
         }
     }
 
@@ -102,6 +106,7 @@ impl NodeFacts {
         }
         self.marks = marks;
         self.ready = node.ready;
+        self.resting = Resting::of(node.ready, &marks);
         self.unschedulable = node.unschedulable;
         if self.resource_version != node.resource_version {
             node.resource_version.clone_into(&mut self.resource_version);
@@ -156,6 +161,10 @@ impl<'a> PlanMember<'a> for &'a NodeFacts {
 
     fn may_run(self, desired_hash: u64) -> bool {
         self.checksum_hash == Some(desired_hash)
+    }
+
+    fn resting(self) -> Resting {
+        self.resting
     }
 
     fn whole_node(self) -> Option<&'a Node> {

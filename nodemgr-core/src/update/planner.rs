@@ -44,6 +44,12 @@ pub(crate) trait PlanMember<'a>: Copy {
     /// The node itself, when the member is a whole node (`None`: see
     /// [`PlanMember::disruption_view`]).
     fn whole_node(self) -> Option<&'a Node>;
+    /// Which of the two common kinds the walk counts without reading further the member is
+    /// ([`Resting`]); [`Resting::Other`] (read in full) says nothing. A member that keeps
+    /// what it reads of a node can answer this from what it worked out when it read it.
+    fn resting(self) -> Resting {
+        Resting::Other
+    }
     /// The node as the disruption methods of [`crate::disruption::Stage::Update`] read it
     /// ([`UpdateView::asking`]) when the member is not a whole node: they read its name and
     /// `unschedulable` only, so a node with just those two set (asked only for the few nodes
@@ -78,6 +84,42 @@ impl<'a> PlanMember<'a> for (&'a Node, UpdateMarks) {
 
     fn disruption_view(self) -> Node {
         self.0.clone()
+    }
+}
+
+/// What a member adds to a plan, told from its readiness and marks alone for the two kinds
+/// most members of a group are, so that the planner's walk counts them without reading them
+/// further ([`PlanMember::resting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resting {
+    /// Ready, without any update mark: it holds no slot, does not finish (no mark is
+    /// [`UpdateMarks::ours`]), asks for nothing and waits for nothing; it counts in the
+    /// group's size only.
+    Inert,
+    /// Ready, `waiting-for-approval` its only mark: unless it may run the desired checksum
+    /// (then it may finish, and is read in full), it counts in the group's size and among
+    /// the waiting nodes, and nothing else.
+    Waiting,
+    /// Anything else: read in full.
+    Other,
+}
+
+impl Resting {
+    /// The kind of a member with readiness `ready` and marks `marks`.
+    pub(crate) fn of(ready: bool, marks: &UpdateMarks) -> Self {
+        let waiting_only = UpdateMarks {
+            waiting: true,
+            ..UpdateMarks::default()
+        };
+        if !ready {
+            Self::Other
+        } else if *marks == UpdateMarks::default() {
+            Self::Inert
+        } else if *marks == waiting_only {
+            Self::Waiting
+        } else {
+            Self::Other
+        }
     }
 }
 
@@ -189,6 +231,15 @@ where
     let mut plan = UpdatePlan::default();
     for (at, (member, marks)) in nodes.clone().enumerate() {
         size += 1;
+        // The two common kinds, counted without reading them further (see [`Resting`]).
+        match member.resting() {
+            Resting::Inert => continue,
+            Resting::Waiting if !member.may_run(desired_hash) => {
+                waiting += 1;
+                continue;
+            }
+            Resting::Waiting | Resting::Other => {}
+        }
         let name = member.name();
         if marks.occupies_slot() {
             holders.push(name);

@@ -1273,3 +1273,66 @@ proptest! {
         prop_assert_eq!(&from_facts.blocked, &phased.blocked);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// The marks read by a walk over a node's annotations (the walk from the first for a few
+    /// annotations, the search for the prefix for many) are the marks looked up one by one,
+    /// on random annotations among the marks, keys sorting around them (`u`, `update`,
+    /// `update.node.deckhouse.io.example/…`, the bare prefix) and others, up to 24 of them.
+    #[test]
+    fn marks_read_by_a_walk_are_the_marks_looked_up(
+        picked in proptest::collection::vec((0usize..40, 0u8..3), 0..24),
+    ) {
+        let mut pool: Vec<String> = [
+            keys::ANNOTATION_WAITING_FOR_APPROVAL,
+            keys::ANNOTATION_APPROVED,
+            keys::ANNOTATION_DISRUPTION_REQUIRED,
+            keys::ANNOTATION_DISRUPTION_APPROVED,
+            keys::ANNOTATION_ROLLING_UPDATE,
+            keys::ANNOTATION_DRAINING,
+            keys::ANNOTATION_DRAINED,
+            keys::UPDATE_ANNOTATION_PREFIX,
+            "update.node.deckhouse.io/",
+            "update.node.deckhouse.io/other",
+            "update.node.deckhouse.io.example/approved",
+            "update.node.deckhouse.iox/approved",
+            "update.node.deckhouse.io-x/approved",
+            "update.node.deckhouse.i",
+            "update",
+            "u",
+            "ua/x",
+            "uz/x",
+            "t/x",
+            "v/x",
+            "",
+            "~",
+            "node.deckhouse.io/configuration-checksum",
+            "node.deckhouse.io/group",
+        ]
+        .iter()
+        .map(|k| (*k).to_owned())
+        .collect();
+        pool.extend((0..16).map(|i| format!("example.com/a{i:02}")));
+        let mut n = Node::default();
+        for (k, v) in picked {
+            let value = ["", "bashible", "user"][usize::from(v)];
+            if let Some(key) = pool.get(k) {
+                n.annotations.insert(key.clone(), value.to_owned());
+            }
+        }
+        let has = |k: &str| n.annotations.contains_key(k);
+        let source = |k: &str| n.annotations.get(k).map(|v| DrainSource::parse(v));
+        let looked_up = UpdateMarks {
+            waiting: has(keys::ANNOTATION_WAITING_FOR_APPROVAL),
+            approved: has(keys::ANNOTATION_APPROVED),
+            disruption_required: has(keys::ANNOTATION_DISRUPTION_REQUIRED),
+            disruption_approved: has(keys::ANNOTATION_DISRUPTION_APPROVED),
+            rolling_update: has(keys::ANNOTATION_ROLLING_UPDATE),
+            draining: source(keys::ANNOTATION_DRAINING),
+            drained: source(keys::ANNOTATION_DRAINED),
+        };
+        prop_assert_eq!(UpdateMarks::of(&n), looked_up);
+    }
+}
