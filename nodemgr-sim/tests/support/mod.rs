@@ -1,9 +1,10 @@
 //! What the equivalence properties compare: everything a run leaves, as text; and the random
 //! groups and change events several of them build their scenarios from.
 //!
-//! `incremental_world`, `skipping_executor`, `lazy_agents`, `shared_views` and `logged_feed`
-//! each run one scenario two ways (a shortcut and the plain path) and require the same
-//! [`outcome`]; the last two draw it as a [`FaultCase`].
+//! `incremental_world`, `skipping_executor`, `lazy_agents`, `shared_views`, `logged_feed` and
+//! `live_heartbeats` each run one scenario two ways (a shortcut and the plain path) and
+//! require the same [`outcome`]; the last three draw it as a [`FaultCase`] and compare what a
+//! probe controller saw ([`same_logs`]).
 
 // Each property uses part of this module.
 #![allow(dead_code)]
@@ -127,6 +128,24 @@ pub fn same_outcomes(
             "outcomes differ from line {first}:\n{name_a}: {:?}\n{name_b}: {:?}",
             a.lines().nth(first),
             b.lines().nth(first)
+        );
+    }
+    Ok(())
+}
+
+/// Fails the property unless a probe saw something and saw the same on both paths, showing
+/// the first entry of its log where they differ under the names of the two ways.
+pub fn same_logs(
+    (name_a, a): (&str, &[String]),
+    (name_b, b): (&str, &[String]),
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    proptest::prop_assert!(!a.is_empty(), "the probe saw nothing");
+    if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+        proptest::prop_assert!(
+            false,
+            "the probe's logs differ at entry {i}:\n{name_a}: {:?}\n{name_b}: {:?}",
+            a.get(i),
+            b.get(i)
         );
     }
     Ok(())
