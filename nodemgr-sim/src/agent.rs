@@ -328,16 +328,21 @@ impl World {
 
     /// [`World::agent_inputs_changed`], answering the node's id (`None`: no such node).
     pub(crate) fn notice_agent_inputs(&mut self, name: &str) -> Option<NodeId> {
-        let strictly = self.agents_stepped_at == Some(self.now);
-        let now = self.now;
-        self.update_agent(name, |_, n| notice(n, now, strictly))
+        let at = self.nodes.position_of_name(name)?;
+        self.notice_agent_inputs_at(at)
     }
 
-    /// [`World::notice_agent_inputs`] for node `id`, found without its name.
-    pub(crate) fn notice_agent_inputs_by_id(&mut self, id: NodeId) -> Option<NodeId> {
+    /// [`World::notice_agent_inputs`] for the node at position `at` in name order.
+    pub(crate) fn notice_agent_inputs_at(&mut self, at: usize) -> Option<NodeId> {
         let strictly = self.agents_stepped_at == Some(self.now);
         let now = self.now;
-        self.update_agent_by_id(id, |_, n| notice(n, now, strictly))
+        self.update_agent_at(at, |_, n| match n.agent.dormant.as_mut() {
+            Some(d) if d.due.is_none() => {
+                d.due = Some(d.first_poll(now, strictly));
+                true
+            }
+            _ => false,
+        })
     }
 
     /// For [`World::invalidate_indexes`]: the poll at which `name`'s dormant agent sees a
@@ -366,19 +371,6 @@ impl World {
         {
             d.due = Some(due);
         }
-    }
-}
-
-/// A change of what `n`'s agent reads was noticed at `now` (`strictly`: after the agents
-/// acted in this instant): a dormant agent without a due poll gets one; whether its deadline
-/// moved.
-fn notice(n: &mut SimNode, now: Timestamp, strictly: bool) -> bool {
-    match n.agent.dormant.as_mut() {
-        Some(d) if d.due.is_none() => {
-            d.due = Some(d.first_poll(now, strictly));
-            true
-        }
-        _ => false,
     }
 }
 

@@ -14,28 +14,14 @@ impl World {
         reindex_deadline(&mut self.index.agent_due, id, &mut n.agent);
     }
 
-    /// Changes node `name` with `change` (which also reads the groups) and, when it says its
-    /// agent changed (`true`), re-indexes the agent's deadline: one lookup by name for both.
+    /// Changes the node at position `at` in name order with `change` (which also reads the
+    /// groups) and, when it says its agent changed (`true`), re-indexes the agent's deadline.
     /// The node's id; `None` when there is no such node.
-    pub(crate) fn update_agent(
+    pub(crate) fn update_agent_at(
         &mut self,
-        name: &str,
+        at: usize,
         change: impl FnOnce(&BTreeMap<String, SimGroup>, &mut SimNode) -> bool,
     ) -> Option<NodeId> {
-        let (id, n) = self.nodes.get_mut_with_id(name)?;
-        if change(&self.groups, n) {
-            reindex_deadline(&mut self.index.agent_due, id, &mut n.agent);
-        }
-        Some(id)
-    }
-
-    /// [`World::update_agent`] for node `id`, found without its name.
-    pub(crate) fn update_agent_by_id(
-        &mut self,
-        id: NodeId,
-        change: impl FnOnce(&BTreeMap<String, SimGroup>, &mut SimNode) -> bool,
-    ) -> Option<NodeId> {
-        let at = self.nodes.position_of_id(id)?;
         let (_, id, n) = self.nodes.entry_at_mut(at)?;
         if change(&self.groups, n) {
             reindex_deadline(&mut self.index.agent_due, id, &mut n.agent);

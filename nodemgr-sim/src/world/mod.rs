@@ -530,11 +530,7 @@ impl World {
     fn next_uid(&mut self, prefix: &str) -> String {
         self.uid_counter += 1;
         let digits = crate::text::Digits::padded(self.uid_counter, 6);
-        let mut uid = String::with_capacity(prefix.len() + 1 + digits.as_bytes().len());
-        uid.push_str(prefix);
-        uid.push('-');
-        digits.push_to(&mut uid);
-        uid
+        crate::text::concat(&[prefix, "-", digits.as_str()])
     }
 
     /// Appends a timeline event at the current virtual time.
@@ -573,16 +569,21 @@ impl World {
     /// [`World::agent_inputs_changed`]).
     /// A node that does not exist has no agent to wake.
     pub fn wake_agent(&mut self, node: &str) {
-        let Some(id) = self.notice_agent_inputs(node) else {
-            return;
-        };
-        let at = self.now + self.agent.reaction.0;
-        self.agenda.insert((at, id));
+        if let Some(at) = self.nodes.position_of_name(node) {
+            self.wake_agent_at(at);
+        }
     }
 
     /// [`World::wake_agent`] for node `id`, found without its name.
     pub(crate) fn wake_agent_by_id(&mut self, id: NodeId) {
-        let Some(id) = self.notice_agent_inputs_by_id(id) else {
+        if let Some(at) = self.nodes.position_of_id(id) {
+            self.wake_agent_at(at);
+        }
+    }
+
+    /// [`World::wake_agent`] for the node at position `at` in name order.
+    fn wake_agent_at(&mut self, at: usize) {
+        let Some(id) = self.notice_agent_inputs_at(at) else {
             return;
         };
         let at = self.now + self.agent.reaction.0;
