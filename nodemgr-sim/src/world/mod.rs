@@ -46,6 +46,7 @@ use crate::timeline::{Timeline, TimelineEvent};
 
 mod index;
 mod liveness;
+mod load;
 mod nodes;
 mod objects;
 mod pods;
@@ -311,14 +312,13 @@ struct WorldIndex {
     heartbeats_at: Option<Timestamp>,
     /// Node names by group (`SimNode::group`).
     by_group: BTreeMap<String, BTreeSet<String>>,
-    /// Per group, `(pod count, node)` of its nodes (`pods_by_node`), for placing a group's
+    /// Per group, its nodes by pod count (`pods_by_node`) and name, for placing a group's
     /// pods on the least loaded one without counting every node's pods
     /// ([`World::pick_node`]). Kept by `bind_pod`, `remove_pod` and node creation and
     /// removal; not read once a scheduler controller binds pods itself
     /// ([`World::scheduler_external`], whose controller edits `pods_by_node` directly).
-    /// Each group's nodes are bucketed by pod count (`count → names`), which walks in the
-    /// same `(pod count, name)` order and moves a node without building a key.
-    load: BTreeMap<String, LoadBuckets>,
+    /// Keyed by [`NodeId`] and position, not by name ([`load::LoadIndex`]).
+    load: load::LoadIndex,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
 }
@@ -333,46 +333,6 @@ struct PodLabels {
     name: String,
     /// The pods' labels.
     labels: nodemgr_core::model::StringMap,
-}
-
-/// A group's nodes by pod count, each count's in name order ([`WorldIndex`]'s `load`).
-type LoadBuckets = BTreeMap<usize, NameBucket>;
-
-/// The names of a group's nodes holding one pod count, sorted, each once, each with its
-/// node's [`NodeId`] when it was known (a placement finds the node by it without hashing the
-/// name; an id whose node is gone finds nothing and the name is looked up): a vector searched
-/// by bisection (a node moves between buckets at every binding and removal of its pods; a
-/// `BTreeSet<String>` compared ≈ 20 names per move, this ≈ 7), answering as the set of names
-/// it replaced (`insert` keeps the name already there, `take`, `iter` in order).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct NameBucket(Vec<(String, Option<NodeId>)>);
-
-impl NameBucket {
-    /// Adds `name` (node `id`) unless it is there.
-    fn insert(&mut self, name: String, id: Option<NodeId>) {
-        if let Err(at) = self.0.binary_search_by(|(n, _)| n.cmp(&name)) {
-            self.0.insert(at, (name, id));
-        }
-    }
-
-    /// Removes `name` and hands it back with its id, if it is there.
-    fn take(&mut self, name: &str) -> Option<(String, Option<NodeId>)> {
-        let at = self
-            .0
-            .binary_search_by(|(n, _)| n.as_str().cmp(name))
-            .ok()?;
-        Some(self.0.remove(at))
-    }
-
-    /// The names in order, with their ids.
-    fn iter(&self) -> std::slice::Iter<'_, (String, Option<NodeId>)> {
-        self.0.iter()
-    }
-
-    /// Whether no name is there.
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// The parts of the world a node agent's pass reads and changes, borrowed apart from the
@@ -497,22 +457,26 @@ impl World {
         // Workloads: per-node ones on each node of their group, the others spread.
         for (wi, w) in scenario.workloads.iter().enumerate() {
             if w.kind.per_node() {
-                let nodes: Vec<(String, String)> = world
+                let nodes: Vec<NodeId> = world
                     .nodes
-                    .values()
-                    .filter(|n| w.group.as_deref().is_none_or(|g| g == n.group))
-                    .map(|n| (n.node.name.clone(), n.group.clone()))
+                    .iter()
+                    .filter(|(_, n)| w.group.as_deref().is_none_or(|g| g == n.group))
+                    .filter_map(|(name, _)| world.nodes.id_of(name))
                     .collect();
-                for (node, group) in nodes {
-                    let name = crate::text::concat(&[&w.name, "-", &node]);
-                    world.bind_pod_in(wi, name, &node, Some(&group));
+                for id in nodes {
+                    let name = crate::text::concat(&[
+                        &w.name,
+                        "-",
+                        world.nodes.name_of(id).unwrap_or_default(),
+                    ]);
+                    world.bind_pod_id(wi, name, id);
                 }
             } else {
                 for r in 0..w.replicas {
                     let name =
                         crate::text::concat(&[&w.name, "-", crate::text::digits(r).as_str()]);
-                    match world.pick_node_in(wi) {
-                        Some((node, group)) => world.bind_pod_in(wi, name, &node, Some(&group)),
+                    match world.pick_node_id(wi) {
+                        Some(id) => world.bind_pod_id(wi, name, id),
                         None => world.pending_pods.push(PendingPod {
                             at: start,
                             workload: wi,
@@ -759,9 +723,14 @@ impl World {
             if self.pods.contains_key(&key) {
                 continue;
             }
-            match self.pick_node_in(p.workload) {
-                Some((node, group)) => {
-                    self.bind_pod_in(p.workload, p.name, &node, Some(&group));
+            let picked = self.pick_node_id(p.workload).and_then(|id| {
+                let n = self.nodes.get_by_id(id)?;
+                Some((id, n.group.clone()))
+            });
+            match picked {
+                Some((id, group)) => {
+                    self.bind_pod_id(p.workload, p.name, id);
+                    let node = self.nodes.name_of(id).unwrap_or_default().to_owned();
                     self.record_in(
                         "pod.scheduled",
                         Some(group),

@@ -24,6 +24,12 @@ pub struct NodeId(u32);
 impl NodeId {
     /// The smallest id (a bound for ranges of `(time, NodeId)`).
     pub const MIN: NodeId = NodeId(0);
+
+    /// The id as an index (ids are dense: `0..` in order of registration), for tables kept
+    /// by id next to the node table.
+    pub(crate) fn number(self) -> usize {
+        self.0 as usize
+    }
 }
 
 /// One node of the table.

@@ -84,7 +84,10 @@ impl World {
         {
             self.index.agent_due.remove(&(t, id));
         }
-        self.reindex_load_in(&name, Some(group), None, Some(self.pod_count(&name)));
+        let id = self.nodes.id_of(&name);
+        if let Some(id) = id {
+            self.reindex_load_id(id, Some(group), Some(self.pod_count(&name)));
+        }
         let per_node: Vec<usize> = self
             .workloads
             .iter()
@@ -94,7 +97,7 @@ impl World {
             .collect();
         for wi in per_node {
             let pod_name = crate::text::concat(&[&self.workloads[wi].name, "-", &name]);
-            self.bind_pod_in(wi, pod_name, &name, Some(group));
+            self.bind_pod_at(wi, pod_name, name.clone(), id);
         }
         // The agent's first pass: it finds the node up to date.
         self.drive_agent(&name);
@@ -113,12 +116,21 @@ impl World {
 
     /// Creates pod `name` of workload `wi` bound to `node`, Running.
     pub fn bind_pod(&mut self, wi: usize, name: String, node: &str) {
-        self.bind_pod_in(wi, name, node, None);
+        let id = self.nodes.id_of(node);
+        self.bind_pod_at(wi, name, node.to_owned(), id);
     }
 
-    /// [`World::bind_pod`] on a node whose group the caller knows (`group`: the node's
-    /// `SimNode::group`; `None`: looked up when the load index needs it).
-    pub(super) fn bind_pod_in(&mut self, wi: usize, name: String, node: &str, group: Option<&str>) {
+    /// [`World::bind_pod`] on node `id` (a node of the table; none: nothing happens).
+    pub(super) fn bind_pod_id(&mut self, wi: usize, name: String, id: NodeId) {
+        let Some(node) = self.nodes.name_of(id).map(str::to_owned) else {
+            return;
+        };
+        self.bind_pod_at(wi, name, node, Some(id));
+    }
+
+    /// [`World::bind_pod`] on node `node`, whose id in the table is `id` (`None`: not in the
+    /// table, not in the load index).
+    fn bind_pod_at(&mut self, wi: usize, name: String, node: String, id: Option<NodeId>) {
         let Some(labels) = self.pod_labels(wi) else {
             return;
         };
@@ -129,7 +141,7 @@ impl World {
             namespace: w.namespace.clone(),
             name,
             uid: String::new(),
-            node_name: Some(node.to_owned()),
+            node_name: None,
             labels,
             owner: w.kind.owner_kind().map(|kind| Owner {
                 kind: kind.to_owned(),
@@ -147,7 +159,7 @@ impl World {
         pod.uid = self.next_uid(&pod.name);
         let key = pod.key();
         // One lookup of the node's pods for the key and both counts.
-        let (before, after) = match self.pods_by_node.get_mut(node) {
+        let (before, after) = match self.pods_by_node.get_mut(node.as_str()) {
             Some(set) => {
                 let before = set.len();
                 set.insert(key.clone());
@@ -155,11 +167,16 @@ impl World {
             }
             None => {
                 self.pods_by_node
-                    .insert(node.to_owned(), BTreeSet::from([key.clone()]));
+                    .insert(node.clone(), BTreeSet::from([key.clone()]));
                 (0, 1)
             }
         };
-        self.reindex_load_in(node, group, Some(before), Some(after));
+        pod.node_name = Some(node);
+        if before != after
+            && let Some(id) = id
+        {
+            self.reindex_load_id(id, None, Some(after));
+        }
         self.pods.insert(
             key,
             SimPod {
@@ -207,6 +224,14 @@ impl World {
 
     /// [`World::pick_node`] with the picked node's group (`SimNode::group`).
     pub(super) fn pick_node_in(&self, wi: usize) -> Option<(String, String)> {
+        let id = self.pick_node_id(wi)?;
+        let name = self.nodes.name_of(id)?;
+        let n = self.nodes.get_by_id(id)?;
+        Some((name.to_owned(), n.group.clone()))
+    }
+
+    /// [`World::pick_node`] as the picked node's id.
+    pub(super) fn pick_node_id(&self, wi: usize) -> Option<NodeId> {
         let w = self.workloads.get(wi)?;
         // The group's nodes by pod count and name (the index, unless it is stale or another
         // scheduler edits the pods' bindings): the first one that can take the pod is the
@@ -215,42 +240,42 @@ impl World {
             && !self.index.stale
             && !self.scheduler_external
         {
+            let slot = self.index.load.slot(group)?;
             return self
                 .index
                 .load
-                .get(group)
-                .into_iter()
-                .flatten()
-                .flat_map(|(count, names)| names.iter().map(move |entry| (count, entry)))
-                .find_map(|(count, (name, id))| {
-                    // By id (no hashing); a name whose node is gone or unknown by name.
-                    id.and_then(|id| self.nodes.get_by_id(id))
-                        .or_else(|| self.nodes.get(name))
-                        .filter(|n| self.can_take_pod(n, *count))
-                        .map(|n| (name.clone(), n.group.clone()))
-                });
+                .buckets(slot)
+                .iter()
+                .enumerate()
+                .flat_map(|(count, ids)| ids.iter().map(move |id| (count, *id)))
+                .find(|(count, id)| {
+                    self.nodes
+                        .get_by_id(*id)
+                        .is_some_and(|n| self.can_take_pod(n, *count))
+                })
+                .map(|(_, id)| id);
         }
         // The group's nodes from the index (in name order, as the map's), unless it is stale.
-        let candidates: Box<dyn Iterator<Item = &SimNode>> = match &w.group {
+        let candidates: Box<dyn Iterator<Item = (&String, &SimNode)>> = match &w.group {
             Some(group) if !self.index.stale => Box::new(
                 self.index
                     .by_group
                     .get(group)
                     .into_iter()
                     .flatten()
-                    .filter_map(|name| self.nodes.get(name)),
+                    .filter_map(|name| self.nodes.get(name).map(|n| (name, n))),
             ),
-            _ => Box::new(self.nodes.values()),
+            _ => Box::new(self.nodes.iter()),
         };
         candidates
-            .filter(|n| w.group.as_deref().is_none_or(|g| g == n.group))
-            .map(|n| (self.pod_count(&n.node.name), n))
-            .filter(|(count, n)| self.can_take_pod(n, *count))
+            .filter(|(_, n)| w.group.as_deref().is_none_or(|g| g == n.group))
+            .map(|(key, n)| (self.pod_count(&n.node.name), key, n))
+            .filter(|(count, _, n)| self.can_take_pod(n, *count))
             .min_by(|a, b| {
                 a.0.cmp(&b.0)
-                    .then_with(|| a.1.node.name.cmp(&b.1.node.name))
+                    .then_with(|| a.2.node.name.cmp(&b.2.node.name))
             })
-            .map(|(_, n)| (n.node.name.clone(), n.group.clone()))
+            .and_then(|(_, key, _)| self.nodes.id_of(key))
     }
 
     /// Whether node `n`, running `count` pods, can take one more: Ready, schedulable,
