@@ -423,6 +423,20 @@ impl World {
             every_instant_observed: false,
             live_heartbeats: true,
         };
+        // Room for the nodes and pods made below (capacity hints: nothing else changes).
+        let nodes = scenario
+            .groups
+            .iter()
+            .map(|g| g.nodes)
+            .fold(0usize, usize::saturating_add);
+        let pods = scenario
+            .workloads
+            .iter()
+            .map(|w| if w.kind.per_node() { nodes } else { w.replicas })
+            .fold(0usize, usize::saturating_add);
+        world.nodes.reserve(nodes);
+        world.pods.reserve(pods);
+        world.pods_by_node.reserve(nodes);
         for (i, g) in scenario.groups.iter().enumerate() {
             let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
             let group = NodeGroup {
@@ -451,7 +465,9 @@ impl World {
                 },
             );
             for _ in 0..g.nodes {
-                world.add_node(&g.name, start);
+                // The indexes are rebuilt once the world is built (below); only the load
+                // index is kept meanwhile, for the placements.
+                world.add_node_with(&g.name, start, false);
             }
         }
         // Workloads: per-node ones on each node of their group, the others spread.
@@ -494,7 +510,12 @@ impl World {
     fn next_uid(&mut self, prefix: &str) -> String {
         self.uid_counter += 1;
         let digits = crate::text::Digits::padded(self.uid_counter, 6);
-        crate::text::concat(&[prefix, "-", digits.as_str()])
+        // As `concat(&[prefix, "-", digits])`, the digits pushed without a UTF-8 check.
+        let mut uid = String::with_capacity(prefix.len() + 1 + digits.as_bytes().len());
+        uid.push_str(prefix);
+        uid.push('-');
+        digits.push_to(&mut uid);
+        uid
     }
 
     /// Appends a timeline event at the current virtual time.

@@ -113,6 +113,13 @@ impl Nodes {
         Self::default()
     }
 
+    /// Makes room for `additional` more nodes (a capacity hint: nothing else changes).
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.entries.reserve(additional);
+        self.position.reserve(additional);
+        self.by_name.reserve(additional);
+    }
+
     /// How many nodes.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -8,12 +8,24 @@ impl World {
     /// Creates a fresh node in `group` at `now`, running the group's desired configuration,
     /// with the group's per-node pods (DaemonSets, static pods). Returns its name.
     pub fn add_node(&mut self, group: &str, now: Timestamp) -> Option<String> {
+        self.add_node_with(group, now, true)
+    }
+
+    /// [`World::add_node`]; `indexed`: whether the indexes other than the load index are
+    /// kept (`false` while [`World::from_scenario`] builds the world, which rebuilds them
+    /// all once it is built).
+    pub(super) fn add_node_with(
+        &mut self,
+        group: &str,
+        now: Timestamp,
+        indexed: bool,
+    ) -> Option<String> {
         let g = self.groups.get_mut(group)?;
         let index = g.next_index;
         g.next_index += 1;
         let name = crate::text::concat(&[group, "-", crate::text::digits(index).as_str()]);
         let zone = g.zones[index % g.zones.len()].clone();
-        self.add_node_as(group, &name, &zone, now)
+        self.add_node_in(group, &name, &zone, now, indexed)
     }
 
     /// Creates node `name` of `group` in `zone` at `now`, as [`World::add_node`] does (a
@@ -24,6 +36,18 @@ impl World {
         name: &str,
         zone: &str,
         now: Timestamp,
+    ) -> Option<String> {
+        self.add_node_in(group, name, zone, now, true)
+    }
+
+    /// [`World::add_node_as`]; `indexed` as for [`World::add_node_with`].
+    fn add_node_in(
+        &mut self,
+        group: &str,
+        name: &str,
+        zone: &str,
+        now: Timestamp,
+        indexed: bool,
     ) -> Option<String> {
         let g = self.groups.get(group)?;
         let name = name.to_owned();
@@ -101,6 +125,9 @@ impl World {
         }
         // The agent's first pass: it finds the node up to date.
         self.drive_agent(&name);
+        if !indexed {
+            return Some(name);
+        }
         self.reindex_agent(&name);
         let key = (i64::try_from(phase_ms).unwrap_or(i64::MAX), name.clone());
         let at = self.index.phases.partition_point(|p| *p < key);
