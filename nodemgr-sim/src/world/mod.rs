@@ -632,11 +632,13 @@ impl World {
         let name = format!("{group}-gen{}", g.generations.desired().index + 1);
         let generation = g.generations.push(&name, impact);
         let label = format!("{name} ({}, {impact})", generation.short());
-        let nodes: Vec<String> = self
+        // By position in name order (waking agents adds and removes no node).
+        let nodes: Vec<usize> = self
             .nodes
             .values()
-            .filter(|n| n.group == group)
-            .map(|n| n.node.name.clone())
+            .enumerate()
+            .filter(|(_, n)| n.group == group)
+            .map(|(at, _)| at)
             .collect();
         self.record_in(
             "config.changed",
@@ -645,8 +647,8 @@ impl World {
             None,
             format!("desired checksum is now {label}: {what}"),
         );
-        for n in nodes {
-            self.wake_agent(&n);
+        for at in nodes {
+            self.wake_agent_at(at);
         }
     }
 
