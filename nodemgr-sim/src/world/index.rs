@@ -33,6 +33,10 @@ impl World {
     /// the next instant refreshes every node.
     pub(super) fn rebuild_indexes(&mut self) {
         let mut index = WorldIndex::default();
+        // In name order: the sets are built from sorted lists, each load bucket filled in the
+        // order it keeps.
+        let mut fresh = Vec::with_capacity(self.nodes.len());
+        let mut by_group: BTreeMap<String, Vec<String>> = BTreeMap::new();
         // Only the agents' notes change here, which the simulated API does not version.
         for (name, id, n) in self.nodes.iter_mut_unlogged() {
             let deadline = n.agent.next_deadline();
@@ -45,28 +49,35 @@ impl World {
             }
             let phase = i64::try_from(n.lease_phase.as_millis()).unwrap_or(i64::MAX);
             index.phases.push((phase, name.clone()));
-            index.fresh.insert(name.clone());
-            index
-                .by_group
-                .entry(n.group.clone())
-                .or_default()
-                .insert(name.clone());
+            fresh.push(name.clone());
+            match by_group.get_mut(n.group.as_str()) {
+                Some(names) => names.push(name.clone()),
+                None => {
+                    by_group.insert(n.group.clone(), vec![name.clone()]);
+                }
+            }
+            let count = self
+                .pods_by_node
+                .get(name.as_str())
+                .map_or(0, BTreeSet::len);
+            let slot = index.load.slot_or_insert(&n.group);
+            index.load.append(id, slot, count);
         }
         index.phases.sort();
-        // In name order: each bucket is filled in the order it keeps.
-        for (node, n) in &self.nodes {
-            let count = self.pods_by_node.get(node).map_or(0, BTreeSet::len);
-            if let Some(id) = self.nodes.id_of(node) {
-                let slot = index.load.slot_or_insert(&n.group);
-                index.load.set(&self.nodes, id, Some((slot, count)));
-            }
-        }
+        index.fresh = fresh.into_iter().collect();
+        index.by_group = by_group
+            .into_iter()
+            .map(|(group, names)| (group, names.into_iter().collect()))
+            .collect();
         // Dormant agents whose Node or bundle changed behind the world's back poll at the
         // first poll that sees it.
         let unnoticed: Vec<(String, Timestamp)> = self
             .nodes
             .iter()
-            .filter_map(|(name, n)| Some((name.clone(), self.unnoticed_agent_change(n)?)))
+            .filter_map(|(name, n)| {
+                let due = self.unnoticed_agent_change(n)?;
+                Some((name.clone(), due))
+            })
             .collect();
         for (name, due) in unnoticed {
             self.set_dormant_due(&name, due);

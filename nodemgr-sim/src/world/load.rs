@@ -67,6 +67,27 @@ impl LoadIndex {
         self.slots.iter().map(|(g, s)| (g, *s))
     }
 
+    /// Indexes node `id`, not indexed yet, in group slot `slot` holding `count` pods, after
+    /// the nodes there: for an index built anew from the nodes in name order (a rebuild),
+    /// which then needs no bisection.
+    pub(super) fn append(&mut self, id: NodeId, slot: usize, count: usize) {
+        if self.places.len() <= id.number() {
+            self.places.resize(id.number() + 1, None);
+        }
+        if let Some(place) = self.places.get_mut(id.number()) {
+            *place = Some((slot, count));
+        }
+        let Some(buckets) = self.groups.get_mut(slot) else {
+            return;
+        };
+        if buckets.len() <= count {
+            buckets.resize_with(count + 1, Vec::new);
+        }
+        if let Some(bucket) = buckets.get_mut(count) {
+            bucket.push(id);
+        }
+    }
+
     /// Moves node `id` (of table `nodes`, where it is now) to `to` (group slot, pod count;
     /// `None`: out of the index).
     pub(super) fn set(&mut self, nodes: &Nodes, id: NodeId, to: Option<(usize, usize)>) {

@@ -752,7 +752,8 @@ impl World {
             });
             match picked {
                 Some((id, group)) => {
-                    self.bind_pod_id(p.workload, p.name, id);
+                    // Recorded first (binding records nothing), so that the binding takes
+                    // the node's name and the key made above.
                     let node = self.nodes.name_of(id).unwrap_or_default().to_owned();
                     self.record_in(
                         "pod.scheduled",
@@ -761,6 +762,7 @@ impl World {
                         Some(&key),
                         "pod (re)created",
                     );
+                    self.bind_pod_at(p.workload, p.name, node, Some(id), Some(key));
                 }
                 None => self.pending_pods.push(PendingPod {
                     at: now + self.reschedule_delay,

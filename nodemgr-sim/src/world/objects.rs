@@ -121,7 +121,7 @@ impl World {
             .collect();
         for wi in per_node {
             let pod_name = crate::text::concat(&[&self.workloads[wi].name, "-", &name]);
-            self.bind_pod_at(wi, pod_name, name.clone(), id);
+            self.bind_pod_at(wi, pod_name, name.clone(), id, None);
         }
         // The agent's first pass: it finds the node up to date.
         self.drive_agent(&name);
@@ -144,7 +144,7 @@ impl World {
     /// Creates pod `name` of workload `wi` bound to `node`, Running.
     pub fn bind_pod(&mut self, wi: usize, name: String, node: &str) {
         let id = self.nodes.id_of(node);
-        self.bind_pod_at(wi, name, node.to_owned(), id);
+        self.bind_pod_at(wi, name, node.to_owned(), id, None);
     }
 
     /// [`World::bind_pod`] on node `id` (a node of the table; none: nothing happens).
@@ -152,12 +152,20 @@ impl World {
         let Some(node) = self.nodes.name_of(id).map(str::to_owned) else {
             return;
         };
-        self.bind_pod_at(wi, name, node, Some(id));
+        self.bind_pod_at(wi, name, node, Some(id), None);
     }
 
     /// [`World::bind_pod`] on node `node`, whose id in the table is `id` (`None`: not in the
-    /// table, not in the load index).
-    fn bind_pod_at(&mut self, wi: usize, name: String, node: String, id: Option<NodeId>) {
+    /// table, not in the load index). `key`: the pod's key when the caller made it already
+    /// (`World::pod_key` of the pod, `namespace/name`), else made here.
+    pub(super) fn bind_pod_at(
+        &mut self,
+        wi: usize,
+        name: String,
+        node: String,
+        id: Option<NodeId>,
+        key: Option<String>,
+    ) {
         let Some(labels) = self.pod_labels(wi) else {
             return;
         };
@@ -184,7 +192,7 @@ impl World {
                 .insert(keys::ANNOTATION_MIRROR_POD.into(), "sim".into());
         }
         pod.uid = self.next_uid(&pod.name);
-        let key = pod.key();
+        let key = key.unwrap_or_else(|| pod.key());
         // One lookup of the node's pods for the key and both counts.
         let (before, after) = match self.pods_by_node.get_mut(node.as_str()) {
             Some(set) => {
