@@ -319,6 +319,9 @@ struct WorldIndex {
     /// ([`World::scheduler_external`], whose controller edits `pods_by_node` directly).
     /// Keyed by [`NodeId`] and position, not by name ([`load::LoadIndex`]).
     load: load::LoadIndex,
+    /// A buffer for the positions of the nodes whose agents act at an instant, kept from one
+    /// instant to the next (its contents mean nothing between instants).
+    due: Vec<usize>,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
 }
@@ -539,13 +542,25 @@ impl World {
         pod: Option<&str>,
         message: impl Into<String>,
     ) {
+        self.record_owned(kind.into(), group, node.map(str::to_owned), pod, message.into());
+    }
+
+    /// [`World::record_in`] taking the node's name as made by the caller.
+    pub(super) fn record_owned(
+        &mut self,
+        kind: Cow<'static, str>,
+        group: Option<String>,
+        node: Option<String>,
+        pod: Option<&str>,
+        message: String,
+    ) {
         self.timeline.events.push(TimelineEvent {
             at_ms: self.now.as_millis() - self.start.as_millis(),
-            kind: kind.into(),
-            node: node.map(str::to_owned),
+            kind,
+            node,
             group,
             pod: pod.map(str::to_owned),
-            message: message.into(),
+            message,
         });
     }
 
@@ -704,12 +719,19 @@ impl World {
         // The agents that act now: woken ones and those whose deadline came.
         // The wake-ups due now leave the agenda. Nodes are taken by their position in name
         // order (which nothing changes while the agents act), so that they act in name order.
-        let later = self
-            .agenda
-            .split_off(&(now + Duration::from_millis(1), NodeId::MIN));
-        let now_due = std::mem::replace(&mut self.agenda, later);
-        let woken = self.positions(now_due.into_iter());
-        let mut due = woken.clone();
+        let bound = now + Duration::from_millis(1);
+        let woken = if self.agenda.first().is_none_or(|(t, _)| *t >= bound) {
+            // None due (most instants): the agenda is left as it is.
+            Vec::new()
+        } else {
+            let later = self.agenda.split_off(&(bound, NodeId::MIN));
+            let now_due = std::mem::replace(&mut self.agenda, later);
+            self.positions(now_due.into_iter())
+        };
+        // Into the buffer of the previous instants (no allocation once it is large enough).
+        let mut due = std::mem::take(&mut self.index.due);
+        due.clear();
+        due.extend_from_slice(&woken);
         due.extend(
             self.index
                 .agent_due
@@ -736,6 +758,7 @@ impl World {
             let extra = sorted(extra);
             self.step_nodes(&due, &extra, &woken);
         }
+        self.index.due = due;
         // Pods coming back (unless a scheduler controller takes them).
         if self.scheduler_external {
             return;

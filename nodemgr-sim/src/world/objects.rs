@@ -344,9 +344,14 @@ impl World {
                 WorkloadKind::StatefulSet => Some(pod.pod.name.clone()),
                 WorkloadKind::Deployment => {
                     let suffix = self.rng.below(36u64.pow(5));
+                    // `<workload>-<5 base-36 digits>`, the ASCII digits pushed as characters
+                    // (no UTF-8 check).
                     let digits = base36(suffix);
-                    let digits = std::str::from_utf8(&digits).unwrap_or_default();
-                    Some(crate::text::concat(&[&w.name, "-", digits]))
+                    let mut name = String::with_capacity(w.name.len() + 1 + digits.len());
+                    name.push_str(&w.name);
+                    name.push('-');
+                    name.extend(digits.iter().map(|&b| char::from(b)));
+                    Some(name)
                 }
                 _ => None,
             };
