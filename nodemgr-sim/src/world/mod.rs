@@ -50,6 +50,7 @@ mod load;
 mod nodes;
 mod objects;
 mod pods;
+mod uid;
 
 pub use nodes::{NodeId, Nodes};
 pub use pods::Pods;
@@ -269,7 +270,8 @@ pub struct World {
     /// The standby-holder Deployments by group (the machine port); the scaling controller
     /// plays their ReplicaSet controller.
     pub standby_holders: BTreeMap<String, nodemgr_core::ports::StandbyHolder>,
-    uid_counter: u64,
+    /// The count of uids given so far (`World::next_uid`).
+    uid: uid::UidCounter,
     /// Per workload, the labels its pods get, made once and shared by them
     /// (`World::bind_pod`), with what they were made from.
     pod_labels: Vec<Option<PodLabels>>,
@@ -418,7 +420,7 @@ impl World {
             api: crate::api::SimApiServer::default(),
             instances: BTreeMap::new(),
             standby_holders: BTreeMap::new(),
-            uid_counter: 0,
+            uid: uid::UidCounter::default(),
             pod_labels: Vec::new(),
             index: WorldIndex::default(),
             agents_stepped_at: None,
@@ -511,14 +513,8 @@ impl World {
     }
 
     fn next_uid(&mut self, prefix: &str) -> String {
-        self.uid_counter += 1;
-        let digits = crate::text::Digits::padded(self.uid_counter, 6);
-        // As `concat(&[prefix, "-", digits])`, the digits pushed without a UTF-8 check.
-        let mut uid = String::with_capacity(prefix.len() + 1 + digits.as_bytes().len());
-        uid.push_str(prefix);
-        uid.push('-');
-        digits.push_to(&mut uid);
-        uid
+        self.uid.increment();
+        self.uid.uid(prefix)
     }
 
     /// Appends a timeline event at the current virtual time.
