@@ -264,10 +264,7 @@ impl World {
         {
             return BTreeSet::new();
         }
-        let later = self
-            .index
-            .terminating
-            .split_off(&(bound, String::new()));
+        let later = self.index.terminating.split_off(&(bound, String::new()));
         let due = std::mem::replace(&mut self.index.terminating, later);
         due.into_iter()
             .filter(|(t, key)| {
@@ -406,12 +403,17 @@ mod tests {
                 let positions: Vec<Option<usize>> =
                     ids.iter().map(|id| w.nodes.position_of_id(*id)).collect();
                 if positions.windows(2).any(|p| p[0] >= p[1]) || positions.contains(&None) {
-                    errors.push(format!("load: {g}'s bucket {count} out of order: {positions:?}"));
+                    errors.push(format!(
+                        "load: {g}'s bucket {count} out of order: {positions:?}"
+                    ));
                 }
                 for id in ids {
                     entries += 1;
                     if w.index.load.place(*id) != Some((slot, count)) {
-                        errors.push(format!("load: {id:?} placed at {:?}", w.index.load.place(*id)));
+                        errors.push(format!(
+                            "load: {id:?} placed at {:?}",
+                            w.index.load.place(*id)
+                        ));
                     }
                     let name = w.nodes.name_of(*id).unwrap_or("<gone>").to_owned();
                     indexed.entry(g.clone()).or_default().insert((count, name));
@@ -419,7 +421,10 @@ mod tests {
             }
         }
         if entries != w.nodes.len() {
-            errors.push(format!("load: {entries} entries for {} nodes", w.nodes.len()));
+            errors.push(format!(
+                "load: {entries} entries for {} nodes",
+                w.nodes.len()
+            ));
         }
         if load != indexed {
             errors.push(format!("load {indexed:?} != {load:?}"));

@@ -102,8 +102,7 @@ impl LoadIndex {
                 .get_mut(slot)
                 .and_then(|buckets| buckets.get_mut(count))
         {
-            let found = match bucket.binary_search_by(|b| nodes.position_of_id(*b).cmp(&position))
-            {
+            let found = match bucket.binary_search_by(|b| nodes.position_of_id(*b).cmp(&position)) {
                 Ok(at) if bucket.get(at) == Some(&id) => Some(at),
                 // Only when nodes were removed behind the index's back (it is then stale
                 // and rebuilt before it is read): found by a walk.

@@ -538,7 +538,13 @@ impl World {
         pod: Option<&str>,
         message: impl Into<String>,
     ) {
-        self.record_owned(kind.into(), group, node.map(str::to_owned), pod, message.into());
+        self.record_owned(
+            kind.into(),
+            group,
+            node.map(str::to_owned),
+            pod,
+            message.into(),
+        );
     }
 
     /// [`World::record_in`] taking the node's name as made by the caller.
