@@ -80,8 +80,10 @@ mod tests {
     /// A counter at `n`, made the plain way (its digits written by `format!`).
     fn at(n: u64) -> UidCounter {
         let text = format!("{n:0WIDTH$}");
-        let mut counter = UidCounter::default();
-        counter.start = 20 - text.len();
+        let mut counter = UidCounter {
+            buf: [b'0'; 20],
+            start: 20 - text.len(),
+        };
         counter.buf[counter.start..].copy_from_slice(text.as_bytes());
         counter
     }
