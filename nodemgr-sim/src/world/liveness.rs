@@ -71,9 +71,12 @@ impl World {
             }
         }
         self.agents_stepped_at = Some(now);
-        let agents = self.timeline.events.split_off(base);
-        self.record_transitions(before);
-        self.timeline.events.extend(agents);
+        // The first refresh's transitions go before the agents' events (none: nothing moves).
+        if !before.is_empty() {
+            let agents = self.timeline.events.split_off(base);
+            self.record_transitions(before);
+            self.timeline.events.extend(agents);
+        }
         self.record_transitions(after);
     }
 
@@ -85,7 +88,7 @@ impl World {
             } else {
                 "node.not-ready"
             };
-            self.record_in(kind, Some(group), Some(&name), None, why);
+            self.record_owned(kind.into(), Some(group), Some(name), None, why);
         }
     }
 

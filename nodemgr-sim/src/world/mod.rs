@@ -46,9 +46,11 @@ use crate::timeline::{Timeline, TimelineEvent};
 
 mod index;
 mod liveness;
+mod load;
 mod nodes;
 mod objects;
 mod pods;
+mod uid;
 
 pub use nodes::{NodeId, Nodes};
 pub use pods::Pods;
@@ -268,7 +270,8 @@ pub struct World {
     /// The standby-holder Deployments by group (the machine port); the scaling controller
     /// plays their ReplicaSet controller.
     pub standby_holders: BTreeMap<String, nodemgr_core::ports::StandbyHolder>,
-    uid_counter: u64,
+    /// The count of uids given so far (`World::next_uid`).
+    uid: uid::UidCounter,
     /// Per workload, the labels its pods get, made once and shared by them
     /// (`World::bind_pod`), with what they were made from.
     pod_labels: Vec<Option<PodLabels>>,
@@ -311,14 +314,16 @@ struct WorldIndex {
     heartbeats_at: Option<Timestamp>,
     /// Node names by group (`SimNode::group`).
     by_group: BTreeMap<String, BTreeSet<String>>,
-    /// Per group, `(pod count, node)` of its nodes (`pods_by_node`), for placing a group's
+    /// Per group, its nodes by pod count (`pods_by_node`) and name, for placing a group's
     /// pods on the least loaded one without counting every node's pods
     /// ([`World::pick_node`]). Kept by `bind_pod`, `remove_pod` and node creation and
     /// removal; not read once a scheduler controller binds pods itself
     /// ([`World::scheduler_external`], whose controller edits `pods_by_node` directly).
-    /// Each group's nodes are bucketed by pod count (`count → names`), which walks in the
-    /// same `(pod count, name)` order and moves a node without building a key.
-    load: BTreeMap<String, LoadBuckets>,
+    /// Keyed by [`NodeId`] and position, not by name ([`load::LoadIndex`]).
+    load: load::LoadIndex,
+    /// A buffer for the positions of the nodes whose agents act at an instant, kept from one
+    /// instant to the next (its contents mean nothing between instants).
+    due: Vec<usize>,
     /// Set by [`World::invalidate_indexes`]: rebuilt, and every node refreshed, before use.
     stale: bool,
 }
@@ -333,46 +338,6 @@ struct PodLabels {
     name: String,
     /// The pods' labels.
     labels: nodemgr_core::model::StringMap,
-}
-
-/// A group's nodes by pod count, each count's in name order ([`WorldIndex`]'s `load`).
-type LoadBuckets = BTreeMap<usize, NameBucket>;
-
-/// The names of a group's nodes holding one pod count, sorted, each once, each with its
-/// node's [`NodeId`] when it was known (a placement finds the node by it without hashing the
-/// name; an id whose node is gone finds nothing and the name is looked up): a vector searched
-/// by bisection (a node moves between buckets at every binding and removal of its pods; a
-/// `BTreeSet<String>` compared ≈ 20 names per move, this ≈ 7), answering as the set of names
-/// it replaced (`insert` keeps the name already there, `take`, `iter` in order).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct NameBucket(Vec<(String, Option<NodeId>)>);
-
-impl NameBucket {
-    /// Adds `name` (node `id`) unless it is there.
-    fn insert(&mut self, name: String, id: Option<NodeId>) {
-        if let Err(at) = self.0.binary_search_by(|(n, _)| n.cmp(&name)) {
-            self.0.insert(at, (name, id));
-        }
-    }
-
-    /// Removes `name` and hands it back with its id, if it is there.
-    fn take(&mut self, name: &str) -> Option<(String, Option<NodeId>)> {
-        let at = self
-            .0
-            .binary_search_by(|(n, _)| n.as_str().cmp(name))
-            .ok()?;
-        Some(self.0.remove(at))
-    }
-
-    /// The names in order, with their ids.
-    fn iter(&self) -> std::slice::Iter<'_, (String, Option<NodeId>)> {
-        self.0.iter()
-    }
-
-    /// Whether no name is there.
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// The parts of the world a node agent's pass reads and changes, borrowed apart from the
@@ -455,7 +420,7 @@ impl World {
             api: crate::api::SimApiServer::default(),
             instances: BTreeMap::new(),
             standby_holders: BTreeMap::new(),
-            uid_counter: 0,
+            uid: uid::UidCounter::default(),
             pod_labels: Vec::new(),
             index: WorldIndex::default(),
             agents_stepped_at: None,
@@ -463,6 +428,20 @@ impl World {
             every_instant_observed: false,
             live_heartbeats: true,
         };
+        // Room for the nodes and pods made below (capacity hints: nothing else changes).
+        let nodes = scenario
+            .groups
+            .iter()
+            .map(|g| g.nodes)
+            .fold(0usize, usize::saturating_add);
+        let pods = scenario
+            .workloads
+            .iter()
+            .map(|w| if w.kind.per_node() { nodes } else { w.replicas })
+            .fold(0usize, usize::saturating_add);
+        world.nodes.reserve(nodes);
+        world.pods.reserve(pods);
+        world.pods_by_node.reserve(nodes);
         for (i, g) in scenario.groups.iter().enumerate() {
             let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
             let group = NodeGroup {
@@ -491,28 +470,34 @@ impl World {
                 },
             );
             for _ in 0..g.nodes {
-                world.add_node(&g.name, start);
+                // The indexes are rebuilt once the world is built (below); only the load
+                // index is kept meanwhile, for the placements.
+                world.add_node_with(&g.name, start, false);
             }
         }
         // Workloads: per-node ones on each node of their group, the others spread.
         for (wi, w) in scenario.workloads.iter().enumerate() {
             if w.kind.per_node() {
-                let nodes: Vec<(String, String)> = world
+                let nodes: Vec<NodeId> = world
                     .nodes
-                    .values()
-                    .filter(|n| w.group.as_deref().is_none_or(|g| g == n.group))
-                    .map(|n| (n.node.name.clone(), n.group.clone()))
+                    .iter()
+                    .filter(|(_, n)| w.group.as_deref().is_none_or(|g| g == n.group))
+                    .filter_map(|(name, _)| world.nodes.id_of(name))
                     .collect();
-                for (node, group) in nodes {
-                    let name = crate::text::concat(&[&w.name, "-", &node]);
-                    world.bind_pod_in(wi, name, &node, Some(&group));
+                for id in nodes {
+                    let name = crate::text::concat(&[
+                        &w.name,
+                        "-",
+                        world.nodes.name_of(id).unwrap_or_default(),
+                    ]);
+                    world.bind_pod_id(wi, name, id);
                 }
             } else {
                 for r in 0..w.replicas {
                     let name =
                         crate::text::concat(&[&w.name, "-", crate::text::digits(r).as_str()]);
-                    match world.pick_node_in(wi) {
-                        Some((node, group)) => world.bind_pod_in(wi, name, &node, Some(&group)),
+                    match world.pick_node_id(wi) {
+                        Some(id) => world.bind_pod_id(wi, name, id),
                         None => world.pending_pods.push(PendingPod {
                             at: start,
                             workload: wi,
@@ -528,9 +513,8 @@ impl World {
     }
 
     fn next_uid(&mut self, prefix: &str) -> String {
-        self.uid_counter += 1;
-        let digits = crate::text::Digits::padded(self.uid_counter, 6);
-        crate::text::concat(&[prefix, "-", digits.as_str()])
+        self.uid.increment();
+        self.uid.uid(prefix)
     }
 
     /// Appends a timeline event at the current virtual time.
@@ -554,13 +538,31 @@ impl World {
         pod: Option<&str>,
         message: impl Into<String>,
     ) {
+        self.record_owned(
+            kind.into(),
+            group,
+            node.map(str::to_owned),
+            pod,
+            message.into(),
+        );
+    }
+
+    /// [`World::record_in`] taking the node's name as made by the caller.
+    pub(super) fn record_owned(
+        &mut self,
+        kind: Cow<'static, str>,
+        group: Option<String>,
+        node: Option<String>,
+        pod: Option<&str>,
+        message: String,
+    ) {
         self.timeline.events.push(TimelineEvent {
             at_ms: self.now.as_millis() - self.start.as_millis(),
-            kind: kind.into(),
-            node: node.map(str::to_owned),
+            kind,
+            node,
             group,
             pod: pod.map(str::to_owned),
-            message: message.into(),
+            message,
         });
     }
 
@@ -647,11 +649,13 @@ impl World {
         let name = format!("{group}-gen{}", g.generations.desired().index + 1);
         let generation = g.generations.push(&name, impact);
         let label = format!("{name} ({}, {impact})", generation.short());
-        let nodes: Vec<String> = self
+        // By position in name order (waking agents adds and removes no node).
+        let nodes: Vec<usize> = self
             .nodes
             .values()
-            .filter(|n| n.group == group)
-            .map(|n| n.node.name.clone())
+            .enumerate()
+            .filter(|(_, n)| n.group == group)
+            .map(|(at, _)| at)
             .collect();
         self.record_in(
             "config.changed",
@@ -660,8 +664,8 @@ impl World {
             None,
             format!("desired checksum is now {label}: {what}"),
         );
-        for n in nodes {
-            self.wake_agent(&n);
+        for at in nodes {
+            self.wake_agent_at(at);
         }
     }
 
@@ -717,12 +721,19 @@ impl World {
         // The agents that act now: woken ones and those whose deadline came.
         // The wake-ups due now leave the agenda. Nodes are taken by their position in name
         // order (which nothing changes while the agents act), so that they act in name order.
-        let later = self
-            .agenda
-            .split_off(&(now + Duration::from_millis(1), NodeId::MIN));
-        let now_due = std::mem::replace(&mut self.agenda, later);
-        let woken = self.positions(now_due.into_iter());
-        let mut due = woken.clone();
+        let bound = now + Duration::from_millis(1);
+        let woken = if self.agenda.first().is_none_or(|(t, _)| *t >= bound) {
+            // None due (most instants): the agenda is left as it is.
+            Vec::new()
+        } else {
+            let later = self.agenda.split_off(&(bound, NodeId::MIN));
+            let now_due = std::mem::replace(&mut self.agenda, later);
+            self.positions(now_due.into_iter())
+        };
+        // Into the buffer of the previous instants (no allocation once it is large enough).
+        let mut due = std::mem::take(&mut self.index.due);
+        due.clear();
+        due.extend_from_slice(&woken);
         due.extend(
             self.index
                 .agent_due
@@ -749,6 +760,7 @@ impl World {
             let extra = sorted(extra);
             self.step_nodes(&due, &extra, &woken);
         }
+        self.index.due = due;
         // Pods coming back (unless a scheduler controller takes them).
         if self.scheduler_external {
             return;
@@ -759,9 +771,15 @@ impl World {
             if self.pods.contains_key(&key) {
                 continue;
             }
-            match self.pick_node_in(p.workload) {
-                Some((node, group)) => {
-                    self.bind_pod_in(p.workload, p.name, &node, Some(&group));
+            let picked = self.pick_node_id(p.workload).and_then(|id| {
+                let n = self.nodes.get_by_id(id)?;
+                Some((id, n.group.clone()))
+            });
+            match picked {
+                Some((id, group)) => {
+                    // Recorded first (binding records nothing), so that the binding takes
+                    // the node's name and the key made above.
+                    let node = self.nodes.name_of(id).unwrap_or_default().to_owned();
                     self.record_in(
                         "pod.scheduled",
                         Some(group),
@@ -769,6 +787,7 @@ impl World {
                         Some(&key),
                         "pod (re)created",
                     );
+                    self.bind_pod_at(p.workload, p.name, node, Some(id), Some(key));
                 }
                 None => self.pending_pods.push(PendingPod {
                     at: now + self.reschedule_delay,

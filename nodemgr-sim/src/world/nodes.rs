@@ -24,6 +24,12 @@ pub struct NodeId(u32);
 impl NodeId {
     /// The smallest id (a bound for ranges of `(time, NodeId)`).
     pub const MIN: NodeId = NodeId(0);
+
+    /// The id as an index (ids are dense: `0..` in order of registration), for tables kept
+    /// by id next to the node table.
+    pub(crate) fn number(self) -> usize {
+        self.0 as usize
+    }
 }
 
 /// One node of the table.
@@ -105,6 +111,13 @@ impl Nodes {
     /// An empty table.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Makes room for `additional` more nodes (a capacity hint: nothing else changes).
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.entries.reserve(additional);
+        self.position.reserve(additional);
+        self.by_name.reserve(additional);
     }
 
     /// How many nodes.

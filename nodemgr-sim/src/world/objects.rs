@@ -8,12 +8,24 @@ impl World {
     /// Creates a fresh node in `group` at `now`, running the group's desired configuration,
     /// with the group's per-node pods (DaemonSets, static pods). Returns its name.
     pub fn add_node(&mut self, group: &str, now: Timestamp) -> Option<String> {
+        self.add_node_with(group, now, true)
+    }
+
+    /// [`World::add_node`]; `indexed`: whether the indexes other than the load index are
+    /// kept (`false` while [`World::from_scenario`] builds the world, which rebuilds them
+    /// all once it is built).
+    pub(super) fn add_node_with(
+        &mut self,
+        group: &str,
+        now: Timestamp,
+        indexed: bool,
+    ) -> Option<String> {
         let g = self.groups.get_mut(group)?;
         let index = g.next_index;
         g.next_index += 1;
         let name = crate::text::concat(&[group, "-", crate::text::digits(index).as_str()]);
         let zone = g.zones[index % g.zones.len()].clone();
-        self.add_node_as(group, &name, &zone, now)
+        self.add_node_in(group, &name, &zone, now, indexed)
     }
 
     /// Creates node `name` of `group` in `zone` at `now`, as [`World::add_node`] does (a
@@ -24,6 +36,18 @@ impl World {
         name: &str,
         zone: &str,
         now: Timestamp,
+    ) -> Option<String> {
+        self.add_node_in(group, name, zone, now, true)
+    }
+
+    /// [`World::add_node_as`]; `indexed` as for [`World::add_node_with`].
+    fn add_node_in(
+        &mut self,
+        group: &str,
+        name: &str,
+        zone: &str,
+        now: Timestamp,
+        indexed: bool,
     ) -> Option<String> {
         let g = self.groups.get(group)?;
         let name = name.to_owned();
@@ -84,7 +108,10 @@ impl World {
         {
             self.index.agent_due.remove(&(t, id));
         }
-        self.reindex_load_in(&name, Some(group), None, Some(self.pod_count(&name)));
+        let id = self.nodes.id_of(&name);
+        if let Some(id) = id {
+            self.reindex_load_id(id, Some(group), Some(self.pod_count(&name)));
+        }
         let per_node: Vec<usize> = self
             .workloads
             .iter()
@@ -94,10 +121,13 @@ impl World {
             .collect();
         for wi in per_node {
             let pod_name = crate::text::concat(&[&self.workloads[wi].name, "-", &name]);
-            self.bind_pod_in(wi, pod_name, &name, Some(group));
+            self.bind_pod_at(wi, pod_name, name.clone(), id, None);
         }
         // The agent's first pass: it finds the node up to date.
         self.drive_agent(&name);
+        if !indexed {
+            return Some(name);
+        }
         self.reindex_agent(&name);
         let key = (i64::try_from(phase_ms).unwrap_or(i64::MAX), name.clone());
         let at = self.index.phases.partition_point(|p| *p < key);
@@ -113,12 +143,29 @@ impl World {
 
     /// Creates pod `name` of workload `wi` bound to `node`, Running.
     pub fn bind_pod(&mut self, wi: usize, name: String, node: &str) {
-        self.bind_pod_in(wi, name, node, None);
+        let id = self.nodes.id_of(node);
+        self.bind_pod_at(wi, name, node.to_owned(), id, None);
     }
 
-    /// [`World::bind_pod`] on a node whose group the caller knows (`group`: the node's
-    /// `SimNode::group`; `None`: looked up when the load index needs it).
-    pub(super) fn bind_pod_in(&mut self, wi: usize, name: String, node: &str, group: Option<&str>) {
+    /// [`World::bind_pod`] on node `id` (a node of the table; none: nothing happens).
+    pub(super) fn bind_pod_id(&mut self, wi: usize, name: String, id: NodeId) {
+        let Some(node) = self.nodes.name_of(id).map(str::to_owned) else {
+            return;
+        };
+        self.bind_pod_at(wi, name, node, Some(id), None);
+    }
+
+    /// [`World::bind_pod`] on node `node`, whose id in the table is `id` (`None`: not in the
+    /// table, not in the load index). `key`: the pod's key when the caller made it already
+    /// (`World::pod_key` of the pod, `namespace/name`), else made here.
+    pub(super) fn bind_pod_at(
+        &mut self,
+        wi: usize,
+        name: String,
+        node: String,
+        id: Option<NodeId>,
+        key: Option<String>,
+    ) {
         let Some(labels) = self.pod_labels(wi) else {
             return;
         };
@@ -129,7 +176,7 @@ impl World {
             namespace: w.namespace.clone(),
             name,
             uid: String::new(),
-            node_name: Some(node.to_owned()),
+            node_name: None,
             labels,
             owner: w.kind.owner_kind().map(|kind| Owner {
                 kind: kind.to_owned(),
@@ -145,9 +192,9 @@ impl World {
                 .insert(keys::ANNOTATION_MIRROR_POD.into(), "sim".into());
         }
         pod.uid = self.next_uid(&pod.name);
-        let key = pod.key();
+        let key = key.unwrap_or_else(|| pod.key());
         // One lookup of the node's pods for the key and both counts.
-        let (before, after) = match self.pods_by_node.get_mut(node) {
+        let (before, after) = match self.pods_by_node.get_mut(node.as_str()) {
             Some(set) => {
                 let before = set.len();
                 set.insert(key.clone());
@@ -155,11 +202,16 @@ impl World {
             }
             None => {
                 self.pods_by_node
-                    .insert(node.to_owned(), BTreeSet::from([key.clone()]));
+                    .insert(node.clone(), BTreeSet::from([key.clone()]));
                 (0, 1)
             }
         };
-        self.reindex_load_in(node, group, Some(before), Some(after));
+        pod.node_name = Some(node);
+        if before != after
+            && let Some(id) = id
+        {
+            self.reindex_load_id(id, None, Some(after));
+        }
         self.pods.insert(
             key,
             SimPod {
@@ -207,6 +259,14 @@ impl World {
 
     /// [`World::pick_node`] with the picked node's group (`SimNode::group`).
     pub(super) fn pick_node_in(&self, wi: usize) -> Option<(String, String)> {
+        let id = self.pick_node_id(wi)?;
+        let name = self.nodes.name_of(id)?;
+        let n = self.nodes.get_by_id(id)?;
+        Some((name.to_owned(), n.group.clone()))
+    }
+
+    /// [`World::pick_node`] as the picked node's id.
+    pub(super) fn pick_node_id(&self, wi: usize) -> Option<NodeId> {
         let w = self.workloads.get(wi)?;
         // The group's nodes by pod count and name (the index, unless it is stale or another
         // scheduler edits the pods' bindings): the first one that can take the pod is the
@@ -215,42 +275,42 @@ impl World {
             && !self.index.stale
             && !self.scheduler_external
         {
+            let slot = self.index.load.slot(group)?;
             return self
                 .index
                 .load
-                .get(group)
-                .into_iter()
-                .flatten()
-                .flat_map(|(count, names)| names.iter().map(move |entry| (count, entry)))
-                .find_map(|(count, (name, id))| {
-                    // By id (no hashing); a name whose node is gone or unknown by name.
-                    id.and_then(|id| self.nodes.get_by_id(id))
-                        .or_else(|| self.nodes.get(name))
-                        .filter(|n| self.can_take_pod(n, *count))
-                        .map(|n| (name.clone(), n.group.clone()))
-                });
+                .buckets(slot)
+                .iter()
+                .enumerate()
+                .flat_map(|(count, ids)| ids.iter().map(move |id| (count, *id)))
+                .find(|(count, id)| {
+                    self.nodes
+                        .get_by_id(*id)
+                        .is_some_and(|n| self.can_take_pod(n, *count))
+                })
+                .map(|(_, id)| id);
         }
         // The group's nodes from the index (in name order, as the map's), unless it is stale.
-        let candidates: Box<dyn Iterator<Item = &SimNode>> = match &w.group {
+        let candidates: Box<dyn Iterator<Item = (&String, &SimNode)>> = match &w.group {
             Some(group) if !self.index.stale => Box::new(
                 self.index
                     .by_group
                     .get(group)
                     .into_iter()
                     .flatten()
-                    .filter_map(|name| self.nodes.get(name)),
+                    .filter_map(|name| self.nodes.get(name).map(|n| (name, n))),
             ),
-            _ => Box::new(self.nodes.values()),
+            _ => Box::new(self.nodes.iter()),
         };
         candidates
-            .filter(|n| w.group.as_deref().is_none_or(|g| g == n.group))
-            .map(|n| (self.pod_count(&n.node.name), n))
-            .filter(|(count, n)| self.can_take_pod(n, *count))
+            .filter(|(_, n)| w.group.as_deref().is_none_or(|g| g == n.group))
+            .map(|(key, n)| (self.pod_count(&n.node.name), key, n))
+            .filter(|(count, _, n)| self.can_take_pod(n, *count))
             .min_by(|a, b| {
                 a.0.cmp(&b.0)
-                    .then_with(|| a.1.node.name.cmp(&b.1.node.name))
+                    .then_with(|| a.2.node.name.cmp(&b.2.node.name))
             })
-            .map(|(_, n)| (n.node.name.clone(), n.group.clone()))
+            .and_then(|(_, key, _)| self.nodes.id_of(key))
     }
 
     /// Whether node `n`, running `count` pods, can take one more: Ready, schedulable,
@@ -284,9 +344,14 @@ impl World {
                 WorkloadKind::StatefulSet => Some(pod.pod.name.clone()),
                 WorkloadKind::Deployment => {
                     let suffix = self.rng.below(36u64.pow(5));
+                    // `<workload>-<5 base-36 digits>`, the ASCII digits pushed as characters
+                    // (no UTF-8 check).
                     let digits = base36(suffix);
-                    let digits = std::str::from_utf8(&digits).unwrap_or_default();
-                    Some(crate::text::concat(&[&w.name, "-", digits]))
+                    let mut name = String::with_capacity(w.name.len() + 1 + digits.len());
+                    name.push_str(&w.name);
+                    name.push('-');
+                    name.extend(digits.iter().map(|&b| char::from(b)));
+                    Some(name)
                 }
                 _ => None,
             };

@@ -27,6 +27,12 @@ impl Pods {
         Self::default()
     }
 
+    /// Makes room for `additional` more pods (a capacity hint: iteration is in key order or,
+    /// [`Pods::iter_unordered`], for callers whose result does not depend on it).
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.map.reserve(additional);
+    }
+
     /// How many pods.
     pub fn len(&self) -> usize {
         self.map.len()
