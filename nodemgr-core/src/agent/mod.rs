@@ -80,12 +80,14 @@
 
 mod action;
 mod input;
+mod lean;
 mod machine;
 pub mod simulated;
 pub mod state;
 
 pub use action::{AgentAction, AgentEvent, NodePatch};
 pub use input::{AgentInput, BundleSteps, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
+pub use lean::{LeanAction, PatchRequest, StoredBundle};
 pub use machine::{
     Agent, AgentConfig, AgentError, AgentStatus, REASON_BUNDLE_REJECTED, REASON_STEP_FAILED,
     STDERR_TAIL_BYTES, stderr_tail,
