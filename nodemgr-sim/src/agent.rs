@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
 use nodemgr_core::agent::{
-    Agent, AgentAction, AgentConfig, AgentInput, AgentStatus, NodeView, PatchOutcome,
+    Agent, AgentAction, AgentConfig, AgentInput, AgentStatus, LeanAction, PatchOutcome,
     SimulatedGeneration, StateFiles, StepOutcome,
 };
 use nodemgr_core::model::{ApprovalMode, Node, Timestamp, keys};
@@ -60,10 +60,9 @@ pub struct RunningStep {
 /// A node's agent: the state machine, the node's state files, the step it runs.
 #[derive(Debug, Clone)]
 pub struct SimAgent {
-    /// Core's agent.
+    /// Core's agent. The node's state files are the ones its writes left
+    /// ([`SimAgent::files`]).
     pub machine: Agent,
-    /// The node's state files, as the agent's writes left them.
-    pub files: StateFiles,
     /// The checksum last written to `configuration_checksum` (kept while an apply is under
     /// way: what the node runs, for the simulated effect of a step).
     pub applied: Option<String>,
@@ -93,8 +92,7 @@ impl SimAgent {
             .collect();
         let files = StateFiles::applied(&generation.checksum, done, applied_keys);
         Self {
-            machine: Agent::new(AgentConfig::new(node), files.clone(), now),
-            files,
+            machine: Agent::new(AgentConfig::new(node), files, now),
             applied: Some(generation.checksum.clone()),
             running: None,
             dormant: None,
@@ -102,6 +100,13 @@ impl SimAgent {
             versions: 0,
             indexed_deadline: None,
         }
+    }
+
+    /// The node's state files, as the agent's writes left them: the agent's own view of them
+    /// ([`Agent::files`]), which the driver's writes follow (it carries out every write the
+    /// agent queues before the agent acts again; see [`AgentEnv::drive_agent`]).
+    pub fn files(&self) -> &StateFiles {
+        self.machine.files()
     }
 
     /// Whether the agent is dormant: it waits for an approval, its last poll read what its
@@ -131,15 +136,7 @@ impl SimAgent {
 
     /// [`SimAgent::resource_version`] spelled on the stack (compared without a copy).
     fn current_version(&mut self, node: &Arc<Node>) -> crate::text::Digits {
-        let same = self
-            .seen
-            .as_ref()
-            .is_some_and(|seen| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node)));
-        if !same {
-            self.versions = self.versions.saturating_add(1);
-            self.seen = Some(Arc::downgrade(node));
-        }
-        crate::text::Digits::of(self.versions)
+        current_version(&mut self.seen, &mut self.versions, node)
     }
 
     /// Whether the node is NotReady because its step restarts the kubelet or reboots it.
@@ -168,6 +165,23 @@ impl SimAgent {
             (a, b) => a.or(b),
         }
     }
+}
+
+/// [`SimAgent::current_version`] from the agent's fields `seen` and `versions` (borrowed
+/// apart from its machine, which may lend an action meanwhile).
+fn current_version(
+    seen: &mut Option<Weak<Node>>,
+    versions: &mut u64,
+    node: &Arc<Node>,
+) -> crate::text::Digits {
+    let same = seen
+        .as_ref()
+        .is_some_and(|seen| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node)));
+    if !same {
+        *versions = versions.saturating_add(1);
+        *seen = Some(Arc::downgrade(node));
+    }
+    crate::text::Digits::of(*versions)
 }
 
 /// What a dormant agent's polls would read, and its poll grid.
@@ -474,67 +488,78 @@ impl AgentEnv<'_> {
         let now = self.now;
         loop {
             let action = loop {
-                let Some(action) = n.agent.machine.poll_action() else {
+                let agent = &mut n.agent;
+                let Some(action) = agent.machine.poll_lean_action() else {
                     return;
                 };
-                let input = match action {
-                    AgentAction::FetchBundle => {
-                        let answer = self
-                            .groups
-                            .get(&n.group)
-                            .map(|g| {
+                match action {
+                    LeanAction::Action(AgentAction::FetchBundle) => {
+                        drop(action);
+                        match self.groups.get(&n.group) {
+                            Some(g) => {
                                 let rolling =
                                     g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
-                                g.generations.desired().bundle(rolling)
-                            })
-                            .ok_or_else(|| Cause::msg(format!("no group {}", n.group)));
-                        AgentInput::Bundle(answer)
-                    }
-                    AgentAction::ReadNode => AgentInput::Node(Ok(Some(NodeView {
-                        resource_version: n.agent.resource_version(&n.node),
-                        annotations: n.node.annotations.clone(),
-                    }))),
-                    AgentAction::PatchNode(patch) => {
-                        if n.agent.current_version(&n.node).as_bytes()
-                            != patch.resource_version.as_bytes()
-                        {
-                            AgentInput::Patched(PatchOutcome::Conflict)
-                        } else {
-                            patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);
-                            let resource_version = n.agent.resource_version(&n.node);
-                            // The agent's answer records nothing: it may come before the
-                            // patch's timeline events.
-                            n.agent.machine.handle_input(
-                                AgentInput::Patched(PatchOutcome::Applied { resource_version }),
-                                now,
-                            );
-                            break Driven::Patched(patch);
+                                let desired = g.generations.desired();
+                                agent.machine.handle_bundle_fetched(
+                                    &desired.checksum,
+                                    &desired.steps,
+                                    rolling,
+                                    now,
+                                );
+                            }
+                            None => {
+                                let cause = Cause::msg(format!("no group {}", n.group));
+                                agent
+                                    .machine
+                                    .handle_input(AgentInput::Bundle(Err(cause)), now);
+                            }
                         }
                     }
-                    AgentAction::StoreBundle { .. } => continue,
-                    AgentAction::WriteProgress(p) => {
-                        n.agent.files.progress = Some(p);
-                        continue;
+                    LeanAction::Action(AgentAction::ReadNode) => {
+                        drop(action);
+                        let version = agent.current_version(&n.node);
+                        agent
+                            .machine
+                            .handle_node_read(version.as_str(), &n.node.annotations, now);
                     }
-                    AgentAction::RemoveChecksumFile => {
-                        n.agent.files.configuration_checksum = None;
-                        continue;
+                    LeanAction::PatchNode(patch) => {
+                        let version = current_version(&mut agent.seen, &mut agent.versions, &n.node);
+                        if version.as_bytes() != patch.resource_version().as_bytes() {
+                            drop(patch);
+                            agent
+                                .machine
+                                .handle_input(AgentInput::Patched(PatchOutcome::Conflict), now);
+                            continue;
+                        }
+                        let annotations = &mut Arc::make_mut(&mut n.node).annotations;
+                        for (key, value) in patch.changes() {
+                            set_annotation(annotations, key, value);
+                        }
+                        let asked = ASKS.map(|key| patch.sets(key));
+                        drop(patch);
+                        let version = agent.current_version(&n.node);
+                        // The agent's answer records nothing: it may come before the
+                        // patch's timeline events.
+                        agent.machine.handle_patch_applied(version.as_str(), now);
+                        break Driven::Patched(asked);
                     }
-                    AgentAction::RemoveFirstRun => {
-                        n.agent.files.first_run = false;
-                        continue;
-                    }
-                    AgentAction::WriteChecksumFile(checksum) => {
-                        n.agent.files.configuration_checksum = Some(checksum.clone());
-                        n.agent.applied = Some(checksum.clone());
+                    LeanAction::StoreBundle(_)
+                    | LeanAction::WriteProgress(_)
+                    | LeanAction::Action(
+                        AgentAction::StoreBundle { .. }
+                        | AgentAction::WriteProgress(_)
+                        | AgentAction::RemoveChecksumFile
+                        | AgentAction::RemoveFirstRun,
+                    ) => {}
+                    LeanAction::Action(AgentAction::WriteChecksumFile(checksum)) => {
+                        agent.applied = Some(checksum.clone());
                         break Driven::Updated(checksum);
                     }
-                    other => break Driven::Other(other),
-                };
-                n.agent.machine.handle_input(input, now);
+                    LeanAction::Action(other) => break Driven::Other(other),
+                }
             };
             match action {
-                Driven::Patched(patch) => self.record_patch(name, &n.group, &patch.set),
+                Driven::Patched(asked) => self.record_patch(name, &n.group, asked),
                 Driven::Updated(checksum) => {
                     self.stats.updates_completed += 1;
                     let short = checksum.get(..12).unwrap_or(&checksum);
@@ -555,8 +580,9 @@ impl AgentEnv<'_> {
 
     /// Timeline events for the agent's requests (what a person watching the Node would see).
     /// `group` is the node's group.
-    fn record_patch(&mut self, name: &str, group: &str, set: &BTreeMap<String, String>) {
-        if set.contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL) {
+    fn record_patch(&mut self, name: &str, group: &str, asked: [bool; 3]) {
+        let [approval, disruption, rolling] = asked;
+        if approval {
             let desired = self
                 .groups
                 .get(group)
@@ -565,11 +591,11 @@ impl AgentEnv<'_> {
             let message = crate::text::concat(&["agent needs ", desired, ", asks for approval"]);
             self.record("agent.waiting-for-approval", group, name, message);
         }
-        for key in [
-            keys::ANNOTATION_DISRUPTION_REQUIRED,
-            keys::ANNOTATION_ROLLING_UPDATE,
+        for (key, set) in [
+            (keys::ANNOTATION_DISRUPTION_REQUIRED, disruption),
+            (keys::ANNOTATION_ROLLING_UPDATE, rolling),
         ] {
-            if set.contains_key(key) {
+            if set {
                 let message = crate::text::concat(&["agent asks for a disruption (", key, ")"]);
                 self.record("agent.disruption-required", group, name, message);
             }
@@ -619,10 +645,39 @@ impl AgentEnv<'_> {
     }
 }
 
+/// The annotations whose setting by an agent's patch the timeline records, in the order of
+/// [`AgentEnv::record_patch`]'s flags.
+const ASKS: [&str; 3] = [
+    keys::ANNOTATION_WAITING_FOR_APPROVAL,
+    keys::ANNOTATION_DISRUPTION_REQUIRED,
+    keys::ANNOTATION_ROLLING_UPDATE,
+];
+
+/// Sets (`Some`) or removes (`None`) the annotation `key` as a patch does
+/// ([`nodemgr_core::agent::NodePatch::apply_to`]), reusing the stored key and value when the
+/// annotation is there.
+fn set_annotation(annotations: &mut BTreeMap<String, String>, key: &str, value: Option<&str>) {
+    match value {
+        Some(value) => match annotations.get_mut(key) {
+            Some(old) => {
+                old.clear();
+                old.push_str(value);
+            }
+            None => {
+                annotations.insert(key.to_owned(), value.to_owned());
+            }
+        },
+        None => {
+            annotations.remove(key);
+        }
+    }
+}
+
 /// An agent action [`AgentEnv::drive_agent`] finishes after its requests' loop.
 enum Driven {
-    /// A patch was applied and the agent told: its timeline events are recorded.
-    Patched(nodemgr_core::agent::NodePatch),
+    /// A patch was applied and the agent told: its timeline events are recorded (which of
+    /// [`ASKS`] it set).
+    Patched([bool; 3]),
     /// The checksum file was written (the checksum): the update is counted and recorded.
     Updated(String),
     /// A step to start or an event to record.
