@@ -385,6 +385,10 @@ pub struct Agent {
     step_failures: u32,
     last_error: Option<AgentError>,
     status: AgentStatus,
+    /// Builds every action when it is queued, as the agent did before it lent them
+    /// ([`Queued`]): the reference the lent actions are compared with in the unit tests.
+    #[cfg(test)]
+    eager: bool,
 }
 
 impl Agent {
@@ -407,6 +411,8 @@ impl Agent {
             step_failures: 0,
             last_error: None,
             status: AgentStatus::Starting,
+            #[cfg(test)]
+            eager: false,
         };
         agent.decide(now);
         agent
@@ -444,19 +450,47 @@ impl Agent {
 
     /// Builds the queued actions that refer to the progress record or the known Node from
     /// them as they are now: one of them is about to change ([`Queued`]).
+    #[inline]
     fn pin_queue(&mut self) {
-        for entry in &mut self.queue {
-            let built = match entry {
-                Queued::Ready(_) | Queued::Store(_) => continue,
-                Queued::Patch(patch) => AgentAction::PatchNode(
-                    patch.node_patch(self.node.as_ref().map_or("", |n| &n.resource_version)),
-                ),
-                Queued::Progress => {
-                    AgentAction::WriteProgress(self.files.progress.clone().unwrap_or_default())
-                }
-            };
-            *entry = Queued::Ready(built);
+        if self.queue.is_empty() {
+            return;
         }
+        let mut queue = std::mem::take(&mut self.queue);
+        for entry in &mut queue {
+            if matches!(entry, Queued::Patch(_) | Queued::Progress) {
+                let lent = std::mem::replace(entry, Queued::Progress);
+                *entry = Queued::Ready(self.build(lent));
+            }
+        }
+        self.queue = queue;
+    }
+
+    /// The action `entry` stands for, built from the agent's state as it is now.
+    fn build(&self, entry: Queued) -> AgentAction {
+        match entry {
+            Queued::Ready(action) => action,
+            Queued::Patch(patch) => AgentAction::PatchNode(
+                patch.node_patch(self.node.as_ref().map_or("", |n| &n.resource_version)),
+            ),
+            Queued::Store(bundle) => AgentAction::StoreBundle {
+                checksum: bundle.checksum.clone(),
+                steps: bundle.steps.to_vec(),
+            },
+            Queued::Progress => {
+                AgentAction::WriteProgress(self.files.progress.clone().unwrap_or_default())
+            }
+        }
+    }
+
+    /// Queues `entry` (built at once in the unit tests' eager mode).
+    fn enqueue(&mut self, entry: Queued) {
+        #[cfg(test)]
+        let entry = if self.eager {
+            Queued::Ready(self.build(entry))
+        } else {
+            entry
+        };
+        self.queue.push_back(entry);
     }
 
     /// The progress record, to change ([`Agent::pin_queue`] first).
@@ -473,7 +507,7 @@ impl Agent {
 
     /// Queues the write of the progress record as it is now.
     fn write_progress(&mut self) {
-        self.queue.push_back(Queued::Progress);
+        self.enqueue(Queued::Progress);
     }
 
     /// When the agent wants [`Agent::handle_timeout`] called; `None` while it waits for an
@@ -648,7 +682,7 @@ impl Agent {
             Awaiting::Patch(p) => Queued::Patch(p.clone()),
             Awaiting::Step(name) => Queued::Ready(AgentAction::RunStep { name: name.clone() }),
         };
-        self.queue.push_back(action);
+        self.enqueue(action);
         self.awaiting = Some(awaiting);
     }
 
@@ -993,7 +1027,7 @@ impl Agent {
         }
         if self.stored.as_deref() != Some(bundle.checksum.as_str()) {
             self.stored = Some(bundle.checksum.clone());
-            self.queue.push_back(Queued::Store(Arc::clone(bundle)));
+            self.enqueue(Queued::Store(Arc::clone(bundle)));
         }
         let begun = self
             .files
@@ -1190,6 +1224,7 @@ mod tests {
     use super::*;
     use crate::agent::NodeView;
     use crate::bashible::Step;
+    use std::time::Duration;
 
     fn view(rv: &str, annotations: &[(&str, &str)]) -> NodeView {
         NodeView {
@@ -1314,6 +1349,321 @@ mod tests {
                         plain.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM).map(String::as_str)
                     );
                 }
+            }
+        }
+    }
+
+    /// A bundle from a seed: some of four steps, scripts and disruption keys from small sets
+    /// (so that keys repeat and change between bundles).
+    fn seeded_bundle(seed: u64, rolling: bool) -> DesiredBundle {
+        let mut steps = Vec::new();
+        let mut s = seed;
+        for name in ["010_os.sh", "020_cri.sh", "030_kubelet.sh", "090_cleanup.sh"] {
+            let bits = s % 8;
+            s /= 8;
+            if bits == 0 && !steps.is_empty() {
+                continue;
+            }
+            let mut step = Step::new(name, format!("echo {name} v{}", bits % 3));
+            if bits >= 4 {
+                step = step.with_disruption_key(format!("k{}", bits % 2));
+            }
+            steps.push(step);
+        }
+        DesiredBundle::of_steps(steps, rolling)
+    }
+
+    /// One move of the lent-versus-built comparison.
+    #[derive(Debug, Clone)]
+    struct Move {
+        /// What happens: the driver carries out an action (most), or the world changes.
+        kind: u8,
+        /// How a request is answered.
+        fault: u8,
+        /// The lending agent's action is drained with `poll_lean_action` (else `poll_action`).
+        lean_poll: bool,
+        /// Its answer goes through the lean input methods (else `handle_input`).
+        lean_answer: bool,
+    }
+
+    fn a_move() -> impl proptest::strategy::Strategy<Value = Move> {
+        use proptest::prelude::*;
+        (any::<u8>(), any::<u8>(), any::<bool>(), any::<bool>()).prop_map(
+            |(kind, fault, lean_poll, lean_answer)| Move {
+                kind,
+                fault,
+                lean_poll,
+                lean_answer,
+            },
+        )
+    }
+
+    /// What the agent shows, compared after every move.
+    fn observed(agent: &Agent) -> String {
+        format!(
+            "{:?} | {:?} | {:?} | {:?} | {}",
+            agent.status(),
+            agent.next_deadline(),
+            agent.last_error(),
+            agent.files(),
+            agent.is_up_to_date()
+        )
+    }
+
+    /// The lending agent's answer to `action` (`lean`: through the lean input methods).
+    #[allow(clippy::too_many_arguments)]
+    fn answer_lending(
+        agent: &mut Agent,
+        action: &AgentAction,
+        input: &AgentInput,
+        bundle: &DesiredBundle,
+        annotations: &BTreeMap<String, String>,
+        lean: bool,
+        now: Timestamp,
+    ) {
+        match (lean, action, input) {
+            (true, AgentAction::FetchBundle, AgentInput::Bundle(Ok(_))) => {
+                agent.handle_bundle_fetched(
+                    &bundle.checksum,
+                    &bundle.steps,
+                    bundle.rolling_update,
+                    now,
+                );
+            }
+            (true, AgentAction::ReadNode, AgentInput::Node(Ok(Some(view)))) => {
+                agent.handle_node_read(&view.resource_version, annotations, now);
+            }
+            (
+                true,
+                AgentAction::PatchNode(_),
+                AgentInput::Patched(PatchOutcome::Applied { resource_version }),
+            ) => agent.handle_patch_applied(resource_version, now),
+            _ => agent.handle_input(input.clone(), now),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// An agent that lends its actions (built only when drained, from the progress record
+        /// and the Node as they were when decided) and takes lean answers decides exactly as
+        /// one that builds every action when it queues it and takes every answer as an
+        /// [`AgentInput`]: the same actions, statuses, timers, errors and state files at every
+        /// move, whatever the schedule (approvals, bundle changes with disruption keys
+        /// recorded or not, conflicts, failures, a deleted Node, stray answers), and the
+        /// lent patch changes the Node as the built one does.
+        #[test]
+        fn lent_actions_and_lean_answers_change_nothing(
+            seeds in proptest::collection::vec(proptest::prelude::any::<u64>(), 3),
+            rolling in proptest::prelude::any::<bool>(),
+            initial in 0u8..4,
+            recorded in proptest::collection::vec(0u8..3, 4),
+            moves in proptest::collection::vec(a_move(), 1..300),
+        ) {
+            let bundles: Vec<DesiredBundle> =
+                seeds.iter().map(|s| seeded_bundle(*s, rolling)).collect();
+            let names = ["010_os.sh", "020_cri.sh", "030_kubelet.sh", "090_cleanup.sh"];
+            let keys_recorded: BTreeMap<String, String> = names
+                .iter()
+                .zip(&recorded)
+                .filter(|(_, k)| **k > 0)
+                .map(|(n, k)| ((*n).to_owned(), format!("k{}", k - 1)))
+                .collect();
+            let files = match initial {
+                0 => StateFiles::first_run(),
+                1 => StateFiles::applied("older", Default::default(), keys_recorded),
+                2 => StateFiles::applied(&bundles[0].checksum, Default::default(), keys_recorded),
+                _ => StateFiles::default(),
+            };
+            let mut now = Timestamp::from_secs(1_000);
+            let mut built = Agent::new(AgentConfig::new("n1"), files.clone(), now);
+            built.eager = true;
+            let mut lending = Agent::new(AgentConfig::new("n1"), files, now);
+            let mut desired = 0usize;
+            let mut node: Option<BTreeMap<String, String>> = Some(BTreeMap::new());
+            let mut lent_node = node.clone();
+            let mut rv = 1u64;
+            for m in &moves {
+                match m.kind % 16 {
+                    0 | 1 => {
+                        for map in [&mut node, &mut lent_node].into_iter().flatten() {
+                            map.insert(keys::ANNOTATION_APPROVED.to_owned(), String::new());
+                            if m.fault % 2 == 0 {
+                                map.insert(
+                                    keys::ANNOTATION_DISRUPTION_APPROVED.to_owned(),
+                                    String::new(),
+                                );
+                            }
+                        }
+                        rv += 1;
+                    }
+                    2 => {
+                        for map in [&mut node, &mut lent_node].into_iter().flatten() {
+                            map.retain(|k, _| {
+                                !k.starts_with("update.node.deckhouse.io/")
+                            });
+                        }
+                        rv += 1;
+                    }
+                    3 => {
+                        desired = usize::from(m.fault) % bundles.len();
+                        built.handle_wake(now);
+                        lending.handle_wake(now);
+                    }
+                    4 => {
+                        for map in [&mut node, &mut lent_node].into_iter().flatten() {
+                            map.insert("other".to_owned(), m.fault.to_string());
+                        }
+                        rv += 1;
+                    }
+                    5 => {
+                        node = match node {
+                            Some(_) => None,
+                            None => Some(BTreeMap::new()),
+                        };
+                        lent_node = node.clone();
+                        rv += 1;
+                    }
+                    6 => {
+                        // A stray (or, when awaited, a real) answer: a read of the Node.
+                        if let Some(map) = &node {
+                            let view = NodeView {
+                                resource_version: rv.to_string(),
+                                annotations: map.clone().into(),
+                            };
+                            built.handle_input(AgentInput::Node(Ok(Some(view))), now);
+                            lending.handle_node_read(&rv.to_string(), map, now);
+                        }
+                    }
+                    _ => {
+                        let expected = built.poll_action();
+                        let lent = if m.lean_poll {
+                            lending.poll_lean_action().map(|a| {
+                                let changes: Option<Vec<(&str, Option<String>)>> = match &a {
+                                    LeanAction::PatchNode(p) => Some(
+                                        p.changes().map(|(k, v)| (k, v.map(str::to_owned))).collect(),
+                                    ),
+                                    _ => None,
+                                };
+                                let sets: Option<Vec<bool>> = match &a {
+                                    LeanAction::PatchNode(p) => Some(
+                                        Watched::ALL.iter().map(|w| p.sets(w.key())).collect(),
+                                    ),
+                                    _ => None,
+                                };
+                                (a.into_action(), changes, sets)
+                            })
+                        } else {
+                            lending.poll_action().map(|a| (a, None, None))
+                        };
+                        proptest::prop_assert_eq!(
+                            expected.as_ref(),
+                            lent.as_ref().map(|(a, _, _)| a)
+                        );
+                        let (Some(action), Some((_, changes, sets))) = (expected, lent) else {
+                            match built.next_deadline() {
+                                Some(t) => {
+                                    now = now.max(t);
+                                    built.handle_timeout(now);
+                                    lending.handle_timeout(now);
+                                }
+                                None => {
+                                    now = now + Duration::from_secs(60);
+                                    built.handle_wake(now);
+                                    lending.handle_wake(now);
+                                }
+                            }
+                            continue;
+                        };
+                        let bundle = &bundles[desired];
+                        let input = match &action {
+                            AgentAction::FetchBundle if m.fault % 5 == 0 => {
+                                Some(AgentInput::Bundle(Err(Cause::msg("refused"))))
+                            }
+                            AgentAction::FetchBundle => {
+                                Some(AgentInput::Bundle(Ok(bundle.clone())))
+                            }
+                            AgentAction::ReadNode if m.fault % 6 == 0 => {
+                                Some(AgentInput::Node(Err(Cause::msg("503"))))
+                            }
+                            AgentAction::ReadNode => Some(AgentInput::Node(Ok(node.as_ref().map(
+                                |map| NodeView {
+                                    resource_version: rv.to_string(),
+                                    annotations: map.clone().into(),
+                                },
+                            )))),
+                            AgentAction::PatchNode(patch) => Some(AgentInput::Patched(
+                                match node.as_mut() {
+                                    None => PatchOutcome::NotFound,
+                                    Some(_) if m.fault % 6 == 0 => {
+                                        PatchOutcome::Failed(Cause::msg("500"))
+                                    }
+                                    Some(_) if m.fault % 6 == 1
+                                        || patch.resource_version != rv.to_string() =>
+                                    {
+                                        rv += 1;
+                                        PatchOutcome::Conflict
+                                    }
+                                    Some(map) => {
+                                        patch.apply_to(map);
+                                        if let Some(lent_map) = lent_node.as_mut() {
+                                            match &changes {
+                                                Some(changes) => {
+                                                    for (k, v) in changes {
+                                                        match v {
+                                                            Some(v) => {
+                                                                lent_map.insert((*k).to_owned(), v.clone());
+                                                            }
+                                                            None => {
+                                                                lent_map.remove(*k);
+                                                            }
+                                                        }
+                                                    }
+                                                }
+                                                None => patch.apply_to(lent_map),
+                                            }
+                                        }
+                                        if let Some(sets) = &sets {
+                                            let expected: Vec<bool> = Watched::ALL
+                                                .iter()
+                                                .map(|w| patch.set.contains_key(w.key()))
+                                                .collect();
+                                            proptest::prop_assert_eq!(sets, &expected);
+                                        }
+                                        rv += 1;
+                                        PatchOutcome::Applied {
+                                            resource_version: rv.to_string(),
+                                        }
+                                    }
+                                },
+                            )),
+                            AgentAction::RunStep { name } => {
+                                Some(AgentInput::StepFinished(StepOutcome {
+                                    step: name.clone(),
+                                    exit_code: Some(i32::from(m.fault % 4 == 0)),
+                                    stderr: String::new(),
+                                }))
+                            }
+                            _ => None,
+                        };
+                        if let Some(input) = input {
+                            built.handle_input(input.clone(), now);
+                            let empty = BTreeMap::new();
+                            let map = node.as_ref().unwrap_or(&empty);
+                            answer_lending(
+                                &mut lending,
+                                &action,
+                                &input,
+                                bundle,
+                                map,
+                                m.lean_answer,
+                                now,
+                            );
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(&node, &lent_node);
+                proptest::prop_assert_eq!(observed(&built), observed(&lending));
             }
         }
     }
