@@ -70,12 +70,9 @@ pub struct SimAgent {
     pub running: Option<RunningStep>,
     /// Set while the agent waits for an approval and its polls cannot change anything.
     dormant: Option<Dormant>,
-    /// The Node the agent last read or patched ([`SimAgent::resource_version`]); the
-    /// resourceVersion it had is `versions`.
-    seen: Option<Weak<Node>>,
-    /// How many times the Node changed between the agent's reads: the last resourceVersion
-    /// (spelled in decimal when read, not kept as a string).
-    versions: u64,
+    /// The resourceVersion of the Node the agent last read or patched
+    /// ([`SimAgent::resource_version`]).
+    version: SeenVersion,
     /// The deadline the world's index holds for this agent (`crate::world`'s agent
     /// deadlines), so that re-indexing finds the entry without a lookup by name.
     pub(crate) indexed_deadline: Option<Timestamp>,
@@ -96,8 +93,7 @@ impl SimAgent {
             applied: Some(generation.checksum.clone()),
             running: None,
             dormant: None,
-            seen: None,
-            versions: 0,
+            version: SeenVersion::default(),
             indexed_deadline: None,
         }
     }
@@ -128,15 +124,7 @@ impl SimAgent {
     /// from that here: the agent's patches follow its read in the same pass, with nothing in
     /// between.
     pub fn resource_version(&mut self, node: &Arc<Node>) -> String {
-        let digits = self.current_version(node);
-        let mut version = String::with_capacity(digits.as_bytes().len());
-        digits.push_to(&mut version);
-        version
-    }
-
-    /// [`SimAgent::resource_version`] spelled on the stack (compared without a copy).
-    fn current_version(&mut self, node: &Arc<Node>) -> crate::text::Digits {
-        current_version(&mut self.seen, &mut self.versions, node)
+        self.version.current(node).to_owned()
     }
 
     /// Whether the node is NotReady because its step restarts the kubelet or reboots it.
@@ -167,21 +155,34 @@ impl SimAgent {
     }
 }
 
-/// [`SimAgent::current_version`] from the agent's fields `seen` and `versions` (borrowed
-/// apart from its machine, which may lend an action meanwhile).
-fn current_version(
-    seen: &mut Option<Weak<Node>>,
-    versions: &mut u64,
-    node: &Arc<Node>,
-) -> crate::text::Digits {
-    let same = seen
-        .as_ref()
-        .is_some_and(|seen| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node)));
-    if !same {
-        *versions = versions.saturating_add(1);
-        *seen = Some(Arc::downgrade(node));
+/// The resourceVersion of an agent's Node as the agent last read it
+/// ([`SimAgent::resource_version`]): the Node it saw, and how many times the Node changed
+/// between the agent's reads, spelled in decimal (spelled again only when it changes).
+#[derive(Debug, Clone, Default)]
+struct SeenVersion {
+    /// The Node the agent last read or patched.
+    seen: Option<Weak<Node>>,
+    /// The last resourceVersion.
+    count: u64,
+    /// `count` in decimal.
+    text: String,
+}
+
+impl SeenVersion {
+    /// The resourceVersion of `node` ([`SimAgent::resource_version`]).
+    fn current(&mut self, node: &Arc<Node>) -> &str {
+        let same = self
+            .seen
+            .as_ref()
+            .is_some_and(|seen| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node)));
+        if !same {
+            self.count = self.count.saturating_add(1);
+            self.seen = Some(Arc::downgrade(node));
+            self.text.clear();
+            crate::text::Digits::of(self.count).push_to(&mut self.text);
+        }
+        &self.text
     }
-    crate::text::Digits::of(*versions)
 }
 
 /// What a dormant agent's polls would read, and its poll grid.
@@ -517,14 +518,13 @@ impl AgentEnv<'_> {
                     }
                     LeanAction::Action(AgentAction::ReadNode) => {
                         drop(action);
-                        let version = agent.current_version(&n.node);
+                        let version = agent.version.current(&n.node);
                         agent
                             .machine
-                            .handle_node_read(version.as_str(), &n.node.annotations, now);
+                            .handle_node_read(version, &n.node.annotations, now);
                     }
                     LeanAction::PatchNode(patch) => {
-                        let version = current_version(&mut agent.seen, &mut agent.versions, &n.node);
-                        if version.as_bytes() != patch.resource_version().as_bytes() {
+                        if agent.version.current(&n.node) != patch.resource_version() {
                             drop(patch);
                             agent
                                 .machine
@@ -537,10 +537,10 @@ impl AgentEnv<'_> {
                         }
                         let asked = ASKS.map(|key| patch.sets(key));
                         drop(patch);
-                        let version = agent.current_version(&n.node);
+                        let version = agent.version.current(&n.node);
                         // The agent's answer records nothing: it may come before the
                         // patch's timeline events.
-                        agent.machine.handle_patch_applied(version.as_str(), now);
+                        agent.machine.handle_patch_applied(version, now);
                         break Driven::Patched(asked);
                     }
                     LeanAction::StoreBundle(_)
@@ -717,6 +717,29 @@ mod tests {
     }
 
     proptest! {
+        /// Setting and removing annotations one change at a time, as the driver applies an
+        /// agent's patch ([`set_annotation`]), leaves the map [`NodePatch::apply_to`] leaves.
+        ///
+        /// [`NodePatch::apply_to`]: nodemgr_core::agent::NodePatch::apply_to
+        #[test]
+        fn set_annotation_applies_a_change_as_a_patch_does(
+            base in prop::collection::btree_map("[a-c]", "[x-z]{0,3}", 0..4),
+            changes in prop::collection::vec(("[a-c]", prop::option::of("[x-z]{0,3}")), 0..6),
+        ) {
+            let mut driven = base.clone();
+            let mut patched = base;
+            for (key, value) in &changes {
+                set_annotation(&mut driven, key, value.as_deref());
+                let patch = nodemgr_core::agent::NodePatch {
+                    resource_version: "1".into(),
+                    set: value.iter().map(|v| (key.clone(), v.clone())).collect(),
+                    remove: if value.is_none() { vec![key.clone()] } else { Vec::new() },
+                };
+                patch.apply_to(&mut patched);
+                prop_assert_eq!(&driven, &patched);
+            }
+        }
+
         /// The resourceVersion the agent reads changes exactly when its Node was changed or
         /// replaced since its previous read, whoever else holds the node (a node shared only
         /// through the agent's weak reference is moved by `make_mut`, not changed in place;

@@ -374,8 +374,8 @@ pub struct Agent {
     files: StateFiles,
     bundle: Option<Arc<Verified>>,
     bundle_fresh: bool,
-    /// The bundle this agent stored in `bundle_steps/`.
-    stored: Option<String>,
+    /// The bundle this agent stored in `bundle_steps/` (compared by checksum).
+    stored: Option<Arc<Verified>>,
     node: Option<KnownNode>,
     node_fresh: bool,
     awaiting: Option<Awaiting>,
@@ -1025,8 +1025,12 @@ impl Agent {
             self.queue
                 .push_back(Queued::Ready(AgentAction::RemoveChecksumFile));
         }
-        if self.stored.as_deref() != Some(bundle.checksum.as_str()) {
-            self.stored = Some(bundle.checksum.clone());
+        let stored = self
+            .stored
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, bundle) || s.checksum == bundle.checksum);
+        if !stored {
+            self.stored = Some(Arc::clone(bundle));
             self.enqueue(Queued::Store(Arc::clone(bundle)));
         }
         let begun = self
