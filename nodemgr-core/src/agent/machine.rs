@@ -1084,9 +1084,7 @@ impl Agent {
                 bundle.checksum.clone(),
             )));
         tracing::info!(node = %self.config.node, checksum = %bundle.checksum, "node agent: bundle applied");
-        self.status = AgentStatus::UpToDate {
-            checksum: bundle.checksum.clone(),
-        };
+        self.set_up_to_date(&bundle.checksum);
         self.finish_pass(now);
     }
 
@@ -1122,10 +1120,18 @@ impl Agent {
         if !annotated(node, &bundle.checksum) {
             return self.request(Awaiting::Patch(OwnPatch::Report(Arc::clone(bundle))));
         }
-        self.status = AgentStatus::UpToDate {
-            checksum: bundle.checksum.clone(),
-        };
+        self.set_up_to_date(&bundle.checksum);
         self.finish_pass(now);
+    }
+
+    /// Sets [`AgentStatus::UpToDate`] for `checksum` (unless it is already that: a woken
+    /// agent that is up to date decides this again).
+    fn set_up_to_date(&mut self, checksum: &str) {
+        if !matches!(&self.status, AgentStatus::UpToDate { checksum: c } if c == checksum) {
+            self.status = AgentStatus::UpToDate {
+                checksum: checksum.to_owned(),
+            };
+        }
     }
 
     fn finish_pass(&mut self, now: Timestamp) {
