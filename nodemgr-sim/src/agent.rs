@@ -100,7 +100,7 @@ impl SimAgent {
 
     /// The node's state files, as the agent's writes left them: the agent's own view of them
     /// ([`Agent::files`]), which the driver's writes follow (it carries out every write the
-    /// agent queues before the agent acts again; see [`AgentEnv::drive_agent`]).
+    /// agent queues before the agent acts again; see the driver, `AgentEnv::drive_agent`).
     pub fn files(&self) -> &StateFiles {
         self.machine.files()
     }

@@ -337,7 +337,8 @@ impl KnownNode {
 
     /// The checksum annotation.
     fn checksum(&self) -> Option<&str> {
-        self.has(Watched::Checksum).then_some(self.checksum.as_str())
+        self.has(Watched::Checksum)
+            .then_some(self.checksum.as_str())
     }
 }
 
@@ -808,7 +809,6 @@ impl Agent {
         self.decide(now);
     }
 
-
     /// The agent's patch `patch` was applied; the Node is now at `resource_version`.
     fn on_applied(&mut self, patch: &OwnPatch, resource_version: &str, now: Timestamp) {
         self.errors_in_row = 0;
@@ -1067,7 +1067,8 @@ impl Agent {
         }
         if self.files.first_run {
             self.files.first_run = false;
-            self.queue.push_back(Queued::Ready(AgentAction::RemoveFirstRun));
+            self.queue
+                .push_back(Queued::Ready(AgentAction::RemoveFirstRun));
         }
         // Steps no longer in the bundle lose their key: if one comes back, it counts as new.
         let kept = |name: &String| bundle.steps.iter().any(|s| &s.name == name);
@@ -1092,7 +1093,8 @@ impl Agent {
     fn decide_up_to_date(&mut self, bundle: &Arc<Verified>, now: Timestamp) {
         if self.files.first_run {
             self.files.first_run = false;
-            self.queue.push_back(Queued::Ready(AgentAction::RemoveFirstRun));
+            self.queue
+                .push_back(Queued::Ready(AgentAction::RemoveFirstRun));
         }
         // A node that applied the bundle before it kept a progress record (bootstrapped by a
         // script): record what it runs, so that the next bundle compares disruption keys.
@@ -1368,7 +1370,12 @@ mod tests {
     fn seeded_bundle(seed: u64, rolling: bool) -> DesiredBundle {
         let mut steps = Vec::new();
         let mut s = seed;
-        for name in ["010_os.sh", "020_cri.sh", "030_kubelet.sh", "090_cleanup.sh"] {
+        for name in [
+            "010_os.sh",
+            "020_cri.sh",
+            "030_kubelet.sh",
+            "090_cleanup.sh",
+        ] {
             let bits = s % 8;
             s /= 8;
             if bits == 0 && !steps.is_empty() {
@@ -1421,7 +1428,6 @@ mod tests {
     }
 
     /// The lending agent's answer to `action` (`lean`: through the lean input methods).
-    #[allow(clippy::too_many_arguments)]
     fn answer_lending(
         agent: &mut Agent,
         action: &AgentAction,
