@@ -233,15 +233,20 @@ impl Dormant {
 /// until the next wake — no request, no state file, no timeline event — so it is skipped
 /// (unless dormant agents are forbidden, `lazy` false: [`World::set_lazy_agents`]).
 fn wake_changes_nothing(lazy: bool, groups: &BTreeMap<String, SimGroup>, n: &SimNode) -> bool {
+    let machine = &n.agent.machine;
+    // The checks that need no lookup first: most woken agents are not up to date.
+    if !(lazy
+        && n.agent.running.is_none()
+        && machine.next_deadline().is_none()
+        && machine.is_up_to_date())
+    {
+        return false;
+    }
     let Some(desired) = groups.get(&n.group).map(SimGroup::desired) else {
         return false;
     };
-    let machine = &n.agent.machine;
     let files = machine.files();
-    lazy && n.agent.running.is_none()
-        && machine.next_deadline().is_none()
-        && machine.is_up_to_date()
-        && matches!(machine.status(), AgentStatus::UpToDate { checksum } if checksum == desired)
+    matches!(machine.status(), AgentStatus::UpToDate { checksum } if checksum == desired)
         && !files.first_run
         && files.configuration_checksum.as_deref() == Some(desired)
         && files
