@@ -232,7 +232,7 @@ impl Dormant {
 /// generation's checksum is its steps'), read the Node, find it annotated and sleep again
 /// until the next wake — no request, no state file, no timeline event — so it is skipped
 /// (unless dormant agents are forbidden, `lazy` false: [`World::set_lazy_agents`]).
-fn wake_changes_nothing(lazy: bool, groups: &BTreeMap<String, SimGroup>, n: &SimNode) -> bool {
+fn wake_changes_nothing(lazy: bool, group: Option<&SimGroup>, n: &SimNode) -> bool {
     let machine = &n.agent.machine;
     // The checks that need no lookup first: most woken agents are not up to date.
     if !(lazy
@@ -242,7 +242,7 @@ fn wake_changes_nothing(lazy: bool, groups: &BTreeMap<String, SimGroup>, n: &Sim
     {
         return false;
     }
-    let Some(desired) = groups.get(&n.group).map(SimGroup::desired) else {
+    let Some(desired) = group.map(SimGroup::desired) else {
         return false;
     };
     let files = machine.files();
@@ -264,7 +264,7 @@ fn wake_changes_nothing(lazy: bool, groups: &BTreeMap<String, SimGroup>, n: &Sim
 /// waiting for an approval (the caller checked that polls may be skipped at all,
 /// [`World::agents_may_sleep`]): its next polls read the same Node and bundle until a change
 /// is noticed.
-fn maybe_dormant(groups: &BTreeMap<String, SimGroup>, now: Timestamp, n: &mut SimNode) {
+fn maybe_dormant(group: Option<&SimGroup>, now: Timestamp, n: &mut SimNode) {
     let period = n.agent.machine.config().poll_interval;
     let waiting = matches!(
         n.agent.machine.status(),
@@ -274,7 +274,7 @@ fn maybe_dormant(groups: &BTreeMap<String, SimGroup>, now: Timestamp, n: &mut Si
     if !waiting || !polling || n.agent.running.is_some() || is_special(n) {
         return;
     }
-    let Some(bundle) = bundle_in(groups, &n.group) else {
+    let Some(bundle) = group.map(bundle_in) else {
         return;
     };
     n.agent.dormant = Some(Dormant {
@@ -288,17 +288,15 @@ fn maybe_dormant(groups: &BTreeMap<String, SimGroup>, now: Timestamp, n: &mut Si
 
 /// The bundle an agent of `group` fetches, as a dormant agent remembers it.
 fn bundle_of(world: &World, group: &str) -> Option<(String, bool)> {
-    bundle_in(&world.groups, group)
+    world.groups.get(group).map(bundle_in)
 }
 
-/// [`bundle_of`] from the world's groups.
-fn bundle_in(groups: &BTreeMap<String, SimGroup>, group: &str) -> Option<(String, bool)> {
-    groups.get(group).map(|g| {
-        (
-            g.desired().to_owned(),
-            g.group.spec.approval_mode() == ApprovalMode::RollingUpdate,
-        )
-    })
+/// [`bundle_of`] of the group `g`.
+fn bundle_in(g: &SimGroup) -> (String, bool) {
+    (
+        g.desired().to_owned(),
+        g.group.spec.approval_mode() == ApprovalMode::RollingUpdate,
+    )
 }
 
 impl World {
@@ -332,7 +330,8 @@ impl World {
     pub(crate) fn drive_agent(&mut self, name: &str) {
         let (nodes, mut env) = self.agent_parts();
         if let Some(n) = nodes.get_mut(name) {
-            env.drive_agent(name, n);
+            let group = env.groups.get(&n.group);
+            env.drive_agent(name, n, group);
         }
     }
 
@@ -421,16 +420,19 @@ impl AgentEnv<'_> {
         // A dormant agent is due because a change was noticed (at a point of its poll
         // grid, where core's expired timer makes it poll) or it was woken.
         n.agent.dormant = None;
-        if woken && !wake_changes_nothing(wake.lazy, self.groups, n) {
+        // The node's group, looked up once for the pass (the groups do not change during it).
+        let groups = self.groups;
+        let group = groups.get(&n.group);
+        if woken && !wake_changes_nothing(wake.lazy, group, n) {
             n.agent.machine.handle_wake(now);
         }
         n.agent.machine.handle_timeout(now);
         if n.agent.running.is_some() {
             self.advance_step(name, n);
         }
-        self.drive_agent(name, n);
+        self.drive_agent(name, n, group);
         if wake.may_sleep {
-            maybe_dormant(self.groups, now, n);
+            maybe_dormant(group, now, n);
         }
         self.reindex(id, n);
     }
@@ -490,7 +492,7 @@ impl AgentEnv<'_> {
     /// Carries out the agent's actions until it waits for its timer or a simulated step:
     /// the requests and state files in place, a step, an event or the timeline events of a
     /// patch or an update on the same node.
-    pub(crate) fn drive_agent(&mut self, name: &str, n: &mut SimNode) {
+    pub(crate) fn drive_agent(&mut self, name: &str, n: &mut SimNode, group: Option<&SimGroup>) {
         let now = self.now;
         loop {
             let action = loop {
@@ -501,7 +503,7 @@ impl AgentEnv<'_> {
                 match action {
                     LeanAction::Action(AgentAction::FetchBundle) => {
                         drop(action);
-                        match self.groups.get(&n.group) {
+                        match group {
                             Some(g) => {
                                 let rolling =
                                     g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
@@ -564,7 +566,7 @@ impl AgentEnv<'_> {
                 }
             };
             match action {
-                Driven::Patched(asked) => self.record_patch(name, &n.group, asked),
+                Driven::Patched(asked) => self.record_patch(name, &n.group, asked, group),
                 Driven::Updated(checksum) => {
                     self.stats.updates_completed += 1;
                     let short = checksum.get(..12).unwrap_or(&checksum);
@@ -572,7 +574,7 @@ impl AgentEnv<'_> {
                     self.record("agent.updated", &n.group, name, message);
                 }
                 Driven::Other(AgentAction::RunStep { name: step }) => {
-                    self.start_step(name, n, step);
+                    self.start_step(name, n, step, group);
                 }
                 Driven::Other(AgentAction::EmitEvent(e)) => {
                     let message = crate::text::concat(&[&e.reason, ": ", &e.note]);
@@ -584,17 +586,21 @@ impl AgentEnv<'_> {
     }
 
     /// Timeline events for the agent's requests (what a person watching the Node would see).
-    /// `group` is the node's group.
-    fn record_patch(&mut self, name: &str, group: &str, asked: [bool; 3]) {
+    /// `group` is the node's group, named `group_name`.
+    fn record_patch(
+        &mut self,
+        name: &str,
+        group_name: &str,
+        asked: [bool; 3],
+        group: Option<&SimGroup>,
+    ) {
         let [approval, disruption, rolling] = asked;
         if approval {
-            let desired = self
-                .groups
-                .get(group)
+            let desired = group
                 .map(|g| g.generations.desired().short())
                 .unwrap_or_default();
             let message = crate::text::concat(&["agent needs ", desired, ", asks for approval"]);
-            self.record("agent.waiting-for-approval", group, name, message);
+            self.record("agent.waiting-for-approval", group_name, name, message);
         }
         for (key, set) in [
             (keys::ANNOTATION_DISRUPTION_REQUIRED, disruption),
@@ -602,20 +608,19 @@ impl AgentEnv<'_> {
         ] {
             if set {
                 let message = crate::text::concat(&["agent asks for a disruption (", key, ")"]);
-                self.record("agent.disruption-required", group, name, message);
+                self.record("agent.disruption-required", group_name, name, message);
             }
         }
     }
 
     /// Starts simulating a step: its changes are in place after the agent delay (plus jitter
     /// and the node's extra delay), then the node restarts as the change requires.
-    fn start_step(&mut self, name: &str, n: &mut SimNode, step: String) {
+    fn start_step(&mut self, name: &str, n: &mut SimNode, step: String, group: Option<&SimGroup>) {
         let now = self.now;
         let jitter = self.spec.jitter.0;
         let jitter_ms = self
             .rng
             .below(u64::try_from(jitter.as_millis()).unwrap_or(0) + 1);
-        let group = self.groups.get(&n.group);
         let effect = group
             .map(|g| g.generations.impact_from(n.agent.applied.as_deref()))
             .unwrap_or_default();
