@@ -293,10 +293,12 @@ fn bundle_of(world: &World, group: &str) -> Option<(String, bool)> {
 
 /// [`bundle_of`] of the group `g`.
 fn bundle_in(g: &SimGroup) -> (String, bool) {
-    (
-        g.desired().to_owned(),
-        g.group.spec.approval_mode() == ApprovalMode::RollingUpdate,
-    )
+    (g.desired().to_owned(), replaces_machines(g))
+}
+
+/// Whether the group replaces machines (the bundle's `rolling_update`).
+fn replaces_machines(g: &SimGroup) -> bool {
+    g.group.spec.approval_mode() == ApprovalMode::RollingUpdate
 }
 
 impl World {
@@ -505,13 +507,11 @@ impl AgentEnv<'_> {
                         drop(action);
                         match group {
                             Some(g) => {
-                                let rolling =
-                                    g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
                                 let desired = g.generations.desired();
                                 agent.machine.handle_bundle_fetched(
                                     &desired.checksum,
                                     &desired.steps,
-                                    rolling,
+                                    replaces_machines(g),
                                     now,
                                 );
                             }

@@ -453,9 +453,15 @@ impl Agent {
     /// them as they are now: one of them is about to change ([`Queued`]).
     #[inline]
     fn pin_queue(&mut self) {
-        if self.queue.is_empty() {
-            return;
+        // Most changes come with nothing queued (the driver drained it before answering).
+        if !self.queue.is_empty() {
+            self.pin_waiting();
         }
+    }
+
+    /// [`Agent::pin_queue`] of a queue that holds something.
+    #[inline(never)]
+    fn pin_waiting(&mut self) {
         let mut queue = std::mem::take(&mut self.queue);
         for entry in &mut queue {
             if matches!(entry, Queued::Patch(_) | Queued::Progress) {
