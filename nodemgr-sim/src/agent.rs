@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use nodemgr_core::ImpactKind;
 use nodemgr_core::agent::{
-    Agent, AgentAction, AgentConfig, AgentInput, AgentStatus, NodeView, PatchOutcome,
+    Agent, AgentAction, AgentConfig, AgentInput, AgentStatus, LeanAction, PatchOutcome,
     SimulatedGeneration, StateFiles, StepOutcome,
 };
 use nodemgr_core::model::{ApprovalMode, Node, Timestamp, keys};
@@ -60,10 +60,9 @@ pub struct RunningStep {
 /// A node's agent: the state machine, the node's state files, the step it runs.
 #[derive(Debug, Clone)]
 pub struct SimAgent {
-    /// Core's agent.
+    /// Core's agent. The node's state files are the ones its writes left
+    /// ([`SimAgent::files`]).
     pub machine: Agent,
-    /// The node's state files, as the agent's writes left them.
-    pub files: StateFiles,
     /// The checksum last written to `configuration_checksum` (kept while an apply is under
     /// way: what the node runs, for the simulated effect of a step).
     pub applied: Option<String>,
@@ -71,12 +70,9 @@ pub struct SimAgent {
     pub running: Option<RunningStep>,
     /// Set while the agent waits for an approval and its polls cannot change anything.
     dormant: Option<Dormant>,
-    /// The Node the agent last read or patched ([`SimAgent::resource_version`]); the
-    /// resourceVersion it had is `versions`.
-    seen: Option<Weak<Node>>,
-    /// How many times the Node changed between the agent's reads: the last resourceVersion
-    /// (spelled in decimal when read, not kept as a string).
-    versions: u64,
+    /// The resourceVersion of the Node the agent last read or patched
+    /// ([`SimAgent::resource_version`]).
+    version: SeenVersion,
     /// The deadline the world's index holds for this agent (`crate::world`'s agent
     /// deadlines), so that re-indexing finds the entry without a lookup by name.
     pub(crate) indexed_deadline: Option<Timestamp>,
@@ -93,15 +89,20 @@ impl SimAgent {
             .collect();
         let files = StateFiles::applied(&generation.checksum, done, applied_keys);
         Self {
-            machine: Agent::new(AgentConfig::new(node), files.clone(), now),
-            files,
+            machine: Agent::new(AgentConfig::new(node), files, now),
             applied: Some(generation.checksum.clone()),
             running: None,
             dormant: None,
-            seen: None,
-            versions: 0,
+            version: SeenVersion::default(),
             indexed_deadline: None,
         }
+    }
+
+    /// The node's state files, as the agent's writes left them: the agent's own view of them
+    /// ([`Agent::files`]), which the driver's writes follow (it carries out every write the
+    /// agent queues before the agent acts again; see the driver, `AgentEnv::drive_agent`).
+    pub fn files(&self) -> &StateFiles {
+        self.machine.files()
     }
 
     /// Whether the agent is dormant: it waits for an approval, its last poll read what its
@@ -123,23 +124,7 @@ impl SimAgent {
     /// from that here: the agent's patches follow its read in the same pass, with nothing in
     /// between.
     pub fn resource_version(&mut self, node: &Arc<Node>) -> String {
-        let digits = self.current_version(node);
-        let mut version = String::with_capacity(digits.as_bytes().len());
-        digits.push_to(&mut version);
-        version
-    }
-
-    /// [`SimAgent::resource_version`] spelled on the stack (compared without a copy).
-    fn current_version(&mut self, node: &Arc<Node>) -> crate::text::Digits {
-        let same = self
-            .seen
-            .as_ref()
-            .is_some_and(|seen| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node)));
-        if !same {
-            self.versions = self.versions.saturating_add(1);
-            self.seen = Some(Arc::downgrade(node));
-        }
-        crate::text::Digits::of(self.versions)
+        self.version.current(node).to_owned()
     }
 
     /// Whether the node is NotReady because its step restarts the kubelet or reboots it.
@@ -167,6 +152,36 @@ impl SimAgent {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+}
+
+/// The resourceVersion of an agent's Node as the agent last read it
+/// ([`SimAgent::resource_version`]): the Node it saw, and how many times the Node changed
+/// between the agent's reads, spelled in decimal (spelled again only when it changes).
+#[derive(Debug, Clone, Default)]
+struct SeenVersion {
+    /// The Node the agent last read or patched.
+    seen: Option<Weak<Node>>,
+    /// The last resourceVersion.
+    count: u64,
+    /// `count` in decimal.
+    text: String,
+}
+
+impl SeenVersion {
+    /// The resourceVersion of `node` ([`SimAgent::resource_version`]).
+    fn current(&mut self, node: &Arc<Node>) -> &str {
+        let same = self
+            .seen
+            .as_ref()
+            .is_some_and(|seen| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(node)));
+        if !same {
+            self.count = self.count.saturating_add(1);
+            self.seen = Some(Arc::downgrade(node));
+            self.text.clear();
+            crate::text::Digits::of(self.count).push_to(&mut self.text);
+        }
+        &self.text
     }
 }
 
@@ -217,16 +232,21 @@ impl Dormant {
 /// generation's checksum is its steps'), read the Node, find it annotated and sleep again
 /// until the next wake — no request, no state file, no timeline event — so it is skipped
 /// (unless dormant agents are forbidden, `lazy` false: [`World::set_lazy_agents`]).
-fn wake_changes_nothing(lazy: bool, groups: &BTreeMap<String, SimGroup>, n: &SimNode) -> bool {
-    let Some(desired) = groups.get(&n.group).map(SimGroup::desired) else {
+fn wake_changes_nothing(lazy: bool, group: Option<&SimGroup>, n: &SimNode) -> bool {
+    let machine = &n.agent.machine;
+    // The checks that need no lookup first: most woken agents are not up to date.
+    if !(lazy
+        && n.agent.running.is_none()
+        && machine.next_deadline().is_none()
+        && machine.is_up_to_date())
+    {
+        return false;
+    }
+    let Some(desired) = group.map(SimGroup::desired) else {
         return false;
     };
-    let machine = &n.agent.machine;
     let files = machine.files();
-    lazy && n.agent.running.is_none()
-        && machine.next_deadline().is_none()
-        && machine.is_up_to_date()
-        && matches!(machine.status(), AgentStatus::UpToDate { checksum } if checksum == desired)
+    matches!(machine.status(), AgentStatus::UpToDate { checksum } if checksum == desired)
         && !files.first_run
         && files.configuration_checksum.as_deref() == Some(desired)
         && files
@@ -244,7 +264,7 @@ fn wake_changes_nothing(lazy: bool, groups: &BTreeMap<String, SimGroup>, n: &Sim
 /// waiting for an approval (the caller checked that polls may be skipped at all,
 /// [`World::agents_may_sleep`]): its next polls read the same Node and bundle until a change
 /// is noticed.
-fn maybe_dormant(groups: &BTreeMap<String, SimGroup>, now: Timestamp, n: &mut SimNode) {
+fn maybe_dormant(group: Option<&SimGroup>, now: Timestamp, n: &mut SimNode) {
     let period = n.agent.machine.config().poll_interval;
     let waiting = matches!(
         n.agent.machine.status(),
@@ -254,7 +274,7 @@ fn maybe_dormant(groups: &BTreeMap<String, SimGroup>, now: Timestamp, n: &mut Si
     if !waiting || !polling || n.agent.running.is_some() || is_special(n) {
         return;
     }
-    let Some(bundle) = bundle_in(groups, &n.group) else {
+    let Some(bundle) = group.map(bundle_in) else {
         return;
     };
     n.agent.dormant = Some(Dormant {
@@ -268,17 +288,17 @@ fn maybe_dormant(groups: &BTreeMap<String, SimGroup>, now: Timestamp, n: &mut Si
 
 /// The bundle an agent of `group` fetches, as a dormant agent remembers it.
 fn bundle_of(world: &World, group: &str) -> Option<(String, bool)> {
-    bundle_in(&world.groups, group)
+    world.groups.get(group).map(bundle_in)
 }
 
-/// [`bundle_of`] from the world's groups.
-fn bundle_in(groups: &BTreeMap<String, SimGroup>, group: &str) -> Option<(String, bool)> {
-    groups.get(group).map(|g| {
-        (
-            g.desired().to_owned(),
-            g.group.spec.approval_mode() == ApprovalMode::RollingUpdate,
-        )
-    })
+/// [`bundle_of`] of the group `g`.
+fn bundle_in(g: &SimGroup) -> (String, bool) {
+    (g.desired().to_owned(), replaces_machines(g))
+}
+
+/// Whether the group replaces machines (the bundle's `rolling_update`).
+fn replaces_machines(g: &SimGroup) -> bool {
+    g.group.spec.approval_mode() == ApprovalMode::RollingUpdate
 }
 
 impl World {
@@ -312,7 +332,8 @@ impl World {
     pub(crate) fn drive_agent(&mut self, name: &str) {
         let (nodes, mut env) = self.agent_parts();
         if let Some(n) = nodes.get_mut(name) {
-            env.drive_agent(name, n);
+            let group = env.groups.get(&n.group);
+            env.drive_agent(name, n, group);
         }
     }
 
@@ -401,16 +422,19 @@ impl AgentEnv<'_> {
         // A dormant agent is due because a change was noticed (at a point of its poll
         // grid, where core's expired timer makes it poll) or it was woken.
         n.agent.dormant = None;
-        if woken && !wake_changes_nothing(wake.lazy, self.groups, n) {
+        // The node's group, looked up once for the pass (the groups do not change during it).
+        let groups = self.groups;
+        let group = groups.get(&n.group);
+        if woken && !wake_changes_nothing(wake.lazy, group, n) {
             n.agent.machine.handle_wake(now);
         }
         n.agent.machine.handle_timeout(now);
         if n.agent.running.is_some() {
             self.advance_step(name, n);
         }
-        self.drive_agent(name, n);
+        self.drive_agent(name, n, group);
         if wake.may_sleep {
-            maybe_dormant(self.groups, now, n);
+            maybe_dormant(group, now, n);
         }
         self.reindex(id, n);
     }
@@ -470,71 +494,79 @@ impl AgentEnv<'_> {
     /// Carries out the agent's actions until it waits for its timer or a simulated step:
     /// the requests and state files in place, a step, an event or the timeline events of a
     /// patch or an update on the same node.
-    pub(crate) fn drive_agent(&mut self, name: &str, n: &mut SimNode) {
+    pub(crate) fn drive_agent(&mut self, name: &str, n: &mut SimNode, group: Option<&SimGroup>) {
         let now = self.now;
         loop {
             let action = loop {
-                let Some(action) = n.agent.machine.poll_action() else {
+                let agent = &mut n.agent;
+                let Some(action) = agent.machine.poll_lean_action() else {
                     return;
                 };
-                let input = match action {
-                    AgentAction::FetchBundle => {
-                        let answer = self
-                            .groups
-                            .get(&n.group)
-                            .map(|g| {
-                                let rolling =
-                                    g.group.spec.approval_mode() == ApprovalMode::RollingUpdate;
-                                g.generations.desired().bundle(rolling)
-                            })
-                            .ok_or_else(|| Cause::msg(format!("no group {}", n.group)));
-                        AgentInput::Bundle(answer)
-                    }
-                    AgentAction::ReadNode => AgentInput::Node(Ok(Some(NodeView {
-                        resource_version: n.agent.resource_version(&n.node),
-                        annotations: n.node.annotations.clone(),
-                    }))),
-                    AgentAction::PatchNode(patch) => {
-                        if n.agent.current_version(&n.node).as_bytes()
-                            != patch.resource_version.as_bytes()
-                        {
-                            AgentInput::Patched(PatchOutcome::Conflict)
-                        } else {
-                            patch.apply_to(&mut Arc::make_mut(&mut n.node).annotations);
-                            let resource_version = n.agent.resource_version(&n.node);
-                            // The agent's answer records nothing: it may come before the
-                            // patch's timeline events.
-                            n.agent.machine.handle_input(
-                                AgentInput::Patched(PatchOutcome::Applied { resource_version }),
-                                now,
-                            );
-                            break Driven::Patched(patch);
+                match action {
+                    LeanAction::Action(AgentAction::FetchBundle) => {
+                        drop(action);
+                        match group {
+                            Some(g) => {
+                                let desired = g.generations.desired();
+                                agent.machine.handle_bundle_fetched(
+                                    &desired.checksum,
+                                    &desired.steps,
+                                    replaces_machines(g),
+                                    now,
+                                );
+                            }
+                            None => {
+                                let cause = Cause::msg(format!("no group {}", n.group));
+                                agent
+                                    .machine
+                                    .handle_input(AgentInput::Bundle(Err(cause)), now);
+                            }
                         }
                     }
-                    AgentAction::StoreBundle { .. } => continue,
-                    AgentAction::WriteProgress(p) => {
-                        n.agent.files.progress = Some(p);
-                        continue;
+                    LeanAction::Action(AgentAction::ReadNode) => {
+                        drop(action);
+                        let version = agent.version.current(&n.node);
+                        agent
+                            .machine
+                            .handle_node_read(version, &n.node.annotations, now);
                     }
-                    AgentAction::RemoveChecksumFile => {
-                        n.agent.files.configuration_checksum = None;
-                        continue;
+                    LeanAction::PatchNode(patch) => {
+                        if agent.version.current(&n.node) != patch.resource_version() {
+                            drop(patch);
+                            agent
+                                .machine
+                                .handle_input(AgentInput::Patched(PatchOutcome::Conflict), now);
+                            continue;
+                        }
+                        let annotations = &mut Arc::make_mut(&mut n.node).annotations;
+                        for (key, value) in patch.changes() {
+                            set_annotation(annotations, key, value);
+                        }
+                        let asked = ASKS.map(|key| patch.sets(key));
+                        drop(patch);
+                        let version = agent.version.current(&n.node);
+                        // The agent's answer records nothing: it may come before the
+                        // patch's timeline events.
+                        agent.machine.handle_patch_applied(version, now);
+                        break Driven::Patched(asked);
                     }
-                    AgentAction::RemoveFirstRun => {
-                        n.agent.files.first_run = false;
-                        continue;
-                    }
-                    AgentAction::WriteChecksumFile(checksum) => {
-                        n.agent.files.configuration_checksum = Some(checksum.clone());
-                        n.agent.applied = Some(checksum.clone());
+                    LeanAction::StoreBundle(_)
+                    | LeanAction::WriteProgress(_)
+                    | LeanAction::Action(
+                        AgentAction::StoreBundle { .. }
+                        | AgentAction::WriteProgress(_)
+                        | AgentAction::RemoveChecksumFile
+                        | AgentAction::RemoveFirstRun,
+                    ) => {}
+                    LeanAction::Action(AgentAction::WriteChecksumFile(checksum)) => {
+                        agent.applied = Some(checksum.clone());
                         break Driven::Updated(checksum);
                     }
-                    other => break Driven::Other(other),
-                };
-                n.agent.machine.handle_input(input, now);
+                    LeanAction::Action(other) => break Driven::Other(other),
+                }
             };
             match action {
-                Driven::Patched(patch) => self.record_patch(name, &n.group, &patch.set),
+                Driven::Patched(asked) => self.record_patch(name, &n.group, asked, group),
                 Driven::Updated(checksum) => {
                     self.stats.updates_completed += 1;
                     let short = checksum.get(..12).unwrap_or(&checksum);
@@ -542,7 +574,7 @@ impl AgentEnv<'_> {
                     self.record("agent.updated", &n.group, name, message);
                 }
                 Driven::Other(AgentAction::RunStep { name: step }) => {
-                    self.start_step(name, n, step);
+                    self.start_step(name, n, step, group);
                 }
                 Driven::Other(AgentAction::EmitEvent(e)) => {
                     let message = crate::text::concat(&[&e.reason, ": ", &e.note]);
@@ -554,37 +586,41 @@ impl AgentEnv<'_> {
     }
 
     /// Timeline events for the agent's requests (what a person watching the Node would see).
-    /// `group` is the node's group.
-    fn record_patch(&mut self, name: &str, group: &str, set: &BTreeMap<String, String>) {
-        if set.contains_key(keys::ANNOTATION_WAITING_FOR_APPROVAL) {
-            let desired = self
-                .groups
-                .get(group)
+    /// `group` is the node's group, named `group_name`.
+    fn record_patch(
+        &mut self,
+        name: &str,
+        group_name: &str,
+        asked: [bool; 3],
+        group: Option<&SimGroup>,
+    ) {
+        let [approval, disruption, rolling] = asked;
+        if approval {
+            let desired = group
                 .map(|g| g.generations.desired().short())
                 .unwrap_or_default();
             let message = crate::text::concat(&["agent needs ", desired, ", asks for approval"]);
-            self.record("agent.waiting-for-approval", group, name, message);
+            self.record("agent.waiting-for-approval", group_name, name, message);
         }
-        for key in [
-            keys::ANNOTATION_DISRUPTION_REQUIRED,
-            keys::ANNOTATION_ROLLING_UPDATE,
+        for (key, set) in [
+            (keys::ANNOTATION_DISRUPTION_REQUIRED, disruption),
+            (keys::ANNOTATION_ROLLING_UPDATE, rolling),
         ] {
-            if set.contains_key(key) {
+            if set {
                 let message = crate::text::concat(&["agent asks for a disruption (", key, ")"]);
-                self.record("agent.disruption-required", group, name, message);
+                self.record("agent.disruption-required", group_name, name, message);
             }
         }
     }
 
     /// Starts simulating a step: its changes are in place after the agent delay (plus jitter
     /// and the node's extra delay), then the node restarts as the change requires.
-    fn start_step(&mut self, name: &str, n: &mut SimNode, step: String) {
+    fn start_step(&mut self, name: &str, n: &mut SimNode, step: String, group: Option<&SimGroup>) {
         let now = self.now;
         let jitter = self.spec.jitter.0;
         let jitter_ms = self
             .rng
             .below(u64::try_from(jitter.as_millis()).unwrap_or(0) + 1);
-        let group = self.groups.get(&n.group);
         let effect = group
             .map(|g| g.generations.impact_from(n.agent.applied.as_deref()))
             .unwrap_or_default();
@@ -619,10 +655,39 @@ impl AgentEnv<'_> {
     }
 }
 
+/// The annotations whose setting by an agent's patch the timeline records, in the order of
+/// [`AgentEnv::record_patch`]'s flags.
+const ASKS: [&str; 3] = [
+    keys::ANNOTATION_WAITING_FOR_APPROVAL,
+    keys::ANNOTATION_DISRUPTION_REQUIRED,
+    keys::ANNOTATION_ROLLING_UPDATE,
+];
+
+/// Sets (`Some`) or removes (`None`) the annotation `key` as a patch does
+/// ([`nodemgr_core::agent::NodePatch::apply_to`]), reusing the stored key and value when the
+/// annotation is there.
+fn set_annotation(annotations: &mut BTreeMap<String, String>, key: &str, value: Option<&str>) {
+    match value {
+        Some(value) => match annotations.get_mut(key) {
+            Some(old) => {
+                old.clear();
+                old.push_str(value);
+            }
+            None => {
+                annotations.insert(key.to_owned(), value.to_owned());
+            }
+        },
+        None => {
+            annotations.remove(key);
+        }
+    }
+}
+
 /// An agent action [`AgentEnv::drive_agent`] finishes after its requests' loop.
 enum Driven {
-    /// A patch was applied and the agent told: its timeline events are recorded.
-    Patched(nodemgr_core::agent::NodePatch),
+    /// A patch was applied and the agent told: its timeline events are recorded (which of
+    /// [`ASKS`] it set).
+    Patched([bool; 3]),
     /// The checksum file was written (the checksum): the update is counted and recorded.
     Updated(String),
     /// A step to start or an event to record.
@@ -662,6 +727,29 @@ mod tests {
     }
 
     proptest! {
+        /// Setting and removing annotations one change at a time, as the driver applies an
+        /// agent's patch ([`set_annotation`]), leaves the map [`NodePatch::apply_to`] leaves.
+        ///
+        /// [`NodePatch::apply_to`]: nodemgr_core::agent::NodePatch::apply_to
+        #[test]
+        fn set_annotation_applies_a_change_as_a_patch_does(
+            base in prop::collection::btree_map("[a-c]", "[x-z]{0,3}", 0..4),
+            changes in prop::collection::vec(("[a-c]", prop::option::of("[x-z]{0,3}")), 0..6),
+        ) {
+            let mut driven = base.clone();
+            let mut patched = base;
+            for (key, value) in &changes {
+                set_annotation(&mut driven, key, value.as_deref());
+                let patch = nodemgr_core::agent::NodePatch {
+                    resource_version: "1".into(),
+                    set: value.iter().map(|v| (key.clone(), v.clone())).collect(),
+                    remove: if value.is_none() { vec![key.clone()] } else { Vec::new() },
+                };
+                patch.apply_to(&mut patched);
+                prop_assert_eq!(&driven, &patched);
+            }
+        }
+
         /// The resourceVersion the agent reads changes exactly when its Node was changed or
         /// replaced since its previous read, whoever else holds the node (a node shared only
         /// through the agent's weak reference is moved by `make_mut`, not changed in place;

@@ -15,7 +15,8 @@ use crate::model::{Timestamp, keys};
 use crate::ports::{Cause, ErrorChain};
 
 use super::action::{AgentAction, AgentEvent, NodePatch};
-use super::input::{AgentInput, BundleSteps, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
+use super::input::{AgentInput, BundleSteps, DesiredBundle, PatchOutcome, StepOutcome};
+use super::lean::{LeanAction, PatchRequest, StoredBundle};
 use super::state::{Progress, StateFiles};
 
 /// How many bytes of a failed step's standard error its Event carries (Deckhouse: 500).
@@ -158,9 +159,9 @@ pub enum AgentStatus {
 
 /// A verified bundle: checksum matches, steps sorted by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Verified {
-    checksum: String,
-    steps: BundleSteps,
+pub(super) struct Verified {
+    pub(super) checksum: String,
+    pub(super) steps: BundleSteps,
     rolling_update: bool,
     /// The steps came sorted by name: `steps` is the list exactly as fetched, so a later
     /// fetch with the same checksum and equal `steps` is the same bundle and hashes the same
@@ -181,7 +182,7 @@ enum Awaiting {
 /// under way: what the patch sets and removes follows from it ([`OwnPatch::node_patch`] makes
 /// the request), so the agent keeps no copy of the request's strings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum OwnPatch {
+pub(super) enum OwnPatch {
     /// Sets `waiting-for-approval` (the configuration checksum stays: the node still runs
     /// the bundle it reports until the first step of the new one is about to run).
     AskApproval,
@@ -189,7 +190,7 @@ enum OwnPatch {
     /// and from then on the node no longer runs the bundle it reported.
     Unreport,
     /// Sets the disruption annotation `key` (`disruption-required` or `rolling-update`).
-    AskDisruption(&'static str),
+    AskDisruption(Watched),
     /// Sets the configuration checksum to the bundle's.
     Report(Arc<Verified>),
 }
@@ -198,24 +199,18 @@ impl OwnPatch {
     /// The annotations the patch changes, in the order the API applies them (removals first,
     /// then the set keys in key order, as [`NodePatch::apply_to`]): key → the new value
     /// (`None`: removed).
-    fn changes(&self) -> impl Iterator<Item = (&'static str, Option<&str>)> {
-        let (first, second) = match self {
-            Self::AskApproval => ((keys::ANNOTATION_WAITING_FOR_APPROVAL, Some("")), None),
-            Self::Unreport => ((keys::ANNOTATION_CONFIGURATION_CHECKSUM, None), None),
-            Self::AskDisruption(key) => ((*key, Some("")), None),
-            Self::Report(bundle) => (
-                (
-                    keys::ANNOTATION_CONFIGURATION_CHECKSUM,
-                    Some(bundle.checksum.as_str()),
-                ),
-                None,
-            ),
+    pub(super) fn changes(&self) -> impl Iterator<Item = (Watched, Option<&str>)> {
+        let change = match self {
+            Self::AskApproval => (Watched::WaitingForApproval, Some("")),
+            Self::Unreport => (Watched::Checksum, None),
+            Self::AskDisruption(key) => (*key, Some("")),
+            Self::Report(bundle) => (Watched::Checksum, Some(bundle.checksum.as_str())),
         };
-        std::iter::once(first).chain(second)
+        std::iter::once(change)
     }
 
     /// The request for a Node read at `resource_version`.
-    fn node_patch(&self, resource_version: &str) -> NodePatch {
+    pub(super) fn node_patch(&self, resource_version: &str) -> NodePatch {
         let mut patch = NodePatch {
             resource_version: resource_version.to_owned(),
             set: BTreeMap::new(),
@@ -224,55 +219,145 @@ impl OwnPatch {
         for (key, value) in self.changes() {
             match value {
                 Some(value) => {
-                    patch.set.insert(key.to_owned(), value.to_owned());
+                    patch.set.insert(key.key().to_owned(), value.to_owned());
                 }
-                None => patch.remove.push(key.to_owned()),
+                None => patch.remove.push(key.key().to_owned()),
             }
         }
         patch
     }
 }
 
-/// The agent's Node: as last read, and what the agent's own patches accepted since changed
-/// (applied on top when read, so that a patch does not copy the annotations read, which the
-/// driver may share with its own copy of the Node).
+/// The annotations of its Node the agent reads (and the ones it writes are among them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Watched {
+    /// `node.deckhouse.io/configuration-checksum`.
+    Checksum,
+    /// `update.node.deckhouse.io/waiting-for-approval`.
+    WaitingForApproval,
+    /// `update.node.deckhouse.io/approved`.
+    Approved,
+    /// `update.node.deckhouse.io/disruption-required`.
+    DisruptionRequired,
+    /// `update.node.deckhouse.io/disruption-approved`.
+    DisruptionApproved,
+    /// `update.node.deckhouse.io/rolling-update`.
+    RollingUpdate,
+}
+
+impl Watched {
+    /// Every watched annotation.
+    #[cfg(test)]
+    const ALL: [Self; 6] = [
+        Self::Checksum,
+        Self::WaitingForApproval,
+        Self::Approved,
+        Self::DisruptionRequired,
+        Self::DisruptionApproved,
+        Self::RollingUpdate,
+    ];
+
+    /// The annotation's key.
+    pub(super) fn key(self) -> &'static str {
+        match self {
+            Self::Checksum => keys::ANNOTATION_CONFIGURATION_CHECKSUM,
+            Self::WaitingForApproval => keys::ANNOTATION_WAITING_FOR_APPROVAL,
+            Self::Approved => keys::ANNOTATION_APPROVED,
+            Self::DisruptionRequired => keys::ANNOTATION_DISRUPTION_REQUIRED,
+            Self::DisruptionApproved => keys::ANNOTATION_DISRUPTION_APPROVED,
+            Self::RollingUpdate => keys::ANNOTATION_ROLLING_UPDATE,
+        }
+    }
+
+    /// The watched annotation with the key `key`, if it is one.
+    fn of(key: &str) -> Option<Self> {
+        Some(match key {
+            keys::ANNOTATION_CONFIGURATION_CHECKSUM => Self::Checksum,
+            keys::ANNOTATION_WAITING_FOR_APPROVAL => Self::WaitingForApproval,
+            keys::ANNOTATION_APPROVED => Self::Approved,
+            keys::ANNOTATION_DISRUPTION_REQUIRED => Self::DisruptionRequired,
+            keys::ANNOTATION_DISRUPTION_APPROVED => Self::DisruptionApproved,
+            keys::ANNOTATION_ROLLING_UPDATE => Self::RollingUpdate,
+            _ => return None,
+        })
+    }
+
+    /// Its bit in [`KnownNode::present`].
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// The agent's Node as far as the agent reads it: its resourceVersion and the watched
+/// annotations ([`Watched`]), as last read with the agent's own accepted patches applied. The
+/// read's annotations are not kept: the driver's copy of the Node shares them, and the
+/// agent's next patch of that copy would have to copy them while the agent still held them.
 #[derive(Debug, Clone, Default)]
 struct KnownNode {
-    view: NodeView,
-    /// Annotations the accepted patches set (`Some`) or removed (`None`), latest last.
-    patched: Vec<(&'static str, Option<String>)>,
+    /// `metadata.resourceVersion` (the precondition of the next patch).
+    resource_version: String,
+    /// Which watched annotations the Node has (one bit each, [`Watched::bit`]).
+    present: u8,
+    /// The value of the checksum annotation when it is present (its buffer kept between
+    /// reads).
+    checksum: String,
 }
 
 impl KnownNode {
-    /// Annotation `key` as the Node has it now (its patches applied to the view read).
-    fn annotation(&self, key: &str) -> Option<&str> {
-        match self.patched.iter().rev().find(|(k, _)| *k == key) {
-            Some((_, value)) => value.as_deref(),
-            None => self.view.annotations.get(key).map(String::as_str),
-        }
-    }
-
-    fn has(&self, key: &str) -> bool {
-        self.annotation(key).is_some()
-    }
-
-    /// How many changes are kept on top of the view before they are written into it.
-    const MAX_PATCHED: usize = 16;
-
-    /// Writes the changes into the view's annotations (a copy of them when shared).
-    fn fold(&mut self) {
-        let annotations: &mut BTreeMap<String, String> = &mut self.view.annotations;
-        for (key, value) in self.patched.drain(..) {
-            match value {
-                Some(value) => {
-                    annotations.insert(key.to_owned(), value);
-                }
-                None => {
-                    annotations.remove(key);
-                }
+    /// Replaces what the agent knows with a read of the Node (`resource_version`,
+    /// `annotations`), keeping the buffers.
+    fn read(&mut self, resource_version: &str, annotations: &BTreeMap<String, String>) {
+        self.resource_version.clear();
+        self.resource_version.push_str(resource_version);
+        self.present = 0;
+        for (key, value) in annotations {
+            if let Some(watched) = Watched::of(key) {
+                self.set(watched, Some(value));
             }
         }
     }
+
+    /// The annotation `key` is now `value` (`None`: removed).
+    fn set(&mut self, key: Watched, value: Option<&str>) {
+        match value {
+            Some(value) => {
+                self.present |= key.bit();
+                if key == Watched::Checksum {
+                    self.checksum.clear();
+                    self.checksum.push_str(value);
+                }
+            }
+            None => self.present &= !key.bit(),
+        }
+    }
+
+    fn has(&self, key: Watched) -> bool {
+        self.present & key.bit() != 0
+    }
+
+    /// The checksum annotation.
+    fn checksum(&self) -> Option<&str> {
+        self.has(Watched::Checksum)
+            .then_some(self.checksum.as_str())
+    }
+}
+
+/// An action waiting to be drained. Those built from the agent's own state are kept as a
+/// reference to it until drained ([`Agent::poll_action`] builds them then,
+/// [`Agent::poll_lean_action`] lends them): the progress record and the Node as the agent knows
+/// it are not copied for an action whose driver does not need the copy. Before either changes
+/// while such an action waits, the action is built from it as it was ([`Agent::pin_queue`]), so
+/// that every action carries what it carried when decided.
+#[derive(Debug, Clone)]
+enum Queued {
+    /// The action, built.
+    Ready(AgentAction),
+    /// [`AgentAction::PatchNode`] of this patch at the known Node's resourceVersion.
+    Patch(OwnPatch),
+    /// [`AgentAction::StoreBundle`] of this bundle.
+    Store(Arc<Verified>),
+    /// [`AgentAction::WriteProgress`] of the current progress record.
+    Progress,
 }
 
 /// The agent's timer.
@@ -290,17 +375,21 @@ pub struct Agent {
     files: StateFiles,
     bundle: Option<Arc<Verified>>,
     bundle_fresh: bool,
-    /// The bundle this agent stored in `bundle_steps/`.
-    stored: Option<String>,
+    /// The bundle this agent stored in `bundle_steps/` (compared by checksum).
+    stored: Option<Arc<Verified>>,
     node: Option<KnownNode>,
     node_fresh: bool,
     awaiting: Option<Awaiting>,
     sleep: Option<Sleep>,
-    queue: VecDeque<AgentAction>,
+    queue: VecDeque<Queued>,
     errors_in_row: u32,
     step_failures: u32,
     last_error: Option<AgentError>,
     status: AgentStatus,
+    /// Builds every action when it is queued, as the agent did before it lent them
+    /// ([`Queued`]): the reference the lent actions are compared with in the unit tests.
+    #[cfg(test)]
+    eager: bool,
 }
 
 impl Agent {
@@ -323,6 +412,8 @@ impl Agent {
             step_failures: 0,
             last_error: None,
             status: AgentStatus::Starting,
+            #[cfg(test)]
+            eager: false,
         };
         agent.decide(now);
         agent
@@ -333,7 +424,97 @@ impl Agent {
     /// `None`.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<AgentAction> {
-        self.queue.pop_front()
+        self.poll_lean_action().map(LeanAction::into_action)
+    }
+
+    /// The next action as [`Agent::poll_action`] returns it, but what the agent holds is lent
+    /// rather than copied: a Node patch as the changes it makes
+    /// ([`LeanAction::PatchNode`]), the steps to store and the progress record to write as
+    /// references. For a driver that reads the state files back from [`Agent::files`] or
+    /// applies the patch itself; [`LeanAction::into_action`] is the action
+    /// [`Agent::poll_action`] would have returned.
+    #[must_use]
+    pub fn poll_lean_action(&mut self) -> Option<LeanAction<'_>> {
+        Some(match self.queue.pop_front()? {
+            Queued::Ready(action) => LeanAction::Action(action),
+            Queued::Patch(patch) => LeanAction::PatchNode(PatchRequest::new(
+                self.node.as_ref().map_or("", |n| &n.resource_version),
+                patch,
+            )),
+            Queued::Store(bundle) => LeanAction::StoreBundle(StoredBundle(bundle)),
+            Queued::Progress => match &self.files.progress {
+                Some(progress) => LeanAction::WriteProgress(progress),
+                None => LeanAction::Action(AgentAction::WriteProgress(Progress::default())),
+            },
+        })
+    }
+
+    /// Builds the queued actions that refer to the progress record or the known Node from
+    /// them as they are now: one of them is about to change ([`Queued`]).
+    #[inline]
+    fn pin_queue(&mut self) {
+        // Most changes come with nothing queued (the driver drained it before answering).
+        if !self.queue.is_empty() {
+            self.pin_waiting();
+        }
+    }
+
+    /// [`Agent::pin_queue`] of a queue that holds something.
+    #[inline(never)]
+    fn pin_waiting(&mut self) {
+        let mut queue = std::mem::take(&mut self.queue);
+        for entry in &mut queue {
+            if matches!(entry, Queued::Patch(_) | Queued::Progress) {
+                let lent = std::mem::replace(entry, Queued::Progress);
+                *entry = Queued::Ready(self.build(lent));
+            }
+        }
+        self.queue = queue;
+    }
+
+    /// The action `entry` stands for, built from the agent's state as it is now.
+    fn build(&self, entry: Queued) -> AgentAction {
+        match entry {
+            Queued::Ready(action) => action,
+            Queued::Patch(patch) => AgentAction::PatchNode(
+                patch.node_patch(self.node.as_ref().map_or("", |n| &n.resource_version)),
+            ),
+            Queued::Store(bundle) => AgentAction::StoreBundle {
+                checksum: bundle.checksum.clone(),
+                steps: bundle.steps.to_vec(),
+            },
+            Queued::Progress => {
+                AgentAction::WriteProgress(self.files.progress.clone().unwrap_or_default())
+            }
+        }
+    }
+
+    /// Queues `entry` (built at once in the unit tests' eager mode).
+    fn enqueue(&mut self, entry: Queued) {
+        #[cfg(test)]
+        let entry = if self.eager {
+            Queued::Ready(self.build(entry))
+        } else {
+            entry
+        };
+        self.queue.push_back(entry);
+    }
+
+    /// The progress record, to change ([`Agent::pin_queue`] first).
+    fn progress_mut(&mut self) -> &mut Option<Progress> {
+        self.pin_queue();
+        &mut self.files.progress
+    }
+
+    /// The known Node, to change ([`Agent::pin_queue`] first).
+    fn node_mut(&mut self) -> &mut KnownNode {
+        self.pin_queue();
+        self.node.get_or_insert_with(KnownNode::default)
+    }
+
+    /// Queues the write of the progress record as it is now.
+    fn write_progress(&mut self) {
+        self.enqueue(Queued::Progress);
     }
 
     /// When the agent wants [`Agent::handle_timeout`] called; `None` while it waits for an
@@ -370,9 +551,32 @@ impl Agent {
         let awaiting = self.awaiting.take();
         match (awaiting, input) {
             (Some(Awaiting::Bundle), AgentInput::Bundle(result)) => self.on_bundle(result, now),
-            (Some(Awaiting::Node), AgentInput::Node(result)) => self.on_node(result, now),
-            (Some(Awaiting::Patch(patch)), AgentInput::Patched(outcome)) => {
-                self.on_patched(&patch, outcome, now);
+            (Some(Awaiting::Node), AgentInput::Node(Ok(Some(view)))) => {
+                self.on_node_read(&view.resource_version, &view.annotations, now);
+            }
+            (Some(Awaiting::Node), AgentInput::Node(Ok(None))) => {
+                self.fail(AgentError::NodeGone(self.config.node.clone()), now);
+            }
+            (Some(Awaiting::Node), AgentInput::Node(Err(source))) => {
+                let node = self.config.node.clone();
+                self.fail(AgentError::ReadNode { node, source }, now);
+            }
+            (
+                Some(Awaiting::Patch(patch)),
+                AgentInput::Patched(PatchOutcome::Applied { resource_version }),
+            ) => self.on_applied(&patch, &resource_version, now),
+            (Some(Awaiting::Patch(_)), AgentInput::Patched(PatchOutcome::Conflict)) => {
+                // The Node changed since it was read: read it again and re-decide; the request
+                // is made again unless the new state already answers it.
+                self.node_fresh = false;
+                self.decide(now);
+            }
+            (Some(Awaiting::Patch(_)), AgentInput::Patched(PatchOutcome::NotFound)) => {
+                self.fail(AgentError::NodeGone(self.config.node.clone()), now);
+            }
+            (Some(Awaiting::Patch(_)), AgentInput::Patched(PatchOutcome::Failed(source))) => {
+                let node = self.config.node.clone();
+                self.fail(AgentError::Patch { node, source }, now);
             }
             (Some(Awaiting::Step(name)), AgentInput::StepFinished(outcome))
                 if outcome.step == name =>
@@ -387,6 +591,62 @@ impl Agent {
                 self.awaiting = awaiting;
             }
         }
+    }
+
+    /// [`Agent::handle_input`] of [`AgentInput::Bundle`] with `Ok` of the bundle `checksum`
+    /// of `steps` (`rolling_update` as in [`DesiredBundle`]), for a driver that hands out one
+    /// bundle it keeps: nothing is copied unless the bundle must be verified.
+    pub fn handle_bundle_fetched(
+        &mut self,
+        checksum: &str,
+        steps: &BundleSteps,
+        rolling_update: bool,
+        now: Timestamp,
+    ) {
+        if !matches!(self.awaiting, Some(Awaiting::Bundle)) {
+            tracing::debug!("node agent: a bundle answers no outstanding request, ignored");
+            return;
+        }
+        self.awaiting = None;
+        let verified = match self.already_verified(checksum, steps, rolling_update) {
+            Some(v) => Ok(v),
+            None => {
+                let desired = DesiredBundle {
+                    checksum: checksum.to_owned(),
+                    steps: steps.clone(),
+                    rolling_update,
+                };
+                verify(desired, self.config.verify_every_fetch).map(Arc::new)
+            }
+        };
+        self.on_verified(verified, now);
+    }
+
+    /// [`Agent::handle_input`] of [`AgentInput::Node`] with `Ok(Some(NodeView))` of
+    /// `resource_version` and `annotations`, for a driver that keeps the Node: nothing of it
+    /// is kept but the resourceVersion and the annotations the agent reads.
+    pub fn handle_node_read(
+        &mut self,
+        resource_version: &str,
+        annotations: &BTreeMap<String, String>,
+        now: Timestamp,
+    ) {
+        if !matches!(self.awaiting, Some(Awaiting::Node)) {
+            tracing::debug!("node agent: a Node answers no outstanding request, ignored");
+            return;
+        }
+        self.awaiting = None;
+        self.on_node_read(resource_version, annotations, now);
+    }
+
+    /// [`Agent::handle_input`] of [`AgentInput::Patched`] with [`PatchOutcome::Applied`] of
+    /// `resource_version`.
+    pub fn handle_patch_applied(&mut self, resource_version: &str, now: Timestamp) {
+        let Some(Awaiting::Patch(patch)) = self.awaiting.take() else {
+            tracing::debug!("node agent: a patch's answer answers no outstanding request, ignored");
+            return;
+        };
+        self.on_applied(&patch, resource_version, now);
     }
 
     /// Where the agent is.
@@ -424,15 +684,12 @@ impl Agent {
 
     fn request(&mut self, awaiting: Awaiting) {
         let action = match &awaiting {
-            Awaiting::Bundle => AgentAction::FetchBundle,
-            Awaiting::Node => AgentAction::ReadNode,
-            Awaiting::Patch(p) => {
-                let version = self.node.as_ref().map_or("", |n| &n.view.resource_version);
-                AgentAction::PatchNode(p.node_patch(version))
-            }
-            Awaiting::Step(name) => AgentAction::RunStep { name: name.clone() },
+            Awaiting::Bundle => Queued::Ready(AgentAction::FetchBundle),
+            Awaiting::Node => Queued::Ready(AgentAction::ReadNode),
+            Awaiting::Patch(p) => Queued::Patch(p.clone()),
+            Awaiting::Step(name) => Queued::Ready(AgentAction::RunStep { name: name.clone() }),
         };
-        self.queue.push_back(action);
+        self.enqueue(action);
         self.awaiting = Some(awaiting);
     }
 
@@ -458,11 +715,12 @@ impl Agent {
 
     fn event(&mut self, what: &str, reason: &str, note: String) {
         let name = event_name(&format!("bashible-error-{}-{what}", self.config.node));
-        self.queue.push_back(AgentAction::EmitEvent(AgentEvent {
-            name,
-            reason: reason.to_owned(),
-            note,
-        }));
+        self.queue
+            .push_back(Queued::Ready(AgentAction::EmitEvent(AgentEvent {
+                name,
+                reason: reason.to_owned(),
+                note,
+            })));
     }
 
     /// The bundle last verified, when `desired` is that very bundle: the same published
@@ -471,22 +729,26 @@ impl Agent {
     /// agent fetches the same bundle at every poll and before every step. A bundle whose
     /// steps differ in any byte (or only in their order) is verified in full, whatever its
     /// checksum. `None` also when [`AgentConfig::verify_every_fetch`] is set.
-    fn already_verified(&self, desired: &DesiredBundle) -> Option<Arc<Verified>> {
+    fn already_verified(
+        &self,
+        checksum: &str,
+        steps: &BundleSteps,
+        rolling_update: bool,
+    ) -> Option<Arc<Verified>> {
         if self.config.verify_every_fetch {
             return None;
         }
         let last = self.bundle.as_ref()?;
         // `==` on the steps is a pointer comparison first: a driver that shares one bundle
         // hands out clones of the same steps.
-        if !last.fetched_sorted || last.checksum != desired.checksum || last.steps != desired.steps
-        {
+        if !last.fetched_sorted || last.checksum != checksum || last.steps != *steps {
             return None;
         }
-        if last.rolling_update == desired.rolling_update {
+        if last.rolling_update == rolling_update {
             return Some(Arc::clone(last));
         }
         Some(Arc::new(Verified {
-            rolling_update: desired.rolling_update,
+            rolling_update,
             ..Verified::clone(last)
         }))
     }
@@ -496,10 +758,19 @@ impl Agent {
             Ok(b) => b,
             Err(cause) => return self.fail(AgentError::Fetch(cause), now),
         };
-        let verified = match self.already_verified(&desired) {
+        let verified = match self.already_verified(
+            &desired.checksum,
+            &desired.steps,
+            desired.rolling_update,
+        ) {
             Some(v) => Ok(v),
             None => verify(desired, self.config.verify_every_fetch).map(Arc::new),
         };
+        self.on_verified(verified, now);
+    }
+
+    /// A fetched bundle was verified (or refused).
+    fn on_verified(&mut self, verified: Result<Arc<Verified>, AgentError>, now: Timestamp) {
         let verified = match verified {
             Ok(v) => v,
             Err(error) => {
@@ -511,7 +782,11 @@ impl Agent {
             }
         };
         self.errors_in_row = 0;
-        if self.bundle.as_ref().map(|b| &b.checksum) != Some(&verified.checksum) {
+        let same = self
+            .bundle
+            .as_ref()
+            .is_some_and(|b| Arc::ptr_eq(b, &verified) || b.checksum == verified.checksum);
+        if !same {
             if let Some(old) = &self.bundle {
                 tracing::info!(
                     node = %self.config.node,
@@ -527,78 +802,57 @@ impl Agent {
         self.decide(now);
     }
 
-    fn on_node(&mut self, result: Result<Option<NodeView>, Cause>, now: Timestamp) {
-        match result {
-            Ok(Some(view)) => {
-                self.errors_in_row = 0;
-                self.node = Some(KnownNode {
-                    view,
-                    patched: Vec::new(),
-                });
-                self.node_fresh = true;
-                self.decide(now);
-            }
-            Ok(None) => self.fail(AgentError::NodeGone(self.config.node.clone()), now),
-            Err(source) => {
-                let node = self.config.node.clone();
-                self.fail(AgentError::ReadNode { node, source }, now);
-            }
-        }
+    /// The Node was read.
+    fn on_node_read(
+        &mut self,
+        resource_version: &str,
+        annotations: &BTreeMap<String, String>,
+        now: Timestamp,
+    ) {
+        self.errors_in_row = 0;
+        self.node_mut().read(resource_version, annotations);
+        self.node_fresh = true;
+        self.decide(now);
     }
 
-    fn on_patched(&mut self, patch: &OwnPatch, outcome: PatchOutcome, now: Timestamp) {
-        match outcome {
-            PatchOutcome::Applied { resource_version } => {
-                self.errors_in_row = 0;
-                let node = self.node.get_or_insert_with(KnownNode::default);
-                for (key, value) in patch.changes() {
-                    node.patched.push((key, value.map(str::to_owned)));
-                }
-                if node.patched.len() > KnownNode::MAX_PATCHED {
-                    node.fold();
-                }
-                node.view.resource_version = resource_version;
-                self.node_fresh = true;
-                self.decide(now);
-            }
-            PatchOutcome::Conflict => {
-                // The Node changed since it was read: read it again and re-decide; the request
-                // is made again unless the new state already answers it.
-                self.node_fresh = false;
-                self.decide(now);
-            }
-            PatchOutcome::NotFound => {
-                self.fail(AgentError::NodeGone(self.config.node.clone()), now)
-            }
-            PatchOutcome::Failed(source) => {
-                let node = self.config.node.clone();
-                self.fail(AgentError::Patch { node, source }, now);
-            }
+    /// The agent's patch `patch` was applied; the Node is now at `resource_version`.
+    fn on_applied(&mut self, patch: &OwnPatch, resource_version: &str, now: Timestamp) {
+        self.errors_in_row = 0;
+        let node = self.node_mut();
+        for (key, value) in patch.changes() {
+            node.set(key, value);
         }
+        node.resource_version.clear();
+        node.resource_version.push_str(resource_version);
+        self.node_fresh = true;
+        self.decide(now);
     }
 
     fn on_step(&mut self, outcome: StepOutcome, now: Timestamp) {
-        let Some(bundle) = &self.bundle else {
+        let Some(bundle) = self.bundle.clone() else {
             return self.decide(now);
         };
-        let checksum = bundle.checksum.clone();
-        let key = bundle
-            .steps
-            .iter()
-            .find(|s| s.name == outcome.step)
-            .and_then(|s| s.disruption_key.clone());
         if outcome.succeeded() {
+            let key = bundle
+                .steps
+                .iter()
+                .find(|s| s.name == outcome.step)
+                .and_then(|s| s.disruption_key.clone());
             self.step_failures = 0;
-            let progress = self.files.progress.get_or_insert_with(Progress::default);
-            if progress.bundle.as_deref() == Some(checksum.as_str()) {
-                progress.done.insert(outcome.step.clone());
-            }
+            let progress = self.progress_mut().get_or_insert_with(Progress::default);
+            let step = outcome.step;
             match key {
-                Some(k) => progress.applied_keys.insert(outcome.step.clone(), k),
-                None => progress.applied_keys.remove(&outcome.step),
-            };
-            self.queue
-                .push_back(AgentAction::WriteProgress(progress.clone()));
+                Some(k) => {
+                    progress.applied_keys.insert(step.clone(), k);
+                }
+                None => {
+                    progress.applied_keys.remove(&step);
+                }
+            }
+            if progress.bundle.as_deref() == Some(bundle.checksum.as_str()) {
+                progress.done.insert(step);
+            }
+            self.write_progress();
             // Before the next step: is the bundle still the desired one?
             self.bundle_fresh = false;
             self.node_fresh = false;
@@ -618,7 +872,7 @@ impl Agent {
             tracing::warn!(node = %self.config.node, "{note}");
             self.event(&outcome.step, REASON_STEP_FAILED, note);
             self.status = AgentStatus::RetryingStep {
-                checksum,
+                checksum: bundle.checksum.clone(),
                 step: outcome.step,
                 failures: self.step_failures,
             };
@@ -666,9 +920,9 @@ impl Agent {
             let Some(node) = self.fresh_node() else {
                 return;
             };
-            let has = |key: &str| node.has(key);
-            if !has(keys::ANNOTATION_APPROVED) {
-                let asked = has(keys::ANNOTATION_WAITING_FOR_APPROVAL);
+            let has = |key: Watched| node.has(key);
+            if !has(Watched::Approved) {
+                let asked = has(Watched::WaitingForApproval);
                 let patch = (!asked).then_some(OwnPatch::AskApproval);
                 self.set_waiting_for_approval(&bundle.checksum);
                 return match patch {
@@ -676,11 +930,11 @@ impl Agent {
                     Some(patch) => self.request(Awaiting::Patch(patch)),
                 };
             }
-            if disruptive && !has(keys::ANNOTATION_DISRUPTION_APPROVED) {
+            if disruptive && !has(Watched::DisruptionApproved) {
                 let key = if bundle.rolling_update {
-                    keys::ANNOTATION_ROLLING_UPDATE
+                    Watched::RollingUpdate
                 } else {
-                    keys::ANNOTATION_DISRUPTION_REQUIRED
+                    Watched::DisruptionRequired
                 };
                 let patch = (!has(key)).then_some(OwnPatch::AskDisruption(key));
                 self.set_waiting_for_disruption_approval(&bundle.checksum, &step.name);
@@ -691,11 +945,8 @@ impl Agent {
             }
             // The step is about to run: from now on the node no longer runs the bundle its
             // Node reports (if any), so the controller must not see it up to date with it.
-            if has(keys::ANNOTATION_CONFIGURATION_CHECKSUM) {
-                self.status = AgentStatus::Applying {
-                    checksum: bundle.checksum.clone(),
-                    step: step.name.clone(),
-                };
+            if has(Watched::Checksum) {
+                self.set_applying(&bundle.checksum, &step.name);
                 return self.request(Awaiting::Patch(OwnPatch::Unreport));
             }
         }
@@ -703,18 +954,30 @@ impl Agent {
         // The step may change what its key stands for: forget the recorded key before it runs,
         // so that a crash between its end and the record of its success leaves "unknown" (a
         // disruption next time), never a key the node no longer runs.
-        if key_changes
-            && let Some(record) = self.files.progress.as_mut()
-            && record.applied_keys.remove(&step.name).is_some()
-        {
-            let record = record.clone();
-            self.queue.push_back(AgentAction::WriteProgress(record));
+        let recorded = |p: &Progress| p.applied_keys.contains_key(&step.name);
+        if key_changes && self.files.progress.as_ref().is_some_and(recorded) {
+            if let Some(record) = self.progress_mut() {
+                record.applied_keys.remove(&step.name);
+            }
+            self.write_progress();
         }
-        self.status = AgentStatus::Applying {
-            checksum: bundle.checksum.clone(),
-            step: step.name.clone(),
-        };
+        self.set_applying(&bundle.checksum, &step.name);
         self.request(Awaiting::Step(step.name.clone()));
+    }
+
+    /// Sets [`AgentStatus::Applying`] for `checksum` and `step` (unless it is already that:
+    /// the step's run follows the removal of the Node's checksum with the same status).
+    fn set_applying(&mut self, checksum: &str, step: &str) {
+        let same = matches!(
+            &self.status,
+            AgentStatus::Applying { checksum: c, step: s } if c == checksum && s == step
+        );
+        if !same {
+            self.status = AgentStatus::Applying {
+                checksum: checksum.to_owned(),
+                step: step.to_owned(),
+            };
+        }
     }
 
     /// Sets [`AgentStatus::WaitingForApproval`] for `checksum` (unless it is already that:
@@ -763,23 +1026,29 @@ impl Agent {
     /// already removed, which it then reports again without running anything) or the new one
     /// begun. Until the record is rewritten the old bundle's record stands; the rewrite is
     /// the last write before the step runs.
-    fn begin_apply(&mut self, bundle: &Verified) {
+    fn begin_apply(&mut self, bundle: &Arc<Verified>) {
         if self.files.configuration_checksum.take().is_some() {
-            self.queue.push_back(AgentAction::RemoveChecksumFile);
+            self.queue
+                .push_back(Queued::Ready(AgentAction::RemoveChecksumFile));
         }
-        if self.stored.as_deref() != Some(bundle.checksum.as_str()) {
-            self.stored = Some(bundle.checksum.clone());
-            self.queue.push_back(AgentAction::StoreBundle {
-                checksum: bundle.checksum.clone(),
-                steps: bundle.steps.to_vec(),
-            });
+        let stored = self
+            .stored
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, bundle) || s.checksum == bundle.checksum);
+        if !stored {
+            self.stored = Some(Arc::clone(bundle));
+            self.enqueue(Queued::Store(Arc::clone(bundle)));
         }
-        let progress = self.files.progress.get_or_insert_with(Progress::default);
-        if progress.bundle.as_deref() != Some(bundle.checksum.as_str()) {
+        let begun = self
+            .files
+            .progress
+            .as_ref()
+            .is_some_and(|p| p.bundle.as_deref() == Some(bundle.checksum.as_str()));
+        if !begun {
+            let progress = self.progress_mut().get_or_insert_with(Progress::default);
             progress.bundle = Some(bundle.checksum.clone());
             progress.done.clear();
-            let progress = progress.clone();
-            self.queue.push_back(AgentAction::WriteProgress(progress));
+            self.write_progress();
         }
     }
 
@@ -804,26 +1073,25 @@ impl Agent {
         }
         if self.files.first_run {
             self.files.first_run = false;
-            self.queue.push_back(AgentAction::RemoveFirstRun);
+            self.queue
+                .push_back(Queued::Ready(AgentAction::RemoveFirstRun));
         }
         // Steps no longer in the bundle lose their key: if one comes back, it counts as new.
-        if let Some(progress) = self.files.progress.as_mut() {
-            let before = progress.applied_keys.len();
-            progress
-                .applied_keys
-                .retain(|name, _| bundle.steps.iter().any(|s| &s.name == name));
-            if progress.applied_keys.len() != before {
-                let progress = progress.clone();
-                self.queue.push_back(AgentAction::WriteProgress(progress));
+        let kept = |name: &String| bundle.steps.iter().any(|s| &s.name == name);
+        let stale = |p: &Progress| p.applied_keys.keys().any(|name| !kept(name));
+        if self.files.progress.as_ref().is_some_and(stale) {
+            if let Some(progress) = self.progress_mut() {
+                progress.applied_keys.retain(|name, _| kept(name));
             }
+            self.write_progress();
         }
         self.files.configuration_checksum = Some(bundle.checksum.clone());
         self.queue
-            .push_back(AgentAction::WriteChecksumFile(bundle.checksum.clone()));
+            .push_back(Queued::Ready(AgentAction::WriteChecksumFile(
+                bundle.checksum.clone(),
+            )));
         tracing::info!(node = %self.config.node, checksum = %bundle.checksum, "node agent: bundle applied");
-        self.status = AgentStatus::UpToDate {
-            checksum: bundle.checksum.clone(),
-        };
+        self.set_up_to_date(&bundle.checksum);
         self.finish_pass(now);
     }
 
@@ -831,7 +1099,8 @@ impl Agent {
     fn decide_up_to_date(&mut self, bundle: &Arc<Verified>, now: Timestamp) {
         if self.files.first_run {
             self.files.first_run = false;
-            self.queue.push_back(AgentAction::RemoveFirstRun);
+            self.queue
+                .push_back(Queued::Ready(AgentAction::RemoveFirstRun));
         }
         // A node that applied the bundle before it kept a progress record (bootstrapped by a
         // script): record what it runs, so that the next bundle compares disruption keys.
@@ -850,8 +1119,8 @@ impl Agent {
                     .filter_map(|s| s.disruption_key.clone().map(|k| (s.name.clone(), k)))
                     .collect(),
             };
-            self.files.progress = Some(complete.clone());
-            self.queue.push_back(AgentAction::WriteProgress(complete));
+            *self.progress_mut() = Some(complete);
+            self.write_progress();
         }
         let Some(node) = self.fresh_node() else {
             return;
@@ -859,10 +1128,18 @@ impl Agent {
         if !annotated(node, &bundle.checksum) {
             return self.request(Awaiting::Patch(OwnPatch::Report(Arc::clone(bundle))));
         }
-        self.status = AgentStatus::UpToDate {
-            checksum: bundle.checksum.clone(),
-        };
+        self.set_up_to_date(&bundle.checksum);
         self.finish_pass(now);
+    }
+
+    /// Sets [`AgentStatus::UpToDate`] for `checksum` (unless it is already that: a woken
+    /// agent that is up to date decides this again).
+    fn set_up_to_date(&mut self, checksum: &str) {
+        if !matches!(&self.status, AgentStatus::UpToDate { checksum: c } if c == checksum) {
+            self.status = AgentStatus::UpToDate {
+                checksum: checksum.to_owned(),
+            };
+        }
     }
 
     fn finish_pass(&mut self, now: Timestamp) {
@@ -875,7 +1152,7 @@ impl Agent {
 
 /// Whether the Node carries `checksum` in its checksum annotation.
 fn annotated(node: &KnownNode, checksum: &str) -> bool {
-    node.annotation(keys::ANNOTATION_CONFIGURATION_CHECKSUM) == Some(checksum)
+    node.checksum() == Some(checksum)
 }
 
 /// Checks a fetched bundle: its steps hash to its checksum, names are unique, non-empty and
@@ -963,7 +1240,9 @@ fn event_name(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::NodeView;
     use crate::bashible::Step;
+    use std::time::Duration;
 
     fn view(rv: &str, annotations: &[(&str, &str)]) -> NodeView {
         NodeView {
@@ -1005,7 +1284,7 @@ mod tests {
             },
             OwnPatch::AskDisruption(key) => NodePatch {
                 resource_version: resource_version.to_owned(),
-                set: set(key, ""),
+                set: set(key.key(), ""),
                 remove: Vec::new(),
             },
             OwnPatch::Report(bundle) => NodePatch {
@@ -1029,23 +1308,22 @@ mod tests {
         prop_oneof![
             Just(OwnPatch::AskApproval),
             Just(OwnPatch::Unreport),
-            Just(OwnPatch::AskDisruption(
-                keys::ANNOTATION_DISRUPTION_REQUIRED
-            )),
-            Just(OwnPatch::AskDisruption(keys::ANNOTATION_ROLLING_UPDATE)),
+            Just(OwnPatch::AskDisruption(Watched::DisruptionRequired)),
+            Just(OwnPatch::AskDisruption(Watched::RollingUpdate)),
             Just(OwnPatch::Report(bundle("c1"))),
             Just(OwnPatch::Report(bundle("c2"))),
         ]
     }
 
     proptest::proptest! {
-        /// The Node as the agent knows it after its own accepted patches (the view read, the
-        /// patches kept on top and folded into it past `MAX_PATCHED`) has the annotations the
-        /// view has with every patch applied to it, as the API applies them; and each patch
-        /// requested is the one the agent wrote out literally before.
+        /// The Node as the agent knows it after a read and its own accepted patches (the
+        /// watched annotations taken from the read, the patches applied to them) has the
+        /// watched annotations the read's annotations have with every patch applied to them,
+        /// as the API applies them; and each patch requested is the one the agent wrote out
+        /// literally before. The known Node is read again in between (its buffers reused).
         #[test]
         fn the_known_node_is_the_view_with_the_patches_applied(
-            base in proptest::collection::btree_map(
+            reads in proptest::collection::vec(proptest::collection::btree_map(
                 proptest::sample::select(vec![
                     keys::ANNOTATION_CONFIGURATION_CHECKSUM,
                     keys::ANNOTATION_WAITING_FOR_APPROVAL,
@@ -1053,48 +1331,363 @@ mod tests {
                     keys::ANNOTATION_DISRUPTION_REQUIRED,
                     keys::ANNOTATION_DISRUPTION_APPROVED,
                     keys::ANNOTATION_ROLLING_UPDATE,
+                    keys::ANNOTATION_DRAINING,
+                    "node.deckhouse.io/configuration-checksum-other",
                     "other",
                 ]),
-                proptest::sample::select(vec!["", "c1", "c2"]),
-                0..5,
-            ),
+                proptest::sample::select(vec!["", "c1", "c2", "a-longer-checksum"]),
+                0..6,
+            ), 1..4),
             patches in proptest::collection::vec(own_patch_strategy(), 0..40),
         ) {
-            let base: Vec<(&str, &str)> = base.into_iter().collect();
-            let read = view("1", &base);
-            let mut plain = read.annotations.clone();
-            let mut known = KnownNode { view: read, patched: Vec::new() };
-            for patch in &patches {
-                let request = patch.node_patch("1");
-                proptest::prop_assert_eq!(&request, &literal_patch(patch, "1"));
-                request.apply_to(&mut plain);
-                for (key, value) in patch.changes() {
-                    known.patched.push((key, value.map(str::to_owned)));
-                }
-                if known.patched.len() > KnownNode::MAX_PATCHED {
-                    known.fold();
-                }
-                let own = [
-                    keys::ANNOTATION_CONFIGURATION_CHECKSUM,
-                    keys::ANNOTATION_WAITING_FOR_APPROVAL,
-                    keys::ANNOTATION_DISRUPTION_REQUIRED,
-                    keys::ANNOTATION_ROLLING_UPDATE,
-                ];
-                let own = own.iter().map(|k| (*k).to_owned());
-                for key in keys_of(&plain).chain(keys_of(&known.view.annotations)).chain(own) {
+            let mut known = KnownNode::default();
+            for (round, base) in reads.iter().enumerate() {
+                let base: Vec<(&str, &str)> = base.iter().map(|(k, v)| (*k, *v)).collect();
+                let read = view(&round.to_string(), &base);
+                let mut plain: BTreeMap<String, String> = read.annotations.clone().into_inner();
+                known.read(&read.resource_version, &read.annotations);
+                drop(read);
+                for patch in &patches {
+                    let request = patch.node_patch("1");
+                    proptest::prop_assert_eq!(&request, &literal_patch(patch, "1"));
+                    request.apply_to(&mut plain);
+                    for (key, value) in patch.changes() {
+                        known.set(key, value);
+                    }
+                    for watched in Watched::ALL {
+                        proptest::prop_assert_eq!(
+                            known.has(watched),
+                            plain.contains_key(watched.key()),
+                            "{:?}",
+                            watched
+                        );
+                    }
                     proptest::prop_assert_eq!(
-                        known.annotation(&key),
-                        plain.get(&key).map(String::as_str),
-                        "{}",
-                        key
+                        known.checksum(),
+                        plain.get(keys::ANNOTATION_CONFIGURATION_CHECKSUM).map(String::as_str)
                     );
                 }
             }
         }
     }
 
-    fn keys_of(map: &BTreeMap<String, String>) -> impl Iterator<Item = String> + '_ {
-        map.keys().cloned()
+    /// A bundle from a seed: some of four steps, scripts and disruption keys from small sets
+    /// (so that keys repeat and change between bundles).
+    fn seeded_bundle(seed: u64, rolling: bool) -> DesiredBundle {
+        let mut steps = Vec::new();
+        let mut s = seed;
+        for name in [
+            "010_os.sh",
+            "020_cri.sh",
+            "030_kubelet.sh",
+            "090_cleanup.sh",
+        ] {
+            let bits = s % 8;
+            s /= 8;
+            if bits == 0 && !steps.is_empty() {
+                continue;
+            }
+            let mut step = Step::new(name, format!("echo {name} v{}", bits % 3));
+            if bits >= 4 {
+                step = step.with_disruption_key(format!("k{}", bits % 2));
+            }
+            steps.push(step);
+        }
+        DesiredBundle::of_steps(steps, rolling)
+    }
+
+    /// One move of the lent-versus-built comparison.
+    #[derive(Debug, Clone)]
+    struct Move {
+        /// What happens: the driver carries out an action (most), or the world changes.
+        kind: u8,
+        /// How a request is answered.
+        fault: u8,
+        /// The lending agent's action is drained with `poll_lean_action` (else `poll_action`).
+        lean_poll: bool,
+        /// Its answer goes through the lean input methods (else `handle_input`).
+        lean_answer: bool,
+    }
+
+    fn a_move() -> impl proptest::strategy::Strategy<Value = Move> {
+        use proptest::prelude::*;
+        (any::<u8>(), any::<u8>(), any::<bool>(), any::<bool>()).prop_map(
+            |(kind, fault, lean_poll, lean_answer)| Move {
+                kind,
+                fault,
+                lean_poll,
+                lean_answer,
+            },
+        )
+    }
+
+    /// What the agent shows, compared after every move.
+    fn observed(agent: &Agent) -> String {
+        format!(
+            "{:?} | {:?} | {:?} | {:?} | {}",
+            agent.status(),
+            agent.next_deadline(),
+            agent.last_error(),
+            agent.files(),
+            agent.is_up_to_date()
+        )
+    }
+
+    /// The lending agent's answer to `action` (`lean`: through the lean input methods).
+    fn answer_lending(
+        agent: &mut Agent,
+        action: &AgentAction,
+        input: &AgentInput,
+        bundle: &DesiredBundle,
+        annotations: &BTreeMap<String, String>,
+        lean: bool,
+        now: Timestamp,
+    ) {
+        match (lean, action, input) {
+            (true, AgentAction::FetchBundle, AgentInput::Bundle(Ok(_))) => {
+                agent.handle_bundle_fetched(
+                    &bundle.checksum,
+                    &bundle.steps,
+                    bundle.rolling_update,
+                    now,
+                );
+            }
+            (true, AgentAction::ReadNode, AgentInput::Node(Ok(Some(view)))) => {
+                agent.handle_node_read(&view.resource_version, annotations, now);
+            }
+            (
+                true,
+                AgentAction::PatchNode(_),
+                AgentInput::Patched(PatchOutcome::Applied { resource_version }),
+            ) => agent.handle_patch_applied(resource_version, now),
+            _ => agent.handle_input(input.clone(), now),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// An agent that lends its actions (built only when drained, from the progress record
+        /// and the Node as they were when decided) and takes lean answers decides exactly as
+        /// one that builds every action when it queues it and takes every answer as an
+        /// [`AgentInput`]: the same actions, statuses, timers, errors and state files at every
+        /// move, whatever the schedule (approvals, bundle changes with disruption keys
+        /// recorded or not, conflicts, failures, a deleted Node, stray answers), and the
+        /// lent patch changes the Node as the built one does.
+        #[test]
+        fn lent_actions_and_lean_answers_change_nothing(
+            seeds in proptest::collection::vec(proptest::prelude::any::<u64>(), 3),
+            rolling in proptest::prelude::any::<bool>(),
+            initial in 0u8..4,
+            recorded in proptest::collection::vec(0u8..3, 4),
+            moves in proptest::collection::vec(a_move(), 1..300),
+        ) {
+            let bundles: Vec<DesiredBundle> =
+                seeds.iter().map(|s| seeded_bundle(*s, rolling)).collect();
+            let names = ["010_os.sh", "020_cri.sh", "030_kubelet.sh", "090_cleanup.sh"];
+            let keys_recorded: BTreeMap<String, String> = names
+                .iter()
+                .zip(&recorded)
+                .filter(|(_, k)| **k > 0)
+                .map(|(n, k)| ((*n).to_owned(), format!("k{}", k - 1)))
+                .collect();
+            let files = match initial {
+                0 => StateFiles::first_run(),
+                1 => StateFiles::applied("older", Default::default(), keys_recorded),
+                2 => StateFiles::applied(&bundles[0].checksum, Default::default(), keys_recorded),
+                _ => StateFiles::default(),
+            };
+            let mut now = Timestamp::from_secs(1_000);
+            let mut built = Agent::new(AgentConfig::new("n1"), files.clone(), now);
+            built.eager = true;
+            let mut lending = Agent::new(AgentConfig::new("n1"), files, now);
+            let mut desired = 0usize;
+            let mut node: Option<BTreeMap<String, String>> = Some(BTreeMap::new());
+            let mut lent_node = node.clone();
+            let mut rv = 1u64;
+            for m in &moves {
+                match m.kind % 16 {
+                    0 | 1 => {
+                        for map in [&mut node, &mut lent_node].into_iter().flatten() {
+                            map.insert(keys::ANNOTATION_APPROVED.to_owned(), String::new());
+                            if m.fault % 2 == 0 {
+                                map.insert(
+                                    keys::ANNOTATION_DISRUPTION_APPROVED.to_owned(),
+                                    String::new(),
+                                );
+                            }
+                        }
+                        rv += 1;
+                    }
+                    2 => {
+                        for map in [&mut node, &mut lent_node].into_iter().flatten() {
+                            map.retain(|k, _| {
+                                !k.starts_with("update.node.deckhouse.io/")
+                            });
+                        }
+                        rv += 1;
+                    }
+                    3 => {
+                        desired = usize::from(m.fault) % bundles.len();
+                        built.handle_wake(now);
+                        lending.handle_wake(now);
+                    }
+                    4 => {
+                        for map in [&mut node, &mut lent_node].into_iter().flatten() {
+                            map.insert("other".to_owned(), m.fault.to_string());
+                        }
+                        rv += 1;
+                    }
+                    5 => {
+                        node = match node {
+                            Some(_) => None,
+                            None => Some(BTreeMap::new()),
+                        };
+                        lent_node = node.clone();
+                        rv += 1;
+                    }
+                    6 => {
+                        // A stray (or, when awaited, a real) answer: a read of the Node.
+                        if let Some(map) = &node {
+                            let view = NodeView {
+                                resource_version: rv.to_string(),
+                                annotations: map.clone().into(),
+                            };
+                            built.handle_input(AgentInput::Node(Ok(Some(view))), now);
+                            lending.handle_node_read(&rv.to_string(), map, now);
+                        }
+                    }
+                    _ => {
+                        let expected = built.poll_action();
+                        let lent = if m.lean_poll {
+                            lending.poll_lean_action().map(|a| {
+                                let changes: Option<Vec<(&str, Option<String>)>> = match &a {
+                                    LeanAction::PatchNode(p) => Some(
+                                        p.changes().map(|(k, v)| (k, v.map(str::to_owned))).collect(),
+                                    ),
+                                    _ => None,
+                                };
+                                let sets: Option<Vec<bool>> = match &a {
+                                    LeanAction::PatchNode(p) => Some(
+                                        Watched::ALL.iter().map(|w| p.sets(w.key())).collect(),
+                                    ),
+                                    _ => None,
+                                };
+                                (a.into_action(), changes, sets)
+                            })
+                        } else {
+                            lending.poll_action().map(|a| (a, None, None))
+                        };
+                        proptest::prop_assert_eq!(
+                            expected.as_ref(),
+                            lent.as_ref().map(|(a, _, _)| a)
+                        );
+                        let (Some(action), Some((_, changes, sets))) = (expected, lent) else {
+                            match built.next_deadline() {
+                                Some(t) => {
+                                    now = now.max(t);
+                                    built.handle_timeout(now);
+                                    lending.handle_timeout(now);
+                                }
+                                None => {
+                                    now = now + Duration::from_secs(60);
+                                    built.handle_wake(now);
+                                    lending.handle_wake(now);
+                                }
+                            }
+                            continue;
+                        };
+                        let bundle = &bundles[desired];
+                        let input = match &action {
+                            AgentAction::FetchBundle if m.fault % 5 == 0 => {
+                                Some(AgentInput::Bundle(Err(Cause::msg("refused"))))
+                            }
+                            AgentAction::FetchBundle => {
+                                Some(AgentInput::Bundle(Ok(bundle.clone())))
+                            }
+                            AgentAction::ReadNode if m.fault % 6 == 0 => {
+                                Some(AgentInput::Node(Err(Cause::msg("503"))))
+                            }
+                            AgentAction::ReadNode => Some(AgentInput::Node(Ok(node.as_ref().map(
+                                |map| NodeView {
+                                    resource_version: rv.to_string(),
+                                    annotations: map.clone().into(),
+                                },
+                            )))),
+                            AgentAction::PatchNode(patch) => Some(AgentInput::Patched(
+                                match node.as_mut() {
+                                    None => PatchOutcome::NotFound,
+                                    Some(_) if m.fault % 6 == 0 => {
+                                        PatchOutcome::Failed(Cause::msg("500"))
+                                    }
+                                    Some(_) if m.fault % 6 == 1
+                                        || patch.resource_version != rv.to_string() =>
+                                    {
+                                        rv += 1;
+                                        PatchOutcome::Conflict
+                                    }
+                                    Some(map) => {
+                                        patch.apply_to(map);
+                                        if let Some(lent_map) = lent_node.as_mut() {
+                                            match &changes {
+                                                Some(changes) => {
+                                                    for (k, v) in changes {
+                                                        match v {
+                                                            Some(v) => {
+                                                                lent_map.insert((*k).to_owned(), v.clone());
+                                                            }
+                                                            None => {
+                                                                lent_map.remove(*k);
+                                                            }
+                                                        }
+                                                    }
+                                                }
+                                                None => patch.apply_to(lent_map),
+                                            }
+                                        }
+                                        if let Some(sets) = &sets {
+                                            let expected: Vec<bool> = Watched::ALL
+                                                .iter()
+                                                .map(|w| patch.set.contains_key(w.key()))
+                                                .collect();
+                                            proptest::prop_assert_eq!(sets, &expected);
+                                        }
+                                        rv += 1;
+                                        PatchOutcome::Applied {
+                                            resource_version: rv.to_string(),
+                                        }
+                                    }
+                                },
+                            )),
+                            AgentAction::RunStep { name } => {
+                                Some(AgentInput::StepFinished(StepOutcome {
+                                    step: name.clone(),
+                                    exit_code: Some(i32::from(m.fault % 4 == 0)),
+                                    stderr: String::new(),
+                                }))
+                            }
+                            _ => None,
+                        };
+                        if let Some(input) = input {
+                            built.handle_input(input.clone(), now);
+                            let empty = BTreeMap::new();
+                            let map = node.as_ref().unwrap_or(&empty);
+                            answer_lending(
+                                &mut lending,
+                                &action,
+                                &input,
+                                bundle,
+                                map,
+                                m.lean_answer,
+                                now,
+                            );
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(&node, &lent_node);
+                proptest::prop_assert_eq!(observed(&built), observed(&lending));
+            }
+        }
     }
 
     #[test]

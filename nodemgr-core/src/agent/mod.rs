@@ -64,6 +64,13 @@
 //! [`Agent::handle_wake`] cuts a sleep short (a watch saw the Node or the bundle change). Time is
 //! always passed in; the agent never reads a clock and does no I/O.
 //!
+//! A driver that keeps the Node and the state files itself (a simulator running many
+//! agents) may drain [`Agent::poll_lean_action`] instead, which lends what the agent holds
+//! (the patch as its changes, the steps, the progress record) rather than copying it, and
+//! answer with [`Agent::handle_bundle_fetched`], [`Agent::handle_node_read`] and
+//! [`Agent::handle_patch_applied`], which borrow what they are handed: the same decisions,
+//! fewer copies.
+//!
 //! ```
 //! use nodemgr_core::agent::{Agent, AgentAction, AgentConfig, AgentInput, DesiredBundle, StateFiles};
 //! use nodemgr_core::bashible::Step;
@@ -80,12 +87,14 @@
 
 mod action;
 mod input;
+mod lean;
 mod machine;
 pub mod simulated;
 pub mod state;
 
 pub use action::{AgentAction, AgentEvent, NodePatch};
 pub use input::{AgentInput, BundleSteps, DesiredBundle, NodeView, PatchOutcome, StepOutcome};
+pub use lean::{LeanAction, PatchRequest, StoredBundle};
 pub use machine::{
     Agent, AgentConfig, AgentError, AgentStatus, REASON_BUNDLE_REJECTED, REASON_STEP_FAILED,
     STDERR_TAIL_BYTES, stderr_tail,
