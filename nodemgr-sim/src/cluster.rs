@@ -27,6 +27,7 @@ use nodemgr_core::model::{
     Instance, InstanceCurrentStatus, MachineFailure, Node, NodeGroup, NodeGroupStatus, ObjectMeta,
     ObjectReference, Pod, PodDisruptionBudget, Timestamp, keys,
 };
+use nodemgr_core::ports::cluster::malformed_pod_key;
 use nodemgr_core::ports::{
     AppliedHolder, ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance,
     NodeApi, NodeChanges, NodeHealthRead, NodePatch, NodePod, NodeRevision, PodApi, PodRef,
@@ -420,62 +421,23 @@ impl PodApi for SimCluster<'_> {
     async fn evict_pod(&self, pod: &PodRef) -> Result<EvictionResult, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::Evict, format_args!("evict pod {pod}"))?;
-        let key = pod.key();
-        let Some(sp) = w.pods.get(&key) else {
-            return Ok(EvictionResult::Gone);
-        };
-        // What the API server decides, read before anything is counted (no copy of the pod).
-        let view = &sp.pod;
-        let per_node = view.is_daemonset() || view.is_mirror();
-        let terminating = sp.terminating_until.is_some();
-        let grace = sp
-            .workload
-            .and_then(|i| w.workloads.get(i))
-            .map_or(Duration::ZERO, |wl| wl.termination_grace_period.0);
-        let refused = !terminating && w.eviction_refused(view);
-        let has_budget = !terminating
-            && !refused
-            && w.pdbs.iter().any(|p| {
-                p.namespace == view.namespace
-                    && p.selector
-                        .iter()
-                        .all(|(k, v)| view.labels.get(k) == Some(v))
-            });
-        let blocking = if has_budget {
-            w.pdb_views()
-                .into_iter()
-                .find(|p| p.covers(view) && p.disruptions_allowed <= 0)
-        } else {
-            None
-        };
-        w.stats.eviction_requests += 1;
-        if per_node {
-            w.stats.daemonset_eviction_requests += 1;
-        }
-        if terminating {
-            return Ok(EvictionResult::Evicted);
-        }
-        if refused {
-            w.stats.evictions_refused += 1;
-            return Ok(EvictionResult::RefusedByBudget(
-                "eviction refused (injected)".into(),
-            ));
-        }
-        if let Some(pdb) = blocking {
-            w.stats.evictions_refused += 1;
-            return Ok(EvictionResult::RefusedByBudget(format!(
-                "Cannot evict pod as it would violate the pod's disruption budget {}/{}",
-                pdb.namespace, pdb.name
-            )));
-        }
-        w.stats.evictions += 1;
-        if grace.is_zero() {
-            w.remove_pod(&key);
-        } else {
-            let until = w.now + grace;
-            w.terminate_pod(&key, until);
-        }
-        Ok(EvictionResult::Evicted)
+        Ok(evict(&mut w, &pod.key()))
+    }
+
+    async fn evict_pods(&self, keys: &[String]) -> Vec<Result<EvictionResult, ClusterError>> {
+        // One after the other in the order of `keys`, as the default's futures (each ready
+        // when first polled) would run, without a `PodRef` and a future per pod: a key with
+        // a `/` is the key of the `PodRef` it parses to.
+        let mut w = self.lock();
+        keys.iter()
+            .map(|key| {
+                if !key.contains('/') {
+                    return Err(malformed_pod_key(key));
+                }
+                Self::check(&mut w, Operation::Evict, format_args!("evict pod {key}"))?;
+                Ok(evict(&mut w, key))
+            })
+            .collect()
     }
 
     async fn delete_pod(
@@ -529,6 +491,66 @@ impl EventApi for SimCluster<'_> {
         w.recorded_events.push(event);
         Ok(())
     }
+}
+
+/// The API server's answer to the eviction of pod `key` (`namespace/name`), after the
+/// injected failures (`SimCluster::check`): what `evict_pod` does once it has the key.
+fn evict(w: &mut World, key: &str) -> EvictionResult {
+    let Some(sp) = w.pods.get(key) else {
+        return EvictionResult::Gone;
+    };
+    // What the API server decides, read before anything is counted (no copy of the pod).
+    let view = &sp.pod;
+    let per_node = view.is_daemonset() || view.is_mirror();
+    let terminating = sp.terminating_until.is_some();
+    let grace = sp
+        .workload
+        .and_then(|i| w.workloads.get(i))
+        .map_or(Duration::ZERO, |wl| wl.termination_grace_period.0);
+    let refused = !terminating && w.eviction_refused(view);
+    let has_budget = !terminating
+        && !refused
+        && w.pdbs.iter().any(|p| {
+            p.namespace == view.namespace
+                && p.selector
+                    .iter()
+                    .all(|(k, v)| view.labels.get(k) == Some(v))
+        });
+    let blocking = if has_budget {
+        w.pdb_views()
+            .into_iter()
+            .find(|p| p.covers(view) && p.disruptions_allowed <= 0)
+    } else {
+        None
+    };
+    w.stats.eviction_requests += 1;
+    if per_node {
+        w.stats.daemonset_eviction_requests += 1;
+    }
+    if terminating {
+        return EvictionResult::Evicted;
+    }
+    if refused {
+        w.stats.evictions_refused += 1;
+        return EvictionResult::RefusedByBudget(
+            "eviction refused (injected)".into(),
+        );
+    }
+    if let Some(pdb) = blocking {
+        w.stats.evictions_refused += 1;
+        return EvictionResult::RefusedByBudget(format!(
+            "Cannot evict pod as it would violate the pod's disruption budget {}/{}",
+            pdb.namespace, pdb.name
+        ));
+    }
+    w.stats.evictions += 1;
+    if grace.is_zero() {
+        w.remove_pod(key);
+    } else {
+        let until = w.now + grace;
+        w.terminate_pod(key, until);
+    }
+    EvictionResult::Evicted
 }
 
 /// The world is the API: its nodes are what a direct read returns, heartbeats are folded into

@@ -85,7 +85,7 @@
 //! [`UpdateExecutor::next_deadline`] (the earliest eviction retry or drain timeout) for exact
 //! retry timing. Each step uses the `now` it is given for every decision.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,6 +93,7 @@ use std::time::Duration;
 use super::node_table::{NodeFacts, NodeTable};
 use super::scaling::disruption_event;
 use crate::disruption::DisruptionReason;
+use crate::hash::FastHash;
 use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome};
 use crate::model::{Node, NodeGroup, Timestamp, keys};
 use crate::ports::{
@@ -326,16 +327,20 @@ fn plan_depends_on_time(group: &NodeGroup) -> bool {
     !group.spec.automatic_windows().is_empty() || !group.spec.rolling_update_windows().is_empty()
 }
 
+/// The nodes a step patched, by name, as the patches returned them: found by hash (a step
+/// looks up the node of every command in them); read in no particular order.
+type Patched = HashMap<String, Arc<Node>, FastHash>;
+
 /// The nodes a step works on: the view, with the nodes this step patched as the patches
 /// returned them (kept for the step only).
 struct StepNodes<'a> {
     view: &'a NodeTable,
-    patched: &'a BTreeMap<String, Arc<Node>>,
+    patched: &'a Patched,
 }
 
 impl<'a> StepNodes<'a> {
     fn get(&self, name: &str) -> Option<StepNode<'a>> {
-        let patched: &'a BTreeMap<String, Arc<Node>> = self.patched;
+        let patched: &'a Patched = self.patched;
         let view: &'a NodeTable = self.view;
         match patched.get(name) {
             Some(node) => Some(StepNode::Patched(node)),
@@ -681,7 +686,7 @@ impl UpdateExecutor {
         }
 
         // The nodes this step patched, as the patches returned them.
-        let mut patched = BTreeMap::new();
+        let mut patched = Patched::default();
         let mut replans = 0;
         loop {
             let conflict = self
@@ -748,7 +753,7 @@ impl UpdateExecutor {
         cluster: &C,
         groups: &[Arc<NodeGroup>],
         checksums: &BTreeMap<String, String>,
-        patched: &mut BTreeMap<String, Arc<Node>>,
+        patched: &mut Patched,
         now: Timestamp,
         report: &mut StepReport,
     ) -> Option<ActionError> {
@@ -817,7 +822,7 @@ impl UpdateExecutor {
         &mut self,
         cluster: &C,
         groups: &[Arc<NodeGroup>],
-        patched: &BTreeMap<String, Arc<Node>>,
+        patched: &Patched,
         now: Timestamp,
         report: &mut StepReport,
     ) {
@@ -1115,14 +1120,9 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
         if evictions.is_empty() {
             return;
         }
-        // Every pending eviction of the node at once.
-        let results = futures::future::join_all(evictions.iter().map(|key| async move {
-            match PodRef::parse(key) {
-                Some(pod) => cluster.evict_pod(&pod).await,
-                None => Err(ClusterError::other(format!("malformed pod key {key}"))),
-            }
-        }))
-        .await;
+        // Every pending eviction of the node at once (`PodApi::evict_pods`: concurrently,
+        // unless the port's calls never wait).
+        let results = cluster.evict_pods(&evictions).await;
         let mut accepted = false;
         for (pod, result) in evictions.into_iter().zip(results) {
             let outcome = match result {
