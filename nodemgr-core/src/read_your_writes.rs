@@ -27,7 +27,7 @@
 //!   wrote or saw, even one that went back in time.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::hash::FastHash;
 use crate::model::Node;
@@ -74,10 +74,49 @@ pub struct KnownVersions {
     baseline: bool,
     /// The names whose remembered version or view entry changed since that check (at most
     /// [`MAX_CHANGED`] more than the nodes remembered, past which the next check looks at
-    /// every node instead). Found by hash: a node written and then seen changed in the view
-    /// is told twice.
-    changed: HashSet<String, FastHash>,
+    /// every node instead). A name told twice (a node written and then seen changed in the
+    /// view) is kept twice and looked at twice, which answers and remembers the same.
+    changed: Names,
 }
+
+/// A list of names whose strings are kept for reuse when it is cleared: a step tells a few
+/// dozen names and clears them at its check, without allocating a string for each.
+#[derive(Debug, Clone, Default)]
+struct Names {
+    /// The names, then (from `len` on) spare strings.
+    held: Vec<String>,
+    len: usize,
+}
+
+impl Names {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, name: &str) {
+        match self.held.get_mut(self.len) {
+            Some(spare) => name.clone_into(spare),
+            None => self.held.push(name.to_owned()),
+        }
+        self.len += 1;
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> {
+        self.held.iter().take(self.len).map(String::as_str)
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
+impl PartialEq for Names {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Names {}
 
 /// How many changed names [`KnownVersions`] keeps for the next incremental check beyond the
 /// number of nodes it remembers; past that the check looks at every node (the same answer).
@@ -137,9 +176,7 @@ impl KnownVersions {
             self.view_replaced();
             return;
         }
-        if !self.changed.contains(name) {
-            self.changed.insert(name.to_owned());
-        }
+        self.changed.push(name);
     }
 
     /// [`KnownVersions::is_satisfied_by`] for a view the caller keeps and changes between
