@@ -66,7 +66,7 @@
 //! loop does it for the scenario's `watchLag` events) and snapshots are kept only from `lag`
 //! before a window until it closes; reads outside windows are current.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -483,6 +483,8 @@ pub struct SimApiServer {
     copy_views: bool,
     /// The node groups last listed shared ([`SimApiServer::shared_groups`]).
     groups: Vec<ListedGroup>,
+    /// The desired checksums last answered shared ([`SimApiServer::shared_checksums`]).
+    checksums: Option<Arc<BTreeMap<String, String>>>,
     /// The layouts of the world's node table and of the version table when the change feed
     /// last versioned every node, entry `i` being node `i`'s: while both are the same, the
     /// nodes the table logged as handed out mutably since are the only ones that can have
@@ -594,6 +596,31 @@ impl SimApiServer {
         }
         self.groups.truncate(count);
         out
+    }
+
+    /// The desired configuration checksums by group, shared: `current` lists each group's
+    /// name and desired checksum in name order; the answer is the same `Arc` as at the
+    /// previous call when they are the same, else a new map of them.
+    pub fn shared_checksums<'g>(
+        &mut self,
+        current: impl ExactSizeIterator<Item = (&'g str, &'g str)> + Clone,
+    ) -> Arc<BTreeMap<String, String>> {
+        if let Some(answered) = &self.checksums
+            && answered.len() == current.len()
+            && answered
+                .iter()
+                .zip(current.clone())
+                .all(|((name, sum), (n, s))| name == n && sum == s)
+        {
+            return Arc::clone(answered);
+        }
+        let map: Arc<BTreeMap<String, String>> = Arc::new(
+            current
+                .map(|(name, sum)| (name.to_owned(), sum.to_owned()))
+                .collect(),
+        );
+        self.checksums = Some(Arc::clone(&map));
+        map
     }
 
     /// The version of `node` as it is now (a new one if it changed since last observed).

@@ -332,6 +332,24 @@ impl ClusterRead for SimCluster<'_> {
             .map(|(name, g)| (name.clone(), g.desired().to_owned()))
             .collect())
     }
+
+    async fn configuration_checksums_shared(
+        &self,
+    ) -> Result<Arc<BTreeMap<String, String>>, ClusterError> {
+        let mut guard = self.lock();
+        Self::check(
+            &mut guard,
+            Operation::List,
+            format_args!("read configuration checksums"),
+        )?;
+        let w: &mut World = &mut guard;
+        // The map answered before, shared again while no group's checksum changed.
+        Ok(w.api.shared_checksums(
+            w.groups
+                .iter()
+                .map(|(name, g)| (name.as_str(), g.desired())),
+        ))
+    }
 }
 
 #[async_trait]

@@ -8,7 +8,6 @@
 //! added with [`crate::Simulation::add_controller`] (see the README).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -228,10 +227,8 @@ impl GroupOf {
 
 fn record_executor_event(world: &mut World, event: &ExecutorEvent, groups: &mut GroupOf) {
     let node = event.node();
-    // Made large enough at once (`to_string` would grow it piece by piece).
-    let mut message = String::with_capacity(96);
-    // Writing into a String never fails.
-    let _ = write!(message, "{event}");
+    // Its `Display`, made at the right size from its pieces.
+    let message = event.message();
     match event {
         ExecutorEvent::Applied { group, command } => {
             let kind = match command {

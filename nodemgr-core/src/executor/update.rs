@@ -208,42 +208,80 @@ impl ExecutorEvent {
     }
 }
 
+impl ExecutorEvent {
+    /// The message of an event whose message is text only, in pieces to write one after the
+    /// other (the last ones possibly empty); `None` for the events with a number or an
+    /// outcome in it ([`ExecutorEvent::DrainStarted`], [`ExecutorEvent::DrainFinished`]).
+    fn pieces(&self) -> Option<[&str; 5]> {
+        Some(match self {
+            Self::Applied { command, .. } => {
+                let [before, node, after] = command.pieces();
+                [before, node, after, "", ""]
+            }
+            Self::DrainStarted { .. } | Self::DrainFinished { .. } => return None,
+            Self::Cordoned { node } => ["node ", node, " cordoned", "", ""],
+            Self::Evicted { pod, .. } => ["pod ", pod, " evicted", "", ""],
+            Self::EvictionRefused { pod, reason, .. } => {
+                ["eviction of pod ", pod, " refused (", reason, ")"]
+            }
+            Self::ForceDeleted { pod, .. } => [
+                "pod ",
+                pod,
+                " deleted forcibly after the drain timeout",
+                "",
+                "",
+            ],
+            Self::DrainAbandoned { node, reason } => {
+                ["drain of node ", node, " dropped: ", reason, ""]
+            }
+            Self::DrainedMarkRemoved { node } => [
+                "removed drained=user from node ",
+                node,
+                ", which is schedulable again",
+                "",
+                "",
+            ],
+        })
+    }
+
+    /// The event's message, as `Display` writes it: put together from its pieces of text
+    /// into a string of the right size, without a format string to interpret where the
+    /// message is text only (the simulator's timeline makes one per event).
+    pub fn message(&self) -> String {
+        match self.pieces() {
+            Some(pieces) => concat(&pieces),
+            None => message(self),
+        }
+    }
+}
+
+/// `pieces` one after the other, in a string of their length.
+pub(crate) fn concat(pieces: &[&str]) -> String {
+    let mut out = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
+    for piece in pieces {
+        out.push_str(piece);
+    }
+    out
+}
+
 impl fmt::Display for ExecutorEvent {
-    // Pieces written as they are, without a format string to interpret where that is simple
-    // (the simulator's timeline formats one message per event).
+    // Pieces written as they are, without a format string to interpret where that is simple.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let pieces = |f: &mut fmt::Formatter<'_>, pieces: &[&str]| {
-            pieces.iter().try_for_each(|p| f.write_str(p))
-        };
+        if let Some(pieces) = self.pieces() {
+            return pieces.iter().try_for_each(|p| f.write_str(p));
+        }
         match self {
-            Self::Applied { command, .. } => fmt::Display::fmt(command, f),
             Self::DrainStarted { node, pods, .. } => {
                 write!(f, "drain of node {node} started ({pods} pod(s) to evict)")
             }
-            Self::Cordoned { node } => pieces(f, &["node ", node, " cordoned"]),
-            Self::Evicted { pod, .. } => pieces(f, &["pod ", pod, " evicted"]),
-            Self::EvictionRefused { pod, reason, .. } => {
-                pieces(f, &["eviction of pod ", pod, " refused (", reason, ")"])
-            }
-            Self::ForceDeleted { pod, .. } => pieces(
-                f,
-                &["pod ", pod, " deleted forcibly after the drain timeout"],
-            ),
             Self::DrainFinished { node, outcome, .. } => {
-                pieces(f, &["node ", node, ": "])?;
+                ["node ", node, ": "]
+                    .iter()
+                    .try_for_each(|p| f.write_str(p))?;
                 fmt::Display::fmt(outcome, f)
             }
-            Self::DrainAbandoned { node, reason } => {
-                pieces(f, &["drain of node ", node, " dropped: ", reason])
-            }
-            Self::DrainedMarkRemoved { node } => pieces(
-                f,
-                &[
-                    "removed drained=user from node ",
-                    node,
-                    ", which is schedulable again",
-                ],
-            ),
+            // Text only: written above.
+            _ => Ok(()),
         }
     }
 }
@@ -668,7 +706,7 @@ impl UpdateExecutor {
         now: Timestamp,
     ) -> Result<StepReport, ClusterError> {
         let groups = cluster.list_node_groups_shared().await?;
-        let checksums = cluster.configuration_checksums().await?;
+        let checksums = cluster.configuration_checksums_shared().await?;
         let mut report = StepReport::default();
         let changes = if self.plan_every_group {
             NodeChanges::resync(cluster.list_nodes_shared().await?)
@@ -805,7 +843,7 @@ impl UpdateExecutor {
                     ObjectRef::node(name),
                     EventKind::Normal,
                     command_event_reason(&command),
-                    message(&command),
+                    concat(&command.pieces()),
                     now,
                 )
                 .await;
@@ -1912,6 +1950,89 @@ mod tests {
             }
             let walked = gone_pods(remaining.iter().map(String::as_str), &pod_uids, &pods);
             proptest::prop_assert_eq!(walked, gone_pods_indexed(&remaining, &pod_uids, &pods));
+        }
+    }
+
+    /// Every event of the executor with the given texts (the commands of every kind).
+    fn every_event(node: &str, pod: &str, text: &str, n: usize) -> Vec<ExecutorEvent> {
+        let commands = [
+            UpdateCommand::Approve { node: node.into() },
+            UpdateCommand::StartDrain { node: node.into() },
+            UpdateCommand::ApproveDisruption {
+                node: node.into(),
+                cordon: n % 2 == 0,
+            },
+            UpdateCommand::ReplaceMachine { node: node.into() },
+            UpdateCommand::Finish {
+                node: node.into(),
+                uncordon: n % 3 == 0,
+            },
+        ];
+        let mut events: Vec<ExecutorEvent> = commands
+            .into_iter()
+            .map(|command| ExecutorEvent::Applied {
+                group: text.into(),
+                command,
+            })
+            .collect();
+        events.extend([
+            ExecutorEvent::DrainStarted {
+                node: node.into(),
+                group: text.into(),
+                pods: n,
+            },
+            ExecutorEvent::Cordoned { node: node.into() },
+            ExecutorEvent::Evicted {
+                node: node.into(),
+                pod: pod.into(),
+            },
+            ExecutorEvent::EvictionRefused {
+                node: node.into(),
+                pod: pod.into(),
+                reason: text.into(),
+                retry_at: t(0),
+            },
+            ExecutorEvent::ForceDeleted {
+                node: node.into(),
+                pod: pod.into(),
+            },
+            ExecutorEvent::DrainFinished {
+                node: node.into(),
+                group: text.into(),
+                outcome: DrainOutcome::Completed,
+            },
+            ExecutorEvent::DrainFinished {
+                node: node.into(),
+                group: text.into(),
+                outcome: DrainOutcome::TimedOut {
+                    force_deleted: vec![pod.into(); n % 3],
+                },
+            },
+            ExecutorEvent::DrainAbandoned {
+                node: node.into(),
+                reason: text.into(),
+            },
+            ExecutorEvent::DrainedMarkRemoved { node: node.into() },
+        ]);
+        events
+    }
+
+    proptest::proptest! {
+        /// An event's message put together from its pieces is what `Display` writes, and an
+        /// applied command's event message is the command's `Display`, for any texts.
+        #[test]
+        fn messages_from_pieces_are_the_display(
+            node in ".{0,12}",
+            pod in ".{0,12}",
+            text in ".{0,12}",
+            n in 0usize..7,
+        ) {
+            for event in every_event(&node, &pod, &text, n) {
+                proptest::prop_assert_eq!(event.message(), event.to_string());
+                if let ExecutorEvent::Applied { command, .. } = &event {
+                    proptest::prop_assert_eq!(concat(&command.pieces()), command.to_string());
+                }
+            }
         }
     }
 }

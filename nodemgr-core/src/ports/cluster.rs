@@ -628,6 +628,16 @@ pub trait ClusterRead: Send + Sync {
     /// in Secret `configuration-checksums` of `d8-cloud-instance-manager`, docs/deckhouse.md §4). A group
     /// missing from the map has no known checksum yet.
     async fn configuration_checksums(&self) -> Result<BTreeMap<String, String>, ClusterError>;
+
+    /// [`ClusterRead::configuration_checksums`] shared rather than copied: a port that keeps
+    /// what it answered hands out the same `Arc` while the checksums do not change (the
+    /// update executor reads them at every step). The default wraps
+    /// [`ClusterRead::configuration_checksums`].
+    async fn configuration_checksums_shared(
+        &self,
+    ) -> Result<Arc<BTreeMap<String, String>>, ClusterError> {
+        Ok(Arc::new(self.configuration_checksums().await?))
+    }
 }
 
 /// Acting on Nodes.
