@@ -34,13 +34,13 @@ use crate::model::Node;
 
 /// Whether resourceVersion `seen` is the same as `known` or later (see the module docs).
 pub fn resource_version_at_least(seen: &str, known: &str) -> bool {
-    if seen == known {
-        return true;
-    }
     // Versions written as plain decimals (what Kubernetes and the simulator hand out)
-    // compare by length, then digit by digit, without parsing.
+    // compare by length, then digit by digit, without parsing (equal ones included).
     if let (Some(seen), Some(known)) = (plain_decimal(seen), plain_decimal(known)) {
         return (seen.len(), seen) >= (known.len(), known);
+    }
+    if seen == known {
+        return true;
     }
     match (seen.parse::<u64>(), known.parse::<u64>()) {
         (Ok(seen), Ok(known)) => seen >= known,

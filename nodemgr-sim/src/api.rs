@@ -408,6 +408,16 @@ impl VersionTable {
         self.entries.get_mut(i).map(|(_, v)| v)
     }
 
+    /// Node `name`'s position in `entries`.
+    fn position(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    /// The entry at `at` (a position [`VersionTable::position`] answered).
+    fn at_mut(&mut self, at: usize) -> Option<&mut Versioned> {
+        self.entries.get_mut(at).map(|(_, v)| v)
+    }
+
     /// Sets node `name`'s entry (in place when it has one, else in its place by name).
     fn insert(&mut self, name: String, v: Versioned) {
         if let Some(entry) = self.get_mut(&name) {
@@ -698,12 +708,15 @@ impl SimApiServer {
         apply: impl FnOnce(&mut Node),
     ) -> Result<Arc<Node>, String> {
         let shared = !self.copy_views;
-        if expected.is_some() && !self.versions.contains_key(&slot.name) {
+        // One search of the node's entry (two for a node never versioned).
+        let mut at = self.versions.position(&slot.name);
+        if expected.is_some() && at.is_none() {
             // Never versioned: the precondition versions it first (as `version_of_shared`).
             let v = self.new_versioned(Seen::world(slot));
             self.versions.insert(slot.name.clone(), v);
+            at = self.versions.position(&slot.name);
         }
-        let Some(v) = self.versions.get_mut(&slot.name) else {
+        let Some(v) = at.and_then(|at| self.versions.at_mut(at)) else {
             apply(Arc::make_mut(slot));
             let (version, changed) = self.next_numbers();
             let (v, view) = Versioned::new_viewed(version, changed, slot, heartbeat, shared);

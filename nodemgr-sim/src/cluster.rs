@@ -154,10 +154,12 @@ fn count_by_group(w: &World) -> BTreeMap<&str, i64> {
 /// The count comes from the world's group index, unless it is stale (a foreign controller
 /// ran): then every node is counted.
 fn group_sizes(w: &World) -> Vec<Option<i64>> {
+    // The index is stale for every group or for none: asked of the first.
     let counted = w
         .groups
         .keys()
-        .any(|g| w.indexed_group_size(g).is_none())
+        .next()
+        .is_some_and(|g| w.indexed_group_size(g).is_none())
         .then(|| count_by_group(w));
     #[cfg(debug_assertions)]
     if counted.is_none() {

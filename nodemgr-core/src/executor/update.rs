@@ -573,12 +573,12 @@ impl UpdateExecutor {
     /// [`crate::update::plan_updates_detailed`] does over the view, except that a group
     /// planned before from the same inputs with no command keeps that plan (see
     /// [`UpdateExecutor::set_skip_unchanged`]).
-    fn plan(
+    fn plan<'g>(
         &mut self,
-        groups: &[Arc<NodeGroup>],
+        groups: &'g [Arc<NodeGroup>],
         checksums: &BTreeMap<String, String>,
         now: Timestamp,
-    ) -> Vec<(String, UpdatePlan)> {
+    ) -> Vec<(&'g str, UpdatePlan)> {
         let mut plans = Vec::with_capacity(groups.len());
         for group in groups {
             let Some(desired) = checksums.get(group.name()) else {
@@ -595,7 +595,7 @@ impl UpdateExecutor {
                     commands: Vec::new(),
                     blocked: previous.blocked.clone(),
                 };
-                plans.push((group.name().to_owned(), plan));
+                plans.push((group.name(), plan));
                 continue;
             }
             // The view keeps each group's members in name order, each name once; the planner
@@ -614,7 +614,7 @@ impl UpdateExecutor {
             } else {
                 self.planned.remove(group.name());
             }
-            plans.push((group.name().to_owned(), plan));
+            plans.push((group.name(), plan));
         }
         plans
     }
@@ -802,7 +802,7 @@ impl UpdateExecutor {
         let mut patches = CommandPatches::default();
         for (group, plan) in plans {
             if !plan.blocked.is_empty() {
-                report.blocked.push((group.clone(), plan.blocked));
+                report.blocked.push((group.to_owned(), plan.blocked));
             }
             for command in plan.commands {
                 let name = command.node().to_owned();
@@ -848,7 +848,7 @@ impl UpdateExecutor {
                 )
                 .await;
                 report.events.push(ExecutorEvent::Applied {
-                    group: group.clone(),
+                    group: group.to_owned(),
                     command,
                 });
             }
