@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::Cause;
-use crate::model::{Node, NodeGroup, Pod, PodDisruptionBudget, StringMap, Taint, Timestamp};
+use crate::model::{Node, NodeGroup, Pod, PodDisruptionBudget, Taint, Timestamp};
 
 /// What went wrong talking to the cluster.
 ///
@@ -352,8 +352,18 @@ impl NodePatch {
     /// Applies the patch to a node view in place (what an implementation stores; the simulator
     /// and tests use it, adapters send the patch instead).
     pub fn apply_to(&self, node: &mut Node) {
-        apply_entries(&mut node.labels, &self.labels);
-        apply_entries(&mut node.annotations, &self.annotations);
+        for (key, value) in &self.labels {
+            match value {
+                Some(v) => node.labels.insert(key.clone(), v.clone()),
+                None => node.labels.remove(key),
+            };
+        }
+        for (key, value) in &self.annotations {
+            match value {
+                Some(v) => node.annotations.insert(key.clone(), v.clone()),
+                None => node.annotations.remove(key),
+            };
+        }
         node.taints.retain(|t| !self.remove_taints.contains(&t.key));
         for taint in &self.add_taints {
             node.taints
@@ -365,53 +375,6 @@ impl NodePatch {
         }
         if let Some(id) = &self.provider_id {
             node.provider_id = Some(id.clone());
-        }
-    }
-}
-
-/// Sets (`Some`) or removes (`None`) each entry of `patch` in `map`, as one `insert` or
-/// `remove` per entry does. Which entries change is found first by one ordered walk over
-/// both (no search per key); only those are written, so a map another view shares is not
-/// copied when the patch changes nothing in it, and a key to remove that the map lacks
-/// costs no search.
-fn apply_entries(map: &mut StringMap, patch: &BTreeMap<String, Option<String>>) {
-    if patch.is_empty() {
-        return;
-    }
-    if patch.len() > 64 {
-        // More entries than the mask below holds: one write each.
-        for (key, value) in patch {
-            match value {
-                Some(v) => map.insert(key.clone(), v.clone()),
-                None => map.remove(key),
-            };
-        }
-        return;
-    }
-    // Bit `i`: entry `i` of `patch` (in key order) changes the map.
-    let mut changes = 0u64;
-    let mut current = map.iter().peekable();
-    for (i, (key, value)) in patch.iter().enumerate() {
-        while current.next_if(|(k, _)| *k < key).is_some() {}
-        let present = current.next_if(|(k, _)| *k == key).map(|(_, v)| v);
-        let changes_it = match (value, present) {
-            (Some(v), Some(p)) => v != p,
-            (Some(_), None) | (None, Some(_)) => true,
-            (None, None) => false,
-        };
-        if changes_it {
-            changes |= 1 << i;
-        }
-    }
-    if changes == 0 {
-        return;
-    }
-    for (i, (key, value)) in patch.iter().enumerate() {
-        if changes & (1 << i) != 0 {
-            match value {
-                Some(v) => map.insert(key.clone(), v.clone()),
-                None => map.remove(key),
-            };
         }
     }
 }
@@ -864,52 +827,6 @@ mod tests {
         assert!(node.unschedulable);
         assert!(!patch.is_empty());
         assert!(NodePatch::new().is_empty());
-    }
-
-    /// `apply_entries` as one `insert` or `remove` per entry of the patch.
-    fn applied_one_by_one(
-        map: &BTreeMap<String, String>,
-        patch: &BTreeMap<String, Option<String>>,
-    ) -> BTreeMap<String, String> {
-        let mut map = map.clone();
-        for (key, value) in patch {
-            match value {
-                Some(v) => map.insert(key.clone(), v.clone()),
-                None => map.remove(key),
-            };
-        }
-        map
-    }
-
-    proptest::proptest! {
-        /// Labels and annotations patched by the ordered walk are those one write per entry
-        /// makes, for any map and patch (also past the 64 entries the walk's mask holds); a
-        /// shared map the patch changes nothing in stays shared.
-        #[test]
-        fn entries_patched_by_a_walk_are_those_written_one_by_one(
-            map in proptest::collection::btree_map("[a-e]{1,2}", "[xy]", 0..12),
-            patch in proptest::collection::btree_map(
-                "[a-e]{1,2}",
-                proptest::option::of("[xy]"),
-                0..12,
-            ),
-            wide in proptest::collection::btree_map(
-                "[a-z]{2}",
-                proptest::option::of("[xy]"),
-                60..80,
-            ),
-        ) {
-            for patch in [&patch, &wide] {
-                let expected = applied_one_by_one(&map, patch);
-                let shared = StringMap::from(map.clone());
-                let mut patched = shared.clone();
-                apply_entries(&mut patched, patch);
-                proptest::prop_assert_eq!(&*patched, &expected);
-                if expected == map && patch.len() <= 64 {
-                    proptest::prop_assert!(patched.shares_with(&shared));
-                }
-            }
-        }
     }
 
     #[test]
