@@ -174,10 +174,41 @@ impl KnownVersions {
     /// Records a node as a write returned it (its new resourceVersion). A view without a
     /// version is ignored.
     pub fn handle_write(&mut self, node: &Node) {
-        // Remembered first, so the entry carries the mark of being told.
-        self.remember(node);
-        if self.baseline && !node.resource_version.is_empty() {
-            self.note_changed(&node.name);
+        let seen = node.resource_version.as_str();
+        if seen.is_empty() {
+            return;
+        }
+        if self.baseline && self.changed.len() >= self.nodes.len().saturating_add(MAX_CHANGED) {
+            // As `note_changed` past the names kept: the next check looks at every node.
+            self.view_replaced();
+        }
+        // Remembered and told as changed with one search of the node's entry, as
+        // `remember_version` and then `note_changed` do.
+        let tag = self.tag();
+        let Self {
+            nodes,
+            changed,
+            baseline,
+            ..
+        } = self;
+        match nodes.get_mut(&node.name) {
+            Some(known) => {
+                if !resource_version_at_least(&known.version, seen) {
+                    seen.clone_into(&mut known.version);
+                }
+                if *baseline && known.told != tag {
+                    known.told = tag;
+                    changed.push(&node.name);
+                }
+            }
+            None => {
+                let mut known = Known::new(seen);
+                if *baseline {
+                    known.told = tag;
+                    changed.push(&node.name);
+                }
+                nodes.insert(node.name.clone(), known);
+            }
         }
     }
 

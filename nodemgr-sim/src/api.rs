@@ -282,7 +282,7 @@ impl Versioned {
             Arc::make_mut(slot);
         }
         if shared && let Some(node) = Arc::get_mut(slot) {
-            node.resource_version = version.to_string();
+            set_version(&mut node.resource_version, version);
             node.last_heartbeat = heartbeat;
             let v = Self {
                 version,
@@ -340,7 +340,7 @@ impl Versioned {
             View::Seen if self.seen.is(slot) => Arc::clone(slot),
             View::Seen | View::None => {
                 let mut view = Node::clone(slot);
-                view.resource_version = self.version.to_string();
+                set_version(&mut view.resource_version, self.version);
                 view.last_heartbeat = heartbeat;
                 let view = Arc::new(view);
                 self.view = View::Copy(Arc::clone(&view));
@@ -549,6 +549,12 @@ fn same_content(a: &Node, b: &Node) -> bool {
         && *provider_id == b.provider_id
         && *addresses == b.addresses
         && *created == b.created
+}
+
+/// Writes `version` into `slot` in decimal (as `to_string` does), reusing its buffer.
+fn set_version(slot: &mut String, version: u64) {
+    slot.clear();
+    slot.push_str(crate::text::Digits::of(version).as_str());
 }
 
 /// Counts one more version and one more change (see "Change feed" in the module docs): the
@@ -979,7 +985,7 @@ impl SimApiServer {
                     (node.name.clone(), v)
                 }
             };
-            node.resource_version = entry.1.version.to_string();
+            set_version(&mut node.resource_version, entry.1.version);
             kept.push(entry);
         }
         for (gone, _) in old {
