@@ -229,6 +229,12 @@ impl KnownVersions {
         self.clear_changed();
     }
 
+    /// Whether no cache can be trusted before a direct read ([`KnownVersions::handle_fresh_read`]):
+    /// every check answers `false` until then, so a caller may skip reading its cache.
+    pub fn needs_direct_read(&self) -> bool {
+        !self.synced
+    }
+
     /// Tells [`KnownVersions::is_satisfied_by_view`] that the caller's view changed for node
     /// `name` (added, changed or removed) since the previous check.
     pub fn view_changed(&mut self, name: &str) {

@@ -21,7 +21,7 @@
 //!    and are planned from only when they are at
 //!    least as new as every write this executor made and every direct read it did
 //!    ([`KnownVersions`], read-your-writes); otherwise, and on the first step of a new
-//!    executor, they are read directly from the API
+//!    executor (which does not ask the feed then), they are read directly from the API
 //!    ([`ClusterRead::list_nodes_fresh_shared`](crate::ports::ClusterRead::list_nodes_fresh_shared))
 //!    and that list becomes the view (the feed then starts over with a whole list).
 //! 2. **Plan and apply**: [`crate::update::plan_updates_detailed`] at `now`; each command becomes
@@ -708,13 +708,18 @@ impl UpdateExecutor {
         let groups = cluster.list_node_groups_shared().await?;
         let checksums = cluster.configuration_checksums_shared().await?;
         let mut report = StepReport::default();
-        let changes = if self.plan_every_group {
-            NodeChanges::resync(cluster.list_nodes_shared().await?)
-        } else {
-            cluster.node_changes_since(self.revision).await?
-        };
-        self.revision = changes.revision;
-        self.view.apply(changes, &mut self.known);
+        // A new executor reads the nodes directly below whatever the cache shows: the change
+        // feed is not asked for a whole list first (the incremental executor; the plain one
+        // reads as it always did).
+        if self.plan_every_group || !self.known.needs_direct_read() {
+            let changes = if self.plan_every_group {
+                NodeChanges::resync(cluster.list_nodes_shared().await?)
+            } else {
+                cluster.node_changes_since(self.revision).await?
+            };
+            self.revision = changes.revision;
+            self.view.apply(changes, &mut self.known);
+        }
         let view = &self.view;
         if !self
             .known
