@@ -381,9 +381,7 @@ impl KnownVersions {
                     .binary_search_by(|n| n.name.as_str().cmp(name.as_str()))
                     .ok()
                     .and_then(|i| cached.get(i))
-                    .is_some_and(|n| {
-                        resource_version_at_least(&n.resource_version, &known.version)
-                    })
+                    .is_some_and(|n| resource_version_at_least(&n.resource_version, &known.version))
             })
         } else {
             let seen: BTreeMap<&str, &str> = cached

@@ -552,9 +552,7 @@ fn evict(w: &mut World, key: &str) -> EvictionResult {
     }
     if refused {
         w.stats.evictions_refused += 1;
-        return EvictionResult::RefusedByBudget(
-            "eviction refused (injected)".into(),
-        );
+        return EvictionResult::RefusedByBudget("eviction refused (injected)".into());
     }
     if let Some(pdb) = blocking {
         w.stats.evictions_refused += 1;

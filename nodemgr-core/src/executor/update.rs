@@ -93,8 +93,8 @@ use std::time::Duration;
 use super::node_table::{NodeFacts, NodeTable};
 use super::scaling::disruption_event;
 use crate::disruption::DisruptionReason;
-use crate::hash::FastHash;
 use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome};
+use crate::hash::FastHash;
 use crate::model::{Node, NodeGroup, Timestamp, keys};
 use crate::ports::{
     ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodeChanges, NodePatch, NodePod,
@@ -1965,12 +1965,12 @@ mod tests {
             UpdateCommand::StartDrain { node: node.into() },
             UpdateCommand::ApproveDisruption {
                 node: node.into(),
-                cordon: n % 2 == 0,
+                cordon: n.is_multiple_of(2),
             },
             UpdateCommand::ReplaceMachine { node: node.into() },
             UpdateCommand::Finish {
                 node: node.into(),
-                uncordon: n % 3 == 0,
+                uncordon: n.is_multiple_of(3),
             },
         ];
         let mut events: Vec<ExecutorEvent> = commands
