@@ -43,6 +43,9 @@ use crate::world::{SimNode, World};
 #[derive(Debug)]
 pub struct SimCluster<'w> {
     world: Mutex<&'w mut World>,
+    /// Answer the batched and shared calls as the port's defaults do
+    /// ([`SimCluster::plain`]).
+    plain: bool,
 }
 
 impl<'w> SimCluster<'w> {
@@ -50,7 +53,16 @@ impl<'w> SimCluster<'w> {
     pub fn new(world: &'w mut World) -> Self {
         Self {
             world: Mutex::new(world),
+            plain: false,
         }
+    }
+
+    /// The port answering `evict_pods` and `configuration_checksums_shared` as the traits'
+    /// defaults do when `plain` (one `evict_pod` per key, in order; a new map of the
+    /// checksums), for tests comparing the simulator's shortcuts with them.
+    pub fn plain(mut self, plain: bool) -> Self {
+        self.plain = plain;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, &'w mut World> {
@@ -338,6 +350,9 @@ impl ClusterRead for SimCluster<'_> {
     async fn configuration_checksums_shared(
         &self,
     ) -> Result<Arc<BTreeMap<String, String>>, ClusterError> {
+        if self.plain {
+            return Ok(Arc::new(self.configuration_checksums().await?));
+        }
         let mut guard = self.lock();
         Self::check(
             &mut guard,
@@ -445,6 +460,17 @@ impl PodApi for SimCluster<'_> {
     }
 
     async fn evict_pods(&self, keys: &[String]) -> Vec<Result<EvictionResult, ClusterError>> {
+        if self.plain {
+            // The default's calls, each ready at once, in the order its futures run.
+            let mut results = Vec::with_capacity(keys.len());
+            for key in keys {
+                results.push(match PodRef::parse(key) {
+                    Some(pod) => self.evict_pod(&pod).await,
+                    None => Err(malformed_pod_key(key)),
+                });
+            }
+            return results;
+        }
         // One after the other in the order of `keys`, as the default's futures (each ready
         // when first polled) would run, without a `PodRef` and a future per pod: a key with
         // a `/` is the key of the `PodRef` it parses to.
