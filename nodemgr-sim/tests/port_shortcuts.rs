@@ -49,15 +49,13 @@ fn group() -> impl Strategy<Value = Group> {
         prop::collection::vec(0u64..1500, 1..=3),
     )
         .prop_map(
-            |(nodes, max_concurrent, pods_per_node, grace, blocking_pdb, changes)| {
-                Group {
-                    nodes,
-                    max_concurrent,
-                    pods_per_node,
-                    grace,
-                    blocking_pdb,
-                    changes,
-                }
+            |(nodes, max_concurrent, pods_per_node, grace, blocking_pdb, changes)| Group {
+                nodes,
+                max_concurrent,
+                pods_per_node,
+                grace,
+                blocking_pdb,
+                changes,
             },
         )
 }
@@ -93,8 +91,10 @@ fn scenario(c: &Case) -> Scenario {
         );
         pdbs.push(json!({"name": app, "selector": {"app": app}, "maxUnavailable": 1}));
         if g.blocking_pdb {
-            pdbs.push(json!({"name": format!("db{i}"), "selector": {"app": format!("db{i}")},
-                             "minAvailable": 1}));
+            pdbs.push(
+                json!({"name": format!("db{i}"), "selector": {"app": format!("db{i}")},
+                             "minAvailable": 1}),
+            );
         }
         for at in &g.changes {
             events.push(
@@ -106,7 +106,9 @@ fn scenario(c: &Case) -> Scenario {
         let gi = g % c.groups.len();
         let at = format!("{at}s");
         events.push(match kind {
-            0 => json!({"at": at, "apiErrors": {"for": format!("{dur}s"), "operations": ["evict"]}}),
+            0 => {
+                json!({"at": at, "apiErrors": {"for": format!("{dur}s"), "operations": ["evict"]}})
+            }
             1 => json!({"at": at, "apiErrors": {"for": format!("{}s", dur / 10 + 5),
                                                 "operations": ["evict", "patch", "list"]}}),
             2 => json!({"at": at, "refuseEvictions": {
