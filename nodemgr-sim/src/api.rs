@@ -913,12 +913,6 @@ impl SimApiServer {
                 v.renew(numbers, slot, heartbeat, shared);
             }
         }
-        if self.change_seq == since {
-            // Nothing versioned (nor forgotten) since: every entry's change number is at
-            // most `since` (they all come from `next_numbers`), so the walk below would
-            // find none.
-            return self.answer(since, Vec::new());
-        }
         let mut changed = Vec::new();
         for (at, (_, v)) in self.versions.entries.iter_mut().enumerate() {
             if v.changed > since {
