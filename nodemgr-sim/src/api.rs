@@ -66,7 +66,7 @@
 //! loop does it for the scenario's `watchLag` events) and snapshots are kept only from `lag`
 //! before a window until it closes; reads outside windows are current.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -282,7 +282,7 @@ impl Versioned {
             Arc::make_mut(slot);
         }
         if shared && let Some(node) = Arc::get_mut(slot) {
-            node.resource_version = version.to_string();
+            set_version(&mut node.resource_version, version);
             node.last_heartbeat = heartbeat;
             let v = Self {
                 version,
@@ -340,7 +340,7 @@ impl Versioned {
             View::Seen if self.seen.is(slot) => Arc::clone(slot),
             View::Seen | View::None => {
                 let mut view = Node::clone(slot);
-                view.resource_version = self.version.to_string();
+                set_version(&mut view.resource_version, self.version);
                 view.last_heartbeat = heartbeat;
                 let view = Arc::new(view);
                 self.view = View::Copy(Arc::clone(&view));
@@ -406,6 +406,16 @@ impl VersionTable {
     fn get_mut(&mut self, name: &str) -> Option<&mut Versioned> {
         let &i = self.index.get(name)?;
         self.entries.get_mut(i).map(|(_, v)| v)
+    }
+
+    /// Node `name`'s position in `entries`.
+    fn position(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    /// The entry at `at` (a position [`VersionTable::position`] answered).
+    fn at_mut(&mut self, at: usize) -> Option<&mut Versioned> {
+        self.entries.get_mut(at).map(|(_, v)| v)
     }
 
     /// Sets node `name`'s entry (in place when it has one, else in its place by name).
@@ -483,6 +493,8 @@ pub struct SimApiServer {
     copy_views: bool,
     /// The node groups last listed shared ([`SimApiServer::shared_groups`]).
     groups: Vec<ListedGroup>,
+    /// The desired checksums last answered shared ([`SimApiServer::shared_checksums`]).
+    checksums: Option<Arc<BTreeMap<String, String>>>,
     /// The layouts of the world's node table and of the version table when the change feed
     /// last versioned every node, entry `i` being node `i`'s: while both are the same, the
     /// nodes the table logged as handed out mutably since are the only ones that can have
@@ -537,6 +549,12 @@ fn same_content(a: &Node, b: &Node) -> bool {
         && *provider_id == b.provider_id
         && *addresses == b.addresses
         && *created == b.created
+}
+
+/// Writes `version` into `slot` in decimal (as `to_string` does), reusing its buffer.
+fn set_version(slot: &mut String, version: u64) {
+    slot.clear();
+    slot.push_str(crate::text::Digits::of(version).as_str());
 }
 
 /// Counts one more version and one more change (see "Change feed" in the module docs): the
@@ -594,6 +612,31 @@ impl SimApiServer {
         }
         self.groups.truncate(count);
         out
+    }
+
+    /// The desired configuration checksums by group, shared: `current` lists each group's
+    /// name and desired checksum in name order; the answer is the same `Arc` as at the
+    /// previous call when they are the same, else a new map of them.
+    pub fn shared_checksums<'g>(
+        &mut self,
+        current: impl ExactSizeIterator<Item = (&'g str, &'g str)> + Clone,
+    ) -> Arc<BTreeMap<String, String>> {
+        if let Some(answered) = &self.checksums
+            && answered.len() == current.len()
+            && answered
+                .iter()
+                .zip(current.clone())
+                .all(|((name, sum), (n, s))| name == n && sum == s)
+        {
+            return Arc::clone(answered);
+        }
+        let map: Arc<BTreeMap<String, String>> = Arc::new(
+            current
+                .map(|(name, sum)| (name.to_owned(), sum.to_owned()))
+                .collect(),
+        );
+        self.checksums = Some(Arc::clone(&map));
+        map
     }
 
     /// The version of `node` as it is now (a new one if it changed since last observed).
@@ -671,12 +714,15 @@ impl SimApiServer {
         apply: impl FnOnce(&mut Node),
     ) -> Result<Arc<Node>, String> {
         let shared = !self.copy_views;
-        if expected.is_some() && !self.versions.contains_key(&slot.name) {
+        // One search of the node's entry (two for a node never versioned).
+        let mut at = self.versions.position(&slot.name);
+        if expected.is_some() && at.is_none() {
             // Never versioned: the precondition versions it first (as `version_of_shared`).
             let v = self.new_versioned(Seen::world(slot));
             self.versions.insert(slot.name.clone(), v);
+            at = self.versions.position(&slot.name);
         }
-        let Some(v) = self.versions.get_mut(&slot.name) else {
+        let Some(v) = at.and_then(|at| self.versions.at_mut(at)) else {
             apply(Arc::make_mut(slot));
             let (version, changed) = self.next_numbers();
             let (v, view) = Versioned::new_viewed(version, changed, slot, heartbeat, shared);
@@ -939,7 +985,7 @@ impl SimApiServer {
                     (node.name.clone(), v)
                 }
             };
-            node.resource_version = entry.1.version.to_string();
+            set_version(&mut node.resource_version, entry.1.version);
             kept.push(entry);
         }
         for (gone, _) in old {

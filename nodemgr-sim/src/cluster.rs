@@ -27,6 +27,7 @@ use nodemgr_core::model::{
     Instance, InstanceCurrentStatus, MachineFailure, Node, NodeGroup, NodeGroupStatus, ObjectMeta,
     ObjectReference, Pod, PodDisruptionBudget, Timestamp, keys,
 };
+use nodemgr_core::ports::cluster::malformed_pod_key;
 use nodemgr_core::ports::{
     AppliedHolder, ClusterError, ClusterRead, EventApi, EvictionResult, MachineApi, NewInstance,
     NodeApi, NodeChanges, NodeHealthRead, NodePatch, NodePod, NodeRevision, PodApi, PodRef,
@@ -42,6 +43,9 @@ use crate::world::{SimNode, World};
 #[derive(Debug)]
 pub struct SimCluster<'w> {
     world: Mutex<&'w mut World>,
+    /// Answer the batched and shared calls as the port's defaults do
+    /// ([`SimCluster::plain`]).
+    plain: bool,
 }
 
 impl<'w> SimCluster<'w> {
@@ -49,7 +53,16 @@ impl<'w> SimCluster<'w> {
     pub fn new(world: &'w mut World) -> Self {
         Self {
             world: Mutex::new(world),
+            plain: false,
         }
+    }
+
+    /// The port answering `evict_pods` and `configuration_checksums_shared` as the traits'
+    /// defaults do when `plain` (one `evict_pod` per key, in order; a new map of the
+    /// checksums), for tests comparing the simulator's shortcuts with them.
+    pub fn plain(mut self, plain: bool) -> Self {
+        self.plain = plain;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, &'w mut World> {
@@ -153,10 +166,12 @@ fn count_by_group(w: &World) -> BTreeMap<&str, i64> {
 /// The count comes from the world's group index, unless it is stale (a foreign controller
 /// ran): then every node is counted.
 fn group_sizes(w: &World) -> Vec<Option<i64>> {
+    // The index is stale for every group or for none: asked of the first.
     let counted = w
         .groups
         .keys()
-        .any(|g| w.indexed_group_size(g).is_none())
+        .next()
+        .is_some_and(|g| w.indexed_group_size(g).is_none())
         .then(|| count_by_group(w));
     #[cfg(debug_assertions)]
     if counted.is_none() {
@@ -331,6 +346,27 @@ impl ClusterRead for SimCluster<'_> {
             .map(|(name, g)| (name.clone(), g.desired().to_owned()))
             .collect())
     }
+
+    async fn configuration_checksums_shared(
+        &self,
+    ) -> Result<Arc<BTreeMap<String, String>>, ClusterError> {
+        if self.plain {
+            return Ok(Arc::new(self.configuration_checksums().await?));
+        }
+        let mut guard = self.lock();
+        Self::check(
+            &mut guard,
+            Operation::List,
+            format_args!("read configuration checksums"),
+        )?;
+        let w: &mut World = &mut guard;
+        // The map answered before, shared again while no group's checksum changed.
+        Ok(w.api.shared_checksums(
+            w.groups
+                .iter()
+                .map(|(name, g)| (name.as_str(), g.desired())),
+        ))
+    }
 }
 
 #[async_trait]
@@ -420,62 +456,34 @@ impl PodApi for SimCluster<'_> {
     async fn evict_pod(&self, pod: &PodRef) -> Result<EvictionResult, ClusterError> {
         let mut w = self.lock();
         Self::check(&mut w, Operation::Evict, format_args!("evict pod {pod}"))?;
-        let key = pod.key();
-        let Some(sp) = w.pods.get(&key) else {
-            return Ok(EvictionResult::Gone);
-        };
-        // What the API server decides, read before anything is counted (no copy of the pod).
-        let view = &sp.pod;
-        let per_node = view.is_daemonset() || view.is_mirror();
-        let terminating = sp.terminating_until.is_some();
-        let grace = sp
-            .workload
-            .and_then(|i| w.workloads.get(i))
-            .map_or(Duration::ZERO, |wl| wl.termination_grace_period.0);
-        let refused = !terminating && w.eviction_refused(view);
-        let has_budget = !terminating
-            && !refused
-            && w.pdbs.iter().any(|p| {
-                p.namespace == view.namespace
-                    && p.selector
-                        .iter()
-                        .all(|(k, v)| view.labels.get(k) == Some(v))
-            });
-        let blocking = if has_budget {
-            w.pdb_views()
-                .into_iter()
-                .find(|p| p.covers(view) && p.disruptions_allowed <= 0)
-        } else {
-            None
-        };
-        w.stats.eviction_requests += 1;
-        if per_node {
-            w.stats.daemonset_eviction_requests += 1;
+        Ok(evict(&mut w, &pod.key()))
+    }
+
+    async fn evict_pods(&self, keys: &[String]) -> Vec<Result<EvictionResult, ClusterError>> {
+        if self.plain {
+            // The default's calls, each ready at once, in the order its futures run.
+            let mut results = Vec::with_capacity(keys.len());
+            for key in keys {
+                results.push(match PodRef::parse(key) {
+                    Some(pod) => self.evict_pod(&pod).await,
+                    None => Err(malformed_pod_key(key)),
+                });
+            }
+            return results;
         }
-        if terminating {
-            return Ok(EvictionResult::Evicted);
-        }
-        if refused {
-            w.stats.evictions_refused += 1;
-            return Ok(EvictionResult::RefusedByBudget(
-                "eviction refused (injected)".into(),
-            ));
-        }
-        if let Some(pdb) = blocking {
-            w.stats.evictions_refused += 1;
-            return Ok(EvictionResult::RefusedByBudget(format!(
-                "Cannot evict pod as it would violate the pod's disruption budget {}/{}",
-                pdb.namespace, pdb.name
-            )));
-        }
-        w.stats.evictions += 1;
-        if grace.is_zero() {
-            w.remove_pod(&key);
-        } else {
-            let until = w.now + grace;
-            w.terminate_pod(&key, until);
-        }
-        Ok(EvictionResult::Evicted)
+        // One after the other in the order of `keys`, as the default's futures (each ready
+        // when first polled) would run, without a `PodRef` and a future per pod: a key with
+        // a `/` is the key of the `PodRef` it parses to.
+        let mut w = self.lock();
+        keys.iter()
+            .map(|key| {
+                if !key.contains('/') {
+                    return Err(malformed_pod_key(key));
+                }
+                Self::check(&mut w, Operation::Evict, format_args!("evict pod {key}"))?;
+                Ok(evict(&mut w, key))
+            })
+            .collect()
     }
 
     async fn delete_pod(
@@ -529,6 +537,64 @@ impl EventApi for SimCluster<'_> {
         w.recorded_events.push(event);
         Ok(())
     }
+}
+
+/// The API server's answer to the eviction of pod `key` (`namespace/name`), after the
+/// injected failures (`SimCluster::check`): what `evict_pod` does once it has the key.
+fn evict(w: &mut World, key: &str) -> EvictionResult {
+    let Some(sp) = w.pods.get(key) else {
+        return EvictionResult::Gone;
+    };
+    // What the API server decides, read before anything is counted (no copy of the pod).
+    let view = &sp.pod;
+    let per_node = view.is_daemonset() || view.is_mirror();
+    let terminating = sp.terminating_until.is_some();
+    let grace = sp
+        .workload
+        .and_then(|i| w.workloads.get(i))
+        .map_or(Duration::ZERO, |wl| wl.termination_grace_period.0);
+    let refused = !terminating && w.eviction_refused(view);
+    let has_budget = !terminating
+        && !refused
+        && w.pdbs.iter().any(|p| {
+            p.namespace == view.namespace
+                && p.selector
+                    .iter()
+                    .all(|(k, v)| view.labels.get(k) == Some(v))
+        });
+    let blocking = if has_budget {
+        w.pdb_views()
+            .into_iter()
+            .find(|p| p.covers(view) && p.disruptions_allowed <= 0)
+    } else {
+        None
+    };
+    w.stats.eviction_requests += 1;
+    if per_node {
+        w.stats.daemonset_eviction_requests += 1;
+    }
+    if terminating {
+        return EvictionResult::Evicted;
+    }
+    if refused {
+        w.stats.evictions_refused += 1;
+        return EvictionResult::RefusedByBudget("eviction refused (injected)".into());
+    }
+    if let Some(pdb) = blocking {
+        w.stats.evictions_refused += 1;
+        return EvictionResult::RefusedByBudget(format!(
+            "Cannot evict pod as it would violate the pod's disruption budget {}/{}",
+            pdb.namespace, pdb.name
+        ));
+    }
+    w.stats.evictions += 1;
+    if grace.is_zero() {
+        w.remove_pod(key);
+    } else {
+        let until = w.now + grace;
+        w.terminate_pod(key, until);
+    }
+    EvictionResult::Evicted
 }
 
 /// The world is the API: its nodes are what a direct read returns, heartbeats are folded into

@@ -8,7 +8,6 @@
 //! added with [`crate::Simulation::add_controller`] (see the README).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,6 +67,8 @@ pub struct UpdateController {
     last_blocked: BTreeMap<String, Vec<String>>,
     clock_skew: ClockOffset,
     skip_unchanged: bool,
+    /// Run over the port's default answers ([`SimCluster::plain`]).
+    plain_port: bool,
 }
 
 impl UpdateController {
@@ -80,7 +81,16 @@ impl UpdateController {
             last_blocked: BTreeMap::new(),
             clock_skew: ClockOffset::default(),
             skip_unchanged: true,
+            plain_port: false,
         }
+    }
+
+    /// Whether the executor talks to the port as answered by the traits' defaults
+    /// ([`SimCluster::plain`]: evictions one by one, checksums copied) instead of the
+    /// simulator's shortcuts (the default, `false`). For tests that compare both.
+    pub fn plain_port(mut self, plain: bool) -> Self {
+        self.plain_port = plain;
+        self
     }
 
     /// The executor (its drains).
@@ -127,7 +137,7 @@ impl Controller for UpdateController {
     fn step(&mut self, world: &mut World, now: Timestamp) {
         self.next = now + self.period;
         let result = {
-            let cluster = SimCluster::new(world);
+            let cluster = SimCluster::new(world).plain(self.plain_port);
             block_on(self.executor.step(&cluster, self.clock_skew.apply(now)))
         };
         let report = match result {
@@ -228,10 +238,8 @@ impl GroupOf {
 
 fn record_executor_event(world: &mut World, event: &ExecutorEvent, groups: &mut GroupOf) {
     let node = event.node();
-    // Made large enough at once (`to_string` would grow it piece by piece).
-    let mut message = String::with_capacity(96);
-    // Writing into a String never fails.
-    let _ = write!(message, "{event}");
+    // Its `Display`, made at the right size from its pieces.
+    let message = event.message();
     match event {
         ExecutorEvent::Applied { group, command } => {
             let kind = match command {

@@ -21,7 +21,7 @@
 //!    and are planned from only when they are at
 //!    least as new as every write this executor made and every direct read it did
 //!    ([`KnownVersions`], read-your-writes); otherwise, and on the first step of a new
-//!    executor, they are read directly from the API
+//!    executor (which does not ask the feed then), they are read directly from the API
 //!    ([`ClusterRead::list_nodes_fresh_shared`](crate::ports::ClusterRead::list_nodes_fresh_shared))
 //!    and that list becomes the view (the feed then starts over with a whole list).
 //! 2. **Plan and apply**: [`crate::update::plan_updates_detailed`] at `now`; each command becomes
@@ -85,7 +85,7 @@
 //! [`UpdateExecutor::next_deadline`] (the earliest eviction retry or drain timeout) for exact
 //! retry timing. Each step uses the `now` it is given for every decision.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,6 +94,7 @@ use super::node_table::{NodeFacts, NodeTable};
 use super::scaling::disruption_event;
 use crate::disruption::DisruptionReason;
 use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome};
+use crate::hash::FastHash;
 use crate::model::{Node, NodeGroup, Timestamp, keys};
 use crate::ports::{
     ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodeChanges, NodePatch, NodePod,
@@ -207,42 +208,80 @@ impl ExecutorEvent {
     }
 }
 
+impl ExecutorEvent {
+    /// The message of an event whose message is text only, in pieces to write one after the
+    /// other (the last ones possibly empty); `None` for the events with a number or an
+    /// outcome in it ([`ExecutorEvent::DrainStarted`], [`ExecutorEvent::DrainFinished`]).
+    fn pieces(&self) -> Option<[&str; 5]> {
+        Some(match self {
+            Self::Applied { command, .. } => {
+                let [before, node, after] = command.pieces();
+                [before, node, after, "", ""]
+            }
+            Self::DrainStarted { .. } | Self::DrainFinished { .. } => return None,
+            Self::Cordoned { node } => ["node ", node, " cordoned", "", ""],
+            Self::Evicted { pod, .. } => ["pod ", pod, " evicted", "", ""],
+            Self::EvictionRefused { pod, reason, .. } => {
+                ["eviction of pod ", pod, " refused (", reason, ")"]
+            }
+            Self::ForceDeleted { pod, .. } => [
+                "pod ",
+                pod,
+                " deleted forcibly after the drain timeout",
+                "",
+                "",
+            ],
+            Self::DrainAbandoned { node, reason } => {
+                ["drain of node ", node, " dropped: ", reason, ""]
+            }
+            Self::DrainedMarkRemoved { node } => [
+                "removed drained=user from node ",
+                node,
+                ", which is schedulable again",
+                "",
+                "",
+            ],
+        })
+    }
+
+    /// The event's message, as `Display` writes it: put together from its pieces of text
+    /// into a string of the right size, without a format string to interpret where the
+    /// message is text only (the simulator's timeline makes one per event).
+    pub fn message(&self) -> String {
+        match self.pieces() {
+            Some(pieces) => concat(&pieces),
+            None => message(self),
+        }
+    }
+}
+
+/// `pieces` one after the other, in a string of their length.
+pub(crate) fn concat(pieces: &[&str]) -> String {
+    let mut out = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
+    for piece in pieces {
+        out.push_str(piece);
+    }
+    out
+}
+
 impl fmt::Display for ExecutorEvent {
-    // Pieces written as they are, without a format string to interpret where that is simple
-    // (the simulator's timeline formats one message per event).
+    // Pieces written as they are, without a format string to interpret where that is simple.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let pieces = |f: &mut fmt::Formatter<'_>, pieces: &[&str]| {
-            pieces.iter().try_for_each(|p| f.write_str(p))
-        };
+        if let Some(pieces) = self.pieces() {
+            return pieces.iter().try_for_each(|p| f.write_str(p));
+        }
         match self {
-            Self::Applied { command, .. } => fmt::Display::fmt(command, f),
             Self::DrainStarted { node, pods, .. } => {
                 write!(f, "drain of node {node} started ({pods} pod(s) to evict)")
             }
-            Self::Cordoned { node } => pieces(f, &["node ", node, " cordoned"]),
-            Self::Evicted { pod, .. } => pieces(f, &["pod ", pod, " evicted"]),
-            Self::EvictionRefused { pod, reason, .. } => {
-                pieces(f, &["eviction of pod ", pod, " refused (", reason, ")"])
-            }
-            Self::ForceDeleted { pod, .. } => pieces(
-                f,
-                &["pod ", pod, " deleted forcibly after the drain timeout"],
-            ),
             Self::DrainFinished { node, outcome, .. } => {
-                pieces(f, &["node ", node, ": "])?;
+                ["node ", node, ": "]
+                    .iter()
+                    .try_for_each(|p| f.write_str(p))?;
                 fmt::Display::fmt(outcome, f)
             }
-            Self::DrainAbandoned { node, reason } => {
-                pieces(f, &["drain of node ", node, " dropped: ", reason])
-            }
-            Self::DrainedMarkRemoved { node } => pieces(
-                f,
-                &[
-                    "removed drained=user from node ",
-                    node,
-                    ", which is schedulable again",
-                ],
-            ),
+            // Text only: written above.
+            _ => Ok(()),
         }
     }
 }
@@ -326,16 +365,20 @@ fn plan_depends_on_time(group: &NodeGroup) -> bool {
     !group.spec.automatic_windows().is_empty() || !group.spec.rolling_update_windows().is_empty()
 }
 
+/// The nodes a step patched, by name, as the patches returned them: found by hash (a step
+/// looks up the node of every command in them); read in no particular order.
+type Patched = HashMap<String, Arc<Node>, FastHash>;
+
 /// The nodes a step works on: the view, with the nodes this step patched as the patches
 /// returned them (kept for the step only).
 struct StepNodes<'a> {
     view: &'a NodeTable,
-    patched: &'a BTreeMap<String, Arc<Node>>,
+    patched: &'a Patched,
 }
 
 impl<'a> StepNodes<'a> {
     fn get(&self, name: &str) -> Option<StepNode<'a>> {
-        let patched: &'a BTreeMap<String, Arc<Node>> = self.patched;
+        let patched: &'a Patched = self.patched;
         let view: &'a NodeTable = self.view;
         match patched.get(name) {
             Some(node) => Some(StepNode::Patched(node)),
@@ -530,12 +573,12 @@ impl UpdateExecutor {
     /// [`crate::update::plan_updates_detailed`] does over the view, except that a group
     /// planned before from the same inputs with no command keeps that plan (see
     /// [`UpdateExecutor::set_skip_unchanged`]).
-    fn plan(
+    fn plan<'g>(
         &mut self,
-        groups: &[Arc<NodeGroup>],
+        groups: &'g [Arc<NodeGroup>],
         checksums: &BTreeMap<String, String>,
         now: Timestamp,
-    ) -> Vec<(String, UpdatePlan)> {
+    ) -> Vec<(&'g str, UpdatePlan)> {
         let mut plans = Vec::with_capacity(groups.len());
         for group in groups {
             let Some(desired) = checksums.get(group.name()) else {
@@ -552,7 +595,7 @@ impl UpdateExecutor {
                     commands: Vec::new(),
                     blocked: previous.blocked.clone(),
                 };
-                plans.push((group.name().to_owned(), plan));
+                plans.push((group.name(), plan));
                 continue;
             }
             // The view keeps each group's members in name order, each name once; the planner
@@ -571,7 +614,7 @@ impl UpdateExecutor {
             } else {
                 self.planned.remove(group.name());
             }
-            plans.push((group.name().to_owned(), plan));
+            plans.push((group.name(), plan));
         }
         plans
     }
@@ -663,15 +706,20 @@ impl UpdateExecutor {
         now: Timestamp,
     ) -> Result<StepReport, ClusterError> {
         let groups = cluster.list_node_groups_shared().await?;
-        let checksums = cluster.configuration_checksums().await?;
+        let checksums = cluster.configuration_checksums_shared().await?;
         let mut report = StepReport::default();
-        let changes = if self.plan_every_group {
-            NodeChanges::resync(cluster.list_nodes_shared().await?)
-        } else {
-            cluster.node_changes_since(self.revision).await?
-        };
-        self.revision = changes.revision;
-        self.view.apply(changes, &mut self.known);
+        // A new executor reads the nodes directly below whatever the cache shows: the change
+        // feed is not asked for a whole list first (the incremental executor; the plain one
+        // reads as it always did).
+        if self.plan_every_group || !self.known.needs_direct_read() {
+            let changes = if self.plan_every_group {
+                NodeChanges::resync(cluster.list_nodes_shared().await?)
+            } else {
+                cluster.node_changes_since(self.revision).await?
+            };
+            self.revision = changes.revision;
+            self.view.apply(changes, &mut self.known);
+        }
         let view = &self.view;
         if !self
             .known
@@ -681,7 +729,7 @@ impl UpdateExecutor {
         }
 
         // The nodes this step patched, as the patches returned them.
-        let mut patched = BTreeMap::new();
+        let mut patched = Patched::default();
         let mut replans = 0;
         loop {
             let conflict = self
@@ -748,7 +796,7 @@ impl UpdateExecutor {
         cluster: &C,
         groups: &[Arc<NodeGroup>],
         checksums: &BTreeMap<String, String>,
-        patched: &mut BTreeMap<String, Arc<Node>>,
+        patched: &mut Patched,
         now: Timestamp,
         report: &mut StepReport,
     ) -> Option<ActionError> {
@@ -759,7 +807,7 @@ impl UpdateExecutor {
         let mut patches = CommandPatches::default();
         for (group, plan) in plans {
             if !plan.blocked.is_empty() {
-                report.blocked.push((group.clone(), plan.blocked));
+                report.blocked.push((group.to_owned(), plan.blocked));
             }
             for command in plan.commands {
                 let name = command.node().to_owned();
@@ -800,12 +848,12 @@ impl UpdateExecutor {
                     ObjectRef::node(name),
                     EventKind::Normal,
                     command_event_reason(&command),
-                    message(&command),
+                    concat(&command.pieces()),
                     now,
                 )
                 .await;
                 report.events.push(ExecutorEvent::Applied {
-                    group: group.clone(),
+                    group: group.to_owned(),
                     command,
                 });
             }
@@ -817,7 +865,7 @@ impl UpdateExecutor {
         &mut self,
         cluster: &C,
         groups: &[Arc<NodeGroup>],
-        patched: &BTreeMap<String, Arc<Node>>,
+        patched: &Patched,
         now: Timestamp,
         report: &mut StepReport,
     ) {
@@ -1115,14 +1163,9 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
         if evictions.is_empty() {
             return;
         }
-        // Every pending eviction of the node at once.
-        let results = futures::future::join_all(evictions.iter().map(|key| async move {
-            match PodRef::parse(key) {
-                Some(pod) => cluster.evict_pod(&pod).await,
-                None => Err(ClusterError::other(format!("malformed pod key {key}"))),
-            }
-        }))
-        .await;
+        // Every pending eviction of the node at once (`PodApi::evict_pods`: concurrently,
+        // unless the port's calls never wait).
+        let results = cluster.evict_pods(&evictions).await;
         let mut accepted = false;
         for (pod, result) in evictions.into_iter().zip(results) {
             let outcome = match result {
@@ -1912,6 +1955,89 @@ mod tests {
             }
             let walked = gone_pods(remaining.iter().map(String::as_str), &pod_uids, &pods);
             proptest::prop_assert_eq!(walked, gone_pods_indexed(&remaining, &pod_uids, &pods));
+        }
+    }
+
+    /// Every event of the executor with the given texts (the commands of every kind).
+    fn every_event(node: &str, pod: &str, text: &str, n: usize) -> Vec<ExecutorEvent> {
+        let commands = [
+            UpdateCommand::Approve { node: node.into() },
+            UpdateCommand::StartDrain { node: node.into() },
+            UpdateCommand::ApproveDisruption {
+                node: node.into(),
+                cordon: n.is_multiple_of(2),
+            },
+            UpdateCommand::ReplaceMachine { node: node.into() },
+            UpdateCommand::Finish {
+                node: node.into(),
+                uncordon: n.is_multiple_of(3),
+            },
+        ];
+        let mut events: Vec<ExecutorEvent> = commands
+            .into_iter()
+            .map(|command| ExecutorEvent::Applied {
+                group: text.into(),
+                command,
+            })
+            .collect();
+        events.extend([
+            ExecutorEvent::DrainStarted {
+                node: node.into(),
+                group: text.into(),
+                pods: n,
+            },
+            ExecutorEvent::Cordoned { node: node.into() },
+            ExecutorEvent::Evicted {
+                node: node.into(),
+                pod: pod.into(),
+            },
+            ExecutorEvent::EvictionRefused {
+                node: node.into(),
+                pod: pod.into(),
+                reason: text.into(),
+                retry_at: t(0),
+            },
+            ExecutorEvent::ForceDeleted {
+                node: node.into(),
+                pod: pod.into(),
+            },
+            ExecutorEvent::DrainFinished {
+                node: node.into(),
+                group: text.into(),
+                outcome: DrainOutcome::Completed,
+            },
+            ExecutorEvent::DrainFinished {
+                node: node.into(),
+                group: text.into(),
+                outcome: DrainOutcome::TimedOut {
+                    force_deleted: vec![pod.into(); n % 3],
+                },
+            },
+            ExecutorEvent::DrainAbandoned {
+                node: node.into(),
+                reason: text.into(),
+            },
+            ExecutorEvent::DrainedMarkRemoved { node: node.into() },
+        ]);
+        events
+    }
+
+    proptest::proptest! {
+        /// An event's message put together from its pieces is what `Display` writes, and an
+        /// applied command's event message is the command's `Display`, for any texts.
+        #[test]
+        fn messages_from_pieces_are_the_display(
+            node in ".{0,12}",
+            pod in ".{0,12}",
+            text in ".{0,12}",
+            n in 0usize..7,
+        ) {
+            for event in every_event(&node, &pod, &text, n) {
+                proptest::prop_assert_eq!(event.message(), event.to_string());
+                if let ExecutorEvent::Applied { command, .. } = &event {
+                    proptest::prop_assert_eq!(concat(&command.pieces()), command.to_string());
+                }
+            }
         }
     }
 }

@@ -228,6 +228,11 @@ impl fmt::Display for PodRef {
     }
 }
 
+/// The error [`PodApi::evict_pods`] answers for a key that is not `namespace/name`.
+pub fn malformed_pod_key(key: &str) -> ClusterError {
+    ClusterError::other(format!("malformed pod key {key}"))
+}
+
 /// A precondition on a delete: the object must still be the one the caller looked at.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Precondition {
@@ -623,6 +628,16 @@ pub trait ClusterRead: Send + Sync {
     /// in Secret `configuration-checksums` of `d8-cloud-instance-manager`, docs/deckhouse.md §4). A group
     /// missing from the map has no known checksum yet.
     async fn configuration_checksums(&self) -> Result<BTreeMap<String, String>, ClusterError>;
+
+    /// [`ClusterRead::configuration_checksums`] shared rather than copied: a port that keeps
+    /// what it answered hands out the same `Arc` while the checksums do not change (the
+    /// update executor reads them at every step). The default wraps
+    /// [`ClusterRead::configuration_checksums`].
+    async fn configuration_checksums_shared(
+        &self,
+    ) -> Result<Arc<BTreeMap<String, String>>, ClusterError> {
+        Ok(Arc::new(self.configuration_checksums().await?))
+    }
 }
 
 /// Acting on Nodes.
@@ -689,6 +704,23 @@ pub trait PodApi: Send + Sync {
     /// the drain retries it like a refusal. Idempotent: evicting a terminating pod is
     /// `Evicted` again or `Gone`.
     async fn evict_pod(&self, pod: &PodRef) -> Result<EvictionResult, ClusterError>;
+
+    /// Evicts every pod of `keys` (each `namespace/name`, as [`PodRef::parse`] reads it),
+    /// answering [`PodApi::evict_pod`]'s result for each, in the order of `keys`; a key
+    /// without `/` answers [`ClusterError::Other`] (`malformed pod key …`) and asks nothing.
+    ///
+    /// The default asks for all of them **concurrently** (one [`PodApi::evict_pod`] each, as
+    /// a drain does for a node's pods). A port whose calls never wait (the simulator) may
+    /// answer them one after the other in that order, without a future per pod.
+    async fn evict_pods(&self, keys: &[String]) -> Vec<Result<EvictionResult, ClusterError>> {
+        futures::future::join_all(keys.iter().map(|key| async move {
+            match PodRef::parse(key) {
+                Some(pod) => self.evict_pod(&pod).await,
+                None => Err(malformed_pod_key(key)),
+            }
+        }))
+        .await
+    }
 
     /// Deletes `pod` without the eviction API (PodDisruptionBudgets do not apply), with
     /// `grace_period` (`Some(ZERO)` = immediately, `None` = the pod's own).

@@ -94,6 +94,17 @@ impl fmt::Display for UpdateCommand {
     // Pieces written as they are, without a format string to interpret (the simulator's
     // timeline formats one message per command).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [before, node, after] = self.pieces();
+        f.write_str(before)?;
+        f.write_str(node)?;
+        f.write_str(after)
+    }
+}
+
+impl UpdateCommand {
+    /// The command as `Display` writes it, in three pieces of text (the last possibly
+    /// empty): a message made without a format string to interpret.
+    pub(crate) fn pieces(&self) -> [&str; 3] {
         let (before, node, after) = match self {
             Self::Approve { node } => ("approve update of node ", node, ""),
             Self::StartDrain { node } => ("drain node ", node, " before its disruption"),
@@ -109,9 +120,7 @@ impl fmt::Display for UpdateCommand {
                 if *uncordon { " and uncordon it" } else { "" },
             ),
         };
-        f.write_str(before)?;
-        f.write_str(node)?;
-        f.write_str(after)
+        [before, node, after]
     }
 }
 
