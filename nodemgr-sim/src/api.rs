@@ -554,7 +554,8 @@ fn same_content(a: &Node, b: &Node) -> bool {
 /// Writes `version` into `slot` in decimal (as `to_string` does), reusing its buffer.
 fn set_version(slot: &mut String, version: u64) {
     slot.clear();
-    slot.push_str(crate::text::Digits::of(version).as_str());
+    // The ASCII digits pushed as characters: no UTF-8 check of a `&str` made of them.
+    crate::text::Digits::of(version).push_to(slot);
 }
 
 /// Counts one more version and one more change (see "Change feed" in the module docs): the

@@ -14,6 +14,14 @@ pub(crate) fn concat(parts: &[&str]) -> String {
     out
 }
 
+/// Every two-digit pair "00" to "99", one after the other.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 /// The decimal digits of a number (as `{}` writes it), zero-padded to a width (as `{:0w$}`),
 /// on the stack.
 #[derive(Clone, Copy)]
@@ -33,15 +41,33 @@ impl Digits {
     pub(crate) fn padded(mut n: u64, width: usize) -> Self {
         let mut buf = [b'0'; 24];
         let mut start = buf.len();
-        loop {
+        // Two digits at a time from a table (one division per pair); a `u64` has at most 20
+        // digits, so `start` stays in the buffer.
+        while n >= 100 {
+            // `n % 100` is below 100: a pair's index in the table.
+            let pair = (n % 100) as usize * 2;
+            n /= 100;
+            start -= 2;
+            if let (Some(slot), Some(digits)) =
+                (buf.get_mut(start..start + 2), PAIRS.get(pair..pair + 2))
+            {
+                slot.copy_from_slice(digits);
+            }
+        }
+        if n >= 10 {
+            // Below 100.
+            let pair = n as usize * 2;
+            start -= 2;
+            if let (Some(slot), Some(digits)) =
+                (buf.get_mut(start..start + 2), PAIRS.get(pair..pair + 2))
+            {
+                slot.copy_from_slice(digits);
+            }
+        } else {
             start -= 1;
             if let Some(slot) = buf.get_mut(start) {
-                // `n % 10` is a single digit.
-                *slot = b'0' + (n % 10) as u8;
-            }
-            n /= 10;
-            if n == 0 || start == 0 {
-                break;
+                // A single digit.
+                *slot = b'0' + n as u8;
             }
         }
         let start = start.min(buf.len().saturating_sub(width));
