@@ -336,9 +336,10 @@ impl Nodes {
     /// previous call, clearing the log; `None` when any node may have changed.
     pub(crate) fn take_touched(&mut self) -> Option<Vec<usize>> {
         let all = std::mem::take(&mut self.all_touched);
-        let touched = std::mem::take(&mut self.touched);
-        let mut positions: Vec<usize> = Vec::with_capacity(touched.len());
-        for id in touched {
+        let mut positions: Vec<usize> = Vec::with_capacity(self.touched.len());
+        // The log emptied but kept (its capacity), so that the next interval's notes do not
+        // grow a new one.
+        for id in self.touched.drain(..) {
             if let Some(&at) = self.position.get(id.0 as usize)
                 && at != u32::MAX
                 && let Some(e) = self.entries.get_mut(at as usize)
