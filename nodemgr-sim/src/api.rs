@@ -55,7 +55,11 @@
 //! `tests/lazy_agents.rs`); outcomes are those of views copied
 //! (`tests/shared_views.rs`). When another `Arc` still holds the world's node, or a version
 //! was handed out without a view (a precondition check), the view is a copy, made when first
-//! asked for, as before. Which of the two is made changes no view's content.
+//! asked for, as before. Which of the two is made changes no view's content. A port patch of
+//! a node that nothing but its own version entry holds (no other `Arc`, no agent's `Weak`)
+//! lets go of the entry's weak reference first, so that `Arc::make_mut` changes the node in
+//! place rather than moving it; the entry gets a new version either way, as a moved node
+//! does ([`SimApiServer::set_patch_in_place`], `tests/patch_in_place.rs`).
 //!
 //! # Watch lag
 //! While a [`WatchLag`] window is open, cached reads show the nodes as they were `lag` earlier.
@@ -503,6 +507,9 @@ pub struct SimApiServer {
     /// The change feed looks at every node at each answer, ignoring the world's log
     /// ([`SimApiServer::set_logged_feed`]).
     walk_every_node: bool,
+    /// A patched node only a version entry shares is moved to a new allocation, as
+    /// `Arc::make_mut` does, rather than changed in place ([`SimApiServer::set_patch_in_place`]).
+    move_patched: bool,
 }
 
 /// A node group as last listed shared: the world's group and the count it was listed with,
@@ -551,6 +558,12 @@ fn same_content(a: &Node, b: &Node) -> bool {
         && *created == b.created
 }
 
+/// Whether the world's node `slot` is held by no other `Arc` and by one `Weak` only (a
+/// version entry's [`Seen::World`], when that entry [`Seen::is`] it).
+fn only_seen_by_entry(slot: &Arc<Node>) -> bool {
+    Arc::strong_count(slot) == 1 && Arc::weak_count(slot) == 1
+}
+
 /// Writes `version` into `slot` in decimal (as `to_string` does), reusing its buffer.
 fn set_version(slot: &mut String, version: u64) {
     slot.clear();
@@ -582,6 +595,14 @@ impl SimApiServer {
     /// comparing them.
     pub fn set_shared_views(&mut self, shared: bool) {
         self.copy_views = !shared;
+    }
+
+    /// Whether a patch of a node that no other `Arc` and only this server's version entry
+    /// holds changes the node in place (the default, `true`), or moves it to a new allocation
+    /// first, as `Arc::make_mut` does while a weak reference shares it (see "Shared views" in
+    /// the module docs). Both hand out the same versions and views; for tests comparing them.
+    pub fn set_patch_in_place(&mut self, in_place: bool) {
+        self.move_patched = !in_place;
     }
 
     /// The node groups as listed, shared: `groups` are the world's groups in order, each with
@@ -739,6 +760,14 @@ impl SimApiServer {
             if crate::text::Digits::of(v.version).as_bytes() != expected.as_bytes() {
                 return Err(v.version.to_string());
             }
+        }
+        if shared && !self.move_patched && v.seen.is(slot) && only_seen_by_entry(slot) {
+            // Only this entry's weak reference shares the node: let go of it, so that the
+            // change is made in place rather than moving the node to a new allocation. The
+            // entry is renewed below with a new version, as it is for a moved node (whose old
+            // allocation nobody holds: not comparable); nothing else can tell the addresses
+            // apart (no other `Arc` or `Weak` holds it).
+            v.seen = Seen::World(Weak::new());
         }
         apply(Arc::make_mut(slot));
         if v.matches(slot) {
