@@ -166,13 +166,9 @@ fn count_by_group(w: &World) -> BTreeMap<&str, i64> {
 /// The count comes from the world's group index, unless it is stale (a foreign controller
 /// ran): then every node is counted.
 fn group_sizes(w: &World) -> Vec<Option<i64>> {
-    // The index is stale for every group or for none: asked of the first.
-    let counted = w
-        .groups
-        .keys()
-        .next()
-        .is_some_and(|g| w.indexed_group_size(g).is_none())
-        .then(|| count_by_group(w));
+    // The index is stale for every group or for none; when current, read beside the groups.
+    let indexed = w.indexed_group_sizes();
+    let counted = indexed.is_none().then(|| count_by_group(w));
     #[cfg(debug_assertions)]
     if counted.is_none() {
         let all = count_by_group(w);
@@ -182,16 +178,25 @@ fn group_sizes(w: &World) -> Vec<Option<i64>> {
                 .and_then(|n| i64::try_from(n).ok());
             debug_assert_eq!(indexed, Some(all.get(name.as_str()).copied().unwrap_or(0)));
         }
+        // The walk beside the groups answers as a search per group.
+        let searched: Option<Vec<usize>> = w
+            .groups
+            .keys()
+            .map(|name| w.indexed_group_size(name))
+            .collect();
+        debug_assert_eq!(indexed, searched);
     }
+    let indexed = indexed.unwrap_or_default();
     w.groups
         .iter()
-        .map(|(name, g)| {
+        .enumerate()
+        .map(|(at, (name, g))| {
             let has_desired = g.group.status.as_ref().is_some_and(|s| s.desired.is_some());
             (!has_desired).then(|| match &counted {
                 Some(counts) => counts.get(name.as_str()).copied().unwrap_or(0),
-                None => w
-                    .indexed_group_size(name)
-                    .map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)),
+                None => indexed
+                    .get(at)
+                    .map_or(0, |&n| i64::try_from(n).unwrap_or(i64::MAX)),
             })
         })
         .collect()

@@ -278,12 +278,38 @@ impl World {
 
     /// How many nodes group `group` has (`SimNode::group`), from the group index; `None`
     /// while the indexes are stale ([`World::invalidate_indexes`]), when only a count over
-    /// [`World::nodes`] answers.
+    /// [`World::nodes`] answers. Debug builds check [`World::indexed_group_sizes`] against it.
+    #[cfg(debug_assertions)]
     pub(crate) fn indexed_group_size(&self, group: &str) -> Option<usize> {
         if self.index.stale {
             return None;
         }
         Some(self.index.by_group.get(group).map_or(0, BTreeSet::len))
+    }
+
+    /// How many nodes each group of [`World::groups`] has, in its order, from the group index
+    /// (`None` while the indexes are stale, as `World::indexed_group_size` per group): one
+    /// walk of the group index beside the groups (both in name order) instead of a search per
+    /// group.
+    pub(crate) fn indexed_group_sizes(&self) -> Option<Vec<usize>> {
+        if self.index.stale {
+            return None;
+        }
+        let mut indexed = self.index.by_group.iter().peekable();
+        let sizes = self
+            .groups
+            .keys()
+            .map(|group| {
+                while indexed
+                    .next_if(|(name, _)| name.as_str() < group.as_str())
+                    .is_some()
+                {}
+                indexed
+                    .next_if(|(name, _)| *name == group)
+                    .map_or(0, |(_, names)| names.len())
+            })
+            .collect();
+        Some(sizes)
     }
 }
 
