@@ -460,13 +460,14 @@ impl AgentEnv<'_> {
     /// Moves the node's simulated step on: the restart begins, or the step ends.
     fn advance_step(&mut self, name: &str, n: &mut SimNode) {
         let now = self.now;
-        let Some(r) = n.agent.running.clone() else {
+        // The step's times and effect are read in place: its name is moved out only when it
+        // ends.
+        let Some(r) = n.agent.running.as_mut() else {
             return;
         };
+        let done_at = r.done_at;
         if r.effect != ImpactKind::None && !r.restart_started && r.applied_at <= now {
-            if let Some(step) = n.agent.running.as_mut() {
-                step.restart_started = true;
-            }
+            r.restart_started = true;
             let secs = r.done_at.saturating_since(r.applied_at).as_secs();
             let (kind, what) = if r.effect == ImpactKind::Disruptive {
                 self.stats.disruptions += 1;
@@ -478,8 +479,9 @@ impl AgentEnv<'_> {
             let message = crate::text::concat(&["agent ", what, " (", secs.as_str(), "s)"]);
             self.record(kind, &n.group, name, message);
         }
-        if r.done_at <= now {
-            n.agent.running = None;
+        if done_at <= now
+            && let Some(r) = n.agent.running.take()
+        {
             n.agent.machine.handle_input(
                 AgentInput::StepFinished(StepOutcome {
                     step: r.name,

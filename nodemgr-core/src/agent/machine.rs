@@ -175,7 +175,19 @@ enum Awaiting {
     Bundle,
     Node,
     Patch(OwnPatch),
-    Step(String),
+    /// The run of the step at this index of the bundle (the step is named by the bundle, not
+    /// by a copy of its name).
+    Step(Arc<Verified>, usize),
+}
+
+impl Awaiting {
+    /// The name of the step whose run is awaited, when that is what is awaited.
+    fn step_name(&self) -> Option<&str> {
+        match self {
+            Self::Step(bundle, index) => bundle.steps.get(*index).map(|s| s.name.as_str()),
+            _ => None,
+        }
+    }
 }
 
 /// One of the patches the agent makes of its Node, as it remembers it while the patch is
@@ -578,8 +590,8 @@ impl Agent {
                 let node = self.config.node.clone();
                 self.fail(AgentError::Patch { node, source }, now);
             }
-            (Some(Awaiting::Step(name)), AgentInput::StepFinished(outcome))
-                if outcome.step == name =>
+            (Some(awaiting @ Awaiting::Step(..)), AgentInput::StepFinished(outcome))
+                if awaiting.step_name() == Some(outcome.step.as_str()) =>
             {
                 self.on_step(outcome, now);
             }
@@ -687,7 +699,9 @@ impl Agent {
             Awaiting::Bundle => Queued::Ready(AgentAction::FetchBundle),
             Awaiting::Node => Queued::Ready(AgentAction::ReadNode),
             Awaiting::Patch(p) => Queued::Patch(p.clone()),
-            Awaiting::Step(name) => Queued::Ready(AgentAction::RunStep { name: name.clone() }),
+            Awaiting::Step(..) => Queued::Ready(AgentAction::RunStep {
+                name: awaiting.step_name().unwrap_or_default().to_owned(),
+            }),
         };
         self.enqueue(action);
         self.awaiting = Some(awaiting);
@@ -905,7 +919,8 @@ impl Agent {
         let progress = self.files.progress.as_ref();
         let begun = progress.is_some_and(|p| p.bundle.as_deref() == Some(bundle.checksum.as_str()));
         let done = |name: &String| begun && progress.is_some_and(|p| p.done.contains(name));
-        let Some(step) = bundle.steps.iter().find(|s| !done(&s.name)) else {
+        let Some((index, step)) = bundle.steps.iter().enumerate().find(|(_, s)| !done(&s.name))
+        else {
             return self.decide_report(&bundle, now);
         };
         let recorded_key = progress.and_then(|p| p.applied_keys.get(&step.name));
@@ -962,7 +977,7 @@ impl Agent {
             self.write_progress();
         }
         self.set_applying(&bundle.checksum, &step.name);
-        self.request(Awaiting::Step(step.name.clone()));
+        self.request(Awaiting::Step(bundle, index));
     }
 
     /// Sets [`AgentStatus::Applying`] for `checksum` and `step` (unless it is already that:
