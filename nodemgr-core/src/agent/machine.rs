@@ -1496,6 +1496,32 @@ mod tests {
         )
     }
 
+    /// Whether `status` names only checksums and steps of `bundles` (a status change refills
+    /// the old status's strings, [`Agent::status_buffers`]: nothing of them may be left).
+    fn status_names_the_bundles(status: &AgentStatus, bundles: &[DesiredBundle]) -> bool {
+        let checksum = |c: &String| bundles.iter().any(|b| &b.checksum == c);
+        let step = |s: &String| bundles.iter().any(|b| b.steps.iter().any(|x| &x.name == s));
+        match status {
+            AgentStatus::Starting | AgentStatus::Backoff { .. } => true,
+            AgentStatus::UpToDate { checksum: c }
+            | AgentStatus::WaitingForApproval { checksum: c }
+            | AgentStatus::Reporting { checksum: c } => checksum(c),
+            AgentStatus::WaitingForDisruptionApproval {
+                checksum: c,
+                step: s,
+            }
+            | AgentStatus::Applying {
+                checksum: c,
+                step: s,
+            }
+            | AgentStatus::RetryingStep {
+                checksum: c,
+                step: s,
+                ..
+            } => checksum(c) && step(s),
+        }
+    }
+
     /// The lending agent's answer to `action` (`lean`: through the lean input methods).
     fn answer_lending(
         agent: &mut Agent,
@@ -1749,6 +1775,11 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(&node, &lent_node);
                 proptest::prop_assert_eq!(observed(&built), observed(&lending));
+                proptest::prop_assert!(
+                    status_names_the_bundles(lending.status(), &bundles),
+                    "{:?}",
+                    lending.status()
+                );
             }
         }
     }
