@@ -561,17 +561,19 @@ impl AgentEnv<'_> {
                         | AgentAction::RemoveFirstRun,
                     ) => {}
                     LeanAction::Action(AgentAction::WriteChecksumFile(checksum)) => {
-                        agent.applied = Some(checksum.clone());
-                        break Driven::Updated(checksum);
+                        // The action's checksum is kept as the applied one (not copied).
+                        agent.applied = Some(checksum);
+                        break Driven::Updated;
                     }
                     LeanAction::Action(other) => break Driven::Other(other),
                 }
             };
             match action {
                 Driven::Patched(asked) => self.record_patch(name, &n.group, asked, group),
-                Driven::Updated(checksum) => {
+                Driven::Updated => {
                     self.stats.updates_completed += 1;
-                    let short = checksum.get(..12).unwrap_or(&checksum);
+                    let checksum = n.agent.applied.as_deref().unwrap_or_default();
+                    let short = checksum.get(..12).unwrap_or(checksum);
                     let message = crate::text::concat(&["node runs ", short]);
                     self.record("agent.updated", &n.group, name, message);
                 }
@@ -690,8 +692,9 @@ enum Driven {
     /// A patch was applied and the agent told: its timeline events are recorded (which of
     /// [`ASKS`] it set).
     Patched([bool; 3]),
-    /// The checksum file was written (the checksum): the update is counted and recorded.
-    Updated(String),
+    /// The checksum file was written (its checksum is now the agent's `applied`): the update
+    /// is counted and recorded.
+    Updated,
     /// A step to start or an event to record.
     Other(AgentAction),
 }
