@@ -460,13 +460,14 @@ impl AgentEnv<'_> {
     /// Moves the node's simulated step on: the restart begins, or the step ends.
     fn advance_step(&mut self, name: &str, n: &mut SimNode) {
         let now = self.now;
-        let Some(r) = n.agent.running.clone() else {
+        // The step's times and effect are read in place: its name is moved out only when it
+        // ends.
+        let Some(r) = n.agent.running.as_mut() else {
             return;
         };
+        let done_at = r.done_at;
         if r.effect != ImpactKind::None && !r.restart_started && r.applied_at <= now {
-            if let Some(step) = n.agent.running.as_mut() {
-                step.restart_started = true;
-            }
+            r.restart_started = true;
             let secs = r.done_at.saturating_since(r.applied_at).as_secs();
             let (kind, what) = if r.effect == ImpactKind::Disruptive {
                 self.stats.disruptions += 1;
@@ -478,8 +479,9 @@ impl AgentEnv<'_> {
             let message = crate::text::concat(&["agent ", what, " (", secs.as_str(), "s)"]);
             self.record(kind, &n.group, name, message);
         }
-        if r.done_at <= now {
-            n.agent.running = None;
+        if done_at <= now
+            && let Some(r) = n.agent.running.take()
+        {
             n.agent.machine.handle_input(
                 AgentInput::StepFinished(StepOutcome {
                     step: r.name,
@@ -559,17 +561,19 @@ impl AgentEnv<'_> {
                         | AgentAction::RemoveFirstRun,
                     ) => {}
                     LeanAction::Action(AgentAction::WriteChecksumFile(checksum)) => {
-                        agent.applied = Some(checksum.clone());
-                        break Driven::Updated(checksum);
+                        // The action's checksum is kept as the applied one (not copied).
+                        agent.applied = Some(checksum);
+                        break Driven::Updated;
                     }
                     LeanAction::Action(other) => break Driven::Other(other),
                 }
             };
             match action {
                 Driven::Patched(asked) => self.record_patch(name, &n.group, asked, group),
-                Driven::Updated(checksum) => {
+                Driven::Updated => {
                     self.stats.updates_completed += 1;
-                    let short = checksum.get(..12).unwrap_or(&checksum);
+                    let checksum = n.agent.applied.as_deref().unwrap_or_default();
+                    let short = checksum.get(..12).unwrap_or(checksum);
                     let message = crate::text::concat(&["node runs ", short]);
                     self.record("agent.updated", &n.group, name, message);
                 }
@@ -688,8 +692,9 @@ enum Driven {
     /// A patch was applied and the agent told: its timeline events are recorded (which of
     /// [`ASKS`] it set).
     Patched([bool; 3]),
-    /// The checksum file was written (the checksum): the update is counted and recorded.
-    Updated(String),
+    /// The checksum file was written (its checksum is now the agent's `applied`): the update
+    /// is counted and recorded.
+    Updated,
     /// A step to start or an event to record.
     Other(AgentAction),
 }

@@ -175,7 +175,19 @@ enum Awaiting {
     Bundle,
     Node,
     Patch(OwnPatch),
-    Step(String),
+    /// The run of the step at this index of the bundle (the step is named by the bundle, not
+    /// by a copy of its name).
+    Step(Arc<Verified>, usize),
+}
+
+impl Awaiting {
+    /// The name of the step whose run is awaited, when that is what is awaited.
+    fn step_name(&self) -> Option<&str> {
+        match self {
+            Self::Step(bundle, index) => bundle.steps.get(*index).map(|s| s.name.as_str()),
+            _ => None,
+        }
+    }
 }
 
 /// One of the patches the agent makes of its Node, as it remembers it while the patch is
@@ -578,8 +590,8 @@ impl Agent {
                 let node = self.config.node.clone();
                 self.fail(AgentError::Patch { node, source }, now);
             }
-            (Some(Awaiting::Step(name)), AgentInput::StepFinished(outcome))
-                if outcome.step == name =>
+            (Some(awaiting @ Awaiting::Step(..)), AgentInput::StepFinished(outcome))
+                if awaiting.step_name() == Some(outcome.step.as_str()) =>
             {
                 self.on_step(outcome, now);
             }
@@ -687,7 +699,9 @@ impl Agent {
             Awaiting::Bundle => Queued::Ready(AgentAction::FetchBundle),
             Awaiting::Node => Queued::Ready(AgentAction::ReadNode),
             Awaiting::Patch(p) => Queued::Patch(p.clone()),
-            Awaiting::Step(name) => Queued::Ready(AgentAction::RunStep { name: name.clone() }),
+            Awaiting::Step(..) => Queued::Ready(AgentAction::RunStep {
+                name: awaiting.step_name().unwrap_or_default().to_owned(),
+            }),
         };
         self.enqueue(action);
         self.awaiting = Some(awaiting);
@@ -837,14 +851,21 @@ impl Agent {
                 .steps
                 .iter()
                 .find(|s| s.name == outcome.step)
-                .and_then(|s| s.disruption_key.clone());
+                .and_then(|s| s.disruption_key.as_deref());
             self.step_failures = 0;
             let progress = self.progress_mut().get_or_insert_with(Progress::default);
             let step = outcome.step;
             match key {
-                Some(k) => {
-                    progress.applied_keys.insert(step.clone(), k);
-                }
+                // A recorded key is rewritten in place (the step's name is not copied).
+                Some(k) => match progress.applied_keys.get_mut(&step) {
+                    Some(recorded) => {
+                        recorded.clear();
+                        recorded.push_str(k);
+                    }
+                    None => {
+                        progress.applied_keys.insert(step.clone(), k.to_owned());
+                    }
+                },
                 None => {
                     progress.applied_keys.remove(&step);
                 }
@@ -905,22 +926,32 @@ impl Agent {
         let progress = self.files.progress.as_ref();
         let begun = progress.is_some_and(|p| p.bundle.as_deref() == Some(bundle.checksum.as_str()));
         let done = |name: &String| begun && progress.is_some_and(|p| p.done.contains(name));
-        let Some(step) = bundle.steps.iter().find(|s| !done(&s.name)) else {
+        let Some((index, step)) = bundle
+            .steps
+            .iter()
+            .enumerate()
+            .find(|(_, s)| !done(&s.name))
+        else {
             return self.decide_report(&bundle, now);
         };
-        let recorded_key = progress.and_then(|p| p.applied_keys.get(&step.name));
-        let disruptive = step
-            .disruption_key
-            .as_ref()
-            .is_some_and(|k| recorded_key != Some(k));
-        let key_changes = recorded_key != step.disruption_key.as_ref();
+        // The key the step last succeeded with, looked up when it is needed (a poll that
+        // finds no approval does not need it); nothing below changes it before its last use.
+        let recorded_key_is = |files: &StateFiles, key: Option<&String>| {
+            files
+                .progress
+                .as_ref()
+                .and_then(|p| p.applied_keys.get(&step.name))
+                == key
+        };
         // Every step is preceded by a fresh read of the Node: the approvals must be on it now
         // (a Node deleted and registered again has lost them).
         if !self.files.first_run {
             let Some(node) = self.fresh_node() else {
                 return;
             };
-            let has = |key: Watched| node.has(key);
+            // The watched annotations' bits, copied: the Node is not borrowed below.
+            let present = node.present;
+            let has = |key: Watched| present & key.bit() != 0;
             if !has(Watched::Approved) {
                 let asked = has(Watched::WaitingForApproval);
                 let patch = (!asked).then_some(OwnPatch::AskApproval);
@@ -930,6 +961,10 @@ impl Agent {
                     Some(patch) => self.request(Awaiting::Patch(patch)),
                 };
             }
+            let disruptive = step
+                .disruption_key
+                .as_ref()
+                .is_some_and(|k| !recorded_key_is(&self.files, Some(k)));
             if disruptive && !has(Watched::DisruptionApproved) {
                 let key = if bundle.rolling_update {
                     Watched::RollingUpdate
@@ -950,6 +985,7 @@ impl Agent {
                 return self.request(Awaiting::Patch(OwnPatch::Unreport));
             }
         }
+        let key_changes = !recorded_key_is(&self.files, step.disruption_key.as_ref());
         self.begin_apply(&bundle);
         // The step may change what its key stands for: forget the recorded key before it runs,
         // so that a crash between its end and the record of its success leaves "unknown" (a
@@ -962,7 +998,22 @@ impl Agent {
             self.write_progress();
         }
         self.set_applying(&bundle.checksum, &step.name);
-        self.request(Awaiting::Step(step.name.clone()));
+        self.request(Awaiting::Step(bundle, index));
+    }
+
+    /// Takes the status's strings (its checksum and step, empty when it has none) for the
+    /// status that replaces it: a change of status refills them rather than allocating new
+    /// ones. The status is [`AgentStatus::Starting`] until the caller sets the next one.
+    fn status_buffers(&mut self) -> (String, String) {
+        match std::mem::replace(&mut self.status, AgentStatus::Starting) {
+            AgentStatus::UpToDate { checksum }
+            | AgentStatus::WaitingForApproval { checksum }
+            | AgentStatus::Reporting { checksum } => (checksum, String::new()),
+            AgentStatus::WaitingForDisruptionApproval { checksum, step }
+            | AgentStatus::Applying { checksum, step }
+            | AgentStatus::RetryingStep { checksum, step, .. } => (checksum, step),
+            AgentStatus::Starting | AgentStatus::Backoff { .. } => (String::new(), String::new()),
+        }
     }
 
     /// Sets [`AgentStatus::Applying`] for `checksum` and `step` (unless it is already that:
@@ -973,9 +1024,10 @@ impl Agent {
             AgentStatus::Applying { checksum: c, step: s } if c == checksum && s == step
         );
         if !same {
+            let (c, s) = self.status_buffers();
             self.status = AgentStatus::Applying {
-                checksum: checksum.to_owned(),
-                step: step.to_owned(),
+                checksum: refilled(c, checksum),
+                step: refilled(s, step),
             };
         }
     }
@@ -985,8 +1037,9 @@ impl Agent {
     fn set_waiting_for_approval(&mut self, checksum: &str) {
         if !matches!(&self.status, AgentStatus::WaitingForApproval { checksum: c } if c == checksum)
         {
+            let (c, _) = self.status_buffers();
             self.status = AgentStatus::WaitingForApproval {
-                checksum: checksum.to_owned(),
+                checksum: refilled(c, checksum),
             };
         }
     }
@@ -1000,9 +1053,10 @@ impl Agent {
                 if c == checksum && s == step
         );
         if !same {
+            let (c, s) = self.status_buffers();
             self.status = AgentStatus::WaitingForDisruptionApproval {
-                checksum: checksum.to_owned(),
-                step: step.to_owned(),
+                checksum: refilled(c, checksum),
+                step: refilled(s, step),
             };
         }
     }
@@ -1061,8 +1115,9 @@ impl Agent {
         // Unless it is already that: a reporting agent decides this at every answer.
         if !matches!(&self.status, AgentStatus::Reporting { checksum } if *checksum == bundle.checksum)
         {
+            let (c, _) = self.status_buffers();
             self.status = AgentStatus::Reporting {
-                checksum: bundle.checksum.clone(),
+                checksum: refilled(c, &bundle.checksum),
             };
         }
         let Some(node) = self.fresh_node() else {
@@ -1136,8 +1191,9 @@ impl Agent {
     /// agent that is up to date decides this again).
     fn set_up_to_date(&mut self, checksum: &str) {
         if !matches!(&self.status, AgentStatus::UpToDate { checksum: c } if c == checksum) {
+            let (c, _) = self.status_buffers();
             self.status = AgentStatus::UpToDate {
-                checksum: checksum.to_owned(),
+                checksum: refilled(c, checksum),
             };
         }
     }
@@ -1148,6 +1204,13 @@ impl Agent {
             until: self.config.pass_interval.map(|d| now + d),
         });
     }
+}
+
+/// `buffer` holding `text` (its allocation reused).
+fn refilled(mut buffer: String, text: &str) -> String {
+    buffer.clear();
+    buffer.push_str(text);
+    buffer
 }
 
 /// Whether the Node carries `checksum` in its checksum annotation.
@@ -1433,6 +1496,32 @@ mod tests {
         )
     }
 
+    /// Whether `status` names only checksums and steps of `bundles` (a status change refills
+    /// the old status's strings, [`Agent::status_buffers`]: nothing of them may be left).
+    fn status_names_the_bundles(status: &AgentStatus, bundles: &[DesiredBundle]) -> bool {
+        let checksum = |c: &String| bundles.iter().any(|b| &b.checksum == c);
+        let step = |s: &String| bundles.iter().any(|b| b.steps.iter().any(|x| &x.name == s));
+        match status {
+            AgentStatus::Starting | AgentStatus::Backoff { .. } => true,
+            AgentStatus::UpToDate { checksum: c }
+            | AgentStatus::WaitingForApproval { checksum: c }
+            | AgentStatus::Reporting { checksum: c } => checksum(c),
+            AgentStatus::WaitingForDisruptionApproval {
+                checksum: c,
+                step: s,
+            }
+            | AgentStatus::Applying {
+                checksum: c,
+                step: s,
+            }
+            | AgentStatus::RetryingStep {
+                checksum: c,
+                step: s,
+                ..
+            } => checksum(c) && step(s),
+        }
+    }
+
     /// The lending agent's answer to `action` (`lean`: through the lean input methods).
     fn answer_lending(
         agent: &mut Agent,
@@ -1686,6 +1775,11 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(&node, &lent_node);
                 proptest::prop_assert_eq!(observed(&built), observed(&lending));
+                proptest::prop_assert!(
+                    status_names_the_bundles(lending.status(), &bundles),
+                    "{:?}",
+                    lending.status()
+                );
             }
         }
     }
