@@ -496,12 +496,14 @@ impl NodeTable {
                 if members.active_stale {
                     let slots = &self.slots;
                     members.active.clear();
-                    members.active.extend(members.ordered.iter().copied().filter(|&i| {
-                        slots
-                            .get(i)
-                            .and_then(Option::as_ref)
-                            .is_some_and(|f| f.resting != Resting::Inert)
-                    }));
+                    members
+                        .active
+                        .extend(members.ordered.iter().copied().filter(|&i| {
+                            slots
+                                .get(i)
+                                .and_then(Option::as_ref)
+                                .is_some_and(|f| f.resting != Resting::Inert)
+                        }));
                     members.inert = members.ordered.len().saturating_sub(members.active.len());
                     members.active_stale = false;
                 }
