@@ -480,10 +480,7 @@ impl NodeTable {
     ) -> (usize, impl Iterator<Item = &NodeFacts> + Clone) {
         // A node of the group that became or stopped being inert since (told by a dirty mark
         // not taken yet) makes the active members again as well.
-        let flipped = self
-            .dirty
-            .get_mut(group)
-            .is_some_and(|pending| std::mem::take(pending));
+        let flipped = self.dirty.get_mut(group).is_some_and(std::mem::take);
         let (inert, active): (usize, &[usize]) = match self.groups.get_mut(group) {
             Some(members) => {
                 members.active_stale |= flipped;
