@@ -49,6 +49,23 @@ pub fn resource_version_at_least(seen: &str, known: &str) -> bool {
     }
 }
 
+/// `(resource_version_at_least(seen, known), resource_version_at_least(known, seen))`: whether
+/// `seen` is at least `known` and whether it is at most `known`, by one comparison when both
+/// are equal or plain decimals (the view's check asks both of every changed node).
+fn versions_compared(seen: &str, known: &str) -> (bool, bool) {
+    if seen == known {
+        return (true, true);
+    }
+    if let (Some(seen), Some(known)) = (plain_decimal(seen), plain_decimal(known)) {
+        let order = (seen.len(), seen).cmp(&(known.len(), known));
+        return (order.is_ge(), order.is_le());
+    }
+    (
+        resource_version_at_least(seen, known),
+        resource_version_at_least(known, seen),
+    )
+}
+
 /// `version`'s digits when it is a decimal that `u64` parses to the number its digits say,
 /// written without a sign or a leading zero: at most 19 digits (every such number fits in a
 /// `u64`), the first not `0` unless it is the only one. Two such versions compare as numbers
@@ -310,14 +327,16 @@ impl KnownVersions {
                 match (nodes.get(name), seen) {
                     (None, Some(seen)) if !seen.is_empty() => newer.push((name, seen)),
                     (None, _) => {}
-                    (Some(known), Some(seen))
-                        if resource_version_at_least(seen, &known.version) =>
-                    {
-                        if !seen.is_empty() && !resource_version_at_least(&known.version, seen) {
+                    (Some(known), Some(seen)) => {
+                        let (caught_up, not_newer) = versions_compared(seen, &known.version);
+                        if !caught_up {
+                            return false;
+                        }
+                        if !seen.is_empty() && !not_newer {
                             newer.push((name, seen));
                         }
                     }
-                    (Some(_), _) => return false,
+                    (Some(_), None) => return false,
                 }
             }
             for (name, seen) in newer {
@@ -570,6 +589,11 @@ mod tests {
         ) {
             prop_assert_eq!(resource_version_at_least(&seen, &known), parsed_at_least(&seen, &known));
             prop_assert_eq!(resource_version_at_least(&known, &seen), parsed_at_least(&known, &seen));
+            prop_assert_eq!(
+                versions_compared(&seen, &known),
+                (resource_version_at_least(&seen, &known), resource_version_at_least(&known, &seen))
+            );
+            prop_assert_eq!(versions_compared(&seen, &seen), (true, true));
         }
 
         /// A cache is trusted only if it shows every node at least at the newest version the

@@ -194,6 +194,15 @@ struct Members {
     ordered: Vec<usize>,
     /// Whether `ordered` is to be made again.
     stale: bool,
+    /// The slots of `ordered` whose node is not [`Resting::Inert`], in the same order: what
+    /// the planner walks ([`NodeTable::active_members`]); an inert member only counts in the
+    /// group's size.
+    active: Vec<usize>,
+    /// How many members are [`Resting::Inert`] (`ordered` less `active`).
+    inert: usize,
+    /// Whether `active` is to be made again (a node joined or left the group, or became or
+    /// stopped being inert).
+    active_stale: bool,
 }
 
 /// The view (see the module docs).
@@ -215,8 +224,10 @@ pub(crate) struct NodeTable {
     next_pos: u64,
     /// Names of the nodes the drain half looks at ([`NodeFacts::drain_marked`]).
     marked: BTreeSet<String>,
-    /// Groups with a node added, changed or removed since [`NodeTable::take_dirty`].
-    dirty: BTreeSet<String>,
+    /// Groups with a node added, changed or removed since [`NodeTable::take_dirty`], each
+    /// with whether one of its nodes became or stopped being [`Resting::Inert`] since its
+    /// active members were last made ([`NodeTable::active_members`] makes them again then).
+    dirty: BTreeMap<String, bool>,
 }
 
 impl NodeTable {
@@ -261,18 +272,18 @@ impl NodeTable {
                     if facts.refresh(&node)
                         && let Some(group) = &facts.group
                     {
-                        self.dirty.insert(group.clone());
+                        self.mark_dirty(group);
                     }
                     facts.pos = pos;
                     facts
                 }
                 previous => {
                     if let Some(group) = previous.and_then(|p| p.group) {
-                        self.dirty.insert(group);
+                        self.mark_dirty(&group);
                     }
                     let facts = NodeFacts::of(&node, pos);
                     if let Some(group) = &facts.group {
-                        self.dirty.insert(group.clone());
+                        self.mark_dirty(group);
                     }
                     facts
                 }
@@ -282,8 +293,9 @@ impl NodeTable {
             self.insert(facts);
         }
         // The groups of the nodes no longer listed changed.
-        self.dirty
-            .extend(old_slots.into_iter().flatten().filter_map(|f| f.group));
+        for group in old_slots.into_iter().flatten().filter_map(|f| f.group) {
+            self.mark_dirty(&group);
+        }
     }
 
     fn insert(&mut self, facts: NodeFacts) {
@@ -311,6 +323,7 @@ impl NodeTable {
         };
         members.by_name.insert(name, slot);
         members.stale = true;
+        members.active_stale = true;
     }
 
     /// Puts a changed or new node in (its facts).
@@ -325,6 +338,7 @@ impl NodeTable {
         {
             // The same group: the facts are read again in place (their strings reused).
             let was_marked = slot.drain_marked();
+            let was_inert = slot.resting == Resting::Inert;
             let changed = slot.refresh(node);
             if slot.drain_marked() != was_marked {
                 if was_marked {
@@ -333,11 +347,16 @@ impl NodeTable {
                     self.marked.insert(slot.name.clone());
                 }
             }
-            if changed
-                && let Some(group) = &slot.group
-                && !self.dirty.contains(group)
-            {
-                self.dirty.insert(group.clone());
+            if changed && let Some(group) = &slot.group {
+                // Its group is planned again; when the node became or stopped being inert,
+                // the group's active members are made again too (one lookup for both).
+                let flipped = (slot.resting == Resting::Inert) != was_inert;
+                match self.dirty.get_mut(group.as_str()) {
+                    Some(pending) => *pending |= flipped,
+                    None => {
+                        self.dirty.insert(group.clone(), flipped);
+                    }
+                }
             }
             return;
         }
@@ -351,7 +370,7 @@ impl NodeTable {
         };
         let facts = NodeFacts::of(node, pos);
         if let Some(group) = &facts.group {
-            self.dirty.insert(group.clone());
+            self.mark_dirty(group);
         }
         self.insert(facts);
     }
@@ -367,6 +386,7 @@ impl NodeTable {
                 if let Some(members) = self.groups.get_mut(group) {
                     members.by_name.remove(name);
                     members.stale = true;
+                    members.active_stale = true;
                     if members.by_name.is_empty() {
                         self.groups.remove(group);
                     }
@@ -375,12 +395,21 @@ impl NodeTable {
             None => {
                 self.ungrouped.by_name.remove(name);
                 self.ungrouped.stale = true;
+                self.ungrouped.active_stale = true;
             }
         }
         if let Some(group) = &facts.group {
-            self.dirty.insert(group.clone());
+            self.mark_dirty(group);
         }
         Some(facts)
+    }
+
+    /// Marks group `group` dirty (keeping whether a node of it became or stopped being inert:
+    /// a node joining or leaving the group makes its members again anyway).
+    fn mark_dirty(&mut self, group: &str) {
+        if !self.dirty.contains_key(group) {
+            self.dirty.insert(group.to_owned(), false);
+        }
     }
 
     /// Removes node `name`; whether it was there.
@@ -420,7 +449,8 @@ impl NodeTable {
 
     /// The nodes of group `group`, in name order, with what the planner reads of them,
     /// without collecting them: the planner walks them
-    /// ([`crate::update::plan_group_members`]).
+    /// ([`crate::update::planner::plan_group_members`]).
+    #[cfg(test)]
     pub(crate) fn members(&mut self, group: &str) -> impl Iterator<Item = &NodeFacts> + Clone {
         let ordered: &[usize] = match self.groups.get_mut(group) {
             Some(members) => {
@@ -428,6 +458,7 @@ impl NodeTable {
                     members.ordered.clear();
                     members.ordered.extend(members.by_name.values().copied());
                     members.stale = false;
+                    members.active_stale = true;
                 }
                 &members.ordered
             }
@@ -439,10 +470,65 @@ impl NodeTable {
             .filter_map(|&i| slots.get(i).and_then(Option::as_ref))
     }
 
+    /// The nodes of group `group` the planner reads ([`NodeTable::members`] less the
+    /// [`Resting::Inert`] ones, in the same order) and how many inert ones were left out:
+    /// [`crate::update::planner::plan_group_members_with_inert`] plans the same from them as
+    /// [`crate::update::planner::plan_group_members`] from every member.
+    pub(crate) fn active_members(
+        &mut self,
+        group: &str,
+    ) -> (usize, impl Iterator<Item = &NodeFacts> + Clone) {
+        // A node of the group that became or stopped being inert since (told by a dirty mark
+        // not taken yet) makes the active members again as well.
+        let flipped = self.dirty.get_mut(group).is_some_and(std::mem::take);
+        let (inert, active): (usize, &[usize]) = match self.groups.get_mut(group) {
+            Some(members) => {
+                members.active_stale |= flipped;
+                if members.stale {
+                    members.ordered.clear();
+                    members.ordered.extend(members.by_name.values().copied());
+                    members.stale = false;
+                    members.active_stale = true;
+                }
+                if members.active_stale {
+                    let slots = &self.slots;
+                    members.active.clear();
+                    members
+                        .active
+                        .extend(members.ordered.iter().copied().filter(|&i| {
+                            slots
+                                .get(i)
+                                .and_then(Option::as_ref)
+                                .is_some_and(|f| f.resting != Resting::Inert)
+                        }));
+                    members.inert = members.ordered.len().saturating_sub(members.active.len());
+                    members.active_stale = false;
+                }
+                (members.inert, &members.active)
+            }
+            None => (0, &[]),
+        };
+        let slots = &self.slots;
+        (
+            inert,
+            active
+                .iter()
+                .filter_map(|&i| slots.get(i).and_then(Option::as_ref)),
+        )
+    }
+
     /// Whether group `group` had a node added, changed or removed since the last call for
     /// it (the first call for a group with nodes answers `true`).
     pub(crate) fn take_dirty(&mut self, group: &str) -> bool {
-        self.dirty.remove(group)
+        match self.dirty.remove(group) {
+            Some(flipped) => {
+                if flipped && let Some(members) = self.groups.get_mut(group) {
+                    members.active_stale = true;
+                }
+                true
+            }
+            None => false,
+        }
     }
 
     /// The names of the nodes the drain half looks at ([`NodeFacts::drain_marked`]).
@@ -522,6 +608,88 @@ mod tests {
         assert!(table.marked().is_empty());
         assert!(table.get("b-0").is_none());
         assert!(table.take_dirty("c") && !table.take_dirty("a"));
+    }
+
+    /// A node of group `g{group}`, Ready or not, with the marks `marks` picks.
+    fn marked_node(name: u8, group: u8, ready: bool, marks: u8) -> Arc<Node> {
+        let mut n = node(&format!("n{name:02}"), &format!("g{group}"), marks & 4 != 0);
+        let n_mut = Arc::make_mut(&mut n);
+        n_mut.ready = ready;
+        if marks & 1 != 0 {
+            n_mut
+                .annotations
+                .insert(keys::ANNOTATION_WAITING_FOR_APPROVAL.into(), String::new());
+        }
+        if marks & 2 != 0 {
+            n_mut
+                .annotations
+                .insert(keys::ANNOTATION_APPROVED.into(), String::new());
+        }
+        n
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// After random changes (nodes added, changed in place or moved between groups,
+        /// becoming inert or not, removed; whole lists now and then; dirty marks taken or
+        /// not), each group's active
+        /// members are its members that are not inert, in the same order, and the inert ones
+        /// are counted: what the planner walks and counts instead of every member.
+        #[test]
+        fn active_members_are_the_members_not_inert(
+            steps in proptest::collection::vec(
+                (
+                    0u8..8,
+                    proptest::collection::vec((0u8..12, 0u8..3, 0u8..10, 0u8..8), 0..6),
+                    proptest::collection::vec(0u8..12, 0..3),
+                ),
+                1..12,
+            ),
+        ) {
+            let mut known = KnownVersions::new();
+            let mut table = NodeTable::default();
+            for (kind, changed, removed) in steps {
+                let changed: Vec<Arc<Node>> = changed
+                    .into_iter()
+                    .map(|(name, group, ready, marks)| {
+                        (name, marked_node(name, group, ready != 0, marks))
+                    })
+                    .collect::<BTreeMap<_, _>>()
+                    .into_values()
+                    .collect();
+                let changes = if kind == 0 {
+                    NodeChanges::resync(changed)
+                } else {
+                    let removed = removed
+                        .into_iter()
+                        .map(|n| format!("n{n:02}"))
+                        .filter(|n| changed.iter().all(|c| c.name != *n))
+                        .collect();
+                    NodeChanges { revision: None, resync: false, changed, removed }
+                };
+                table.apply(changes, &mut known);
+                for group in ["g0", "g1", "g2"] {
+                    // Now and then the group's dirty mark is taken first (as a plan does).
+                    if kind % 3 == 1 {
+                        table.take_dirty(group);
+                    }
+                    let (inert, active) = table.active_members(group);
+                    let active: Vec<String> = active.map(|f| f.name.clone()).collect();
+                    let all: Vec<(String, Resting)> = table
+                        .members(group)
+                        .map(|f| (f.name.clone(), f.resting))
+                        .collect();
+                    let expected: Vec<String> = all
+                        .iter()
+                        .filter(|(_, r)| *r != Resting::Inert)
+                        .map(|(n, _)| n.clone())
+                        .collect();
+                    proptest::prop_assert_eq!(&active, &expected);
+                    proptest::prop_assert_eq!(inert, all.len() - expected.len());
+                }
+            }
+        }
     }
 
     #[test]

@@ -101,7 +101,9 @@ use crate::ports::{
     NodeRevision, ObjectRef, PodRef, Precondition, RecordedEvent,
 };
 use crate::read_your_writes::KnownVersions;
-use crate::update::{DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_members};
+use crate::update::{
+    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_members_with_inert,
+};
 
 /// How many times one step plans again after a decision met a changed node (HTTP 409).
 pub const MAX_REPLANS: usize = 3;
@@ -599,9 +601,9 @@ impl UpdateExecutor {
                 continue;
             }
             // The view keeps each group's members in name order, each name once; the planner
-            // walks them without a list of them made first.
-            let members = self.view.members(group.name());
-            let plan = plan_group_members(group, desired, members, true, now);
+            // walks them without a list of them made first, the inert ones only counted.
+            let (inert, members) = self.view.active_members(group.name());
+            let plan = plan_group_members_with_inert(group, desired, members, inert, true, now);
             if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
                 self.planned.insert(
                     group.name().to_owned(),

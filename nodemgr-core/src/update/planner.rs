@@ -208,6 +208,27 @@ where
     I::IntoIter: Clone,
     M: PlanMember<'a>,
 {
+    plan_group_members_with_inert(group, desired, members, 0, unique_names, now)
+}
+
+/// [`plan_group_members`] for a group of which `inert` [`Resting::Inert`] members are left
+/// out of `members` (the others in the group's order): an inert member only counts in the
+/// group's size (the walk skips it, and it never waits), so the plan is the one of the whole
+/// group. The update executor keeps its groups' members that are not inert apart
+/// (the property `a_plan_without_the_inert_members_is_the_plan_of_all` compares the two).
+pub(crate) fn plan_group_members_with_inert<'a, I, M>(
+    group: &NodeGroup,
+    desired: &str,
+    members: I,
+    inert: usize,
+    unique_names: bool,
+    now: Timestamp,
+) -> UpdatePlan
+where
+    I: IntoIterator<Item = M>,
+    I::IntoIter: Clone,
+    M: PlanMember<'a>,
+{
     let desired_hash = checksum_hash(desired);
     let finishes = |member: M, marks: &UpdateMarks| {
         member.ready()
@@ -220,7 +241,7 @@ where
     let nodes = members.clone().map(|m| (m, m.marks()));
     let waits =
         |marks: &UpdateMarks| !marks.wants_disruption() && marks.waiting && !marks.occupies_slot();
-    let mut size = 0usize;
+    let mut size = inert;
     let mut holders: Vec<&str> = Vec::new();
     let mut not_ready: Vec<&str> = Vec::new();
     let mut candidates: Vec<(M, UpdateMarks)> = Vec::new();

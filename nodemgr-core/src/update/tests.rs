@@ -1272,6 +1272,34 @@ proptest! {
         prop_assert_eq!(&from_facts.commands, &phased.commands);
         prop_assert_eq!(&from_facts.blocked, &phased.blocked);
     }
+
+    /// The planner walking only the members that are not [`Resting::Inert`] and counting the
+    /// inert ones (as the update executor's view hands them out) gives the plan the phases
+    /// give from every node, on random groups and random nodes (names listed once, in name
+    /// order; about a quarter inert).
+    #[test]
+    fn a_plan_without_the_inert_members_is_the_plan_of_all(
+        g in group_strategy(),
+        nodes in proptest::collection::vec(node_strategy(), 0..12),
+        minute in 0u32..(7 * 24 * 60),
+    ) {
+        let nodes = named(nodes);
+        let marked: Vec<(&Node, UpdateMarks)> =
+            nodes.iter().map(|n| (n, UpdateMarks::of(n))).collect();
+        let now = Timestamp::from_secs(i64::from(minute) * 60);
+        let phased = phased_plan(&g, DESIRED, &marked, now);
+        let facts: Vec<crate::executor::node_table::NodeFacts> = nodes
+            .iter()
+            .zip(0u64..)
+            .map(|(n, pos)| crate::executor::node_table::NodeFacts::of(n, pos))
+            .collect();
+        let inert = facts.iter().filter(|f| f.resting == Resting::Inert).count();
+        let active = facts.iter().filter(|f| f.resting != Resting::Inert);
+        let plan =
+            super::planner::plan_group_members_with_inert(&g, DESIRED, active, inert, true, now);
+        prop_assert_eq!(&plan.commands, &phased.commands);
+        prop_assert_eq!(&plan.blocked, &phased.blocked);
+    }
 }
 
 proptest! {
