@@ -12,60 +12,16 @@
 //! `PROPTEST_CASES=500 cargo test --release -p nodemgr-sim --test patch_in_place` runs more
 //! cases (the default is 48).
 
-use std::cell::RefCell;
-use std::rc::Rc;
-
-use nodemgr_core::model::Timestamp;
-use nodemgr_core::ports::ClusterRead;
-use nodemgr_sim::{Controller, Scenario, SimCluster, Simulation, World, block_on};
+use nodemgr_sim::Scenario;
 use proptest::prelude::*;
 
 mod support;
-use support::{fault_case as case, fault_scenario, outcome, same_logs, same_outcomes};
-
-/// Lists the nodes through the cluster port every `period` and logs every view.
-struct ListProbe {
-    period: std::time::Duration,
-    next: Timestamp,
-    log: Rc<RefCell<Vec<String>>>,
-}
-
-impl Controller for ListProbe {
-    fn name(&self) -> &str {
-        "list-probe"
-    }
-
-    fn next_run(&self) -> Option<Timestamp> {
-        Some(self.next)
-    }
-
-    fn step(&mut self, world: &mut World, now: Timestamp) {
-        self.next = now + self.period;
-        let cluster = SimCluster::new(world);
-        let mut log = self.log.borrow_mut();
-        match block_on(cluster.list_nodes_shared()) {
-            Some(Ok(nodes)) => {
-                for n in nodes {
-                    log.push(format!("{} {n:?}", now.as_millis()));
-                }
-            }
-            other => log.push(format!("{} {:?}", now.as_millis(), other.map(|r| r.err()))),
-        }
-    }
-}
+use support::{fault_case as case, fault_scenario, run_with_list_probe, same_logs, same_outcomes};
 
 fn run(s: &Scenario, seed: u64, period: u64, in_place: bool) -> (String, Vec<String>) {
-    let mut sim = Simulation::new(s, seed);
-    sim.world_mut().api.set_patch_in_place(in_place);
-    let log = Rc::new(RefCell::new(Vec::new()));
-    sim.add_controller(Box::new(ListProbe {
-        period: std::time::Duration::from_secs(period),
-        next: sim.now(),
-        log: Rc::clone(&log),
-    }));
-    while sim.step() {}
-    let seen = log.borrow().clone();
-    (outcome(sim.world()), seen)
+    run_with_list_probe(s, seed, period, |sim| {
+        sim.world_mut().api.set_patch_in_place(in_place)
+    })
 }
 
 proptest! {

@@ -1,17 +1,23 @@
 //! What the equivalence properties compare: everything a run leaves, as text; and the random
 //! groups and change events several of them build their scenarios from.
 //!
-//! `incremental_world`, `skipping_executor`, `lazy_agents`, `shared_views`, `logged_feed` and
-//! `live_heartbeats` each run one scenario two ways (a shortcut and the plain path) and
-//! require the same [`outcome`]; the last three draw it as a [`FaultCase`] and compare what a
-//! probe controller saw ([`same_logs`]).
+//! `incremental_world`, `skipping_executor`, `lazy_agents`, `shared_views`, `patch_in_place`,
+//! `logged_feed` and `live_heartbeats` each run one scenario two ways (a shortcut and the
+//! plain path) and require the same [`outcome`]; the last four draw it as a [`FaultCase`] and
+//! compare what a probe controller saw ([`same_logs`]; the node listing probe of the first
+//! two of them is [`run_with_list_probe`]).
 
 // Each property uses part of this module.
 #![allow(dead_code)]
 
+use std::cell::RefCell;
 use std::ops::{Range, RangeInclusive};
+use std::rc::Rc;
+use std::time::Duration;
 
-use nodemgr_sim::{Scenario, World};
+use nodemgr_core::model::Timestamp;
+use nodemgr_core::ports::ClusterRead;
+use nodemgr_sim::{Controller, Scenario, SimCluster, Simulation, World, block_on};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -248,4 +254,58 @@ pub fn fault_scenario(name: &str, c: &FaultCase) -> Scenario {
         Ok(s) => s,
         Err(e) => panic!("generated scenario rejected: {e}\n{value:#}"),
     }
+}
+
+/// A controller that lists the nodes through the cluster port every `period` and logs every
+/// view it is handed (content, resourceVersion and heartbeat), or the failure.
+struct ListProbe {
+    period: Duration,
+    next: Timestamp,
+    log: Rc<RefCell<Vec<String>>>,
+}
+
+impl Controller for ListProbe {
+    fn name(&self) -> &str {
+        "list-probe"
+    }
+
+    fn next_run(&self) -> Option<Timestamp> {
+        Some(self.next)
+    }
+
+    fn step(&mut self, world: &mut World, now: Timestamp) {
+        self.next = now + self.period;
+        let cluster = SimCluster::new(world);
+        let mut log = self.log.borrow_mut();
+        match block_on(cluster.list_nodes_shared()) {
+            Some(Ok(nodes)) => {
+                for n in nodes {
+                    log.push(format!("{} {n:?}", now.as_millis()));
+                }
+            }
+            other => log.push(format!("{} {:?}", now.as_millis(), other.map(|r| r.err()))),
+        }
+    }
+}
+
+/// Runs `s` with `seed` to its end, `configure` applied to the simulation first, with a
+/// [`ListProbe`] listing the nodes every `period` seconds: the run's [`outcome`] and what the
+/// probe saw.
+pub fn run_with_list_probe(
+    s: &Scenario,
+    seed: u64,
+    period: u64,
+    configure: impl FnOnce(&mut Simulation),
+) -> (String, Vec<String>) {
+    let mut sim = Simulation::new(s, seed);
+    configure(&mut sim);
+    let log = Rc::new(RefCell::new(Vec::new()));
+    sim.add_controller(Box::new(ListProbe {
+        period: Duration::from_secs(period),
+        next: sim.now(),
+        log: Rc::clone(&log),
+    }));
+    while sim.step() {}
+    let seen = log.borrow().clone();
+    (outcome(sim.world()), seen)
 }
