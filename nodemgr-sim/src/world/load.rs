@@ -141,28 +141,13 @@ mod tests {
 
     use std::collections::BTreeSet;
 
-    use proptest::prelude::*;
-    use serde_json::json;
-
     use super::*;
     use crate::world::SimNode;
-    use crate::{Scenario, World};
+    use proptest::prelude::*;
 
     /// A node to store (the world's first one).
     fn node() -> SimNode {
-        let value = json!({
-            "name": "load", "duration": "1h",
-            "groups": [{"name": "g", "nodes": 1, "zones": ["a"],
-                        "spec": {"nodeType": "CloudPermanent"}}],
-        });
-        let world = match Scenario::from_yaml(&value.to_string()) {
-            Ok(s) => World::from_scenario(&s, 1),
-            Err(e) => panic!("scenario rejected: {e}"),
-        };
-        match world.nodes.values().next() {
-            Some(n) => n.clone(),
-            None => panic!("no node"),
-        }
+        crate::world::one_node_for_tests()
     }
 
     proptest! {

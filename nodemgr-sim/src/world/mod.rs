@@ -838,3 +838,22 @@ fn base36(mut n: u64) -> [u8; 5] {
     }
     out
 }
+
+/// The node of a one-node world (group `g`, zone `a`, CloudPermanent): what the tables' unit
+/// tests store.
+#[cfg(test)]
+pub(crate) fn one_node_for_tests() -> SimNode {
+    let value = serde_json::json!({
+        "name": "one-node", "duration": "1h",
+        "groups": [{"name": "g", "nodes": 1, "zones": ["a"],
+                    "spec": {"nodeType": "CloudPermanent"}}],
+    });
+    let world = match crate::Scenario::from_yaml(&value.to_string()) {
+        Ok(s) => World::from_scenario(&s, 1),
+        Err(e) => panic!("scenario rejected: {e}"),
+    };
+    match world.nodes.values().next() {
+        Some(n) => n.clone(),
+        None => panic!("no node"),
+    }
+}

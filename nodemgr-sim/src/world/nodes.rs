@@ -413,28 +413,14 @@ mod tests {
     //! handed out mutably since the previous look (positions in name order).
 
     use super::*;
-    use crate::{Scenario, World};
     use proptest::prelude::*;
-    use serde_json::json;
     use std::collections::{BTreeMap, BTreeSet};
 
     /// A node to store (the world's first one, under another zone as a tag).
     fn node(tag: u8) -> SimNode {
-        let value = json!({
-            "name": "nodes", "duration": "1h",
-            "groups": [{"name": "g", "nodes": 1, "zones": ["a"],
-                        "spec": {"nodeType": "CloudPermanent"}}],
-        });
-        let world = match Scenario::from_yaml(&value.to_string()) {
-            Ok(s) => World::from_scenario(&s, 1),
-            Err(e) => panic!("scenario rejected: {e}"),
-        };
-        match world.nodes.values().next() {
-            Some(n) => SimNode {
-                zone: format!("z{tag}"),
-                ..n.clone()
-            },
-            None => panic!("no node"),
+        SimNode {
+            zone: format!("z{tag}"),
+            ..crate::world::one_node_for_tests()
         }
     }
 
