@@ -20,7 +20,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 mod support;
-use support::{outcome, same_outcomes};
+use support::{Fault, generated_scenario, outcome, same_outcomes};
 
 #[derive(Debug, Clone)]
 struct Group {
@@ -111,9 +111,8 @@ fn scenario(c: &Case) -> Scenario {
             }
             1 => json!({"at": at, "apiErrors": {"for": format!("{}s", dur / 10 + 5),
                                                 "operations": ["evict", "patch", "list"]}}),
-            2 => json!({"at": at, "refuseEvictions": {
-                "selector": {"app": format!("app{gi}")}, "for": format!("{dur}s")}}),
-            _ => json!({"at": at, "restartControllers": {"clockSkew": "+20s"}}),
+            2 => Fault::RefuseEvictions.event(&at, "", gi, *dur),
+            _ => Fault::RestartControllers.event(&at, "", gi, *dur),
         });
     }
     let value = json!({
@@ -122,10 +121,7 @@ fn scenario(c: &Case) -> Scenario {
         "updates": false,
         "groups": groups, "workloads": workloads, "pdbs": pdbs, "events": events,
     });
-    match Scenario::from_yaml(&value.to_string()) {
-        Ok(s) => s,
-        Err(e) => panic!("generated scenario rejected: {e}\n{value:#}"),
-    }
+    generated_scenario(&value)
 }
 
 fn run(s: &Scenario, seed: u64, plain: bool) -> String {

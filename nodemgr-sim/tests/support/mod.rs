@@ -250,6 +250,11 @@ pub fn fault_scenario(name: &str, c: &FaultCase) -> Scenario {
         "agent": {"delay": "20s", "jitter": "7s", "kubeletRestart": "5s", "reboot": "30s"},
         "groups": groups, "workloads": workloads, "events": events,
     });
+    generated_scenario(&value)
+}
+
+/// The scenario a property generated as JSON (a rejected one fails the test with the JSON).
+pub fn generated_scenario(value: &Value) -> Scenario {
     match Scenario::from_yaml(&value.to_string()) {
         Ok(s) => s,
         Err(e) => panic!("generated scenario rejected: {e}\n{value:#}"),
