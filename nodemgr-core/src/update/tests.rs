@@ -1199,6 +1199,15 @@ impl<'a> PlanMember<'a> for Hashed<'a> {
     }
 }
 
+/// What the update executor's view keeps of each of `nodes`, at their positions in the list.
+fn facts_in_order(nodes: &[Node]) -> Vec<crate::executor::node_table::NodeFacts> {
+    nodes
+        .iter()
+        .zip(0u64..)
+        .map(|(n, pos)| crate::executor::node_table::NodeFacts::of(n, pos))
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]
 
@@ -1263,11 +1272,7 @@ proptest! {
             nodes.iter().map(|n| (n, UpdateMarks::of(n))).collect();
         let now = Timestamp::from_secs(i64::from(minute) * 60);
         let phased = phased_plan(&g, DESIRED, &marked, now);
-        let facts: Vec<crate::executor::node_table::NodeFacts> = nodes
-            .iter()
-            .zip(0u64..)
-            .map(|(n, pos)| crate::executor::node_table::NodeFacts::of(n, pos))
-            .collect();
+        let facts = facts_in_order(&nodes);
         let from_facts = super::planner::plan_group_members(&g, DESIRED, facts.iter(), true, now);
         prop_assert_eq!(&from_facts.commands, &phased.commands);
         prop_assert_eq!(&from_facts.blocked, &phased.blocked);
@@ -1288,11 +1293,7 @@ proptest! {
             nodes.iter().map(|n| (n, UpdateMarks::of(n))).collect();
         let now = Timestamp::from_secs(i64::from(minute) * 60);
         let phased = phased_plan(&g, DESIRED, &marked, now);
-        let facts: Vec<crate::executor::node_table::NodeFacts> = nodes
-            .iter()
-            .zip(0u64..)
-            .map(|(n, pos)| crate::executor::node_table::NodeFacts::of(n, pos))
-            .collect();
+        let facts = facts_in_order(&nodes);
         let inert = facts.iter().filter(|f| f.resting == Resting::Inert).count();
         let active = facts.iter().filter(|f| f.resting != Resting::Inert);
         let plan =
