@@ -76,6 +76,20 @@ pub struct SimAgent {
     /// The deadline the world's index holds for this agent (`crate::world`'s agent
     /// deadlines), so that re-indexing finds the entry without a lookup by name.
     pub(crate) indexed_deadline: Option<Timestamp>,
+    /// The names the timeline's events about the node carry ([`SimAgent::event_names`]).
+    names: EventNames,
+    /// The position of the node's group among the world's groups (in name order) when the
+    /// agent last looked it up ([`SimAgent::group_in`]).
+    group_at: usize,
+}
+
+/// The node's name and its group's, shared by the timeline's events about the node.
+#[derive(Debug, Clone)]
+struct EventNames {
+    /// The node's name.
+    node: Arc<str>,
+    /// The group's name, once an event named it.
+    group: Option<Arc<str>>,
 }
 
 impl SimAgent {
@@ -95,7 +109,60 @@ impl SimAgent {
             dormant: None,
             version: SeenVersion::default(),
             indexed_deadline: None,
+            names: EventNames {
+                node: Arc::from(node),
+                group: None,
+            },
+            group_at: 0,
         }
+    }
+
+    /// The group named `name` among `groups`, as `groups.get(name)` finds it: the group at the
+    /// position it had at the previous lookup when that one has this name (the groups seldom
+    /// change, and stepping to a position costs less than comparing names on the way there),
+    /// else a search by name, whose position is kept for the next lookup.
+    pub(crate) fn group_in<'g>(
+        &mut self,
+        groups: &'g BTreeMap<String, SimGroup>,
+        name: &str,
+    ) -> Option<&'g SimGroup> {
+        // Stepped to from the nearer end.
+        let at = self.group_at;
+        let hinted = match groups.len().checked_sub(at.saturating_add(1)) {
+            Some(from_end) if from_end < at => groups.iter().nth_back(from_end),
+            Some(_) => groups.iter().nth(at),
+            None => None,
+        };
+        if let Some((key, group)) = hinted
+            && key == name
+        {
+            return Some(group);
+        }
+        let (at, (_, group)) = groups
+            .iter()
+            .enumerate()
+            .find(|(_, (key, _))| *key == name)?;
+        self.group_at = at;
+        Some(group)
+    }
+
+    /// The names a timeline event about this agent's node `node`, of group `group`, carries:
+    /// the ones its earlier events carry when they are these names, new ones otherwise (and
+    /// kept for the next events).
+    pub(crate) fn event_names(&mut self, node: &str, group: &str) -> (Arc<str>, Arc<str>) {
+        let names = &mut self.names;
+        if *names.node != *node {
+            names.node = Arc::from(node);
+        }
+        let group = match &names.group {
+            Some(shared) if **shared == *group => Arc::clone(shared),
+            _ => {
+                let shared: Arc<str> = Arc::from(group);
+                names.group = Some(Arc::clone(&shared));
+                shared
+            }
+        };
+        (Arc::clone(&names.node), group)
     }
 
     /// The node's state files, as the agent's writes left them: the agent's own view of them
@@ -395,6 +462,21 @@ impl World {
     }
 }
 
+impl World {
+    /// The names a timeline event about node `name` carries, shared with the node's other
+    /// events: the node's and its group's (`None` when there is no node `name`, whose name
+    /// is then copied).
+    pub(crate) fn event_names(&mut self, name: &str) -> (Arc<str>, Option<Arc<str>>) {
+        match self.nodes.get_mut_unlogged(name) {
+            Some(n) => {
+                let (node, group) = n.agent.event_names(name, &n.group);
+                (node, Some(group))
+            }
+            None => (Arc::from(name), None),
+        }
+    }
+}
+
 /// The world's settings an agent's pass reads ([`World::agent_wake_settings`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AgentWake {
@@ -423,8 +505,7 @@ impl AgentEnv<'_> {
         // grid, where core's expired timer makes it poll) or it was woken.
         n.agent.dormant = None;
         // The node's group, looked up once for the pass (the groups do not change during it).
-        let groups = self.groups;
-        let group = groups.get(&n.group);
+        let group = n.agent.group_in(self.groups, &n.group);
         if woken && !wake_changes_nothing(wake.lazy, group, n) {
             n.agent.machine.handle_wake(now);
         }
@@ -439,14 +520,15 @@ impl AgentEnv<'_> {
         self.reindex(id, n);
     }
 
-    /// Appends a timeline event about node `name` of `group` at the current virtual time (as
+    /// Appends a timeline event about node `name` (`n`) at the current virtual time (as
     /// [`World::record_in`]).
-    fn record(&mut self, kind: &'static str, group: &str, name: &str, message: String) {
+    fn record(&mut self, kind: &'static str, name: &str, n: &mut SimNode, message: String) {
+        let (node, group) = n.agent.event_names(name, &n.group);
         self.timeline.events.push(TimelineEvent {
             at_ms: self.now.as_millis() - self.start.as_millis(),
             kind: kind.into(),
-            node: Some(name.to_owned()),
-            group: Some(group.to_owned()),
+            node: Some(node.into()),
+            group: Some(group.into()),
             pod: None,
             message,
         });
@@ -477,7 +559,7 @@ impl AgentEnv<'_> {
             };
             let secs = crate::text::Digits::of(secs);
             let message = crate::text::concat(&["agent ", what, " (", secs.as_str(), "s)"]);
-            self.record(kind, &n.group, name, message);
+            self.record(kind, name, n, message);
         }
         if done_at <= now
             && let Some(r) = n.agent.running.take()
@@ -569,20 +651,20 @@ impl AgentEnv<'_> {
                 }
             };
             match action {
-                Driven::Patched(asked) => self.record_patch(name, &n.group, asked, group),
+                Driven::Patched(asked) => self.record_patch(name, n, asked, group),
                 Driven::Updated => {
                     self.stats.updates_completed += 1;
                     let checksum = n.agent.applied.as_deref().unwrap_or_default();
                     let short = checksum.get(..12).unwrap_or(checksum);
                     let message = crate::text::concat(&["node runs ", short]);
-                    self.record("agent.updated", &n.group, name, message);
+                    self.record("agent.updated", name, n, message);
                 }
                 Driven::Other(AgentAction::RunStep { name: step }) => {
                     self.start_step(name, n, step, group);
                 }
                 Driven::Other(AgentAction::EmitEvent(e)) => {
                     let message = crate::text::concat(&[&e.reason, ": ", &e.note]);
-                    self.record("agent.event", &n.group, name, message);
+                    self.record("agent.event", name, n, message);
                 }
                 Driven::Other(_) => {}
             }
@@ -590,11 +672,11 @@ impl AgentEnv<'_> {
     }
 
     /// Timeline events for the agent's requests (what a person watching the Node would see).
-    /// `group` is the node's group, named `group_name`.
+    /// `group` is the group of node `name` (`n`).
     fn record_patch(
         &mut self,
         name: &str,
-        group_name: &str,
+        n: &mut SimNode,
         asked: [bool; 3],
         group: Option<&SimGroup>,
     ) {
@@ -604,7 +686,7 @@ impl AgentEnv<'_> {
                 .map(|g| g.generations.desired().short())
                 .unwrap_or_default();
             let message = crate::text::concat(&["agent needs ", desired, ", asks for approval"]);
-            self.record("agent.waiting-for-approval", group_name, name, message);
+            self.record("agent.waiting-for-approval", name, n, message);
         }
         for (key, set) in [
             (keys::ANNOTATION_DISRUPTION_REQUIRED, disruption),
@@ -612,7 +694,7 @@ impl AgentEnv<'_> {
         ] {
             if set {
                 let message = crate::text::concat(&["agent asks for a disruption (", key, ")"]);
-                self.record("agent.disruption-required", group_name, name, message);
+                self.record("agent.disruption-required", name, n, message);
             }
         }
     }
@@ -655,7 +737,7 @@ impl AgentEnv<'_> {
             effect,
             restart_started: false,
         });
-        self.record("agent.applying", &n.group, name, message);
+        self.record("agent.applying", name, n, message);
     }
 }
 
@@ -731,7 +813,99 @@ mod tests {
         ]
     }
 
+    /// A group named `name` whose generations tell it apart from the others (`mark`).
+    fn sim_group(name: &str, mark: usize) -> SimGroup {
+        SimGroup {
+            group: nodemgr_core::model::NodeGroup::default(),
+            zones: Vec::new(),
+            capacity: Default::default(),
+            labels: BTreeMap::new(),
+            generations: SimulatedGenerations::new(
+                name,
+                &format!("{name}-{mark}"),
+                ImpactKind::None,
+            ),
+            next_index: mark,
+        }
+    }
+
+    /// What happens between an agent's lookups of its group.
+    #[derive(Debug, Clone)]
+    enum GroupOp {
+        /// The agent looks up the group with this name.
+        Lookup(String),
+        /// A group with this name is added (or replaced).
+        Add(String),
+        /// The group with this name is removed.
+        Remove(String),
+    }
+
+    fn group_name() -> impl Strategy<Value = String> {
+        "g[0-9]{1,2}"
+    }
+
+    fn group_op() -> impl Strategy<Value = GroupOp> {
+        prop_oneof![
+            4 => group_name().prop_map(GroupOp::Lookup),
+            1 => group_name().prop_map(GroupOp::Add),
+            1 => group_name().prop_map(GroupOp::Remove),
+        ]
+    }
+
     proptest! {
+        /// Looking a group up from the position of the previous lookup
+        /// ([`SimAgent::group_in`]) finds what a search by name finds, whatever groups were
+        /// added or removed in between and whichever group is asked for.
+        #[test]
+        fn the_group_is_the_one_a_search_by_name_finds(
+            initial in prop::collection::btree_set(group_name(), 0..12),
+            ops in prop::collection::vec(group_op(), 1..60),
+        ) {
+            let mut groups: BTreeMap<String, SimGroup> = initial
+                .iter()
+                .enumerate()
+                .map(|(mark, name)| (name.clone(), sim_group(name, mark)))
+                .collect();
+            let mut agent = SimAgent::running(
+                "n-0",
+                SimulatedGenerations::new("g", "g-gen0", ImpactKind::None).desired(),
+                Timestamp::EPOCH,
+            );
+            for (mark, op) in ops.iter().enumerate() {
+                match op {
+                    GroupOp::Lookup(name) => {
+                        let found = agent.group_in(&groups, name).map(SimGroup::desired);
+                        let searched = groups.get(name).map(SimGroup::desired);
+                        prop_assert_eq!(found, searched, "{} after {:?}", name, ops);
+                    }
+                    GroupOp::Add(name) => {
+                        groups.insert(name.clone(), sim_group(name, 100 + mark));
+                    }
+                    GroupOp::Remove(name) => {
+                        groups.remove(name);
+                    }
+                }
+            }
+        }
+
+        /// The names an agent's events carry ([`SimAgent::event_names`]) are the node's and
+        /// group's it is asked about, also when they are not those of its earlier events.
+        #[test]
+        fn the_event_names_are_the_ones_asked_about(
+            asked in prop::collection::vec(("n-[0-2]", group_name()), 1..30),
+        ) {
+            let mut agent = SimAgent::running(
+                "n-0",
+                SimulatedGenerations::new("g", "g-gen0", ImpactKind::None).desired(),
+                Timestamp::EPOCH,
+            );
+            for (node, group) in &asked {
+                let (shared_node, shared_group) = agent.event_names(node, group);
+                prop_assert_eq!(&*shared_node, node.as_str());
+                prop_assert_eq!(&*shared_group, group.as_str());
+            }
+        }
+
         /// Setting and removing annotations one change at a time, as the driver applies an
         /// agent's patch ([`set_annotation`]), leaves the map [`NodePatch::apply_to`] leaves.
         ///

@@ -19,6 +19,7 @@ use nodemgr_core::update::UpdateCommand;
 
 use crate::cluster::{SimCluster, block_on};
 use crate::scenario::ClockOffset;
+use crate::timeline::{Name, TimelineEvent};
 use crate::world::World;
 
 /// A policy stepped by the simulator.
@@ -156,9 +157,9 @@ impl Controller for UpdateController {
                 return;
             }
         };
-        let mut groups = GroupOf::default();
+        let mut names = NamesOf::default();
         for event in &report.events {
-            record_executor_event(world, event, &mut groups);
+            record_executor_event(world, event, &mut names);
         }
         for error in &report.errors {
             world.record(
@@ -209,23 +210,24 @@ fn hand_over(world: &mut World, node: &str) {
     world.agent_inputs_changed(node);
 }
 
-/// The group [`World::record`] names for a node's timeline event, remembered for the node of
+/// The names [`World::record`] gives a node's timeline event (the node's and its group's,
+/// shared with the node's other events, [`World::event_names`]), remembered for the node of
 /// the previous event (a drain's events come one node at a time): the same answer without a
 /// search by name for every event. Forgotten whenever the world's nodes may change.
 #[derive(Default)]
-struct GroupOf {
-    last: Option<(String, Option<String>)>,
+struct NamesOf {
+    last: Option<(Arc<str>, Option<Arc<str>>)>,
 }
 
-impl GroupOf {
-    /// `node`'s group, as [`World::record`] looks it up.
-    fn of(&mut self, world: &World, node: &str) -> Option<String> {
+impl NamesOf {
+    /// `node`'s name and group, as [`World::record`] finds them.
+    fn of(&mut self, world: &mut World, node: &str) -> (Arc<str>, Option<Arc<str>>) {
         match &self.last {
-            Some((name, group)) if name == node => group.clone(),
+            Some((name, group)) if **name == *node => (Arc::clone(name), group.clone()),
             _ => {
-                let group = world.nodes.get(node).map(|n| n.group.clone());
-                self.last = Some((node.to_owned(), group.clone()));
-                group
+                let names = world.event_names(node);
+                self.last = Some(names.clone());
+                names
             }
         }
     }
@@ -236,7 +238,26 @@ impl GroupOf {
     }
 }
 
-fn record_executor_event(world: &mut World, event: &ExecutorEvent, groups: &mut GroupOf) {
+/// Appends a timeline event about a node at the current virtual time with the names
+/// [`NamesOf`] found (as [`World::record`]).
+fn record_named(
+    world: &mut World,
+    kind: &'static str,
+    (node, group): (Arc<str>, Option<Arc<str>>),
+    pod: Option<&str>,
+    message: String,
+) {
+    world.timeline.events.push(TimelineEvent {
+        at_ms: world.now.as_millis() - world.start.as_millis(),
+        kind: kind.into(),
+        node: Some(node.into()),
+        group: group.map(Name::from),
+        pod: pod.map(str::to_owned),
+        message,
+    });
+}
+
+fn record_executor_event(world: &mut World, event: &ExecutorEvent, names: &mut NamesOf) {
     let node = event.node();
     // Its `Display`, made at the right size from its pieces.
     let message = event.message();
@@ -251,7 +272,7 @@ fn record_executor_event(world: &mut World, event: &ExecutorEvent, groups: &mut 
             };
             world.record_in(kind, Some(group.clone()), Some(node), None, message);
             if matches!(command, UpdateCommand::ReplaceMachine { .. }) {
-                groups.forget();
+                names.forget();
                 if world.instances.contains_key(node) {
                     hand_over(world, node);
                 } else {
@@ -269,27 +290,22 @@ fn record_executor_event(world: &mut World, event: &ExecutorEvent, groups: &mut 
             );
         }
         ExecutorEvent::Cordoned { .. } => {
-            let group = groups.of(world, node);
-            world.record_in("drain.cordoned", group, Some(node), None, message);
+            let named = names.of(world, node);
+            record_named(world, "drain.cordoned", named, None, message);
         }
         ExecutorEvent::Evicted { pod, .. } => {
-            let group = groups.of(world, node);
-            world.record_in("drain.evicted", group, Some(node), Some(pod), message);
+            let named = names.of(world, node);
+            record_named(world, "drain.evicted", named, Some(pod), message);
         }
         ExecutorEvent::EvictionRefused { pod, retry_at, .. } => {
             let retry = retry_at.saturating_since(world.now).as_secs();
-            let group = groups.of(world, node);
-            world.record_in(
-                "drain.eviction-refused",
-                group,
-                Some(node),
-                Some(pod),
-                format!("{message}; retried in {retry}s"),
-            );
+            let named = names.of(world, node);
+            let message = format!("{message}; retried in {retry}s");
+            record_named(world, "drain.eviction-refused", named, Some(pod), message);
         }
         ExecutorEvent::ForceDeleted { pod, .. } => {
-            let group = groups.of(world, node);
-            world.record_in("drain.force-deleted", group, Some(node), Some(pod), message);
+            let named = names.of(world, node);
+            record_named(world, "drain.force-deleted", named, Some(pod), message);
         }
         ExecutorEvent::DrainFinished { group, outcome, .. } => {
             let kind = match outcome {
@@ -299,12 +315,12 @@ fn record_executor_event(world: &mut World, event: &ExecutorEvent, groups: &mut 
             world.record_in(kind, Some(group.clone()), Some(node), None, message);
         }
         ExecutorEvent::DrainAbandoned { .. } => {
-            let group = groups.of(world, node);
-            world.record_in("drain.abandoned", group, Some(node), None, message);
+            let named = names.of(world, node);
+            record_named(world, "drain.abandoned", named, None, message);
         }
         ExecutorEvent::DrainedMarkRemoved { .. } => {
-            let group = groups.of(world, node);
-            world.record_in("drain.mark-removed", group, Some(node), None, message);
+            let named = names.of(world, node);
+            record_named(world, "drain.mark-removed", named, None, message);
         }
     }
 }

@@ -240,7 +240,7 @@ fn dormancy_expected(c: &Case, world: &World) -> bool {
         .collect();
     world.timeline.events.iter().any(|e| {
         e.kind == "agent.waiting-for-approval"
-            && e.node.as_ref().is_some_and(|n| !faulted.contains(n))
+            && e.node.as_deref().is_some_and(|n| !faulted.contains(n))
     })
 }
 

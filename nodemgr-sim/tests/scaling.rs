@@ -58,7 +58,7 @@ fn counts_from_timeline(world: &World) -> BTreeMap<(String, String), i64> {
     for e in &world.timeline.events {
         match e.kind.as_ref() {
             "machineCreated" => {
-                let group = e.group.clone().unwrap_or_default();
+                let group = e.group.as_deref().unwrap_or_default().to_owned();
                 let count: i64 = e
                     .message
                     .split_whitespace()
@@ -75,7 +75,7 @@ fn counts_from_timeline(world: &World) -> BTreeMap<(String, String), i64> {
                 *upcoming.entry((group, zone)).or_insert(0) += count;
             }
             "nodeJoined" => {
-                let group = e.group.clone().unwrap_or_default();
+                let group = e.group.as_deref().unwrap_or_default().to_owned();
                 let zone = e
                     .message
                     .split(" in ")
@@ -109,7 +109,7 @@ impl Controller for BoundsProbe {
             .events
             .iter()
             .filter(|e| e.kind == "removeNode" && e.message.contains("failed"))
-            .filter_map(|e| e.node.clone())
+            .filter_map(|e| e.node.as_deref().map(str::to_owned))
             .collect();
         for (name, g) in &world.groups {
             let Some(ci) = &g.group.spec.cloud_instances else {

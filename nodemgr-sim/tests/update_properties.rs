@@ -274,7 +274,7 @@ fn check_safety(
     let mut operator_approved: BTreeSet<String> = BTreeSet::new();
     let mut drain_started: BTreeMap<String, i64> = BTreeMap::new();
     for e in &timeline.events {
-        let node = e.node.clone().unwrap_or_default();
+        let node = e.node.as_deref().unwrap_or_default().to_owned();
         let gi = group_of(&node);
         match e.kind.as_ref() {
             "node.not-ready" => {

@@ -525,8 +525,19 @@ impl World {
         pod: Option<&str>,
         message: impl Into<String>,
     ) {
-        let group = node.and_then(|n| self.nodes.get(n).map(|s| s.group.clone()));
-        self.record_in(kind, group, node, pod, message);
+        // The node's names are shared with its other events.
+        let (node, group) = match node.map(|n| self.event_names(n)) {
+            Some((node, group)) => (Some(node.into()), group.map(crate::timeline::Name::from)),
+            None => (None, None),
+        };
+        self.timeline.events.push(TimelineEvent {
+            at_ms: self.now.as_millis() - self.start.as_millis(),
+            kind: kind.into(),
+            node,
+            group,
+            pod: pod.map(str::to_owned),
+            message: message.into(),
+        });
     }
 
     /// Appends a timeline event with an explicit group.
@@ -538,13 +549,14 @@ impl World {
         pod: Option<&str>,
         message: impl Into<String>,
     ) {
-        self.record_owned(
-            kind.into(),
-            group,
-            node.map(str::to_owned),
-            pod,
-            message.into(),
-        );
+        self.timeline.events.push(TimelineEvent {
+            at_ms: self.now.as_millis() - self.start.as_millis(),
+            kind: kind.into(),
+            node: node.map(crate::timeline::Name::from),
+            group: group.map(crate::timeline::Name::from),
+            pod: pod.map(str::to_owned),
+            message: message.into(),
+        });
     }
 
     /// [`World::record_in`] taking the node's name as made by the caller.
@@ -559,8 +571,8 @@ impl World {
         self.timeline.events.push(TimelineEvent {
             at_ms: self.now.as_millis() - self.start.as_millis(),
             kind,
-            node,
-            group,
+            node: node.map(crate::timeline::Name::from),
+            group: group.map(crate::timeline::Name::from),
             pod: pod.map(str::to_owned),
             message,
         });
