@@ -65,7 +65,7 @@ pub struct UpdateController {
     executor: UpdateExecutor,
     period: Duration,
     next: Timestamp,
-    last_blocked: BTreeMap<String, Vec<String>>,
+    last_blocked: Blocked,
     clock_skew: ClockOffset,
     skip_unchanged: bool,
     /// Run over the port's default answers ([`SimCluster::plain`]).
@@ -79,7 +79,7 @@ impl UpdateController {
             executor: UpdateExecutor::new(),
             period,
             next: start,
-            last_blocked: BTreeMap::new(),
+            last_blocked: Blocked::default(),
             clock_skew: ClockOffset::default(),
             skip_unchanged: true,
             plain_port: false,
@@ -169,19 +169,15 @@ impl Controller for UpdateController {
                 format!("{error}: {}", error.source),
             );
         }
-        let blocked: BTreeMap<String, Vec<String>> = report.blocked.into_iter().collect();
-        for (group, reasons) in &blocked {
-            if self.last_blocked.get(group) != Some(reasons) {
-                world.record_in(
-                    "update.blocked",
-                    Some(group.clone()),
-                    None,
-                    None,
-                    reasons.join("; "),
-                );
-            }
-        }
-        self.last_blocked = blocked;
+        self.last_blocked.update(report.blocked, |group, reasons| {
+            world.record_in(
+                "update.blocked",
+                Some(group.to_owned()),
+                None,
+                None,
+                reasons.join("; "),
+            );
+        });
     }
 }
 
@@ -208,6 +204,48 @@ fn hand_over(world: &mut World, node: &str) {
         .entry(keys::ANNOTATION_DRAINING.into())
         .or_insert_with(|| DRAIN_SOURCE_SCALE_DOWN.into());
     world.agent_inputs_changed(node);
+}
+
+/// The planner's `blocked` reasons by group ([`nodemgr_core::executor::StepReport::blocked`]),
+/// in group order, as the controller last saw them: a group's reasons are recorded when they
+/// differ from the previous step's.
+#[derive(Debug, Default)]
+struct Blocked(Vec<(String, Vec<String>)>);
+
+impl Blocked {
+    /// Replaces the reasons with `reported` (a group's last entry counts, as in a map by
+    /// group) and calls `changed` with each group whose reasons differ from the previous
+    /// ones, in group order. A report in strict group order (the executor's) is kept as it
+    /// is, without being sorted into a map first.
+    fn update(
+        &mut self,
+        reported: Vec<(String, Vec<String>)>,
+        mut changed: impl FnMut(&str, &[String]),
+    ) {
+        let reported = if reported.windows(2).all(|w| w[0].0 < w[1].0) {
+            reported
+        } else {
+            let by_group: BTreeMap<String, Vec<String>> = reported.into_iter().collect();
+            by_group.into_iter().collect()
+        };
+        for (group, reasons) in &reported {
+            let before = self
+                .0
+                .binary_search_by(|(g, _)| g.as_str().cmp(group))
+                .ok()
+                .and_then(|at| self.0.get(at))
+                .map(|(_, reasons)| reasons);
+            if before != Some(reasons) {
+                changed(group, reasons);
+            }
+        }
+        self.0 = reported;
+    }
+
+    /// Forgets the reasons.
+    fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 /// The names [`World::record`] gives a node's timeline event (the node's and its group's,
@@ -321,6 +359,52 @@ fn record_executor_event(world: &mut World, event: &ExecutorEvent, names: &mut N
         ExecutorEvent::DrainedMarkRemoved { .. } => {
             let named = names.of(world, node);
             record_named(world, "drain.mark-removed", named, None, message);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A step's `blocked` report: entries of a few groups, in any order, repeated or not.
+    fn report() -> impl Strategy<Value = Vec<(String, Vec<String>)>> {
+        prop::collection::vec(("g[0-3]", prop::collection::vec("[ab]", 0..3)), 0..6).prop_map(
+            |mut entries| {
+                // Most reports are in group order, as the executor makes them.
+                if entries.len() % 2 == 0 {
+                    entries.sort_by(|a, b| a.0.cmp(&b.0));
+                    entries.dedup_by(|a, b| a.0 == b.0);
+                }
+                entries
+            },
+        )
+    }
+
+    proptest! {
+        /// The groups whose reasons are recorded, step after step, are those a map by group
+        /// compared with the previous step's finds.
+        #[test]
+        fn blocked_reasons_are_recorded_as_a_map_by_group_finds_them(
+            reports in prop::collection::vec(report(), 1..8),
+        ) {
+            let mut blocked = Blocked::default();
+            let mut last: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for reported in reports {
+                let mut recorded = Vec::new();
+                blocked.update(reported.clone(), |group, reasons| {
+                    recorded.push((group.to_owned(), reasons.to_vec()));
+                });
+                let by_group: BTreeMap<String, Vec<String>> = reported.into_iter().collect();
+                let expected: Vec<(String, Vec<String>)> = by_group
+                    .iter()
+                    .filter(|(group, reasons)| last.get(*group) != Some(*reasons))
+                    .map(|(group, reasons)| (group.clone(), reasons.clone()))
+                    .collect();
+                prop_assert_eq!(recorded, expected);
+                last = by_group;
+            }
         }
     }
 }
