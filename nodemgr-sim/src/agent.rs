@@ -623,10 +623,13 @@ impl AgentEnv<'_> {
                             continue;
                         }
                         let annotations = &mut Arc::make_mut(&mut n.node).annotations;
+                        // Which of `ASKS` the patch sets, noted while its changes are applied.
+                        let mut asked = [false; 3];
                         for (key, value) in patch.changes() {
+                            note_ask(&mut asked, key, value);
                             set_annotation(annotations, key, value);
                         }
-                        let asked = ASKS.map(|key| patch.sets(key));
+                        debug_assert_eq!(asked, ASKS.map(|key| patch.sets(key)));
                         drop(patch);
                         let version = agent.version.current(&n.node);
                         // The agent's answer records nothing: it may come before the
@@ -749,6 +752,17 @@ const ASKS: [&str; 3] = [
     keys::ANNOTATION_ROLLING_UPDATE,
 ];
 
+/// Notes in `asked` (flags in the order of [`ASKS`]) that a patch changes the annotation `key`
+/// to `value`: a flag is set when the change sets its annotation
+/// ([`nodemgr_core::agent::PatchRequest::sets`]).
+fn note_ask(asked: &mut [bool; 3], key: &str, value: Option<&str>) {
+    if value.is_some() {
+        for (flag, ask) in asked.iter_mut().zip(ASKS) {
+            *flag |= key == ask;
+        }
+    }
+}
+
 /// Sets (`Some`) or removes (`None`) the annotation `key` as a patch does
 /// ([`nodemgr_core::agent::NodePatch::apply_to`]), reusing the stored key and value when the
 /// annotation is there.
@@ -852,7 +866,31 @@ mod tests {
         ]
     }
 
+    /// An annotation key a patch may change: one of [`ASKS`] or another.
+    fn patch_key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(ASKS.to_vec()).prop_map(str::to_owned),
+            Just(keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned()),
+            Just(keys::ANNOTATION_APPROVED.to_owned()),
+            "[a-z./-]{0,12}",
+        ]
+    }
+
     proptest! {
+        /// The flags noted change by change ([`note_ask`]) are, for each of [`ASKS`], whether
+        /// some change sets that annotation (what `PatchRequest::sets` answers).
+        #[test]
+        fn noted_asks_are_the_annotations_set(
+            changes in prop::collection::vec((patch_key(), prop::option::of("[xy]{0,2}")), 0..5),
+        ) {
+            let mut asked = [false; 3];
+            for (key, value) in &changes {
+                note_ask(&mut asked, key, value.as_deref());
+            }
+            let sets = ASKS.map(|ask| changes.iter().any(|(k, v)| k == ask && v.is_some()));
+            prop_assert_eq!(asked, sets);
+        }
+
         /// Looking a group up from the position of the previous lookup
         /// ([`SimAgent::group_in`]) finds what a search by name finds, whatever groups were
         /// added or removed in between and whichever group is asked for.
