@@ -28,6 +28,7 @@
 //! stale read conflicts as on a real API ([`SimAgent::resource_version`]).
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -764,17 +765,19 @@ fn note_ask(asked: &mut [bool; 3], key: &str, value: Option<&str>) {
 }
 
 /// Sets (`Some`) or removes (`None`) the annotation `key` as a patch does
-/// ([`nodemgr_core::agent::NodePatch::apply_to`]), reusing the stored key and value when the
+/// ([`nodemgr_core::agent::NodePatch::apply_to`]), with one search of the map (the agent's
+/// patches set annotations the Node does not have), reusing the stored value when the
 /// annotation is there.
 fn set_annotation(annotations: &mut BTreeMap<String, String>, key: &str, value: Option<&str>) {
     match value {
-        Some(value) => match annotations.get_mut(key) {
-            Some(old) => {
+        Some(value) => match annotations.entry(key.to_owned()) {
+            Entry::Occupied(mut old) => {
+                let old = old.get_mut();
                 old.clear();
                 old.push_str(value);
             }
-            None => {
-                annotations.insert(key.to_owned(), value.to_owned());
+            Entry::Vacant(slot) => {
+                slot.insert(value.to_owned());
             }
         },
         None => {
