@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::Cause;
-use crate::model::{Node, NodeGroup, Pod, PodDisruptionBudget, Taint, Timestamp};
+use crate::model::{Node, NodeGroup, Pod, PodDisruptionBudget, StringMap, Taint, Timestamp};
 
 /// What went wrong talking to the cluster.
 ///
@@ -352,19 +352,11 @@ impl NodePatch {
     /// Applies the patch to a node view in place (what an implementation stores; the simulator
     /// and tests use it, adapters send the patch instead).
     pub fn apply_to(&self, node: &mut Node) {
-        for (key, value) in &self.labels {
-            match value {
-                Some(v) => node.labels.insert(key.clone(), v.clone()),
-                None => node.labels.remove(key),
-            };
+        apply_entries(&mut node.labels, &self.labels);
+        apply_entries(&mut node.annotations, &self.annotations);
+        if !self.remove_taints.is_empty() {
+            node.taints.retain(|t| !self.remove_taints.contains(&t.key));
         }
-        for (key, value) in &self.annotations {
-            match value {
-                Some(v) => node.annotations.insert(key.clone(), v.clone()),
-                None => node.annotations.remove(key),
-            };
-        }
-        node.taints.retain(|t| !self.remove_taints.contains(&t.key));
         for taint in &self.add_taints {
             node.taints
                 .retain(|t| !(t.key == taint.key && t.effect == taint.effect));
@@ -376,6 +368,21 @@ impl NodePatch {
         if let Some(id) = &self.provider_id {
             node.provider_id = Some(id.clone());
         }
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) each entry of `changes` in `map`, taking the map to change
+/// once for all of them (none when there are none, or when they only remove from an empty map).
+fn apply_entries(map: &mut StringMap, changes: &BTreeMap<String, Option<String>>) {
+    if changes.is_empty() || (map.is_empty() && changes.values().all(Option::is_none)) {
+        return;
+    }
+    let map = &mut **map;
+    for (key, value) in changes {
+        match value {
+            Some(value) => map.insert(key.clone(), value.clone()),
+            None => map.remove(key),
+        };
     }
 }
 
