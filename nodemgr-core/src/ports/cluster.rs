@@ -786,6 +786,7 @@ impl<T: ClusterRead + NodeApi + PodApi + EventApi + ?Sized> ClusterApi for T {}
 mod tests {
     use super::*;
     use crate::model::TaintEffect;
+    use proptest::prelude::*;
 
     #[test]
     fn pod_refs_parse_keys() {
@@ -834,6 +835,58 @@ mod tests {
         assert!(node.unschedulable);
         assert!(!patch.is_empty());
         assert!(NodePatch::new().is_empty());
+    }
+
+    /// A map of up to six entries over three keys, or an empty one.
+    fn small_map() -> impl Strategy<Value = BTreeMap<String, String>> {
+        prop::collection::btree_map("[abc]", "[xy]", 0..3)
+    }
+
+    /// Changes over the same keys: set (`Some`) or remove (`None`).
+    fn small_changes() -> impl Strategy<Value = BTreeMap<String, Option<String>>> {
+        prop::collection::btree_map("[abcd]", prop::option::of("[xy]"), 0..4)
+    }
+
+    proptest! {
+        /// A patch's labels and annotations, applied to maps that may be empty or shared with
+        /// another view, end as each change made one by one on a plain map; the other view
+        /// keeps its content.
+        #[test]
+        fn patched_maps_are_the_changes_made_one_by_one(
+            labels in small_map(),
+            annotations in small_map(),
+            label_changes in small_changes(),
+            annotation_changes in small_changes(),
+            shared in any::<bool>(),
+        ) {
+            let mut node = Node {
+                labels: labels.clone().into(),
+                annotations: annotations.clone().into(),
+                ..Node::default()
+            };
+            let other = shared.then(|| node.clone());
+            let patch = NodePatch {
+                labels: label_changes.clone(),
+                annotations: annotation_changes.clone(),
+                ..NodePatch::new()
+            };
+            patch.apply_to(&mut node);
+            let one_by_one = |mut map: BTreeMap<String, String>, changes: &BTreeMap<String, Option<String>>| {
+                for (key, value) in changes {
+                    match value {
+                        Some(v) => map.insert(key.clone(), v.clone()),
+                        None => map.remove(key),
+                    };
+                }
+                map
+            };
+            prop_assert_eq!(&*node.labels, &one_by_one(labels.clone(), &label_changes));
+            prop_assert_eq!(&*node.annotations, &one_by_one(annotations.clone(), &annotation_changes));
+            if let Some(other) = other {
+                prop_assert_eq!(&*other.labels, &labels);
+                prop_assert_eq!(&*other.annotations, &annotations);
+            }
+        }
     }
 
     #[test]
