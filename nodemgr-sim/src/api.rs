@@ -996,7 +996,6 @@ impl SimApiServer {
                 v.renew(numbers, slot, heartbeat, shared);
             }
         }
-        let mut changed = Vec::new();
         // The entries that may have been versioned after `since` (noted as handed out to
         // change since then), else every entry; in name order either way.
         // (A set of bits, bit `i % 64` of word `i / 64` for position `i`; every bit set
@@ -1005,6 +1004,8 @@ impl SimApiServer {
             .versions
             .recent_since(since)
             .unwrap_or_else(|| vec![u64::MAX; self.versions.len().div_ceil(64)]);
+        let most: u32 = candidates.iter().map(|bits| bits.count_ones()).sum();
+        let mut changed = Vec::with_capacity(usize::try_from(most).unwrap_or(0));
         for (word, &bits) in candidates.iter().enumerate() {
             let mut left = bits;
             while left != 0 {

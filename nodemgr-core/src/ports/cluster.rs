@@ -837,14 +837,15 @@ mod tests {
         assert!(NodePatch::new().is_empty());
     }
 
-    /// A map of up to six entries over three keys, or an empty one.
+    /// A map of up to six entries over six keys (`a`–`f`), or an empty one.
     fn small_map() -> impl Strategy<Value = BTreeMap<String, String>> {
-        prop::collection::btree_map("[abc]", "[xy]", 0..3)
+        prop::collection::btree_map("[a-f]", "[xy]", 0..7)
     }
 
-    /// Changes over the same keys: set (`Some`) or remove (`None`).
+    /// Changes over the same keys and one more: set (`Some`) or remove (`None`), often
+    /// several removals.
     fn small_changes() -> impl Strategy<Value = BTreeMap<String, Option<String>>> {
-        prop::collection::btree_map("[abcd]", prop::option::of("[xy]"), 0..4)
+        prop::collection::btree_map("[a-g]", prop::option::weighted(0.3, "[xy]"), 0..7)
     }
 
     proptest! {
