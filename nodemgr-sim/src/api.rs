@@ -367,6 +367,12 @@ struct VersionTable {
     /// A number taken anew ([`layout_stamp`]) whenever an entry is added or removed, so that
     /// the same number means the same names at the same positions.
     layout: u64,
+    /// While `Some(seq)`, every entry versioned after change number `seq` is at a position
+    /// listed in `recent` (see [`VersionTable::recent_since`]); `None` when unknown.
+    recent_from: Option<u64>,
+    /// The positions of the entries handed out to change since `recent_from`, as a set of
+    /// bits (bit `i % 64` of word `i / 64` for position `i`).
+    recent: Vec<u64>,
 }
 
 /// A fresh number for a layout of the version table (see [`VersionTable::layout`]).
@@ -391,7 +397,47 @@ impl VersionTable {
             entries,
             index,
             layout: layout_stamp(),
+            recent_from: None,
+            recent: Vec::new(),
         }
+    }
+
+    /// Notes that the entry at `at` is handed out to change (it may be versioned anew).
+    fn note(&mut self, at: usize) {
+        if self.recent_from.is_none() {
+            return;
+        }
+        let word = at / 64;
+        if self.recent.len() <= word {
+            self.recent.resize(word + 1, 0);
+        }
+        if let Some(bits) = self.recent.get_mut(word) {
+            *bits |= 1 << (at % 64);
+        }
+    }
+
+    /// Forgets which entries were handed out to change: the next
+    /// [`VersionTable::recent_since`] answers `None`.
+    fn forget_recent(&mut self) {
+        self.recent_from = None;
+    }
+
+    /// Starts noting the entries handed out to change from now, change number `seq` being
+    /// the last one given (no entry is versioned after it).
+    fn restart_recent(&mut self, seq: u64) {
+        self.recent.fill(0);
+        self.recent_from = Some(seq);
+    }
+
+    /// The positions of the entries that may have been versioned after change number
+    /// `since` (a superset of those that were), as a set of bits ([`VersionTable::recent`]), when
+    /// noted since then; `None` when not (every entry may have been). Taken out: the entries
+    /// noted from here on are noted in a new set.
+    fn recent_since(&mut self, since: u64) -> Option<Vec<u64>> {
+        if self.recent_from.is_none_or(|from| from > since) {
+            return None;
+        }
+        Some(std::mem::take(&mut self.recent))
     }
 
     fn len(&self) -> usize {
@@ -409,6 +455,7 @@ impl VersionTable {
 
     fn get_mut(&mut self, name: &str) -> Option<&mut Versioned> {
         let &i = self.index.get(name)?;
+        self.note(i);
         self.entries.get_mut(i).map(|(_, v)| v)
     }
 
@@ -419,6 +466,7 @@ impl VersionTable {
 
     /// The entry at `at` (a position [`VersionTable::position`] answered).
     fn at_mut(&mut self, at: usize) -> Option<&mut Versioned> {
+        self.note(at);
         self.entries.get_mut(at).map(|(_, v)| v)
     }
 
@@ -437,12 +485,14 @@ impl VersionTable {
         self.index.insert(name.clone(), at);
         self.entries.insert(at, (name, v));
         self.layout = layout_stamp();
+        self.forget_recent();
     }
 
     /// Takes node `name`'s entry out.
     fn remove(&mut self, name: &str) -> Option<Versioned> {
         let at = self.index.remove(name)?;
         self.layout = layout_stamp();
+        self.forget_recent();
         for i in self.index.values_mut() {
             if *i > at {
                 *i -= 1;
@@ -453,6 +503,7 @@ impl VersionTable {
 
     /// Every entry in name order.
     fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut Versioned)> {
+        self.forget_recent();
         self.entries.iter_mut().map(|(name, v)| (&*name, v))
     }
 
@@ -470,6 +521,7 @@ impl VersionTable {
     fn take(&mut self) -> Vec<(String, Versioned)> {
         self.index.clear();
         self.layout = layout_stamp();
+        self.forget_recent();
         std::mem::take(&mut self.entries)
     }
 }
@@ -883,6 +935,7 @@ impl SimApiServer {
             let mut changes = NodeChanges::resync(self.list_shared(nodes));
             changes.revision = Some(NodeRevision(self.change_seq));
             self.synced = layout.map(|l| (l, self.versions.layout));
+            self.versions.restart_recent(self.change_seq);
             return changes;
         };
         if let (Some(layout), Some(touched)) = (layout, touched)
@@ -918,6 +971,7 @@ impl SimApiServer {
         }
         // Entry `i` is node `i`'s now (in place, or merged from the whole list).
         self.synced = layout.map(|l| (l, self.versions.layout));
+        self.versions.restart_recent(self.change_seq);
         self.answer(since, changed)
     }
 
@@ -933,8 +987,7 @@ impl SimApiServer {
     ) -> NodeChanges {
         let shared = !self.copy_views;
         for &at in touched {
-            let (Some((_, v)), Some((slot, heartbeat))) =
-                (self.versions.entries.get_mut(at), nodes.slot_at(at))
+            let (Some(v), Some((slot, heartbeat))) = (self.versions.at_mut(at), nodes.slot_at(at))
             else {
                 continue;
             };
@@ -943,21 +996,41 @@ impl SimApiServer {
                 v.renew(numbers, slot, heartbeat, shared);
             }
         }
-        let mut changed = Vec::new();
-        for (at, (_, v)) in self.versions.entries.iter_mut().enumerate() {
-            if v.changed > since {
-                // The world's node at `at` is the one versioned (it was not touched since,
-                // or was versioned above).
-                let (slot, heartbeat) = match nodes.slot_at(at) {
-                    Some((slot, heartbeat)) => (Arc::clone(slot), heartbeat),
-                    None => match v.seen.content() {
-                        Some(seen) => (seen, None),
-                        None => continue,
-                    },
+        // The entries that may have been versioned after `since` (noted as handed out to
+        // change since then), else every entry; in name order either way.
+        // (A set of bits, bit `i % 64` of word `i / 64` for position `i`; every bit set
+        // when not noted: positions past the last entry are skipped.)
+        let candidates = self
+            .versions
+            .recent_since(since)
+            .unwrap_or_else(|| vec![u64::MAX; self.versions.len().div_ceil(64)]);
+        let most: u32 = candidates.iter().map(|bits| bits.count_ones()).sum();
+        let mut changed = Vec::with_capacity(usize::try_from(most).unwrap_or(0));
+        for (word, &bits) in candidates.iter().enumerate() {
+            let mut left = bits;
+            while left != 0 {
+                let at = word * 64 + left.trailing_zeros() as usize;
+                left &= left - 1;
+                let Some((_, v)) = self.versions.entries.get_mut(at) else {
+                    continue;
                 };
-                changed.push(v.view(&slot, heartbeat));
+                if v.changed > since {
+                    // The world's node at `at` is the one versioned (it was not touched
+                    // since, or was versioned above).
+                    let (slot, heartbeat) = match nodes.slot_at(at) {
+                        Some((slot, heartbeat)) => (Arc::clone(slot), heartbeat),
+                        None => match v.seen.content() {
+                            Some(seen) => (seen, None),
+                            None => continue,
+                        },
+                    };
+                    changed.push(v.view(&slot, heartbeat));
+                }
             }
         }
+        // The buffer kept for the entries noted from now on.
+        self.versions.recent = candidates;
+        self.versions.restart_recent(self.change_seq);
         self.answer(since, changed)
     }
 

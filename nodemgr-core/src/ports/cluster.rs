@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::Cause;
-use crate::model::{Node, NodeGroup, Pod, PodDisruptionBudget, Taint, Timestamp};
+use crate::model::{Node, NodeGroup, Pod, PodDisruptionBudget, StringMap, Taint, Timestamp};
 
 /// What went wrong talking to the cluster.
 ///
@@ -352,19 +352,11 @@ impl NodePatch {
     /// Applies the patch to a node view in place (what an implementation stores; the simulator
     /// and tests use it, adapters send the patch instead).
     pub fn apply_to(&self, node: &mut Node) {
-        for (key, value) in &self.labels {
-            match value {
-                Some(v) => node.labels.insert(key.clone(), v.clone()),
-                None => node.labels.remove(key),
-            };
+        apply_entries(&mut node.labels, &self.labels);
+        apply_entries(&mut node.annotations, &self.annotations);
+        if !self.remove_taints.is_empty() {
+            node.taints.retain(|t| !self.remove_taints.contains(&t.key));
         }
-        for (key, value) in &self.annotations {
-            match value {
-                Some(v) => node.annotations.insert(key.clone(), v.clone()),
-                None => node.annotations.remove(key),
-            };
-        }
-        node.taints.retain(|t| !self.remove_taints.contains(&t.key));
         for taint in &self.add_taints {
             node.taints
                 .retain(|t| !(t.key == taint.key && t.effect == taint.effect));
@@ -376,6 +368,21 @@ impl NodePatch {
         if let Some(id) = &self.provider_id {
             node.provider_id = Some(id.clone());
         }
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) each entry of `changes` in `map`, taking the map to change
+/// once for all of them (none when there are none, or when they only remove from an empty map).
+fn apply_entries(map: &mut StringMap, changes: &BTreeMap<String, Option<String>>) {
+    if changes.is_empty() || (map.is_empty() && changes.values().all(Option::is_none)) {
+        return;
+    }
+    let map = &mut **map;
+    for (key, value) in changes {
+        match value {
+            Some(value) => map.insert(key.clone(), value.clone()),
+            None => map.remove(key),
+        };
     }
 }
 
@@ -779,6 +786,7 @@ impl<T: ClusterRead + NodeApi + PodApi + EventApi + ?Sized> ClusterApi for T {}
 mod tests {
     use super::*;
     use crate::model::TaintEffect;
+    use proptest::prelude::*;
 
     #[test]
     fn pod_refs_parse_keys() {
@@ -827,6 +835,59 @@ mod tests {
         assert!(node.unschedulable);
         assert!(!patch.is_empty());
         assert!(NodePatch::new().is_empty());
+    }
+
+    /// A map of up to six entries over six keys (`a`–`f`), or an empty one.
+    fn small_map() -> impl Strategy<Value = BTreeMap<String, String>> {
+        prop::collection::btree_map("[a-f]", "[xy]", 0..7)
+    }
+
+    /// Changes over the same keys and one more: set (`Some`) or remove (`None`), often
+    /// several removals.
+    fn small_changes() -> impl Strategy<Value = BTreeMap<String, Option<String>>> {
+        prop::collection::btree_map("[a-g]", prop::option::weighted(0.3, "[xy]"), 0..7)
+    }
+
+    proptest! {
+        /// A patch's labels and annotations, applied to maps that may be empty or shared with
+        /// another view, end as each change made one by one on a plain map; the other view
+        /// keeps its content.
+        #[test]
+        fn patched_maps_are_the_changes_made_one_by_one(
+            labels in small_map(),
+            annotations in small_map(),
+            label_changes in small_changes(),
+            annotation_changes in small_changes(),
+            shared in any::<bool>(),
+        ) {
+            let mut node = Node {
+                labels: labels.clone().into(),
+                annotations: annotations.clone().into(),
+                ..Node::default()
+            };
+            let other = shared.then(|| node.clone());
+            let patch = NodePatch {
+                labels: label_changes.clone(),
+                annotations: annotation_changes.clone(),
+                ..NodePatch::new()
+            };
+            patch.apply_to(&mut node);
+            let one_by_one = |mut map: BTreeMap<String, String>, changes: &BTreeMap<String, Option<String>>| {
+                for (key, value) in changes {
+                    match value {
+                        Some(v) => map.insert(key.clone(), v.clone()),
+                        None => map.remove(key),
+                    };
+                }
+                map
+            };
+            prop_assert_eq!(&*node.labels, &one_by_one(labels.clone(), &label_changes));
+            prop_assert_eq!(&*node.annotations, &one_by_one(annotations.clone(), &annotation_changes));
+            if let Some(other) = other {
+                prop_assert_eq!(&*other.labels, &labels);
+                prop_assert_eq!(&*other.annotations, &annotations);
+            }
+        }
     }
 
     #[test]

@@ -380,6 +380,10 @@ impl World {
     }
 }
 
+/// How many recorded events per node the world makes room for when it is built (a capacity
+/// hint: the list grows past it as needed).
+const EVENTS_RESERVED_PER_NODE: usize = 32;
+
 fn parse_capacity(map: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
     map.iter()
         .filter_map(|(k, v)| Quantity::parse(v).ok().map(|q| (k.clone(), q)))
@@ -442,6 +446,12 @@ impl World {
         world.nodes.reserve(nodes);
         world.pods.reserve(pods);
         world.pods_by_node.reserve(nodes);
+        // The events the update executor records: a few per node and update (approval,
+        // drain, each eviction, the end); room for some updates of every node, so that the
+        // list is not moved again and again as it grows.
+        world
+            .recorded_events
+            .reserve(nodes.saturating_mul(EVENTS_RESERVED_PER_NODE));
         for (i, g) in scenario.groups.iter().enumerate() {
             let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
             let group = NodeGroup {

@@ -336,7 +336,17 @@ impl Nodes {
     /// previous call, clearing the log; `None` when any node may have changed.
     pub(crate) fn take_touched(&mut self) -> Option<Vec<usize>> {
         let all = std::mem::take(&mut self.all_touched);
-        let mut positions: Vec<usize> = Vec::with_capacity(self.touched.len());
+        let count = self.touched.len();
+        // The positions as a set of bits (bit `i % 64` of word `i / 64` for position `i`),
+        // read out in ascending order below: each logged once (`Entry::touched`).
+        let mut bits = vec![
+            0u64;
+            if all {
+                0
+            } else {
+                self.entries.len().div_ceil(64)
+            }
+        ];
         // The log emptied but kept (its capacity), so that the next interval's notes do not
         // grow a new one.
         for id in self.touched.drain(..) {
@@ -345,7 +355,10 @@ impl Nodes {
                 && let Some(e) = self.entries.get_mut(at as usize)
             {
                 e.touched = false;
-                positions.push(at as usize);
+                let at = at as usize;
+                if let Some(word) = bits.get_mut(at / 64) {
+                    *word |= 1 << (at % 64);
+                }
             }
         }
         if all {
@@ -354,7 +367,14 @@ impl Nodes {
             }
             return None;
         }
-        positions.sort_unstable();
+        let mut positions: Vec<usize> = Vec::with_capacity(count);
+        for (word, &set) in bits.iter().enumerate() {
+            let mut left = set;
+            while left != 0 {
+                positions.push(word * 64 + left.trailing_zeros() as usize);
+                left &= left - 1;
+            }
+        }
         Some(positions)
     }
 }
@@ -425,6 +445,31 @@ mod tests {
     }
 
     proptest! {
+        /// A table of up to 300 nodes, some handed out mutably (positions past the first
+        /// 64 among them): the log answers their positions, ascending, each once.
+        #[test]
+        fn the_log_answers_every_position_in_order(
+            count in 1usize..300,
+            picks in prop::collection::vec(any::<prop::sample::Index>(), 0..80),
+        ) {
+            let template = node(0);
+            let mut table = Nodes::new();
+            for i in 0..count {
+                table.insert(format!("n-{i:03}"), template.clone());
+            }
+            // A new table: every node may have changed.
+            prop_assert_eq!(table.take_touched(), None);
+            let mut expected: BTreeSet<usize> = BTreeSet::new();
+            for pick in picks {
+                let at = pick.index(count);
+                let name = format!("n-{at:03}");
+                prop_assert!(table.get_mut(&name).is_some());
+                expected.insert(at);
+            }
+            prop_assert_eq!(table.take_touched(), Some(expected.into_iter().collect::<Vec<_>>()));
+            prop_assert_eq!(table.take_touched(), Some(Vec::new()));
+        }
+
         #[test]
         fn the_node_table_is_a_map_by_name_with_a_log(
             ops in prop::collection::vec((0u8..6, 0u8..30, any::<u8>()), 0..150),
