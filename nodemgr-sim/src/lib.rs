@@ -50,7 +50,7 @@ pub use controller::{Controller, UpdateController};
 pub use rng::SimRng;
 pub use scenario::{Scenario, ScenarioError};
 pub use sim::{Simulation, run};
-pub use timeline::{Timeline, TimelineEvent};
+pub use timeline::{Name, Timeline, TimelineEvent};
 pub use world::{SimStats, World};
 
 /// The default scenario (`examples/scenarios/default.yaml`): a kubelet-restart change rolling
