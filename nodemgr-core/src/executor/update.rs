@@ -348,6 +348,8 @@ pub struct UpdateExecutor {
     /// Each kind of command patches the same way: its patch is made once and only its
     /// precondition set per node.
     patches: CommandPatches,
+    /// The patch of a finished drain ([`drained_patch`]), made once.
+    drained_patch: NodePatch,
 }
 
 /// A group whose plan had no command, with the inputs it was planned from. The planner is a
@@ -456,14 +458,6 @@ impl<'a> StepNode<'a> {
                 .annotations
                 .get(keys::ANNOTATION_DRAINED)
                 .is_some_and(|v| DrainSource::parse(v) == DrainSource::User),
-        }
-    }
-
-    /// The node as a [`Drain`] reads it (its name and `unschedulable`).
-    fn node_for_drain(self) -> std::borrow::Cow<'a, Node> {
-        match self {
-            Self::Kept(f) => std::borrow::Cow::Owned(f.node_for_drain()),
-            Self::Patched(n) => std::borrow::Cow::Borrowed(n),
         }
     }
 }
@@ -917,12 +911,15 @@ impl UpdateExecutor {
             }
         };
         for (&slot, node) in patched {
-            let Some(name) = self.view.at(slot).map(|f| f.name.as_str()) else {
+            let Some(facts) = self.view.at(slot) else {
                 continue;
             };
+            let name = facts.name.as_str();
+            debug_assert_eq!(names.contains(name), takes_part(facts.marks));
             if node_takes_part(node) {
                 names.insert(name);
-            } else {
+            } else if takes_part(facts.marks) {
+                // Among `names` only as the view has it.
                 names.remove(name);
             }
         }
@@ -1000,8 +997,14 @@ impl UpdateExecutor {
                     .unwrap_or_default();
                 let source = node.draining().unwrap_or_default().to_owned();
                 // A drain reads the node's name and `unschedulable`: the view keeps those.
-                let active =
-                    ActiveDrain::start(&node.node_for_drain(), group, source, &pods, config, now);
+                let active = ActiveDrain::start(
+                    (name, node.unschedulable()),
+                    group,
+                    source,
+                    &pods,
+                    config,
+                    now,
+                );
                 report.events.push(ExecutorEvent::DrainStarted {
                     node: name.to_owned(),
                     group: active.group.clone(),
@@ -1041,14 +1044,12 @@ impl UpdateExecutor {
             .await;
             if let Some(outcome) = active.drain.outcome().cloned() {
                 let source = if active.source.is_empty() {
-                    keys::DRAIN_SOURCE_BASHIBLE.to_owned()
+                    keys::DRAIN_SOURCE_BASHIBLE
                 } else {
-                    active.source.clone()
+                    active.source.as_str()
                 };
-                let patch = NodePatch::new()
-                    .remove_annotation(keys::ANNOTATION_DRAINING)
-                    .set_annotation(keys::ANNOTATION_DRAINED, source);
-                match Self::patch_node(&mut self.known, cluster, name, &patch).await {
+                let patch = drained_patch(&mut self.drained_patch, source);
+                match Self::patch_node(&mut self.known, cluster, name, patch).await {
                     Ok(_) => {
                         let (kind, reason) = match outcome {
                             DrainOutcome::Completed => (EventKind::Normal, "NodeDrained"),
@@ -1083,11 +1084,11 @@ impl UpdateExecutor {
 }
 
 impl ActiveDrain {
-    /// The drain of `node` (of group `group`, marked `draining=source`) at `now`, over the
-    /// evictable pods of its listing `pods`, remembering their UIDs (a key listed twice: the
-    /// last one counts).
+    /// The drain of node `node` (its name and whether it is unschedulable; of group `group`,
+    /// marked `draining=source`) at `now`, over the evictable pods of its listing `pods`,
+    /// remembering their UIDs (a key listed twice: the last one counts).
     fn start(
-        node: &Node,
+        (node, unschedulable): (&str, bool),
         group: String,
         source: String,
         pods: &[NodePod],
@@ -1095,7 +1096,8 @@ impl ActiveDrain {
         now: Timestamp,
     ) -> Self {
         let evictable = pods.iter().filter(|p| p.evictable);
-        let drain = Drain::from_keys(node, evictable.clone().map(|p| p.key.clone()), config, now);
+        let keys = evictable.clone().map(|p| p.key.clone());
+        let drain = Drain::of_named(node, unschedulable, keys, config, now);
         let pod_uids: BTreeMap<String, String> =
             evictable.map(|p| (p.key.clone(), p.uid.clone())).collect();
         Self {
@@ -1115,56 +1117,99 @@ fn listed_once_in_order(pods: &[NodePod]) -> bool {
         .all(|w| matches!(w, [a, b] if a.key < b.key))
 }
 
+/// The patch that marks a node drained by `source`: removes `draining` and sets
+/// `drained=source`. Made in `held` once; later calls only set the source when it differs.
+fn drained_patch<'p>(held: &'p mut NodePatch, source: &str) -> &'p NodePatch {
+    match held.annotations.get_mut(keys::ANNOTATION_DRAINED) {
+        Some(Some(value)) => {
+            if value != source {
+                source.clone_into(value);
+            }
+        }
+        _ => {
+            *held = NodePatch::new()
+                .remove_annotation(keys::ANNOTATION_DRAINING)
+                .set_annotation(keys::ANNOTATION_DRAINED, source);
+        }
+    }
+    held
+}
+
 /// Feeds what the listing shows into the drain: tracked pods that are no longer on the node (or
 /// were replaced by a pod of another UID) are gone.
 fn observe_pods(active: &mut ActiveDrain, pods: &[NodePod], now: Timestamp) {
-    let gone = gone_pods(active.drain.remaining(), &active.pod_uids, pods);
-    for key in gone {
-        active.drain.handle_pod_deleted(&key, now);
+    let mut listing = Listing::of(pods);
+    let ActiveDrain {
+        drain, pod_uids, ..
+    } = active;
+    drain.handle_pods_gone(|key| listing.shows_gone(key, pod_uids), now);
+}
+
+/// A node's pod listing asked which of a drain's keys it shows gone, the keys asked in
+/// strictly increasing order (as [`Drain::remaining`] gives them).
+enum Listing<'p> {
+    /// Sorted by key (the simulator's): walked beside the keys asked.
+    Sorted {
+        /// The listing.
+        pods: &'p [NodePod],
+        /// Where the walk is.
+        at: usize,
+    },
+    /// In another order: indexed first (a key listed twice: the last one counts).
+    Indexed(BTreeMap<&'p str, &'p str>),
+}
+
+impl<'p> Listing<'p> {
+    fn of(pods: &'p [NodePod]) -> Self {
+        if pods
+            .windows(2)
+            .all(|w| matches!(w, [a, b] if a.key <= b.key))
+        {
+            return Self::Sorted { pods, at: 0 };
+        }
+        Self::Indexed(
+            pods.iter()
+                .map(|p| (p.key.as_str(), p.uid.as_str()))
+                .collect(),
+        )
+    }
+
+    /// Whether the listing no longer shows pod `key`, or shows it with another UID than the
+    /// one in `pod_uids` (a key listed twice: the last one counts). Both kinds answer the same.
+    fn shows_gone(&mut self, key: &str, pod_uids: &BTreeMap<String, String>) -> bool {
+        let uid = match self {
+            Self::Sorted { pods, at } => {
+                while pods.get(*at).is_some_and(|p| p.key.as_str() < key) {
+                    *at += 1;
+                }
+                let mut uid = None;
+                while let Some(p) = pods.get(*at).filter(|p| p.key == key) {
+                    uid = Some(p.uid.as_str());
+                    *at += 1;
+                }
+                uid
+            }
+            Self::Indexed(present) => present.get(key).copied(),
+        };
+        uid.is_none_or(|uid| {
+            pod_uids
+                .get(key)
+                .is_some_and(|known| !known.is_empty() && known != uid)
+        })
     }
 }
 
 /// The keys among `remaining` (in strictly increasing order, as [`Drain::remaining`] gives
-/// them) that the listing `pods` no longer shows, or shows with another UID than the one in
-/// `pod_uids` (a key listed twice: the last one counts). A listing sorted by key (the
-/// simulator's) is walked beside them; any other is indexed first. Both answer the same.
+/// them) that the listing `pods` shows gone ([`Listing::shows_gone`]).
+#[cfg(test)]
 fn gone_pods<'r>(
     remaining: impl Iterator<Item = &'r str>,
     pod_uids: &BTreeMap<String, String>,
     pods: &[NodePod],
 ) -> Vec<String> {
-    let replaced = |key: &str, uid: &str| {
-        pod_uids
-            .get(key)
-            .is_some_and(|known| !known.is_empty() && known != uid)
-    };
-    if pods
-        .windows(2)
-        .all(|w| matches!(w, [a, b] if a.key <= b.key))
-    {
-        let mut at = 0;
-        return remaining
-            .filter(|key| {
-                while pods.get(at).is_some_and(|p| p.key.as_str() < *key) {
-                    at += 1;
-                }
-                let mut uid = None;
-                while let Some(p) = pods.get(at).filter(|p| p.key == *key) {
-                    uid = Some(p.uid.as_str());
-                    at += 1;
-                }
-                uid.is_none_or(|uid| replaced(key, uid))
-            })
-            .map(str::to_owned)
-            .collect();
-    }
-    // A key listed twice: the last one counts.
-    let present: BTreeMap<&str, &str> = pods
-        .iter()
-        .map(|p| (p.key.as_str(), p.uid.as_str()))
-        .collect();
+    let mut listing = Listing::of(pods);
     remaining
-        .filter(|key| present.get(*key).is_none_or(|uid| replaced(key, uid)))
+        .filter(|key| listing.shows_gone(key, pod_uids))
         .map(str::to_owned)
         .collect()
 }
@@ -1222,11 +1267,15 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
             let outcome = match result {
                 Ok(EvictionResult::Evicted) => {
                     accepted = true;
+                    // The event takes the key once the drain has read it.
+                    active
+                        .drain
+                        .handle_eviction(&pod, EvictionOutcome::Evicted, now);
                     report.events.push(ExecutorEvent::Evicted {
                         node: node.to_owned(),
-                        pod: pod.clone(),
+                        pod,
                     });
-                    EvictionOutcome::Evicted
+                    continue;
                 }
                 Ok(EvictionResult::Gone) | Err(ClusterError::NotFound { .. }) => {
                     EvictionOutcome::NotFound
@@ -2008,6 +2057,81 @@ mod tests {
             proptest::prop_assert_eq!(walked, gone_pods_indexed(&remaining, &pod_uids, &pods));
         }
 
+        /// The drained patch made once and given one source after another is the patch
+        /// made anew for each source.
+        #[test]
+        fn a_drained_patch_kept_is_the_patch_made_anew(
+            sources in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(String::new()),
+                    proptest::strategy::Just(keys::DRAIN_SOURCE_BASHIBLE.to_owned()),
+                    "[a-z-]{1,12}",
+                ],
+                1..8,
+            ),
+        ) {
+            let mut held = NodePatch::new();
+            for source in sources {
+                let anew = NodePatch::new()
+                    .remove_annotation(keys::ANNOTATION_DRAINING)
+                    .set_annotation(keys::ANNOTATION_DRAINED, source.as_str());
+                proptest::prop_assert_eq!(drained_patch(&mut held, &source), &anew);
+            }
+        }
+
+        /// Observing a listing marks gone, in one walk of the drain's pods, the pods that
+        /// reporting each gone key one by one marks (the same pods remaining, the same
+        /// outcome): over drains with pods already evicted, refused or gone, and listings
+        /// sorted or not, with keys listed twice and replaced UIDs.
+        #[test]
+        fn observing_a_listing_at_once_is_reporting_each_gone_pod(
+            tracked in proptest::collection::btree_map(0u8..8, 0u8..3, 0..8),
+            results in proptest::collection::vec((0u8..8, 0u8..4), 0..6),
+            listed in proptest::collection::vec((0u8..8, 0u8..3, proptest::bool::ANY), 0..10),
+            sort in proptest::bool::ANY,
+            unschedulable in proptest::bool::ANY,
+        ) {
+            let key = |k: u8| format!("ns/p{k}");
+            let uid = |u: u8| if u == 0 { String::new() } else { format!("u{u}") };
+            let listing: Vec<NodePod> = tracked
+                .iter()
+                .map(|(&k, &u)| NodePod { key: key(k), uid: uid(u), evictable: true })
+                .collect();
+            let mut active = ActiveDrain::start(
+                ("n", unschedulable),
+                "g".into(),
+                String::new(),
+                &listing,
+                DrainConfig::default(),
+                Timestamp::EPOCH,
+            );
+            let now = Timestamp::EPOCH;
+            while active.drain.poll_command(now).is_some() {}
+            for (k, r) in results {
+                match r {
+                    0 => active.drain.handle_eviction(&key(k), EvictionOutcome::Evicted, now),
+                    1 => active.drain.handle_eviction(&key(k), EvictionOutcome::Refused, now),
+                    2 => active.drain.handle_eviction(&key(k), EvictionOutcome::NotFound, now),
+                    _ => active.drain.handle_pod_deleted(&key(k), now),
+                }
+            }
+            let mut pods: Vec<NodePod> = listed
+                .into_iter()
+                .map(|(k, u, evictable)| NodePod { key: key(k), uid: uid(u), evictable })
+                .collect();
+            if sort {
+                pods.sort_by(|a, b| a.key.cmp(&b.key));
+            }
+            let mut one_by_one = active.drain.clone();
+            for gone in gone_pods(active.drain.remaining(), &active.pod_uids, &pods) {
+                one_by_one.handle_pod_deleted(&gone, now);
+            }
+            observe_pods(&mut active, &pods, now);
+            let remaining: Vec<&str> = active.drain.remaining().collect();
+            proptest::prop_assert_eq!(remaining, one_by_one.remaining().collect::<Vec<_>>());
+            proptest::prop_assert_eq!(active.drain.outcome(), one_by_one.outcome());
+        }
+
         /// A drain just started from a listing that names each pod once in key order finds
         /// nothing gone in that listing (its first observation is skipped then): over
         /// listings sorted or not, with keys listed twice (evictable or not, with the same
@@ -2028,9 +2152,8 @@ mod tests {
             if sort {
                 pods.sort_by(|a, b| a.key.cmp(&b.key));
             }
-            let node = Node { name: "n".into(), ..Node::default() };
             let mut active = ActiveDrain::start(
-                &node,
+                ("n", false),
                 "g".into(),
                 String::new(),
                 &pods,
