@@ -208,15 +208,27 @@ impl Drain {
         config: DrainConfig,
         now: Timestamp,
     ) -> Self {
+        Self::of_named(&node.name, node.unschedulable, keys, config, now)
+    }
+
+    /// As [`Drain::from_keys`] for the node named `node`, unschedulable or not: all a drain
+    /// reads of its node (a caller that keeps only these need not make a [`Node`]).
+    pub fn of_named(
+        node: &str,
+        unschedulable: bool,
+        keys: impl IntoIterator<Item = String>,
+        config: DrainConfig,
+        now: Timestamp,
+    ) -> Self {
         let pods = keys
             .into_iter()
             .map(|key| (key, PodState::EvictAt(now)))
             .collect();
         let mut drain = Self {
-            node: node.name.clone(),
+            node: node.to_owned(),
             config,
             started: now,
-            cordon_pending: !node.unschedulable,
+            cordon_pending: !unschedulable,
             timed_out: false,
             pods,
             force_deleted: BTreeSet::new(),
@@ -286,6 +298,22 @@ impl Drain {
     pub fn handle_pod_deleted(&mut self, pod: &str, _now: Timestamp) {
         if let Some(state) = self.pods.get_mut(pod) {
             *state = PodState::Gone;
+            self.update_outcome();
+        }
+    }
+
+    /// Reports as gone every pod still on the node ([`Drain::remaining`]) for which `gone`
+    /// answers `true`, as [`Drain::handle_pod_deleted`] for each would; `gone` is asked of
+    /// each remaining pod once, in key order. Call [`Drain::poll_command`] afterwards.
+    pub fn handle_pods_gone(&mut self, mut gone: impl FnMut(&str) -> bool, _now: Timestamp) {
+        let mut any = false;
+        for (key, state) in &mut self.pods {
+            if *state != PodState::Gone && gone(key) {
+                *state = PodState::Gone;
+                any = true;
+            }
+        }
+        if any {
             self.update_outcome();
         }
     }

@@ -98,10 +98,16 @@ pub struct KnownVersions {
     /// Which round of changed names this is: every clearing of `changed` starts the next
     /// one, so no entry is marked as told any more.
     round: u64,
+    /// During an incremental check: the versions it raised (the position of the name in
+    /// `changed`, the version it had), put back when the check fails. Empty between checks.
+    raised: Vec<(usize, String)>,
+    /// Strings of versions no longer remembered, reused for the next raised ones.
+    spare: Vec<String>,
 }
 
 impl PartialEq for KnownVersions {
-    /// The same versions, state and changed names (the round is bookkeeping).
+    /// The same versions, state and changed names (the round and the strings kept for reuse
+    /// are bookkeeping).
     fn eq(&self, other: &Self) -> bool {
         self.nodes == other.nodes
             && self.synced == other.synced
@@ -163,6 +169,14 @@ impl Names {
 
     fn iter(&self) -> impl Iterator<Item = &str> {
         self.held.iter().take(self.len).map(String::as_str)
+    }
+
+    /// The name at position `at`.
+    fn get(&self, at: usize) -> Option<&str> {
+        self.held
+            .get(at)
+            .filter(|_| at < self.len)
+            .map(String::as_str)
     }
 
     fn clear(&mut self) {
@@ -317,29 +331,55 @@ impl KnownVersions {
         }
         if self.baseline {
             // One lookup of each changed name in the view and among the remembered versions
-            // answers the check and says which versions to remember when it passes (those
-            // the view shows newer than remembered, or for a node not remembered yet), as
-            // `remember_version` for each name after the check would.
-            let Self { nodes, changed, .. } = self;
-            let mut newer: Vec<(&str, &str)> = Vec::new();
-            for name in changed.iter() {
+            // answers the check and remembers the versions the view shows newer, in place
+            // (as `remember_version` for each name after the check would); a check that
+            // fails puts back what it raised, so it remembers nothing. Names not remembered
+            // yet are added once it passes.
+            let Self {
+                nodes,
+                changed,
+                raised,
+                spare,
+                ..
+            } = self;
+            let mut added: Vec<(&str, &str)> = Vec::new();
+            let mut caught_up = true;
+            for (at, name) in changed.iter().enumerate() {
                 let seen = version(name);
-                match (nodes.get(name), seen) {
-                    (None, Some(seen)) if !seen.is_empty() => newer.push((name, seen)),
+                match (nodes.get_mut(name), seen) {
+                    (None, Some(seen)) if !seen.is_empty() => added.push((name, seen)),
                     (None, _) => {}
                     (Some(known), Some(seen)) => {
-                        let (caught_up, not_newer) = versions_compared(seen, &known.version);
-                        if !caught_up {
-                            return false;
+                        let (at_least, not_newer) = versions_compared(seen, &known.version);
+                        if !at_least {
+                            caught_up = false;
+                            break;
                         }
                         if !seen.is_empty() && !not_newer {
-                            newer.push((name, seen));
+                            let mut previous = spare.pop().unwrap_or_default();
+                            seen.clone_into(&mut previous);
+                            std::mem::swap(&mut known.version, &mut previous);
+                            raised.push((at, previous));
                         }
                     }
-                    (Some(_), None) => return false,
+                    (Some(_), None) => {
+                        caught_up = false;
+                        break;
+                    }
                 }
             }
-            for (name, seen) in newer {
+            if !caught_up {
+                // Latest first: a name raised twice gets its first version back.
+                for (at, mut previous) in raised.drain(..).rev() {
+                    if let Some(known) = changed.get(at).and_then(|name| nodes.get_mut(name)) {
+                        std::mem::swap(&mut known.version, &mut previous);
+                    }
+                    spare.push(previous);
+                }
+                return false;
+            }
+            spare.extend(raised.drain(..).map(|(_, previous)| previous));
+            for (name, seen) in added {
                 match nodes.get_mut(name) {
                     Some(known) => seen.clone_into(&mut known.version),
                     None => {

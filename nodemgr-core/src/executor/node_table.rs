@@ -423,6 +423,17 @@ impl NodeTable {
         self.slots.get(i)?.as_ref()
     }
 
+    /// Node `name`'s slot, where [`NodeTable::at`] finds its facts: the same for as long as
+    /// the node stays in the view and the view is not replaced.
+    pub(crate) fn slot(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The facts of the node at `slot` ([`NodeTable::slot`]).
+    pub(crate) fn at(&self, slot: usize) -> Option<&NodeFacts> {
+        self.slots.get(slot)?.as_ref()
+    }
+
     /// Node `name`'s resourceVersion.
     pub(crate) fn version(&self, name: &str) -> Option<&str> {
         self.get(name).map(|f| f.resource_version.as_str())

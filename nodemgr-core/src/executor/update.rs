@@ -345,6 +345,11 @@ pub struct UpdateExecutor {
     /// Where the port's change feed is for `view` (`None`: the next answer is a resync; the
     /// view is not the port's cached list as of a revision, e.g. after a direct read).
     revision: Option<NodeRevision>,
+    /// Each kind of command patches the same way: its patch is made once and only its
+    /// precondition set per node.
+    patches: CommandPatches,
+    /// The patch of a finished drain ([`drained_patch`]), made once.
+    drained_patch: NodePatch,
 }
 
 /// A group whose plan had no command, with the inputs it was planned from. The planner is a
@@ -367,9 +372,10 @@ fn plan_depends_on_time(group: &NodeGroup) -> bool {
     !group.spec.automatic_windows().is_empty() || !group.spec.rolling_update_windows().is_empty()
 }
 
-/// The nodes a step patched, by name, as the patches returned them: found by hash (a step
-/// looks up the node of every command in them); read in no particular order.
-type Patched = HashMap<String, Arc<Node>, FastHash>;
+/// The nodes a step patched, by their slot in the view ([`NodeTable::slot`]), as the patches
+/// returned them: only nodes of the view are kept, and the view keeps its slots for the whole
+/// step (a direct read that replaces the view clears these); read in no particular order.
+type Patched = HashMap<usize, Arc<Node>, FastHash>;
 
 /// The nodes a step works on: the view, with the nodes this step patched as the patches
 /// returned them (kept for the step only).
@@ -380,11 +386,16 @@ struct StepNodes<'a> {
 
 impl<'a> StepNodes<'a> {
     fn get(&self, name: &str) -> Option<StepNode<'a>> {
+        self.at(self.view.slot(name)?)
+    }
+
+    /// The node at `slot` of the view.
+    fn at(&self, slot: usize) -> Option<StepNode<'a>> {
         let patched: &'a Patched = self.patched;
         let view: &'a NodeTable = self.view;
-        match patched.get(name) {
+        match patched.get(&slot) {
             Some(node) => Some(StepNode::Patched(node)),
-            None => view.get(name).map(StepNode::Kept),
+            None => view.at(slot).map(StepNode::Kept),
         }
     }
 }
@@ -449,14 +460,6 @@ impl<'a> StepNode<'a> {
                 .is_some_and(|v| DrainSource::parse(v) == DrainSource::User),
         }
     }
-
-    /// The node as a [`Drain`] reads it (its name and `unschedulable`).
-    fn node_for_drain(self) -> std::borrow::Cow<'a, Node> {
-        match self {
-            Self::Kept(f) => std::borrow::Cow::Owned(f.node_for_drain()),
-            Self::Patched(n) => std::borrow::Cow::Borrowed(n),
-        }
-    }
 }
 
 /// The node patch an update command stands for (`None` for `ReplaceMachine`, which patches
@@ -497,9 +500,10 @@ pub fn command_patch(command: &UpdateCommand) -> Option<NodePatch> {
     Some(patch)
 }
 
-/// The patches of one step's commands by kind ([`command_patch`]), each made when first
-/// needed; the precondition is set for each node ([`NodePatch::set_resource_version`]).
-#[derive(Default)]
+/// The patches of the commands by kind ([`command_patch`]), each made when first needed and
+/// kept from one step to the next; the precondition is set for each node
+/// ([`NodePatch::set_resource_version`]).
+#[derive(Debug, Clone, Default)]
 struct CommandPatches {
     /// By [`CommandPatches::slot`].
     made: [Option<Option<NodePatch>>; 8],
@@ -804,32 +808,33 @@ impl UpdateExecutor {
     ) -> Option<ActionError> {
         let plans = self.plan(groups, checksums, now);
         report.blocked.clear();
-        // Each kind of command patches the same way: its patch is made once per step and
-        // only its precondition set per node (`command_patch`).
-        let mut patches = CommandPatches::default();
         for (group, plan) in plans {
             if !plan.blocked.is_empty() {
                 report.blocked.push((group.to_owned(), plan.blocked));
             }
             for command in plan.commands {
-                let name = command.node().to_owned();
-                if let Some(patch) = patches.get(&command) {
+                let name = command.node();
+                if let Some(patch) = self.patches.get(&command) {
+                    // One lookup of the node in the view, for its version and its slot.
+                    let slot = self.view.slot(name);
                     let nodes = StepNodes {
                         view: &self.view,
                         patched,
                     };
-                    let seen = nodes.get(&name).map(StepNode::resource_version);
+                    let seen = slot
+                        .and_then(|slot| nodes.at(slot))
+                        .map(StepNode::resource_version);
                     patch.set_resource_version(seen.unwrap_or_default());
-                    match Self::patch_node(&mut self.known, cluster, &name, patch).await {
+                    match Self::patch_node(&mut self.known, cluster, name, patch).await {
                         Ok(updated) => {
-                            if self.view.get(&name).is_some() {
-                                patched.insert(name.clone(), updated);
+                            if let Some(slot) = slot {
+                                patched.insert(slot, updated);
                             }
                         }
                         Err(source @ ClusterError::Conflict { .. }) => {
                             tracing::debug!(node = %name, %command, error = %source, "node changed since it was read; planning again");
                             return Some(ActionError {
-                                node: name,
+                                node: name.to_owned(),
                                 action: command.to_string(),
                                 source,
                             });
@@ -837,7 +842,7 @@ impl UpdateExecutor {
                         Err(source) => {
                             tracing::warn!(node = %name, %command, error = %source, "update command failed");
                             report.errors.push(ActionError {
-                                node: name,
+                                node: name.to_owned(),
                                 action: command.to_string(),
                                 source,
                             });
@@ -905,18 +910,25 @@ impl UpdateExecutor {
                 UpdateMarks::drain_relevant_in(node)
             }
         };
-        for (name, node) in patched {
+        for (&slot, node) in patched {
+            let Some(facts) = self.view.at(slot) else {
+                continue;
+            };
+            let name = facts.name.as_str();
+            debug_assert_eq!(names.contains(name), takes_part(facts.marks));
             if node_takes_part(node) {
                 names.insert(name);
-            } else {
-                names.remove(name.as_str());
+            } else if takes_part(facts.marks) {
+                // Among `names` only as the view has it.
+                names.remove(name);
             }
         }
         let mut marked: Vec<(u64, StepNode<'_>)> = names
             .into_iter()
             .filter_map(|name| {
-                let pos = self.view.get(name)?.pos;
-                nodes.get(name).map(|n| (pos, n))
+                let slot = self.view.slot(name)?;
+                let pos = self.view.at(slot)?.pos;
+                nodes.at(slot).map(|n| (pos, n))
             })
             .collect();
         if !self.view.sorted() {
@@ -975,38 +987,30 @@ impl UpdateExecutor {
                     continue;
                 }
             };
-            if !self.drains.contains_key(name) {
+            let started_now = !self.drains.contains_key(name);
+            if started_now {
                 let group = node.group().unwrap_or_default().to_owned();
                 let config = groups
                     .iter()
                     .find(|g| g.name() == group)
                     .map(|g| DrainConfig::for_group(g))
                     .unwrap_or_default();
-                let evictable = pods.iter().filter(|p| p.evictable);
+                let source = node.draining().unwrap_or_default().to_owned();
                 // A drain reads the node's name and `unschedulable`: the view keeps those.
-                let drain = Drain::from_keys(
-                    &node.node_for_drain(),
-                    evictable.clone().map(|p| p.key.clone()),
+                let active = ActiveDrain::start(
+                    (name, node.unschedulable()),
+                    group,
+                    source,
+                    &pods,
                     config,
                     now,
                 );
-                let pod_uids: BTreeMap<String, String> =
-                    evictable.map(|p| (p.key.clone(), p.uid.clone())).collect();
                 report.events.push(ExecutorEvent::DrainStarted {
                     node: name.to_owned(),
-                    group: group.clone(),
-                    pods: pod_uids.len(),
+                    group: active.group.clone(),
+                    pods: active.pod_uids.len(),
                 });
-                let source = node.draining().unwrap_or_default().to_owned();
-                self.drains.insert(
-                    name.to_owned(),
-                    ActiveDrain {
-                        drain,
-                        group,
-                        source,
-                        pod_uids,
-                    },
-                );
+                self.drains.insert(name.to_owned(), active);
             }
             let Some(active) = self.drains.get_mut(name) else {
                 continue;
@@ -1025,17 +1029,27 @@ impl UpdateExecutor {
                     }),
                 }
             }
-            advance_drain(cluster, &mut self.known, name, active, &pods, now, report).await;
+            // A drain made from this very listing finds nothing gone in it when it lists each
+            // pod once (`ActiveDrain::start`).
+            let observed = started_now && listed_once_in_order(&pods);
+            advance_drain(
+                cluster,
+                &mut self.known,
+                name,
+                active,
+                (&pods, observed),
+                now,
+                report,
+            )
+            .await;
             if let Some(outcome) = active.drain.outcome().cloned() {
                 let source = if active.source.is_empty() {
-                    keys::DRAIN_SOURCE_BASHIBLE.to_owned()
+                    keys::DRAIN_SOURCE_BASHIBLE
                 } else {
-                    active.source.clone()
+                    active.source.as_str()
                 };
-                let patch = NodePatch::new()
-                    .remove_annotation(keys::ANNOTATION_DRAINING)
-                    .set_annotation(keys::ANNOTATION_DRAINED, source);
-                match Self::patch_node(&mut self.known, cluster, name, &patch).await {
+                let patch = drained_patch(&mut self.drained_patch, source);
+                match Self::patch_node(&mut self.known, cluster, name, patch).await {
                     Ok(_) => {
                         let (kind, reason) = match outcome {
                             DrainOutcome::Completed => (EventKind::Normal, "NodeDrained"),
@@ -1069,56 +1083,133 @@ impl UpdateExecutor {
     }
 }
 
+impl ActiveDrain {
+    /// The drain of node `node` (its name and whether it is unschedulable; of group `group`,
+    /// marked `draining=source`) at `now`, over the evictable pods of its listing `pods`,
+    /// remembering their UIDs (a key listed twice: the last one counts).
+    fn start(
+        (node, unschedulable): (&str, bool),
+        group: String,
+        source: String,
+        pods: &[NodePod],
+        config: DrainConfig,
+        now: Timestamp,
+    ) -> Self {
+        let evictable = pods.iter().filter(|p| p.evictable);
+        let keys = evictable.clone().map(|p| p.key.clone());
+        let drain = Drain::of_named(node, unschedulable, keys, config, now);
+        let pod_uids: BTreeMap<String, String> =
+            evictable.map(|p| (p.key.clone(), p.uid.clone())).collect();
+        Self {
+            drain,
+            group,
+            source,
+            pod_uids,
+        }
+    }
+}
+
+/// Whether listing `pods` names each pod once, in key order. A drain just started from such
+/// a listing ([`ActiveDrain::start`]) finds nothing gone in it ([`observe_pods`]): each pod
+/// it tracks is listed, once, with the UID it remembered.
+fn listed_once_in_order(pods: &[NodePod]) -> bool {
+    pods.windows(2)
+        .all(|w| matches!(w, [a, b] if a.key < b.key))
+}
+
+/// The patch that marks a node drained by `source`: removes `draining` and sets
+/// `drained=source`. Made in `held` once; later calls only set the source when it differs.
+fn drained_patch<'p>(held: &'p mut NodePatch, source: &str) -> &'p NodePatch {
+    match held.annotations.get_mut(keys::ANNOTATION_DRAINED) {
+        Some(Some(value)) => {
+            if value != source {
+                source.clone_into(value);
+            }
+        }
+        _ => {
+            *held = NodePatch::new()
+                .remove_annotation(keys::ANNOTATION_DRAINING)
+                .set_annotation(keys::ANNOTATION_DRAINED, source);
+        }
+    }
+    held
+}
+
 /// Feeds what the listing shows into the drain: tracked pods that are no longer on the node (or
 /// were replaced by a pod of another UID) are gone.
 fn observe_pods(active: &mut ActiveDrain, pods: &[NodePod], now: Timestamp) {
-    let gone = gone_pods(active.drain.remaining(), &active.pod_uids, pods);
-    for key in gone {
-        active.drain.handle_pod_deleted(&key, now);
+    let mut listing = Listing::of(pods);
+    let ActiveDrain {
+        drain, pod_uids, ..
+    } = active;
+    drain.handle_pods_gone(|key| listing.shows_gone(key, pod_uids), now);
+}
+
+/// A node's pod listing asked which of a drain's keys it shows gone, the keys asked in
+/// strictly increasing order (as [`Drain::remaining`] gives them).
+enum Listing<'p> {
+    /// Sorted by key (the simulator's): walked beside the keys asked.
+    Sorted {
+        /// The listing.
+        pods: &'p [NodePod],
+        /// Where the walk is.
+        at: usize,
+    },
+    /// In another order: indexed first (a key listed twice: the last one counts).
+    Indexed(BTreeMap<&'p str, &'p str>),
+}
+
+impl<'p> Listing<'p> {
+    fn of(pods: &'p [NodePod]) -> Self {
+        if pods
+            .windows(2)
+            .all(|w| matches!(w, [a, b] if a.key <= b.key))
+        {
+            return Self::Sorted { pods, at: 0 };
+        }
+        Self::Indexed(
+            pods.iter()
+                .map(|p| (p.key.as_str(), p.uid.as_str()))
+                .collect(),
+        )
+    }
+
+    /// Whether the listing no longer shows pod `key`, or shows it with another UID than the
+    /// one in `pod_uids` (a key listed twice: the last one counts). Both kinds answer the same.
+    fn shows_gone(&mut self, key: &str, pod_uids: &BTreeMap<String, String>) -> bool {
+        let uid = match self {
+            Self::Sorted { pods, at } => {
+                while pods.get(*at).is_some_and(|p| p.key.as_str() < key) {
+                    *at += 1;
+                }
+                let mut uid = None;
+                while let Some(p) = pods.get(*at).filter(|p| p.key == key) {
+                    uid = Some(p.uid.as_str());
+                    *at += 1;
+                }
+                uid
+            }
+            Self::Indexed(present) => present.get(key).copied(),
+        };
+        uid.is_none_or(|uid| {
+            pod_uids
+                .get(key)
+                .is_some_and(|known| !known.is_empty() && known != uid)
+        })
     }
 }
 
 /// The keys among `remaining` (in strictly increasing order, as [`Drain::remaining`] gives
-/// them) that the listing `pods` no longer shows, or shows with another UID than the one in
-/// `pod_uids` (a key listed twice: the last one counts). A listing sorted by key (the
-/// simulator's) is walked beside them; any other is indexed first. Both answer the same.
+/// them) that the listing `pods` shows gone ([`Listing::shows_gone`]).
+#[cfg(test)]
 fn gone_pods<'r>(
     remaining: impl Iterator<Item = &'r str>,
     pod_uids: &BTreeMap<String, String>,
     pods: &[NodePod],
 ) -> Vec<String> {
-    let replaced = |key: &str, uid: &str| {
-        pod_uids
-            .get(key)
-            .is_some_and(|known| !known.is_empty() && known != uid)
-    };
-    if pods
-        .windows(2)
-        .all(|w| matches!(w, [a, b] if a.key <= b.key))
-    {
-        let mut at = 0;
-        return remaining
-            .filter(|key| {
-                while pods.get(at).is_some_and(|p| p.key.as_str() < *key) {
-                    at += 1;
-                }
-                let mut uid = None;
-                while let Some(p) = pods.get(at).filter(|p| p.key == *key) {
-                    uid = Some(p.uid.as_str());
-                    at += 1;
-                }
-                uid.is_none_or(|uid| replaced(key, uid))
-            })
-            .map(str::to_owned)
-            .collect();
-    }
-    // A key listed twice: the last one counts.
-    let present: BTreeMap<&str, &str> = pods
-        .iter()
-        .map(|p| (p.key.as_str(), p.uid.as_str()))
-        .collect();
+    let mut listing = Listing::of(pods);
     remaining
-        .filter(|key| present.get(*key).is_none_or(|uid| replaced(key, uid)))
+        .filter(|key| listing.shows_gone(key, pod_uids))
         .map(str::to_owned)
         .collect()
 }
@@ -1132,11 +1223,14 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
     known: &mut KnownVersions,
     node: &str,
     active: &mut ActiveDrain,
-    pods: &[NodePod],
+    (pods, observed): (&[NodePod], bool),
     now: Timestamp,
     report: &mut StepReport,
 ) {
-    observe_pods(active, pods, now);
+    // `observed`: the drain already knows what `pods` shows.
+    if !observed {
+        observe_pods(active, pods, now);
+    }
     for _ in 0..MAX_ROUNDS {
         let mut evictions: Vec<String> = Vec::new();
         while let Some(command) = active.drain.poll_command(now) {
@@ -1173,11 +1267,15 @@ async fn advance_drain<C: ClusterApi + ?Sized>(
             let outcome = match result {
                 Ok(EvictionResult::Evicted) => {
                     accepted = true;
+                    // The event takes the key once the drain has read it.
+                    active
+                        .drain
+                        .handle_eviction(&pod, EvictionOutcome::Evicted, now);
                     report.events.push(ExecutorEvent::Evicted {
                         node: node.to_owned(),
-                        pod: pod.clone(),
+                        pod,
                     });
-                    EvictionOutcome::Evicted
+                    continue;
                 }
                 Ok(EvictionResult::Gone) | Err(ClusterError::NotFound { .. }) => {
                     EvictionOutcome::NotFound
@@ -1957,6 +2055,118 @@ mod tests {
             }
             let walked = gone_pods(remaining.iter().map(String::as_str), &pod_uids, &pods);
             proptest::prop_assert_eq!(walked, gone_pods_indexed(&remaining, &pod_uids, &pods));
+        }
+
+        /// The drained patch made once and given one source after another is the patch
+        /// made anew for each source.
+        #[test]
+        fn a_drained_patch_kept_is_the_patch_made_anew(
+            sources in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(String::new()),
+                    proptest::strategy::Just(keys::DRAIN_SOURCE_BASHIBLE.to_owned()),
+                    "[a-z-]{1,12}",
+                ],
+                1..8,
+            ),
+        ) {
+            let mut held = NodePatch::new();
+            for source in sources {
+                let anew = NodePatch::new()
+                    .remove_annotation(keys::ANNOTATION_DRAINING)
+                    .set_annotation(keys::ANNOTATION_DRAINED, source.as_str());
+                proptest::prop_assert_eq!(drained_patch(&mut held, &source), &anew);
+            }
+        }
+
+        /// Observing a listing marks gone, in one walk of the drain's pods, the pods that
+        /// reporting each gone key one by one marks (the same pods remaining, the same
+        /// outcome): over drains with pods already evicted, refused or gone, and listings
+        /// sorted or not, with keys listed twice and replaced UIDs.
+        #[test]
+        fn observing_a_listing_at_once_is_reporting_each_gone_pod(
+            tracked in proptest::collection::btree_map(0u8..8, 0u8..3, 0..8),
+            results in proptest::collection::vec((0u8..8, 0u8..4), 0..6),
+            listed in proptest::collection::vec((0u8..8, 0u8..3, proptest::bool::ANY), 0..10),
+            sort in proptest::bool::ANY,
+            unschedulable in proptest::bool::ANY,
+        ) {
+            let key = |k: u8| format!("ns/p{k}");
+            let uid = |u: u8| if u == 0 { String::new() } else { format!("u{u}") };
+            let listing: Vec<NodePod> = tracked
+                .iter()
+                .map(|(&k, &u)| NodePod { key: key(k), uid: uid(u), evictable: true })
+                .collect();
+            let mut active = ActiveDrain::start(
+                ("n", unschedulable),
+                "g".into(),
+                String::new(),
+                &listing,
+                DrainConfig::default(),
+                Timestamp::EPOCH,
+            );
+            let now = Timestamp::EPOCH;
+            while active.drain.poll_command(now).is_some() {}
+            for (k, r) in results {
+                match r {
+                    0 => active.drain.handle_eviction(&key(k), EvictionOutcome::Evicted, now),
+                    1 => active.drain.handle_eviction(&key(k), EvictionOutcome::Refused, now),
+                    2 => active.drain.handle_eviction(&key(k), EvictionOutcome::NotFound, now),
+                    _ => active.drain.handle_pod_deleted(&key(k), now),
+                }
+            }
+            let mut pods: Vec<NodePod> = listed
+                .into_iter()
+                .map(|(k, u, evictable)| NodePod { key: key(k), uid: uid(u), evictable })
+                .collect();
+            if sort {
+                pods.sort_by(|a, b| a.key.cmp(&b.key));
+            }
+            let mut one_by_one = active.drain.clone();
+            for gone in gone_pods(active.drain.remaining(), &active.pod_uids, &pods) {
+                one_by_one.handle_pod_deleted(&gone, now);
+            }
+            observe_pods(&mut active, &pods, now);
+            let remaining: Vec<&str> = active.drain.remaining().collect();
+            proptest::prop_assert_eq!(remaining, one_by_one.remaining().collect::<Vec<_>>());
+            proptest::prop_assert_eq!(active.drain.outcome(), one_by_one.outcome());
+        }
+
+        /// A drain just started from a listing that names each pod once in key order finds
+        /// nothing gone in that listing (its first observation is skipped then): over
+        /// listings sorted or not, with keys listed twice (evictable or not, with the same
+        /// UID or another) and UIDs not known.
+        #[test]
+        fn a_drain_started_from_a_listing_once_in_order_finds_nothing_gone_in_it(
+            listed in proptest::collection::vec((0u8..6, 0u8..3, proptest::bool::ANY), 0..8),
+            sort in proptest::bool::ANY,
+        ) {
+            let mut pods: Vec<NodePod> = listed
+                .into_iter()
+                .map(|(k, u, evictable)| NodePod {
+                    key: format!("ns/p{k}"),
+                    uid: if u == 0 { String::new() } else { format!("u{u}") },
+                    evictable,
+                })
+                .collect();
+            if sort {
+                pods.sort_by(|a, b| a.key.cmp(&b.key));
+            }
+            let mut active = ActiveDrain::start(
+                ("n", false),
+                "g".into(),
+                String::new(),
+                &pods,
+                DrainConfig::default(),
+                Timestamp::EPOCH,
+            );
+            let started = active.drain.clone();
+            observe_pods(&mut active, &pods, Timestamp::EPOCH);
+            if listed_once_in_order(&pods) {
+                let remaining: Vec<&str> = active.drain.remaining().collect();
+                let before: Vec<&str> = started.remaining().collect();
+                proptest::prop_assert_eq!(remaining, before);
+            }
         }
     }
 
