@@ -71,6 +71,7 @@ pub enum DeadlineError {
 
 /// The smallest controller deadline that lets a node's watchdog (`watchdog_timeout`) fire
 /// first, for an agent with `agent`'s kubelet staleness and `margin` (see the module docs).
+#[inline]
 pub fn min_deadline(agent: &AgentConfig, watchdog_timeout: Duration, margin: Duration) -> Duration {
     watchdog_timeout
         .saturating_add(agent.kubelet_stale_after)
@@ -117,6 +118,7 @@ impl FencingConfig {
     /// The deadline for a node of a group with `watchdog_timeout` (`None`: the group sets
     /// none): derived from it ([`min_deadline`]), or [`FencingConfig::default_timeout`] for
     /// groups without one when it is set and not shorter.
+    #[inline]
     pub fn deadline_for(&self, watchdog_timeout: Option<Duration>) -> Duration {
         match watchdog_timeout {
             Some(w) => min_deadline(&self.agent, w, self.margin),

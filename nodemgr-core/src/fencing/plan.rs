@@ -120,6 +120,7 @@ impl FencedNode {
     }
 
     /// How long this node must be silent before it is fenced.
+    #[inline]
     pub fn deadline(&self, cfg: &FencingConfig) -> Duration {
         cfg.deadline_for(self.timeout)
     }
