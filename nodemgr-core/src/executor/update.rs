@@ -2007,6 +2007,27 @@ mod tests {
         assert!(command_patch(&UpdateCommand::ReplaceMachine { node: "n1".into() }).is_none());
     }
 
+    /// A node's pod listing drawn as `(key, uid, evictable)` numbers (uid 0: none), sorted by
+    /// key when `sort` (stably: of a key listed twice the last one stays last).
+    fn listed_pods(listed: Vec<(u8, u8, bool)>, sort: bool) -> Vec<NodePod> {
+        let mut pods: Vec<NodePod> = listed
+            .into_iter()
+            .map(|(k, u, evictable)| NodePod {
+                key: format!("ns/p{k}"),
+                uid: if u == 0 {
+                    String::new()
+                } else {
+                    format!("u{u}")
+                },
+                evictable,
+            })
+            .collect();
+        if sort {
+            pods.sort_by(|a, b| a.key.cmp(&b.key));
+        }
+        pods
+    }
+
     /// `gone_pods` as it was: the listing indexed by key whatever its order.
     fn gone_pods_indexed(
         remaining: &BTreeSet<String>,
@@ -2045,14 +2066,7 @@ mod tests {
             let remaining: BTreeSet<String> = remaining.into_iter().map(key).collect();
             let pod_uids: BTreeMap<String, String> =
                 uids.into_iter().map(|(k, u)| (key(k), uid(u))).collect();
-            let mut pods: Vec<NodePod> = listed
-                .into_iter()
-                .map(|(k, u, evictable)| NodePod { key: key(k), uid: uid(u), evictable })
-                .collect();
-            if sort {
-                // Stable: of a key listed twice the last one stays last.
-                pods.sort_by(|a, b| a.key.cmp(&b.key));
-            }
+            let pods = listed_pods(listed, sort);
             let walked = gone_pods(remaining.iter().map(String::as_str), &pod_uids, &pods);
             proptest::prop_assert_eq!(walked, gone_pods_indexed(&remaining, &pod_uids, &pods));
         }
@@ -2115,13 +2129,7 @@ mod tests {
                     _ => active.drain.handle_pod_deleted(&key(k), now),
                 }
             }
-            let mut pods: Vec<NodePod> = listed
-                .into_iter()
-                .map(|(k, u, evictable)| NodePod { key: key(k), uid: uid(u), evictable })
-                .collect();
-            if sort {
-                pods.sort_by(|a, b| a.key.cmp(&b.key));
-            }
+            let pods = listed_pods(listed, sort);
             let mut one_by_one = active.drain.clone();
             for gone in gone_pods(active.drain.remaining(), &active.pod_uids, &pods) {
                 one_by_one.handle_pod_deleted(&gone, now);
