@@ -19,60 +19,16 @@
 //! `PROPTEST_CASES=500 cargo test --release -p nodemgr-sim --test logged_feed` runs more
 //! cases (the default is 48).
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::model::Timestamp;
 use nodemgr_core::ports::{ClusterRead, NodeRevision};
-use nodemgr_sim::{Controller, Scenario, SimCluster, Simulation, World, block_on};
+use nodemgr_sim::{Controller, Scenario, Simulation, World, block_on};
 use proptest::prelude::*;
 
 mod support;
-use support::{fault_case as case, fault_scenario, outcome, same_logs, same_outcomes};
-
-/// Reads the change feed through the cluster port every `period`, continuing from the
-/// revision of its previous answer, and logs every answer.
-struct FeedProbe {
-    period: Duration,
-    next: Timestamp,
-    revision: Option<NodeRevision>,
-    log: Rc<RefCell<Vec<String>>>,
-}
-
-impl Controller for FeedProbe {
-    fn name(&self) -> &str {
-        "feed-probe"
-    }
-
-    fn next_run(&self) -> Option<Timestamp> {
-        Some(self.next)
-    }
-
-    fn step(&mut self, world: &mut World, now: Timestamp) {
-        self.next = now + self.period;
-        let cluster = SimCluster::new(world);
-        let mut log = self.log.borrow_mut();
-        match block_on(cluster.node_changes_since(self.revision)) {
-            Some(Ok(changes)) => {
-                log.push(format!(
-                    "{} since {:?}: revision {:?} resync {} removed {:?}",
-                    now.as_millis(),
-                    self.revision,
-                    changes.revision,
-                    changes.resync,
-                    changes.removed
-                ));
-                for n in &changes.changed {
-                    log.push(format!("  {n:?}"));
-                }
-                self.revision = changes.revision;
-            }
-            other => log.push(format!("{} {:?}", now.as_millis(), other.map(|r| r.err()))),
-        }
-    }
-}
+use support::{fault_case as case, fault_scenario, run_with_probe, same_logs, same_outcomes};
 
 /// Changes nodes directly every `period`: the `k`-th time, a label of one node through
 /// `get_mut` (of every node through `values_mut` every fifth time).
@@ -116,27 +72,44 @@ impl Controller for Meddler {
     }
 }
 
+/// Runs `s` with the feed's log on or off, a probe reading the change feed every `period`
+/// seconds from the revision of its previous answer, and a [`Meddler`] every `meddle` seconds
+/// (none when 0).
 fn run(s: &Scenario, seed: u64, period: u64, meddle: u64, logged: bool) -> (String, Vec<String>) {
-    let mut sim = Simulation::new(s, seed);
-    sim.world_mut().api.set_logged_feed(logged);
-    let log = Rc::new(RefCell::new(Vec::new()));
-    let now = sim.now();
-    sim.add_controller(Box::new(FeedProbe {
-        period: Duration::from_secs(period),
-        next: now,
-        revision: None,
-        log: Rc::clone(&log),
-    }));
-    if meddle > 0 {
-        sim.add_controller(Box::new(Meddler {
-            period: Duration::from_secs(meddle),
-            next: now + Duration::from_secs(meddle),
-            count: 0,
-        }));
-    }
-    while sim.step() {}
-    let seen = log.borrow().clone();
-    (outcome(sim.world()), seen)
+    let configure = |sim: &mut Simulation| {
+        sim.world_mut().api.set_logged_feed(logged);
+        if meddle > 0 {
+            sim.add_controller(Box::new(Meddler {
+                period: Duration::from_secs(meddle),
+                next: sim.now() + Duration::from_secs(meddle),
+                count: 0,
+            }));
+        }
+    };
+    let mut revision: Option<NodeRevision> = None;
+    run_with_probe(
+        s,
+        seed,
+        period,
+        configure,
+        move |cluster, now, log| match block_on(cluster.node_changes_since(revision)) {
+            Some(Ok(changes)) => {
+                log.push(format!(
+                    "{} since {:?}: revision {:?} resync {} removed {:?}",
+                    now.as_millis(),
+                    revision,
+                    changes.revision,
+                    changes.resync,
+                    changes.removed
+                ));
+                for n in &changes.changed {
+                    log.push(format!("  {n:?}"));
+                }
+                revision = changes.revision;
+            }
+            other => log.push(format!("{} {:?}", now.as_millis(), other.map(|r| r.err()))),
+        },
+    )
 }
 
 proptest! {

@@ -1199,6 +1199,19 @@ impl<'a> PlanMember<'a> for Hashed<'a> {
     }
 }
 
+/// The phases' plan for `nodes` (with their marks) and what the view keeps of them, in order.
+fn phased_plan_and_facts(
+    group: &NodeGroup,
+    nodes: &[Node],
+    now: Timestamp,
+) -> (UpdatePlan, Vec<crate::executor::node_table::NodeFacts>) {
+    let marked: Vec<(&Node, UpdateMarks)> = nodes.iter().map(|n| (n, UpdateMarks::of(n))).collect();
+    (
+        phased_plan(group, DESIRED, &marked, now),
+        facts_in_order(nodes),
+    )
+}
+
 /// What the update executor's view keeps of each of `nodes`, at their positions in the list.
 fn facts_in_order(nodes: &[Node]) -> Vec<crate::executor::node_table::NodeFacts> {
     nodes
@@ -1267,12 +1280,8 @@ proptest! {
         nodes in proptest::collection::vec(node_strategy(), 0..10),
         minute in 0u32..(7 * 24 * 60),
     ) {
-        let nodes = named(nodes);
-        let marked: Vec<(&Node, UpdateMarks)> =
-            nodes.iter().map(|n| (n, UpdateMarks::of(n))).collect();
         let now = Timestamp::from_secs(i64::from(minute) * 60);
-        let phased = phased_plan(&g, DESIRED, &marked, now);
-        let facts = facts_in_order(&nodes);
+        let (phased, facts) = phased_plan_and_facts(&g, &named(nodes), now);
         let from_facts = super::planner::plan_group_members(&g, DESIRED, facts.iter(), true, now);
         prop_assert_eq!(&from_facts.commands, &phased.commands);
         prop_assert_eq!(&from_facts.blocked, &phased.blocked);
@@ -1288,12 +1297,8 @@ proptest! {
         nodes in proptest::collection::vec(node_strategy(), 0..12),
         minute in 0u32..(7 * 24 * 60),
     ) {
-        let nodes = named(nodes);
-        let marked: Vec<(&Node, UpdateMarks)> =
-            nodes.iter().map(|n| (n, UpdateMarks::of(n))).collect();
         let now = Timestamp::from_secs(i64::from(minute) * 60);
-        let phased = phased_plan(&g, DESIRED, &marked, now);
-        let facts = facts_in_order(&nodes);
+        let (phased, facts) = phased_plan_and_facts(&g, &named(nodes), now);
         let inert = facts.iter().filter(|f| f.resting == Resting::Inert).count();
         let active = facts.iter().filter(|f| f.resting != Resting::Inert);
         let plan =

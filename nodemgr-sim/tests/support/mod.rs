@@ -261,17 +261,18 @@ pub fn generated_scenario(value: &Value) -> Scenario {
     }
 }
 
-/// A controller that lists the nodes through the cluster port every `period` and logs every
-/// view it is handed (content, resourceVersion and heartbeat), or the failure.
-struct ListProbe {
+/// A controller that reads the cluster through its port every `period` (from the start) and
+/// logs what `read` makes of each answer.
+struct Probe<R> {
     period: Duration,
     next: Timestamp,
     log: Rc<RefCell<Vec<String>>>,
+    read: R,
 }
 
-impl Controller for ListProbe {
+impl<R: FnMut(&SimCluster<'_>, Timestamp, &mut Vec<String>)> Controller for Probe<R> {
     fn name(&self) -> &str {
-        "list-probe"
+        "probe"
     }
 
     fn next_run(&self) -> Option<Timestamp> {
@@ -281,36 +282,54 @@ impl Controller for ListProbe {
     fn step(&mut self, world: &mut World, now: Timestamp) {
         self.next = now + self.period;
         let cluster = SimCluster::new(world);
-        let mut log = self.log.borrow_mut();
-        match block_on(cluster.list_nodes_shared()) {
-            Some(Ok(nodes)) => {
-                for n in nodes {
-                    log.push(format!("{} {n:?}", now.as_millis()));
-                }
-            }
-            other => log.push(format!("{} {:?}", now.as_millis(), other.map(|r| r.err()))),
-        }
+        (self.read)(&cluster, now, &mut self.log.borrow_mut());
     }
 }
 
 /// Runs `s` with `seed` to its end, `configure` applied to the simulation first, with a
-/// [`ListProbe`] listing the nodes every `period` seconds: the run's [`outcome`] and what the
-/// probe saw.
+/// probe calling `read` every `period` seconds: the run's [`outcome`] and what the probe
+/// logged.
+pub fn run_with_probe(
+    s: &Scenario,
+    seed: u64,
+    period: u64,
+    configure: impl FnOnce(&mut Simulation),
+    read: impl FnMut(&SimCluster<'_>, Timestamp, &mut Vec<String>) + 'static,
+) -> (String, Vec<String>) {
+    let mut sim = Simulation::new(s, seed);
+    configure(&mut sim);
+    let log = Rc::new(RefCell::new(Vec::new()));
+    sim.add_controller(Box::new(Probe {
+        period: Duration::from_secs(period),
+        next: sim.now(),
+        log: Rc::clone(&log),
+        read,
+    }));
+    while sim.step() {}
+    let seen = log.borrow().clone();
+    (outcome(sim.world()), seen)
+}
+
+/// [`run_with_probe`] with a probe listing the nodes and logging every view it is handed
+/// (content, resourceVersion and heartbeat), or the failure.
 pub fn run_with_list_probe(
     s: &Scenario,
     seed: u64,
     period: u64,
     configure: impl FnOnce(&mut Simulation),
 ) -> (String, Vec<String>) {
-    let mut sim = Simulation::new(s, seed);
-    configure(&mut sim);
-    let log = Rc::new(RefCell::new(Vec::new()));
-    sim.add_controller(Box::new(ListProbe {
-        period: Duration::from_secs(period),
-        next: sim.now(),
-        log: Rc::clone(&log),
-    }));
-    while sim.step() {}
-    let seen = log.borrow().clone();
-    (outcome(sim.world()), seen)
+    run_with_probe(
+        s,
+        seed,
+        period,
+        configure,
+        |cluster, now, log| match block_on(cluster.list_nodes_shared()) {
+            Some(Ok(nodes)) => {
+                for n in nodes {
+                    log.push(format!("{} {n:?}", now.as_millis()));
+                }
+            }
+            other => log.push(format!("{} {:?}", now.as_millis(), other.map(|r| r.err()))),
+        },
+    )
 }
