@@ -588,7 +588,7 @@ impl AgentEnv<'_> {
                     return;
                 };
                 match action {
-                    LeanAction::Action(AgentAction::FetchBundle) => {
+                    LeanAction::FetchBundle => {
                         drop(action);
                         match group {
                             Some(g) => {
@@ -608,7 +608,7 @@ impl AgentEnv<'_> {
                             }
                         }
                     }
-                    LeanAction::Action(AgentAction::ReadNode) => {
+                    LeanAction::ReadNode => {
                         drop(action);
                         let version = agent.version.current(&n.node);
                         agent
@@ -651,7 +651,14 @@ impl AgentEnv<'_> {
                         agent.applied = Some(checksum);
                         break Driven::Updated;
                     }
-                    LeanAction::Action(other) => break Driven::Other(other),
+                    LeanAction::Action(other) => {
+                        // A lean poll hands requests other than a step's out lean (above).
+                        debug_assert!(
+                            !matches!(other, AgentAction::FetchBundle | AgentAction::ReadNode),
+                            "{other}"
+                        );
+                        break Driven::Other(other);
+                    }
                 }
             };
             match action {

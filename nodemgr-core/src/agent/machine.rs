@@ -364,6 +364,10 @@ impl KnownNode {
 enum Queued {
     /// The action, built.
     Ready(AgentAction),
+    /// [`AgentAction::FetchBundle`].
+    Fetch,
+    /// [`AgentAction::ReadNode`].
+    Read,
     /// [`AgentAction::PatchNode`] of this patch at the known Node's resourceVersion.
     Patch(OwnPatch),
     /// [`AgentAction::StoreBundle`] of this bundle.
@@ -392,6 +396,10 @@ pub struct Agent {
     node: Option<KnownNode>,
     node_fresh: bool,
     awaiting: Option<Awaiting>,
+    /// The request for `awaiting` is still to be drained, after everything in `queue`
+    /// ([`Agent::request`]). It is kept out of the queue while nothing follows it: it is
+    /// handed out from `awaiting` itself.
+    request_pending: bool,
     sleep: Option<Sleep>,
     queue: VecDeque<Queued>,
     errors_in_row: u32,
@@ -418,6 +426,7 @@ impl Agent {
             node: None,
             node_fresh: false,
             awaiting: None,
+            request_pending: false,
             sleep: None,
             queue: VecDeque::new(),
             errors_in_row: 0,
@@ -447,8 +456,13 @@ impl Agent {
     /// [`Agent::poll_action`] would have returned.
     #[must_use]
     pub fn poll_lean_action(&mut self) -> Option<LeanAction<'_>> {
-        Some(match self.queue.pop_front()? {
+        let Some(entry) = self.queue.pop_front() else {
+            return self.pending_request();
+        };
+        Some(match entry {
             Queued::Ready(action) => LeanAction::Action(action),
+            Queued::Fetch => LeanAction::FetchBundle,
+            Queued::Read => LeanAction::ReadNode,
             Queued::Patch(patch) => LeanAction::PatchNode(PatchRequest::new(
                 self.node.as_ref().map_or("", |n| &n.resource_version),
                 patch,
@@ -461,12 +475,67 @@ impl Agent {
         })
     }
 
+    /// The request for the awaited answer, when it is still to be drained and nothing is
+    /// queued before it ([`Agent::request`]).
+    fn pending_request(&mut self) -> Option<LeanAction<'_>> {
+        if !self.request_pending {
+            return None;
+        }
+        self.request_pending = false;
+        Some(match self.awaiting.as_ref()? {
+            Awaiting::Bundle => LeanAction::FetchBundle,
+            Awaiting::Node => LeanAction::ReadNode,
+            Awaiting::Patch(patch) => LeanAction::PatchNode(PatchRequest::new(
+                self.node.as_ref().map_or("", |n| &n.resource_version),
+                patch.clone(),
+            )),
+            awaiting @ Awaiting::Step(..) => LeanAction::Action(AgentAction::RunStep {
+                name: awaiting.step_name().unwrap_or_default().to_owned(),
+            }),
+        })
+    }
+
+    /// Queues the request still to be drained, if any ([`Agent::request`]): something is
+    /// about to be queued after it, or the request it asks for is about to be answered or
+    /// replaced while still undrained.
+    #[inline]
+    fn queue_pending_request(&mut self) {
+        if self.request_pending {
+            self.queue_request();
+        }
+    }
+
+    /// [`Agent::queue_pending_request`] of a pending request.
+    #[inline(never)]
+    fn queue_request(&mut self) {
+        self.request_pending = false;
+        let entry = match &self.awaiting {
+            Some(Awaiting::Bundle) => Queued::Fetch,
+            Some(Awaiting::Node) => Queued::Read,
+            Some(Awaiting::Patch(p)) => Queued::Patch(p.clone()),
+            Some(awaiting @ Awaiting::Step(..)) => Queued::Ready(AgentAction::RunStep {
+                name: awaiting.step_name().unwrap_or_default().to_owned(),
+            }),
+            None => return,
+        };
+        self.queue.push_back(entry);
+    }
+
+    /// The awaited answer's request, taken for its answer: a request still undrained is
+    /// queued first (it is still handed out, as an answer that came before it was drained
+    /// leaves it).
+    fn take_awaiting(&mut self) -> Option<Awaiting> {
+        self.queue_pending_request();
+        self.awaiting.take()
+    }
+
     /// Builds the queued actions that refer to the progress record or the known Node from
     /// them as they are now: one of them is about to change ([`Queued`]).
     #[inline]
     fn pin_queue(&mut self) {
         // Most changes come with nothing queued (the driver drained it before answering).
-        if !self.queue.is_empty() {
+        if self.request_pending || !self.queue.is_empty() {
+            self.queue_pending_request();
             self.pin_waiting();
         }
     }
@@ -488,6 +557,8 @@ impl Agent {
     fn build(&self, entry: Queued) -> AgentAction {
         match entry {
             Queued::Ready(action) => action,
+            Queued::Fetch => AgentAction::FetchBundle,
+            Queued::Read => AgentAction::ReadNode,
             Queued::Patch(patch) => AgentAction::PatchNode(
                 patch.node_patch(self.node.as_ref().map_or("", |n| &n.resource_version)),
             ),
@@ -501,8 +572,10 @@ impl Agent {
         }
     }
 
-    /// Queues `entry` (built at once in the unit tests' eager mode).
+    /// Queues `entry` (built at once in the unit tests' eager mode) after whatever was
+    /// decided before it.
     fn enqueue(&mut self, entry: Queued) {
+        self.queue_pending_request();
         #[cfg(test)]
         let entry = if self.eager {
             Queued::Ready(self.build(entry))
@@ -560,7 +633,7 @@ impl Agent {
     /// Hands in the answer to the outstanding request. An input that answers no outstanding
     /// request (a stray or repeated answer) is ignored.
     pub fn handle_input(&mut self, input: AgentInput, now: Timestamp) {
-        let awaiting = self.awaiting.take();
+        let awaiting = self.take_awaiting();
         match (awaiting, input) {
             (Some(Awaiting::Bundle), AgentInput::Bundle(result)) => self.on_bundle(result, now),
             (Some(Awaiting::Node), AgentInput::Node(Ok(Some(view)))) => {
@@ -619,7 +692,7 @@ impl Agent {
             tracing::debug!("node agent: a bundle answers no outstanding request, ignored");
             return;
         }
-        self.awaiting = None;
+        self.take_awaiting();
         let verified = match self.already_verified(checksum, steps, rolling_update) {
             Some(v) => Ok(v),
             None => {
@@ -647,14 +720,14 @@ impl Agent {
             tracing::debug!("node agent: a Node answers no outstanding request, ignored");
             return;
         }
-        self.awaiting = None;
+        self.take_awaiting();
         self.on_node_read(resource_version, annotations, now);
     }
 
     /// [`Agent::handle_input`] of [`AgentInput::Patched`] with [`PatchOutcome::Applied`] of
     /// `resource_version`.
     pub fn handle_patch_applied(&mut self, resource_version: &str, now: Timestamp) {
-        let Some(Awaiting::Patch(patch)) = self.awaiting.take() else {
+        let Some(Awaiting::Patch(patch)) = self.take_awaiting() else {
             tracing::debug!("node agent: a patch's answer answers no outstanding request, ignored");
             return;
         };
@@ -669,7 +742,9 @@ impl Agent {
     /// Whether the pass is complete: the node runs its desired bundle, its Node says so, and
     /// every action has been drained (the state files are written).
     pub fn is_up_to_date(&self) -> bool {
-        matches!(self.status, AgentStatus::UpToDate { .. }) && self.queue.is_empty()
+        matches!(self.status, AgentStatus::UpToDate { .. })
+            && self.queue.is_empty()
+            && !self.request_pending
     }
 
     /// The last failure, kept until a later one replaces it.
@@ -694,17 +769,21 @@ impl Agent {
         self.decide(now);
     }
 
+    /// Asks for `awaiting`'s answer: its request is drained after everything queued before
+    /// it. It is kept out of the queue until something is queued after it (or it is answered
+    /// or replaced undrained): a driver that drains it at once finds it in `awaiting`.
     fn request(&mut self, awaiting: Awaiting) {
-        let action = match &awaiting {
-            Awaiting::Bundle => Queued::Ready(AgentAction::FetchBundle),
-            Awaiting::Node => Queued::Ready(AgentAction::ReadNode),
-            Awaiting::Patch(p) => Queued::Patch(p.clone()),
-            Awaiting::Step(..) => Queued::Ready(AgentAction::RunStep {
-                name: awaiting.step_name().unwrap_or_default().to_owned(),
-            }),
-        };
-        self.enqueue(action);
+        self.queue_pending_request();
         self.awaiting = Some(awaiting);
+        self.request_pending = true;
+        #[cfg(test)]
+        if self.eager {
+            self.queue_request();
+            if let Some(lent) = self.queue.pop_back() {
+                let built = Queued::Ready(self.build(lent));
+                self.queue.push_back(built);
+            }
+        }
     }
 
     fn sleep_for(&mut self, now: Timestamp, d: Duration) {
@@ -729,6 +808,7 @@ impl Agent {
 
     fn event(&mut self, what: &str, reason: &str, note: String) {
         let name = event_name(&format!("bashible-error-{}-{what}", self.config.node));
+        self.queue_pending_request();
         self.queue
             .push_back(Queued::Ready(AgentAction::EmitEvent(AgentEvent {
                 name,
@@ -1082,6 +1162,7 @@ impl Agent {
     /// the last write before the step runs.
     fn begin_apply(&mut self, bundle: &Arc<Verified>) {
         if self.files.configuration_checksum.take().is_some() {
+            self.queue_pending_request();
             self.queue
                 .push_back(Queued::Ready(AgentAction::RemoveChecksumFile));
         }
@@ -1128,6 +1209,7 @@ impl Agent {
         }
         if self.files.first_run {
             self.files.first_run = false;
+            self.queue_pending_request();
             self.queue
                 .push_back(Queued::Ready(AgentAction::RemoveFirstRun));
         }
@@ -1141,6 +1223,7 @@ impl Agent {
             self.write_progress();
         }
         self.files.configuration_checksum = Some(bundle.checksum.clone());
+        self.queue_pending_request();
         self.queue
             .push_back(Queued::Ready(AgentAction::WriteChecksumFile(
                 bundle.checksum.clone(),
@@ -1154,6 +1237,7 @@ impl Agent {
     fn decide_up_to_date(&mut self, bundle: &Arc<Verified>, now: Timestamp) {
         if self.files.first_run {
             self.files.first_run = false;
+            self.queue_pending_request();
             self.queue
                 .push_back(Queued::Ready(AgentAction::RemoveFirstRun));
         }
