@@ -543,33 +543,20 @@ impl Agent {
     /// [`Agent::pin_queue`] of a queue that holds something.
     #[inline(never)]
     fn pin_waiting(&mut self) {
-        let mut queue = std::mem::take(&mut self.queue);
-        for entry in &mut queue {
+        // Built in place: the queue is not moved out (the Node and the files are other
+        // fields), and a queue with nothing lent is only looked through.
+        for entry in &mut self.queue {
             if matches!(entry, Queued::Patch(_) | Queued::Progress) {
                 let lent = std::mem::replace(entry, Queued::Progress);
-                *entry = Queued::Ready(self.build(lent));
+                *entry = Queued::Ready(built(lent, self.node.as_ref(), &self.files));
             }
         }
-        self.queue = queue;
     }
 
     /// The action `entry` stands for, built from the agent's state as it is now.
+    #[cfg(test)]
     fn build(&self, entry: Queued) -> AgentAction {
-        match entry {
-            Queued::Ready(action) => action,
-            Queued::Fetch => AgentAction::FetchBundle,
-            Queued::Read => AgentAction::ReadNode,
-            Queued::Patch(patch) => AgentAction::PatchNode(
-                patch.node_patch(self.node.as_ref().map_or("", |n| &n.resource_version)),
-            ),
-            Queued::Store(bundle) => AgentAction::StoreBundle {
-                checksum: bundle.checksum.clone(),
-                steps: bundle.steps.to_vec(),
-            },
-            Queued::Progress => {
-                AgentAction::WriteProgress(self.files.progress.clone().unwrap_or_default())
-            }
-        }
+        built(entry, self.node.as_ref(), &self.files)
     }
 
     /// Queues `entry` (built at once in the unit tests' eager mode) after whatever was
@@ -1181,7 +1168,10 @@ impl Agent {
             .is_some_and(|p| p.bundle.as_deref() == Some(bundle.checksum.as_str()));
         if !begun {
             let progress = self.progress_mut().get_or_insert_with(Progress::default);
-            progress.bundle = Some(bundle.checksum.clone());
+            progress.bundle = Some(refilled(
+                progress.bundle.take().unwrap_or_default(),
+                &bundle.checksum,
+            ));
             progress.done.clear();
             self.write_progress();
         }
@@ -1287,6 +1277,24 @@ impl Agent {
         self.sleep = Some(Sleep {
             until: self.config.pass_interval.map(|d| now + d),
         });
+    }
+}
+
+/// The action the queued `entry` stands for, built from the known Node `node` and the state
+/// files `files` as they are now ([`Queued`]).
+fn built(entry: Queued, node: Option<&KnownNode>, files: &StateFiles) -> AgentAction {
+    match entry {
+        Queued::Ready(action) => action,
+        Queued::Fetch => AgentAction::FetchBundle,
+        Queued::Read => AgentAction::ReadNode,
+        Queued::Patch(patch) => {
+            AgentAction::PatchNode(patch.node_patch(node.map_or("", |n| &n.resource_version)))
+        }
+        Queued::Store(bundle) => AgentAction::StoreBundle {
+            checksum: bundle.checksum.clone(),
+            steps: bundle.steps.to_vec(),
+        },
+        Queued::Progress => AgentAction::WriteProgress(files.progress.clone().unwrap_or_default()),
     }
 }
 
