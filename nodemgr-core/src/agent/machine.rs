@@ -162,7 +162,7 @@ pub enum AgentStatus {
 pub(super) struct Verified {
     pub(super) checksum: String,
     pub(super) steps: BundleSteps,
-    rolling_update: bool,
+    pub(super) rolling_update: bool,
     /// The steps came sorted by name: `steps` is the list exactly as fetched, so a later
     /// fetch with the same checksum and equal `steps` is the same bundle and hashes the same
     /// (the checksum depends on the order, [`configuration_checksum`]).
@@ -680,16 +680,28 @@ impl Agent {
             return;
         }
         self.take_awaiting();
+        let hash_again = self.config.verify_every_fetch;
         let verified = match self.already_verified(checksum, steps, rolling_update) {
             Some(v) => Ok(v),
-            None => {
-                let desired = DesiredBundle {
-                    checksum: checksum.to_owned(),
-                    steps: steps.clone(),
-                    rolling_update,
-                };
-                verify(desired, self.config.verify_every_fetch).map(Arc::new)
-            }
+            None => match steps.verified_as(checksum, rolling_update) {
+                // Another agent (or this one, earlier) verified these very steps as this
+                // bundle: verifying again would make an equal bundle.
+                Some(v) if !hash_again => Ok(v),
+                _ => {
+                    let desired = DesiredBundle {
+                        checksum: checksum.to_owned(),
+                        steps: steps.clone(),
+                        rolling_update,
+                    };
+                    let verified = verify(desired, hash_again).map(Arc::new);
+                    if let Ok(v) = &verified
+                        && !hash_again
+                    {
+                        steps.remember_verified(v);
+                    }
+                    verified
+                }
+            },
         };
         self.on_verified(verified, now);
     }
@@ -1872,6 +1884,131 @@ mod tests {
                     "{:?}",
                     lending.status()
                 );
+            }
+        }
+    }
+
+    /// What the shared-verification property fetches for code `code`: the two shared bundles
+    /// as published, their steps under the other's (or a bogus) checksum or approval mode,
+    /// and a reordered copy.
+    fn shared_fetch(bundles: &[DesiredBundle; 2], code: u8) -> DesiredBundle {
+        let [a, b] = bundles;
+        match code % 7 {
+            0 => a.clone(),
+            1 => b.clone(),
+            2 => DesiredBundle {
+                checksum: b.checksum.clone(),
+                ..a.clone()
+            },
+            3 => DesiredBundle {
+                rolling_update: !a.rolling_update,
+                ..a.clone()
+            },
+            4 => DesiredBundle {
+                checksum: "bogus".to_owned(),
+                ..b.clone()
+            },
+            5 => DesiredBundle {
+                checksum: a.checksum.clone(),
+                ..b.clone()
+            },
+            _ => {
+                let mut steps = a.steps.to_vec();
+                steps.reverse();
+                DesiredBundle {
+                    steps: BundleSteps::new(steps),
+                    ..a.clone()
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Agents handed shared steps through the lean answer
+        /// ([`Agent::handle_bundle_fetched`]), which take a bundle another agent verified
+        /// from those very steps ([`BundleSteps::verified_as`]), decide exactly as agents that
+        /// verify every fetch in full, whatever each fetches: the shared bundles, their steps
+        /// under another checksum or approval mode, a reordered copy.
+        #[test]
+        fn a_bundle_verified_by_another_agent_changes_nothing(
+            seeds in proptest::collection::vec(proptest::prelude::any::<u64>(), 2),
+            rolling in proptest::prelude::any::<bool>(),
+            moves in proptest::collection::vec((0usize..3, 0u8..7, 0u8..8), 1..200),
+        ) {
+            let bundles = [seeded_bundle(seeds[0], rolling), seeded_bundle(seeds[1], !rolling)];
+            let mut now = Timestamp::from_secs(1_000);
+            let files = StateFiles::applied("older", Default::default(), Default::default());
+            let hashing_config = AgentConfig {
+                verify_every_fetch: true,
+                ..AgentConfig::new("n1")
+            };
+            let mut pairs: Vec<(Agent, Agent, BTreeMap<String, String>, u64)> = (0..3)
+                .map(|_| {
+                    (
+                        Agent::new(AgentConfig::new("n1"), files.clone(), now),
+                        Agent::new(hashing_config.clone(), files.clone(), now),
+                        [
+                            (keys::ANNOTATION_APPROVED.to_owned(), String::new()),
+                            (keys::ANNOTATION_DISRUPTION_APPROVED.to_owned(), String::new()),
+                        ]
+                        .into(),
+                        1,
+                    )
+                })
+                .collect();
+            for (at, code, fault) in &moves {
+                let (sharing, hashing, annotations, rv) = &mut pairs[*at];
+                let action = sharing.poll_action();
+                proptest::prop_assert_eq!(&action, &hashing.poll_action());
+                match action {
+                    None => {
+                        now = now + Duration::from_secs(60);
+                        sharing.handle_timeout(now);
+                        hashing.handle_timeout(now);
+                        sharing.handle_wake(now);
+                        hashing.handle_wake(now);
+                    }
+                    Some(AgentAction::FetchBundle) => {
+                        let fetched = shared_fetch(&bundles, *code);
+                        sharing.handle_bundle_fetched(
+                            &fetched.checksum,
+                            &fetched.steps,
+                            fetched.rolling_update,
+                            now,
+                        );
+                        hashing.handle_input(AgentInput::Bundle(Ok(fetched)), now);
+                    }
+                    Some(AgentAction::ReadNode) => {
+                        sharing.handle_node_read(&rv.to_string(), annotations, now);
+                        let view = NodeView {
+                            resource_version: rv.to_string(),
+                            annotations: annotations.clone().into(),
+                        };
+                        hashing.handle_input(AgentInput::Node(Ok(Some(view))), now);
+                    }
+                    Some(AgentAction::PatchNode(patch)) => {
+                        patch.apply_to(annotations);
+                        *rv += 1;
+                        let outcome = PatchOutcome::Applied {
+                            resource_version: rv.to_string(),
+                        };
+                        sharing.handle_input(AgentInput::Patched(outcome.clone()), now);
+                        hashing.handle_input(AgentInput::Patched(outcome), now);
+                    }
+                    Some(AgentAction::RunStep { name }) => {
+                        let outcome = StepOutcome {
+                            step: name,
+                            exit_code: Some(i32::from(*fault == 0)),
+                            stderr: String::new(),
+                        };
+                        sharing.handle_input(AgentInput::StepFinished(outcome.clone()), now);
+                        hashing.handle_input(AgentInput::StepFinished(outcome), now);
+                    }
+                    Some(_) => {}
+                }
+                proptest::prop_assert_eq!(observed(sharing), observed(hashing));
             }
         }
     }
