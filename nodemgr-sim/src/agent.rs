@@ -71,6 +71,9 @@ pub struct SimAgent {
     pub running: Option<RunningStep>,
     /// Set while the agent waits for an approval and its polls cannot change anything.
     dormant: Option<Dormant>,
+    /// The buffer of the checksum the agent's last dormancy remembered
+    /// ([`Dormant::bundle`]), kept for its next one.
+    spare_checksum: String,
     /// The resourceVersion of the Node the agent last read or patched
     /// ([`SimAgent::resource_version`]).
     version: SeenVersion,
@@ -108,6 +111,7 @@ impl SimAgent {
             applied: Some(generation.checksum.clone()),
             running: None,
             dormant: None,
+            spare_checksum: String::new(),
             version: SeenVersion::default(),
             indexed_deadline: None,
             names: EventNames {
@@ -342,9 +346,15 @@ fn maybe_dormant(group: Option<&SimGroup>, now: Timestamp, n: &mut SimNode) {
     if !waiting || !polling || n.agent.running.is_some() || is_special(n) {
         return;
     }
-    let Some(bundle) = group.map(bundle_in) else {
+    let Some(g) = group else {
         return;
     };
+    // What `bundle_in` makes, in the buffer of the agent's last dormancy.
+    let mut checksum = std::mem::take(&mut n.agent.spare_checksum);
+    checksum.clear();
+    checksum.push_str(g.desired());
+    let bundle = (checksum, replaces_machines(g));
+    debug_assert_eq!(bundle, bundle_in(g));
     n.agent.dormant = Some(Dormant {
         next_poll: now + period,
         period,
@@ -504,7 +514,9 @@ impl AgentEnv<'_> {
         }
         // A dormant agent is due because a change was noticed (at a point of its poll
         // grid, where core's expired timer makes it poll) or it was woken.
-        n.agent.dormant = None;
+        if let Some(d) = n.agent.dormant.take() {
+            n.agent.spare_checksum = d.bundle.0;
+        }
         // The node's group, looked up once for the pass (the groups do not change during it).
         let group = n.agent.group_in(self.groups, &n.group);
         if woken && !wake_changes_nothing(wake.lazy, group, n) {
@@ -588,7 +600,7 @@ impl AgentEnv<'_> {
                     return;
                 };
                 match action {
-                    LeanAction::Action(AgentAction::FetchBundle) => {
+                    LeanAction::FetchBundle => {
                         drop(action);
                         match group {
                             Some(g) => {
@@ -608,7 +620,7 @@ impl AgentEnv<'_> {
                             }
                         }
                     }
-                    LeanAction::Action(AgentAction::ReadNode) => {
+                    LeanAction::ReadNode => {
                         drop(action);
                         let version = agent.version.current(&n.node);
                         agent
@@ -651,7 +663,14 @@ impl AgentEnv<'_> {
                         agent.applied = Some(checksum);
                         break Driven::Updated;
                     }
-                    LeanAction::Action(other) => break Driven::Other(other),
+                    LeanAction::Action(other) => {
+                        // A lean poll hands requests other than a step's out lean (above).
+                        debug_assert!(
+                            !matches!(other, AgentAction::FetchBundle | AgentAction::ReadNode),
+                            "{other}"
+                        );
+                        break Driven::Other(other);
+                    }
                 }
             };
             match action {

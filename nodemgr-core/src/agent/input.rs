@@ -4,10 +4,12 @@
 use crate::model::StringMap;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use crate::bashible::{Step, configuration_checksum};
 use crate::ports::Cause;
+
+use super::machine::Verified;
 
 /// A bundle's steps, shared: cloning it shares the steps, and the checksum they hash to
 /// ([`configuration_checksum`], which the agent computes to verify a bundle) is computed at
@@ -24,6 +26,9 @@ struct StepsInner {
     steps: Vec<Step>,
     /// `configuration_checksum(&steps)`, once computed.
     computed: OnceLock<String>,
+    /// The first bundle of these very steps an agent verified ([`BundleSteps::verified_as`]),
+    /// while an agent holds it.
+    verified: OnceLock<Weak<Verified>>,
 }
 
 impl BundleSteps {
@@ -32,7 +37,32 @@ impl BundleSteps {
         Self(Arc::new(StepsInner {
             steps,
             computed: OnceLock::new(),
+            verified: OnceLock::new(),
         }))
+    }
+
+    /// The bundle of these steps published as `checksum` (`rolling_update` as in
+    /// [`DesiredBundle`]), as an agent verified it already, when one did and still holds it:
+    /// verifying it again would make an equal one.
+    pub(super) fn verified_as(
+        &self,
+        checksum: &str,
+        rolling_update: bool,
+    ) -> Option<Arc<Verified>> {
+        let verified = self.0.verified.get()?.upgrade()?;
+        (verified.steps.ptr_eq(self)
+            && verified.checksum == checksum
+            && verified.rolling_update == rolling_update)
+            .then_some(verified)
+    }
+
+    /// Keeps `verified` for [`BundleSteps::verified_as`] when it is a bundle of these very
+    /// steps (and none was kept before).
+    pub(super) fn remember_verified(&self, verified: &Arc<Verified>) {
+        if verified.steps.ptr_eq(self) {
+            // Kept once: a later bundle of the same steps is the same or is verified in full.
+            let _ = self.0.verified.set(Arc::downgrade(verified));
+        }
     }
 
     /// The checksum the steps hash to ([`configuration_checksum`]), computed on the first
@@ -52,6 +82,7 @@ impl BundleSteps {
     pub fn make_mut(&mut self) -> &mut Vec<Step> {
         let inner = Arc::make_mut(&mut self.0);
         inner.computed = OnceLock::new();
+        inner.verified = OnceLock::new();
         &mut inner.steps
     }
 

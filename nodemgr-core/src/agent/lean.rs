@@ -18,6 +18,11 @@ use super::state::Progress;
 pub enum LeanAction<'a> {
     /// Any action not lent below, built.
     Action(AgentAction),
+    /// [`AgentAction::FetchBundle`] (a lean poll never hands it out as
+    /// [`LeanAction::Action`]).
+    FetchBundle,
+    /// [`AgentAction::ReadNode`] (a lean poll never hands it out as [`LeanAction::Action`]).
+    ReadNode,
     /// [`AgentAction::PatchNode`]: the patch as the changes it makes.
     PatchNode(PatchRequest<'a>),
     /// [`AgentAction::StoreBundle`] of these steps.
@@ -32,6 +37,8 @@ impl LeanAction<'_> {
     pub fn into_action(self) -> AgentAction {
         match self {
             Self::Action(action) => action,
+            Self::FetchBundle => AgentAction::FetchBundle,
+            Self::ReadNode => AgentAction::ReadNode,
             Self::PatchNode(patch) => AgentAction::PatchNode(patch.to_node_patch()),
             Self::StoreBundle(bundle) => AgentAction::StoreBundle {
                 checksum: bundle.checksum().to_owned(),

@@ -162,7 +162,7 @@ pub enum AgentStatus {
 pub(super) struct Verified {
     pub(super) checksum: String,
     pub(super) steps: BundleSteps,
-    rolling_update: bool,
+    pub(super) rolling_update: bool,
     /// The steps came sorted by name: `steps` is the list exactly as fetched, so a later
     /// fetch with the same checksum and equal `steps` is the same bundle and hashes the same
     /// (the checksum depends on the order, [`configuration_checksum`]).
@@ -364,6 +364,10 @@ impl KnownNode {
 enum Queued {
     /// The action, built.
     Ready(AgentAction),
+    /// [`AgentAction::FetchBundle`].
+    Fetch,
+    /// [`AgentAction::ReadNode`].
+    Read,
     /// [`AgentAction::PatchNode`] of this patch at the known Node's resourceVersion.
     Patch(OwnPatch),
     /// [`AgentAction::StoreBundle`] of this bundle.
@@ -392,6 +396,10 @@ pub struct Agent {
     node: Option<KnownNode>,
     node_fresh: bool,
     awaiting: Option<Awaiting>,
+    /// The request for `awaiting` is still to be drained, after everything in `queue`
+    /// ([`Agent::request`]). It is kept out of the queue while nothing follows it: it is
+    /// handed out from `awaiting` itself.
+    request_pending: bool,
     sleep: Option<Sleep>,
     queue: VecDeque<Queued>,
     errors_in_row: u32,
@@ -418,6 +426,7 @@ impl Agent {
             node: None,
             node_fresh: false,
             awaiting: None,
+            request_pending: false,
             sleep: None,
             queue: VecDeque::new(),
             errors_in_row: 0,
@@ -447,8 +456,13 @@ impl Agent {
     /// [`Agent::poll_action`] would have returned.
     #[must_use]
     pub fn poll_lean_action(&mut self) -> Option<LeanAction<'_>> {
-        Some(match self.queue.pop_front()? {
+        let Some(entry) = self.queue.pop_front() else {
+            return self.pending_request();
+        };
+        Some(match entry {
             Queued::Ready(action) => LeanAction::Action(action),
+            Queued::Fetch => LeanAction::FetchBundle,
+            Queued::Read => LeanAction::ReadNode,
             Queued::Patch(patch) => LeanAction::PatchNode(PatchRequest::new(
                 self.node.as_ref().map_or("", |n| &n.resource_version),
                 patch,
@@ -461,12 +475,67 @@ impl Agent {
         })
     }
 
+    /// The request for the awaited answer, when it is still to be drained and nothing is
+    /// queued before it ([`Agent::request`]).
+    fn pending_request(&mut self) -> Option<LeanAction<'_>> {
+        if !self.request_pending {
+            return None;
+        }
+        self.request_pending = false;
+        Some(match self.awaiting.as_ref()? {
+            Awaiting::Bundle => LeanAction::FetchBundle,
+            Awaiting::Node => LeanAction::ReadNode,
+            Awaiting::Patch(patch) => LeanAction::PatchNode(PatchRequest::new(
+                self.node.as_ref().map_or("", |n| &n.resource_version),
+                patch.clone(),
+            )),
+            awaiting @ Awaiting::Step(..) => LeanAction::Action(AgentAction::RunStep {
+                name: awaiting.step_name().unwrap_or_default().to_owned(),
+            }),
+        })
+    }
+
+    /// Queues the request still to be drained, if any ([`Agent::request`]): something is
+    /// about to be queued after it, or the request it asks for is about to be answered or
+    /// replaced while still undrained.
+    #[inline]
+    fn queue_pending_request(&mut self) {
+        if self.request_pending {
+            self.queue_request();
+        }
+    }
+
+    /// [`Agent::queue_pending_request`] of a pending request.
+    #[inline(never)]
+    fn queue_request(&mut self) {
+        self.request_pending = false;
+        let entry = match &self.awaiting {
+            Some(Awaiting::Bundle) => Queued::Fetch,
+            Some(Awaiting::Node) => Queued::Read,
+            Some(Awaiting::Patch(p)) => Queued::Patch(p.clone()),
+            Some(awaiting @ Awaiting::Step(..)) => Queued::Ready(AgentAction::RunStep {
+                name: awaiting.step_name().unwrap_or_default().to_owned(),
+            }),
+            None => return,
+        };
+        self.queue.push_back(entry);
+    }
+
+    /// The awaited answer's request, taken for its answer: a request still undrained is
+    /// queued first (it is still handed out, as an answer that came before it was drained
+    /// leaves it).
+    fn take_awaiting(&mut self) -> Option<Awaiting> {
+        self.queue_pending_request();
+        self.awaiting.take()
+    }
+
     /// Builds the queued actions that refer to the progress record or the known Node from
     /// them as they are now: one of them is about to change ([`Queued`]).
     #[inline]
     fn pin_queue(&mut self) {
         // Most changes come with nothing queued (the driver drained it before answering).
-        if !self.queue.is_empty() {
+        if self.request_pending || !self.queue.is_empty() {
+            self.queue_pending_request();
             self.pin_waiting();
         }
     }
@@ -474,35 +543,26 @@ impl Agent {
     /// [`Agent::pin_queue`] of a queue that holds something.
     #[inline(never)]
     fn pin_waiting(&mut self) {
-        let mut queue = std::mem::take(&mut self.queue);
-        for entry in &mut queue {
+        // Built in place: the queue is not moved out (the Node and the files are other
+        // fields), and a queue with nothing lent is only looked through.
+        for entry in &mut self.queue {
             if matches!(entry, Queued::Patch(_) | Queued::Progress) {
                 let lent = std::mem::replace(entry, Queued::Progress);
-                *entry = Queued::Ready(self.build(lent));
+                *entry = Queued::Ready(built(lent, self.node.as_ref(), &self.files));
             }
         }
-        self.queue = queue;
     }
 
     /// The action `entry` stands for, built from the agent's state as it is now.
+    #[cfg(test)]
     fn build(&self, entry: Queued) -> AgentAction {
-        match entry {
-            Queued::Ready(action) => action,
-            Queued::Patch(patch) => AgentAction::PatchNode(
-                patch.node_patch(self.node.as_ref().map_or("", |n| &n.resource_version)),
-            ),
-            Queued::Store(bundle) => AgentAction::StoreBundle {
-                checksum: bundle.checksum.clone(),
-                steps: bundle.steps.to_vec(),
-            },
-            Queued::Progress => {
-                AgentAction::WriteProgress(self.files.progress.clone().unwrap_or_default())
-            }
-        }
+        built(entry, self.node.as_ref(), &self.files)
     }
 
-    /// Queues `entry` (built at once in the unit tests' eager mode).
+    /// Queues `entry` (built at once in the unit tests' eager mode) after whatever was
+    /// decided before it.
     fn enqueue(&mut self, entry: Queued) {
+        self.queue_pending_request();
         #[cfg(test)]
         let entry = if self.eager {
             Queued::Ready(self.build(entry))
@@ -560,7 +620,7 @@ impl Agent {
     /// Hands in the answer to the outstanding request. An input that answers no outstanding
     /// request (a stray or repeated answer) is ignored.
     pub fn handle_input(&mut self, input: AgentInput, now: Timestamp) {
-        let awaiting = self.awaiting.take();
+        let awaiting = self.take_awaiting();
         match (awaiting, input) {
             (Some(Awaiting::Bundle), AgentInput::Bundle(result)) => self.on_bundle(result, now),
             (Some(Awaiting::Node), AgentInput::Node(Ok(Some(view)))) => {
@@ -619,17 +679,29 @@ impl Agent {
             tracing::debug!("node agent: a bundle answers no outstanding request, ignored");
             return;
         }
-        self.awaiting = None;
+        self.take_awaiting();
+        let hash_again = self.config.verify_every_fetch;
         let verified = match self.already_verified(checksum, steps, rolling_update) {
             Some(v) => Ok(v),
-            None => {
-                let desired = DesiredBundle {
-                    checksum: checksum.to_owned(),
-                    steps: steps.clone(),
-                    rolling_update,
-                };
-                verify(desired, self.config.verify_every_fetch).map(Arc::new)
-            }
+            None => match steps.verified_as(checksum, rolling_update) {
+                // Another agent (or this one, earlier) verified these very steps as this
+                // bundle: verifying again would make an equal bundle.
+                Some(v) if !hash_again => Ok(v),
+                _ => {
+                    let desired = DesiredBundle {
+                        checksum: checksum.to_owned(),
+                        steps: steps.clone(),
+                        rolling_update,
+                    };
+                    let verified = verify(desired, hash_again).map(Arc::new);
+                    if let Ok(v) = &verified
+                        && !hash_again
+                    {
+                        steps.remember_verified(v);
+                    }
+                    verified
+                }
+            },
         };
         self.on_verified(verified, now);
     }
@@ -647,14 +719,14 @@ impl Agent {
             tracing::debug!("node agent: a Node answers no outstanding request, ignored");
             return;
         }
-        self.awaiting = None;
+        self.take_awaiting();
         self.on_node_read(resource_version, annotations, now);
     }
 
     /// [`Agent::handle_input`] of [`AgentInput::Patched`] with [`PatchOutcome::Applied`] of
     /// `resource_version`.
     pub fn handle_patch_applied(&mut self, resource_version: &str, now: Timestamp) {
-        let Some(Awaiting::Patch(patch)) = self.awaiting.take() else {
+        let Some(Awaiting::Patch(patch)) = self.take_awaiting() else {
             tracing::debug!("node agent: a patch's answer answers no outstanding request, ignored");
             return;
         };
@@ -669,7 +741,9 @@ impl Agent {
     /// Whether the pass is complete: the node runs its desired bundle, its Node says so, and
     /// every action has been drained (the state files are written).
     pub fn is_up_to_date(&self) -> bool {
-        matches!(self.status, AgentStatus::UpToDate { .. }) && self.queue.is_empty()
+        matches!(self.status, AgentStatus::UpToDate { .. })
+            && self.queue.is_empty()
+            && !self.request_pending
     }
 
     /// The last failure, kept until a later one replaces it.
@@ -694,17 +768,21 @@ impl Agent {
         self.decide(now);
     }
 
+    /// Asks for `awaiting`'s answer: its request is drained after everything queued before
+    /// it. It is kept out of the queue until something is queued after it (or it is answered
+    /// or replaced undrained): a driver that drains it at once finds it in `awaiting`.
     fn request(&mut self, awaiting: Awaiting) {
-        let action = match &awaiting {
-            Awaiting::Bundle => Queued::Ready(AgentAction::FetchBundle),
-            Awaiting::Node => Queued::Ready(AgentAction::ReadNode),
-            Awaiting::Patch(p) => Queued::Patch(p.clone()),
-            Awaiting::Step(..) => Queued::Ready(AgentAction::RunStep {
-                name: awaiting.step_name().unwrap_or_default().to_owned(),
-            }),
-        };
-        self.enqueue(action);
+        self.queue_pending_request();
         self.awaiting = Some(awaiting);
+        self.request_pending = true;
+        #[cfg(test)]
+        if self.eager {
+            self.queue_request();
+            if let Some(lent) = self.queue.pop_back() {
+                let built = Queued::Ready(self.build(lent));
+                self.queue.push_back(built);
+            }
+        }
     }
 
     fn sleep_for(&mut self, now: Timestamp, d: Duration) {
@@ -729,6 +807,7 @@ impl Agent {
 
     fn event(&mut self, what: &str, reason: &str, note: String) {
         let name = event_name(&format!("bashible-error-{}-{what}", self.config.node));
+        self.queue_pending_request();
         self.queue
             .push_back(Queued::Ready(AgentAction::EmitEvent(AgentEvent {
                 name,
@@ -1082,6 +1161,7 @@ impl Agent {
     /// the last write before the step runs.
     fn begin_apply(&mut self, bundle: &Arc<Verified>) {
         if self.files.configuration_checksum.take().is_some() {
+            self.queue_pending_request();
             self.queue
                 .push_back(Queued::Ready(AgentAction::RemoveChecksumFile));
         }
@@ -1100,7 +1180,10 @@ impl Agent {
             .is_some_and(|p| p.bundle.as_deref() == Some(bundle.checksum.as_str()));
         if !begun {
             let progress = self.progress_mut().get_or_insert_with(Progress::default);
-            progress.bundle = Some(bundle.checksum.clone());
+            progress.bundle = Some(refilled(
+                progress.bundle.take().unwrap_or_default(),
+                &bundle.checksum,
+            ));
             progress.done.clear();
             self.write_progress();
         }
@@ -1128,6 +1211,7 @@ impl Agent {
         }
         if self.files.first_run {
             self.files.first_run = false;
+            self.queue_pending_request();
             self.queue
                 .push_back(Queued::Ready(AgentAction::RemoveFirstRun));
         }
@@ -1141,6 +1225,7 @@ impl Agent {
             self.write_progress();
         }
         self.files.configuration_checksum = Some(bundle.checksum.clone());
+        self.queue_pending_request();
         self.queue
             .push_back(Queued::Ready(AgentAction::WriteChecksumFile(
                 bundle.checksum.clone(),
@@ -1154,6 +1239,7 @@ impl Agent {
     fn decide_up_to_date(&mut self, bundle: &Arc<Verified>, now: Timestamp) {
         if self.files.first_run {
             self.files.first_run = false;
+            self.queue_pending_request();
             self.queue
                 .push_back(Queued::Ready(AgentAction::RemoveFirstRun));
         }
@@ -1203,6 +1289,24 @@ impl Agent {
         self.sleep = Some(Sleep {
             until: self.config.pass_interval.map(|d| now + d),
         });
+    }
+}
+
+/// The action the queued `entry` stands for, built from the known Node `node` and the state
+/// files `files` as they are now ([`Queued`]).
+fn built(entry: Queued, node: Option<&KnownNode>, files: &StateFiles) -> AgentAction {
+    match entry {
+        Queued::Ready(action) => action,
+        Queued::Fetch => AgentAction::FetchBundle,
+        Queued::Read => AgentAction::ReadNode,
+        Queued::Patch(patch) => {
+            AgentAction::PatchNode(patch.node_patch(node.map_or("", |n| &n.resource_version)))
+        }
+        Queued::Store(bundle) => AgentAction::StoreBundle {
+            checksum: bundle.checksum.clone(),
+            steps: bundle.steps.to_vec(),
+        },
+        Queued::Progress => AgentAction::WriteProgress(files.progress.clone().unwrap_or_default()),
     }
 }
 
@@ -1780,6 +1884,131 @@ mod tests {
                     "{:?}",
                     lending.status()
                 );
+            }
+        }
+    }
+
+    /// What the shared-verification property fetches for code `code`: the two shared bundles
+    /// as published, their steps under the other's (or a bogus) checksum or approval mode,
+    /// and a reordered copy.
+    fn shared_fetch(bundles: &[DesiredBundle; 2], code: u8) -> DesiredBundle {
+        let [a, b] = bundles;
+        match code % 7 {
+            0 => a.clone(),
+            1 => b.clone(),
+            2 => DesiredBundle {
+                checksum: b.checksum.clone(),
+                ..a.clone()
+            },
+            3 => DesiredBundle {
+                rolling_update: !a.rolling_update,
+                ..a.clone()
+            },
+            4 => DesiredBundle {
+                checksum: "bogus".to_owned(),
+                ..b.clone()
+            },
+            5 => DesiredBundle {
+                checksum: a.checksum.clone(),
+                ..b.clone()
+            },
+            _ => {
+                let mut steps = a.steps.to_vec();
+                steps.reverse();
+                DesiredBundle {
+                    steps: BundleSteps::new(steps),
+                    ..a.clone()
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Agents handed shared steps through the lean answer
+        /// ([`Agent::handle_bundle_fetched`]), which take a bundle another agent verified
+        /// from those very steps ([`BundleSteps::verified_as`]), decide exactly as agents that
+        /// verify every fetch in full, whatever each fetches: the shared bundles, their steps
+        /// under another checksum or approval mode, a reordered copy.
+        #[test]
+        fn a_bundle_verified_by_another_agent_changes_nothing(
+            seeds in proptest::collection::vec(proptest::prelude::any::<u64>(), 2),
+            rolling in proptest::prelude::any::<bool>(),
+            moves in proptest::collection::vec((0usize..3, 0u8..7, 0u8..8), 1..200),
+        ) {
+            let bundles = [seeded_bundle(seeds[0], rolling), seeded_bundle(seeds[1], !rolling)];
+            let mut now = Timestamp::from_secs(1_000);
+            let files = StateFiles::applied("older", Default::default(), Default::default());
+            let hashing_config = AgentConfig {
+                verify_every_fetch: true,
+                ..AgentConfig::new("n1")
+            };
+            let mut pairs: Vec<(Agent, Agent, BTreeMap<String, String>, u64)> = (0..3)
+                .map(|_| {
+                    (
+                        Agent::new(AgentConfig::new("n1"), files.clone(), now),
+                        Agent::new(hashing_config.clone(), files.clone(), now),
+                        [
+                            (keys::ANNOTATION_APPROVED.to_owned(), String::new()),
+                            (keys::ANNOTATION_DISRUPTION_APPROVED.to_owned(), String::new()),
+                        ]
+                        .into(),
+                        1,
+                    )
+                })
+                .collect();
+            for (at, code, fault) in &moves {
+                let (sharing, hashing, annotations, rv) = &mut pairs[*at];
+                let action = sharing.poll_action();
+                proptest::prop_assert_eq!(&action, &hashing.poll_action());
+                match action {
+                    None => {
+                        now = now + Duration::from_secs(60);
+                        sharing.handle_timeout(now);
+                        hashing.handle_timeout(now);
+                        sharing.handle_wake(now);
+                        hashing.handle_wake(now);
+                    }
+                    Some(AgentAction::FetchBundle) => {
+                        let fetched = shared_fetch(&bundles, *code);
+                        sharing.handle_bundle_fetched(
+                            &fetched.checksum,
+                            &fetched.steps,
+                            fetched.rolling_update,
+                            now,
+                        );
+                        hashing.handle_input(AgentInput::Bundle(Ok(fetched)), now);
+                    }
+                    Some(AgentAction::ReadNode) => {
+                        sharing.handle_node_read(&rv.to_string(), annotations, now);
+                        let view = NodeView {
+                            resource_version: rv.to_string(),
+                            annotations: annotations.clone().into(),
+                        };
+                        hashing.handle_input(AgentInput::Node(Ok(Some(view))), now);
+                    }
+                    Some(AgentAction::PatchNode(patch)) => {
+                        patch.apply_to(annotations);
+                        *rv += 1;
+                        let outcome = PatchOutcome::Applied {
+                            resource_version: rv.to_string(),
+                        };
+                        sharing.handle_input(AgentInput::Patched(outcome.clone()), now);
+                        hashing.handle_input(AgentInput::Patched(outcome), now);
+                    }
+                    Some(AgentAction::RunStep { name }) => {
+                        let outcome = StepOutcome {
+                            step: name,
+                            exit_code: Some(i32::from(*fault == 0)),
+                            stderr: String::new(),
+                        };
+                        sharing.handle_input(AgentInput::StepFinished(outcome.clone()), now);
+                        hashing.handle_input(AgentInput::StepFinished(outcome), now);
+                    }
+                    Some(_) => {}
+                }
+                proptest::prop_assert_eq!(observed(sharing), observed(hashing));
             }
         }
     }
