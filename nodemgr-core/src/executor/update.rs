@@ -102,7 +102,7 @@ use crate::ports::{
 };
 use crate::read_your_writes::KnownVersions;
 use crate::update::{
-    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_members_with_inert,
+    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, decimal, plan_group_members_with_inert,
 };
 
 /// How many times one step plans again after a decision met a changed node (HTTP 409).
@@ -220,6 +220,11 @@ impl ExecutorEvent {
                 let [before, node, after] = command.pieces();
                 [before, node, after, "", ""]
             }
+            Self::DrainFinished {
+                node,
+                outcome: DrainOutcome::Completed,
+                ..
+            } => ["node ", node, ": ", COMPLETED, ""],
             Self::DrainStarted { .. } | Self::DrainFinished { .. } => return None,
             Self::Cordoned { node } => ["node ", node, " cordoned", "", ""],
             Self::Evicted { pod, .. } => ["pod ", pod, " evicted", "", ""],
@@ -250,10 +255,34 @@ impl ExecutorEvent {
     /// into a string of the right size, without a format string to interpret where the
     /// message is text only (the simulator's timeline makes one per event).
     pub fn message(&self) -> String {
-        match self.pieces() {
-            Some(pieces) => concat(&pieces),
-            None => message(self),
+        if let Some(pieces) = self.pieces() {
+            return concat(&pieces);
         }
+        match self {
+            Self::DrainStarted { node, pods, .. } => {
+                let mut digits = [0u8; 20];
+                concat(&[
+                    "drain of node ",
+                    node,
+                    " started (",
+                    decimal(*pods, &mut digits),
+                    " pod(s) to evict)",
+                ])
+            }
+            _ => message(self),
+        }
+    }
+}
+
+/// How [`DrainOutcome::Completed`] reads.
+const COMPLETED: &str = "drained";
+
+/// The message of `outcome`, as its `Display` writes it (the common one without a format
+/// string to interpret).
+fn outcome_message(outcome: &DrainOutcome) -> String {
+    match outcome {
+        DrainOutcome::Completed => COMPLETED.to_owned(),
+        DrainOutcome::TimedOut { .. } => outcome.to_string(),
     }
 }
 
@@ -335,8 +364,10 @@ pub struct StepReport {
 pub struct UpdateExecutor {
     drains: BTreeMap<String, ActiveDrain>,
     known: KnownVersions,
-    /// Groups whose last plan had no command, by name, with the inputs it came from.
-    planned: BTreeMap<String, PlannedGroup>,
+    /// Groups whose last plan had no command, with the inputs it came from, by the group's
+    /// position in the list of groups of the previous plan (a group found at another
+    /// position is planned again).
+    planned: Vec<Option<PlannedGroup>>,
     /// Plan every group at every step (see [`UpdateExecutor::set_skip_unchanged`]).
     plan_every_group: bool,
     /// The nodes the last step planned from, with what it read from them (groups, update
@@ -586,14 +617,21 @@ impl UpdateExecutor {
         now: Timestamp,
     ) -> Vec<(&'g str, UpdatePlan)> {
         let mut plans = Vec::with_capacity(groups.len());
-        for group in groups {
+        // Every position is planned, kept or cleared below: an entry is always of the group
+        // at its position in the previous call, whose dirty marks were taken then.
+        self.planned.resize_with(groups.len(), || None);
+        for (at, group) in groups.iter().enumerate() {
             let Some(desired) = checksums.get(group.name()) else {
+                if let Some(planned) = self.planned.get_mut(at) {
+                    *planned = None;
+                }
                 continue;
             };
             let changed = self.view.take_dirty(group.name());
+            let planned = self.planned.get_mut(at);
             if !self.plan_every_group
                 && !changed
-                && let Some(previous) = self.planned.get(group.name())
+                && let Some(Some(previous)) = planned.as_deref()
                 && previous.desired == *desired
                 && (Arc::ptr_eq(&previous.group, group) || previous.group == *group)
             {
@@ -608,17 +646,15 @@ impl UpdateExecutor {
             // walks them without a list of them made first, the inert ones only counted.
             let (inert, members) = self.view.active_members(group.name());
             let plan = plan_group_members_with_inert(group, desired, members, inert, true, now);
-            if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
-                self.planned.insert(
-                    group.name().to_owned(),
-                    PlannedGroup {
-                        group: Arc::clone(group),
-                        desired: desired.clone(),
-                        blocked: plan.blocked.clone(),
-                    },
-                );
-            } else {
-                self.planned.remove(group.name());
+            if let Some(planned) = planned {
+                *planned = (!self.plan_every_group
+                    && plan.commands.is_empty()
+                    && !plan_depends_on_time(group))
+                .then(|| PlannedGroup {
+                    group: Arc::clone(group),
+                    desired: desired.clone(),
+                    blocked: plan.blocked.clone(),
+                });
             }
             plans.push((group.name(), plan));
         }
@@ -1060,7 +1096,7 @@ impl UpdateExecutor {
                             ObjectRef::node(name.to_owned()),
                             kind,
                             reason,
-                            outcome.to_string(),
+                            outcome_message(&outcome),
                             now,
                         )
                         .await;
@@ -2250,10 +2286,13 @@ mod tests {
             node in ".{0,12}",
             pod in ".{0,12}",
             text in ".{0,12}",
-            n in 0usize..7,
+            n in proptest::prop_oneof![0usize..7, proptest::strategy::Just(usize::MAX), 7usize..100_000],
         ) {
             for event in every_event(&node, &pod, &text, n) {
                 proptest::prop_assert_eq!(event.message(), event.to_string());
+                if let ExecutorEvent::DrainFinished { outcome, .. } = &event {
+                    proptest::prop_assert_eq!(outcome_message(outcome), outcome.to_string());
+                }
                 if let ExecutorEvent::Applied { command, .. } = &event {
                     proptest::prop_assert_eq!(concat(&command.pieces()), command.to_string());
                 }
