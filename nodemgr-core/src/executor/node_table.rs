@@ -212,8 +212,8 @@ pub(crate) struct NodeTable {
     /// Node name → its slot: a node is found by one hash lookup (a step looks nodes up by
     /// name for every change, write and drain-marked node).
     by_name: HashMap<String, usize, FastHash>,
-    /// Group → its nodes (found by the group's name, without making a key).
-    groups: BTreeMap<String, Members>,
+    /// Group → its nodes (found by one hash of the group's name, without making a key).
+    groups: HashMap<String, Members, FastHash>,
     /// The nodes without a group label.
     ungrouped: Members,
     /// Whether the order is name order (the last whole list was sorted by name).
@@ -224,7 +224,8 @@ pub(crate) struct NodeTable {
     /// Groups with a node added, changed or removed since [`NodeTable::take_dirty`], each
     /// with whether one of its nodes became or stopped being [`Resting::Inert`] since its
     /// active members were last made ([`NodeTable::active_members`] makes them again then).
-    dirty: BTreeMap<String, bool>,
+    /// Found by one hash of the group's name: every changed node marks its group.
+    dirty: HashMap<String, bool, FastHash>,
 }
 
 impl NodeTable {
