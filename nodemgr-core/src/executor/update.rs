@@ -85,7 +85,7 @@
 //! [`UpdateExecutor::next_deadline`] (the earliest eviction retry or drain timeout) for exact
 //! retry timing. Each step uses the `now` it is given for every decision.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,8 +93,7 @@ use std::time::Duration;
 use super::node_table::{NodeFacts, NodeTable};
 use super::scaling::disruption_event;
 use crate::disruption::DisruptionReason;
-use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome};
-use crate::hash::FastHash;
+use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome, map_of};
 use crate::model::{Node, NodeGroup, Timestamp, keys};
 use crate::ports::{
     ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodeChanges, NodePatch, NodePod,
@@ -381,6 +380,8 @@ pub struct UpdateExecutor {
     patches: CommandPatches,
     /// The patch of a finished drain ([`drained_patch`]), made once.
     drained_patch: NodePatch,
+    /// Room for the nodes a step patches (empty between steps).
+    patched: Patched,
 }
 
 /// A group whose plan had no command, with the inputs it was planned from. The planner is a
@@ -406,7 +407,49 @@ fn plan_depends_on_time(group: &NodeGroup) -> bool {
 /// The nodes a step patched, by their slot in the view ([`NodeTable::slot`]), as the patches
 /// returned them: only nodes of the view are kept, and the view keeps its slots for the whole
 /// step (a direct read that replaces the view clears these); read in no particular order.
-type Patched = HashMap<usize, Arc<Node>, FastHash>;
+/// Found by slot directly; kept by the executor between steps empty, for its room.
+#[derive(Debug, Clone, Default)]
+struct Patched {
+    /// By slot.
+    at: Vec<Option<Arc<Node>>>,
+    /// The slots holding a node, each once.
+    slots: Vec<usize>,
+}
+
+impl Patched {
+    /// The node patched at `slot`.
+    fn get(&self, slot: usize) -> Option<&Arc<Node>> {
+        self.at.get(slot)?.as_ref()
+    }
+
+    /// Keeps `node` as the one patched at `slot` (replacing an earlier one).
+    fn insert(&mut self, slot: usize, node: Arc<Node>) {
+        if self.at.len() <= slot {
+            self.at.resize(slot.saturating_add(1), None);
+        }
+        if let Some(held) = self.at.get_mut(slot)
+            && held.replace(node).is_none()
+        {
+            self.slots.push(slot);
+        }
+    }
+
+    /// Every patched node with its slot.
+    fn iter(&self) -> impl Iterator<Item = (usize, &Arc<Node>)> {
+        self.slots
+            .iter()
+            .filter_map(|&slot| Some((slot, self.get(slot)?)))
+    }
+
+    /// Lets every node go, keeping the room.
+    fn clear(&mut self) {
+        for slot in self.slots.drain(..) {
+            if let Some(held) = self.at.get_mut(slot) {
+                *held = None;
+            }
+        }
+    }
+}
 
 /// The nodes a step works on: the view, with the nodes this step patched as the patches
 /// returned them (kept for the step only).
@@ -424,7 +467,7 @@ impl<'a> StepNodes<'a> {
     fn at(&self, slot: usize) -> Option<StepNode<'a>> {
         let patched: &'a Patched = self.patched;
         let view: &'a NodeTable = self.view;
-        match patched.get(&slot) {
+        match patched.get(slot) {
             Some(node) => Some(StepNode::Patched(node)),
             None => view.at(slot).map(StepNode::Kept),
         }
@@ -770,8 +813,8 @@ impl UpdateExecutor {
             self.read_fresh(cluster, &mut report).await?;
         }
 
-        // The nodes this step patched, as the patches returned them.
-        let mut patched = Patched::default();
+        // The nodes this step patched, as the patches returned them (none kept between steps).
+        let mut patched = std::mem::take(&mut self.patched);
         let mut replans = 0;
         loop {
             let conflict = self
@@ -798,6 +841,8 @@ impl UpdateExecutor {
         }
         self.reconcile_drains(cluster, &groups, &patched, now, &mut report)
             .await;
+        patched.clear();
+        self.patched = patched;
         Ok(report)
     }
 
@@ -946,7 +991,7 @@ impl UpdateExecutor {
                 UpdateMarks::drain_relevant_in(node)
             }
         };
-        for (&slot, node) in patched {
+        for (slot, node) in patched.iter() {
             let Some(facts) = self.view.at(slot) else {
                 continue;
             };
@@ -1134,8 +1179,7 @@ impl ActiveDrain {
         let evictable = pods.iter().filter(|p| p.evictable);
         let keys = evictable.clone().map(|p| p.key.clone());
         let drain = Drain::of_named(node, unschedulable, keys, config, now);
-        let pod_uids: BTreeMap<String, String> =
-            evictable.map(|p| (p.key.clone(), p.uid.clone())).collect();
+        let pod_uids = map_of(evictable.map(|p| (p.key.clone(), p.uid.clone())));
         Self {
             drain,
             group,

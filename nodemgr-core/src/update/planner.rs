@@ -263,12 +263,20 @@ where
         }
         let name = member.name();
         if marks.occupies_slot() {
+            if holders.is_empty() {
+                // Room for a group's usual slots at once, not grown one doubling at a time.
+                holders.reserve(ROOM);
+            }
             holders.push(name);
         }
         if !member.ready() {
             not_ready.push(name);
         } else if finishes(member, &marks) {
             // Phase 1: finish nodes that run the desired configuration.
+            if finished.is_empty() {
+                finished.reserve(ROOM);
+                plan.commands.reserve(ROOM);
+            }
             plan.commands.push(UpdateCommand::Finish {
                 node: name.to_owned(),
                 uncordon: marks.cordoned_by_us(),
@@ -364,6 +372,10 @@ where
         .filter(|(_, m)| !m.occupies_slot())
         .map(|(n, _)| n.name());
     let waiting = waiting_nodes().filter(|n| !named_finishing(n));
+    // Room for the approvals the free slots allow, made once.
+    let free = limit.saturating_sub(occupied).min(ROOM);
+    approved_now.reserve(free);
+    plan.commands.reserve(free);
     for name in unslotted.chain(waiting) {
         if occupied < limit {
             occupied += 1;
@@ -384,6 +396,10 @@ where
     }
     plan
 }
+
+/// How many names the planner makes room for at once in a list that gets one (the nodes
+/// holding a slot, the finishing ones): a group's usual `maxConcurrent` and then some.
+const ROOM: usize = 16;
 
 /// The reason a group waits for node `name`: `node {name} is not Ready`.
 fn not_ready_reason(name: &str) -> String {
