@@ -1975,6 +1975,83 @@ mod tests {
         }
     }
 
+    /// Group `name` (one with the defaults of [`group`] otherwise).
+    fn group_named(name: &str) -> Arc<NodeGroup> {
+        let mut g = group();
+        g.metadata.name = Some(name.into());
+        Arc::new(g)
+    }
+
+    proptest::proptest! {
+        /// Planned groups kept by their position in the list of groups: over random steps
+        /// that reorder the groups, leave some without a desired checksum and flip the
+        /// readiness of their waiting nodes, the skipping executor's plans are the plans of
+        /// one planning every group.
+        #[test]
+        fn groups_kept_by_position_plan_as_groups_planned_again(
+            steps in proptest::collection::vec(
+                (
+                    proptest::sample::subsequence(vec![0usize, 1, 2], 0..=3),
+                    proptest::prelude::any::<[bool; 3]>(),
+                    proptest::collection::vec((0usize..3, 0usize..3), 0..3),
+                ),
+                1..10,
+            ),
+        ) {
+            let names = ["a", "b", "c"];
+            let groups: Vec<Arc<NodeGroup>> = names.iter().map(|n| group_named(n)).collect();
+            let mut ready = [[true; 3]; 3];
+            let mut version = 0u64;
+            let mut skipping = UpdateExecutor::new();
+            let mut plain = UpdateExecutor::new();
+            plain.set_skip_unchanged(false);
+            let node_of = |g: usize, i: usize, ready: bool, version: u64| {
+                let mut n = node(&format!("{}-{i}", names[g]), &[keys::ANNOTATION_WAITING_FOR_APPROVAL]);
+                n.labels.insert(keys::LABEL_NODE_GROUP.into(), names[g].into());
+                n.ready = ready;
+                n.resource_version = version.to_string();
+                Arc::new(n)
+            };
+            let mut all = Vec::new();
+            for g in 0..3 {
+                for i in 0..3 {
+                    version += 1;
+                    all.push(node_of(g, i, true, version));
+                }
+            }
+            for executor in [&mut skipping, &mut plain] {
+                executor.view.apply(NodeChanges::resync(all.clone()), &mut executor.known);
+            }
+            for (order, with_checksum, flips) in steps {
+                // The groups in the step's order (those left out of `order` come after it).
+                let mut listed: Vec<Arc<NodeGroup>> = order.iter().map(|&g| Arc::clone(&groups[g])).collect();
+                listed.extend((0..3).filter(|g| !order.contains(g)).map(|g| Arc::clone(&groups[g])));
+                let checksums: BTreeMap<String, String> = (0..3)
+                    .filter(|&g| with_checksum[g])
+                    .map(|g| (names[g].to_owned(), "new".to_owned()))
+                    .collect();
+                let mut changed = Vec::new();
+                for (g, i) in flips {
+                    ready[g][i] = !ready[g][i];
+                    version += 1;
+                    changed.push(node_of(g, i, ready[g][i], version));
+                }
+                for executor in [&mut skipping, &mut plain] {
+                    let changes = NodeChanges {
+                        revision: None,
+                        resync: false,
+                        changed: changed.clone(),
+                        removed: Vec::new(),
+                    };
+                    executor.view.apply(changes, &mut executor.known);
+                }
+                let a = skipping.plan(&listed, &checksums, t(0));
+                let b = plain.plan(&listed, &checksums, t(0));
+                proptest::prop_assert_eq!(a, b);
+            }
+        }
+    }
+
     proptest::proptest! {
         /// The drain half of the skipping executor looks only at the nodes it may act on
         /// (`draining`, or a person's `drained`: `UpdateMarks::drain_relevant`); the plain
