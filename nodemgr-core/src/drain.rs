@@ -220,10 +220,7 @@ impl Drain {
         config: DrainConfig,
         now: Timestamp,
     ) -> Self {
-        let pods = keys
-            .into_iter()
-            .map(|key| (key, PodState::EvictAt(now)))
-            .collect();
+        let pods = map_of(keys.into_iter().map(|key| (key, PodState::EvictAt(now))));
         let mut drain = Self {
             node: node.to_owned(),
             config,
@@ -405,6 +402,25 @@ impl Drain {
         } else {
             DrainOutcome::Completed
         });
+    }
+}
+
+/// How many entries [`map_of`] puts into a map one by one; more are sorted and built at once.
+const INSERT_AT_MOST: usize = 16;
+
+/// The map of `entries` (a key given twice: the last one counts), as `collect` makes it: the
+/// few entries a node's drain usually has are put in one by one, without the list that
+/// `collect` sorts first.
+pub(crate) fn map_of<V>(entries: impl Iterator<Item = (String, V)>) -> BTreeMap<String, V> {
+    match entries.size_hint() {
+        (_, Some(at_most)) if at_most <= INSERT_AT_MOST => {
+            let mut map = BTreeMap::new();
+            for (key, value) in entries {
+                map.insert(key, value);
+            }
+            map
+        }
+        _ => entries.collect(),
     }
 }
 
@@ -659,6 +675,23 @@ mod tests {
                 ..p
             },
             _ => p,
+        }
+    }
+
+    proptest! {
+        /// A map made entry by entry (few entries) or sorted and built at once (many) is the
+        /// map `collect` makes, keys given twice included.
+        #[test]
+        fn a_map_of_entries_is_the_collected_one(
+            entries in proptest::collection::vec(("[a-d]{1,2}", any::<u8>()), 0..40),
+        ) {
+            let collected: BTreeMap<String, u8> = entries.iter().cloned().collect();
+            prop_assert_eq!(map_of(entries.iter().cloned()), collected.clone());
+            // Through a filter, whose size hint is a bound only.
+            prop_assert_eq!(
+                map_of(entries.iter().filter(|&(k, _)| !k.is_empty()).cloned()),
+                collected
+            );
         }
     }
 

@@ -263,7 +263,9 @@ pub fn plan_stage(
     claimed: &BTreeSet<String>,
 ) -> DisruptionPlan {
     let mut plan = DisruptionPlan::default();
-    let mut taken: BTreeMap<String, DisruptionReason> = BTreeMap::new();
+    // The nodes taken by an earlier method are the ones planned so far: looked for among
+    // them while they are few, by a map of them past that.
+    let mut taken: Option<BTreeMap<String, DisruptionReason>> = None;
     for method in methods.iter().filter(|m| m.stage() == stage) {
         let reason = method.reason();
         let proposal = method.propose(snapshot);
@@ -276,7 +278,7 @@ pub fn plan_stage(
             let by = if claimed.contains(&disruption.node) {
                 Some(None)
             } else {
-                taken.get(&disruption.node).map(|by| Some(*by))
+                taken_by(&plan.disruptions, taken.as_ref(), &disruption.node).map(Some)
             };
             if let Some(by) = by {
                 plan.superseded.push(Superseded {
@@ -286,11 +288,45 @@ pub fn plan_stage(
                 });
                 continue;
             }
-            taken.insert(disruption.node.clone(), reason);
+            match &mut taken {
+                Some(taken) => {
+                    taken.insert(disruption.node.clone(), reason);
+                }
+                None if plan.disruptions.len() >= SCAN_TAKEN_AT_MOST => {
+                    let mut map: BTreeMap<String, DisruptionReason> = plan
+                        .disruptions
+                        .iter()
+                        .map(|p| (p.disruption.node.clone(), p.reason))
+                        .collect();
+                    map.insert(disruption.node.clone(), reason);
+                    taken = Some(map);
+                }
+                None => {}
+            }
             plan.disruptions.push(Planned { reason, disruption });
         }
     }
     plan
+}
+
+/// How many planned disruptions [`plan_stage`] looks through for a node before it keeps a map
+/// of them.
+const SCAN_TAKEN_AT_MOST: usize = 16;
+
+/// The method that took `node` among the disruptions `planned` so far (`taken`: the same, as a
+/// map by node, once there are many).
+fn taken_by(
+    planned: &[Planned],
+    taken: Option<&BTreeMap<String, DisruptionReason>>,
+    node: &str,
+) -> Option<DisruptionReason> {
+    match taken {
+        Some(taken) => taken.get(node).copied(),
+        None => planned
+            .iter()
+            .find(|p| p.disruption.node == node)
+            .map(|p| p.reason),
+    }
 }
 
 #[cfg(test)]
@@ -507,6 +543,73 @@ mod tests {
             for node in methods.iter().flat_map(|m| &m.nodes) {
                 proptest::prop_assert!(claimed.contains(node) || seen.contains(node));
             }
+        }
+    }
+
+    /// [`plan_stage`] with a map of the nodes taken from the first one on.
+    fn plan_stage_by_map(
+        methods: &[&dyn DisruptionMethod],
+        stage: Stage,
+        snapshot: &DisruptionSnapshot<'_>,
+        claimed: &BTreeSet<String>,
+    ) -> DisruptionPlan {
+        let mut plan = DisruptionPlan::default();
+        let mut taken: BTreeMap<String, DisruptionReason> = BTreeMap::new();
+        for method in methods.iter().filter(|m| m.stage() == stage) {
+            let reason = method.reason();
+            let proposal = method.propose(snapshot);
+            plan.blocked.extend(proposal.blocked);
+            plan.notes.extend(proposal.notes);
+            if proposal.chaos.is_some() {
+                plan.chaos = proposal.chaos;
+            }
+            for disruption in proposal.disruptions {
+                let by = if claimed.contains(&disruption.node) {
+                    Some(None)
+                } else {
+                    taken.get(&disruption.node).map(|by| Some(*by))
+                };
+                if let Some(by) = by {
+                    plan.superseded.push(Superseded {
+                        node: disruption.node,
+                        reason,
+                        by,
+                    });
+                    continue;
+                }
+                taken.insert(disruption.node.clone(), reason);
+                plan.disruptions.push(Planned { reason, disruption });
+            }
+        }
+        plan
+    }
+
+    proptest::proptest! {
+        /// The nodes taken looked for among the planned ones (a map of them once there are
+        /// many) resolve the proposals as a map of them from the first one on does: the same
+        /// plan, superseded proposals and their winners included.
+        #[test]
+        fn taken_nodes_looked_for_resolve_as_a_map_of_them(
+            picks in proptest::collection::vec(
+                proptest::collection::vec(0..48_u8, 0..30), 1..5),
+            claimed in proptest::collection::btree_set(0..48_u8, 0..6),
+        ) {
+            let name = |n: &u8| format!("n{n}");
+            let methods: Vec<Chosen> = picks
+                .iter()
+                .enumerate()
+                .map(|(i, nodes)| Chosen {
+                    reason: DisruptionReason::ALL[i % DisruptionReason::ALL.len()],
+                    nodes: nodes.iter().map(name).collect(),
+                })
+                .collect();
+            let list: Vec<&dyn DisruptionMethod> =
+                methods.iter().map(|m| m as &dyn DisruptionMethod).collect();
+            let claimed: BTreeSet<String> = claimed.iter().map(name).collect();
+            proptest::prop_assert_eq!(
+                plan_stage(&list, Stage::Update, &empty(), &claimed),
+                plan_stage_by_map(&list, Stage::Update, &empty(), &claimed)
+            );
         }
     }
 

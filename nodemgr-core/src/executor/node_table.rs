@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::hash::FastHash;
-use crate::model::{Node, keys};
+use crate::model::Node;
 use crate::ports::NodeChanges;
 use crate::read_your_writes::KnownVersions;
 use crate::update::{PlanMember, Resting, UpdateMarks, checksum_hash};
@@ -72,8 +72,9 @@ fn set_string(slot: &mut Option<String>, value: Option<&str>) {
 impl NodeFacts {
     /// The facts of `node`, at position `pos`.
     pub(crate) fn of(node: &Node, pos: u64) -> Self {
-        let checksum = node.checksum();
-        let marks = UpdateMarks::of(node);
+        let read = UpdateMarks::read(node);
+        let checksum = read.checksum;
+        let marks = read.marks;
         Self {
             name: node.name.clone(),
             resource_version: node.resource_version.clone(),
@@ -83,7 +84,7 @@ impl NodeFacts {
             checksum_hash: checksum.map(checksum_hash),
             ready: node.ready,
             unschedulable: node.unschedulable,
-            draining: node.annotations.get(keys::ANNOTATION_DRAINING).cloned(),
+            draining: read.draining.map(str::to_owned),
             pos,
             resting: Resting::of(node.ready, &marks),
         }
@@ -94,13 +95,16 @@ impl NodeFacts {
     /// `unschedulable`).
     fn refresh(&mut self, node: &Node) -> bool {
         debug_assert!(self.name == node.name && self.group.as_deref() == node.group());
-        let marks = UpdateMarks::of(node);
-        let checksum = node.checksum();
+        // The marks, the checksum and `draining` in one walk over the annotations.
+        let read = UpdateMarks::read(node);
+        let marks = read.marks;
+        let checksum = read.checksum;
+        let checksum_changed = checksum != self.checksum.as_deref();
         let changed = marks != self.marks
             || node.ready != self.ready
             || node.unschedulable != self.unschedulable
-            || checksum != self.checksum.as_deref();
-        if checksum != self.checksum.as_deref() {
+            || checksum_changed;
+        if checksum_changed {
             set_string(&mut self.checksum, checksum);
             self.checksum_hash = checksum.map(checksum_hash);
         }
@@ -111,14 +115,7 @@ impl NodeFacts {
         if self.resource_version != node.resource_version {
             node.resource_version.clone_into(&mut self.resource_version);
         }
-        let draining = if marks.draining.is_some() {
-            node.annotations
-                .get(keys::ANNOTATION_DRAINING)
-                .map(String::as_str)
-        } else {
-            None
-        };
-        set_string(&mut self.draining, draining);
+        set_string(&mut self.draining, read.draining);
         changed
     }
 
@@ -215,8 +212,8 @@ pub(crate) struct NodeTable {
     /// Node name → its slot: a node is found by one hash lookup (a step looks nodes up by
     /// name for every change, write and drain-marked node).
     by_name: HashMap<String, usize, FastHash>,
-    /// Group → its nodes (found by the group's name, without making a key).
-    groups: BTreeMap<String, Members>,
+    /// Group → its nodes (found by one hash of the group's name, without making a key).
+    groups: HashMap<String, Members, FastHash>,
     /// The nodes without a group label.
     ungrouped: Members,
     /// Whether the order is name order (the last whole list was sorted by name).
@@ -227,7 +224,8 @@ pub(crate) struct NodeTable {
     /// Groups with a node added, changed or removed since [`NodeTable::take_dirty`], each
     /// with whether one of its nodes became or stopped being [`Resting::Inert`] since its
     /// active members were last made ([`NodeTable::active_members`] makes them again then).
-    dirty: BTreeMap<String, bool>,
+    /// Found by one hash of the group's name: every changed node marks its group.
+    dirty: HashMap<String, bool, FastHash>,
 }
 
 impl NodeTable {

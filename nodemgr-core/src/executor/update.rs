@@ -85,7 +85,7 @@
 //! [`UpdateExecutor::next_deadline`] (the earliest eviction retry or drain timeout) for exact
 //! retry timing. Each step uses the `now` it is given for every decision.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,8 +93,7 @@ use std::time::Duration;
 use super::node_table::{NodeFacts, NodeTable};
 use super::scaling::disruption_event;
 use crate::disruption::DisruptionReason;
-use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome};
-use crate::hash::FastHash;
+use crate::drain::{Drain, DrainCommand, DrainConfig, DrainOutcome, EvictionOutcome, map_of};
 use crate::model::{Node, NodeGroup, Timestamp, keys};
 use crate::ports::{
     ClusterApi, ClusterError, EventApi, EventKind, EvictionResult, NodeChanges, NodePatch, NodePod,
@@ -102,7 +101,7 @@ use crate::ports::{
 };
 use crate::read_your_writes::KnownVersions;
 use crate::update::{
-    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_members_with_inert,
+    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, decimal, plan_group_members_with_inert,
 };
 
 /// How many times one step plans again after a decision met a changed node (HTTP 409).
@@ -220,6 +219,11 @@ impl ExecutorEvent {
                 let [before, node, after] = command.pieces();
                 [before, node, after, "", ""]
             }
+            Self::DrainFinished {
+                node,
+                outcome: DrainOutcome::Completed,
+                ..
+            } => ["node ", node, ": ", COMPLETED, ""],
             Self::DrainStarted { .. } | Self::DrainFinished { .. } => return None,
             Self::Cordoned { node } => ["node ", node, " cordoned", "", ""],
             Self::Evicted { pod, .. } => ["pod ", pod, " evicted", "", ""],
@@ -250,10 +254,34 @@ impl ExecutorEvent {
     /// into a string of the right size, without a format string to interpret where the
     /// message is text only (the simulator's timeline makes one per event).
     pub fn message(&self) -> String {
-        match self.pieces() {
-            Some(pieces) => concat(&pieces),
-            None => message(self),
+        if let Some(pieces) = self.pieces() {
+            return concat(&pieces);
         }
+        match self {
+            Self::DrainStarted { node, pods, .. } => {
+                let mut digits = [0u8; 20];
+                concat(&[
+                    "drain of node ",
+                    node,
+                    " started (",
+                    decimal(*pods, &mut digits),
+                    " pod(s) to evict)",
+                ])
+            }
+            _ => message(self),
+        }
+    }
+}
+
+/// How [`DrainOutcome::Completed`] reads.
+const COMPLETED: &str = "drained";
+
+/// The message of `outcome`, as its `Display` writes it (the common one without a format
+/// string to interpret).
+fn outcome_message(outcome: &DrainOutcome) -> String {
+    match outcome {
+        DrainOutcome::Completed => COMPLETED.to_owned(),
+        DrainOutcome::TimedOut { .. } => outcome.to_string(),
     }
 }
 
@@ -335,8 +363,10 @@ pub struct StepReport {
 pub struct UpdateExecutor {
     drains: BTreeMap<String, ActiveDrain>,
     known: KnownVersions,
-    /// Groups whose last plan had no command, by name, with the inputs it came from.
-    planned: BTreeMap<String, PlannedGroup>,
+    /// Groups whose last plan had no command, with the inputs it came from, by the group's
+    /// position in the list of groups of the previous plan (a group found at another
+    /// position is planned again).
+    planned: Vec<Option<PlannedGroup>>,
     /// Plan every group at every step (see [`UpdateExecutor::set_skip_unchanged`]).
     plan_every_group: bool,
     /// The nodes the last step planned from, with what it read from them (groups, update
@@ -350,6 +380,8 @@ pub struct UpdateExecutor {
     patches: CommandPatches,
     /// The patch of a finished drain ([`drained_patch`]), made once.
     drained_patch: NodePatch,
+    /// Room for the nodes a step patches (empty between steps).
+    patched: Patched,
 }
 
 /// A group whose plan had no command, with the inputs it was planned from. The planner is a
@@ -375,7 +407,49 @@ fn plan_depends_on_time(group: &NodeGroup) -> bool {
 /// The nodes a step patched, by their slot in the view ([`NodeTable::slot`]), as the patches
 /// returned them: only nodes of the view are kept, and the view keeps its slots for the whole
 /// step (a direct read that replaces the view clears these); read in no particular order.
-type Patched = HashMap<usize, Arc<Node>, FastHash>;
+/// Found by slot directly; kept by the executor between steps empty, for its room.
+#[derive(Debug, Clone, Default)]
+struct Patched {
+    /// By slot.
+    at: Vec<Option<Arc<Node>>>,
+    /// The slots holding a node, each once.
+    slots: Vec<usize>,
+}
+
+impl Patched {
+    /// The node patched at `slot`.
+    fn get(&self, slot: usize) -> Option<&Arc<Node>> {
+        self.at.get(slot)?.as_ref()
+    }
+
+    /// Keeps `node` as the one patched at `slot` (replacing an earlier one).
+    fn insert(&mut self, slot: usize, node: Arc<Node>) {
+        if self.at.len() <= slot {
+            self.at.resize(slot.saturating_add(1), None);
+        }
+        if let Some(held) = self.at.get_mut(slot)
+            && held.replace(node).is_none()
+        {
+            self.slots.push(slot);
+        }
+    }
+
+    /// Every patched node with its slot.
+    fn iter(&self) -> impl Iterator<Item = (usize, &Arc<Node>)> {
+        self.slots
+            .iter()
+            .filter_map(|&slot| Some((slot, self.get(slot)?)))
+    }
+
+    /// Lets every node go, keeping the room.
+    fn clear(&mut self) {
+        for slot in self.slots.drain(..) {
+            if let Some(held) = self.at.get_mut(slot) {
+                *held = None;
+            }
+        }
+    }
+}
 
 /// The nodes a step works on: the view, with the nodes this step patched as the patches
 /// returned them (kept for the step only).
@@ -393,7 +467,7 @@ impl<'a> StepNodes<'a> {
     fn at(&self, slot: usize) -> Option<StepNode<'a>> {
         let patched: &'a Patched = self.patched;
         let view: &'a NodeTable = self.view;
-        match patched.get(&slot) {
+        match patched.get(slot) {
             Some(node) => Some(StepNode::Patched(node)),
             None => view.at(slot).map(StepNode::Kept),
         }
@@ -586,14 +660,21 @@ impl UpdateExecutor {
         now: Timestamp,
     ) -> Vec<(&'g str, UpdatePlan)> {
         let mut plans = Vec::with_capacity(groups.len());
-        for group in groups {
+        // Every position is planned, kept or cleared below: an entry is always of the group
+        // at its position in the previous call, whose dirty marks were taken then.
+        self.planned.resize_with(groups.len(), || None);
+        for (at, group) in groups.iter().enumerate() {
             let Some(desired) = checksums.get(group.name()) else {
+                if let Some(planned) = self.planned.get_mut(at) {
+                    *planned = None;
+                }
                 continue;
             };
             let changed = self.view.take_dirty(group.name());
+            let planned = self.planned.get_mut(at);
             if !self.plan_every_group
                 && !changed
-                && let Some(previous) = self.planned.get(group.name())
+                && let Some(Some(previous)) = planned.as_deref()
                 && previous.desired == *desired
                 && (Arc::ptr_eq(&previous.group, group) || previous.group == *group)
             {
@@ -608,17 +689,15 @@ impl UpdateExecutor {
             // walks them without a list of them made first, the inert ones only counted.
             let (inert, members) = self.view.active_members(group.name());
             let plan = plan_group_members_with_inert(group, desired, members, inert, true, now);
-            if !self.plan_every_group && plan.commands.is_empty() && !plan_depends_on_time(group) {
-                self.planned.insert(
-                    group.name().to_owned(),
-                    PlannedGroup {
-                        group: Arc::clone(group),
-                        desired: desired.clone(),
-                        blocked: plan.blocked.clone(),
-                    },
-                );
-            } else {
-                self.planned.remove(group.name());
+            if let Some(planned) = planned {
+                *planned = (!self.plan_every_group
+                    && plan.commands.is_empty()
+                    && !plan_depends_on_time(group))
+                .then(|| PlannedGroup {
+                    group: Arc::clone(group),
+                    desired: desired.clone(),
+                    blocked: plan.blocked.clone(),
+                });
             }
             plans.push((group.name(), plan));
         }
@@ -734,8 +813,8 @@ impl UpdateExecutor {
             self.read_fresh(cluster, &mut report).await?;
         }
 
-        // The nodes this step patched, as the patches returned them.
-        let mut patched = Patched::default();
+        // The nodes this step patched, as the patches returned them (none kept between steps).
+        let mut patched = std::mem::take(&mut self.patched);
         let mut replans = 0;
         loop {
             let conflict = self
@@ -762,6 +841,8 @@ impl UpdateExecutor {
         }
         self.reconcile_drains(cluster, &groups, &patched, now, &mut report)
             .await;
+        patched.clear();
+        self.patched = patched;
         Ok(report)
     }
 
@@ -910,7 +991,7 @@ impl UpdateExecutor {
                 UpdateMarks::drain_relevant_in(node)
             }
         };
-        for (&slot, node) in patched {
+        for (slot, node) in patched.iter() {
             let Some(facts) = self.view.at(slot) else {
                 continue;
             };
@@ -1060,7 +1141,7 @@ impl UpdateExecutor {
                             ObjectRef::node(name.to_owned()),
                             kind,
                             reason,
-                            outcome.to_string(),
+                            outcome_message(&outcome),
                             now,
                         )
                         .await;
@@ -1098,8 +1179,7 @@ impl ActiveDrain {
         let evictable = pods.iter().filter(|p| p.evictable);
         let keys = evictable.clone().map(|p| p.key.clone());
         let drain = Drain::of_named(node, unschedulable, keys, config, now);
-        let pod_uids: BTreeMap<String, String> =
-            evictable.map(|p| (p.key.clone(), p.uid.clone())).collect();
+        let pod_uids = map_of(evictable.map(|p| (p.key.clone(), p.uid.clone())));
         Self {
             drain,
             group,
@@ -1895,6 +1975,83 @@ mod tests {
         }
     }
 
+    /// Group `name` (one with the defaults of [`group`] otherwise).
+    fn group_named(name: &str) -> Arc<NodeGroup> {
+        let mut g = group();
+        g.metadata.name = Some(name.into());
+        Arc::new(g)
+    }
+
+    proptest::proptest! {
+        /// Planned groups kept by their position in the list of groups: over random steps
+        /// that reorder the groups, leave some without a desired checksum and flip the
+        /// readiness of their waiting nodes, the skipping executor's plans are the plans of
+        /// one planning every group.
+        #[test]
+        fn groups_kept_by_position_plan_as_groups_planned_again(
+            steps in proptest::collection::vec(
+                (
+                    proptest::sample::subsequence(vec![0usize, 1, 2], 0..=3),
+                    proptest::prelude::any::<[bool; 3]>(),
+                    proptest::collection::vec((0usize..3, 0usize..3), 0..3),
+                ),
+                1..10,
+            ),
+        ) {
+            let names = ["a", "b", "c"];
+            let groups: Vec<Arc<NodeGroup>> = names.iter().map(|n| group_named(n)).collect();
+            let mut ready = [[true; 3]; 3];
+            let mut version = 0u64;
+            let mut skipping = UpdateExecutor::new();
+            let mut plain = UpdateExecutor::new();
+            plain.set_skip_unchanged(false);
+            let node_of = |g: usize, i: usize, ready: bool, version: u64| {
+                let mut n = node(&format!("{}-{i}", names[g]), &[keys::ANNOTATION_WAITING_FOR_APPROVAL]);
+                n.labels.insert(keys::LABEL_NODE_GROUP.into(), names[g].into());
+                n.ready = ready;
+                n.resource_version = version.to_string();
+                Arc::new(n)
+            };
+            let mut all = Vec::new();
+            for g in 0..3 {
+                for i in 0..3 {
+                    version += 1;
+                    all.push(node_of(g, i, true, version));
+                }
+            }
+            for executor in [&mut skipping, &mut plain] {
+                executor.view.apply(NodeChanges::resync(all.clone()), &mut executor.known);
+            }
+            for (order, with_checksum, flips) in steps {
+                // The groups in the step's order (those left out of `order` come after it).
+                let mut listed: Vec<Arc<NodeGroup>> = order.iter().map(|&g| Arc::clone(&groups[g])).collect();
+                listed.extend((0..3).filter(|g| !order.contains(g)).map(|g| Arc::clone(&groups[g])));
+                let checksums: BTreeMap<String, String> = (0..3)
+                    .filter(|&g| with_checksum[g])
+                    .map(|g| (names[g].to_owned(), "new".to_owned()))
+                    .collect();
+                let mut changed = Vec::new();
+                for (g, i) in flips {
+                    ready[g][i] = !ready[g][i];
+                    version += 1;
+                    changed.push(node_of(g, i, ready[g][i], version));
+                }
+                for executor in [&mut skipping, &mut plain] {
+                    let changes = NodeChanges {
+                        revision: None,
+                        resync: false,
+                        changed: changed.clone(),
+                        removed: Vec::new(),
+                    };
+                    executor.view.apply(changes, &mut executor.known);
+                }
+                let a = skipping.plan(&listed, &checksums, t(0));
+                let b = plain.plan(&listed, &checksums, t(0));
+                proptest::prop_assert_eq!(a, b);
+            }
+        }
+    }
+
     proptest::proptest! {
         /// The drain half of the skipping executor looks only at the nodes it may act on
         /// (`draining`, or a person's `drained`: `UpdateMarks::drain_relevant`); the plain
@@ -2250,10 +2407,13 @@ mod tests {
             node in ".{0,12}",
             pod in ".{0,12}",
             text in ".{0,12}",
-            n in 0usize..7,
+            n in proptest::prop_oneof![0usize..7, proptest::strategy::Just(usize::MAX), 7usize..100_000],
         ) {
             for event in every_event(&node, &pod, &text, n) {
                 proptest::prop_assert_eq!(event.message(), event.to_string());
+                if let ExecutorEvent::DrainFinished { outcome, .. } = &event {
+                    proptest::prop_assert_eq!(outcome_message(outcome), outcome.to_string());
+                }
                 if let ExecutorEvent::Applied { command, .. } = &event {
                     proptest::prop_assert_eq!(concat(&command.pieces()), command.to_string());
                 }

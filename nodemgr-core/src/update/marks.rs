@@ -37,6 +37,26 @@ const _: () = assert!(matches!(
     Some(&PREFIX_FIRST)
 ));
 
+/// The first byte of the configuration checksum's key, which sorts before every update
+/// annotation's.
+const CHECKSUM_FIRST: u8 = b'n';
+const _: () = assert!(matches!(
+    keys::ANNOTATION_CONFIGURATION_CHECKSUM.as_bytes().first(),
+    Some(&CHECKSUM_FIRST)
+));
+const _: () = assert!(CHECKSUM_FIRST < PREFIX_FIRST);
+
+/// A node's update marks with the two annotations read beside them ([`UpdateMarks::read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NodeMarks<'a> {
+    /// Its update marks ([`UpdateMarks::of`]).
+    pub(crate) marks: UpdateMarks,
+    /// Its configuration checksum ([`Node::checksum`]).
+    pub(crate) checksum: Option<&'a str>,
+    /// The value of its `draining` annotation.
+    pub(crate) draining: Option<&'a str>,
+}
+
 /// The update annotations of a node, read once.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UpdateMarks {
@@ -66,28 +86,62 @@ impl UpdateMarks {
     /// property `marks_read_by_a_walk_are_the_marks_looked_up` compares both ways with a
     /// lookup of each mark).
     pub fn of(node: &Node) -> Self {
+        Self::read(node).marks
+    }
+
+    /// [`UpdateMarks::of`] `node` with its configuration checksum ([`Node::checksum`]) and
+    /// its `draining` annotation's value, read in the same walk over its annotations (the
+    /// checksum's key sorts before the marks) instead of a search of each (the property
+    /// `marks_read_with_the_checksum_are_the_ones_looked_up` compares both ways).
+    pub(crate) fn read(node: &Node) -> NodeMarks<'_> {
         if node.annotations.len() <= SCAN_AT_MOST {
-            Self::of_entries(node.annotations.iter().skip_while(|(key, _)| {
+            let mut checksum = None;
+            let mut entries = node.annotations.iter();
+            let mut first_mark = None;
+            for (key, value) in entries.by_ref() {
                 // Before the marks: a first byte below `u`, or `u…` sorting before them.
-                match key.as_bytes().first() {
+                let before = match key.as_bytes().first() {
                     Some(&b) if b == PREFIX_FIRST => key.as_str() < keys::UPDATE_ANNOTATION_PREFIX,
-                    Some(&b) => b < PREFIX_FIRST,
+                    Some(&b) => {
+                        if b == CHECKSUM_FIRST && key == keys::ANNOTATION_CONFIGURATION_CHECKSUM {
+                            checksum = Some(value.as_str());
+                        }
+                        b < PREFIX_FIRST
+                    }
                     None => true,
+                };
+                if !before {
+                    first_mark = Some((key, value));
+                    break;
                 }
-            }))
+            }
+            let (marks, draining) = Self::of_entries(first_mark.into_iter().chain(entries));
+            NodeMarks {
+                marks,
+                checksum,
+                draining,
+            }
         } else {
             let from = (
                 Bound::Included(keys::UPDATE_ANNOTATION_PREFIX),
                 Bound::Unbounded,
             );
-            Self::of_entries(node.annotations.range::<str, _>(from))
+            let (marks, draining) = Self::of_entries(node.annotations.range::<str, _>(from));
+            NodeMarks {
+                marks,
+                checksum: node.checksum(),
+                draining,
+            }
         }
     }
 
     /// The marks among `entries`, annotations in key order from the first that does not sort
-    /// before the update annotations' prefix.
-    fn of_entries<'a>(entries: impl Iterator<Item = (&'a String, &'a String)>) -> Self {
+    /// before the update annotations' prefix, and the value of `draining` among them.
+    fn of_entries<'a>(
+        entries: impl Iterator<Item = (&'a String, &'a String)>,
+    ) -> (Self, Option<&'a str>) {
         let mut marks = Self::default();
+        let mut draining = None;
         for (key, value) in entries {
             let Some(mark) = key
                 .strip_prefix(keys::UPDATE_ANNOTATION_PREFIX)
@@ -105,12 +159,15 @@ impl UpdateMarks {
                 "disruption-required" => marks.disruption_required = true,
                 "disruption-approved" => marks.disruption_approved = true,
                 "rolling-update" => marks.rolling_update = true,
-                "draining" => marks.draining = Some(DrainSource::parse(value)),
+                "draining" => {
+                    marks.draining = Some(DrainSource::parse(value));
+                    draining = Some(value.as_str());
+                }
                 "drained" => marks.drained = Some(DrainSource::parse(value)),
                 _ => {}
             }
         }
-        marks
+        (marks, draining)
     }
 
     /// `UpdateMarks::of(node).drain_relevant()`, by the two lookups it needs instead of the
@@ -262,6 +319,32 @@ mod tests {
             node in marked_node()
         ) {
             prop_assert_eq!(UpdateMarks::of(&node), looked_up(&node));
+        }
+
+        /// The marks, checksum and `draining` value read in one walk are the ones looked up
+        /// key by key.
+        #[test]
+        fn marks_read_with_the_checksum_are_the_ones_looked_up(
+            node in marked_node(),
+            checksum in proptest::option::of("[a-z0-9]{0,8}"),
+            more in proptest::collection::btree_map("[a-z./-]{1,30}", Just(String::new()), 0..10),
+        ) {
+            let mut node = node;
+            if let Some(checksum) = checksum {
+                node.annotations
+                    .insert(keys::ANNOTATION_CONFIGURATION_CHECKSUM.to_owned(), checksum);
+            }
+            // Now and then past the annotations walked from the first.
+            if more.len() % 2 == 0 {
+                node.annotations.extend(more);
+            }
+            let read = UpdateMarks::read(&node);
+            prop_assert_eq!(read.marks, looked_up(&node));
+            prop_assert_eq!(read.checksum, node.checksum());
+            prop_assert_eq!(
+                read.draining,
+                node.annotations.get(keys::ANNOTATION_DRAINING).map(String::as_str)
+            );
         }
 
         /// The drain half's two-lookup questions answer as the marks read by the walk do.

@@ -263,12 +263,20 @@ where
         }
         let name = member.name();
         if marks.occupies_slot() {
+            if holders.is_empty() {
+                // Room for a group's usual slots at once, not grown one doubling at a time.
+                holders.reserve(ROOM);
+            }
             holders.push(name);
         }
         if !member.ready() {
             not_ready.push(name);
         } else if finishes(member, &marks) {
             // Phase 1: finish nodes that run the desired configuration.
+            if finished.is_empty() {
+                finished.reserve(ROOM);
+                plan.commands.reserve(ROOM);
+            }
             plan.commands.push(UpdateCommand::Finish {
                 node: name.to_owned(),
                 uncordon: marks.cordoned_by_us(),
@@ -313,7 +321,7 @@ where
     }
     if !not_ready.is_empty() {
         for name in not_ready {
-            plan.blocked.push(format!("node {name} is not Ready"));
+            plan.blocked.push(not_ready_reason(name));
         }
         return plan;
     }
@@ -364,6 +372,10 @@ where
         .filter(|(_, m)| !m.occupies_slot())
         .map(|(n, _)| n.name());
     let waiting = waiting_nodes().filter(|n| !named_finishing(n));
+    // Room for the approvals the free slots allow, made once.
+    let free = limit.saturating_sub(occupied).min(ROOM);
+    approved_now.reserve(free);
+    plan.commands.reserve(free);
     for name in unslotted.chain(waiting) {
         if occupied < limit {
             occupied += 1;
@@ -380,12 +392,65 @@ where
         let mut updating = holders;
         updating.extend(approved_now);
         updating.sort_unstable();
-        plan.blocked.push(format!(
-            "maxConcurrent {limit} reached (updating: {})",
-            updating.join(", ")
-        ));
+        plan.blocked.push(full_reason(limit, &updating));
     }
     plan
+}
+
+/// How many names the planner makes room for at once in a list that gets one (the nodes
+/// holding a slot, the finishing ones): a group's usual `maxConcurrent` and then some.
+const ROOM: usize = 16;
+
+/// The reason a group waits for node `name`: `node {name} is not Ready`.
+fn not_ready_reason(name: &str) -> String {
+    const BEFORE: &str = "node ";
+    const AFTER: &str = " is not Ready";
+    let mut reason = String::with_capacity(BEFORE.len() + name.len() + AFTER.len());
+    reason.push_str(BEFORE);
+    reason.push_str(name);
+    reason.push_str(AFTER);
+    reason
+}
+
+/// The reason a group with its `limit` update slots taken by `updating` (sorted) waits:
+/// `maxConcurrent {limit} reached (updating: {updating joined by ", "})`.
+fn full_reason(limit: usize, updating: &[&str]) -> String {
+    const BEFORE: &str = "maxConcurrent ";
+    const MIDDLE: &str = " reached (updating: ";
+    const SEPARATOR: &str = ", ";
+    let mut digits = [0u8; 20];
+    let limit = decimal(limit, &mut digits);
+    let names: usize = updating.iter().map(|n| n.len()).sum();
+    let separators = SEPARATOR.len() * updating.len().saturating_sub(1);
+    let mut reason =
+        String::with_capacity(BEFORE.len() + limit.len() + MIDDLE.len() + names + separators + 1);
+    reason.push_str(BEFORE);
+    reason.push_str(limit);
+    reason.push_str(MIDDLE);
+    for (at, name) in updating.iter().enumerate() {
+        if at > 0 {
+            reason.push_str(SEPARATOR);
+        }
+        reason.push_str(name);
+    }
+    reason.push(')');
+    reason
+}
+
+/// `value` written in decimal into the end of `buffer` (20 digits hold any `usize`).
+pub(crate) fn decimal(mut value: usize, buffer: &mut [u8; 20]) -> &str {
+    let mut start = buffer.len();
+    loop {
+        start -= 1;
+        // A digit: `value % 10` is below 10.
+        buffer[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buffer[start..]).unwrap_or_default()
 }
 
 /// Plans every group at once: nodes are matched to groups by their `node.deckhouse.io/group`
@@ -431,4 +496,29 @@ pub fn plan_updates_detailed(
             Some((group.name().to_owned(), plan_group_update(&snapshot, now)))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{full_reason, not_ready_reason};
+
+    proptest! {
+        /// The reasons put together piece by piece read as the format strings write them.
+        #[test]
+        fn reasons_read_as_their_format_strings(
+            limit in prop_oneof![0usize..20, Just(usize::MAX), any::<usize>()],
+            names in proptest::collection::vec("[a-z0-9-]{0,12}", 0..5),
+        ) {
+            let updating: Vec<&str> = names.iter().map(String::as_str).collect();
+            prop_assert_eq!(
+                full_reason(limit, &updating),
+                format!("maxConcurrent {limit} reached (updating: {})", updating.join(", "))
+            );
+            for name in &updating {
+                prop_assert_eq!(not_ready_reason(name), format!("node {name} is not Ready"));
+            }
+        }
+    }
 }
