@@ -61,8 +61,9 @@ pub(crate) use liveness::{LiveNodes, is_special};
 /// A node group as the simulator keeps it.
 #[derive(Debug, Clone)]
 pub struct SimGroup {
-    /// The NodeGroup (name and spec).
-    pub group: NodeGroup,
+    /// The NodeGroup (name and spec), shared with the listings that handed it out while it does
+    /// not change (changed through `Arc::make_mut`).
+    pub group: Arc<NodeGroup>,
     /// Zones for new nodes, round-robin.
     pub zones: Vec<String>,
     /// Allocatable resources of new nodes.
@@ -384,6 +385,10 @@ impl World {
 /// hint: the list grows past it as needed).
 const EVENTS_RESERVED_PER_NODE: usize = 32;
 
+/// How many timeline events per node the world makes room for when it is built (a capacity
+/// hint: the timeline grows past it as needed).
+const TIMELINE_EVENTS_RESERVED_PER_NODE: usize = 64;
+
 fn parse_capacity(map: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
     map.iter()
         .filter_map(|(k, v)| Quantity::parse(v).ok().map(|q| (k.clone(), q)))
@@ -452,6 +457,12 @@ impl World {
         world
             .recorded_events
             .reserve(nodes.saturating_mul(EVENTS_RESERVED_PER_NODE));
+        // The timeline: a few dozen events per node in a run of hours (readiness, agents'
+        // steps, updates); room for them up front, so that the list is not moved as it grows.
+        world
+            .timeline
+            .events
+            .reserve(nodes.saturating_mul(TIMELINE_EVENTS_RESERVED_PER_NODE));
         for (i, g) in scenario.groups.iter().enumerate() {
             let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
             let group = NodeGroup {
@@ -467,7 +478,7 @@ impl World {
             world.groups.insert(
                 g.name.clone(),
                 SimGroup {
-                    group,
+                    group: Arc::new(group),
                     zones: g.zones.clone(),
                     capacity: parse_capacity(&g.capacity).into(),
                     labels: g.labels.clone(),
