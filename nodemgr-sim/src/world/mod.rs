@@ -395,6 +395,15 @@ fn parse_capacity(map: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> 
         .collect()
 }
 
+/// A workload's pod requests, as [`parse_capacity`] reads them; a workload without any (the
+/// usual one) gets an empty map without one being collected.
+fn pod_requests(requests: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
+    if requests.is_empty() {
+        return BTreeMap::new();
+    }
+    parse_capacity(requests)
+}
+
 impl World {
     /// Builds the world a scenario starts from, at its start time. The scenario must have
     /// passed [`Scenario::from_yaml`]'s checks.
@@ -804,22 +813,26 @@ impl World {
             if self.pods.contains_key(&key) {
                 continue;
             }
+            // The node with the names its events share (its agent's, as `World::record`
+            // takes them).
             let picked = self.pick_node_id(p.workload).and_then(|id| {
-                let n = self.nodes.get_by_id(id)?;
-                Some((id, n.group.clone()))
+                let (name, n) = self.nodes.entry_by_id_unlogged(id)?;
+                let names = n.agent.event_names(name, &n.group);
+                debug_assert!(*names.0 == *name && *names.1 == *n.group);
+                Some((id, name.to_owned(), names))
             });
             match picked {
-                Some((id, group)) => {
+                Some((id, node, (node_name, group))) => {
                     // Recorded first (binding records nothing), so that the binding takes
                     // the node's name and the key made above.
-                    let node = self.nodes.name_of(id).unwrap_or_default().to_owned();
-                    self.record_in(
-                        "pod.scheduled",
-                        Some(group),
-                        Some(&node),
-                        Some(&key),
-                        "pod (re)created",
-                    );
+                    self.timeline.events.push(TimelineEvent {
+                        at_ms: self.now.as_millis() - self.start.as_millis(),
+                        kind: "pod.scheduled".into(),
+                        node: Some(node_name.into()),
+                        group: Some(group.into()),
+                        pod: Some(key.clone()),
+                        message: "pod (re)created".into(),
+                    });
                     self.bind_pod_at(p.workload, p.name, node, Some(id), Some(key));
                 }
                 None => self.pending_pods.push(PendingPod {
@@ -888,5 +901,26 @@ pub(crate) fn one_node_for_tests() -> SimNode {
     match world.nodes.values().next() {
         Some(n) => n.clone(),
         None => panic!("no node"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A workload's pod requests, empty or not, valid quantities or not, are what
+        /// `parse_capacity` reads from them.
+        #[test]
+        fn pod_requests_are_the_parsed_capacity(
+            requests in prop::collection::btree_map(
+                "cpu|memory|pods|ephemeral-storage",
+                prop_oneof!["[0-9]{1,4}", "[0-9]{1,3}(m|Mi|Gi)", "x?[a-z]{0,3}"],
+                0..4,
+            ),
+        ) {
+            prop_assert_eq!(pod_requests(&requests), parse_capacity(&requests));
+        }
     }
 }

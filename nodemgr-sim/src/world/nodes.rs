@@ -188,6 +188,15 @@ impl Nodes {
         self.entries.get(at).map(|e| &e.node)
     }
 
+    /// Node `id` with its name, to change what the change feed does not look at (not noted
+    /// in the log: the caller leaves the node's `Arc` as it is).
+    pub(crate) fn entry_by_id_unlogged(&mut self, id: NodeId) -> Option<(&str, &mut SimNode)> {
+        let at = self.position_of_id(id)?;
+        self.entries
+            .get_mut(at)
+            .map(|e| (e.name.as_str(), &mut e.node))
+    }
+
     /// The position in name order of node `id`, while it exists.
     pub(crate) fn position_of_id(&self, id: NodeId) -> Option<usize> {
         let at = *self.position.get(id.0 as usize)?;
