@@ -44,6 +44,7 @@ use crate::scenario::{
 };
 use crate::timeline::{Timeline, TimelineEvent};
 
+mod agenda;
 mod index;
 mod liveness;
 mod load;
@@ -52,6 +53,7 @@ mod objects;
 mod pods;
 mod uid;
 
+pub use agenda::Agenda;
 pub use nodes::{NodeId, Nodes};
 pub use pods::Pods;
 
@@ -246,7 +248,7 @@ pub struct World {
     pub pending_nodes: Vec<(Timestamp, String)>,
     /// Agent wake-ups: `(when, node)` ([`World::wake_agent`]; an entry of a node removed
     /// since is ignored).
-    pub agenda: BTreeSet<(Timestamp, NodeId)>,
+    pub agenda: Agenda,
     /// Agent settings.
     pub agent: AgentSpec,
     /// Heartbeat settings.
@@ -423,7 +425,7 @@ impl World {
             api_faults: Vec::new(),
             refusals: Vec::new(),
             pending_nodes: Vec::new(),
-            agenda: BTreeSet::new(),
+            agenda: Agenda::new(),
             agent: scenario.agent.clone(),
             heartbeat: scenario.heartbeat.clone(),
             reschedule_delay: scenario.reschedule_delay.0,
@@ -768,8 +770,7 @@ impl World {
             // None due (most instants): the agenda is left as it is.
             Vec::new()
         } else {
-            let later = self.agenda.split_off(&(bound, NodeId::MIN));
-            let now_due = std::mem::replace(&mut self.agenda, later);
+            let now_due = self.agenda.take_before(bound);
             self.positions(now_due.into_iter())
         };
         // Into the buffer of the previous instants (no allocation once it is large enough).

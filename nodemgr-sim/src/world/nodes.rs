@@ -30,6 +30,12 @@ impl NodeId {
     pub(crate) fn number(self) -> usize {
         self.0 as usize
     }
+
+    /// Id `n` (for the unit tests of tables keyed by id).
+    #[cfg(test)]
+    pub(super) fn for_tests(n: u32) -> NodeId {
+        NodeId(n)
+    }
 }
 
 /// One node of the table.
