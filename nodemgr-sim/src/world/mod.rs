@@ -50,11 +50,13 @@ mod liveness;
 mod load;
 mod nodes;
 mod objects;
+mod pod_keys;
 mod pods;
 mod uid;
 
 pub use agenda::Agenda;
 pub use nodes::{NodeId, Nodes};
+pub use pod_keys::PodKeys;
 pub use pods::Pods;
 
 pub(crate) use index::reindex_deadline;
@@ -233,7 +235,7 @@ pub struct World {
     /// Pods by `namespace/name`, iterated in key order ([`Pods`]: a hash map).
     pub pods: Pods,
     /// Pod keys by node name (a hash map: looked up by name, never walked in order).
-    pub pods_by_node: HashMap<String, BTreeSet<String>, FastHash>,
+    pub pods_by_node: HashMap<String, PodKeys, FastHash>,
     /// Pods waiting to be (re)created.
     pub pending_pods: Vec<PendingPod>,
     /// Workloads of the scenario.

@@ -202,7 +202,7 @@ impl World {
             }
             None => {
                 self.pods_by_node
-                    .insert(node.clone(), BTreeSet::from([key.clone()]));
+                    .insert(node.clone(), PodKeys::of(key.clone()));
                 (0, 1)
             }
         };
