@@ -852,7 +852,7 @@ mod tests {
     /// A group named `name` whose generations tell it apart from the others (`mark`).
     fn sim_group(name: &str, mark: usize) -> SimGroup {
         SimGroup {
-            group: nodemgr_core::model::NodeGroup::default(),
+            group: Default::default(),
             zones: Vec::new(),
             capacity: Default::default(),
             labels: BTreeMap::new(),

@@ -568,7 +568,9 @@ pub struct SimApiServer {
 /// and the group handed out.
 #[derive(Debug, Clone)]
 struct ListedGroup {
-    source: NodeGroup,
+    /// The world's group it was listed from (compared by pointer first: the world changes
+    /// its group through `Arc::make_mut`, which copies it while this holds it).
+    source: Arc<NodeGroup>,
     size: Option<i64>,
     listed: Arc<NodeGroup>,
 }
@@ -660,22 +662,25 @@ impl SimApiServer {
     /// The node groups as listed, shared: `groups` are the world's groups in order, each with
     /// the count its listing fills in (`listed` makes the group listed from the two); the
     /// answer is the same `Arc` as at the previous call for a group equal to the one listed
-    /// then (at the same position) with the same count, else a new one `listed` made.
+    /// then (at the same position) with the same count, else a new one `listed` made. A
+    /// group is the one listed when it is the same `Arc` (the world changes its groups only
+    /// through `Arc::make_mut`) or has the same content (whose `Arc` is then kept instead).
     pub fn shared_groups<'g>(
         &mut self,
-        groups: impl Iterator<Item = (&'g NodeGroup, Option<i64>)>,
+        groups: impl Iterator<Item = (&'g Arc<NodeGroup>, Option<i64>)>,
         listed: impl Fn(&NodeGroup, Option<i64>) -> NodeGroup,
     ) -> Vec<Arc<NodeGroup>> {
         let mut out = Vec::with_capacity(self.groups.len());
         let mut count = 0;
         for (group, size) in groups {
             let new = || ListedGroup {
-                source: group.clone(),
+                source: Arc::clone(group),
                 size,
                 listed: Arc::new(listed(group, size)),
             };
             match self.groups.get_mut(count) {
-                Some(e) if e.size == size && e.source == *group => {}
+                Some(e) if e.size == size && Arc::ptr_eq(&e.source, group) => {}
+                Some(e) if e.size == size && e.source == *group => e.source = Arc::clone(group),
                 Some(e) => *e = new(),
                 None => self.groups.push(new()),
             }
@@ -1240,19 +1245,84 @@ mod tests {
             g.status.get_or_insert_with(Default::default).desired = size;
             g
         };
-        let (a, b) = (group("a", 0), group("b", 1));
+        let (a, b) = (Arc::new(group("a", 0)), Arc::new(group("b", 1)));
         let first = api.shared_groups([(&a, Some(3)), (&b, None)].into_iter(), listed);
         assert_eq!(first[0].status.as_ref().and_then(|s| s.desired), Some(3));
         let again = api.shared_groups([(&a, Some(3)), (&b, None)].into_iter(), listed);
         assert!(Arc::ptr_eq(&first[0], &again[0]) && Arc::ptr_eq(&first[1], &again[1]));
         // Another count, another group content, another group at a position: new answers.
-        let b2 = group("b", 2);
+        let b2 = Arc::new(group("b", 2));
         let changed = api.shared_groups([(&a, Some(4)), (&b2, None)].into_iter(), listed);
         assert!(!Arc::ptr_eq(&again[0], &changed[0]) && !Arc::ptr_eq(&again[1], &changed[1]));
         assert_eq!(changed[0].status.as_ref().and_then(|s| s.desired), Some(4));
         assert_eq!(*changed[1], listed(&b2, None));
         let moved = api.shared_groups([(&b2, None)].into_iter(), listed);
         assert_eq!(*moved[0], listed(&b2, None));
+    }
+
+    proptest::proptest! {
+        /// The groups as the world changes them (through `Arc::make_mut`, changing their
+        /// content or not, or replaced by another `Arc` of equal or other content) and their
+        /// counts: every listing is each group listed with its count, and is the previous
+        /// listing's `Arc` exactly when the group's content and count are those listed then
+        /// (as a comparison of contents alone answers).
+        #[test]
+        fn shared_groups_are_those_of_equal_content_and_count(
+            steps in proptest::collection::vec(
+                proptest::collection::vec((0u8..5, 0u8..3, proptest::option::of(0i64..3)), 3),
+                1..24,
+            ),
+        ) {
+            let mut api = SimApiServer::default();
+            let listed = |g: &NodeGroup, size: Option<i64>| {
+                let mut g = g.clone();
+                g.status.get_or_insert_with(Default::default).desired = size;
+                g
+            };
+            let group = |name: usize, mark: u8| {
+                let mut g = NodeGroup::default();
+                g.metadata.name = Some(format!("g{name}"));
+                g.kind = format!("NodeGroup{mark}");
+                g
+            };
+            let mut groups: Vec<Arc<NodeGroup>> = (0..3).map(|i| Arc::new(group(i, 0))).collect();
+            // The groups with their counts as last listed, and the listing handed out.
+            type Listing = (Vec<(NodeGroup, Option<i64>)>, Vec<Arc<NodeGroup>>);
+            let mut before: Option<Listing> = None;
+            for step in steps {
+                let mut sizes = Vec::new();
+                for (i, (op, mark, size)) in step.into_iter().enumerate() {
+                    let Some(g) = groups.get_mut(i) else { continue };
+                    match op {
+                        // Changed in place (copied while the listing holds it).
+                        0 => Arc::make_mut(g).kind = format!("NodeGroup{mark}"),
+                        // Taken to change, left as it was.
+                        1 => {
+                            Arc::make_mut(g);
+                        }
+                        // Another `Arc`, of the same content or another.
+                        2 => *g = Arc::new(group(i, mark)),
+                        3 => *g = Arc::new(NodeGroup::clone(g)),
+                        _ => {}
+                    }
+                    sizes.push(size);
+                }
+                let answer = api.shared_groups(groups.iter().zip(sizes.iter().copied()), listed);
+                let now: Vec<(NodeGroup, Option<i64>)> = groups
+                    .iter()
+                    .zip(sizes.iter().copied())
+                    .map(|(g, size)| (NodeGroup::clone(g), size))
+                    .collect();
+                for (i, (g, size)) in now.iter().enumerate() {
+                    proptest::prop_assert_eq!(&*answer[i], &listed(g, *size));
+                    if let Some((was, handed)) = &before {
+                        let same = was[i] == (g.clone(), *size);
+                        proptest::prop_assert_eq!(Arc::ptr_eq(&handed[i], &answer[i]), same);
+                    }
+                }
+                before = Some((now, answer));
+            }
+        }
     }
 
     #[test]

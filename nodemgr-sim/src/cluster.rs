@@ -744,7 +744,9 @@ impl MachineApi for SimCluster<'_> {
         let Some(g) = w.groups.get_mut(group) else {
             return Err(ClusterError::not_found(format!("NodeGroup {group}")));
         };
-        let status = g.group.status.get_or_insert_with(NodeGroupStatus::default);
+        let status = Arc::make_mut(&mut g.group)
+            .status
+            .get_or_insert_with(NodeGroupStatus::default);
         let failures = status.last_machine_failures.get_or_insert_with(Vec::new);
         failures.push(failure.clone());
         let keep = keep.max(1);
@@ -795,7 +797,7 @@ impl MachineApi for SimCluster<'_> {
         let Some(g) = w.groups.get_mut(group) else {
             return Err(ClusterError::not_found(format!("NodeGroup {group}")));
         };
-        g.group
+        Arc::make_mut(&mut g.group)
             .status
             .get_or_insert_with(NodeGroupStatus::default)
             .standby = Some(i64::from(standby));

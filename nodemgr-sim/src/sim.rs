@@ -3,6 +3,7 @@
 //! run, the world's own next change). Nothing waits for wall time, so hours of virtual time
 //! take milliseconds.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use nodemgr_core::impact::impact_of;
@@ -261,7 +262,7 @@ impl Simulation {
                             .join("; ");
                     }
                     if let Some(g) = w.groups.get_mut(&c.group) {
-                        g.group.spec = new;
+                        Arc::make_mut(&mut g.group).spec = new;
                     }
                 }
             }

@@ -221,10 +221,11 @@ impl ScalingController {
                 continue;
             }
             let zones = g.zones.clone();
-            let ci: &mut CloudInstances = match g.group.spec.cloud_instances.as_mut() {
-                Some(ci) => ci,
-                None => continue,
-            };
+            let ci: &mut CloudInstances =
+                match Arc::make_mut(&mut g.group).spec.cloud_instances.as_mut() {
+                    Some(ci) => ci,
+                    None => continue,
+                };
             if ci.zones.is_none() {
                 ci.zones = Some(zones);
             }
@@ -444,7 +445,7 @@ impl Controller for ScalingController {
         if !self.started {
             self.started = true;
             for g in world.groups.values_mut() {
-                default_class_kind_of(&mut g.group);
+                default_class_kind_in(&mut g.group);
             }
             self.start(world);
         }
@@ -461,11 +462,25 @@ impl Controller for ScalingController {
         }
         // A `change` event may have set a classReference without kind.
         for g in world.groups.values_mut() {
-            default_class_kind_of(&mut g.group);
+            default_class_kind_in(&mut g.group);
         }
         self.sync_holders(world);
         self.admit_pending(world, now);
         self.schedule(world, now);
         self.run_executor(world, now);
+    }
+}
+
+/// [`default_class_kind_of`] on the world's shared group, which is taken to change (copied
+/// when a listing shares it) only when its class reference lacks a kind.
+fn default_class_kind_in(group: &mut Arc<NodeGroup>) {
+    let lacks_kind = group
+        .spec
+        .cloud_instances
+        .as_ref()
+        .and_then(|c| c.class_reference.as_ref())
+        .is_some_and(|r| r.kind.is_empty());
+    if lacks_kind {
+        default_class_kind_of(Arc::make_mut(group));
     }
 }

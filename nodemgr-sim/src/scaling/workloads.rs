@@ -195,7 +195,11 @@ impl Parts {
             pods,
             keys,
             pdbs: world.pdb_views(),
-            groups: world.groups.values().map(|g| g.group.clone()).collect(),
+            groups: world
+                .groups
+                .values()
+                .map(|g| NodeGroup::clone(&g.group))
+                .collect(),
         }
     }
 }

@@ -56,10 +56,7 @@ impl World {
                     by_group.insert(n.group.clone(), vec![name.clone()]);
                 }
             }
-            let count = self
-                .pods_by_node
-                .get(name.as_str())
-                .map_or(0, BTreeSet::len);
+            let count = self.pods_by_node.get(name.as_str()).map_or(0, PodKeys::len);
             let slot = index.load.slot_or_insert(&n.group);
             index.load.append(id, slot, count);
         }
@@ -132,7 +129,7 @@ impl World {
 
     /// The pod count of `node` (`pods_by_node`).
     pub(super) fn pod_count(&self, node: &str) -> usize {
-        self.pods_by_node.get(node).map_or(0, BTreeSet::len)
+        self.pods_by_node.get(node).map_or(0, PodKeys::len)
     }
 
     /// Declares that nodes' agents or fault fields (`not_ready_until`, `dark_since`,

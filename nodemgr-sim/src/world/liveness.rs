@@ -17,15 +17,14 @@ impl World {
     /// recording transitions in the timeline in name order.
     pub(super) fn refresh_readiness(&mut self) {
         let now = self.now;
-        let grace = self.heartbeat.grace_period.0;
-        let period = self.heartbeat.lease_period.0;
+        let lease = Lease::of(self.heartbeat.lease_period.0, self.heartbeat.grace_period.0);
         let start = self.start;
         let mut transitions = Vec::new();
         let mut changed = Vec::new();
         // A node's `Arc` changes only with its readiness: those are logged for the simulated
         // API's change feed, not every node.
         for (at, (name, _, n)) in self.nodes.iter_mut_unlogged().enumerate() {
-            if let Some(t) = refresh_node(period, grace, start, now, n) {
+            if let Some(t) = refresh_node(lease, start, now, n) {
                 transitions.push((name.clone(), n.group.clone(), t.0, t.1));
                 changed.push(at);
             }
@@ -48,8 +47,7 @@ impl World {
     /// events and the second refresh's after them, as the three passes record them.
     pub(super) fn step_nodes(&mut self, due: &[usize], extra: &[usize], woken: &[usize]) {
         let now = self.now;
-        let grace = self.heartbeat.grace_period.0;
-        let period = self.heartbeat.lease_period.0;
+        let lease = Lease::of(self.heartbeat.lease_period.0, self.heartbeat.grace_period.0);
         let start = self.start;
         let wake = self.agent_wake_settings();
         let base = self.timeline.events.len();
@@ -60,13 +58,13 @@ impl World {
             let Some((name, id, n)) = nodes.entry_at_mut(at) else {
                 continue;
             };
-            if let Some(t) = refresh_node(period, grace, start, now, n) {
+            if let Some(t) = refresh_node(lease, start, now, n) {
                 before.push((name.clone(), n.group.clone(), t.0, t.1));
             }
             if acts {
                 env.act(name, id, n, woken.binary_search(&at).is_ok(), wake);
             }
-            if let Some(t) = refresh_node(period, grace, start, now, n) {
+            if let Some(t) = refresh_node(lease, start, now, n) {
                 after.push((name.clone(), n.group.clone(), t.0, t.1));
             }
         }
@@ -159,7 +157,7 @@ impl World {
     /// renew every node's.
     pub(crate) fn live_clock(&self) -> LiveClock {
         LiveClock {
-            period: self.heartbeat.lease_period.0,
+            period_ms: period_ms(self.heartbeat.lease_period.0),
             start: self.start,
             now: self.now,
         }
@@ -192,7 +190,8 @@ impl World {
 /// and the current time.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LiveClock {
-    period: Duration,
+    /// The Lease period in whole milliseconds, at least one ([`heartbeat_at_ms`]).
+    period_ms: i64,
     start: Timestamp,
     now: Timestamp,
 }
@@ -200,7 +199,7 @@ pub(crate) struct LiveClock {
 impl LiveClock {
     /// The heartbeat of `n` at this time ([`heartbeat_at`]).
     pub(crate) fn heartbeat(&self, n: &SimNode) -> Option<Timestamp> {
-        Some(heartbeat_at(self.period, self.start, n, self.now))
+        Some(heartbeat_at_ms(self.period_ms, self.start, n, self.now))
     }
 }
 
@@ -241,16 +240,16 @@ pub(crate) fn is_special(n: &SimNode) -> bool {
 /// Recomputes one node's heartbeat and Ready condition at `now`; the transition (new
 /// readiness and why) when it changed.
 pub(super) fn refresh_node(
-    period: Duration,
-    grace: Duration,
+    lease: Lease,
     start: Timestamp,
     now: Timestamp,
     n: &mut SimNode,
 ) -> Option<(bool, String)> {
-    let hb = heartbeat_at(period, start, n, now);
+    let hb = heartbeat_at_ms(lease.period_ms, start, n, now);
     let restarting = n.agent.restarting(now);
     let scripted = n.not_ready_until.is_some_and(|u| now < u);
-    let silent = now.saturating_since(hb) > grace;
+    let silent = lease.silent(hb, now);
+    let grace = lease.grace;
     let ready = !(restarting || scripted || silent);
     let was = n.node.ready;
     n.last_heartbeat = Some(hb);
@@ -275,6 +274,46 @@ pub(super) fn refresh_node(
     Some((ready, why))
 }
 
+/// The Lease settings a readiness pass reads for every node, with the period and the grace
+/// period in whole milliseconds (converted once per pass).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Lease {
+    /// The renewal period in milliseconds, at least one ([`heartbeat_at_ms`]).
+    period_ms: i64,
+    /// The grace period.
+    grace: Duration,
+    /// The grace period's whole milliseconds.
+    grace_ms: i64,
+}
+
+impl Lease {
+    /// The settings of renewal period `period` and grace period `grace`.
+    pub(super) fn of(period: Duration, grace: Duration) -> Self {
+        Self {
+            period_ms: period_ms(period),
+            grace,
+            grace_ms: i64::try_from(grace.as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+impl Lease {
+    /// Whether a node last renewed at `heartbeat` is silent at `now`: longer ago than the
+    /// grace period (`now.saturating_since(heartbeat) > grace`), compared in whole
+    /// milliseconds — a whole number of them exceeds the grace period exactly when it
+    /// exceeds its whole milliseconds.
+    fn silent(&self, heartbeat: Timestamp, now: Timestamp) -> bool {
+        let silent = now.as_millis().saturating_sub(heartbeat.as_millis()) > self.grace_ms;
+        debug_assert_eq!(silent, now.saturating_since(heartbeat) > self.grace);
+        silent
+    }
+}
+
+/// A renewal period in whole milliseconds, at least one.
+fn period_ms(period: Duration) -> i64 {
+    i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
 /// The node's last Lease renewal at `now`: renewals every `period` at the node's phase, none
 /// while it is dark, none before it was created.
 pub(super) fn heartbeat_at(
@@ -283,7 +322,11 @@ pub(super) fn heartbeat_at(
     n: &SimNode,
     now: Timestamp,
 ) -> Timestamp {
-    let period = i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1);
+    heartbeat_at_ms(period_ms(period), start, n, now)
+}
+
+/// [`heartbeat_at`] with the period in whole milliseconds (at least one).
+fn heartbeat_at_ms(period: i64, start: Timestamp, n: &SimNode, now: Timestamp) -> Timestamp {
     let phase = i64::try_from(n.lease_phase.as_millis()).unwrap_or(0);
     let until = match n.dark_since {
         Some(since) if n.is_dark(now) => since - Duration::from_millis(1),
@@ -293,4 +336,40 @@ pub(super) fn heartbeat_at(
     let t = until.as_millis() - phase;
     let renew = Timestamp::from_millis(t.div_euclid(period) * period + phase);
     renew.max(created).min(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Silence judged in whole milliseconds is the comparison of the time since the
+        /// heartbeat with the grace period, for grace periods with or without a fraction of
+        /// a millisecond and heartbeats before, at or after `now`, often about the grace
+        /// period ago.
+        #[test]
+        fn silence_in_milliseconds_is_the_duration_compared(
+            grace_ms in 0u64..100_000,
+            grace_ns in prop_oneof![Just(0u32), 1u32..1_000_000],
+            now in -1_000_000i64..1_000_000,
+            // How long ago the heartbeat was: within a few milliseconds of the grace period
+            // half the time, anything (or in the future) otherwise.
+            near in any::<bool>(),
+            offset in -3i64..=3,
+            far in -2_000i64..200_000,
+        ) {
+            let ago = if near { grace_ms as i64 + offset } else { far };
+            let grace = Duration::from_millis(grace_ms) + Duration::from_nanos(u64::from(grace_ns));
+            let lease = Lease::of(Duration::from_secs(10), grace);
+            let now = Timestamp::from_millis(now);
+            let heartbeat = Timestamp::from_millis(now.as_millis() - ago);
+            let plain = now.saturating_since(heartbeat) > grace;
+            prop_assert_eq!(
+                now.as_millis().saturating_sub(heartbeat.as_millis()) > lease.grace_ms,
+                plain
+            );
+            prop_assert_eq!(lease.silent(heartbeat, now), plain);
+        }
+    }
 }

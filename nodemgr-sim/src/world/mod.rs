@@ -44,15 +44,19 @@ use crate::scenario::{
 };
 use crate::timeline::{Timeline, TimelineEvent};
 
+mod agenda;
 mod index;
 mod liveness;
 mod load;
 mod nodes;
 mod objects;
+mod pod_keys;
 mod pods;
 mod uid;
 
+pub use agenda::Agenda;
 pub use nodes::{NodeId, Nodes};
+pub use pod_keys::PodKeys;
 pub use pods::Pods;
 
 pub(crate) use index::reindex_deadline;
@@ -61,8 +65,9 @@ pub(crate) use liveness::{LiveNodes, is_special};
 /// A node group as the simulator keeps it.
 #[derive(Debug, Clone)]
 pub struct SimGroup {
-    /// The NodeGroup (name and spec).
-    pub group: NodeGroup,
+    /// The NodeGroup (name and spec), shared with the listings that handed it out while it does
+    /// not change (changed through `Arc::make_mut`).
+    pub group: Arc<NodeGroup>,
     /// Zones for new nodes, round-robin.
     pub zones: Vec<String>,
     /// Allocatable resources of new nodes.
@@ -230,7 +235,7 @@ pub struct World {
     /// Pods by `namespace/name`, iterated in key order ([`Pods`]: a hash map).
     pub pods: Pods,
     /// Pod keys by node name (a hash map: looked up by name, never walked in order).
-    pub pods_by_node: HashMap<String, BTreeSet<String>, FastHash>,
+    pub pods_by_node: HashMap<String, PodKeys, FastHash>,
     /// Pods waiting to be (re)created.
     pub pending_pods: Vec<PendingPod>,
     /// Workloads of the scenario.
@@ -245,7 +250,7 @@ pub struct World {
     pub pending_nodes: Vec<(Timestamp, String)>,
     /// Agent wake-ups: `(when, node)` ([`World::wake_agent`]; an entry of a node removed
     /// since is ignored).
-    pub agenda: BTreeSet<(Timestamp, NodeId)>,
+    pub agenda: Agenda,
     /// Agent settings.
     pub agent: AgentSpec,
     /// Heartbeat settings.
@@ -384,10 +389,23 @@ impl World {
 /// hint: the list grows past it as needed).
 const EVENTS_RESERVED_PER_NODE: usize = 32;
 
+/// How many timeline events per node the world makes room for when it is built (a capacity
+/// hint: the timeline grows past it as needed).
+const TIMELINE_EVENTS_RESERVED_PER_NODE: usize = 64;
+
 fn parse_capacity(map: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
     map.iter()
         .filter_map(|(k, v)| Quantity::parse(v).ok().map(|q| (k.clone(), q)))
         .collect()
+}
+
+/// A workload's pod requests, as [`parse_capacity`] reads them; a workload without any (the
+/// usual one) gets an empty map without one being collected.
+fn pod_requests(requests: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
+    if requests.is_empty() {
+        return BTreeMap::new();
+    }
+    parse_capacity(requests)
 }
 
 impl World {
@@ -409,7 +427,7 @@ impl World {
             api_faults: Vec::new(),
             refusals: Vec::new(),
             pending_nodes: Vec::new(),
-            agenda: BTreeSet::new(),
+            agenda: Agenda::new(),
             agent: scenario.agent.clone(),
             heartbeat: scenario.heartbeat.clone(),
             reschedule_delay: scenario.reschedule_delay.0,
@@ -452,6 +470,12 @@ impl World {
         world
             .recorded_events
             .reserve(nodes.saturating_mul(EVENTS_RESERVED_PER_NODE));
+        // The timeline: a few dozen events per node in a run of hours (readiness, agents'
+        // steps, updates); room for them up front, so that the list is not moved as it grows.
+        world
+            .timeline
+            .events
+            .reserve(nodes.saturating_mul(TIMELINE_EVENTS_RESERVED_PER_NODE));
         for (i, g) in scenario.groups.iter().enumerate() {
             let spec = group_spec(&g.spec, &format!("groups[{i}].spec")).unwrap_or_default();
             let group = NodeGroup {
@@ -467,7 +491,7 @@ impl World {
             world.groups.insert(
                 g.name.clone(),
                 SimGroup {
-                    group,
+                    group: Arc::new(group),
                     zones: g.zones.clone(),
                     capacity: parse_capacity(&g.capacity).into(),
                     labels: g.labels.clone(),
@@ -748,8 +772,7 @@ impl World {
             // None due (most instants): the agenda is left as it is.
             Vec::new()
         } else {
-            let later = self.agenda.split_off(&(bound, NodeId::MIN));
-            let now_due = std::mem::replace(&mut self.agenda, later);
+            let now_due = self.agenda.take_before(bound);
             self.positions(now_due.into_iter())
         };
         // Into the buffer of the previous instants (no allocation once it is large enough).
@@ -793,22 +816,26 @@ impl World {
             if self.pods.contains_key(&key) {
                 continue;
             }
+            // The node with the names its events share (its agent's, as `World::record`
+            // takes them).
             let picked = self.pick_node_id(p.workload).and_then(|id| {
-                let n = self.nodes.get_by_id(id)?;
-                Some((id, n.group.clone()))
+                let (name, n) = self.nodes.entry_by_id_unlogged(id)?;
+                let names = n.agent.event_names(name, &n.group);
+                debug_assert!(*names.0 == *name && *names.1 == *n.group);
+                Some((id, name.to_owned(), names))
             });
             match picked {
-                Some((id, group)) => {
+                Some((id, node, (node_name, group))) => {
                     // Recorded first (binding records nothing), so that the binding takes
                     // the node's name and the key made above.
-                    let node = self.nodes.name_of(id).unwrap_or_default().to_owned();
-                    self.record_in(
-                        "pod.scheduled",
-                        Some(group),
-                        Some(&node),
-                        Some(&key),
-                        "pod (re)created",
-                    );
+                    self.timeline.events.push(TimelineEvent {
+                        at_ms: self.now.as_millis() - self.start.as_millis(),
+                        kind: "pod.scheduled".into(),
+                        node: Some(node_name.into()),
+                        group: Some(group.into()),
+                        pod: Some(key.clone()),
+                        message: "pod (re)created".into(),
+                    });
                     self.bind_pod_at(p.workload, p.name, node, Some(id), Some(key));
                 }
                 None => self.pending_pods.push(PendingPod {
@@ -877,5 +904,26 @@ pub(crate) fn one_node_for_tests() -> SimNode {
     match world.nodes.values().next() {
         Some(n) => n.clone(),
         None => panic!("no node"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A workload's pod requests, empty or not, valid quantities or not, are what
+        /// `parse_capacity` reads from them.
+        #[test]
+        fn pod_requests_are_the_parsed_capacity(
+            requests in prop::collection::btree_map(
+                "cpu|memory|pods|ephemeral-storage",
+                prop_oneof!["[0-9]{1,4}", "[0-9]{1,3}(m|Mi|Gi)", "x?[a-z]{0,3}"],
+                0..4,
+            ),
+        ) {
+            prop_assert_eq!(pod_requests(&requests), parse_capacity(&requests));
+        }
     }
 }

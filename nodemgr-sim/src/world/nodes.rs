@@ -30,6 +30,12 @@ impl NodeId {
     pub(crate) fn number(self) -> usize {
         self.0 as usize
     }
+
+    /// Id `n` (for the unit tests of tables keyed by id).
+    #[cfg(test)]
+    pub(super) fn for_tests(n: u32) -> NodeId {
+        NodeId(n)
+    }
 }
 
 /// One node of the table.
@@ -186,6 +192,15 @@ impl Nodes {
     pub(crate) fn get_by_id(&self, id: NodeId) -> Option<&SimNode> {
         let at = self.position_of_id(id)?;
         self.entries.get(at).map(|e| &e.node)
+    }
+
+    /// Node `id` with its name, to change what the change feed does not look at (not noted
+    /// in the log: the caller leaves the node's `Arc` as it is).
+    pub(crate) fn entry_by_id_unlogged(&mut self, id: NodeId) -> Option<(&str, &mut SimNode)> {
+        let at = self.position_of_id(id)?;
+        self.entries
+            .get_mut(at)
+            .map(|e| (e.name.as_str(), &mut e.node))
     }
 
     /// The position in name order of node `id`, while it exists.

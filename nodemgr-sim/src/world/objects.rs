@@ -183,7 +183,7 @@ impl World {
                 name: w.name.clone(),
             }),
             priority: w.priority,
-            requests: parse_capacity(&w.requests),
+            requests: pod_requests(&w.requests),
             phase: PodPhase::Running,
             ..Pod::default()
         };
@@ -202,7 +202,7 @@ impl World {
             }
             None => {
                 self.pods_by_node
-                    .insert(node.clone(), BTreeSet::from([key.clone()]));
+                    .insert(node.clone(), PodKeys::of(key.clone()));
                 (0, 1)
             }
         };
