@@ -101,7 +101,7 @@ use crate::ports::{
 };
 use crate::read_your_writes::KnownVersions;
 use crate::update::{
-    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, decimal, plan_group_members_with_inert,
+    DrainSource, UpdateCommand, UpdateMarks, UpdatePlan, plan_group_members_with_inert,
 };
 
 /// How many times one step plans again after a decision met a changed node (HTTP 409).
@@ -259,12 +259,12 @@ impl ExecutorEvent {
         }
         match self {
             Self::DrainStarted { node, pods, .. } => {
-                let mut digits = [0u8; 20];
+                let mut digits = itoa::Buffer::new();
                 concat(&[
                     "drain of node ",
                     node,
                     " started (",
-                    decimal(*pods, &mut digits),
+                    digits.format(*pods),
                     " pod(s) to evict)",
                 ])
             }

@@ -72,7 +72,5 @@ pub use planner::{
     GroupSnapshot, plan_group_update, plan_group_update_marked, plan_group_update_sorted,
     plan_updates, plan_updates_detailed,
 };
-pub(crate) use planner::{
-    PlanMember, Resting, checksum_hash, decimal, plan_group_members_with_inert,
-};
+pub(crate) use planner::{PlanMember, Resting, checksum_hash, plan_group_members_with_inert};
 pub use status::{NodeUpdateStatus, node_update_status};

@@ -418,8 +418,8 @@ fn full_reason(limit: usize, updating: &[&str]) -> String {
     const BEFORE: &str = "maxConcurrent ";
     const MIDDLE: &str = " reached (updating: ";
     const SEPARATOR: &str = ", ";
-    let mut digits = [0u8; 20];
-    let limit = decimal(limit, &mut digits);
+    let mut digits = itoa::Buffer::new();
+    let limit = digits.format(limit);
     let names: usize = updating.iter().map(|n| n.len()).sum();
     let separators = SEPARATOR.len() * updating.len().saturating_sub(1);
     let mut reason =
@@ -435,22 +435,6 @@ fn full_reason(limit: usize, updating: &[&str]) -> String {
     }
     reason.push(')');
     reason
-}
-
-/// `value` written in decimal into the end of `buffer` (20 digits hold any `usize`).
-pub(crate) fn decimal(mut value: usize, buffer: &mut [u8; 20]) -> &str {
-    let mut start = buffer.len();
-    loop {
-        start -= 1;
-        // A digit: `value % 10` is below 10.
-        buffer[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    // Only ASCII digits were written.
-    std::str::from_utf8(&buffer[start..]).unwrap_or_default()
 }
 
 /// Plans every group at once: nodes are matched to groups by their `node.deckhouse.io/group`
