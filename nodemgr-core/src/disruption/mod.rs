@@ -505,6 +505,29 @@ mod tests {
         }
     }
 
+    /// Node `n{n}`'s name, as the properties below draw nodes.
+    fn node_name(n: &u8) -> String {
+        format!("n{n}")
+    }
+
+    /// The names of the drawn nodes.
+    fn node_names(drawn: &BTreeSet<u8>) -> BTreeSet<String> {
+        drawn.iter().map(node_name).collect()
+    }
+
+    /// One method per list of drawn nodes, each picking those nodes, with the reasons in
+    /// [`DisruptionReason::ALL`]'s order (starting over when there are more methods).
+    fn methods_picking(picks: &[Vec<u8>]) -> Vec<Chosen> {
+        picks
+            .iter()
+            .enumerate()
+            .map(|(i, nodes)| Chosen {
+                reason: DisruptionReason::ALL[i % DisruptionReason::ALL.len()],
+                nodes: nodes.iter().map(node_name).collect(),
+            })
+            .collect()
+    }
+
     proptest::proptest! {
         /// Whatever the methods pick, each node is disrupted at most once, by the first method
         /// in list order that picked it, unless it was claimed before; every proposal is either
@@ -515,18 +538,10 @@ mod tests {
                 proptest::collection::vec(0..6_u8, 0..5), 1..5),
             claimed in proptest::collection::btree_set(0..6_u8, 0..3),
         ) {
-            let name = |n: &u8| format!("n{n}");
-            let methods: Vec<Chosen> = picks
-                .iter()
-                .enumerate()
-                .map(|(i, nodes)| Chosen {
-                    reason: DisruptionReason::ALL[i % DisruptionReason::ALL.len()],
-                    nodes: nodes.iter().map(name).collect(),
-                })
-                .collect();
+            let methods = methods_picking(&picks);
             let list: Vec<&dyn DisruptionMethod> =
                 methods.iter().map(|m| m as &dyn DisruptionMethod).collect();
-            let claimed: BTreeSet<String> = claimed.iter().map(name).collect();
+            let claimed = node_names(&claimed);
             let plan = plan_stage(&list, Stage::Update, &empty(), &claimed);
             let mut seen = BTreeSet::new();
             for p in &plan.disruptions {
@@ -594,18 +609,10 @@ mod tests {
                 proptest::collection::vec(0..48_u8, 0..30), 1..5),
             claimed in proptest::collection::btree_set(0..48_u8, 0..6),
         ) {
-            let name = |n: &u8| format!("n{n}");
-            let methods: Vec<Chosen> = picks
-                .iter()
-                .enumerate()
-                .map(|(i, nodes)| Chosen {
-                    reason: DisruptionReason::ALL[i % DisruptionReason::ALL.len()],
-                    nodes: nodes.iter().map(name).collect(),
-                })
-                .collect();
+            let methods = methods_picking(&picks);
             let list: Vec<&dyn DisruptionMethod> =
                 methods.iter().map(|m| m as &dyn DisruptionMethod).collect();
-            let claimed: BTreeSet<String> = claimed.iter().map(name).collect();
+            let claimed = node_names(&claimed);
             proptest::prop_assert_eq!(
                 plan_stage(&list, Stage::Update, &empty(), &claimed),
                 plan_stage_by_map(&list, Stage::Update, &empty(), &claimed)
