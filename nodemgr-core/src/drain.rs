@@ -125,10 +125,24 @@ pub enum DrainOutcome {
     },
 }
 
+impl DrainOutcome {
+    /// How [`DrainOutcome::Completed`] reads.
+    pub const COMPLETED: &'static str = "drained";
+
+    /// The outcome as its `Display` writes it, the common one without a format string to
+    /// interpret.
+    pub fn message(&self) -> String {
+        match self {
+            Self::Completed => Self::COMPLETED.to_owned(),
+            Self::TimedOut { .. } => self.to_string(),
+        }
+    }
+}
+
 impl fmt::Display for DrainOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Completed => f.write_str("drained"),
+            Self::Completed => f.write_str(Self::COMPLETED),
             Self::TimedOut { force_deleted } => write!(
                 f,
                 "drain timed out, {} pod(s) deleted forcibly: {}",

@@ -19,7 +19,7 @@ use nodemgr_core::update::UpdateCommand;
 
 use crate::cluster::{SimCluster, block_on};
 use crate::scenario::ClockOffset;
-use crate::timeline::{Name, TimelineEvent};
+use crate::timeline::Name;
 use crate::world::World;
 
 /// A policy stepped by the simulator.
@@ -285,14 +285,13 @@ fn record_named(
     pod: Option<&str>,
     message: String,
 ) {
-    world.timeline.events.push(TimelineEvent {
-        at_ms: world.now.as_millis() - world.start.as_millis(),
-        kind: kind.into(),
-        node: Some(node.into()),
-        group: group.map(Name::from),
-        pod: pod.map(str::to_owned),
+    world.record_event(
+        kind.into(),
+        Some(node.into()),
+        group.map(Name::from),
+        pod.map(str::to_owned),
         message,
-    });
+    );
 }
 
 fn record_executor_event(world: &mut World, event: &ExecutorEvent, names: &mut NamesOf) {

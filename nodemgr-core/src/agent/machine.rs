@@ -188,6 +188,19 @@ impl Awaiting {
             _ => None,
         }
     }
+
+    /// The request that asks for this answer, as the agent queues it.
+    #[inline]
+    fn request(&self) -> Queued {
+        match self {
+            Self::Bundle => Queued::Fetch,
+            Self::Node => Queued::Read,
+            Self::Patch(patch) => Queued::Patch(patch.clone()),
+            Self::Step(..) => Queued::Ready(AgentAction::RunStep {
+                name: self.step_name().unwrap_or_default().to_owned(),
+            }),
+        }
+    }
 }
 
 /// One of the patches the agent makes of its Node, as it remembers it while the patch is
@@ -456,8 +469,9 @@ impl Agent {
     /// [`Agent::poll_action`] would have returned.
     #[must_use]
     pub fn poll_lean_action(&mut self) -> Option<LeanAction<'_>> {
-        let Some(entry) = self.queue.pop_front() else {
-            return self.pending_request();
+        let entry = match self.queue.pop_front() {
+            Some(entry) => entry,
+            None => self.take_pending_request()?,
         };
         Some(match entry {
             Queued::Ready(action) => LeanAction::Action(action),
@@ -475,24 +489,15 @@ impl Agent {
         })
     }
 
-    /// The request for the awaited answer, when it is still to be drained and nothing is
-    /// queued before it ([`Agent::request`]).
-    fn pending_request(&mut self) -> Option<LeanAction<'_>> {
+    /// The request for the awaited answer, as it would be queued, when it is still to be
+    /// drained ([`Agent::request`]); it is drained by this.
+    #[inline]
+    fn take_pending_request(&mut self) -> Option<Queued> {
         if !self.request_pending {
             return None;
         }
         self.request_pending = false;
-        Some(match self.awaiting.as_ref()? {
-            Awaiting::Bundle => LeanAction::FetchBundle,
-            Awaiting::Node => LeanAction::ReadNode,
-            Awaiting::Patch(patch) => LeanAction::PatchNode(PatchRequest::new(
-                self.node.as_ref().map_or("", |n| &n.resource_version),
-                patch.clone(),
-            )),
-            awaiting @ Awaiting::Step(..) => LeanAction::Action(AgentAction::RunStep {
-                name: awaiting.step_name().unwrap_or_default().to_owned(),
-            }),
-        })
+        self.awaiting.as_ref().map(Awaiting::request)
     }
 
     /// Queues the request still to be drained, if any ([`Agent::request`]): something is
@@ -508,17 +513,9 @@ impl Agent {
     /// [`Agent::queue_pending_request`] of a pending request.
     #[inline(never)]
     fn queue_request(&mut self) {
-        self.request_pending = false;
-        let entry = match &self.awaiting {
-            Some(Awaiting::Bundle) => Queued::Fetch,
-            Some(Awaiting::Node) => Queued::Read,
-            Some(Awaiting::Patch(p)) => Queued::Patch(p.clone()),
-            Some(awaiting @ Awaiting::Step(..)) => Queued::Ready(AgentAction::RunStep {
-                name: awaiting.step_name().unwrap_or_default().to_owned(),
-            }),
-            None => return,
-        };
-        self.queue.push_back(entry);
+        if let Some(entry) = self.take_pending_request() {
+            self.queue.push_back(entry);
+        }
     }
 
     /// The awaited answer's request, taken for its answer: a request still undrained is

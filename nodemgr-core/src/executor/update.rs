@@ -223,7 +223,7 @@ impl ExecutorEvent {
                 node,
                 outcome: DrainOutcome::Completed,
                 ..
-            } => ["node ", node, ": ", COMPLETED, ""],
+            } => ["node ", node, ": ", DrainOutcome::COMPLETED, ""],
             Self::DrainStarted { .. } | Self::DrainFinished { .. } => return None,
             Self::Cordoned { node } => ["node ", node, " cordoned", "", ""],
             Self::Evicted { pod, .. } => ["pod ", pod, " evicted", "", ""],
@@ -270,18 +270,6 @@ impl ExecutorEvent {
             }
             _ => message(self),
         }
-    }
-}
-
-/// How [`DrainOutcome::Completed`] reads.
-const COMPLETED: &str = "drained";
-
-/// The message of `outcome`, as its `Display` writes it (the common one without a format
-/// string to interpret).
-fn outcome_message(outcome: &DrainOutcome) -> String {
-    match outcome {
-        DrainOutcome::Completed => COMPLETED.to_owned(),
-        DrainOutcome::TimedOut { .. } => outcome.to_string(),
     }
 }
 
@@ -1141,7 +1129,7 @@ impl UpdateExecutor {
                             ObjectRef::node(name.to_owned()),
                             kind,
                             reason,
-                            outcome_message(&outcome),
+                            outcome.message(),
                             now,
                         )
                         .await;
@@ -2412,7 +2400,7 @@ mod tests {
             for event in every_event(&node, &pod, &text, n) {
                 proptest::prop_assert_eq!(event.message(), event.to_string());
                 if let ExecutorEvent::DrainFinished { outcome, .. } = &event {
-                    proptest::prop_assert_eq!(outcome_message(outcome), outcome.to_string());
+                    proptest::prop_assert_eq!(outcome.message(), outcome.to_string());
                 }
                 if let ExecutorEvent::Applied { command, .. } = &event {
                     proptest::prop_assert_eq!(concat(&command.pieces()), command.to_string());

@@ -403,13 +403,7 @@ const ROOM: usize = 16;
 
 /// The reason a group waits for node `name`: `node {name} is not Ready`.
 fn not_ready_reason(name: &str) -> String {
-    const BEFORE: &str = "node ";
-    const AFTER: &str = " is not Ready";
-    let mut reason = String::with_capacity(BEFORE.len() + name.len() + AFTER.len());
-    reason.push_str(BEFORE);
-    reason.push_str(name);
-    reason.push_str(AFTER);
-    reason
+    ["node ", name, " is not Ready"].concat()
 }
 
 /// The reason a group with its `limit` update slots taken by `updating` (sorted) waits:

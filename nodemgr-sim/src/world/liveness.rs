@@ -86,7 +86,13 @@ impl World {
             } else {
                 "node.not-ready"
             };
-            self.record_owned(kind.into(), Some(group), Some(name), None, why);
+            self.record_event(
+                kind.into(),
+                Some(name.into()),
+                Some(group.into()),
+                None,
+                why,
+            );
         }
     }
 
@@ -295,9 +301,7 @@ impl Lease {
             grace_ms: i64::try_from(grace.as_millis()).unwrap_or(i64::MAX),
         }
     }
-}
 
-impl Lease {
     /// Whether a node last renewed at `heartbeat` is silent at `now`: longer ago than the
     /// grace period (`now.saturating_since(heartbeat) > grace`), compared in whole
     /// milliseconds — a whole number of them exceeds the grace period exactly when it

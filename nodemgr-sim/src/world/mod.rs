@@ -42,7 +42,7 @@ use crate::scenario::{
     AgentSpec, ErrorKind, HeartbeatSpec, Operation, PdbSpec, Scenario, WorkloadKind, WorkloadSpec,
     group_spec,
 };
-use crate::timeline::{Timeline, TimelineEvent};
+use crate::timeline::{Name, Timeline, TimelineEvent};
 
 mod agenda;
 mod index;
@@ -393,19 +393,16 @@ const EVENTS_RESERVED_PER_NODE: usize = 32;
 /// hint: the timeline grows past it as needed).
 const TIMELINE_EVENTS_RESERVED_PER_NODE: usize = 64;
 
+/// The quantities of `map` that parse (a group's capacity, a workload's pod requests); an
+/// empty map — a workload without requests, the usual one — gives an empty map without one
+/// being collected.
 fn parse_capacity(map: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
+    if map.is_empty() {
+        return BTreeMap::new();
+    }
     map.iter()
         .filter_map(|(k, v)| Quantity::parse(v).ok().map(|q| (k.clone(), q)))
         .collect()
-}
-
-/// A workload's pod requests, as [`parse_capacity`] reads them; a workload without any (the
-/// usual one) gets an empty map without one being collected.
-fn pod_requests(requests: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {
-    if requests.is_empty() {
-        return BTreeMap::new();
-    }
-    parse_capacity(requests)
 }
 
 impl World {
@@ -561,17 +558,16 @@ impl World {
     ) {
         // The node's names are shared with its other events.
         let (node, group) = match node.map(|n| self.event_names(n)) {
-            Some((node, group)) => (Some(node.into()), group.map(crate::timeline::Name::from)),
+            Some((node, group)) => (Some(node.into()), group.map(Name::from)),
             None => (None, None),
         };
-        self.timeline.events.push(TimelineEvent {
-            at_ms: self.now.as_millis() - self.start.as_millis(),
-            kind: kind.into(),
+        self.record_event(
+            kind.into(),
             node,
             group,
-            pod: pod.map(str::to_owned),
-            message: message.into(),
-        });
+            pod.map(str::to_owned),
+            message.into(),
+        );
     }
 
     /// Appends a timeline event with an explicit group.
@@ -583,31 +579,31 @@ impl World {
         pod: Option<&str>,
         message: impl Into<String>,
     ) {
-        self.timeline.events.push(TimelineEvent {
-            at_ms: self.now.as_millis() - self.start.as_millis(),
-            kind: kind.into(),
-            node: node.map(crate::timeline::Name::from),
-            group: group.map(crate::timeline::Name::from),
-            pod: pod.map(str::to_owned),
-            message: message.into(),
-        });
+        self.record_event(
+            kind.into(),
+            node.map(Name::from),
+            group.map(Name::from),
+            pod.map(str::to_owned),
+            message.into(),
+        );
     }
 
-    /// [`World::record_in`] taking the node's name as made by the caller.
-    pub(super) fn record_owned(
+    /// Appends a timeline event of these fields at the current virtual time (the names as
+    /// the caller has them, shared or owned).
+    pub(crate) fn record_event(
         &mut self,
         kind: Cow<'static, str>,
-        group: Option<String>,
-        node: Option<String>,
-        pod: Option<&str>,
+        node: Option<Name>,
+        group: Option<Name>,
+        pod: Option<String>,
         message: String,
     ) {
         self.timeline.events.push(TimelineEvent {
             at_ms: self.now.as_millis() - self.start.as_millis(),
             kind,
-            node: node.map(crate::timeline::Name::from),
-            group: group.map(crate::timeline::Name::from),
-            pod: pod.map(str::to_owned),
+            node,
+            group,
+            pod,
             message,
         });
     }
@@ -828,14 +824,13 @@ impl World {
                 Some((id, node, (node_name, group))) => {
                     // Recorded first (binding records nothing), so that the binding takes
                     // the node's name and the key made above.
-                    self.timeline.events.push(TimelineEvent {
-                        at_ms: self.now.as_millis() - self.start.as_millis(),
-                        kind: "pod.scheduled".into(),
-                        node: Some(node_name.into()),
-                        group: Some(group.into()),
-                        pod: Some(key.clone()),
-                        message: "pod (re)created".into(),
-                    });
+                    self.record_event(
+                        "pod.scheduled".into(),
+                        Some(node_name.into()),
+                        Some(group.into()),
+                        Some(key.clone()),
+                        "pod (re)created".into(),
+                    );
                     self.bind_pod_at(p.workload, p.name, node, Some(id), Some(key));
                 }
                 None => self.pending_pods.push(PendingPod {
@@ -913,8 +908,8 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// A workload's pod requests, empty or not, valid quantities or not, are what
-        /// `parse_capacity` reads from them.
+        /// A workload's pod requests, empty or not, valid quantities or not, read by
+        /// `parse_capacity` are the quantities that parse, collected.
         #[test]
         fn pod_requests_are_the_parsed_capacity(
             requests in prop::collection::btree_map(
@@ -923,7 +918,11 @@ mod tests {
                 0..4,
             ),
         ) {
-            prop_assert_eq!(pod_requests(&requests), parse_capacity(&requests));
+            let collected: BTreeMap<String, Quantity> = requests
+                .iter()
+                .filter_map(|(k, v)| Quantity::parse(v).ok().map(|q| (k.clone(), q)))
+                .collect();
+            prop_assert_eq!(parse_capacity(&requests), collected);
         }
     }
 }

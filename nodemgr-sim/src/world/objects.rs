@@ -183,7 +183,7 @@ impl World {
                 name: w.name.clone(),
             }),
             priority: w.priority,
-            requests: pod_requests(&w.requests),
+            requests: parse_capacity(&w.requests),
             phase: PodPhase::Running,
             ..Pod::default()
         };
